@@ -1,0 +1,3 @@
+from gb300lane.cli.main import main
+
+main()

@@ -1,0 +1,69 @@
+"""The exception tree every layer raises; the CLI maps it to one red line.
+
+    LaneError                      anything the user can fix; exit code 1
+    ├── RecipeError                a recipe file, key or value is wrong
+    ├── RenderError                a template could not produce a container spec
+    ├── RuntimeUnavailable         the Docker engine (or another runtime) does not answer
+    ├── BootError                  a lane did not come up (carries the log tail)
+    ├── EngineError                the embedded engine was misconfigured
+    ├── MetricsError               a /metrics scrape or counter delta is unusable
+    ├── BenchError                 a window could not be run
+    ├── CardError                  a card file, registration or receipt is wrong
+    ├── ReceiptExists              a write-once file already exists
+    └── StateError                 the lane state (ledger, lock) refuses a transition
+
+Third-party exceptions are translated once, at the boundary that meets them
+(`raise BootError(...) from exc`).
+"""
+
+from __future__ import annotations
+
+
+class LaneError(Exception):
+    """An error the user can act on. The message says what, where and the fix."""
+
+    exit_code = 1
+
+
+class RecipeError(LaneError):
+    """A recipe is invalid: names the file, the key (and line where known) and the fix."""
+
+
+class RenderError(LaneError):
+    """A recipe could not be rendered into container specs."""
+
+
+class RuntimeUnavailable(LaneError):
+    """The runtime (usually the Docker engine) cannot be reached."""
+
+
+class BootError(LaneError):
+    """A lane failed to boot; `log_tail` carries the container's last log lines."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class EngineError(LaneError):
+    """The embedded engine was given a configuration it cannot serve."""
+
+
+class MetricsError(LaneError):
+    """A metrics scrape is missing, malformed or went backwards."""
+
+
+class BenchError(LaneError):
+    """A bench window or smoke gate could not be run."""
+
+
+class CardError(LaneError):
+    """A card file, its registration or its receipts are wrong."""
+
+
+class ReceiptExists(LaneError):
+    """A write-once receipt already exists and will not be overwritten."""
+
+
+class StateError(LaneError):
+    """The lane state refuses a transition (locked, inconsistent, or missing)."""
