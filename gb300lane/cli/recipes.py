@@ -1,9 +1,163 @@
-"""CLI group: recipes (placeholder until its issue lands)."""
+"""CLI group `recipes` (list, show, diff, hash, lint) and the top-level `render` command."""
 
 from __future__ import annotations
 
+import enum
+import json
+from pathlib import Path
+from typing import Optional
+
 import typer
+import yaml
+from rich.table import Table
+
+from gb300lane.cli.common import console, fail, print_json
+from gb300lane.errors import LaneError
+from gb300lane.recipes import diff_recipes, fingerprint, hash_values, lint, list_recipes, load_recipe, render
+from gb300lane.recipes.formats import render_format, write_rendered
+
+recipes_app = typer.Typer(
+    help="Versioned lane recipes: list, show, diff, hash and lint them.",
+    no_args_is_help=True,
+)
+
+
+class RenderFormat(str, enum.Enum):
+    compose = "compose"
+    docker_run = "docker-run"
+    json = "json"
+
+
+def _dir_option() -> Optional[Path]:
+    return typer.Option(None, "--recipes-dir", help="directory of recipe files (default: GB300LANE_RECIPES_DIR or ./recipes)")
+
+
+@recipes_app.command("list", help="Every recipe with its parent, engine and one-line description.")
+def list_cmd(
+    recipes_dir: Optional[Path] = _dir_option(),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    try:
+        rows = list_recipes(recipes_dir)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        print_json([r.model_dump() for r in rows])
+        return
+    table = Table("recipe", "extends", "engine", "description")
+    for r in rows:
+        table.add_row(r.name, r.extends or "-", r.engine, r.description)
+    console.print(table)
+
+
+@recipes_app.command("show", help="The resolved recipe (extends merged), as YAML or --json.")
+def show_cmd(
+    name: str = typer.Argument(..., help="recipe name, e.g. v27"),
+    recipes_dir: Optional[Path] = _dir_option(),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
+) -> None:
+    try:
+        recipe = load_recipe(name, recipes_dir)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    data = recipe.model_dump(mode="json")
+    if as_json:
+        print_json(data)
+    else:
+        typer.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120), nl=False)
+
+
+@recipes_app.command("diff", help="Every changed key (old -> new, hash input or not) and the boot it predicts.")
+def diff_cmd(
+    a: str = typer.Argument(..., help="the recipe to compare from, e.g. v26"),
+    b: str = typer.Argument(..., help="the recipe to compare to, e.g. v27"),
+    recipes_dir: Optional[Path] = _dir_option(),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
+) -> None:
+    try:
+        d = diff_recipes(load_recipe(a, recipes_dir), load_recipe(b, recipes_dir))
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        print_json({**d.model_dump(mode="json"), "prediction": d.prediction})
+        return
+    typer.echo(f"{d.a} -> {d.b}: {len(d.changes)} changed key{'s' if len(d.changes) != 1 else ''}")
+    for c in d.changes:
+        tag = "hash input" if c.hash_input else "not a hash input"
+        typer.echo(f"  {c.key}: {_show(c.old)} -> {_show(c.new)}  ({tag})")
+    typer.echo(d.prediction)
+
+
+def _show(value: object) -> str:
+    return "(absent)" if value is None else json.dumps(value, separators=(",", ":"))
+
+
+@recipes_app.command("hash", help="The recipe's autotune fingerprint over the image's hash inputs.")
+def hash_cmd(
+    name: str = typer.Argument(..., help="recipe name, e.g. v27"),
+    recipes_dir: Optional[Path] = _dir_option(),
+    as_json: bool = typer.Option(False, "--json", help="print the fingerprint with its input values as JSON"),
+) -> None:
+    try:
+        recipe = load_recipe(name, recipes_dir)
+        fp = fingerprint(recipe)
+        values = hash_values(recipe)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        print_json({"recipe": recipe.name, "fingerprint": fp, "hash_inputs": values})
+    else:
+        typer.echo(fp)
+
+
+@recipes_app.command("lint", help="Rules from the write-up and vLLM (id, severity, fix); exit 1 on any error.")
+def lint_cmd(
+    name: Optional[str] = typer.Argument(None, help="recipe name; all recipes when omitted"),
+    recipes_dir: Optional[Path] = _dir_option(),
+    as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
+) -> None:
+    try:
+        names = [name] if name else [s.name for s in list_recipes(recipes_dir)]
+        results = {}
+        for n in names:
+            recipe = load_recipe(n, recipes_dir)
+            parent = load_recipe(recipe.extends, recipes_dir) if recipe.extends else None
+            results[n] = lint(recipe, parent=parent)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    errors = sum(1 for fs in results.values() for f in fs if f.severity == "error")
+    if as_json:
+        print_json({n: [f.model_dump() for f in fs] for n, fs in results.items()})
+    else:
+        for n, findings in results.items():
+            if not findings:
+                typer.echo(f"{n}: ok")
+            for f in findings:
+                typer.echo(f"{n}: {f.severity} [{f.rule_id}] {f.key}: {f.message}; fix: {f.fix}")
+    if errors:
+        raise typer.Exit(1)
+
+
+def render_cmd(
+    name: str = typer.Argument(..., help="recipe name, e.g. v27"),
+    fmt: RenderFormat = typer.Option(RenderFormat.compose, "--format", "-f", help="compose, docker-run or json"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the file into this directory instead of stdout"),
+    dark: bool = typer.Option(False, "--dark", help="render the lane dark: bind to 127.0.0.1 only"),
+    port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
+    recipes_dir: Optional[Path] = _dir_option(),
+) -> None:
+    try:
+        lane = render(load_recipe(name, recipes_dir), dark=dark, port=port)
+        if out is not None:
+            path = write_rendered(lane, fmt.value, out)
+            typer.echo(str(path))
+        else:
+            typer.echo(render_format(lane, fmt.value), nl=False)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this group's commands to the top-level app."""
+    """Attach the `recipes` group and the top-level `render` command."""
+    app.add_typer(recipes_app, name="recipes")
+    app.command("render", help="The exact containers of a recipe: compose file, docker-run script or JSON.")(render_cmd)

@@ -1,0 +1,213 @@
+"""Rendering a recipe into the exact containers of its lane.
+
+`render` is pure: a resolved Recipe in, a `RenderedLane` (main container first,
+then the sidecar) out. The runtimes boot these specs as they are; the output
+formats (compose, docker-run script, JSON) in `formats` are views of the same
+specs, so what is shown is what boots.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane import __version__
+from gb300lane.errors import RenderError
+from gb300lane.recipes.compare import fingerprint
+from gb300lane.recipes.schema import Recipe
+
+#: vLLM's container guidance: shared memory for NCCL/torch workers, unlimited locked memory.
+VLLM_IPC_MODE = "host"
+VLLM_SHM_SIZE = "32g"
+VLLM_ULIMITS: dict[str, tuple[int, int]] = {"memlock": (-1, -1), "stack": (67108864, 67108864)}
+LOOPBACK = "127.0.0.1"
+
+
+class ContainerSpec(BaseModel):
+    """One container exactly as a runtime starts it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["main", "sidecar"] = Field(description="main serves the API; sidecar is the expert-sidecar hook.")
+    name: str = Field(description="Container name: <lane>-<recipe>-<role>.")
+    image: str = Field(description="Image reference.")
+    argv: tuple[str, ...] = Field(description="Full command, program first.")
+    env: dict[str, str] = Field(description="Environment variables.")
+    network_mode: Literal["host"] = Field(description="Both containers share the host network.")
+    device_ids: tuple[str, ...] = Field(description="GPU device ids requested (empty: no GPU).")
+    ipc_mode: str | None = Field(description="IPC namespace mode (host for vLLM).")
+    shm_size: str | None = Field(description="Size of /dev/shm.")
+    ulimits: dict[str, tuple[int, int]] = Field(description="ulimit name -> (soft, hard).")
+    volumes: tuple[str, ...] = Field(description="Mounts as source:target[:ro].")
+    labels: dict[str, str] = Field(description="Ownership labels (gb300lane.*).")
+    health_url: str = Field(description="URL that answers 200 when the container is ready.")
+    port: int = Field(description="Port the container listens on.")
+
+
+class RenderedLane(BaseModel):
+    """The containers of one recipe, and how to reach the lane."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipe: str = Field(description="Recipe name.")
+    fingerprint: str = Field(description="Autotune fingerprint over image.hash_inputs.")
+    endpoint: str = Field(description="Base URL of the OpenAI API, e.g. http://127.0.0.1:30106.")
+    served_model_name: str = Field(description="Model name requests must use.")
+    containers: tuple[ContainerSpec, ...] = Field(description="Main first, then the sidecar when there is one.")
+
+    def container(self, role: str) -> ContainerSpec | None:
+        return next((c for c in self.containers if c.role == role), None)
+
+
+def compact_json(value: Any) -> str:
+    """JSON for a command-line flag: sorted keys, no spaces, so flag checks compare it byte for byte."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, (dict, list, tuple)):
+        return compact_json(value)
+    return str(value)
+
+
+def extra_flags(extra_args: dict[str, Any]) -> list[str]:
+    """EngineArgs names -> `vllm serve` flags; true -> --flag, false -> --no-flag."""
+    out: list[str] = []
+    for key in sorted(extra_args):
+        value = extra_args[key]
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + key.replace("_", "-"))
+        elif value is None:
+            continue
+        else:
+            out.extend([flag, _flag_value(value)])
+    return out
+
+
+def _opt(flag: str, value: Any) -> list[str]:
+    return [] if value is None else [flag, _flag_value(value)]
+
+
+def main_argv(recipe: Recipe, *, host: str, port: int) -> tuple[str, ...]:
+    """The main container's command, program first."""
+    ea = recipe.engine_args
+    spec_json = compact_json(recipe.speculative.config_json_dict())
+    common_tail = extra_flags(ea.extra_args)
+    if recipe.engine == "embedded":
+        argv = [
+            "python3", "-m", "gb300lane.engine", "serve",
+            "--model", recipe.model.path,
+            "--served-model-name", recipe.model.served_name,
+            "--host", host,
+            "--port", str(port),
+            "--speculative-config", spec_json,
+            "--max-num-seqs", str(ea.max_num_seqs),
+            "--max-model-len", str(ea.max_model_len),
+            *_opt("--seed", ea.seed),
+            *_opt("--time-scale", ea.time_scale),
+            *_opt("--kv-pool-tokens", recipe.kv_pool_tokens),
+            "--compilation-config", compact_json(ea.compilation_config),
+            *_opt("--dtype", ea.dtype),
+            *_opt("--tensor-parallel-size", ea.tensor_parallel_size),
+            *_opt("--gpu-memory-utilization", ea.gpu_memory_utilization),
+        ]
+    else:
+        argv = [
+            "vllm", "serve", recipe.model.path,
+            "--served-model-name", recipe.model.served_name,
+            "--host", host,
+            "--port", str(port),
+            "--speculative-config", spec_json,
+            "--max-num-seqs", str(ea.max_num_seqs),
+            "--max-model-len", str(ea.max_model_len),
+            *_opt("--gpu-memory-utilization", ea.gpu_memory_utilization),
+            *_opt("--dtype", ea.dtype),
+            *_opt("--tensor-parallel-size", ea.tensor_parallel_size),
+            *_opt("--seed", ea.seed),
+            "--compilation-config", compact_json(ea.compilation_config),
+        ]
+    return tuple(argv + common_tail)
+
+
+def sidecar_argv(recipe: Recipe) -> tuple[str, ...]:
+    sc = recipe.sidecar
+    if sc is None:
+        raise RenderError(f"recipe {recipe.name}: has no sidecar section; add one or drop the sidecar container")
+    if recipe.engine == "embedded":
+        return ("python3", "-m", "gb300lane.engine", "sidecar", "--host", LOOPBACK, "--port", str(sc.port), *sc.args)
+    return tuple(sc.args)
+
+
+def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> RenderedLane:
+    """The lane's containers. `dark` binds to loopback; `port` moves the main container only."""
+    fp = fingerprint(recipe)
+    main_port = port if port is not None else recipe.lane.port
+    host = LOOPBACK if dark or recipe.lane.dark else recipe.lane.bind
+    real = recipe.engine == "vllm"
+
+    def labels(role: str) -> dict[str, str]:
+        return {
+            "gb300lane.lane": recipe.lane.name,
+            "gb300lane.recipe": recipe.name,
+            "gb300lane.role": role,
+            "gb300lane.fingerprint": fp,
+            "gb300lane.tool-version": __version__,
+        }
+
+    env = dict(recipe.env)
+    sidecar = recipe.sidecar
+    if sidecar is not None:
+        env[sidecar.connect_env] = f"http://{LOOPBACK}:{sidecar.port}"
+    volumes = tuple(f"{v.source}:{v.target}" + (":ro" if v.read_only else "") for v in recipe.volumes)
+    containers = [
+        ContainerSpec(
+            role="main",
+            name=f"{recipe.lane.name}-{recipe.name}-main",
+            image=recipe.image.ref,
+            argv=main_argv(recipe, host=host, port=main_port),
+            env=dict(sorted(env.items())),
+            network_mode="host",
+            device_ids=recipe.gpus.main,
+            ipc_mode=VLLM_IPC_MODE if real else None,
+            shm_size=VLLM_SHM_SIZE if real else None,
+            ulimits=dict(VLLM_ULIMITS) if real else {},
+            volumes=volumes,
+            labels=labels("main"),
+            health_url=f"http://{LOOPBACK}:{main_port}/health",
+            port=main_port,
+        )
+    ]
+    if sidecar is not None:
+        sc_env = dict(sidecar.env)
+        if sidecar.device is not None:
+            sc_env["EXPERT_SIDECAR_DEVICE"] = sidecar.device
+        containers.append(
+            ContainerSpec(
+                role="sidecar",
+                name=f"{recipe.lane.name}-{recipe.name}-sidecar",
+                image=sidecar.image,
+                argv=sidecar_argv(recipe),
+                env=dict(sorted(sc_env.items())),
+                network_mode="host",
+                device_ids=recipe.gpus.sidecar,
+                ipc_mode=None,
+                shm_size=None,
+                ulimits={"memlock": (-1, -1)} if real else {},
+                volumes=volumes if real else (),
+                labels=labels("sidecar"),
+                health_url=f"http://{LOOPBACK}:{sidecar.port}/health",
+                port=sidecar.port,
+            )
+        )
+    return RenderedLane(
+        recipe=recipe.name,
+        fingerprint=fp,
+        endpoint=f"http://{LOOPBACK}:{main_port}",
+        served_model_name=recipe.model.served_name,
+        containers=tuple(containers),
+    )

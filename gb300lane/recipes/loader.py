@@ -1,0 +1,231 @@
+"""Loading recipes: name -> file, `extends` resolution, validation, key lookup.
+
+A recipe file may extend a parent; the merge is deep for mappings and
+replaces lists and scalars. The merged mapping is checked against the engine
+schema of the image's vLLM version, then validated into a frozen `Recipe`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gb300lane import paths
+from gb300lane.errors import RecipeError
+from gb300lane.recipes.engine_schema import validate_engine_keys
+from gb300lane.recipes.schema import NAME_RE, Recipe
+from gb300lane.recipes.yamlio import key_lines, parse_mapping
+
+#: Extends chains deeper than this are almost certainly a mistake.
+MAX_EXTENDS_DEPTH = 16
+
+
+class RecipeSummary(BaseModel):
+    """One line of `recipes list`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Recipe name (version).")
+    extends: str | None = Field(description="Parent recipe, if any.")
+    engine: str = Field(description="vllm or embedded.")
+    description: str = Field(description="One-line description.")
+    path: str = Field(description="The recipe file.")
+
+
+def _dir(recipes_dir: Path | None) -> Path:
+    return Path(recipes_dir) if recipes_dir is not None else paths.recipes_dir()
+
+
+def recipe_path(name: str, recipes_dir: Path | None = None) -> Path:
+    """The file a recipe name refers to; names are stems, never paths."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise RecipeError(
+            f"recipe name {name!r} is not a recipe name: use letters, digits, '.', '_' or '-' "
+            "(a name, not a path; recipes live in the recipes directory)"
+        )
+    return _dir(recipes_dir) / f"{name}.yaml"
+
+
+def deep_merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; lists and scalars in the child replace the parent's."""
+    out = dict(parent)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _raw_chain(name: str, recipes_dir: Path) -> tuple[dict[str, Any], str, dict[str, int]]:
+    """Merged raw mapping, the child's source name, and where each dotted key was set ("file:line")."""
+    chain: list[str] = []
+    layers: list[tuple[dict[str, Any], str, dict[str, int]]] = []
+    current: str | None = name
+    referrer: str | None = None
+    while current is not None:
+        if current in chain:
+            cycle = " -> ".join([*chain, current])
+            raise RecipeError(f"{_source(recipe_path(name, recipes_dir))}: extends cycle {cycle}; remove one `extends`")
+        if len(chain) >= MAX_EXTENDS_DEPTH:
+            raise RecipeError(f"{_source(recipe_path(name, recipes_dir))}: extends chain deeper than {MAX_EXTENDS_DEPTH}")
+        path = recipe_path(current, recipes_dir)
+        source = _source(path)
+        if not path.is_file():
+            if referrer is None:
+                available = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml"))) or "none"
+                raise RecipeError(f"{source}: no recipe named {current!r} (available: {available})")
+            raise RecipeError(
+                f"{referrer}: extends = {current!r} but {source} does not exist; fix `extends` or add the parent recipe"
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"{source}: cannot read ({exc}); a recipe is a UTF-8 YAML file") from exc
+        data = parse_mapping(text, source)
+        lines = key_lines(text)
+        declared = data.get("name")
+        if declared is not None and declared != current:
+            raise RecipeError(
+                f"{source}:{lines.get('name', 1)}: name = {declared!r} but the file is {path.name}; "
+                f"set name: {current} (a recipe's name is its file stem)"
+            )
+        parent = data.get("extends")
+        if parent is not None and (not isinstance(parent, str) or not NAME_RE.match(parent)):
+            raise RecipeError(
+                f"{source}:{lines.get('extends', 1)}: extends = {parent!r} is not a recipe name; "
+                "name the parent recipe (no paths)"
+            )
+        chain.append(current)
+        layers.append((data, source, lines))
+        referrer = f"{source}:{lines.get('extends', 1)}"
+        current = parent
+    merged: dict[str, Any] = {}
+    for data, _, _ in reversed(layers):
+        merged = deep_merge(merged, data)
+    # Identity keys belong to the child alone.
+    child, child_source, _ = layers[0]
+    merged["name"] = name
+    merged["extends"] = child.get("extends")
+    if "description" in child:
+        merged["description"] = child["description"]
+    # The file that set a key last is the one an error about it should name.
+    origins: dict[str, str] = {}
+    for _, layer_source, layer_lines in reversed(layers):
+        origins.update({key: f"{layer_source}:{line}" for key, line in layer_lines.items()})
+    return merged, child_source, origins
+
+
+def _source(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _validation_message(exc: ValidationError, source: str, origins: dict[str, str]) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            fix = "remove it or check its spelling"
+            msg = f"unknown key ({fix})"
+        elif err.get("type") == "missing":
+            msg = "missing; add it here or in a parent recipe"
+        elif err.get("type", "").endswith(("_type", "_parsing", "literal_error", "greater_than", "less_than_equal",
+                                           "greater_than_equal", "less_than", "too_short", "too_long")):
+            msg = f"= {err.get('input')!r}: {msg}; change the value"
+        where = _where(loc, source, origins)
+        if msg.startswith("= "):
+            parts.append(f"{where}: {loc} {msg}")
+        else:
+            parts.append(f"{where}: {loc or '(recipe)'}: {msg}")
+    return "; ".join(parts)
+
+
+def _where(key: str, source: str, origins: dict[str, str]) -> str:
+    """"file:line" of the key (or of its nearest parent mapping), else the source alone."""
+    parts = key.split(".")
+    while parts:
+        found = origins.get(".".join(parts))
+        if found:
+            return found
+        parts.pop()
+    return source
+
+
+def validate_raw(raw: dict[str, Any], source: str, origins: dict[str, str] | None = None) -> Recipe:
+    """Validate a merged mapping into a Recipe; errors name file, line, key and fix.
+
+    `origins` maps dotted keys to the "file:line" that set them (from the extends chain).
+    """
+    origins = origins or {}
+    _unknown_top_level(raw, source, origins)
+    validate_engine_keys(raw, lambda key: _where(key, source, origins))
+    try:
+        return Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise RecipeError(_validation_message(exc, source, origins)) from None
+
+
+def _unknown_top_level(raw: dict[str, Any], source: str, origins: dict[str, str]) -> None:
+    known = list(Recipe.model_fields)
+    for key in raw:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            fix = f"did you mean {close[0]!r}?" if close else "remove it"
+            where = _where(str(key), source, origins)
+            raise RecipeError(f"{where}: {key}: unknown recipe key; {fix}")
+
+
+def load_recipe(name: str, recipes_dir: Path | None = None) -> Recipe:
+    """The named recipe, `extends` merged, validated against the schema and the engine snapshot."""
+    directory = _dir(recipes_dir)
+    raw, source, origins = _raw_chain(name, directory)
+    return validate_raw(raw, source, origins)
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[RecipeSummary]:
+    """Every recipe in the directory, resolved, sorted by name."""
+    directory = _dir(recipes_dir)
+    out = []
+    for path in sorted(directory.glob("*.yaml")):
+        recipe = load_recipe(path.stem, directory)
+        out.append(
+            RecipeSummary(
+                name=recipe.name,
+                extends=recipe.extends,
+                engine=recipe.engine,
+                description=recipe.description,
+                path=_source(path),
+            )
+        )
+    return out
+
+
+def get_key(recipe: Recipe, dotted: str) -> Any:
+    """The value at a dotted path (`speculative.rejection_sample_method`); RecipeError if none."""
+    node: Any = recipe.model_dump(mode="json")
+    for part in dotted.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise RecipeError(f"recipe {recipe.name}: no key {dotted!r}; dotted keys look like speculative.method")
+    return node
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaf paths of a JSON-like value; lists are leaves (they replace, never merge)."""
+    if isinstance(value, dict):
+        # An empty mapping has no leaves: absent and {} configure the same thing.
+        out: dict[str, Any] = {}
+        for key, sub in value.items():
+            out.update(flatten(sub, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}

@@ -1,0 +1,223 @@
+"""The recipe schema: what one lane version declares, as frozen pydantic models.
+
+A recipe file may be partial (it `extends` a parent); these models describe the
+resolved recipe after the merge. Engine-specific rules that depend on the vLLM
+version the image carries live in `engine_schema`; cross-field rules that are
+advice rather than impossibilities live in `lint`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: A recipe name is a file stem in recipes/, never a path.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+TranscriptClass = Literal["prose", "structured", "code", "shell_ops", "tool_json", "mixed"]
+JsonScalar = str | int | float | bool | None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Lane(_Model):
+    name: str = Field(description="Lane name; instances are named <lane>-<arm or recipe>.")
+    port: int = Field(ge=1, le=65535, description="Port the main container serves the OpenAI API on.")
+    bind: str = Field(default="127.0.0.1", description="Address the server binds; a dark lane must use loopback.")
+    dark: bool = Field(default=False, description="A dark lane takes no production traffic and binds to loopback only.")
+
+    @field_validator("name")
+    @classmethod
+    def _lane_name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a lane name (letters, digits, . _ -); it names containers")
+        return v
+
+
+class Image(_Model):
+    ref: str = Field(description="Container image reference the main container runs.")
+    vllm_version: str = Field(description="vLLM version the image carries; selects the engine schema snapshot.")
+    hash_inputs: tuple[str, ...] = Field(
+        description="Dotted recipe keys the image's autotune/compile hash depends on; the fingerprint covers exactly these."
+    )
+
+
+class Checkpoint(_Model):
+    mtp_stages: int = Field(ge=0, description="MTP prediction stages trained into the checkpoint.")
+    dspark_block_size: int = Field(ge=1, description="Draft block width the DSpark drafter was trained on.")
+    draft_topk: int | None = Field(default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with.")
+
+
+class Model(_Model):
+    path: str = Field(description="Model path inside the container (or `builtin` for the embedded engine).")
+    served_name: str = Field(description="Model name the API serves (--served-model-name).")
+    checkpoint: Checkpoint = Field(description="Facts read from the checkpoint's config.")
+
+
+class EngineArgs(_Model):
+    max_num_seqs: int = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
+    max_model_len: int = Field(ge=1, description="--max-model-len: longest request in tokens.")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="--gpu-memory-utilization.")
+    dtype: str | None = Field(default=None, description="--dtype of the weights and activations.")
+    tensor_parallel_size: int | None = Field(default=None, ge=1, description="--tensor-parallel-size.")
+    compilation_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="--compilation-config as a mapping; pin cudagraph_capture_sizes so k stays out of the hash.",
+    )
+    seed: int | None = Field(default=None, description="--seed of the engine's sampler.")
+    time_scale: float | None = Field(
+        default=None, ge=0, description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible."
+    )
+    extra_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other `vllm serve` flags by EngineArgs name (snake_case); true renders --flag, false --no-flag.",
+    )
+
+
+class Volume(_Model):
+    source: str = Field(description="Host path (or named volume) to mount.")
+    target: str = Field(description="Path inside the container.")
+    read_only: bool = Field(default=False, description="Mount read-only.")
+
+    @field_validator("target")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("the container path must be absolute (start with /)")
+        return v
+
+
+class Gpus(_Model):
+    main: tuple[str, ...] = Field(default=(), description="GPU device ids for the main container (the GB300).")
+    sidecar: tuple[str, ...] = Field(default=(), description="GPU device ids for the sidecar (the RTX PRO 6000).")
+
+    @field_validator("main", "sidecar", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return tuple(str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v)
+        return v
+
+
+class Sidecar(_Model):
+    image: str = Field(description="Image of the sidecar container.")
+    device: str | None = Field(default=None, description="Device the sidecar computes on, passed as EXPERT_SIDECAR_DEVICE.")
+    args: tuple[str, ...] = Field(
+        default=(),
+        description="vllm recipes: the sidecar's full argv; embedded recipes: extra args after `gb300lane.engine sidecar`.",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the sidecar container.")
+    port: int = Field(ge=1, le=65535, description="Port the sidecar listens on (loopback).")
+    connect_env: str = Field(
+        default="EXPERT_SIDECAR_URL", description="Env var through which the main container learns the sidecar URL."
+    )
+
+
+class Speculative(_Model):
+    method: str = Field(description="vLLM speculative method (dspark on this lane).")
+    num_speculative_tokens: int | None = Field(default=None, gt=0, description="k: drafts per verify step.")
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
+        default=None, description="k schedule: [range_start, range_end, k] by batch size, inclusive ranges."
+    )
+    draft_sample_method: str | None = Field(default=None, description="greedy or probabilistic drafts.")
+    rejection_sample_method: str | None = Field(default=None, description="standard (token by token) or block.")
+    dspark_draft_topk: int | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
+    enable_adaptive_verification: bool | None = Field(default=None, description="DSpark adaptive verification (a hash input).")
+
+    def config_json_dict(self) -> dict[str, Any]:
+        """The keys the recipe sets, as `--speculative-config` carries them."""
+        out = self.model_dump(exclude_none=True)
+        if "num_speculative_tokens_per_batch_size" in out:
+            out["num_speculative_tokens_per_batch_size"] = [list(r) for r in out["num_speculative_tokens_per_batch_size"]]
+        return dict(sorted(out.items()))
+
+
+class TokensPerStep(_Model):
+    min: float | None = Field(default=None, ge=0, description="Lowest acceptable tokens per verify step.")
+    max: float | None = Field(default=None, ge=0, description="Highest acceptable tokens per verify step.")
+
+
+class WindowSpec(_Model):
+    name: str = Field(description="Window name, unique within the recipe's gates.")
+    classes: tuple[TranscriptClass, ...] = Field(min_length=1, description="Transcript classes the window runs.")
+    transcripts_per_class: int = Field(ge=1, description="Transcripts drawn per class.")
+    rounds: int = Field(default=1, ge=1, description="Times the window repeats.")
+    concurrency: tuple[int, ...] = Field(min_length=1, description="Concurrency levels (C1, C8, ...).")
+    temperature: float = Field(ge=0, description="Sampling temperature; 0 is the greedy path.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    seed_base: int | None = Field(default=None, description="Per-request seeds are seed_base + index (seeded sampler).")
+    forced_tokens: int = Field(ge=1, description="Output tokens forced per request (ignore_eos).")
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be >= 1")
+        return v
+
+
+class SmokeGate(_Model):
+    name: str = Field(description="Gate name.")
+    kind: Literal["parity", "bounds"] = Field(description="parity: outputs match the reference; bounds: numbers in range.")
+    window: WindowSpec = Field(description="The window the gate runs.")
+    max_flips: int | None = Field(default=None, ge=0, description="parity: outputs allowed to differ from the reference.")
+    tokens_per_step: TokensPerStep | None = Field(default=None, description="bounds: tokens per verify step range.")
+    decode_tok_s_min: float | None = Field(default=None, ge=0, description="bounds: lowest decode tokens/s.")
+
+
+class Smoke(_Model):
+    gates: tuple[SmokeGate, ...] = Field(default=(), description="Gates run after boot, in order.")
+
+
+class Recipe(_Model):
+    schema_version: Literal[1] = Field(description="Recipe file format version.")
+    name: str = Field(description="Recipe name and version (v26, v27, ...); equals the file stem.")
+    description: str = Field(description="One line: what this version is.")
+    extends: str | None = Field(default=None, description="Parent recipe this one was merged onto.")
+    engine: Literal["vllm", "embedded"] = Field(description="vllm (real image) or the embedded lane engine.")
+    runtime: Literal["docker", "process"] = Field(description="Default runtime that boots the containers.")
+    lane: Lane = Field(description="Where the lane serves.")
+    image: Image = Field(description="The image and what its compile hash covers.")
+    model: Model = Field(description="The model and its checkpoint facts.")
+    kv_pool_tokens: int | None = Field(default=None, ge=1, description="KV pool size the boot must report, in tokens.")
+    engine_args: EngineArgs = Field(description="Engine arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of the main container.")
+    volumes: tuple[Volume, ...] = Field(default=(), description="Mounts of the main container (model, cache root).")
+    gpus: Gpus = Field(default_factory=Gpus, description="GPU device ids per container.")
+    sidecar: Sidecar | None = Field(default=None, description="The expert-sidecar container, if the lane has one.")
+    speculative: Speculative = Field(description="The speculative config (--speculative-config).")
+    smoke: Smoke = Field(default_factory=Smoke, description="Smoke gates run after boot.")
+
+    @field_validator("name", "extends")
+    @classmethod
+    def _name_shape(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.match(v):
+            raise ValueError(f"{v!r} is not a recipe name (letters, digits, . _ -; no paths)")
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            bad = [k for k, val in v.items() if not isinstance(val, str)]
+            if bad:
+                raise ValueError(f"env values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
+        return v
+
+    @model_validator(mode="after")
+    def _engine_rules(self) -> "Recipe":
+        if self.engine == "vllm" and self.engine_args.time_scale is not None:
+            raise ValueError("engine_args.time_scale applies to the embedded engine only; remove it from a vllm recipe")
+        if self.engine == "embedded" and (self.gpus.main or self.gpus.sidecar):
+            raise ValueError("the embedded engine uses no GPUs; remove gpus.main / gpus.sidecar")
+        names = [g.window.name for g in self.smoke.gates]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"smoke window names must be unique: {', '.join(dupes)}")
+        if self.sidecar is not None and self.sidecar.port == self.lane.port:
+            raise ValueError("sidecar.port equals lane.port; give the sidecar its own port")
+        return self
