@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from pydantic import ValidationError
 
@@ -38,11 +40,18 @@ def main() -> None:
     """Console-script entry point: maps library errors to one line and exit code 1.
 
     Usage errors are typer's own (exit code 2); everything the library raises
-    as LaneError becomes one red line.
+    as LaneError becomes one red line on stderr, without a traceback.
     """
     try:
         app()
     except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+        _exit_with(str(exc), exc.exit_code)
     except ValidationError as exc:
-        fail(format_validation_error(exc))
+        _exit_with(format_validation_error(exc), 1)
+
+
+def _exit_with(message: str, code: int) -> None:
+    try:
+        fail(message, code)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
