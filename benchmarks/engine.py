@@ -1,0 +1,100 @@
+"""Embedded engine throughput: output tokens per CPU second at C1 and C8 for k = 3, 5, 9, and peak RSS.
+
+Runs the engine core in-process at --time-scale 0 (no server, no pacing) on
+prompts from every traffic class, temperature 1.0, probabilistic drafts and
+block verification, forced-length outputs. Prints a table, writes
+benchmarks/results/engine.json, and exits 1 if a floor is missed:
+>= 10,000 output tokens per CPU second at k=5, C8, and <= 300 MB peak RSS.
+
+    python benchmarks/engine.py [--tokens 256] [--requests 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+from gb300lane import __version__
+from gb300lane.engine.config import parse_spec_config
+from gb300lane.engine.core import EngineCore, SamplingParams, Sequence
+from gb300lane.engine.model import CLASSES, corpus_texts, load_model
+from gb300lane.fsio import atomic_write, dumps_json
+
+FLOOR_TOK_PER_CPU_S = 10_000
+FLOOR_RSS_MB = 300
+OUT = Path(__file__).parent / "results" / "engine.json"
+
+
+def _prompts(model, count: int, prompt_tokens: int = 64) -> list[list[int]]:
+    texts = corpus_texts()
+    docs = [(cls, doc) for cls in CLASSES for doc in texts[cls].split("<|endoftext|>") if doc.strip()]
+    step = max(1, len(docs) // max(count, 1))
+    return [model.tokenizer.encode(docs[(i * step) % len(docs)][1])[:prompt_tokens] for i in range(count)]
+
+
+def run_cell(model, k: int, concurrency: int, tokens: int, requests: int) -> dict:
+    spec, _ = parse_spec_config(json.dumps({
+        "method": "dspark", "num_speculative_tokens": k, "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "block",
+    }))
+    core = EngineCore(model, spec, max_num_seqs=concurrency, seed=0)
+    for i, ids in enumerate(_prompts(model, requests)):
+        core.add(Sequence(f"b{i}", ids, SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=i)))
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    while core.has_work:
+        core.step()
+    cpu = time.process_time() - cpu0
+    wall = time.perf_counter() - wall0
+    c = core.counters
+    return {
+        "k": k, "concurrency": concurrency, "output_tokens": c.generation_tokens, "cpu_s": round(cpu, 4),
+        "wall_s": round(wall, 4), "tok_per_cpu_s": round(c.generation_tokens / cpu, 1),
+        "tokens_per_step": round(1 + c.num_accepted / c.num_drafts, 4) if c.num_drafts else None,
+        "modelled_tok_s": round(c.generation_tokens / c.modelled_seconds, 1),
+        "verify_steps": c.verify_steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--requests", type=int, default=32, help="requests per cell")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ns = ap.parse_args(argv)
+    t0 = time.process_time()
+    model = load_model()
+    load_cpu_s = time.process_time() - t0
+    cells = [run_cell(model, k, c, ns.tokens, ns.requests) for c in (1, 8) for k in (3, 5, 9)]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'tok/step':>9} {'modelled tok/s':>15}")
+    for cell in cells:
+        print(f"{cell['concurrency']:>3} {cell['k']:>3} {cell['output_tokens']:>8} {cell['tok_per_cpu_s']:>10,.0f} "
+              f"{cell['tokens_per_step']:>9.3f} {cell['modelled_tok_s']:>15,.1f}")
+    k5c8 = next(c for c in cells if c["k"] == 5 and c["concurrency"] == 8)
+    floors = {
+        "tok_per_cpu_s_k5_c8": {"floor": FLOOR_TOK_PER_CPU_S, "value": k5c8["tok_per_cpu_s"],
+                                "ok": k5c8["tok_per_cpu_s"] >= FLOOR_TOK_PER_CPU_S},
+        "peak_rss_mb": {"ceiling": FLOOR_RSS_MB, "value": round(rss_mb, 1), "ok": rss_mb <= FLOOR_RSS_MB},
+    }
+    print(f"peak RSS {rss_mb:.1f} MB (ceiling {FLOOR_RSS_MB}); model load {load_cpu_s:.2f} CPU s")
+    result = {
+        "schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
+        "platform": platform.platform(), "settings": {"tokens": ns.tokens, "requests": ns.requests,
+                                                      "temperature": 1.0, "time_scale": 0},
+        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "model_load_cpu_s": round(load_cpu_s, 3), "floors": floors,
+    }
+    atomic_write(ns.out, dumps_json(result))
+    failed = [name for name, f in floors.items() if not f["ok"]]
+    if failed:
+        print(f"FLOOR MISSED: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

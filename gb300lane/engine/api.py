@@ -1,0 +1,218 @@
+"""OpenAI-compatible request parsing and response shapes for the embedded engine.
+
+Parsing turns a JSON body into a `GenerateRequest` or raises `ApiError` with
+the status and the parameter at fault (400 for bad parameters, 404 for an
+unknown model), which the server returns as OpenAI-style JSON. Nothing here
+touches the engine core.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from gb300lane.engine.core import SamplingParams, Sequence
+
+
+class ApiError(Exception):
+    """An error the client caused; becomes `{"error": {...}}` with `status`."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(self.status, "Error")
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}
+
+
+@dataclass
+class GenerateRequest:
+    """One parsed completion or chat request."""
+
+    chat: bool
+    prompt_text: str | None
+    prompt_ids: list[int] | None
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    stop: list[str] = field(default_factory=list)
+    request_id: str = ""
+
+
+def _number(body: dict, key: str, default, *, lo=None, hi=None, lo_open=False, integer=False):
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        kind = "an integer" if integer else "a number"
+        raise ApiError(f"{key} must be {kind}; got {value!r}", param=key)
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        raise ApiError(f"{key} must be {'>' if lo_open else '>='} {lo}; got {value}", param=key)
+    if hi is not None and value > hi:
+        raise ApiError(f"{key} must be <= {hi}; got {value}", param=key)
+    return value
+
+
+def _messages_text(messages: Any) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("messages must be a non-empty list of {role, content} objects", param="messages")
+    parts = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise ApiError(f"messages[{i}] must be an object with a string role", param="messages")
+        content = msg.get("content")
+        if content is None:
+            continue
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise ApiError(f"messages[{i}].content parts must be text parts", param="messages")
+                texts.append(part["text"])
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise ApiError(f"messages[{i}].content must be a string or a list of text parts", param="messages")
+        parts.append(content)
+    # The builtin model has no chat template: it continues the conversation's text.
+    return "\n\n".join(parts) + "\n"
+
+
+def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateRequest:
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model_name:
+        raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+    prompt_text = prompt_ids = None
+    if chat:
+        prompt_text = _messages_text(body.get("messages"))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            prompt_text = prompt
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            prompt_ids = list(prompt)
+        else:
+            raise ApiError("prompt must be a string, a list with one string, or a list of token ids", param="prompt")
+    n = _number(body, "n", 1, lo=1, integer=True)
+    if n != 1:
+        raise ApiError("n > 1 is not supported by the embedded engine; send n = 1", param="n")
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
+        raise ApiError("logprobs are not supported by the embedded engine; omit logprobs", param="logprobs")
+    temperature = float(_number(body, "temperature", 1.0, lo=0.0))
+    top_p = float(_number(body, "top_p", 1.0, lo=0.0, lo_open=True, hi=1.0))
+    top_k = _number(body, "top_k", -1, integer=True)
+    if top_k == 0 or top_k < -1:
+        raise ApiError(f"top_k must be -1 (disabled) or >= 1; got {top_k}", param="top_k")
+    min_p = float(_number(body, "min_p", 0.0, lo=0.0, hi=1.0))
+    key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _number(body, key, None, lo=1, integer=True)
+    min_tokens = _number(body, "min_tokens", 0, lo=0, integer=True)
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise ApiError(f"min_tokens ({min_tokens}) must be <= {key} ({max_tokens})", param="min_tokens")
+    seed = _number(body, "seed", None, integer=True)
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(f"ignore_eos must be a boolean; got {ignore_eos!r}", param="ignore_eos")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(f"stream must be a boolean; got {stream!r}", param="stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise ApiError("stream_options is only allowed when stream is true", param="stream_options")
+        if not isinstance(options, dict):
+            raise ApiError("stream_options must be an object", param="stream_options")
+    options = options or {}
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError("stop must be a non-empty string or a list of them", param="stop")
+    params = SamplingParams(
+        temperature=temperature, top_p=top_p, max_tokens=max_tokens or 0, min_tokens=min_tokens,
+        ignore_eos=ignore_eos, seed=seed, top_k=top_k, min_p=min_p,
+    )
+    prefix = "chatcmpl" if chat else "cmpl"
+    return GenerateRequest(
+        chat=chat, prompt_text=prompt_text, prompt_ids=prompt_ids, params=params, stream=stream,
+        include_usage=bool(options.get("include_usage", False)),
+        continuous_usage=bool(options.get("continuous_usage_stats", False)), stop=stop,
+        request_id=f"{prefix}-{uuid.uuid4().hex}",
+    )
+
+
+def timing_extension(seq: Sequence) -> dict[str, Any]:
+    """The per-response "gb300lane" extension: modelled and wall times since arrival."""
+    times = seq.token_modelled
+    return {
+        "modelled_ttft_s": times[0] if times else None,
+        "modelled_e2e_s": times[-1] if times else 0.0,
+        "modelled_token_times_s": list(times),
+        "wall_token_times_s": list(seq.token_wall),
+    }
+
+
+def spec_metrics(seq: Sequence, mode: str) -> dict[str, Any] | None:
+    if mode == "none":
+        return None
+    drafts = seq.num_drafts
+    out: dict[str, Any] = {
+        "num_drafts": drafts,
+        "num_draft_tokens": seq.num_draft_tokens,
+        "num_accepted_tokens": seq.num_accepted,
+        "mean_acceptance_length": (1 + seq.num_accepted / drafts) if drafts else None,
+        "draft_acceptance_rate": (seq.num_accepted / seq.num_draft_tokens) if seq.num_draft_tokens else None,
+    }
+    if mode == "detailed":
+        out["num_accepted_tokens_per_pos"] = list(seq.accepted_per_pos)
+    return out
+
+
+def usage(seq: Sequence) -> dict[str, int]:
+    prompt = len(seq.prompt_ids)
+    done = len(seq.output_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+
+
+def chunk(req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False) -> dict:
+    created = int(time.time())
+    if req.chat:
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [choice]}
+    choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+    return {"id": req.request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+
+
+def final_body(req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str) -> dict:
+    created = int(time.time())
+    if req.chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                  "finish_reason": seq.finish_reason, "stop_reason": None}
+        body = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [choice]}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None}
+        body = {"id": req.request_id, "object": "text_completion", "created": created, "model": model,
+                "choices": [choice]}
+    body["usage"] = usage(seq)
+    body["gb300lane"] = timing_extension(seq)
+    metrics = spec_metrics(seq, mode)
+    if metrics is not None:
+        body["metrics"] = {"speculative_decoding": metrics}
+    return body

@@ -1,0 +1,247 @@
+"""`serve` and `sidecar` command lines, parsed the way `vllm serve` would take them.
+
+The flags the embedded engine models are parsed and validated (errors name the
+flag and the fix, and come before anything binds); every other `--flag
+[value]` is accepted and reported as ignored, never fatal, because a recipe
+renders the full `vllm serve` command line for both engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane.engine.config import SpecConfig, parse_spec_config
+from gb300lane.errors import EngineError
+
+DEFAULT_KV_POOL_TOKENS = 4_400_013
+DEFAULT_MAX_MODEL_LEN = 131_072
+
+
+class EngineArgs(BaseModel):
+    """The resolved `serve` arguments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(description="Model to serve; the embedded engine serves `builtin`.")
+    served_model_name: str = Field(description="Name the API reports and metrics label.")
+    host: str = Field(description="Bind address.")
+    port: int = Field(description="Bind port.")
+    spec: SpecConfig | None = Field(description="Resolved speculative config (None: no drafting).")
+    spec_text: str | None = Field(description="The --speculative-config value as given.")
+    max_num_seqs: int = Field(description="Largest running batch.")
+    max_model_len: int = Field(description="Prompt plus output tokens per request.")
+    seed: int = Field(description="Engine seed for requests without their own.")
+    time_scale: float = Field(description="Wall seconds per modelled second (0: as fast as possible).")
+    kv_pool_tokens: int = Field(description="KV cache pool size in tokens.")
+    compilation_config: dict[str, Any] = Field(description="--compilation-config as a dict.")
+    per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = Field(description="Per-response metrics.")
+    expert_sidecar_url: str | None = Field(description="Expert sidecar base URL, or None.")
+    dtype: str = Field(description="Model dtype (hashed, not modelled).")
+    tensor_parallel_size: int = Field(description="Tensor parallel size (hashed, not modelled).")
+    gpu_memory_utilization: float = Field(description="Fraction of GPU memory (logged, not modelled).")
+    non_default: dict[str, Any] = Field(description="Flags given on the command line, as vLLM logs them.")
+    ignored: tuple[str, ...] = Field(description="Flags accepted but not modelled, as given.")
+    warnings: tuple[str, ...] = Field(description="Warnings to log at start.")
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, add_help=True, allow_abbrev=False,
+                                description="Serve the builtin model with vLLM's API (the embedded lane engine).")
+    p.add_argument("model_tag", nargs="?", default=None, help="model (positional form of --model)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", default="8000")
+    p.add_argument("--speculative-config", default=None)
+    p.add_argument("--max-num-seqs", default="32")
+    p.add_argument("--max-model-len", default=str(DEFAULT_MAX_MODEL_LEN))
+    p.add_argument("--seed", default="0")
+    p.add_argument("--time-scale", default="0")
+    p.add_argument("--kv-pool-tokens", default=str(DEFAULT_KV_POOL_TOKENS))
+    p.add_argument("--compilation-config", "-O", default=None)
+    p.add_argument("--per-request-spec-decode-metrics", default="none")
+    p.add_argument("--expert-sidecar-url", default=None)
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--tensor-parallel-size", "-tp", default="1")
+    p.add_argument("--gpu-memory-utilization", default="0.9")
+    return p
+
+
+def defaults_of(prog: str) -> dict[str, Any]:
+    return vars(_parser(prog).parse_args([]))
+
+
+_VALUE_FLAGS = {
+    "--model", "--host", "--port", "--speculative-config", "--max-num-seqs", "--max-model-len", "--seed",
+    "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
+    "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
+}
+
+
+def _is_flag(token: str) -> bool:
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)
+        return False  # a negative number is a value
+    except ValueError:
+        return True
+
+
+def split_known(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate the modelled flags from the rest; the rest keep their values (`--x v`, `--x=v`, `--x`)."""
+    known: list[str] = []
+    ignored: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name = tok.split("=", 1)[0]
+        if tok in ("-h", "--help"):
+            known.append(tok)
+            i += 1
+        elif name in _VALUE_FLAGS or name == "--served-model-name":
+            known.append(tok)
+            i += 1
+            if "=" not in tok:
+                while i < len(argv) and not _is_flag(argv[i]):
+                    known.append(argv[i])
+                    i += 1
+                    if name != "--served-model-name":
+                        break
+        elif _is_flag(tok):
+            i += 1
+            if "=" not in tok and i < len(argv) and not _is_flag(argv[i]):
+                ignored.append(f"{tok} {argv[i]}")
+                i += 1
+            else:
+                ignored.append(tok)
+        else:
+            known.append(tok)
+            i += 1
+    return known, ignored
+
+
+def _int(flag: str, value: str, minimum: int, fix: str = "") -> int:
+    try:
+        out = int(str(value).replace("_", ""))
+    except ValueError as exc:
+        raise EngineError(f"{flag} {value!r}: not an integer; pass a whole number{fix}") from exc
+    if out < minimum:
+        raise EngineError(f"{flag} {out}: must be >= {minimum}{fix}")
+    return out
+
+
+def _float(flag: str, value: str, minimum: float) -> float:
+    try:
+        out = float(value)
+    except ValueError as exc:
+        raise EngineError(f"{flag} {value!r}: not a number") from exc
+    if not out >= minimum:
+        raise EngineError(f"{flag} {out}: must be >= {minimum}")
+    return out
+
+
+def _compilation(value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    text = value.strip()
+    if text.isdigit():
+        return {"level": int(text)}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EngineError(f"--compilation-config: not valid JSON ({exc}); pass a JSON object or an -O level") from exc
+    if not isinstance(raw, dict):
+        raise EngineError("--compilation-config: must be a JSON object such as '{\"cudagraph_capture_sizes\": [1, 2, 4]}'")
+    sizes = raw.get("cudagraph_capture_sizes")
+    if sizes is not None and (not isinstance(sizes, list) or not sizes
+                              or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes)):
+        raise EngineError(f"--compilation-config: cudagraph_capture_sizes = {sizes!r}; must be a list of positive integers")
+    return raw
+
+
+def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> EngineArgs:
+    """Parse and validate a `serve` command line; raises EngineError naming the flag and the fix."""
+    known, ignored = split_known(list(argv))
+    parser = _parser(prog)
+    ns, extra = parser.parse_known_args(known)
+    if extra:
+        ignored.extend(extra)
+    model = ns.model or ns.model_tag or "builtin"
+    if ns.model and ns.model_tag and ns.model != ns.model_tag:
+        raise EngineError(f"model given twice ({ns.model_tag!r} and --model {ns.model!r}); pass one")
+    if model != "builtin":
+        raise EngineError(f"--model {model!r}: the embedded engine serves only the builtin model; pass --model builtin")
+    spec, warnings = parse_spec_config(ns.speculative_config)
+    port = _int("--port", ns.port, 1)
+    if port > 65535:
+        raise EngineError(f"--port {port}: must be <= 65535")
+    max_model_len = _int("--max-model-len", ns.max_model_len, 16)
+    kv_pool = _int("--kv-pool-tokens", ns.kv_pool_tokens, 1)
+    if kv_pool < max_model_len:
+        raise EngineError(
+            f"--kv-pool-tokens {kv_pool:,} cannot hold one request of --max-model-len {max_model_len:,}; "
+            "raise --kv-pool-tokens or lower --max-model-len"
+        )
+    metrics_mode = ns.per_request_spec_decode_metrics
+    if metrics_mode not in ("none", "summary", "detailed"):
+        raise EngineError(f"--per-request-spec-decode-metrics {metrics_mode!r}: use none, summary or detailed")
+    sidecar = ns.expert_sidecar_url or os.environ.get("EXPERT_SIDECAR_URL") or None
+    if sidecar and not sidecar.startswith(("http://", "https://")):
+        raise EngineError(f"expert sidecar URL {sidecar!r} (--expert-sidecar-url or EXPERT_SIDECAR_URL): "
+                          "must start with http:// such as http://127.0.0.1:30107")
+    given = {key for key, value in vars(ns).items() if value != defaults_of(prog).get(key)}
+    max_num_seqs = _int("--max-num-seqs", ns.max_num_seqs, 1)
+    seed = _int("--seed", ns.seed, 0)
+    time_scale = _float("--time-scale", ns.time_scale, 0.0)
+    compilation = _compilation(ns.compilation_config)
+    tp = _int("--tensor-parallel-size", ns.tensor_parallel_size, 1)
+    gpu_util = _float("--gpu-memory-utilization", ns.gpu_memory_utilization, 0.0)
+    typed = {
+        "model_tag": ns.model_tag, "model": model, "served_model_name": ns.served_model_name, "host": ns.host,
+        "port": port, "speculative_config": spec.as_log_dict() if spec else None, "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len, "seed": seed, "time_scale": time_scale, "kv_pool_tokens": kv_pool,
+        "compilation_config": compilation, "per_request_spec_decode_metrics": metrics_mode,
+        "expert_sidecar_url": ns.expert_sidecar_url, "dtype": ns.dtype, "tensor_parallel_size": tp,
+        "gpu_memory_utilization": gpu_util,
+    }
+    non_default = {key: typed[key] for key in typed if key in given}
+    return EngineArgs(
+        model=model,
+        served_model_name=(ns.served_model_name or [model])[0],
+        host=ns.host,
+        port=port,
+        spec=spec,
+        spec_text=ns.speculative_config,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        seed=seed,
+        time_scale=time_scale,
+        kv_pool_tokens=kv_pool,
+        compilation_config=compilation,
+        per_request_spec_decode_metrics=metrics_mode,
+        expert_sidecar_url=sidecar.rstrip("/") if sidecar else None,
+        dtype=ns.dtype,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=gpu_util,
+        non_default=non_default,
+        ignored=tuple(ignored),
+        warnings=tuple(warnings),
+    )
+
+
+def parse_sidecar_args(argv: list[str], prog: str = "gb300lane engine sidecar") -> tuple[str, int, list[str]]:
+    """`sidecar --host H --port P`; other flags are accepted and reported as ignored."""
+    p = argparse.ArgumentParser(prog=prog, description="Serve the expert-sidecar stand-in (routed-expert lookups).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", default="30107")
+    ns, extra = p.parse_known_args(argv)
+    port = _int("--port", ns.port, 1)
+    if port > 65535:
+        raise EngineError(f"--port {port}: must be <= 65535")
+    return ns.host, port, list(extra)

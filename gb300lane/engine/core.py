@@ -1,0 +1,338 @@
+"""The engine core: continuous batching, one draft + verify step at a time, the modelled clock.
+
+Requests join the running batch between steps (up to `max_num_seqs`) and
+leave when they finish; each step takes k from the speculative schedule for
+the batch size it runs at, drafts, builds the target's distributions at the
+k + 1 positions, and verifies through `gb300lane.spec.verify`. The core is
+synchronous and knows no HTTP: the server drives it, the benchmark calls it
+directly.
+
+Randomness is per request: a request's generator comes from its `seed`, else
+from the engine seed and the request's arrival number, and it feeds both the
+drafter and the verifier for that request's row, so a request's text does not
+depend on which requests share its steps.
+
+The step-time model is memory-bound, as the lane is: a base cost, a cost per
+verified slot (B x (k + 1)), a cost per token of context read, and a prefill
+cost for prompts admitted in the step. Calibrated so that one stream at a 2K
+context costs 11.0 ms at k=5 and 12.2 ms at k=9.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gb300lane.engine.config import SpecConfig
+from gb300lane.engine.drafter import DSparkDrafter
+from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
+from gb300lane.engine.tokenizer import EOS_ID
+from gb300lane.spec import verify
+
+GREEDY_TEMPERATURE = 1e-5
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds per verify step (see the module docstring for the calibration)."""
+
+    base_s: float = 8.7e-3
+    per_slot_s: float = 0.3e-3
+    per_context_token_s: float = 0.25e-6
+    prefill_per_token_s: float = 20e-6
+
+    def step_seconds(self, batch: int, k: int, context_tokens: int, prefill_tokens: int = 0) -> float:
+        return (
+            self.base_s + self.per_slot_s * batch * (k + 1)
+            + self.per_context_token_s * context_tokens + self.prefill_per_token_s * prefill_tokens
+        )
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 16
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    seed: int | None = None
+    top_k: int = -1
+    min_p: float = 0.0
+
+
+@dataclass
+class Sequence:
+    """One request in flight: its prompt, output, randomness and counters."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    rng: np.random.Generator | None = None
+    output_ids: list[int] = field(default_factory=list)
+    cls: int = 0  # the traffic class the prompt reads as (set on add)
+    finish_reason: str | None = None
+    arrival_modelled: float = 0.0
+    arrival_wall: float = 0.0
+    admitted_modelled: float | None = None
+    token_modelled: list[float] = field(default_factory=list)
+    token_wall: list[float] = field(default_factory=list)
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def context_len(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def last_two(self) -> tuple[int, int]:
+        """The two tokens before the next position (EOS pads a short prompt, as a document start)."""
+        tail = (self.prompt_ids[-2:] + self.output_ids[-2:])[-2:]
+        tail = [EOS_ID] * (2 - len(tail)) + tail
+        return tail[0], tail[1]
+
+
+@dataclass
+class EngineCounters:
+    """Cumulative counters the metrics and the stats log read."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    drafts_by_length: dict[int, int] = field(default_factory=dict)
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    verify_steps: int = 0
+    modelled_seconds: float = 0.0
+
+
+@dataclass
+class StepOutcome:
+    """What one step did: per sequence, the tokens it emitted and whether it finished."""
+
+    emitted: list[tuple[Sequence, list[int]]]
+    finished: list[Sequence]
+    step_seconds: float
+    k: int
+    batch: int
+
+
+class _RowGenerators:
+    """One generator per batch row, behind the `Generator.random` shape the verifier draws with.
+
+    The verifier draws (B, k) then (B,) uniforms; serving each row from its own
+    request's generator keeps a request's outcome independent of its batch.
+    """
+
+    def __init__(self, gens: list[np.random.Generator]) -> None:
+        self.gens = gens
+
+    def random(self, size=None):
+        if size is None:
+            raise TypeError("row generators draw one value per row; pass size=(B, ...)")
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        if shape[0] != len(self.gens):
+            raise ValueError(f"row generators hold {len(self.gens)} rows; asked for shape {shape}")
+        rest = shape[1:]
+        if not rest:
+            return np.array([g.random() for g in self.gens])
+        return np.stack([g.random(rest) for g in self.gens])
+
+
+class EngineCore:
+    """The scheduler and the step; see the module docstring."""
+
+    def __init__(
+        self,
+        model: BuiltinModel,
+        spec: SpecConfig | None,
+        *,
+        max_num_seqs: int = 32,
+        seed: int = 0,
+        step_model: StepTimeModel | None = None,
+        verifier=verify,
+    ) -> None:
+        self.model = model
+        self.spec = spec
+        self.max_num_seqs = max_num_seqs
+        self.seed = seed
+        self.step_model = step_model or StepTimeModel()
+        # The verify seam: `gb300lane.spec.verify` unless a caller wraps it to observe steps.
+        self.verifier = verifier
+        self.drafter = (
+            DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp")
+            if spec else None
+        )
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.counters = EngineCounters()
+        self.clock = 0.0  # modelled seconds since the engine started
+        self._arrivals = 0
+
+    def add(self, seq: Sequence) -> None:
+        if seq.rng is None:
+            seed = seq.params.seed if seq.params.seed is not None else [self.seed, self._arrivals]
+            seq.rng = np.random.default_rng(seed)
+        self._arrivals += 1
+        seq.cls = self.model.classify(seq.prompt_ids)
+        seq.arrival_modelled = self.clock
+        seq.arrival_wall = time.monotonic()
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        seq.finish_reason = seq.finish_reason or "abort"
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def step(self) -> StepOutcome | None:
+        prefill = 0
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            seq = self.waiting.popleft()
+            seq.admitted_modelled = self.clock
+            prefill += len(seq.prompt_ids)
+            self.counters.prompt_tokens += len(seq.prompt_ids)
+            self.running.append(seq)
+        if not self.running:
+            return None
+        batch_seqs = self.running
+        batch = len(batch_seqs)
+        k = self.spec.k_for_batch(batch) if self.spec else 0
+        params = [s.params for s in batch_seqs]
+        temps = np.array([p.temperature for p in params], dtype=np.float64)
+        greedy = temps < GREEDY_TEMPERATURE
+        gens = [s.rng for s in batch_seqs]
+        ctx = np.array([s.last_two() for s in batch_seqs], dtype=np.int64)
+        classes = np.array([s.cls for s in batch_seqs], dtype=np.int64)
+        if k > 0:
+            uniforms = np.stack([g.random(k) for g in gens])
+            drafts, q = self.drafter.draft(
+                classes, ctx[:, 0], ctx[:, 1], k, temps, uniforms, probabilistic=self.spec.draft_sample_method == "probabilistic"
+            )
+        else:
+            drafts = np.empty((batch, 0), dtype=np.int64)
+            q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
+        p = self._target(classes, ctx, drafts, batch_seqs, temps, greedy)
+        method = self.spec.rejection_sample_method if self.spec else "standard"
+        result = self.verifier(method, p, q, drafts, _RowGenerators(gens), greedy=greedy)
+
+        context_tokens = sum(s.context_len for s in batch_seqs)
+        seconds = self.step_model.step_seconds(batch, k, context_tokens, prefill)
+        self.clock += seconds
+        c = self.counters
+        c.verify_steps += 1
+        c.modelled_seconds += seconds
+        now_wall = time.monotonic()
+        emitted: list[tuple[Sequence, list[int]]] = []
+        finished: list[Sequence] = []
+        accepted = result.accepted.tolist()
+        tokens = result.tokens.tolist()
+        if k > 0:
+            c.num_drafts += batch
+            c.num_draft_tokens += batch * k
+            c.drafts_by_length[k] = c.drafts_by_length.get(k, 0) + batch
+            if len(c.accepted_per_pos) < k:
+                c.accepted_per_pos.extend([0] * (k - len(c.accepted_per_pos)))
+        for row, seq in enumerate(batch_seqs):
+            acc = accepted[row]
+            if k > 0:
+                c.num_accepted += acc
+                seq.num_drafts += 1
+                seq.num_draft_tokens += k
+                seq.num_accepted += acc
+                if len(seq.accepted_per_pos) < k:
+                    seq.accepted_per_pos.extend([0] * (k - len(seq.accepted_per_pos)))
+                for pos in range(acc):
+                    c.accepted_per_pos[pos] += 1
+                    seq.accepted_per_pos[pos] += 1
+            new = self._take(seq, tokens[row][: acc + 1])
+            if new:
+                seq.output_ids.extend(new)
+                stamp_m = self.clock - seq.arrival_modelled
+                stamp_w = now_wall - seq.arrival_wall
+                seq.token_modelled.extend([stamp_m] * len(new))
+                seq.token_wall.extend([stamp_w] * len(new))
+                c.generation_tokens += len(new)
+                emitted.append((seq, new))
+            if seq.finished:
+                finished.append(seq)
+        if finished:
+            self.running = [s for s in self.running if not s.finished]
+        return StepOutcome(emitted=emitted, finished=finished, step_seconds=seconds, k=k, batch=batch)
+
+    def _take(self, seq: Sequence, tokens: list[int]) -> list[int]:
+        """The prefix of a step's tokens the request keeps; sets its finish reason."""
+        params = seq.params
+        room = params.max_tokens - len(seq.output_ids)
+        kept = []
+        for tok in tokens:
+            if room <= 0:
+                break
+            kept.append(tok)
+            room -= 1
+            if tok == EOS_ID and not params.ignore_eos and len(seq.output_ids) + len(kept) >= params.min_tokens:
+                seq.finish_reason = "stop"
+                return kept
+        if room <= 0:
+            seq.finish_reason = "length"
+        return kept
+
+    def _target(self, classes, ctx, drafts, seqs, temps, greedy) -> np.ndarray:
+        """(B, k+1, V) target probabilities with temperature, top_p and min_tokens applied."""
+        batch, k = drafts.shape
+        vocab = self.model.vocab_size
+        # Position j's context is the two tokens before it: anchor pair, then drafts.
+        full = np.concatenate([ctx, drafts], axis=1)
+        c2 = full[:, : k + 1].reshape(-1)
+        c1 = full[:, 1 : k + 2].reshape(-1)
+        p = self.model.target_probs(np.repeat(classes, k + 1), c2, c1).reshape(batch, k + 1, vocab)
+        for row, seq in enumerate(seqs):
+            params = seq.params
+            if not greedy[row] and abs(temps[row] - 1.0) > 1e-9:
+                block = p[row].astype(np.float64)
+                np.power(block, 1.0 / temps[row], out=block)
+                block /= block.sum(axis=1, keepdims=True)
+                p[row] = block
+            if not greedy[row]:
+                if params.top_k > 0 and params.top_k < vocab:
+                    block = p[row]
+                    kth = np.partition(block, vocab - params.top_k, axis=1)[:, vocab - params.top_k, None]
+                    block[block < kth] = 0.0
+                    block /= block.sum(axis=1, keepdims=True)
+                if params.top_p < 1.0:
+                    p[row] = _top_p(p[row], params.top_p)
+                if params.min_p > 0.0:
+                    block = p[row]
+                    block[block < params.min_p * block.max(axis=1, keepdims=True)] = 0.0
+                    block /= block.sum(axis=1, keepdims=True)
+            short = params.min_tokens - len(seq.output_ids)
+            if short > 0 and not params.ignore_eos:
+                rows = p[row, : min(short, k + 1)]
+                rows[:, EOS_ID] = 0.0
+                rows /= rows.sum(axis=1, keepdims=True)
+        return p
+
+
+def _top_p(rows: np.ndarray, top_p: float) -> np.ndarray:
+    """Keep the smallest set of tokens whose mass reaches top_p, renormalised (vLLM's nucleus)."""
+    order = np.argsort(-rows, axis=1, kind="stable")
+    sorted_p = np.take_along_axis(rows, order, axis=1)
+    cum = np.cumsum(sorted_p, axis=1)
+    keep_sorted = (cum - sorted_p) < top_p
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    out = np.where(keep, rows, 0.0)
+    return (out / out.sum(axis=1, keepdims=True)).astype(rows.dtype)

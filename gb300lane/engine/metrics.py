@@ -1,0 +1,122 @@
+"""The engine's /metrics: vLLM's names via prometheus-client, plus the embedded engine's own.
+
+Each engine owns a CollectorRegistry, so several engines in one process (as in
+tests) never share a counter. Counters are fed from the core's cumulative
+counts after each step (`sync`), so the exposition and the log line always
+agree with the core. Latency histograms observe modelled seconds: the lane's
+physics, which at --time-scale 1 is also wall time.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+from gb300lane.engine.core import EngineCounters, Sequence
+
+# vLLM exposes no `_created` series; neither does the embedded engine.
+disable_created_metrics()
+
+_LATENCY_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+
+
+class EngineMetrics:
+    """Prometheus families for one engine; see the module docstring."""
+
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.labels = {"model_name": model_name, "engine": "0"}
+        names = ("model_name", "engine")
+        r = self.registry
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", names, registry=r)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", names, registry=r)
+        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", names, registry=r)
+        self.accepted_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+            (*names, "position"), registry=r,
+        )
+        self.generation = Counter("vllm:generation_tokens", "Number of generation tokens processed.", names, registry=r)
+        self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", names, registry=r)
+        self.success = Counter(
+            "vllm:request_success", "Count of successfully processed requests.", (*names, "finished_reason"), registry=r
+        )
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", names, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", names, registry=r)
+        hist = {"registry": r, "buckets": _LATENCY_BUCKETS}
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", names, **hist)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", names, **hist)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", names, **hist)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Time per output token.", names, **hist)
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, **hist)
+        self.modelled = Counter(
+            "gb300lane_engine_modelled_seconds", "Modelled engine seconds spent in verify steps.", names, registry=r
+        )
+        self.steps = Counter("gb300lane_engine_verify_steps", "Verify steps run.", names, registry=r)
+        self.by_length = Counter(
+            "gb300lane_engine_drafts_by_length", "Drafts by their length k.", (*names, "length"), registry=r
+        )
+        self.sidecar_calls = Counter(
+            "gb300lane_engine_sidecar_calls", "Routed-expert lookups sent to the expert sidecar.", names, registry=r
+        )
+        self.sidecar_failures = Counter(
+            "gb300lane_engine_sidecar_failures", "Routed-expert lookups that failed.", names, registry=r
+        )
+        self._seen = EngineCounters()
+        self._seen_pos: list[int] = []
+        self._seen_len: dict[int, int] = {}
+        for fam in (self.drafts, self.draft_tokens, self.accepted, self.generation, self.prompt, self.modelled,
+                    self.steps, self.sidecar_calls, self.sidecar_failures):
+            fam.labels(**self.labels)
+
+    def sync(self, c: EngineCounters, running: int, waiting: int) -> None:
+        """Bring the counters up to the core's cumulative values."""
+        s = self._seen
+        lab = self.labels
+        for fam, now, attr in (
+            (self.drafts, c.num_drafts, "num_drafts"), (self.draft_tokens, c.num_draft_tokens, "num_draft_tokens"),
+            (self.accepted, c.num_accepted, "num_accepted"), (self.generation, c.generation_tokens, "generation_tokens"),
+            (self.prompt, c.prompt_tokens, "prompt_tokens"), (self.steps, c.verify_steps, "verify_steps"),
+            (self.modelled, c.modelled_seconds, "modelled_seconds"),
+        ):
+            inc = now - getattr(s, attr)
+            if inc > 0:
+                fam.labels(**lab).inc(inc)
+                setattr(s, attr, now)
+        for pos, now in enumerate(c.accepted_per_pos):
+            if pos >= len(self._seen_pos):
+                self._seen_pos.append(0)
+                self.accepted_pos.labels(**lab, position=str(pos))
+            inc = now - self._seen_pos[pos]
+            if inc > 0:
+                self.accepted_pos.labels(**lab, position=str(pos)).inc(inc)
+                self._seen_pos[pos] = now
+        for length, now in c.drafts_by_length.items():
+            inc = now - self._seen_len.get(length, 0)
+            if inc > 0:
+                self.by_length.labels(**lab, length=str(length)).inc(inc)
+                self._seen_len[length] = now
+        self.running.labels(**lab).set(running)
+        self.waiting.labels(**lab).set(waiting)
+
+    def finished(self, seq: Sequence) -> None:
+        lab = self.labels
+        self.success.labels(**lab, finished_reason=seq.finish_reason or "abort").inc()
+        times = seq.token_modelled
+        if times:
+            self.ttft.labels(**lab).observe(times[0])
+            self.e2e.labels(**lab).observe(times[-1])
+            for a, b in zip(times, times[1:]):
+                self.itl.labels(**lab).observe(b - a)
+            if len(times) > 1:
+                self.tpot.labels(**lab).observe((times[-1] - times[0]) / (len(times) - 1))
+        if seq.admitted_modelled is not None:
+            self.queue.labels(**lab).observe(seq.admitted_modelled - seq.arrival_modelled)
+
+    def sidecar(self, ok: bool) -> None:
+        self.sidecar_calls.labels(**self.labels).inc()
+        if not ok:
+            self.sidecar_failures.labels(**self.labels).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,306 @@
+"""The builtin model: target and drafter tables built from the shipped corpora.
+
+Target: an interpolated (Witten-Bell) trigram over the word-and-punctuation
+vocabulary, conditioned on the traffic class the prompt reads as (a topic
+variable, as a language model conditions on its whole context): the class's
+trigram backs off to the class's bigram, which backs off to the all-corpora
+bigram and a smoothed unigram. Every token has mass in every context, so the
+target yields a full next-token distribution at any temperature.
+
+Drafter: DSpark-shaped tables. For each offset d = 1..DSPARK_BLOCK_SIZE the
+checkpoint holds P_d(x | anchor state), the token d places after the anchor
+given the anchor state alone (slots cannot see each other): rows per frequent
+(class, anchor pair), else per anchor token, kept as the top `TOPK_MAX`
+candidates; the Markov fix-up reads the all-corpora bigram. No table exists
+past the trained block: the drafter extrapolates from the last one (see
+drafter.py).
+
+Built once per corpus content and cached as an .npz under
+`$GB300LANE_MODEL_CACHE` (default `~/.cache/gb300lane`), so later loads are a
+file read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
+from gb300lane.fsio import sha256_bytes
+
+CORPORA_DIR = Path(__file__).parent / "corpora"
+CLASSES: tuple[str, ...] = ("prose", "structured", "code", "shell_ops", "tool_json")
+#: Index of the all-corpora layer (the `mixed` class) in class-keyed tables.
+MIXED = len(CLASSES)
+VOCAB_SIZE = 3072
+#: The drafter checkpoint's trained block (`dspark_block_size`) and MTP stage count.
+DSPARK_BLOCK_SIZE = 5
+MTP_STAGES = 3
+#: Candidates kept per drafter row; `dspark_draft_topk` may not exceed it.
+TOPK_MAX = 128
+#: An anchor pair seen at least this often (within its class) gets its own
+#: drafter rows; rarer pairs fall back to the anchor token's rows. The drafter
+#: is a compressed model: it knows frequent contexts as well as the target
+#: does and rare ones worse, so how formulaic a class is decides how well it
+#: drafts.
+MIN_PAIR_COUNT = 4
+_BUILD_VERSION = "3"
+
+
+def corpus_texts() -> dict[str, str]:
+    """Class name -> corpus text (documents separated by the EOS piece)."""
+    return {name: (CORPORA_DIR / f"{name}.txt").read_text(encoding="utf-8") for name in CLASSES}
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("GB300LANE_MODEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "gb300lane"
+
+
+def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
+    """Row index of each key in sorted `table_keys`, -1 where absent."""
+    if table_keys.size == 0:
+        return np.full(keys.shape, -1, dtype=np.int64)
+    slot = np.minimum(np.searchsorted(table_keys, keys), table_keys.size - 1)
+    return np.where(table_keys[slot] == keys, slot, -1)
+
+
+def _interpolate(probs, rows, ctx, indptr, cols, ml, lam) -> None:
+    """probs[rows] = (1 - lam) * probs[rows] + lam * ML, for the sparse ML rows `ctx` (in place)."""
+    lam_r = lam[ctx]
+    probs[rows] *= (1.0 - lam_r)[:, None]
+    starts = indptr[ctx]
+    lengths = indptr[ctx + 1] - starts
+    total = int(lengths.sum())
+    # One flat gather over every context's sparse row.
+    row_of = np.repeat(np.arange(rows.size), lengths)
+    flat = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+    probs[rows[row_of], cols[flat]] += lam_r[row_of] * ml[flat]
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """Arrays of the builtin target and drafter (read-only after load)."""
+
+    tokenizer: Tokenizer
+    corpus_hash: str
+    unigram: np.ndarray  # (V,) float32, smoothed, all corpora
+    class_log_unigram: np.ndarray  # (len(CLASSES), V) float32, for reading a prompt's class
+    bigram: np.ndarray  # (V, V) float32, row a = P(x | a) over all corpora, interpolated with the unigram
+    bi_keys: np.ndarray  # (N2,) int64 sorted class * V + a (class bigram contexts)
+    bi_indptr: np.ndarray
+    bi_cols: np.ndarray
+    bi_ml: np.ndarray
+    bi_lambda: np.ndarray
+    tri_keys: np.ndarray  # (N3,) int64 sorted (class * V + c2) * V + c1, class MIXED = all corpora
+    tri_indptr: np.ndarray
+    tri_cols: np.ndarray
+    tri_ml: np.ndarray
+    tri_lambda: np.ndarray
+    draft_ids: np.ndarray  # (DSPARK_BLOCK_SIZE, V, TOPK_MAX) int32 candidates by offset and anchor token
+    draft_logp: np.ndarray  # (DSPARK_BLOCK_SIZE, V, TOPK_MAX) float32 log P_d(candidate | anchor)
+    pair_keys: np.ndarray  # (M,) int64 sorted (class * V + c2) * V + c1 with their own drafter rows
+    pair_ids: np.ndarray  # (DSPARK_BLOCK_SIZE, M, TOPK_MAX) int32
+    pair_logp: np.ndarray  # (DSPARK_BLOCK_SIZE, M, TOPK_MAX) float32
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def classify(self, prompt_ids: list[int]) -> int:
+        """The class a prompt reads as (naive Bayes over class unigrams); MIXED for an empty prompt."""
+        if not prompt_ids:
+            return MIXED
+        ids = np.asarray(prompt_ids[-512:], dtype=np.int64)
+        return int(self.class_log_unigram[:, ids].sum(axis=1).argmax())
+
+    def _keys3(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
+        vocab = self.vocab_size
+        return (cls.astype(np.int64) * vocab + c2) * vocab + c1
+
+    def pair_rows(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
+        """Index into the pair tables per context, -1 where the pair has no rows."""
+        return _csr_lookup(self._keys3(cls, c2, c1), self.pair_keys)
+
+    def target_probs(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
+        """(R, V) float32 target next-token distributions for class `cls` and context (c2, c1)."""
+        probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
+        ctx = _csr_lookup(cls.astype(np.int64) * self.vocab_size + c1, self.bi_keys)
+        rows = np.flatnonzero(ctx >= 0)
+        if rows.size:
+            _interpolate(probs, rows, ctx[rows], self.bi_indptr, self.bi_cols, self.bi_ml, self.bi_lambda)
+        ctx = _csr_lookup(self._keys3(cls, c2, c1), self.tri_keys)
+        rows = np.flatnonzero(ctx >= 0)
+        if rows.size:
+            _interpolate(probs, rows, ctx[rows], self.tri_indptr, self.tri_cols, self.tri_ml, self.tri_lambda)
+        return probs
+
+
+def _witten_bell_rows(keys: np.ndarray, vocab: int, base: np.ndarray) -> np.ndarray:
+    """Dense (V, V) P(x | a) from pair keys a * V + x, interpolated with `base` (Witten-Bell)."""
+    uniq, counts = np.unique(keys, return_counts=True)
+    rows, cols = uniq // vocab, uniq % vocab
+    ctx_count = np.bincount(rows, weights=counts, minlength=vocab)
+    ctx_types = np.bincount(rows, minlength=vocab).astype(np.float64)
+    denom = ctx_count + ctx_types
+    lam = np.divide(ctx_count, denom, out=np.zeros(vocab), where=denom > 0)
+    table = np.empty((vocab, vocab), dtype=np.float32)
+    table[:] = base[None, :].astype(np.float32)
+    table *= (1.0 - lam)[:, None].astype(np.float32)
+    # lam * ML(x | a) == c(a, x) / (c(a) + t(a)); every row here was seen, so denom > 0.
+    table[rows, cols] += (counts / denom[rows]).astype(np.float32)
+    return table
+
+
+def _sparse_ml(keys: np.ndarray, vocab: int) -> dict[str, np.ndarray]:
+    """Witten-Bell sparse rows from keys ctx * V + x: sorted contexts, CSR of ML probabilities, lambdas."""
+    uniq, counts = np.unique(keys, return_counts=True)
+    ctx = uniq // vocab
+    ctx_keys, first = np.unique(ctx, return_index=True)
+    indptr = np.append(first, uniq.size).astype(np.int64)
+    ctx_count = np.add.reduceat(counts, first).astype(np.float64)
+    ctx_types = np.diff(indptr).astype(np.float64)
+    return {
+        "keys": ctx_keys.astype(np.int64), "indptr": indptr, "cols": (uniq % vocab).astype(np.int32),
+        "ml": (counts / np.repeat(ctx_count, np.diff(indptr))).astype(np.float32),
+        "lambda": (ctx_count / (ctx_count + ctx_types)).astype(np.float32),
+    }
+
+
+def _top_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    top = np.argpartition(-table, TOPK_MAX - 1, axis=1)[:, :TOPK_MAX]
+    vals = np.take_along_axis(table, top, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1).astype(np.int32), np.log(np.take_along_axis(vals, order, axis=1))
+
+
+def _pair_rows(ctx: np.ndarray, nxt: np.ndarray, vocab: int, pair_keys: np.ndarray, anchor_table: np.ndarray):
+    """Top candidates of P_d(x | class, c2, c1) for the kept pairs, Witten-Bell over the anchor table.
+
+    `ctx` holds the (class, c2, c1) key of each position, `nxt` the token d places on.
+    """
+    keep = np.isin(ctx, pair_keys)
+    idx = np.searchsorted(pair_keys, ctx[keep])
+    uniq, counts = np.unique(idx * vocab + nxt[keep], return_counts=True)
+    rows, cols = uniq // vocab, uniq % vocab
+    ctx_count = np.bincount(rows, weights=counts, minlength=pair_keys.size)
+    ctx_types = np.bincount(rows, minlength=pair_keys.size).astype(np.float64)
+    denom = np.maximum(ctx_count + ctx_types, 1.0)
+    lam = ctx_count / denom
+    ids = np.empty((pair_keys.size, TOPK_MAX), dtype=np.int32)
+    logp = np.empty((pair_keys.size, TOPK_MAX), dtype=np.float32)
+    chunk = 1024
+    for lo in range(0, pair_keys.size, chunk):
+        hi = min(lo + chunk, pair_keys.size)
+        dense = anchor_table[pair_keys[lo:hi] % vocab] * (1.0 - lam[lo:hi, None]).astype(np.float32)
+        sel = (rows >= lo) & (rows < hi)
+        dense[rows[sel] - lo, cols[sel]] += (counts[sel] / denom[rows[sel]]).astype(np.float32)
+        ids[lo:hi], logp[lo:hi] = _top_rows(dense)
+    return ids, logp
+
+
+def _build(texts: dict[str, str], corpus_hash: str) -> dict[str, np.ndarray]:
+    joined = "".join(t if t.endswith("\n") else t + "\n" for t in texts.values())
+    tok = Tokenizer.train([joined], VOCAB_SIZE)
+    vocab = tok.vocab_size
+    eos = np.asarray(tok.encode(EOS_TEXT), dtype=np.int64)
+    streams = [np.concatenate([np.asarray(tok.encode(texts[c]), dtype=np.int64), eos]) for c in CLASSES]
+    stream = np.concatenate(streams)
+    uni_counts = np.bincount(stream, minlength=vocab).astype(np.float64)
+    # Add-half smoothing keeps every token possible in every context.
+    unigram = (uni_counts + 0.5) / (uni_counts.sum() + 0.5 * vocab)
+    class_log_unigram = np.stack([
+        np.log((np.bincount(s, minlength=vocab) + 0.5) / (s.size + 0.5 * vocab)) for s in streams
+    ]).astype(np.float32)
+    bigram = _witten_bell_rows(stream[:-1] * vocab + stream[1:], vocab, unigram)
+
+    # Class-keyed n-gram positions; the all-corpora layer is class MIXED.
+    labelled = [(c, s) for c, s in enumerate(streams)] + [(MIXED, stream)]
+    bi = _sparse_ml(np.concatenate([(c * vocab + s[:-1]) * vocab + s[1:] for c, s in enumerate(streams)]), vocab)
+    tri = _sparse_ml(np.concatenate([((c * vocab + s[:-2]) * vocab + s[1:-1]) * vocab + s[2:] for c, s in labelled]), vocab)
+
+    pair_all, pair_counts = np.unique(
+        np.concatenate([(c * vocab + s[:-1]) * vocab + s[1:] for c, s in labelled]), return_counts=True
+    )
+    pair_keys = pair_all[pair_counts >= MIN_PAIR_COUNT].astype(np.int64)
+    draft_ids = np.empty((DSPARK_BLOCK_SIZE, vocab, TOPK_MAX), dtype=np.int32)
+    draft_logp = np.empty((DSPARK_BLOCK_SIZE, vocab, TOPK_MAX), dtype=np.float32)
+    pair_ids = np.empty((DSPARK_BLOCK_SIZE, pair_keys.size, TOPK_MAX), dtype=np.int32)
+    pair_logp = np.empty((DSPARK_BLOCK_SIZE, pair_keys.size, TOPK_MAX), dtype=np.float32)
+    for d in range(1, DSPARK_BLOCK_SIZE + 1):
+        table = bigram if d == 1 else _witten_bell_rows(stream[:-d] * vocab + stream[d:], vocab, unigram)
+        draft_ids[d - 1], draft_logp[d - 1] = _top_rows(table)
+        ctx = np.concatenate([(c * vocab + s[: -d - 1]) * vocab + s[1:-d] for c, s in labelled])
+        nxt = np.concatenate([s[1 + d :] for _, s in labelled])
+        pair_ids[d - 1], pair_logp[d - 1] = _pair_rows(ctx, nxt, vocab, pair_keys, table)
+        del table
+    return {
+        "pieces": np.array(tok.pieces), "corpus_hash": np.array(corpus_hash),
+        "unigram": unigram.astype(np.float32), "class_log_unigram": class_log_unigram, "bigram": bigram,
+        **{f"bi_{k}": v for k, v in bi.items()}, **{f"tri_{k}": v for k, v in tri.items()},
+        "draft_ids": draft_ids, "draft_logp": draft_logp,
+        "pair_keys": pair_keys, "pair_ids": pair_ids, "pair_logp": pair_logp,
+    }
+
+
+_FIELDS = (
+    "unigram", "class_log_unigram", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml", "bi_lambda",
+    "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lambda", "draft_ids", "draft_logp",
+    "pair_keys", "pair_ids", "pair_logp",
+)
+
+
+def _from_arrays(arrays) -> BuiltinModel:
+    return BuiltinModel(
+        tokenizer=Tokenizer([str(p) for p in arrays["pieces"]]),
+        corpus_hash=str(arrays["corpus_hash"]),
+        **{name: arrays[name] for name in _FIELDS},
+    )
+
+
+_lock = threading.Lock()
+_loaded: dict[str, BuiltinModel] = {}
+
+
+def model_hash() -> str:
+    """Hash of everything the model is built from: corpora and build parameters."""
+    texts = corpus_texts()
+    return sha256_bytes(
+        _BUILD_VERSION + f"|{VOCAB_SIZE}|{DSPARK_BLOCK_SIZE}|{TOPK_MAX}|{MIN_PAIR_COUNT}|"
+        + "".join(texts[c] for c in CLASSES)
+    )[:16]
+
+
+def load_model() -> BuiltinModel:
+    """The builtin model, built on first use per corpus content and cached on disk and in memory."""
+    corpus_hash = model_hash()
+    with _lock:
+        if corpus_hash in _loaded:
+            return _loaded[corpus_hash]
+        path = cache_dir() / f"builtin-{corpus_hash}.npz"
+        arrays = None
+        if path.is_file():
+            try:
+                with np.load(path) as data:
+                    arrays = {k: data[k] for k in data.files}
+                if any(name not in arrays for name in _FIELDS):
+                    arrays = None
+            except (OSError, ValueError, KeyError):
+                arrays = None  # a torn or foreign file is rebuilt, not trusted
+        if arrays is None:
+            arrays = _build(corpus_texts(), corpus_hash)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                np.savez(tmp, **arrays)
+                os.replace(tmp, path)
+            except OSError:
+                # An unwritable cache costs a rebuild per process (about 2 s), not a failure.
+                tmp.unlink(missing_ok=True)
+        model = _from_arrays(arrays)
+        _loaded[corpus_hash] = model
+        return model

@@ -1,0 +1,419 @@
+"""The embedded engine's HTTP server: vLLM's OpenAI-compatible API over the engine core.
+
+Owns the event loop side of the engine: the boot task (modelled boot, then
+the sidecar readiness wait), the step loop (continuous batching, pacing wall
+time to modelled time x --time-scale, delivering tokens to waiting
+responses), the periodic stats log, and the handlers for /health,
+/v1/models, /version, /metrics, /v1/completions and /v1/chat/completions.
+/health is 503 until the boot finished and a configured sidecar answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gb300lane.engine.api import ApiError, GenerateRequest, chunk, final_body, parse_request, spec_metrics, timing_extension, usage
+from gb300lane.engine.args import EngineArgs
+from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
+from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
+from gb300lane.engine.metrics import EngineMetrics
+from gb300lane.engine.model import BuiltinModel, load_model
+from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
+from gb300lane.errors import EngineError
+
+ENGINE_NAME = "gb300lane-embedded"
+
+
+class _Stream:
+    """Per-request delivery: text so far, stop strings, and a queue the handler reads."""
+
+    def __init__(self, seq: Sequence, stop: list[str]) -> None:
+        self.seq = seq
+        self.stop = stop
+        self.text = ""
+        self.closed = False
+        self.queue: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+
+
+class EngineServer:
+    """One engine: core, metrics, tasks and the aiohttp app."""
+
+    def __init__(self, args: EngineArgs, *, log: VllmLog | None = None, model: BuiltinModel | None = None) -> None:
+        self.args = args
+        self.log = log or VllmLog()
+        self.model = model or load_model()
+        self.tokenizer = self.model.tokenizer
+        self.core = EngineCore(self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed)
+        self.metrics = EngineMetrics(args.served_model_name)
+        self.sidecar = SidecarClient(args.expert_sidecar_url, self.metrics.sidecar) if args.expert_sidecar_url else None
+        self.booted = False
+        self.ready = False
+        self.boot_modelled_s: float | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._work = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._started = time.time()
+        self._last_prompt = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors_middleware], client_max_size=32 * 2**20)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ping", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, _: web.Application) -> None:
+        self._tasks = [asyncio.create_task(self._boot()), asyncio.create_task(self._loop()),
+                       asyncio.create_task(self._stats())]
+        if self.sidecar is not None:
+            self._tasks.append(asyncio.create_task(self.sidecar.run()))
+
+    async def _on_cleanup(self, _: web.Application) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.sidecar is not None:
+            await self.sidecar.flush()
+            await self.sidecar.close()
+
+    async def _boot(self) -> None:
+        plan = plan_boot(self.args)
+        self.boot_modelled_s = await run_boot(self.args, plan, self.log)
+        self.booted = True
+        if self.sidecar is not None:
+            attempt = 0
+            while True:
+                problem = await self.sidecar.healthy()
+                if problem is None:
+                    self.log.info("expert_sidecar.py:88", f"Expert sidecar at {self.sidecar.base_url} is healthy")
+                    break
+                attempt += 1
+                self.log.warning(
+                    "expert_sidecar.py:92",
+                    f"Waiting for the expert sidecar at {self.sidecar.base_url}/health (attempt {attempt}: {problem}); "
+                    f"not ready until it answers, retrying every {HEALTH_RETRY_S:.0f} s",
+                )
+                await asyncio.sleep(HEALTH_RETRY_S)
+        self.log.info("api_server.py:1971", f"Starting vLLM server on http://{self.args.host}:{self.args.port}")
+        self.log.info("on.py:62", "Application startup complete.")
+        self.ready = True
+
+    # ---- the step loop ---------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        wall_anchor = modelled_anchor = None
+        while True:
+            scale = self.args.time_scale
+            if not self.core.has_work:
+                self._work.clear()
+                wall_anchor = None
+                await self._work.wait()
+            if wall_anchor is None:
+                wall_anchor, modelled_anchor = time.monotonic(), self.core.clock
+            try:
+                outcome = self.core.step()
+            except Exception as exc:  # a step bug must fail its requests, not hang them
+                self._fail_all(exc)
+                continue
+            if outcome is None:
+                continue
+            if scale > 0:
+                delay = wall_anchor + (self.core.clock - modelled_anchor) * scale - time.monotonic()
+                await asyncio.sleep(max(0.0, delay))
+            else:
+                await asyncio.sleep(0)
+            self._deliver(outcome)
+
+    def _deliver(self, outcome: StepOutcome) -> None:
+        now = time.monotonic()
+        for seq, new in outcome.emitted:
+            # Stamp wall time at delivery, after pacing, which is when a client sees the tokens.
+            seq.token_wall[-len(new):] = [now - seq.arrival_wall] * len(new)
+            if self.sidecar is not None:
+                self.sidecar.note_tokens(new)
+            stream = self._streams.get(seq.request_id)
+            if stream is None:
+                continue
+            delta = self.tokenizer.decode(new)
+            if stream.stop and not stream.closed:
+                delta = self._apply_stop(stream, delta)
+            else:
+                stream.text += delta
+            if delta:
+                stream.queue.put_nowait(("delta", delta))
+        for seq in outcome.finished:
+            self._finish(seq)
+        self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
+
+    def _fail_all(self, exc: Exception) -> None:
+        self.log.error("core.py:512", f"EngineCore step failed: {type(exc).__name__}: {exc}; failing the requests in flight")
+        for seq in list(self.core.running) + list(self.core.waiting):
+            self.core.abort(seq)
+            stream = self._streams.pop(seq.request_id, None)
+            if stream is not None:
+                stream.closed = True
+                stream.queue.put_nowait(("error", f"{type(exc).__name__}: {exc}"))
+
+    def _apply_stop(self, stream: _Stream, delta: str) -> str:
+        before = len(stream.text)
+        text = stream.text + delta
+        window = max(len(s) for s in stream.stop)
+        hits = [i for i in (text.find(s, max(0, before - window + 1)) for s in stream.stop) if i >= 0]
+        if not hits:
+            stream.text = text
+            return delta
+        cut = min(hits)
+        stream.text = text[:cut]
+        seq = stream.seq
+        seq.finish_reason = "stop"
+        self.core.abort(seq)
+        self._finish(seq)
+        return stream.text[before:]
+
+    def _finish(self, seq: Sequence) -> None:
+        stream = self._streams.get(seq.request_id)
+        if stream is None or stream.closed:
+            return
+        stream.closed = True
+        self.metrics.finished(seq)
+        stream.queue.put_nowait(("done", None))
+        self._streams.pop(seq.request_id, None)
+
+    async def _stats(self) -> None:
+        interval = float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
+        last = (0, 0, 0, 0, [], time.monotonic())
+        while True:
+            await asyncio.sleep(interval)
+            c = self.core.counters
+            now = time.monotonic()
+            drafts, drafted, accepted, gen, pos, then = last
+            prompt = c.prompt_tokens
+            elapsed = max(now - then, 1e-9)
+            if c.generation_tokens == gen and c.num_drafts == drafts:
+                last = (drafts, drafted, accepted, gen, pos, now)
+                continue
+            self.log.info(
+                "loggers.py:257",
+                f"Engine 000: Avg prompt throughput: {(prompt - self._last_prompt) / elapsed:.1f} tokens/s, "
+                f"Avg generation throughput: {(c.generation_tokens - gen) / elapsed:.1f} tokens/s, "
+                f"Running: {len(self.core.running)} reqs, Waiting: {len(self.core.waiting)} reqs, "
+                f"GPU KV cache usage: {self._kv_usage():.1f}%, Prefix cache hit rate: 0.0%",
+            )
+            self._last_prompt = prompt
+            d_drafts = c.num_drafts - drafts
+            if d_drafts > 0:
+                d_acc = c.num_accepted - accepted
+                d_draft_tokens = c.num_draft_tokens - drafted
+                per_pos = [
+                    (now_pos - (pos[i] if i < len(pos) else 0)) / d_drafts for i, now_pos in enumerate(c.accepted_per_pos)
+                ]
+                self.log.info(
+                    "metrics.py:96",
+                    f"SpecDecoding metrics: Mean acceptance length: {1 + d_acc / d_drafts:.2f}, "
+                    f"Accepted throughput: {d_acc / elapsed:.2f} tokens/s, "
+                    f"Drafted throughput: {d_draft_tokens / elapsed:.2f} tokens/s, "
+                    f"Accepted: {d_acc} tokens, Drafted: {d_draft_tokens} tokens, "
+                    f"Per-position acceptance rate: {', '.join(f'{r:.3f}' for r in per_pos)}, "
+                    f"Avg Draft acceptance rate: {100 * d_acc / max(d_draft_tokens, 1):.1f}%",
+                )
+            last = (c.num_drafts, c.num_draft_tokens, c.num_accepted, c.generation_tokens, list(c.accepted_per_pos), now)
+
+    def _kv_usage(self) -> float:
+        used = sum(s.context_len for s in self.core.running)
+        return 100.0 * used / self.args.kv_pool_tokens
+
+    # ---- handlers --------------------------------------------------------------------------
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready else 503)
+
+    async def models(self, _: web.Request) -> web.Response:
+        name = self.args.served_model_name
+        return web.json_response({"object": "list", "data": [{
+            "id": name, "object": "model", "created": int(self._started), "owned_by": "vllm", "root": self.args.model,
+            "parent": None, "max_model_len": self.args.max_model_len, "permission": [],
+        }]})
+
+    async def version(self, _: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale})
+
+    async def metrics_handler(self, _: web.Request) -> web.Response:
+        self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    def _prepare(self, req: GenerateRequest) -> Sequence:
+        vocab = self.tokenizer.vocab_size
+        ids = req.prompt_ids if req.prompt_ids is not None else self.tokenizer.encode(req.prompt_text or "")
+        if not ids:
+            raise ApiError("the prompt is empty; send at least one token", param="prompt")
+        if req.prompt_ids is not None and (min(ids) < 0 or max(ids) >= vocab):
+            raise ApiError(f"prompt token ids must lie in [0, {vocab})", param="prompt")
+        limit = self.args.max_model_len
+        params = req.params
+        if params.max_tokens == 0:
+            params.max_tokens = max(1, limit - len(ids))
+        if len(ids) + params.max_tokens > limit:
+            raise ApiError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(ids) + params.max_tokens} tokens ({len(ids)} in the messages, {params.max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion.",
+                param="max_tokens",
+            )
+        return Sequence(request_id=req.request_id, prompt_ids=list(ids), params=params)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        if not self.ready:
+            raise ApiError("the engine is still starting; retry when /health answers 200", status=503)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(f"the request body is not valid JSON: {exc}") from exc
+        req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
+        seq = self._prepare(req)
+        stream = _Stream(seq, req.stop)
+        self._streams[seq.request_id] = stream
+        self.core.add(seq)
+        self._work.set()
+        try:
+            if req.stream:
+                return await self._stream_response(request, req, stream)
+            while True:
+                kind, detail = await stream.queue.get()
+                if kind == "error":
+                    return web.json_response(
+                        {"error": {"message": f"engine step failed: {detail}", "type": "InternalServerError",
+                                   "param": None, "code": 500}}, status=500)
+                if kind == "done":
+                    break
+            return web.json_response(final_body(req, self.args.served_model_name, seq, stream.text,
+                                                self.args.per_request_spec_decode_metrics))
+        finally:
+            if not seq.finished:
+                self.core.abort(seq)
+            self._streams.pop(seq.request_id, None)
+
+    async def _stream_response(self, request: web.Request, req: GenerateRequest, stream: _Stream) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        name = self.args.served_model_name
+        seq = stream.seq
+
+        async def send(obj: dict[str, Any]) -> None:
+            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        first = True
+        if req.chat:
+            await send(chunk(req, name, "", None, first=True))
+            first = False
+        while True:
+            kind, delta = await stream.queue.get()
+            if kind == "error":
+                await send({"error": {"message": f"engine step failed: {delta}", "type": "InternalServerError",
+                                      "code": 500}})
+                await resp.write(b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            if kind == "done":
+                break
+            obj = chunk(req, name, delta, None, first=first)
+            first = False
+            if req.include_usage and req.continuous_usage:
+                obj["usage"] = usage(seq)
+            await send(obj)
+        last = chunk(req, name, "" if not req.chat else None, seq.finish_reason)
+        mode = self.args.per_request_spec_decode_metrics
+        if req.include_usage:
+            await send(last)
+            tail: dict[str, Any] = {k: v for k, v in last.items() if k != "choices"}
+            tail["choices"] = []
+            tail["usage"] = usage(seq)
+            last = tail
+        last["gb300lane"] = timing_extension(seq)
+        metrics = spec_metrics(seq, mode)
+        if metrics is not None:
+            last["metrics"] = {"speculative_decoding": metrics}
+        await send(last)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+@web.middleware
+async def _errors_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+    except web.HTTPException:
+        raise
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+
+
+def log_start(args: EngineArgs, log: VllmLog) -> None:
+    """The lines vLLM prints before it starts the engine: version, args, resolved config, ignored flags."""
+    log.info("api_server.py:1895", f"vLLM API server version {VLLM_VERSION}")
+    log.info("utils.py:326", f"non-default args: {args.non_default}")
+    spec = args.spec.as_log_dict() if args.spec else None
+    log.info("speculative.py:412", f"Resolved speculative config: {json.dumps(spec, sort_keys=True)}")
+    log.info(
+        "core.py:93",
+        f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model={args.model!r}, "
+        f"speculative_config={json.dumps(spec, sort_keys=True)}, dtype={args.dtype}, max_seq_len={args.max_model_len}, "
+        f"tensor_parallel_size={args.tensor_parallel_size}, seed={args.seed}, served_model_name={args.served_model_name}, "
+        f"compilation_config={json.dumps(args.compilation_config, sort_keys=True)}",
+    )
+    for warning in args.warnings:
+        log.warning("speculative.py:430", warning)
+    for flag in args.ignored:
+        log.warning("arg_utils.py:1702", f"{flag}: accepted and ignored by the embedded engine")
+    if args.time_scale > 0:
+        log.info("engine.py:1", f"time scale {args.time_scale}: wall seconds track modelled seconds x {args.time_scale}")
+
+
+async def _serve(args: EngineArgs, log: VllmLog) -> None:
+    server = EngineServer(args, log=log)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise EngineError(f"--host {args.host} --port {args.port}: cannot bind ({exc.strerror or exc}); "
+                          "pick a free port or stop what holds it") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("launcher.py:110", "Shutting down FastAPI HTTP server.")
+    await runner.cleanup()
+
+
+def serve(args: EngineArgs, *, log: VllmLog | None = None) -> None:
+    """Run the engine until SIGTERM/SIGINT (the `serve` command)."""
+    log = log or VllmLog()
+    log_start(args, log)
+    asyncio.run(_serve(args, log))

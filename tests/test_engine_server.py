@@ -1,0 +1,309 @@
+"""The embedded engine over HTTP: the OpenAI client, errors, metrics, readiness, boot lines, pacing.
+
+Each test starts a real server on a free 127.0.0.1 port in a background
+thread (time-scale 0 unless a test says otherwise) and stops it after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+import openai
+import pytest
+from aiohttp import web
+
+from gb300lane.engine.args import parse_serve_args
+from gb300lane.engine.boot import VllmLog, plan_boot, run_boot
+from gb300lane.engine.server import EngineServer
+from gb300lane.engine.sidecar import build_sidecar_app
+from gb300lane.spec import parse_metrics_text, parse_spec_log_line
+
+SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
+                   "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
+                   "draft_sample_method": "probabilistic", "rejection_sample_method": "block"})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Background:
+    """An aiohttp app served from its own event loop thread."""
+
+    def __init__(self, app: web.Application, port: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.port = port
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.call(self._start())
+
+    async def _start(self) -> None:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    def call(self, coro, timeout: float = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.call(self._runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@contextmanager
+def engine(*extra: str, wait_ready: bool = True):
+    port = _free_port()
+    args = parse_serve_args(["--model", "builtin", "--served-model-name", "lane", "--port", str(port),
+                             "--speculative-config", SPEC, "--max-num-seqs", "8", "--seed", "3", *extra])
+    log = io.StringIO()
+    server = EngineServer(args, log=VllmLog(log))
+    bg = _Background(server.app(), port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        if wait_ready:
+            _wait(lambda: _get(url + "/health")[0] == 200)
+        yield url, server, log
+    finally:
+        bg.close()
+
+
+def _wait(cond, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+def _post(url: str, body) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_openai_client_streams_a_chat_completion():
+    with engine() as (url, _, _log):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        stream = client.chat.completions.create(
+            model="lane", messages=[{"role": "user", "content": "List the running containers."}],
+            max_tokens=24, temperature=1.0, seed=5, stream=True, stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        extension = chunks[-1].model_extra["gb300lane"]
+        assert len(extension["modelled_token_times_s"]) == 24 == len(extension["wall_token_times_s"])
+        assert client.models.list().data[0].id == "lane"
+
+
+def test_completions_are_deterministic_and_carry_modelled_times():
+    with engine("--per-request-spec-decode-metrics", "detailed") as (url, _, _log):
+        body = {"model": "lane", "prompt": "def parse(self, text):\n", "max_tokens": 40, "seed": 11,
+                "temperature": 1.0, "ignore_eos": True}
+        status, first = _post(url + "/v1/completions", body)
+        assert status == 200
+        _, second = _post(url + "/v1/completions", body)
+        assert first["choices"][0]["text"] == second["choices"][0]["text"]
+        assert first["usage"]["completion_tokens"] == 40
+        times = first["gb300lane"]["modelled_token_times_s"]
+        assert len(times) == 40 and times == sorted(times) and times[0] == first["gb300lane"]["modelled_ttft_s"]
+        spec = first["metrics"]["speculative_decoding"]
+        assert spec["num_draft_tokens"] == 5 * spec["num_drafts"]
+        assert sum(spec["num_accepted_tokens_per_pos"]) == spec["num_accepted_tokens"]
+        assert _get(url + "/version")[1] == b'{"version": "0.33.0", "engine": "gb300lane-embedded", "time_scale": 0.0}'
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+    ({"prompt": "x", "top_p": 0}, 400, "top_p"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 5, "min_tokens": 9}, 400, "min_tokens"),
+    ({"prompt": "x", "max_tokens": 200000}, 400, "max_tokens"),
+    ({"prompt": "x", "n": 2}, 400, "n"),
+    ({"prompt": "x", "seed": 1.5}, 400, "seed"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"prompt": ""}, 400, "prompt"),
+    ({"prompt": [99999999]}, 400, "prompt"),
+    ({"prompt": {"a": 1}}, 400, "prompt"),
+    ({"prompt": "x", "model": "other"}, 404, "model"),
+])
+def test_bad_parameters_are_openai_style_errors_never_500(body, status, param):
+    with engine() as (url, _, _log):
+        code, payload = _post(url + "/v1/completions", body)
+        assert code == status
+        assert payload["error"]["param"] == param and payload["error"]["code"] == status
+        code, payload = _post(url + "/v1/completions", b"{not json")
+        assert code == 400 and "not valid JSON" in payload["error"]["message"]
+        code, payload = _post(url + "/v1/chat/completions", {"messages": "hi"})
+        assert code == 400 and payload["error"]["param"] == "messages"
+
+
+def test_metrics_use_vllm_names_and_agree_with_the_responses():
+    with engine() as (url, _, _log):
+        generated = 0
+        for seed in range(3):
+            _, body = _post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 30, "seed": seed,
+                                                      "ignore_eos": True})
+            generated += body["usage"]["completion_tokens"]
+        text = _get(url + "/metrics")[1].decode()
+        scrape = parse_metrics_text(text)
+        assert scrape.generation_tokens == generated
+        assert scrape.spec.num_drafts > 0
+        assert sum(scrape.spec.accepted_per_pos) == scrape.spec.num_accepted_tokens
+        assert sum(scrape.spec.drafts_by_length.values()) == scrape.spec.num_drafts
+        for name in ("vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
+                     "vllm:request_success_total", "gb300lane_engine_modelled_seconds_total",
+                     "gb300lane_engine_verify_steps_total", "gb300lane_engine_sidecar_calls_total"):
+            assert name in text
+
+
+def test_readiness_waits_for_the_sidecar_and_lookups_are_counted():
+    sidecar_port = _free_port()
+    with engine("--expert-sidecar-url", f"http://127.0.0.1:{sidecar_port}", wait_ready=False) as (url, server, log):
+        _wait(lambda: "Waiting for the expert sidecar" in log.getvalue())
+        assert _get(url + "/health")[0] == 503
+        assert _post(url + "/v1/completions", {"prompt": "x"})[0] == 503
+        sidecar = _Background(build_sidecar_app(), sidecar_port)
+        try:
+            _wait(lambda: _get(url + "/health")[0] == 200)
+            assert _post(url + "/v1/completions", {"prompt": "ls", "max_tokens": 20})[0] == 200
+            _wait(lambda: "gb300lane_engine_sidecar_calls_total" in (t := _get(url + "/metrics")[1].decode())
+                  and parse_metrics_text(t).extras.get("gb300lane_engine_sidecar_calls_total", 0) >= 1)
+            assert b"gb300lane_sidecar_lookups_total 1.0" in _get(f"http://127.0.0.1:{sidecar_port}/metrics")[1]
+        finally:
+            sidecar.close()
+
+
+def test_boot_is_a_miss_then_a_hit_and_a_killed_miss_stays_a_miss():
+    def boot(*extra, scale="0"):
+        args = parse_serve_args(["--speculative-config", SPEC, "--time-scale", scale, *extra])
+        out = io.StringIO()
+        plan = plan_boot(args)
+        modelled = asyncio.run(run_boot(args, plan, VllmLog(out)))
+        return plan, modelled, out.getvalue()
+
+    plan, miss_s, log = boot()
+    assert not plan.hit and "Compiling a graph for compile range" in log and miss_s > 1800
+    assert f"Using cache directory: {plan.cache_dir} for vLLM's torch.compile" in log
+    assert "GPU KV cache size: 4,400,013 tokens, Maximum concurrency for 131,072 tokens per request: 33.57x" in log
+    again, hit_s, log = boot()
+    assert again.hit and again.hash == plan.hash and "Directly load the compiled graph(s)" in log
+    assert 520 < hit_s < 540
+    block_off = SPEC.replace('"block"', '"standard"')
+    assert plan_boot(parse_serve_args(["--speculative-config", block_off])).hit
+
+    killed = parse_serve_args(["--speculative-config", SPEC, "--max-num-seqs", "7", "--time-scale", "0.001"])
+
+    async def kill_mid_compile():
+        task = asyncio.create_task(run_boot(killed, plan_boot(killed), VllmLog(io.StringIO())))
+        await asyncio.sleep(0.5)  # weights take 0.24 s scaled, the compile 1.08 s
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(kill_mid_compile())
+    assert not plan_boot(killed).hit
+
+
+def test_the_stats_line_reports_spec_decoding(monkeypatch):
+    monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "0.2")
+    with engine() as (url, _, log):
+        _post(url + "/v1/completions", {"prompt": "import os\n", "max_tokens": 40, "ignore_eos": True})
+        _wait(lambda: "SpecDecoding metrics:" in log.getvalue())
+        line = next(x for x in log.getvalue().splitlines() if "SpecDecoding metrics:" in x)
+        parsed = parse_spec_log_line(line)
+        assert parsed is not None and parsed.mean_acceptance_length > 1.0
+        assert line.startswith("INFO ") and "[metrics.py:" in line
+
+
+def test_time_scale_paces_wall_time_to_modelled_time():
+    with engine() as (url, server, _log):
+        server.args = server.args.model_copy(update={"time_scale": 1.0})
+        start = time.monotonic()
+        _, body = _post(url + "/v1/completions", {"prompt": "The", "max_tokens": 30, "ignore_eos": True})
+        wall = time.monotonic() - start
+        modelled = body["gb300lane"]["modelled_e2e_s"]
+        assert modelled > 0.05
+        assert wall >= 0.9 * modelled
+        assert body["gb300lane"]["wall_token_times_s"][-1] >= 0.9 * modelled
+
+
+def test_stop_strings_end_a_completion_at_the_string():
+    with engine() as (url, _, _log):
+        _, body = _post(url + "/v1/completions", {"prompt": "$ docker ps\n", "max_tokens": 200, "stop": ["\n"],
+                                                  "seed": 1, "min_tokens": 0})
+        choice = body["choices"][0]
+        assert "\n" not in choice["text"]
+        assert choice["finish_reason"] in ("stop", "length")
+
+
+def test_the_cli_group_shares_the_engine_command_line():
+    from typer.testing import CliRunner
+
+    from gb300lane.cli.main import app
+
+    result = CliRunner().invoke(app, ["engine", "serve", "--speculative-config", '{"method": "dspark", "num_speculative_tokens": -2}'])
+    assert result.exit_code == 1
+    help_result = CliRunner().invoke(app, ["engine", "serve", "--help"])
+    assert help_result.exit_code == 0 and "--speculative-config" in help_result.output
+
+
+def test_the_public_api_is_pinned():
+    import gb300lane.engine as engine_pkg
+
+    assert engine_pkg.__all__ == sorted(engine_pkg.__all__)
+    assert {"EngineCore", "load_model", "parse_serve_args", "parse_spec_config"} <= set(engine_pkg.__all__)
+
+
+def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--port", str(port),
+         "--speculative-config", SPEC, "--time-scale", "0", "--enforce-eager"],
+        stdout=open(tmp_path / "engine.log", "w"), stderr=subprocess.STDOUT, env=dict(os.environ),
+    )
+    try:
+        _wait(lambda: _get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=60)
+        assert _post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x", "max_tokens": 4})[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    log = (tmp_path / "engine.log").read_text()
+    assert rc == 0
+    assert "--enforce-eager: accepted and ignored by the embedded engine" in log
+    assert "Application startup complete." in log and "non-default args:" in log
