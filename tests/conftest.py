@@ -49,3 +49,4 @@ def _isolated_lane(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     base = tmp_path_factory.mktemp("lane")
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(base / "state"))
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(base / "vllm-cache"))
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(base / "results"))

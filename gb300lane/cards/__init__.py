@@ -1,0 +1,37 @@
+"""Cards: bracketed A -> B -> A2 experiments with pre-registered gates, receipts and verdicts.
+
+A card file declares the arms, the windows and the gates; `register` freezes
+the gates; `run_card` boots each arm dark and measures it, writing receipts as
+it goes; `score` writes the pre-registered verdict, `rescore` a later one that
+points back at it; `render_report` draws the card. The write-up's own cards
+(BR1, BR2) ship as transcribed receipts and are re-derived by
+`reproduce_writeup`.
+"""
+
+from gb300lane.cards.receipts import Receipts, Registration, all_receipts, find_receipts, register
+from gb300lane.cards.report import render_report
+from gb300lane.cards.run import LaneOps, run_card
+from gb300lane.cards.schema import Card, load_card, parse_card
+from gb300lane.cards.verdicts import Verdict, VerdictRef, compute_rescore, latest_verdict_for, rescore, score
+from gb300lane.cards.writeup import reproduce_writeup
+
+__all__ = [
+    "Card",
+    "LaneOps",
+    "Receipts",
+    "Registration",
+    "Verdict",
+    "VerdictRef",
+    "all_receipts",
+    "compute_rescore",
+    "find_receipts",
+    "latest_verdict_for",
+    "load_card",
+    "parse_card",
+    "register",
+    "render_report",
+    "reproduce_writeup",
+    "rescore",
+    "run_card",
+    "score",
+]

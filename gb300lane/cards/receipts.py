@@ -1,0 +1,291 @@
+"""The receipts directory of a card: layout, registration, manifests and loading.
+
+    results/<date>-<card>/
+      card.yaml                 the card file as registered
+      registration.json         gates hash, card hash, recipes + fingerprints, host
+      arms/<ARM>/attempt-<n>/   boot.json, foreign.json, windows/<window>.json
+      arms/<ARM>/done.json      which attempt finished (the resume state)
+      arms/<ARM>/transcribed.json   (written-up cards only) the arm as transcribed
+      verdicts/verdict-<n>.json
+      report/verdict-<n>/       card.md and the PNG figures
+      manifest.json             sha256 of every file once all arms are done
+      manifest-<stage>.json     the same after each later stage
+
+Every file here is written once (`gb300lane.fsio.write_once`); nothing is
+ever replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane import __version__
+from gb300lane.cards.data import ArmData, TranscribedArm, boot_facts_from_report, window_data_from_result
+from gb300lane.cards.schema import Card, gates_hash, parse_card
+from gb300lane.errors import CardError
+from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
+from gb300lane.paths import results_dir
+
+
+class RecipeRef(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    recipe: str = Field(description="Recipe name the arm boots.")
+    fingerprint: str | None = Field(description="Recipe fingerprint at registration; None when not recorded.")
+
+
+class Registration(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = Field(description="File format version.")
+    card: str = Field(description="Card name.")
+    title: str = Field(description="Card title.")
+    registered_at: str = Field(description="UTC time the gates were frozen (ISO 8601).")
+    gates_sha256: str = Field(description="sha256 of the gates, windows and arms: what may not change.")
+    card_sha256: str = Field(description="sha256 of the card file as registered.")
+    tool_version: str = Field(description="gb300lane version that registered it.")
+    recipes: dict[str, RecipeRef] = Field(description="Arm -> recipe and fingerprint.")
+    host: dict[str, Any] = Field(description="Host facts at registration.")
+    transcribed: bool = Field(default=False, description="True for a written-up card whose receipts were transcribed.")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def host_facts() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "tool_version": __version__,
+    }
+
+
+def _recipe_ref(recipe: str) -> RecipeRef:
+    from gb300lane.recipes import fingerprint, load_recipe  # the recipes package owns both
+
+    return RecipeRef(recipe=recipe, fingerprint=fingerprint(load_recipe(recipe)))
+
+
+class Receipts:
+    """One card's receipts directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # layout
+    @property
+    def card_file(self) -> Path:
+        return self.root / "card.yaml"
+
+    @property
+    def registration_file(self) -> Path:
+        return self.root / "registration.json"
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.root / "arms" / arm
+
+    def attempt_dir(self, arm: str, n: int) -> Path:
+        return self.arm_dir(arm) / f"attempt-{n}"
+
+    def verdict_file(self, n: int) -> Path:
+        return self.root / "verdicts" / f"verdict-{n}.json"
+
+    def report_dir(self, n: int) -> Path:
+        return self.root / "report" / f"verdict-{n}"
+
+    # reading
+    def card(self) -> Card:
+        if not self.card_file.is_file():
+            raise CardError(f"{self.root}: no card.yaml; register the card first (gb300lane card register CARD)")
+        return parse_card(self.card_file.read_text(encoding="utf-8"), str(self.card_file))
+
+    def registration(self) -> Registration:
+        if not self.registration_file.is_file():
+            raise CardError(f"{self.root}: no registration.json; register the card first (gb300lane card register CARD)")
+        return Registration.model_validate_json(self.registration_file.read_text(encoding="utf-8"))
+
+    def read_json(self, path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CardError(f"{path}: unreadable receipt ({exc}); the receipts directory is damaged") from exc
+
+    def write_json(self, path: Path, obj: Any) -> Path:
+        return write_once(path, dumps_json(obj))
+
+    def verdict_numbers(self) -> list[int]:
+        d = self.root / "verdicts"
+        if not d.is_dir():
+            return []
+        return sorted(int(p.stem.split("-")[1]) for p in d.glob("verdict-*.json") if p.stem.split("-")[1].isdigit())
+
+    def finished_attempt(self, arm: str) -> int | None:
+        done = self.arm_dir(arm) / "done.json"
+        return int(self.read_json(done)["attempt"]) if done.is_file() else None
+
+    def next_attempt(self, arm: str) -> int:
+        d = self.arm_dir(arm)
+        n = [int(p.name.split("-")[1]) for p in d.glob("attempt-*")] if d.is_dir() else []
+        return max(n, default=0) + 1
+
+    def check_frozen(self, card: Card) -> None:
+        """Refuse a card whose gates differ from the registered ones."""
+        reg = self.registration()
+        if gates_hash(card) != reg.gates_sha256:
+            raise CardError(
+                f"{self.root}: the card's gates, windows or arms changed after registration "
+                f"(registered gates sha256 {reg.gates_sha256[:12]}, now {gates_hash(card)[:12]}); "
+                "gates are frozen: restore the card file, or change a gate through `gb300lane card rescore`"
+            )
+
+    def load_arms(self, card: Card) -> list[ArmData]:
+        """Every arm's data, transcribed or measured; arms not finished are left out."""
+        out = []
+        for arm in card.arms:
+            tr = self.arm_dir(arm.name) / "transcribed.json"
+            if tr.is_file():
+                t = TranscribedArm.model_validate(self.read_json(tr))
+                out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="transcribed",
+                                   boot=t.boot, windows=t.windows))
+                continue
+            n = self.finished_attempt(arm.name)
+            if n is None:
+                continue
+            adir = self.attempt_dir(arm.name, n)
+            foreign = self.read_json(adir / "foreign.json") if (adir / "foreign.json").is_file() else {}
+            boot = boot_facts_from_report(self.read_json(adir / "boot.json"), foreign.get("foreign_clients"))
+            windows = {}
+            for w in card.windows:
+                wf = adir / "windows" / f"{w.name}.json"
+                if wf.is_file():
+                    windows[w.name] = window_data_from_result(self.read_json(wf), w.name)
+            out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured",
+                               boot=boot, windows=windows))
+        return out
+
+    def noise_floor_stated(self) -> dict[str, Any] | None:
+        """A written-up card's published noise floor (used only where rounds were not published)."""
+        p = self.root / "noise_floor.json"
+        return self.read_json(p) if p.is_file() else None
+
+    # manifests
+    def files(self) -> list[Path]:
+        return sorted(p for p in self.root.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+    def write_manifest(self, stage: str) -> Path:
+        """manifest.json the first time, manifest-<stage>.json after; each hashes every file present."""
+        reg = self.registration()
+        name = "manifest.json" if not (self.root / "manifest.json").exists() else f"manifest-{stage}.json"
+        body = {
+            "schema_version": 1,
+            "card": reg.card,
+            "stage": stage,
+            "written_at": utc_now(),
+            "tool_version": __version__,
+            "recipes": {k: v.model_dump() for k, v in reg.recipes.items()},
+            # a transcribed card's host is the write-up's box, not the one that copied it
+            "host": reg.host if reg.transcribed else host_facts(),
+            "transcribed": reg.transcribed,
+            "files": {str(p.relative_to(self.root)): sha256_file(p) for p in self.files()},
+        }
+        return self.write_json(self.root / name, body)
+
+    def verify_manifest(self, name: str = "manifest.json") -> list[str]:
+        """Files whose sha256 no longer matches the manifest (empty when intact)."""
+        m = self.read_json(self.root / name)
+        bad = []
+        for rel, digest in m["files"].items():
+            p = self.root / rel
+            if not p.is_file() or sha256_file(p) != digest:
+                bad.append(rel)
+        return bad
+
+
+def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:
+    root = base / f"{date}-{card.name}"
+    if not fresh:
+        return root
+    n = 1
+    while root.exists():
+        n += 1
+        root = base / f"{date}-{card.name}-run{n}"
+    return root
+
+
+def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
+             date: str | None = None, recipe_ref=_recipe_ref) -> Receipts:
+    """Freeze the card's gates: write card.yaml and registration.json once.
+
+    Registering the same gates again returns the existing receipts; different
+    gates for a card already registered that day are refused (a new day, or
+    `fresh`, starts a new directory).
+    """
+    base = base or results_dir()
+    date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    rec = Receipts(_dated_dir(base, card, date, fresh))
+    if rec.registration_file.exists():
+        reg = rec.registration()
+        if reg.gates_sha256 != gates_hash(card):
+            raise CardError(
+                f"{rec.root}: card {card.name} is already registered with other gates "
+                f"(sha256 {reg.gates_sha256[:12]}); gates are frozen once registered: keep the registered "
+                "gates, change them through `gb300lane card rescore`, or register with --fresh for a new run"
+            )
+        return rec
+    refs = {a.name: recipe_ref(a.recipe) for a in card.arms}
+    write_once(rec.card_file, card_text)
+    reg = Registration(
+        schema_version=1,
+        card=card.name,
+        title=card.title,
+        registered_at=utc_now(),
+        gates_sha256=gates_hash(card),
+        card_sha256=sha256_bytes(card_text),
+        tool_version=__version__,
+        recipes=refs,
+        host=host_facts(),
+    )
+    rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
+    return rec
+
+
+def find_receipts(card_name: str, base: Path | None = None) -> Receipts:
+    """The newest registered receipts directory of a card."""
+    found = all_receipts(base, card_name)
+    if not found:
+        raise CardError(
+            f"card {card_name}: no registered receipts under {base or results_dir()}; "
+            f"run `gb300lane card register {card_name}` first"
+        )
+    return found[-1]
+
+
+def all_receipts(base: Path | None = None, card_name: str | None = None) -> list[Receipts]:
+    """Registered receipts directories, oldest registration first."""
+    base = base or results_dir()
+    if not base.is_dir():
+        return []
+    out = []
+    for d in base.iterdir():
+        r = Receipts(d)
+        if not r.registration_file.is_file():
+            continue
+        try:
+            reg = r.registration()
+        except (ValueError, CardError):
+            continue
+        if card_name is None or reg.card == card_name:
+            out.append((reg.registered_at, d.name, r))
+    return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]

@@ -1,0 +1,247 @@
+"""The card report: a markdown page and PNG figures rendered into the receipts.
+
+Tables come in the write-up's shapes (decode tok/s per class x C1/C8 x
+A/A2/B with B / ctrl; tokens/step per arm; a_p per position), every verdict
+on record is listed (the pre-registered one first), and the figures are
+accepted-at-position per arm (the write-up's Figure 4), marginal acceptance
+per position (Figure 5) and B / ctrl per class.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.receipts import Receipts
+from gb300lane.cards.schema import Card
+from gb300lane.cards.stats import paired_bootstrap, spread
+from gb300lane.cards.verdicts import Verdict, read_verdict
+from gb300lane.errors import CardError, ReceiptExists
+from gb300lane.fsio import write_once
+
+FIG4 = "fig4-accepted-at-position.png"
+FIG5 = "fig5-marginal-acceptance.png"
+FIG_RATIO = "b-over-ctrl-per-class.png"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    write_once(path, buf.getvalue())
+
+
+def _arm_a_p(a: ArmData, window: str) -> tuple[tuple[float, ...] | None, str]:
+    w = a.windows.get(window)
+    if w is None:
+        return None, ""
+    if w.a_p:
+        return w.a_p, "all cells"
+    cells = merged_cells(w)
+    for (cls, conc), c in sorted(cells.items(), key=lambda kv: kv[0][1]):
+        if c.a_p:
+            return c.a_p, f"{cls} C{conc}"
+    return None, ""
+
+
+def _one_user_a_p(a: ArmData, window: str) -> tuple[tuple[float, ...] | None, str]:
+    """The write-up's Figure 5 view: the first class at the lowest concurrency, over drafts that had p."""
+    cells = merged_cells(a.windows.get(window))
+    for (cls, conc), c in sorted(cells.items(), key=lambda kv: kv[0][1]):
+        ap = c.a_p_given or c.a_p
+        if ap:
+            return ap, f"{cls} C{conc}"
+    return None, ""
+
+
+def fig_accepted(card: Card, arms: list[ArmData], path: Path) -> bool:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    drawn = False
+    for a in arms:
+        ap, where = _arm_a_p(a, card.primary_window)
+        if not ap:
+            continue
+        xs = list(range(1, len(ap) + 1))
+        ax.plot(xs, ap, marker="o", label=f"{a.arm} ({a.recipe}, {tokens_per_step_from_a_p(ap):.3f} tok/step, {where})")
+        drawn = True
+    if drawn:
+        ax.set_xlabel("position in block")
+        ax.set_ylabel("accepted ÷ drafts")
+        ax.set_title(f"{card.name}: accepted at position per arm")
+        ax.legend(fontsize=7)
+        _save(fig, path)
+    plt.close(fig)
+    return drawn
+
+
+def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    drawn = False
+    widths = []
+    for a in arms:
+        ap, where = _one_user_a_p(a, card.primary_window)
+        if not ap:
+            continue
+        m = marginal(ap)
+        ax.plot(range(1, len(m) + 1), [v if v is not None else float("nan") for v in m], marker="o",
+                label=f"{a.arm} k={len(ap)} ({where})")
+        if a.role == "control":
+            widths.append(len(ap))
+        drawn = True
+    if drawn:
+        if widths:
+            ax.axvline(max(widths), linestyle="--", color="grey", linewidth=1)
+        ax.set_xlabel("position in block")
+        ax.set_ylabel("marginal acceptance a_p / a_(p-1)")
+        ax.set_title(f"{card.name}: marginal acceptance per position")
+        ax.legend(fontsize=7)
+        _save(fig, path)
+    plt.close(fig)
+    return drawn
+
+
+def ratio_rows(card: Card, arms: list[ArmData]) -> list[dict[str, Any]]:
+    """Per class x concurrency: each arm's decode tok/s, B / ctrl, the controls' spread and the paired CI."""
+    by = {a.arm: merged_cells(a.windows.get(card.primary_window)) for a in arms}
+    cand = card.candidate.name
+    rows = []
+    w = card.window(card.primary_window)
+    for conc in w.concurrency:
+        for cls in w.classes:
+            vals = {n: (c.get((cls, conc)).decode_tok_s if c.get((cls, conc)) else None) for n, c in by.items()}
+            ctrl = [vals[a.name] for a in card.controls if vals.get(a.name) is not None]
+            b = vals.get(cand)
+            if b is None and not ctrl:
+                continue
+            ratio = b / (sum(ctrl) / len(ctrl)) if b is not None and ctrl else None
+            cc = by.get(cand, {}).get((cls, conc))
+            ci = paired_bootstrap(cc.per_transcript, [by[a.name][(cls, conc)].per_transcript for a in card.controls
+                                                      if (cls, conc) in by.get(a.name, {})]) if cc else None
+            rows.append({"cls": cls, "concurrency": conc, "values": vals, "ratio": ratio, "spread": spread(ctrl),
+                         "ci": ci})
+    return rows
+
+
+def fig_ratio(card: Card, rows: list[dict[str, Any]], path: Path) -> bool:
+    rows = [r for r in rows if r["ratio"] is not None]
+    if not rows:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    concs = sorted({r["concurrency"] for r in rows})
+    classes = list(dict.fromkeys(r["cls"] for r in rows))
+    width = 0.8 / max(1, len(concs))
+    for j, conc in enumerate(concs):
+        xs, ys, lo, hi = [], [], [], []
+        for i, cls in enumerate(classes):
+            r = next((r for r in rows if r["cls"] == cls and r["concurrency"] == conc), None)
+            if r is None:
+                continue
+            xs.append(i + j * width)
+            ys.append(r["ratio"])
+            ci = r["ci"]
+            lo.append(r["ratio"] - (1 + ci.low_rel) if ci else 0)
+            hi.append((1 + ci.high_rel) - r["ratio"] if ci else 0)
+        ax.bar(xs, [y - 1 for y in ys], width=width, bottom=1, label=f"C{conc}",
+               yerr=[[max(0, v) for v in lo], [max(0, v) for v in hi]], capsize=3)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + width * (len(concs) - 1) / 2 for i in range(len(classes))], classes, fontsize=8)
+    ax.set_ylabel(f"{card.candidate.name} ÷ mean(controls), decode tok/s")
+    ax.set_title(f"{card.name}: {card.candidate.name} / ctrl per class (bars: paired bootstrap 95% CI)")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def _f(v: float | None, fmt: str = ",.1f") -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[dict[str, Any]],
+             figures: list[str]) -> str:
+    reg = rec.registration()
+    names = [a.name for a in card.arms]
+    lines = [f"# {card.title}", "", f"Card `{card.name}`, registered {reg.registered_at} "
+             f"(gates sha256 `{reg.gates_sha256[:16]}`).", ""]
+    if reg.transcribed:
+        lines += ["**Transcribed receipts**: the numbers below were copied from the write-up, not measured here.", ""]
+    lines += ["| arm | role | recipe | fingerprint | source |", "|---|---|---|---|---|"]
+    src = {a.arm: a.source for a in arms}
+    for a in card.arms:
+        lines.append(f"| {a.name} | {a.role} | {a.recipe} | {reg.recipes[a.name].fingerprint or '—'} | {src.get(a.name, 'not run')} |")
+    lines += ["", "## Verdicts", ""]
+    for v in verdicts:
+        head = f"**Verdict {v.number}: {v.verdict}** ({v.written_at})"
+        if v.previous:
+            head += f", re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}"
+        lines += [head, ""]
+        for c in v.changes:
+            lines.append(f"- changed `{c.gate}.{c.key}`: `{c.old}` -> `{c.new}`")
+        lines += ["", "| gate | status | observed | bar | noise floor |", "|---|---|---|---|---|"]
+        for r in v.results:
+            lines.append(f"| {r.id} | {r.status} | {r.observed} | {r.bar} | {r.noise_floor} |")
+            for reason in r.reasons:
+                lines.append(f"| | | ↳ {reason} | | |")
+        lines.append("")
+    w = card.window(card.primary_window)
+    clocks = {a.windows[w.name].clock for a in arms if w.name in a.windows}
+    lines += [f"## Decode tok/s, window `{w.name}` (temperature {w.temperature}, {w.transcripts_per_class} transcripts "
+              f"per class, {w.forced_tokens} tokens, {w.rounds} rounds; clock {', '.join(sorted(c or '?' for c in clocks))})", ""]
+    cand = card.candidate.name
+    lines += ["| class | C | " + " | ".join(names) + f" | {cand} ÷ ctrl | A vs A2 | paired per-stream {cand} − ctrl (95% CI) |",
+              "|---|---|" + "---|" * (len(names) + 3)]
+    for r in rows:
+        lines.append(f"| {r['cls']} | {r['concurrency']} | " + " | ".join(_f(r["values"].get(n)) for n in names)
+                     + f" | {_f(r['ratio'], '.3f')} | {_f(r['spread'], '.1%')} | {r['ci'].describe() if r['ci'] else '—'} |")
+    lines += ["", "## Tokens per verify step and a_p", "", "| arm | tokens/step | 1 + Σ a_p | a_p by position |", "|---|---|---|---|"]
+    for a in arms:
+        win = a.windows.get(w.name)
+        ap, where = _arm_a_p(a, w.name)
+        lines.append(f"| {a.arm} | {_f(win.tokens_per_step if win else None, '.3f')} | "
+                     f"{_f(tokens_per_step_from_a_p(ap) if ap else None, '.3f')} | "
+                     f"{' '.join(f'{v:.3f}' for v in ap) + f' ({where})' if ap else '—'} |")
+    lines.append("")
+    for fig in figures:
+        lines += [f"![{fig}]({fig})", ""]
+    return "\n".join(lines)
+
+
+def render_report(rec: Receipts, number: int | None = None) -> Path:
+    """Write report/verdict-<n>/card.md and its figures (write-once); returns the markdown path."""
+    card = rec.card()
+    nums = rec.verdict_numbers()
+    if not nums:
+        raise CardError(f"{rec.root}: no verdict yet; run `gb300lane card score {card.name}` first")
+    n = number or nums[-1]
+    if n not in nums:
+        raise CardError(f"{rec.root}: no verdict {n}; verdicts on record: {nums}")
+    out = rec.report_dir(n)
+    if (out / "card.md").exists():
+        raise ReceiptExists(f"{out / 'card.md'}: the report of verdict {n} already exists; receipts are write-once")
+    verdicts = [read_verdict(rec, k) for k in nums if k <= n]
+    arms = rec.load_arms(card)
+    rows = ratio_rows(card, arms)
+    figures = []
+    if fig_accepted(card, arms, out / FIG4):
+        figures.append(FIG4)
+    if fig_marginal(card, arms, out / FIG5):
+        figures.append(FIG5)
+    if fig_ratio(card, rows, out / FIG_RATIO):
+        figures.append(FIG_RATIO)
+    path = write_once(out / "card.md", markdown(card, rec, arms, verdicts, rows, figures))
+    rec.write_manifest(f"report-{n}")
+    return path

@@ -1,0 +1,88 @@
+"""`reproduce br1|br2`: the write-up's figures from its receipts, then the same card on the embedded engine.
+
+Part 1 re-derives and scores the transcribed receipts (seconds, nothing
+written). Part 2 registers the local card (`cards/local-br1.yaml`,
+`cards/local-br2.yaml`: the same arms and gates on the embedded engine, at
+the reduced sizes the card file states) into a fresh receipts directory,
+runs every arm, scores it and renders the report, so re-running never
+touches an earlier run's receipts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gb300lane.cards.receipts import Receipts, register
+from gb300lane.cards.report import ratio_rows, render_report
+from gb300lane.cards.run import LaneOps, run_card
+from gb300lane.cards.schema import load_card
+from gb300lane.cards.verdicts import score
+from gb300lane.cards.writeup import reproduce_writeup
+from gb300lane.errors import CardError
+
+LOCAL_CARDS = {"br1": "local-br1", "br2": "local-br2"}
+
+Say = Callable[[str], None]
+
+
+def part1(which: str, say: Say) -> float:
+    t0 = time.perf_counter()
+    say(f"== {which.upper()} part 1: the write-up's figures from its transcribed receipts ==")
+    for line in reproduce_writeup(which):
+        say(line)
+    dt = time.perf_counter() - t0
+    say(f"(part 1 took {dt:.2f} s)")
+    return dt
+
+
+def part2(which: str, say: Say, *, base: Path | None = None, ops: LaneOps | None = None) -> tuple[float, Receipts]:
+    """Register, run, score and report the local card in a fresh receipts directory."""
+    if which not in LOCAL_CARDS:
+        raise CardError(f"unknown write-up card {which!r}; use br1 or br2")
+    t0 = time.perf_counter()
+    card, path = load_card(LOCAL_CARDS[which])
+    say(f"== {which.upper()} part 2: card {card.name} on the embedded engine ==")
+    for w in card.windows:
+        say(f"sizes (reduced from the write-up's 40 transcripts x 256 tokens): window {w.name}: "
+            f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
+            f"{w.forced_tokens} forced tokens, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
+            f"temperature {w.temperature}")
+    rec = register(card, path.read_text(encoding="utf-8"), base=base, fresh=True)
+    say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
+    run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
+    v = score(rec)
+    say(f"verdict 1: {v.verdict}")
+    for r in v.results:
+        say(f"  [{r.status:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})")
+        for reason in r.reasons:
+            say(f"           - {reason}")
+    cand = card.candidate.name
+    arms = rec.load_arms(card)
+    clocks = sorted({a.windows[card.primary_window].clock or "?" for a in arms if card.primary_window in a.windows})
+    say(f"decode tok/s (clock: {', '.join(clocks)}), {cand} ÷ mean(controls), paired per-stream {cand} − ctrl:")
+    for row in ratio_rows(card, arms):
+        vals = "  ".join(f"{n} {row['values'][n]:.1f}" if row["values"].get(n) is not None else f"{n} —"
+                         for n in row["values"])
+        ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "—"
+        ci = row["ci"].describe() if row["ci"] else "—"
+        say(f"  {row['cls']:<11} C{row['concurrency']:<2} {vals}  ->  {ratio}  paired {ci}")
+    md = render_report(rec)
+    dt = time.perf_counter() - t0
+    say(f"report: {md}")
+    say(f"receipts: {rec.root} (write-once; manifest.json and manifest-*.json hash every file)")
+    say(f"(part 2 took {dt:.1f} s)")
+    return dt, rec
+
+
+def reproduce(which: str, say: Say, *, parts: tuple[int, ...] = (1, 2), base: Path | None = None,
+              ops: LaneOps | None = None) -> dict[str, float]:
+    times: dict[str, float] = {}
+    if 1 in parts:
+        times["part1_s"] = part1(which, say)
+    if 2 in parts:
+        if 1 in parts:
+            say("")
+        times["part2_s"], _ = part2(which, say, base=base, ops=ops)
+    return times

@@ -1,0 +1,279 @@
+"""The card file: arms of a bracket, the windows they run, and the pre-registered gates.
+
+A card is the write-up's method as data: A (production) -> B (one key changed)
+-> A2 (production again), the windows every arm runs, and gates written down
+before any arm boots. `gates_hash` is what registration freezes; a gate
+change after registration is only possible as a re-score.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gb300lane.errors import CardError
+from gb300lane.fsio import dumps_json, sha256_bytes
+from gb300lane.paths import PROJECT_ROOT
+from gb300lane.recipes.schema import TranscriptClass, WindowSpec
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+ARM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Arm(_Model):
+    name: str = Field(description="Arm name as the write-up spells it: A, B, A2, K9.")
+    recipe: str = Field(description="Recipe the arm boots (a name in recipes/).")
+    role: Literal["control", "candidate"] = Field(description="control (production) or candidate (the change).")
+    allow_outside_trained_block: bool = Field(
+        default=False, description="Boot a k past the checkpoint's trained block (BR2's K9 arm does, on purpose)."
+    )
+
+
+class Bar(_Model):
+    """How far a gate tolerates noise.
+
+    `fixed`: the bar is `value`. `spread`: the bar is `multiplier` times a
+    spread measured on the card itself (the controls A vs A2, or the class's
+    rounds r1 vs r2, widest over the arms), never below `value`.
+    """
+
+    mode: Literal["fixed", "spread"] = Field(description="fixed: a number written in advance; spread: from the noise floor.")
+    value: float = Field(ge=0, description="fixed: the bar; spread: the least the bar may be.")
+    source: Literal["controls", "rounds"] | None = Field(
+        default=None, description="spread only: controls = A vs A2 of the cell; rounds = the cell's r1 vs r2, widest over the arms."
+    )
+    multiplier: float = Field(default=1.0, gt=0, description="spread only: bar = multiplier x spread.")
+
+    @model_validator(mode="after")
+    def _source_for_spread(self) -> Bar:
+        if self.mode == "spread" and self.source is None:
+            raise ValueError("a spread bar needs source: controls or rounds")
+        if self.mode == "fixed" and self.source is not None:
+            raise ValueError("a fixed bar takes no source; use mode: spread to honour a measured spread")
+        return self
+
+    def describe(self) -> str:
+        if self.mode == "fixed":
+            return f"fixed ±{self.value:.1%}"
+        mult = "" if self.multiplier == 1.0 else f"{self.multiplier:g} x "
+        return f"{mult}{self.source} spread (at least {self.value:.1%})"
+
+
+class _Gate(_Model):
+    id: str = Field(description="Gate id, unique within the card; verdicts and re-scores name it.")
+    description: str = Field(default="", description="What the gate protects, in one line.")
+
+
+class _WindowGate(_Gate):
+    window: str = Field(description="Name of the card window the gate reads.")
+    classes: tuple[TranscriptClass, ...] | None = Field(default=None, description="Classes it covers (all when absent).")
+    concurrency: tuple[int, ...] | None = Field(default=None, description="Concurrency levels it covers (all when absent).")
+
+
+class TokensPerStepGate(_WindowGate):
+    kind: Literal["tokens_per_step_ratio"] = Field(description="candidate tokens/step over the controls' mean.")
+    scope: Literal["aggregate", "per_cell"] = Field(
+        default="aggregate", description="aggregate: the window's tokens/step; per_cell: every class x concurrency."
+    )
+    min_ratio: float = Field(gt=0, description="Lowest passing ratio candidate / mean(controls).")
+
+
+class DecodeRatioGate(_WindowGate):
+    kind: Literal["decode_ratio"] = Field(description="Per-cell decode tok/s, candidate over the controls' mean.")
+    bar: Bar = Field(description="The ratio must be at least 1 - bar.")
+
+
+class ControlsAgreeGate(_WindowGate):
+    kind: Literal["controls_agree"] = Field(description="The controls' decode tok/s agree per cell: 1 - min/max <= bar.")
+    bar: Bar = Field(description="Largest tolerated disagreement of the controls.")
+
+
+class ParityGate(_WindowGate):
+    kind: Literal["parity"] = Field(
+        description="Outputs of the candidate equal the first control's, request by request, up to the controls' own flips."
+    )
+    max_extra_flips: int = Field(default=0, ge=0, description="Flips tolerated beyond those between A and A2.")
+
+
+class HashHitGate(_Gate):
+    kind: Literal["hash_hit"] = Field(description="Every arm (or the arms listed) booted as a compile/autotune hash hit.")
+    arms: tuple[str, ...] | None = Field(
+        default=None, description="Arms it covers (all when absent); the first control may compile on a fresh cache."
+    )
+
+
+class FlagGate(_Gate):
+    kind: Literal["flag_on_candidate_only"] = Field(description="The changed key is in the candidate's container args only.")
+    key: str = Field(description="Dotted recipe key that must differ, e.g. speculative.rejection_sample_method.")
+    value: Any = Field(description="The candidate's value of that key.")
+
+
+class EnvEqualGate(_Gate):
+    kind: Literal["env_equal"] = Field(description="Every arm's container environment is the same.")
+    compare: Literal["ordered", "set"] = Field(
+        description="ordered: as lists (the runtime's order matters); set: as sets of NAME=VALUE."
+    )
+
+
+class KvPoolGate(_Gate):
+    kind: Literal["kv_pool_equal"] = Field(description="Every arm reported the same KV pool in tokens.")
+
+
+class ForeignClientsGate(_Gate):
+    kind: Literal["foreign_clients_zero"] = Field(description="No client but the bench touched any arm.")
+
+
+Gate = Annotated[
+    TokensPerStepGate
+    | DecodeRatioGate
+    | ControlsAgreeGate
+    | ParityGate
+    | HashHitGate
+    | FlagGate
+    | EnvEqualGate
+    | KvPoolGate
+    | ForeignClientsGate,
+    Field(discriminator="kind"),
+]
+
+
+class Card(_Model):
+    schema_version: Literal[1] = Field(description="Card file format version.")
+    name: str = Field(description="Card slug; receipts go to results/<date>-<name>/.")
+    title: str = Field(description="One line: the change under test.")
+    description: str = Field(default="", description="Why the card exists; what a reader should know.")
+    arms: tuple[Arm, ...] = Field(min_length=3, description="Arms in boot order: control, candidate, control.")
+    windows: tuple[WindowSpec, ...] = Field(min_length=1, description="Windows every arm runs, in order.")
+    primary_window: str = Field(description="The window that is evidence (the others are gates only).")
+    gates: tuple[Gate, ...] = Field(min_length=1, description="Pre-registered gates; frozen by registration.")
+
+    @model_validator(mode="after")
+    def _bracket(self) -> Card:
+        if not SLUG_RE.match(self.name):
+            raise ValueError(f"name {self.name!r} must be a slug (lowercase letters, digits, dashes)")
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be unique: {names}")
+        for a in self.arms:
+            if not ARM_RE.match(a.name):
+                raise ValueError(f"arm name {a.name!r} must be letters and digits (it names receipt folders)")
+        roles = [a.role for a in self.arms]
+        if roles.count("candidate") != 1:
+            raise ValueError("a card brackets exactly one candidate arm (role: candidate)")
+        if roles[0] != "control" or roles[-1] != "control":
+            raise ValueError("the bracket must open and close with a control arm (A -> B -> A2)")
+        controls = {a.recipe for a in self.arms if a.role == "control"}
+        if len(controls) != 1:
+            raise ValueError(f"every control arm must boot the same recipe, found {sorted(controls)}")
+        wnames = [w.name for w in self.windows]
+        if len(set(wnames)) != len(wnames):
+            raise ValueError(f"window names must be unique: {wnames}")
+        if self.primary_window not in wnames:
+            raise ValueError(f"primary_window {self.primary_window!r} is not one of the windows {wnames}")
+        ids = [g.id for g in self.gates]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"gate ids must be unique: {dupes}")
+        for g in self.gates:
+            for a in getattr(g, "arms", None) or ():
+                if a not in names:
+                    raise ValueError(f"gate {g.id}: arm {a!r} is not one of the arms {names}")
+            w = getattr(g, "window", None)
+            if w is not None and w not in wnames:
+                raise ValueError(f"gate {g.id}: window {w!r} is not one of the windows {wnames}")
+        return self
+
+    @property
+    def candidate(self) -> Arm:
+        return next(a for a in self.arms if a.role == "candidate")
+
+    @property
+    def controls(self) -> tuple[Arm, ...]:
+        return tuple(a for a in self.arms if a.role == "control")
+
+    def window(self, name: str) -> WindowSpec:
+        for w in self.windows:
+            if w.name == name:
+                return w
+        raise CardError(f"card {self.name}: no window named {name!r}; windows are {[w.name for w in self.windows]}")
+
+    def gate(self, gate_id: str) -> Any:
+        for g in self.gates:
+            if g.id == gate_id:
+                return g
+        raise CardError(f"card {self.name}: no gate {gate_id!r}; gates are {[g.id for g in self.gates]}")
+
+
+def gates_payload(gates: tuple[Any, ...]) -> list[dict[str, Any]]:
+    return [g.model_dump(mode="json") for g in gates]
+
+
+def gates_hash(card: Card) -> str:
+    """sha256 over the gates, the windows they read and the arms: what registration freezes.
+
+    Defaults are left out, so a field added to the schema later (with a
+    default) does not unfreeze every card registered before it.
+    """
+    def dump(m: BaseModel) -> dict[str, Any]:
+        return m.model_dump(mode="json", exclude_defaults=True)
+
+    payload = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
+               "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
+    return sha256_bytes(dumps_json(payload))
+
+
+def cards_dir() -> Path:
+    """`GB300LANE_CARDS_DIR`, else `./cards` when it exists, else the checkout's `cards/`."""
+    env = os.environ.get("GB300LANE_CARDS_DIR")
+    if env:
+        return Path(env)
+    cwd = Path.cwd() / "cards"
+    return cwd if cwd.is_dir() else PROJECT_ROOT / "cards"
+
+
+def resolve_card_path(ref: str | os.PathLike[str]) -> Path:
+    """A card argument is a path to a YAML file or a card name in cards/."""
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise CardError(f"{p}: card file not found; pass a path to a card YAML or a name in {cards_dir()}")
+        return p
+    for suffix in (".yaml", ".yml"):
+        cand = cards_dir() / f"{ref}{suffix}"
+        if cand.is_file():
+            return cand
+    known = sorted(x.stem for x in cards_dir().glob("*.yaml")) if cards_dir().is_dir() else []
+    raise CardError(f"card {ref!r} not found in {cards_dir()}; known cards: {', '.join(known) or 'none'}")
+
+
+def parse_card(text: str, source: str) -> Card:
+    """Validate card YAML text; errors name the file and the dotted key."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CardError(f"{source}: not valid YAML ({exc}); fix the syntax") from exc
+    if not isinstance(data, dict):
+        raise CardError(f"{source}: a card file is a mapping with schema_version, name, arms, windows, gates")
+    try:
+        return Card.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(x) for x in err.get("loc", ()))
+            parts.append(f"{loc or '(top level)'}: {err.get('msg')}")
+        raise CardError(f"{source}: " + "; ".join(parts)) from exc
+
+
+def load_card(ref: str | os.PathLike[str]) -> tuple[Card, Path]:
+    """Load and validate a card by path or name; returns the card and its file."""
+    path = resolve_card_path(ref)
+    return parse_card(path.read_text(encoding="utf-8"), str(path)), path

@@ -1,0 +1,171 @@
+"""The write-up's own cards, re-derived from their transcribed receipts.
+
+`reproduce_br1` / `reproduce_br2` recompute every figure of the write-up's
+BR1 and BR2 sections from `results/2026-10-26-*`, score the registered gates
+over them (the pre-registered verdict), apply the write-up's re-score, and
+return the lines to print beside what the write-up states. Nothing is
+written: the transcribed receipts stay as shipped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.receipts import Receipts
+from gb300lane.cards.verdicts import Verdict, transcribed_verdicts
+from gb300lane.errors import CardError
+from gb300lane.paths import PROJECT_ROOT
+
+BR1_DIR = "2026-10-26-br1-block-verification"
+BR2_DIR = "2026-10-26-br2-k-ladder-peerbench"
+
+
+def writeup_receipts(dirname: str) -> Receipts:
+    """The shipped receipts of a written-up card (always the checkout's results/, never an override)."""
+    rec = Receipts(PROJECT_ROOT / "results" / dirname)
+    if not rec.registration().transcribed:
+        raise CardError(f"{rec.root}: expected the write-up's transcribed receipts (registration.transcribed true)")
+    bad = rec.verify_manifest()
+    if bad:
+        raise CardError(f"{rec.root}: files differ from manifest.json: {', '.join(bad)}; restore them from git")
+    return rec
+
+
+def _check(computed: float, stated: float, places: int) -> str:
+    return "matches" if round(computed, places) == round(stated, places) else f"write-up says {stated:.{places}f}"
+
+
+def _verdict_lines(v: Verdict) -> list[str]:
+    out = [f"verdict {v.number}: {v.verdict}"]
+    for r in v.results:
+        out.append(f"  [{r.status:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})")
+        for reason in r.reasons:
+            out.append(f"           - {reason}")
+    return out
+
+
+def reproduce_br1() -> list[str]:
+    rec = writeup_receipts(BR1_DIR)
+    card = rec.card()
+    stated = json.loads((rec.root / "writeup.json").read_text(encoding="utf-8"))
+    arms = {a.arm: a for a in rec.load_arms(card)}
+    A, B, A2 = arms["A"].windows["primary"], arms["B"].windows["primary"], arms["A2"].windows["primary"]
+    ca, cb, ca2 = merged_cells(A), merged_cells(B), merged_cells(A2)
+    out = [f"BR1 {card.title}", f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
+    out.append("Decode tok/s, temp 1.0     C1 A    C1 A2    C1 B  B/ctrl      C8 A    C8 A2     C8 B  B/ctrl")
+    worst = []
+    for cls in card.window("primary").classes:
+        row = f"  {cls:<22}"
+        for conc in (1, 8):
+            a, a2, b = ca[(cls, conc)].decode_tok_s, ca2[(cls, conc)].decode_tok_s, cb[(cls, conc)].decode_tok_s
+            ratio = b / ((a + a2) / 2)
+            want = stated["b_over_ctrl"][cls][str(conc)]
+            ok = round(ratio, 3) == round(want, 3)
+            if not ok:
+                worst.append(f"{cls} C{conc} {ratio:.3f} vs {want:.3f}")
+            row += f"{a:>9,.1f}{a2:>9,.1f}{b:>9,.1f}{ratio:>7.3f}{'' if ok else '!'} "
+        out.append(row)
+    out.append("  B/ctrl column: " + ("all 10 cells match the write-up" if not worst else
+               f"{10 - len(worst)} of 10 match; ! marks the write-up's rounding of unrounded rates: " + ", ".join(worst)))
+    spreads = sorted(1 - min(ca[(c, 1)].decode_tok_s, ca2[(c, 1)].decode_tok_s) / max(ca[(c, 1)].decode_tok_s, ca2[(c, 1)].decode_tok_s)
+                     for c in card.window("primary").classes)
+    out.append(f"  the two controls agree at C1 within {spreads[0]:.1%}–{spreads[-1]:.1%} per class "
+               f"(write-up: {stated['controls_agree_c1']})")
+    tj = (ca[("tool_json", 1)].decode_tok_s + ca2[("tool_json", 1)].decode_tok_s) / 2
+    gain = cb[("tool_json", 1)].decode_tok_s / tj - 1
+    out.append(f"  best class, one user: tool_json {cb[('tool_json', 1)].decode_tok_s:.1f} vs {tj:.1f} tok/s, "
+               f"{gain:+.1%} ({_check(gain, stated['best_class_c1']['gain'], 3)})")
+    out.append("")
+    tps = {n: arms[n].windows["primary"].tokens_per_step for n in ("A", "B", "A2")}
+    ratio = tps["B"] / ((tps["A"] + tps["A2"]) / 2)
+    out.append(f"Tokens per verify step A / B / A2: {tps['A']:.3f} / {tps['B']:.3f} / {tps['A2']:.3f} "
+               f"-> B / mean(A, A2) = {ratio:.3f} ({_check(ratio, stated['tokens_per_step_ratio'], 3)})")
+    out.append("")
+    out.append("Figure 4, accepted ÷ drafts per position (temp 1.0, all classes):")
+    for n, w in (("A", A), ("B", B)):
+        ap = w.a_p or ()
+        derived = tokens_per_step_from_a_p(ap)
+        out.append(f"  {n:<2} " + " ".join(f"{v:.3f}" for v in ap)
+                   + f"   1 + sum = {derived:.3f} (stated {w.tokens_per_step:.3f})")
+    gaps = [b - a for a, b in zip(A.a_p or (), B.a_p or ())]
+    out.append("  gaps B - A: " + " ".join(f"{g:+.3f}" for g in gaps)
+               + f"  sum {sum(gaps):+.3f} (write-up: +{stated['gap_sum_a_p']:.3f}, from unrounded values)")
+    out.append("")
+    v1, v2, rs = transcribed_verdicts(rec)
+    out.append(f"Pre-registered gates over the transcribed receipts (write-up: {stated['verdict_1']}):")
+    out += _verdict_lines(v1)
+    out.append("  instrument reasons: " + (rs["reason"] if rs else "-"))
+    if v2 is not None:
+        out.append("")
+        out.append(f"Re-score (write-up: {stated['verdict_2']}): " + "; ".join(f"{c.gate}.{c.key}: {c.old} -> {c.new}" for c in v2.changes))
+        out += _verdict_lines(v2)
+        out.append(f"  points at verdict {v2.previous.number} ({v2.previous.verdict}, sha256 {v2.previous.sha256[:12]}); both kept")
+    return out
+
+
+def reproduce_br2() -> list[str]:
+    rec = writeup_receipts(BR2_DIR)
+    card = rec.card()
+    stated = json.loads((rec.root / "writeup.json").read_text(encoding="utf-8"))
+    arms: dict[str, ArmData] = {a.arm: a for a in rec.load_arms(card)}
+    cand = card.candidate.name
+    cc = merged_cells(arms[cand].windows["primary"])
+    ctrl = [merged_cells(arms[a.name].windows["primary"]) for a in card.controls]
+    classes = card.window("primary").classes
+    out = [f"BR2 {card.title}", f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
+    out.append(f"{cand} ÷ mean(A, A2), temp 1.0  " + "".join(f"{c:>11}" for c in classes))
+    for conc in (1, 8):
+        row = f"  C{conc:<27}"
+        for c in classes:
+            if (c, conc) in cc:
+                base = sum(x[(c, conc)].decode_tok_s for x in ctrl) / len(ctrl)
+                row += f"{cc[(c, conc)].decode_tok_s / base:>11.3f}"
+            else:
+                row += f"{'—':>11}"
+        out.append(row)
+    out.append("  (published as ratios; the controls are the ratio's base)")
+    for label, src in (("k=5", ctrl[0]), ("k=9", cc)):
+        out.append(f"  tokens/step at C1, {label}     " + "".join(f"{src[(c, 1)].tokens_per_step:>11.2f}" for c in classes))
+    out.append("")
+    ap5 = ctrl[0][("prose", 1)].a_p or ()
+    ap9 = cc[("prose", 1)].a_p or ()
+    t5, t9 = tokens_per_step_from_a_p(ap5), tokens_per_step_from_a_p(ap9)
+    out.append("Prose at one user, from the per-position numbers:")
+    out.append(f"  k=5: 1 + ({' + '.join(f'{v:.3f}' for v in ap5)}) = {t5:.2f} "
+               f"({_check(t5, stated['tokens_per_step_prose_c1']['k5'], 2)})")
+    out.append(f"  k=9: 1 + ({' + '.join(f'{v:.3f}' for v in ap9)}) = {t9:.2f} "
+               f"({_check(t9, stated['tokens_per_step_prose_c1']['k9'], 2)})")
+    tail = sum(ap9[5:])
+    out.append(f"  positions 6..9 contribute {tail:.3f} tokens ({_check(tail, stated['positions_6_9_sum'], 3)})")
+    m5, m9 = marginal(ap5), marginal(ap9)
+    out.append("Figure 5, marginal acceptance a_p / a_(p-1):")
+    out.append("  k=5: " + " ".join(f"{v:.3f}" for v in m5 if v is not None)
+               + f"   (range {min(m5):.2f}–{max(m5):.2f}; write-up: between 0.65 and 0.72)")
+    out.append("  k=9: " + " ".join(f"{v:.3f}" for v in m9 if v is not None)
+               + f"   (position 1 {m9[0]:.3f} vs {m5[0]:.3f} at k=5; past position 6 about {sum(m9[6:]) / len(m9[6:]):.2f})")
+    st = stated["step_time_ms_peer_2k_c1"]
+    prod = (t9 / t5) * (st["k5"] / st["k9"])
+    tok = stated["prose_c1_tok_s"]
+    out.append(f"  tok/s = tokens/step ÷ seconds/step: ({t9:.2f}/{t5:.2f}) × ({st['k5']}/{st['k9']} ms) = {prod:.3f}; "
+               f"measured prose C1 {tok['k9']}/{tok['k5']} tok/s = {tok['k9'] / tok['k5']:.3f} "
+               "(the step times come from the peer 2K cell, not this one)")
+    out.append("")
+    v1, _, _ = transcribed_verdicts(rec)
+    out.append(f"Pre-registered gates over the transcribed receipts (write-up: nine drafts lost in every class; "
+               f"{stated['changed']}):")
+    out += _verdict_lines(v1)
+    return out
+
+
+def reproduce_writeup(which: str) -> list[str]:
+    if which == "br1":
+        return reproduce_br1()
+    if which == "br2":
+        return reproduce_br2()
+    raise CardError(f"unknown write-up card {which!r}; use br1 or br2")
+
+
+def writeup_dir(which: str) -> Path:
+    return PROJECT_ROOT / "results" / (BR1_DIR if which == "br1" else BR2_DIR)

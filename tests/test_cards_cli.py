@@ -1,0 +1,65 @@
+"""The `card` command group: every command documented, thin over the library."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gb300lane.cli.main import app
+from gb300lane.errors import CardError
+
+runner = CliRunner()
+COMMANDS = ("register", "run", "score", "rescore", "report", "show", "list", "reproduce")
+
+
+@pytest.fixture(autouse=True)
+def _results(tmp_path, monkeypatch):
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_card_command_has_help(command: str) -> None:
+    res = runner.invoke(app, ["card", command, "--help"])
+    assert res.exit_code == 0, res.output
+    assert "Usage" in res.output and len(res.output.split("Usage", 1)[1].strip()) > 40
+
+
+def test_reproduce_br1_part1_prints_the_write_up_figures() -> None:
+    res = runner.invoke(app, ["card", "reproduce", "br1", "--part", "1"])
+    assert res.exit_code == 0, res.output
+    assert "= 1.020 (matches)" in res.output
+    assert "verdict 1: FAIL" in res.output and "verdict 2: PASS" in res.output
+
+
+def test_reproduce_br2_part1_prints_the_k_ladder() -> None:
+    res = runner.invoke(app, ["card", "reproduce", "br2", "--part", "1"])
+    assert res.exit_code == 0, res.output
+    assert "= 2.85 (matches)" in res.output and "= 2.60 (matches)" in res.output
+
+
+def test_score_dry_run_on_transcribed_receipts_writes_nothing() -> None:
+    from gb300lane.cards.writeup import BR1_DIR, writeup_receipts
+
+    root = writeup_receipts(BR1_DIR).root
+    res = runner.invoke(app, ["card", "score", str(root), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.output)
+    assert v["verdict"] == "FAIL" and v["number"] == 1
+    assert not (root / "verdicts").exists()
+
+
+def test_register_then_show(tmp_path) -> None:
+    res = runner.invoke(app, ["card", "register", "local-br1"])
+    assert res.exit_code == 0, res.output
+    assert "local-br1: registered in" in res.output
+    res = runner.invoke(app, ["card", "show", "local-br1", "--json"])
+    body = json.loads(res.output)
+    assert body["arms"] == {"A": "not finished", "B": "not finished", "A2": "not finished"}
+    assert body["registration"]["recipes"]["B"]["recipe"] == "local-v27"
+
+
+def test_library_errors_reach_the_cli_boundary() -> None:
+    res = runner.invoke(app, ["card", "score", "no-such-card"])
+    assert isinstance(res.exception, CardError) and "no-such-card" in str(res.exception)

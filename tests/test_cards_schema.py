@@ -1,0 +1,69 @@
+"""Card files: the bracket's shape, gate references and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gb300lane.cards.schema import gates_hash, load_card, parse_card
+from gb300lane.errors import CardError
+
+DATA = Path(__file__).parent / "data" / "cards"
+
+
+def _mini() -> dict:
+    return yaml.safe_load((DATA / "mini.yaml").read_text())
+
+
+def _parse(d: dict):
+    return parse_card(yaml.safe_dump(d), "cards/x.yaml")
+
+
+def test_shipped_cards_load() -> None:
+    for name in ("br1-block-verification", "br2-k-ladder-peerbench", "local-br1", "local-br2"):
+        card, path = load_card(name)
+        assert card.name == name == path.stem
+        assert card.arms[0].recipe == card.arms[-1].recipe
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["arms"].insert(0, d["arms"].pop(1)), "open and close with a control"),
+        (lambda d: d["arms"][2].update(role="candidate"), "exactly one candidate"),
+        (lambda d: d["arms"][2].update(recipe="v27"), "same recipe"),
+        (lambda d: d["gates"][1].update(window="nope"), "gate decode-b-over-ctrl: window 'nope'"),
+        (lambda d: d["gates"][1].update(bar={"mode": "spread", "value": 0.02}), "needs source"),
+        (lambda d: d["gates"].append(dict(d["gates"][0])), "gate ids must be unique"),
+        (lambda d: d.update(name="Not A Slug"), "must be a slug"),
+        (lambda d: d.update(primary_window="t0"), "primary_window"),
+        (lambda d: d["gates"][0].update(surprise=1), "gates.0.tokens_per_step_ratio.surprise"),
+    ],
+)
+def test_invalid_cards_name_file_and_key(mutate, message) -> None:
+    d = _mini()
+    mutate(d)
+    with pytest.raises(CardError) as exc:
+        _parse(d)
+    assert str(exc.value).startswith("cards/x.yaml: ")
+    assert message in str(exc.value)
+
+
+def test_unknown_card_lists_known_ones() -> None:
+    with pytest.raises(CardError, match="known cards: .*local-br1"):
+        load_card("no-such-card")
+
+
+def test_gates_hash_tracks_gates_not_prose() -> None:
+    d = _mini()
+    h = gates_hash(_parse(d))
+    d["title"] = "another title"
+    d["description"] = "more words"
+    assert gates_hash(_parse(d)) == h
+    d["gates"][1]["bar"]["value"] = 0.03
+    assert gates_hash(_parse(d)) != h
+    d = _mini()
+    d["windows"][0]["forced_tokens"] = 65
+    assert gates_hash(_parse(d)) != h
