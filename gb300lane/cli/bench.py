@@ -1,9 +1,162 @@
-"""CLI group: bench (placeholder until its issue lands)."""
+"""CLI commands `bench` (run a window) and `smoke` (run a recipe's smoke gates)."""
 
 from __future__ import annotations
 
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Optional
+
 import typer
+from rich.console import Console
+from rich.text import Text
+
+from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
+from gb300lane.bench.models import WindowResult
+from gb300lane.bench.progress import RichWindowProgress
+from gb300lane.bench.report import render_window
+from gb300lane.bench.smoke import SmokeReport, run_smoke
+from gb300lane.bench.store import save_result
+from gb300lane.bench.window import run_window
+from gb300lane.cli.common import console, err_console, fail, print_json
+from gb300lane.errors import LaneError
+
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
+
+
+def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None]:
+    if as_json or not sys.stderr.isatty():
+        return nullcontext(None)
+    return RichWindowProgress(console=err_console)
+
+
+def _summary(result: WindowResult, out: Path | None) -> dict:
+    return {
+        "out": str(out) if out else None,
+        "valid": result.valid,
+        "endpoint": result.endpoint,
+        "model": result.model,
+        "recipe": result.recipe,
+        "fingerprint": result.fingerprint,
+        "window": result.window,
+        "cells": [c.model_dump(mode="json") for c in result.cells],
+    }
+
+
+def bench_cmd(
+    window: str = typer.Option(..., "--window", help="window name (recipe gate, primary-t1, parity-t0) or a YAML/JSON file"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="base URL of the lane, e.g. http://127.0.0.1:30106"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="recipe whose rendered endpoint to measure"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the window result here (never overwrites)"),
+    model: Optional[str] = typer.Option(None, "--model", help="served model name (default: the recipe's, or /v1/models)"),
+    transcripts: Optional[int] = typer.Option(None, "--transcripts", help="override transcripts per class"),
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="override the forced output tokens"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", help="override the number of rounds"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="override concurrency levels, e.g. 1,8"),
+    classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
+) -> None:
+    if (endpoint is None) == (lane is None):
+        raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
+    conc = _int_list(concurrency, "--concurrency")
+    try:
+        recipe = fp = None
+        if lane is not None:
+            from gb300lane.recipes import load_recipe, render
+
+            recipe = load_recipe(lane)
+            rendered = render(recipe)
+            endpoint, _ = lane_endpoint(recipe)
+            fp = rendered.fingerprint
+            model = model or rendered.served_model_name
+        if out is not None and out.exists():
+            fail(f"{out} already exists; window results are never overwritten: pass another --out path")
+        spec = with_overrides(
+            resolve_window(window, recipe),
+            transcripts=transcripts,
+            tokens=tokens,
+            rounds=rounds,
+            concurrency=conc,
+            classes=[c.strip() for c in classes.split(",")] if classes else None,
+        )
+        with _progress(as_json) as bar:
+            result = run_window(
+                endpoint,  # type: ignore[arg-type]
+                spec,
+                model=model,
+                progress=bar,
+                recipe=recipe.name if recipe else None,
+                fingerprint=fp,
+            )
+        if out is not None:
+            save_result(result, out)
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        print_json(_summary(result, out))
+    else:
+        # A table piped to a file should not wrap at rich's default 80 columns.
+        out_console = console if console.is_terminal else Console(width=160, highlight=False)
+        out_console.print(render_window(result))
+        if out is not None:
+            console.print(f"window result written to {out}")
+    if not result.valid:
+        bad = sum(1 for c in result.cells if not c.valid)
+        fail(f"{bad} of {len(result.cells)} cells invalid (reasons above); they are not averaged in")
+
+
+def _print_smoke(report: SmokeReport) -> None:
+    style = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
+    for gate in report.gates:
+        line = Text(f"{gate.status:<12}", style=f"bold {style[gate.status]}")
+        line.append(f" {gate.name} ({gate.kind}): {gate.reason}")  # reasons are plain text, never markup
+        console.print(line, soft_wrap=True, highlight=False)
+    if not report.gates:
+        console.print("[red]recipe has no smoke gates: nothing was checked[/]")
+    console.print(f"report: {report.report_path}", soft_wrap=True)
+
+
+def smoke_cmd(
+    recipe_name: str = typer.Argument(..., metavar="RECIPE", help="recipe whose smoke gates to run, e.g. v27"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="base URL of the lane (default: the recipe's)"),
+    reference: Optional[list[Path]] = typer.Option(
+        None, "--reference", help="the control's parity window result; pass twice (A, A2) to use their flips as the floor"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    try:
+        from gb300lane.recipes import load_recipe, render
+
+        recipe = load_recipe(recipe_name)
+        rendered = render(recipe)
+        if reference and len(reference) > 2:
+            raise typer.BadParameter("pass at most two references (A and A2)", param_hint="--reference")
+        report = run_smoke(
+            recipe,
+            endpoint or lane_endpoint(recipe)[0],
+            reference=reference or None,
+            model=rendered.served_model_name,
+            fingerprint=rendered.fingerprint,
+            progress=lambda: _progress(as_json),
+        )
+    except LaneError as exc:
+        fail(str(exc), exc.exit_code)
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        _print_smoke(report)
+    if not report.passed:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    """Attach this group's commands to the top-level app."""
+    """Attach `bench` and `smoke` to the top-level app."""
+    app.command("bench", help="Run a bench window against a lane and print the write-up's tables.")(bench_cmd)
+    app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(smoke_cmd)

@@ -149,7 +149,7 @@ class WindowSpec(_Model):
     concurrency: tuple[int, ...] = Field(min_length=1, description="Concurrency levels (C1, C8, ...).")
     temperature: float = Field(ge=0, description="Sampling temperature; 0 is the greedy path.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    seed_base: int | None = Field(default=None, description="Per-request seeds are seed_base + index (seeded sampler).")
+    seed_base: int | None = Field(default=None, description="Seed base: each request is seeded with a stable hash of (seed_base, transcript id, round); null sends no seed.")
     forced_tokens: int = Field(ge=1, description="Output tokens forced per request (ignore_eos).")
 
     @field_validator("concurrency")

@@ -1,0 +1,276 @@
+"""How fast the bench client consumes streams, and how precisely it times them.
+
+Boots the embedded engine at `--time-scale 0` (it emits as fast as it
+computes) pinned to one core, pins this process (the client) to another, and
+runs one window cell per concurrency level (C1, C8, C64) through the real
+client code path (`run_window_async`). For each level it reports:
+
+- consumed tok/s: output tokens received / the cell's wall span on the client
+  (bounded by the engine, which at time scale 0 is itself CPU-bound);
+- client CPU capacity: output tokens / the client process's CPU seconds over
+  the cell, i.e. the rate at which one saturated client core would consume;
+- engine modelled tok/s: the same tokens over the engine's modelled span,
+  i.e. what the lane would serve at time scale 1;
+- timing error: per token, the client-measured arrival minus the
+  engine-reported wall emit time, less the request's median difference (the
+  constant offset between the two clocks' origins: client = request sent,
+  engine = request arrived, reported apart). It includes loopback transit
+  jitter, the engine's own write delay, OS scheduling and the client's
+  event-loop delay.
+
+Floors: at C8 the client's CPU capacity is at least 5x the engine's modelled
+C8 throughput (the client is never the bottleneck), and the p99 timing error
+is under 1 ms. The timing error is measured twice: at time scale 0 (the
+engine's step loop runs flat out, so its own write backlog shows up as error)
+and paced at `--timing-time-scale` (default 0.05), where it is the client's. Prints a table and writes benchmarks/results/client.json.
+
+    python benchmarks/client.py [--tokens 256] [--concurrency 1,8,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from gb300lane import __version__
+from gb300lane.bench.window import run_window_async
+from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.recipes.schema import WindowSpec
+
+RESULTS = Path(__file__).resolve().parent / "results" / "client.json"
+SPEC_CONFIG = {
+    "method": "dspark",
+    "num_speculative_tokens": 5,
+    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 64, 3]],
+    "draft_sample_method": "probabilistic",
+    "rejection_sample_method": "block",
+}
+FLOOR_RATIO_C8 = 5.0
+FLOOR_P99_MS = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pin(cpu: int | None) -> None:
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+
+def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_root: str) -> subprocess.Popen:
+    argv = [
+        sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin",
+        "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
+        "--time-scale", str(time_scale), "--max-num-seqs", str(max_seqs), "--seed", "0",
+        "--speculative-config", json.dumps(SPEC_CONFIG),
+    ]
+    env = {**os.environ, "VLLM_CACHE_ROOT": cache_root}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        preexec_fn=(lambda: _pin(cpu)) if cpu is not None else None,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"engine exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"engine on port {port} not healthy after 120 s")
+
+
+def _timing_errors_ms(result) -> tuple[list[float], list[float]]:
+    """(per-token timing errors, per-request origin offsets), in ms.
+
+    The client's clock starts when it sends a request and the engine's when
+    the request arrives, so the two differ by a per-request constant (connect,
+    transit, parse). That offset is estimated as the median of the per-token
+    differences (robust to a late first chunk) and reported on its own; the
+    timing error is each token's deviation from it, which is what every
+    inter-token time, TPOT and decode rate the client reports inherits.
+    """
+    errors: list[float] = []
+    offsets: list[float] = []
+    for rec in result.records:
+        if not rec.ok or rec.engine is None:
+            continue
+        client, engine = rec.token_times_s, rec.engine.wall_token_times_s
+        if len(client) != len(engine) or not client:
+            continue  # chunk-only attribution: no per-token pairing
+        diff = (np.asarray(client) - np.asarray(engine)) * 1e3
+        offset = float(np.median(diff))
+        offsets.append(offset)
+        errors.extend((diff - offset).tolist())
+    return errors, offsets
+
+
+async def _measure(endpoint: str, conc: int, tokens: int, requests: int) -> dict:
+    window = WindowSpec(
+        name=f"client-c{conc}", classes=("mixed",), transcripts_per_class=requests, rounds=1,
+        concurrency=(conc,), temperature=1.0, top_p=1.0, seed_base=1, forced_tokens=tokens,
+    )
+    cpu0 = time.process_time()
+    result = await run_window_async(endpoint, window, model="bench")
+    client_cpu_s = time.process_time() - cpu0
+    (cell,) = result.cells
+    err_list, offset_list = _timing_errors_ms(result)
+    errs = np.asarray(err_list)
+    abs_errs = np.abs(errs)
+    offsets = np.asarray(offset_list)
+    client_tok_s = cell.output_tokens / cell.wall_span_s
+    # The engine at time scale 0 is itself CPU-bound, so the consumed rate is a lower bound on
+    # what the client can take; tokens per second of client CPU is the client's own ceiling.
+    capacity = cell.output_tokens / client_cpu_s if client_cpu_s > 0 else None
+    modelled = cell.decode_tok_s if cell.clock == "modelled" else None
+    return {
+        "concurrency": conc,
+        "requests": cell.requests,
+        "valid": cell.valid,
+        "invalid_reasons": cell.invalid_reasons,
+        "output_tokens": cell.output_tokens,
+        "wall_span_s": cell.wall_span_s,
+        "client_tok_s": client_tok_s,
+        "client_cpu_s": client_cpu_s,
+        "client_capacity_tok_s": capacity,
+        "engine_modelled_tok_s": modelled,
+        "ratio": (capacity / modelled) if capacity and modelled else None,
+        "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None,
+        "timing_error_ms": {
+            "tokens": int(errs.size),
+            "mean": float(errs.mean()) if errs.size else None,
+            "abs_p50": float(np.percentile(abs_errs, 50)) if errs.size else None,
+            "abs_p99": float(np.percentile(abs_errs, 99)) if errs.size else None,
+            "abs_max": float(abs_errs.max()) if errs.size else None,
+        },
+        "origin_offset_ms": {
+            "requests": int(offsets.size),
+            "p50": float(np.percentile(offsets, 50)) if offsets.size else None,
+            "p99": float(np.percentile(offsets, 99)) if offsets.size else None,
+        },
+    }
+
+
+def _phase(levels: list[int], tokens: int, per_stream: int, time_scale: float, args, cache_root: str) -> list[dict]:
+    port = _free_port()
+    engine_cpu = args.engine_cpu if (os.cpu_count() or 1) > 1 else None
+    proc = _boot(port, engine_cpu, max(levels), time_scale, cache_root)
+    try:
+        return [
+            asyncio.run(_measure(f"http://127.0.0.1:{port}", conc, tokens, min(200, conc * per_stream)))
+            for conc in levels
+        ]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--concurrency", default="1,8,64")
+    ap.add_argument("--requests-per-stream", type=int, default=4, help="requests each concurrent stream sends")
+    ap.add_argument("--timing-time-scale", type=float, default=0.05, help="engine pacing for the timing-error phase")
+    ap.add_argument("--timing-tokens", type=int, default=128)
+    ap.add_argument("--client-cpu", type=int, default=0)
+    ap.add_argument("--engine-cpu", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    levels = [int(x) for x in args.concurrency.split(",")]
+    cpus = os.cpu_count() or 1
+    engine_cpu = args.engine_cpu if cpus > 1 else None
+    _pin(args.client_cpu)
+    with tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-") as cache_root:
+        # Throughput at time scale 0; this boot also fills the compile cache so the paced boot is a hit.
+        rows = _phase(levels, args.tokens, args.requests_per_stream, 0.0, args, cache_root)
+        paced = _phase(levels, args.timing_tokens, 2, args.timing_time_scale, args, cache_root)
+    c8 = next((r for r in rows if r["concurrency"] == 8), None)
+    floors = {
+        "c8_client_over_modelled_min": FLOOR_RATIO_C8,
+        "c8_ratio": c8["ratio"] if c8 else None,
+        "c8_ratio_pass": bool(c8 and c8["ratio"] is not None and c8["ratio"] >= FLOOR_RATIO_C8),
+        "p99_timing_error_ms_max": FLOOR_P99_MS,
+        "p99_pass_paced": {str(r["concurrency"]): _p99_ok(r) for r in paced},
+        "p99_pass_time_scale_0": {str(r["concurrency"]): _p99_ok(r) for r in rows},
+    }
+    out = {
+        "schema_version": 1,
+        "benchmark": "client",
+        "tool_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": cpus,
+        "client_cpu": args.client_cpu,
+        "engine_cpu": engine_cpu,
+        "tokens": args.tokens,
+        "timing_tokens": args.timing_tokens,
+        "timing_time_scale": args.timing_time_scale,
+        "speculative_config": SPEC_CONFIG,
+        "rows": rows,
+        "paced_rows": paced,
+        "floors": floors,
+    }
+    atomic_write(args.out, dumps_json(out))
+    console = Console(width=max(Console().width, 150))
+    console.print(_table(f"time scale 0: {args.tokens} tokens/request, client on one core", rows))
+    console.print(_table(f"time scale {args.timing_time_scale:g} (paced): {args.timing_tokens} tokens/request", paced))
+    verdict = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
+    console.print(
+        f"floor C8 client >= {FLOOR_RATIO_C8:g}x modelled: {verdict(floors['c8_ratio_pass'])}; "
+        f"p99 timing error < {FLOOR_P99_MS:g} ms, paced: "
+        + ", ".join(f"C{c} {verdict(ok)}" for c, ok in floors["p99_pass_paced"].items())
+        + "; at time scale 0: "
+        + ", ".join(f"C{c} {verdict(ok)}" for c, ok in floors["p99_pass_time_scale_0"].items())
+    )
+    console.print(f"wrote {args.out}")
+
+
+def _p99_ok(row: dict) -> bool:
+    p99 = row["timing_error_ms"]["abs_p99"]
+    return p99 is not None and p99 < FLOOR_P99_MS
+
+
+def _table(title: str, rows: list[dict]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("C", "requests", "valid", "consumed tok/s", "client CPU cap tok/s", "engine modelled tok/s",
+                "cap / modelled", "tok/step",
+                "err p50 ms", "err p99 ms", "err max ms", "offset p50 ms"):
+        table.add_column(col, justify="right")
+    fmt = lambda v, f="{:,.1f}": "—" if v is None else f.format(v)  # noqa: E731
+    for r in rows:
+        t = r["timing_error_ms"]
+        table.add_row(
+            str(r["concurrency"]), str(r["requests"]), "yes" if r["valid"] else "NO",
+            fmt(r["client_tok_s"]), fmt(r["client_capacity_tok_s"]), fmt(r["engine_modelled_tok_s"]),
+            fmt(r["ratio"], "{:.1f}x"),
+            fmt(r["tokens_per_step"], "{:.2f}"), fmt(t["abs_p50"], "{:.3f}"), fmt(t["abs_p99"], "{:.3f}"),
+            fmt(t["abs_max"], "{:.3f}"), fmt(r["origin_offset_ms"]["p50"], "{:.3f}"),
+        )
+    return table
+
+
+if __name__ == "__main__":
+    main()

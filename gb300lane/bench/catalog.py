@@ -1,0 +1,145 @@
+"""Where a window comes from (the shipped standard windows, a recipe's smoke gates, or a
+file), and where a recipe's lane answers.
+
+`primary-t1` is the write-up's primary window (all five classes, 40
+transcripts, 256 forced tokens, C1 and C8, two rounds, temperature 1.0,
+top_p 1.0, seeded); `parity-t0` is its greedy parity window. Quick runs may
+shrink a window (`with_overrides`); the result records the window as run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gb300lane.errors import BenchError
+from gb300lane.recipes.schema import Recipe, WindowSpec
+
+_FIVE = ["prose", "structured", "code", "shell_ops", "tool_json"]
+
+STANDARD_WINDOWS: dict[str, dict[str, Any]] = {
+    "primary-t1": dict(
+        name="primary-t1",
+        classes=_FIVE,
+        transcripts_per_class=40,
+        rounds=2,
+        concurrency=[1, 8],
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1000,
+        forced_tokens=256,
+    ),
+    "parity-t0": dict(
+        name="parity-t0",
+        classes=_FIVE,
+        transcripts_per_class=40,
+        rounds=1,
+        concurrency=[1, 8],
+        temperature=0.0,
+        top_p=1.0,
+        seed_base=None,
+        forced_tokens=256,
+    ),
+}
+
+
+def standard_window(name: str) -> WindowSpec:
+    """A shipped standard window by name."""
+    if name not in STANDARD_WINDOWS:
+        raise BenchError(f"no standard window {name!r}; shipped: {', '.join(sorted(STANDARD_WINDOWS))}")
+    return WindowSpec.model_validate(STANDARD_WINDOWS[name])
+
+
+def _format(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def load_window_file(path: Path) -> WindowSpec:
+    """A WindowSpec from a YAML or JSON file (the spec itself, or `{window: {...}}`)."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read window file: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise BenchError(f"{path}: not YAML/JSON: {exc}; fix the syntax") from exc
+    if isinstance(raw, dict) and set(raw) == {"window"}:
+        raw = raw["window"]
+    if not isinstance(raw, dict):
+        raise BenchError(f"{path}: expected a mapping with the WindowSpec keys (name, classes, ...)")
+    try:
+        return WindowSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise BenchError(f"{path}: invalid window: {_format(exc)}; fix those keys") from None
+
+
+def resolve_window(name_or_file: str, recipe: Recipe | None = None) -> WindowSpec:
+    """A window by recipe gate name or window name, then standard name, then file path."""
+    if recipe is not None:
+        for gate in recipe.smoke.gates:
+            if name_or_file in (gate.name, gate.window.name):
+                return gate.window
+    if name_or_file in STANDARD_WINDOWS:
+        return standard_window(name_or_file)
+    path = Path(name_or_file)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        if not path.is_file():
+            raise BenchError(f"{path}: window file not found; pass an existing file or a window name")
+        return load_window_file(path)
+    known = sorted(STANDARD_WINDOWS)
+    if recipe is not None:
+        known = sorted({*known, *(g.name for g in recipe.smoke.gates), *(g.window.name for g in recipe.smoke.gates)})
+    raise BenchError(f"no window {name_or_file!r}; known: {', '.join(known)}, or pass a YAML/JSON file")
+
+
+def with_overrides(
+    window: WindowSpec,
+    *,
+    transcripts: int | None = None,
+    tokens: int | None = None,
+    rounds: int | None = None,
+    concurrency: list[int] | None = None,
+    classes: list[str] | None = None,
+) -> WindowSpec:
+    """The window with sizes shrunk (or grown) for a quick run, re-validated."""
+    data = window.model_dump()
+    for key, value in (
+        ("transcripts_per_class", transcripts),
+        ("forced_tokens", tokens),
+        ("rounds", rounds),
+        ("concurrency", concurrency),
+        ("classes", classes),
+    ):
+        if value is not None:
+            data[key] = value
+    try:
+        return WindowSpec.model_validate(data)
+    except ValidationError as exc:
+        raise BenchError(f"window {window.name!r} with overrides: {_format(exc)}; fix the override options") from None
+
+
+def lane_endpoint(recipe: Recipe) -> tuple[str, str]:
+    """(endpoint, how it was found) for a recipe's lane.
+
+    A running instance of the recipe (booted by `gb300lane up`, perhaps on
+    another port) wins over the rendered default; when several run, the
+    rendered endpoint is used and the caller should pass --endpoint.
+    """
+    from gb300lane.errors import LaneError
+    from gb300lane.recipes import render
+
+    rendered = render(recipe).endpoint
+    try:
+        from gb300lane.lane import list_instances
+
+        running = [i for i in list_instances() if i.recipe == recipe.name and i.state == "running" and i.endpoint]
+    except (LaneError, ImportError) as exc:
+        return rendered, f"rendered from the recipe (instances not listed: {exc})"
+    if len(running) == 1:
+        return running[0].endpoint, f"running instance {running[0].name}"  # type: ignore[return-value]
+    if len(running) > 1:
+        names = ", ".join(i.name for i in running)
+        return rendered, f"rendered from the recipe ({len(running)} instances run: {names}; pass --endpoint)"
+    return rendered, "rendered from the recipe"

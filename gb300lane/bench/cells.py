@@ -1,0 +1,288 @@
+"""One cell's derived view: validity rules, clocks, statistics and spec counters.
+
+Pure functions over the raw records of one (class, concurrency, round) cell
+and the two /metrics scrapes around it. Nothing here does I/O, so the rules
+are tested with recorded values.
+
+Validity: a cell is invalid (and never averaged in) when any request failed,
+any request returned other than the forced token count, or the server's
+generation-token counter moved by a different amount than the client
+received (someone else used the lane during the cell: foreign traffic).
+A missing /metrics or a lane without spec-decode counters does not
+invalidate a cell; its spec statistics are then absent with the reason.
+
+Clocks: a request that carries the embedded engine's `gb300lane` extension
+is timed on the modelled clock, others on the client's wall clock. A cell
+uses the modelled clock only when every successful request carried it. The
+modelled cell span is the longest closed-loop stream: the sum of the
+modelled e2e times of the requests each concurrent stream sent one after
+another (a stream sends its next request as soon as the previous finished).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gb300lane.bench.client import Scrape, StreamOutcome
+from gb300lane.bench.models import CellResult, Clock, RequestRecord, SpecStats
+from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
+from gb300lane.errors import MetricsError
+
+_SPEC_NAME = "vllm:spec_decode_num_drafts"
+
+
+def make_record(
+    outcome: StreamOutcome,
+    *,
+    transcript_id: str,
+    cls: str,
+    round: int,
+    concurrency: int,
+    seed: int,
+    kind: str,
+    worker: int,
+    start_s: float,
+    expected_tokens: int,
+) -> RequestRecord:
+    """A RequestRecord from a stream outcome, with its decode rate on the best clock it has."""
+    n = outcome.output_tokens or 0
+    clock: Clock
+    if outcome.engine is not None:
+        clock = "modelled"
+        ttft, e2e = outcome.engine.modelled_ttft_s, outcome.engine.modelled_e2e_s
+    else:
+        clock = "wall"
+        ttft, e2e = outcome.ttft_s, outcome.e2e_s
+    return RequestRecord(
+        transcript_id=transcript_id,
+        cls=cls,
+        round=round,
+        concurrency=concurrency,
+        seed=seed,
+        kind=kind,  # type: ignore[arg-type]
+        worker=worker,
+        start_s=start_s,
+        ok=outcome.ok,
+        error=outcome.error,
+        http_status=outcome.http_status,
+        expected_tokens=expected_tokens,
+        output_tokens=outcome.output_tokens,
+        prompt_tokens=outcome.prompt_tokens,
+        chunks=outcome.chunks,
+        token_attribution=outcome.token_attribution,
+        ttft_s=outcome.ttft_s,
+        e2e_s=outcome.e2e_s,
+        done_s=outcome.done_s,
+        token_times_s=outcome.token_times_s,
+        engine=outcome.engine,
+        clock=clock,
+        decode_tok_s=decode_rate(n, ttft, e2e) if outcome.ok else None,
+        tpot_s=tpot(n, ttft, e2e) if outcome.ok else None,
+        text=outcome.text,
+    )
+
+
+def _timings(rec: RequestRecord, clock: Clock) -> tuple[float | None, float | None, list[float]]:
+    if clock == "modelled" and rec.engine is not None:
+        return rec.engine.modelled_ttft_s, rec.engine.modelled_e2e_s, rec.engine.modelled_token_times_s
+    return rec.ttft_s, rec.e2e_s, rec.token_times_s
+
+
+def _parse(text: str, model: str | None, source: str):
+    from gb300lane import spec
+
+    try:
+        return spec.parse_metrics_text(text, source=source)
+    except MetricsError:
+        if model is None:
+            raise
+        # A scrape serving several models is narrowed to the one the window sent.
+        return spec.parse_metrics_text(text, model_name=model, source=source)
+
+
+def spec_from_scrapes(
+    before: Scrape, after: Scrape, *, model: str | None = None
+) -> tuple[SpecStats | None, str | None, int | None, dict[str, Any] | None]:
+    """(spec stats, reason they are absent, generation-token delta, raw counter deltas) of one cell."""
+    if before.text is None or after.text is None:
+        return None, f"/metrics unavailable: {before.reason or after.reason}", None, None
+    from gb300lane import spec
+
+    try:
+        first = _parse(before.text, model, "/metrics before the cell")
+        last = _parse(after.text, model, "/metrics after the cell")
+        if first.spec.drafts_by_length is None and first.spec.num_drafts == 0 and last.spec.drafts_by_length is not None:
+            # A fresh engine prints the labelled family with no samples yet: that is zero drafts of every length.
+            first = first.model_copy(update={"spec": first.spec.model_copy(update={"drafts_by_length": {}})})
+        d = spec.delta(first, last)
+    except MetricsError as exc:
+        return None, f"/metrics unusable: {exc}", None, None
+    counters = d.spec
+    raw: dict[str, Any] = {
+        "generation_tokens": d.generation_tokens,
+        "prompt_tokens": d.prompt_tokens,
+        "requests_success": d.requests_success,
+        "num_drafts": counters.num_drafts,
+        "num_draft_tokens": counters.num_draft_tokens,
+        "num_accepted_tokens": counters.num_accepted_tokens,
+        "accepted_per_pos": list(counters.accepted_per_pos),
+        "drafts_by_length": (
+            None if counters.drafts_by_length is None else {str(k): v for k, v in counters.drafts_by_length.items()}
+        ),
+        "extras": dict(d.extras),
+    }
+    if _SPEC_NAME not in after.text:
+        reason = f"no spec-decode counters in /metrics ({_SPEC_NAME} absent; speculative decoding off?)"
+        return None, reason, d.generation_tokens, raw
+    if counters.num_drafts <= 0:
+        return None, "spec-decode counters did not move during the cell (no drafts)", d.generation_tokens, raw
+    try:
+        acc = spec.acceptance(counters)
+    except MetricsError as exc:
+        return None, f"spec-decode counters inconsistent: {exc}", d.generation_tokens, raw
+    stats = SpecStats(
+        num_drafts=counters.num_drafts,
+        num_draft_tokens=counters.num_draft_tokens,
+        num_accepted_tokens=counters.num_accepted_tokens,
+        tokens_per_step=acc.tokens_per_step,
+        mean_drafts_per_step=acc.mean_drafts_per_step,
+        a_p=list(acc.a_p),
+        a_p_exact=acc.a_p_exact,
+        marginal=list(acc.marginal),
+        vllm_per_position=list(acc.vllm_per_position),
+        draft_acceptance_rate=acc.draft_acceptance_rate,
+    )
+    return stats, None, d.generation_tokens, raw
+
+
+def summarize_cell(
+    *,
+    cls: str,
+    concurrency: int,
+    round: int,
+    records: list[RequestRecord],
+    forced_tokens: int,
+    wall_span_s: float,
+    before: Scrape,
+    after: Scrape,
+    model: str | None = None,
+) -> CellResult:
+    """Apply the validity rules and compute the cell's statistics from its raw records."""
+    invalid: list[str] = []
+    notes: list[str] = []
+    failed = [r for r in records if not r.ok]
+    if failed:
+        first = failed[0]
+        invalid.append(f"{len(failed)} of {len(records)} requests failed; first: {first.transcript_id}: {first.error}")
+    short = [r for r in records if r.ok and r.output_tokens != forced_tokens]
+    if short:
+        r = short[0]
+        invalid.append(
+            f"{len(short)} requests returned other than the forced {forced_tokens} tokens; "
+            f"first: {r.transcript_id} returned {r.output_tokens}"
+        )
+    received = sum(r.output_tokens or 0 for r in records)
+    spec_stats, spec_reason, gen_delta, raw = spec_from_scrapes(before, after, model=model)
+    if gen_delta is not None and gen_delta != received:
+        moved = f"the server's generation-token counter moved by {gen_delta} while this cell received {received} tokens"
+        if failed:
+            notes.append(f"{moved} (failed requests may account for it)")
+        else:
+            invalid.append(f"foreign traffic: {moved}")
+    if gen_delta is None:
+        notes.append(f"foreign-traffic check not possible: {spec_reason}")
+    if spec_stats is None:
+        notes.append(f"spec stats absent: {spec_reason}")
+    attributions = {r.token_attribution for r in records if r.ok}
+    if "chunks_only" in attributions:
+        notes.append("some streams carried no per-chunk usage: their inter-token gaps are per chunk, not per token")
+
+    ok = [r for r in records if r.ok]
+    clock: Clock = "modelled" if ok and all(r.engine is not None for r in ok) else "wall"
+    if clock == "wall" and any(r.engine is not None for r in ok):
+        notes.append("only some requests carried modelled times; the cell uses the wall clock")
+    ttfts, tpots, rates, itls = [], [], [], []
+    for r in ok:
+        ttft, e2e, times = _timings(r, clock)
+        n = r.output_tokens or 0
+        if ttft is not None:
+            ttfts.append(ttft)
+        if (t := tpot(n, ttft, e2e)) is not None:
+            tpots.append(t)
+        if (d := decode_rate(n, ttft, e2e)) is not None:
+            rates.append(d)
+        itls.extend(gaps_from_token_times(times))
+    span: float | None
+    if clock == "modelled":
+        per_worker: dict[int, float] = defaultdict(float)
+        for r in ok:
+            per_worker[r.worker] += r.engine.modelled_e2e_s  # type: ignore[union-attr]
+        span = max(per_worker.values()) if per_worker else None
+    else:
+        span = wall_span_s
+    return CellResult(
+        cls=cls,
+        concurrency=concurrency,
+        round=round,
+        valid=not invalid,
+        invalid_reasons=invalid,
+        notes=notes,
+        requests=len(records),
+        errors=len(failed),
+        expected_tokens=forced_tokens * len(records),
+        output_tokens=received,
+        clock=clock,
+        span_s=span,
+        wall_span_s=wall_span_s,
+        decode_tok_s=(received / span) if span and received and not invalid else None,
+        decode_tok_s_per_stream=Percentiles.from_values(rates),
+        ttft_s=Percentiles.from_values(ttfts),
+        tpot_s=Percentiles.from_values(tpots),
+        itl_s=Percentiles.from_values(itls),
+        generation_tokens_delta=gen_delta,
+        spec=spec_stats,
+        spec_absent_reason=spec_reason if spec_stats is None else None,
+        counters_delta=raw,
+    )
+
+
+def aggregate_spec(cells: list[CellResult]) -> SpecStats | None:
+    """Spec stats over the summed counter deltas of the valid cells that have them."""
+    from gb300lane import spec
+
+    used = [c for c in cells if c.valid and c.spec is not None and c.counters_delta is not None]
+    if not used:
+        return None
+    k = max(len(c.counters_delta["accepted_per_pos"]) for c in used)  # type: ignore[index]
+    per_pos = [0] * k
+    by_length: dict[int, int] | None = {}
+    for c in used:
+        d = c.counters_delta
+        for i, v in enumerate(d["accepted_per_pos"]):  # type: ignore[index]
+            per_pos[i] += v
+        if by_length is not None and d["drafts_by_length"] is not None:  # type: ignore[index]
+            for length, v in d["drafts_by_length"].items():  # type: ignore[index]
+                by_length[int(length)] = by_length.get(int(length), 0) + v
+        else:
+            by_length = None
+    counters = spec.SpecCounters(
+        num_drafts=sum(c.counters_delta["num_drafts"] for c in used),  # type: ignore[index]
+        num_draft_tokens=sum(c.counters_delta["num_draft_tokens"] for c in used),  # type: ignore[index]
+        num_accepted_tokens=sum(c.counters_delta["num_accepted_tokens"] for c in used),  # type: ignore[index]
+        accepted_per_pos=tuple(per_pos),
+        drafts_by_length=by_length or None,
+    )
+    acc = spec.acceptance(counters)
+    return SpecStats(
+        num_drafts=counters.num_drafts,
+        num_draft_tokens=counters.num_draft_tokens,
+        num_accepted_tokens=counters.num_accepted_tokens,
+        tokens_per_step=acc.tokens_per_step,
+        mean_drafts_per_step=acc.mean_drafts_per_step,
+        a_p=list(acc.a_p),
+        a_p_exact=acc.a_p_exact,
+        marginal=list(acc.marginal),
+        vllm_per_position=list(acc.vllm_per_position),
+        draft_acceptance_rate=acc.draft_acceptance_rate,
+    )

@@ -1,0 +1,270 @@
+"""The async streaming client: the only code that speaks OpenAI-compatible HTTP to a lane.
+
+It sends one completion or chat request with `stream=true`, parses the SSE
+stream as it arrives, and returns a `StreamOutcome` with every arrival time
+the client saw. Every failure (no connection, an HTTP error, a malformed
+event, a stream that ends without `[DONE]`, an error event mid-stream, a
+missing usage chunk) becomes an `error` string on the outcome; nothing here
+raises for a bad server.
+
+Token attribution: a chunk may carry several tokens (a speculative verify
+step emits all its accepted tokens at once). With per-chunk cumulative usage
+(`continuous_usage_stats`) each chunk's token count is exact, and all of the
+chunk's tokens are assigned the chunk's arrival time, so the inter-token gap
+is charged to the first token of the chunk and the rest get zero gaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from gb300lane.bench.models import EngineTiming, TokenAttribution
+
+#: Upper bound on an error body kept in a record.
+_ERROR_BODY_CHARS = 300
+
+
+class SSEParser:
+    """Incremental Server-Sent Events parser: bytes in, complete `data` payloads out.
+
+    Events end at a blank line; `data:` lines of one event are joined by a
+    newline; comment lines (starting with ':') and other fields are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        self._buf += data.replace(b"\r\n", b"\n")
+        events: list[str] = []
+        while True:
+            end = self._buf.find(b"\n\n")
+            if end < 0:
+                break
+            raw, self._buf = self._buf[:end], self._buf[end + 2 :]
+            payload = [
+                line[5:].lstrip(b" ") if line.startswith(b"data:") else None
+                for line in raw.split(b"\n")
+            ]
+            lines = [p for p in payload if p is not None]
+            if lines:
+                events.append(b"\n".join(lines).decode("utf-8", errors="replace"))
+        return events
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event that has not been terminated yet."""
+        return self._buf
+
+
+@dataclass
+class StreamOutcome:
+    """What one streamed request produced, on the client's wall clock (seconds since send)."""
+
+    ok: bool = False
+    error: str | None = None
+    http_status: int | None = None
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    chunks: int = 0
+    token_attribution: TokenAttribution = "chunks_only"
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    done_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    engine: EngineTiming | None = None
+    text: str = ""
+
+
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    """The text a chunk adds: completion text, chat content, or tool-call arguments."""
+    parts: list[str] = []
+    for choice in chunk.get("choices") or []:
+        if "text" in choice and choice["text"]:
+            parts.append(choice["text"])
+        delta = choice.get("delta") or {}
+        if delta.get("content"):
+            parts.append(delta["content"])
+        for call in delta.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if fn.get("arguments"):
+                parts.append(fn["arguments"])
+    return "".join(parts)
+
+
+class _StreamState:
+    """Folds parsed SSE events into a StreamOutcome."""
+
+    def __init__(self) -> None:
+        self.out = StreamOutcome()
+        self.done = False
+        self.usage_tokens_seen = 0
+        self.per_chunk_usage = True
+        self.chunk_times: list[tuple[float, int | None]] = []  # (arrival, tokens if known)
+
+    def event(self, data: str, now: float) -> None:
+        if self.done:
+            return
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise _StreamFault(f"malformed SSE event (not JSON: {exc.msg}): {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise _StreamFault(f"malformed SSE event (not an object): {data[:80]!r}")
+        if "error" in chunk:
+            err = chunk["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise _StreamFault(f"server error event mid-stream: {msg}")
+        usage = chunk.get("usage")
+        choices = chunk.get("choices") or []
+        if choices:
+            text = _chunk_text(chunk)
+            n: int | None = None
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                n = usage["completion_tokens"] - self.usage_tokens_seen
+                self.usage_tokens_seen = usage["completion_tokens"]
+            elif text:
+                # Only a chunk that carries text but no usage breaks exact attribution;
+                # role-only and finish_reason-only chunks carry no tokens.
+                self.per_chunk_usage = False
+            if text or (n or 0) > 0:
+                self.out.text += text
+                self.out.chunks += 1
+                self.chunk_times.append((now, n))
+        if isinstance(usage, dict) and not choices:
+            self.out.output_tokens = usage.get("completion_tokens")
+            self.out.prompt_tokens = usage.get("prompt_tokens")
+        ext = chunk.get("gb300lane")
+        if isinstance(ext, dict):
+            try:
+                self.out.engine = EngineTiming.model_validate(ext)
+            except ValueError as exc:
+                raise _StreamFault(f"malformed gb300lane timing extension: {exc.errors()[0]['msg']}") from None
+
+    def finish(self) -> None:
+        """Turn chunk arrivals into per-token times once the total is known."""
+        out = self.out
+        total = out.output_tokens
+        if self.chunk_times and self.per_chunk_usage and all(n is not None for _, n in self.chunk_times):
+            out.token_attribution = "usage"
+            times = [t for t, n in self.chunk_times for _ in range(max(n or 0, 0))]
+        elif total is not None and total == len(self.chunk_times):
+            out.token_attribution = "one_per_chunk"
+            times = [t for t, _ in self.chunk_times]
+        else:
+            out.token_attribution = "chunks_only"
+            times = [t for t, _ in self.chunk_times]
+        out.token_times_s = times
+        if times:
+            out.ttft_s = times[0]
+            out.e2e_s = times[-1]
+
+
+class _StreamFault(Exception):
+    """A protocol fault inside one stream; becomes the outcome's error."""
+
+
+async def stream_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    read_timeout_s: float = 120.0,
+) -> StreamOutcome:
+    """POST `payload` to `url` and consume its SSE stream; never raises for server faults."""
+    state = _StreamState()
+    out = state.out
+    parser = SSEParser()
+    t0 = time.perf_counter()
+    try:
+        async with session.post(
+            url, json=payload, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout_s)
+        ) as resp:
+            out.http_status = resp.status
+            if resp.status != 200:
+                body = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
+                out.error = f"HTTP {resp.status} from {url}: {body.strip()}"
+                return out
+            async for data in resp.content.iter_any():
+                now = time.perf_counter() - t0
+                for event in parser.feed(data):
+                    state.event(event, now)
+            out.done_s = time.perf_counter() - t0
+            tail = parser.pending.decode("utf-8", errors="replace").strip()
+            if tail and not state.done:
+                # A final event without its blank line still counts when it is complete.
+                try:
+                    state.event(tail.removeprefix("data:").strip(), out.done_s)
+                except _StreamFault:
+                    raise _StreamFault(f"truncated stream: ended inside an event: {tail[:80]!r}") from None
+    except _StreamFault as exc:
+        out.error = str(exc)
+    except asyncio.TimeoutError:
+        out.error = f"no data from {url} for {read_timeout_s:g} s (stream stalled)"
+    except aiohttp.ClientConnectorError as exc:
+        out.error = f"cannot connect to {url}: {exc.os_error or exc}"
+    except aiohttp.ClientPayloadError as exc:
+        out.error = f"truncated stream from {url}: {exc}"
+    except aiohttp.ClientError as exc:
+        out.error = f"{type(exc).__name__} talking to {url}: {exc}"
+    state.finish()
+    if out.error is None:
+        if not state.done:
+            out.error = "truncated stream: ended without data: [DONE]"
+        elif out.output_tokens is None:
+            out.error = "no usage chunk in the stream (stream_options.include_usage ignored?)"
+    out.ok = out.error is None
+    return out
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One /metrics scrape: the text, or why there is none."""
+
+    text: str | None
+    reason: str | None
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0) -> Scrape:
+    """GET `<base>/metrics`; a missing or failing endpoint gives a reason, not an exception."""
+    url = f"{base_url}/metrics"
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                return Scrape(None, f"GET {url} answered HTTP {resp.status}")
+            return Scrape(await resp.text(errors="replace"), None)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        return Scrape(None, f"GET {url} failed: {type(exc).__name__}: {exc}")
+
+
+async def get_json(
+    session: aiohttp.ClientSession, url: str, *, timeout_s: float = 10.0
+) -> tuple[Any | None, str | None]:
+    """GET a JSON document; returns (body, None) or (None, reason)."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                return None, f"GET {url} answered HTTP {resp.status}"
+            return await resp.json(content_type=None), None
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+        reason = getattr(exc, "os_error", None) or exc
+        return None, f"GET {url} failed: {type(exc).__name__}: {reason}"
+
+
+async def get_status(session: aiohttp.ClientSession, url: str, *, timeout_s: float = 10.0) -> int | str:
+    """The HTTP status of GET `url`, or why no response came."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return resp.status
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        reason = getattr(exc, "os_error", None) or exc
+        return f"GET {url} failed: {type(exc).__name__}: {reason}"

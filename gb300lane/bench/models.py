@@ -1,0 +1,150 @@
+"""The records a window produces: per request, per cell, and the window result file.
+
+Every raw per-request value is kept in `RequestRecord`; a `CellResult` is the
+derived view of one (class, concurrency, round) cell, and `WindowResult` is
+what `gb300lane bench --out` writes (schema_version 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane.bench.stats import Percentiles
+
+Clock = Literal["modelled", "wall"]
+TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
+
+_MODEL = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineTiming(BaseModel):
+    """The embedded engine's `gb300lane` timing extension from the final chunk."""
+
+    model_config = _MODEL
+
+    modelled_ttft_s: float = Field(description="Modelled time to first token, seconds since the request arrived.")
+    modelled_e2e_s: float = Field(description="Modelled time to the last token, seconds since the request arrived.")
+    modelled_token_times_s: list[float] = Field(description="Modelled arrival time of each output token.")
+    wall_token_times_s: list[float] = Field(description="Engine wall-clock emit time of each output token.")
+
+
+class RequestRecord(BaseModel):
+    """One request of a window, with every raw timing the client saw."""
+
+    model_config = _MODEL
+
+    transcript_id: str = Field(description="Stable id of the transcript sent.")
+    cls: str = Field(description="Traffic class of the cell this request ran in.")
+    round: int = Field(description="Round number, 1-based.")
+    concurrency: int = Field(description="Concurrency level of the cell.")
+    seed: int = Field(description="Sampling seed derived from (seed base, transcript id, round); -1 when unseeded.")
+    kind: Literal["completion", "chat"] = Field(description="Which OpenAI endpoint was used.")
+    worker: int = Field(description="Index of the concurrent stream that sent it (0-based).")
+    start_s: float = Field(description="Client wall time the request was sent, seconds since the cell started.")
+    ok: bool = Field(description="True when the stream completed without error and with usage.")
+    error: str | None = Field(description="What went wrong, when anything did.")
+    http_status: int | None = Field(description="HTTP status of the response; None when none arrived.")
+    expected_tokens: int = Field(description="The forced output length requested.")
+    output_tokens: int | None = Field(description="Completion tokens from the usage chunk; None without usage.")
+    prompt_tokens: int | None = Field(description="Prompt tokens from the usage chunk.")
+    chunks: int = Field(description="Number of content-bearing SSE chunks received.")
+    token_attribution: TokenAttribution = Field(
+        description=(
+            "How tokens were assigned to chunks: 'usage' from per-chunk cumulative usage, "
+            "'one_per_chunk' when chunks equal usage tokens, 'chunks_only' when neither held "
+            "(token times are then chunk times)."
+        )
+    )
+    ttft_s: float | None = Field(description="Client wall time to the first token.")
+    e2e_s: float | None = Field(description="Client wall time to the last token.")
+    done_s: float | None = Field(description="Client wall time until the stream closed.")
+    token_times_s: list[float] = Field(
+        description="Client wall arrival time of each output token; the tokens of one chunk share its arrival time."
+    )
+    engine: EngineTiming | None = Field(description="The engine's timing extension, when it sent one.")
+    clock: Clock = Field(description="Which clock decode_tok_s and tpot_s use.")
+    decode_tok_s: float | None = Field(description="(output_tokens - 1) / (e2e - ttft) on `clock`.")
+    tpot_s: float | None = Field(description="(e2e - ttft) / (output_tokens - 1) on `clock`.")
+    text: str = Field(description="The generated text (chat: content, then tool-call arguments).")
+
+
+class SpecStats(BaseModel):
+    """Speculative-decoding statistics of one cell, from the /metrics counter deltas."""
+
+    model_config = _MODEL
+
+    num_drafts: int = Field(description="Verify steps that carried drafts during the cell.")
+    num_draft_tokens: int = Field(description="Draft tokens proposed during the cell.")
+    num_accepted_tokens: int = Field(description="Draft tokens accepted during the cell.")
+    tokens_per_step: float = Field(description="1 + accepted / drafts: tokens emitted per verify step.")
+    mean_drafts_per_step: float = Field(description="Draft tokens / drafts: the mean draft length run.")
+    a_p: list[float] = Field(description="Accepted at position p over the drafts that had position p (1-based p).")
+    a_p_exact: bool = Field(description="False when a_p fell back to the all-drafts convention (k schedule, no mix).")
+    marginal: list[float | None] = Field(description="a_p / a_(p-1) per position (None where undefined).")
+    vllm_per_position: list[float] = Field(description="vLLM's convention: accepted at position p over all drafts.")
+    draft_acceptance_rate: float = Field(description="Accepted / drafted tokens.")
+
+
+class CellResult(BaseModel):
+    """One (class, concurrency, round) cell: its validity and derived statistics."""
+
+    model_config = _MODEL
+
+    cls: str = Field(description="Traffic class.")
+    concurrency: int = Field(description="Concurrent streams.")
+    round: int = Field(description="Round number, 1-based.")
+    valid: bool = Field(description="False when any request failed, was short, or foreign traffic was seen.")
+    invalid_reasons: list[str] = Field(description="Why the cell is invalid; empty when valid.")
+    notes: list[str] = Field(description="Things a reader should know that do not invalidate the cell.")
+    requests: int = Field(description="Requests sent.")
+    errors: int = Field(description="Requests that failed.")
+    expected_tokens: int = Field(description="requests x forced tokens.")
+    output_tokens: int = Field(description="Completion tokens received (sum of usage).")
+    clock: Clock = Field(description="Clock of the decode rates: 'modelled' when every request carried it.")
+    span_s: float | None = Field(description="Cell duration on `clock`.")
+    wall_span_s: float = Field(description="Cell duration on the client's wall clock.")
+    decode_tok_s: float | None = Field(description="Aggregate: output tokens / span on `clock`; None when invalid.")
+    decode_tok_s_per_stream: Percentiles = Field(description="Per-request decode tok/s on `clock`.")
+    ttft_s: Percentiles = Field(description="Time to first token on `clock`.")
+    tpot_s: Percentiles = Field(description="Time per output token after the first on `clock`.")
+    itl_s: Percentiles = Field(description="Inter-token gaps on `clock` (multi-token chunks give zero gaps).")
+    generation_tokens_delta: int | None = Field(description="Server generation-token counter delta over the cell.")
+    spec: SpecStats | None = Field(description="Speculative-decoding statistics; None with spec_absent_reason.")
+    spec_absent_reason: str | None = Field(description="Why spec is None.")
+    counters_delta: dict[str, Any] | None = Field(description="The raw counter deltas the spec stats come from.")
+
+
+class WindowResult(BaseModel):
+    """A bench window's result file: the spec, every cell and every raw request."""
+
+    model_config = _MODEL
+
+    schema_version: Literal[1] = Field(default=1, description="Result file format version.")
+    tool_version: str = Field(description="gb300lane version that produced the file.")
+    python: str = Field(description="Python version.")
+    platform: str = Field(description="platform.platform() of the client host.")
+    created_at: str = Field(description="UTC time the window started (ISO 8601).")
+    endpoint: str = Field(description="Base URL the window ran against.")
+    model: str = Field(description="Served model name sent in every request.")
+    server_version: dict[str, Any] | None = Field(description="The server's /version body, when it answered.")
+    recipe: str | None = Field(description="Recipe name, when the window ran against a known recipe.")
+    fingerprint: str | None = Field(description="Recipe fingerprint, when known.")
+    window: dict[str, Any] = Field(description="The WindowSpec the window ran, as data.")
+    valid: bool = Field(description="True when every cell is valid.")
+    cells: list[CellResult] = Field(description="Cells in the order they ran.")
+    records: list[RequestRecord] = Field(description="Every request, in the order the cells ran.")
+
+    def outputs(self) -> dict[str, str]:
+        """Generated text of every successful request, keyed by `output_key`."""
+        return {output_key(rec): rec.text for rec in self.records if rec.ok}
+
+
+def output_key(rec: RequestRecord) -> str:
+    """`<class>/<transcript id>/c<concurrency>/r<round>`: one request's identity across arms.
+
+    Concurrency is part of the key because batching may legitimately change
+    greedy outputs on a real engine, so outputs are only compared like for like.
+    """
+    return f"{rec.cls}/{rec.transcript_id}/c{rec.concurrency}/r{rec.round}"

@@ -1,0 +1,84 @@
+"""A window and the smoke gates against the real embedded engine (`python -m gb300lane.engine serve`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from gb300lane.bench.smoke import run_smoke
+from gb300lane.bench.window import run_window
+from gb300lane.recipes import load_recipe
+from gb300lane.recipes.schema import WindowSpec
+
+SPEC = {
+    "method": "dspark",
+    "num_speculative_tokens": 5,
+    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
+    "draft_sample_method": "probabilistic",
+    "rejection_sample_method": "block",
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cache = tmp_path_factory.mktemp("vllm-cache")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name",
+         "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0",
+         "--speculative-config", json.dumps(SPEC)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"embedded engine did not become healthy at {url} (exit {proc.poll()})")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_window_on_the_modelled_clock_with_exact_counters(engine):
+    window = WindowSpec(
+        name="e", classes=("prose", "tool_json"), transcripts_per_class=3, rounds=2, concurrency=(1, 4),
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=48,
+    )
+    result = run_window(engine, window, model="deepseek-v4.1-flash")
+    assert result.valid, [c.invalid_reasons for c in result.cells]
+    assert result.server_version["engine"] == "gb300lane-embedded"
+    for cell in result.cells:
+        assert cell.clock == "modelled" and cell.output_tokens == 3 * 48 == cell.generation_tokens_delta
+        assert cell.spec is not None and 1.0 <= cell.spec.tokens_per_step <= 6.0
+        assert cell.decode_tok_s and cell.decode_tok_s_per_stream.count == 3
+    assert all(len(r.token_times_s) == 48 and len(r.engine.modelled_token_times_s) == 48 for r in result.records)
+    # seeded: the same transcript and round give the same text at C1 and C4
+    by_key: dict[tuple[str, int], set[str]] = {}
+    for r in result.records:
+        by_key.setdefault((r.transcript_id, r.round), set()).add(r.text)
+    assert all(len(texts) == 1 for texts in by_key.values())
+
+
+def test_smoke_gates_of_the_local_recipe_pass(engine):
+    report = run_smoke(load_recipe("local-v27"), engine)
+    assert report.passed, [(g.name, g.status, g.reason) for g in report.gates]
+    assert [g.kind for g in report.gates] == ["parity", "bounds"]
