@@ -10,3 +10,12 @@ test:
 
 test-fast:
 	GB300LANE_SKIP_DOCKER=1 $(PYTHON) -m pytest -q -m "not slow"
+
+reproduce-br1:
+	$(PYTHON) -m gb300lane card reproduce br1
+
+reproduce-br2:
+	$(PYTHON) -m gb300lane card reproduce br2
+
+bench:
+	for b in verify engine boot client reproduce rollback; do $(PYTHON) benchmarks/$$b.py || exit 1; done
