@@ -27,12 +27,21 @@ and one seed gives one outcome per row where the rules coincide.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from gb300lane.errors import EngineError
+
+@functools.lru_cache(maxsize=8)
+def _zeros(vocab: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only zero row: np.maximum against an array runs vectorised, against a scalar it does not."""
+    zeros = np.zeros(vocab, dtype=dtype)
+    zeros.flags.writeable = False
+    return zeros
+
 
 VerifyMethod = Literal["standard", "block"]
 
@@ -118,14 +127,23 @@ def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
     dist = p[rows, tau]
     if k > 0:
         has_draft = tau < k
-        if scale is not None and np.any(scale != 1.0):
-            dist *= scale[:, None]
+        if scale is not None:
+            # Only rows whose scale is not 1: a product with 1.0 is exact, and most rows have it.
+            scaled = np.flatnonzero(scale != 1.0)
+            if scaled.size == rows.size:
+                dist *= scale[:, None]
+            elif scaled.size:
+                dist[scaled] *= scale[scaled, None]
         if np.any(has_draft):
             q_rows = q[rows, np.minimum(tau, k - 1)]
             q_rows[~has_draft] = 0.0
             np.subtract(dist, q_rows, out=dist)
-            np.maximum(dist, 0.0, out=dist)
+            np.maximum(dist, _zeros(dist.shape[-1], dist.dtype), out=dist)
     return dist
+
+
+#: Rows x vocabulary up to which the correction recomputes known residuals rather than splicing them in.
+_MERGE_ELEMENTS = 1 << 18
 
 
 def _correction(p, q, rows, tau, scale, u, known: list[tuple[np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
@@ -137,12 +155,14 @@ def _correction(p, q, rows, tau, scale, u, known: list[tuple[np.ndarray, np.ndar
     exactly, or rounding left nothing) falls back to p_tau itself, which is
     what the residual is proportional to in that limit.
     """
-    if not known:
+    if not known or rows.size * p.shape[2] <= _MERGE_ELEMENTS:
+        # Small rows are recomputed with the rest (the same arithmetic, so the same values):
+        # one pass and one sampling call cost less than splicing the known ones in.
         dist = _residual_rows(p, q, rows, tau, scale)
         return _sample_rows(dist, u, lambda empty: p[rows[empty], tau[empty]])
+    need = np.ones(rows.size, dtype=bool)
     # Sampled chunk by chunk: merging into one matrix would cost a copy of every known row.
     out = np.empty(rows.size, dtype=np.int64)
-    need = np.ones(rows.size, dtype=bool)
     for idx, mass in known:
         out[idx] = _sample_rows(mass, u[idx], lambda empty, idx=idx: p[rows[idx[empty]], tau[idx[empty]]])
         need[idx] = False
@@ -231,10 +251,12 @@ def _prefix_joint(px: np.ndarray, qx: np.ndarray) -> np.ndarray:
 
 _TINY = 1e-300
 
-_REJECT, _ACCEPT, _OPEN = 0, 1, 2
-
 #: Open positions x vocabulary up to which all residuals are computed in one batched pass.
 _EAGER_ELEMENTS = 1 << 18
+
+#: From this vocabulary up, a residual is computed row by row on views of p and q: a gathered
+#: batch of rows would be copied once more and evicted from cache between its passes.
+_ROW_VOCAB = 1 << 13
 
 
 def _block_accept(p, q, draft_tokens, rows, u):
@@ -244,11 +266,14 @@ def _block_accept(p, q, draft_tokens, rows, u):
     h_i <= prefix_joint_i always (because r_i <= prefix_joint_i), so u_i >
     prefix_joint_i rejects position i outright, and prefix_joint_i = 1 gives
     h_i = 1. Only open positions above a row's last sure accept need their
-    residual: all of them in one batched pass when that is small, otherwise
-    the highest open one per row, round by round, until a position passes.
-    The result is the eager rule's, exactly, for a fraction of its passes
-    over the vocabulary; a passing position's residual is handed on as the
-    correction's distribution.
+    residual, highest first, and a row stops at its first pass: the accepted
+    length is the last i with u_i <= h_i, so nothing below it matters. Small
+    batches take every such position in one batched pass instead, where
+    numpy's per-call overhead outweighs the passes saved; wide vocabularies
+    go row by row on views, settling most failures with a float32 bound
+    first (`_surely_fails`). The result is the eager rule's, exactly; a
+    passing position's residual is handed on as the correction's
+    distribution.
     """
     k = draft_tokens.shape[1]
     n = rows.size
@@ -259,52 +284,147 @@ def _block_accept(p, q, draft_tokens, rows, u):
     if k == 0:
         return np.zeros(n, dtype=np.int64), joint[:, 0], None
     pj = joint[:, 1:]  # prefix_joint at positions 1..k
-    status = np.where(pj >= 1.0, _ACCEPT, np.where((pj > 0.0) & (u <= pj), _OPEN, _REJECT)).astype(np.int8)
-    # h_k = prefix_joint_k: the last position never needs a residual. joint_k > 0 keeps a
-    # u of exactly 0 from accepting a token the target gives no mass.
-    status[:, k - 1] = np.where((u[:, k - 1] <= pj[:, k - 1]) & (pj[:, k - 1] > 0.0), _ACCEPT, _REJECT)
-    every = np.arange(n)
+    # Sure accepts: prefix_joint = 1 (h = 1), and the last position, where h_k = prefix_joint_k;
+    # joint_k > 0 keeps a u of exactly 0 from accepting a token the target gives no mass.
+    # Columns run reversed (highest position first) so that nonzero lists each row's
+    # candidates in the order the rule needs them.
+    sure = pj >= 1.0
+    sure[:, k - 1] = (u[:, k - 1] <= pj[:, k - 1]) & (pj[:, k - 1] > 0.0)
+    reached = np.logical_or.accumulate(sure[:, ::-1], axis=1)
+    tau = reached.sum(axis=1)  # the last sure accept; 0 where there is none
+    # Open positions (0 < prefix_joint < 1, u below it) above the last sure accept; a sure
+    # position is never open, and one at or below the last sure accept cannot matter.
+    open_rev = ((pj > 0.0) & (u <= pj))[:, ::-1]
+    open_rev &= ~reached
+    cand_r, cand_rev = np.nonzero(open_rev)
     known: list[tuple[np.ndarray, np.ndarray]] = []
-    # Open positions below a row's last sure accept cannot change its accepted length.
-    accepted_cols = status == _ACCEPT
-    floor = np.where(accepted_cols.any(axis=1), k - 1 - np.argmax(accepted_cols[:, ::-1], axis=1), -1)
-    open_r, open_c = np.nonzero((status == _OPEN) & (np.arange(k)[None, :] > floor[:, None]))
-    if open_r.size and open_r.size * p.shape[2] <= _EAGER_ELEMENTS:
-        # Few, short rows: one batched pass over every open position costs less than
-        # numpy's per-call overhead of deciding them a round at a time.
-        mass = p[rows[open_r], open_c + 1]
-        mass *= pj[open_r, open_c][:, None]
-        np.subtract(mass, q[rows[open_r], open_c + 1], out=mass)
-        np.maximum(mass, 0.0, out=mass)
-        residual = mass.sum(axis=1, dtype=np.float64)
-        passed = u[open_r, open_c] <= residual / (residual + 1.0 - pj[open_r, open_c])
-        status[open_r, open_c] = np.where(passed, _ACCEPT, _REJECT)
-        live = status != _REJECT
-        last = k - 1 - np.argmax(live[:, ::-1], axis=1)
-        mine = passed & (open_c == last[open_r])
-        if np.any(mine):
-            known.append((open_r[mine], mass[mine]))
-    while True:
-        live = status != _REJECT
-        last = k - 1 - np.argmax(live[:, ::-1], axis=1)
-        pending = np.flatnonzero(live.any(axis=1) & (status[every, last] == _OPEN))
-        if pending.size == 0:
+    if cand_r.size:
+        cand_c = k - 1 - cand_rev  # 0-based column; the residual is at position col + 1
+        if p.shape[2] >= _ROW_VOCAB:
+            _decide_row_by_row(p, q, rows, pj, u, cand_r, cand_c, tau, known)
+        elif cand_r.size * p.shape[2] <= _EAGER_ELEMENTS:
+            _decide_all_at_once(p, q, rows, pj, u, cand_r, cand_c, tau, known)
+        else:
+            _decide_in_rounds(p, q, rows, pj, u, cand_r, cand_c, tau, known)
+    tau = tau.astype(np.int64, copy=False)
+    return tau, joint[np.arange(n), tau], known
+
+
+def _residuals(p, q, rows, r, c, joint) -> tuple[np.ndarray, np.ndarray]:
+    """max(0, prefix_joint * p_(c+1) - q_(c+1)) for local rows r, and its mass in float64."""
+    # With every row on the random path, local and global row numbers coincide.
+    at = r if rows.size == p.shape[0] else rows[r]
+    pos = c + 1
+    mass = p[at, pos]
+    mass *= joint[:, None]
+    np.subtract(mass, q[at, pos], out=mass)
+    np.maximum(mass, _zeros(mass.shape[-1], mass.dtype), out=mass)
+    return mass, mass.sum(axis=1, dtype=np.float64)
+
+
+def _passes(u, pj, residual):
+    # 1 - pj > 0 here (open positions have pj < 1), so the denominator never vanishes.
+    return u <= residual / (residual + 1.0 - pj)
+
+
+def _decide_all_at_once(p, q, rows, pj, u, cand_r, cand_c, tau, known) -> None:
+    joint = pj[cand_r, cand_c]
+    mass, residual = _residuals(p, q, rows, cand_r, cand_c, joint)
+    hits = np.flatnonzero(_passes(u[cand_r, cand_c], joint, residual))
+    if hits.size == 0:
+        return
+    # Candidates run highest first within a row, so a row's first hit is its accepted length.
+    hit_r = cand_r[hits]
+    first = np.ones(hits.size, dtype=bool)
+    np.not_equal(hit_r[1:], hit_r[:-1], out=first[1:])
+    hits = hits[first]
+    tau[hit_r[first]] = cand_c[hits] + 1
+    known.append((hit_r[first], mass[hits]))
+
+
+def _decide_in_rounds(p, q, rows, pj, u, cand_r, cand_c, tau, known) -> None:
+    # Rank of each candidate within its row (0 = highest); round j tests rank j of undecided rows.
+    starts = np.r_[True, cand_r[1:] != cand_r[:-1]]
+    first_of_row = np.maximum.accumulate(np.where(starts, np.arange(cand_r.size), 0))
+    rank = np.arange(cand_r.size) - first_of_row
+    decided = np.zeros(tau.size, dtype=bool)
+    for j in range(int(rank.max()) + 1):
+        sel = np.flatnonzero(rank == j)
+        sel = sel[~decided[cand_r[sel]]]
+        if sel.size == 0:
             break
-        col = last[pending]
-        pos = col + 1  # 1-based position i; p[:, i] and q[:, i] are the distributions after i drafts
-        mass = p[rows[pending], pos]
-        mass *= pj[pending, col][:, None]
-        np.subtract(mass, q[rows[pending], pos], out=mass)
-        np.maximum(mass, 0.0, out=mass)
-        residual = mass.sum(axis=1, dtype=np.float64)
-        h = residual / (residual + 1.0 - pj[pending, col])
-        passed = u[pending, col] <= h
-        status[pending, col] = np.where(passed, _ACCEPT, _REJECT)
-        if np.any(passed):  # a passing position's residual is the correction's distribution
-            known.append((pending[passed], mass[passed]))
-    live = status != _REJECT
-    tau = np.where(live.any(axis=1), k - np.argmax(live[:, ::-1], axis=1), 0).astype(np.int64)
-    return tau, joint[every, tau], known
+        r, c = cand_r[sel], cand_c[sel]
+        joint = pj[r, c]
+        mass, residual = _residuals(p, q, rows, r, c, joint)
+        passed = _passes(u[r, c], joint, residual)
+        if np.any(passed):
+            tau[r[passed]] = c[passed] + 1
+            decided[r[passed]] = True
+            known.append((r[passed], mass[passed]))
+
+
+def _decide_row_by_row(p, q, rows, pj, u, cand_r, cand_c, tau, known) -> None:
+    # Views, not gathered copies: each residual's passes then run over one row that stays in cache.
+    # The exact product takes prefix_joint as a numpy float64 scalar, so it is formed in
+    # float64 as the batched paths form it. Passing residuals land in one matrix, so the
+    # correction samples them in a single call.
+    vocab = p.shape[2]
+    joint = pj[cand_r, cand_c]
+    screen = p.dtype == np.float32 and q.dtype == np.float32
+    if screen:
+        scratch = np.empty(vocab, dtype=np.float32)
+        # prefix_joint rounded up to float32, for `_surely_fails`.
+        up = joint.astype(np.float32)
+        low = up < joint
+        up[low] = np.nextafter(up[low], np.float32(np.inf))
+        up_list, joint_list, u_list = up.tolist(), joint.tolist(), u[cand_r, cand_c].tolist()
+    masses = np.empty((np.unique(cand_r).size, vocab), dtype=p.dtype)
+    passed: list[int] = []
+    done = -1
+    for j, (r, c) in enumerate(zip(cand_r.tolist(), cand_c.tolist())):
+        if r == done:
+            continue
+        row = int(rows[r])
+        p_row, q_row = p[row, c + 1], q[row, c + 1]
+        if screen and _surely_fails(p_row, q_row, np.float32(up_list[j]), joint_list[j], u_list[j], scratch):
+            continue
+        mass = np.multiply(p_row, joint[j], out=masses[len(passed)])
+        np.subtract(mass, q_row, out=mass)
+        np.maximum(mass, _zeros(vocab, mass.dtype), out=mass)
+        residual = mass.sum(dtype=np.float64)
+        if _passes(u[r, c], joint[j], residual):
+            tau[r] = c + 1
+            passed.append(r)
+            done = r
+    if passed:
+        known.append((np.array(passed, dtype=np.int64), masses[: len(passed)]))
+
+
+_U32 = 2.0**-24  # float32 unit roundoff
+
+
+def _surely_fails(p_row, q_row, up: np.float32, joint: float, u: float, scratch) -> bool:
+    """True when u_i > h_i is certain from a float32 upper bound on the residual mass.
+
+    Most tested positions fail, and a failure needs no residual for the
+    correction, so one float32 pass settles them. With prefix_joint rounded
+    up to float32 (`up`), each float32 product, difference and max(0, .) is at
+    least the exact path's element (rounding is monotone and a float32 x
+    float32 product is exact in float64), so only the float32 sum's own
+    rounding separates the bound from the exact mass, and it is allowed for.
+    Anything within that allowance (or not finite) falls through to the exact
+    computation, so every accepted length is the exact rule's.
+    """
+    if np.minimum.reduce(p_row) < 0.0:
+        return False  # the bound needs p >= 0; out-of-contract input takes the exact path
+    np.multiply(p_row, up, out=scratch)
+    np.subtract(scratch, q_row, out=scratch)
+    np.maximum(scratch, _zeros(scratch.shape[-1], scratch.dtype), out=scratch)
+    # Pairwise float32 summation errs by well under (64 + V / 4096) roundings of the total.
+    high = float(np.add.reduce(scratch)) * (1.0 + (64.0 + scratch.size / 4096.0) * _U32) * (1.0 + 1e-12) + 1e-30
+    if not np.isfinite(high):
+        return False
+    return u > (high / (high + 1.0 - joint)) * (1.0 + 1e-9)
 
 
 #: Below this many draft positions per call, per-row Python arithmetic beats numpy's per-call overhead.
@@ -315,7 +435,7 @@ def _residual_mass(p, q, row: int, pos: int, joint: float) -> np.ndarray:
     mass = p[row, pos].copy()
     mass *= joint
     np.subtract(mass, q[row, pos], out=mass)
-    np.maximum(mass, 0.0, out=mass)
+    np.maximum(mass, _zeros(mass.shape[-1], mass.dtype), out=mass)
     return mass
 
 
