@@ -72,16 +72,21 @@ def test_k_zero_samples_the_bonus_from_p():
     assert counts[1] == 0 and abs(counts[0] - 2000) < 200
 
 
-@pytest.mark.parametrize("path", ["row-by-row", "batched-all-open", "batched-rounds"])
-def test_block_matches_the_written_out_rule_exactly(path, monkeypatch):
-    """Same uniforms in, same accepted length out, on each of the three evaluation paths:
-    pruning and batching change the cost, never the result."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("path", ["row-by-row", "batched-all-open", "batched-rounds", "vocab-rows"])
+def test_block_matches_the_written_out_rule_exactly(path, dtype, monkeypatch):
+    """Same uniforms in, same accepted length out, on each evaluation path (including the
+    large-vocabulary path with its float32 pre-check): pruning and batching change the
+    cost, never the result."""
     module = sys.modules[block_verify.__module__]
     monkeypatch.setattr(module, "_SCALAR_LIMIT", 10**9 if path == "row-by-row" else 0)
     monkeypatch.setattr(module, "_EAGER_ELEMENTS", 10**9 if path == "batched-all-open" else 0)
+    if path == "vocab-rows":
+        monkeypatch.setattr(module, "_ROW_VOCAB", 1)
     rng = np.random.default_rng(11)
     for reduced in (0, 3):
         p, q, d = _random_case(rng, 300, 5, 10, reduced=reduced)
+        p, q = p.astype(dtype), q.astype(dtype)
         res = block_verify(p, q, d, np.random.default_rng(7))
         u = np.random.default_rng(7).random((300, 5))
         expected = [_block_reference(p[b], q[b], d[b], u[b])[0] for b in range(300)]
