@@ -1,9 +1,114 @@
-"""CLI group: promote (placeholder until its issue lands)."""
+"""CLI group: promote, rollback, history, prune (top-level commands over `gb300lane.promote`)."""
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import typer
+
+from gb300lane import promote as core
+from gb300lane.cli.common import console, fail, print_json
+from gb300lane.errors import LaneError
+
+
+def _report(report: core.TransitionReport, as_json: bool) -> None:
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        colour = "green" if report.ok else "red"
+        console.print(f"[{colour}]{report.kind}:[/] {report.message}", highlight=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def promote_cmd(
+    recipe: Annotated[str, typer.Argument(help="Recipe to make production, e.g. local-v27.")],
+    force: Annotated[bool, typer.Option("--force", help="Promote without a PASS verdict (needs --reason).")] = False,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why a forced promotion is made; recorded.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Complete an interrupted promotion of RECIPE.")] = False,
+    port: Annotated[
+        Optional[int], typer.Option("--port", help="Production port for a first promotion (default: the recipe's).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the verdict and show the plan; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair."""
+    if reason and not force:
+        fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
+    try:
+        report = core.promote(recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run)
+    except LaneError as exc:
+        fail(str(exc))
+    _report(report, as_json)
+
+
+def rollback_cmd(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be done; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""
+    try:
+        report = core.rollback(dry_run=dry_run)
+    except LaneError as exc:
+        fail(str(exc))
+    _report(report, as_json)
+
+
+def history_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON.")] = False,
+) -> None:
+    """Promotions, rollbacks, forced actions, failures and prunes: when, what and why."""
+    try:
+        events = core.history()
+    except LaneError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json([e.model_dump() for e in events])
+        return
+    if not events:
+        console.print("no promotions recorded yet")
+        return
+    for e in events:
+        console.print(_event_line(e), highlight=False, soft_wrap=True)
+
+
+def _event_line(e: core.LedgerEvent) -> str:
+    """One history line: id, when, what (forced), from -> to, timings, why."""
+    what = e.kind + (" (forced)" if e.forced else "")
+    move = f" {e.previous or '-'} -> {e.recipe or '-'}" if e.kind != "prune" else ""
+    if e.kind in ("promote_failed", "rollback_failed", "recover"):
+        move += f" (production stays {e.previous})" if e.previous else " (nothing serves production)"
+    timing = ""
+    if e.restore_seconds is not None:
+        timing = f" restore {e.restore_seconds:.2f} s" + (
+            f" (tool {e.tool_seconds:.2f} s)" if e.tool_seconds is not None else ""
+        )
+    why = "; ".join(x for x in (e.reason, e.verdict if e.kind == "promote" else None, e.detail) if x)
+    return f"#{e.id} {e.at} {what}{move}{timing}: {why}"
+
+
+def prune_cmd(
+    keep: Annotated[int, typer.Option("--keep", help="Kept instances to leave beside production and the pair.")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be removed; remove nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Remove old kept instances; never production or the current rollback pair."""
+    try:
+        report = core.prune(keep=keep, dry_run=dry_run)
+    except LaneError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(report.model_dump())
+        return
+    verb = "would remove" if report.dry_run else "removed"
+    console.print(f"{verb}: {', '.join(report.removed) or 'nothing'}", highlight=False)
+    for line in report.kept:
+        console.print(f"kept: {line}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
+    app.command("promote")(promote_cmd)
+    app.command("rollback")(rollback_cmd)
+    app.command("history")(history_cmd)
+    app.command("prune")(prune_cmd)

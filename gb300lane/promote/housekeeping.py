@@ -1,0 +1,76 @@
+"""History and prune: reading the ledger's events, and removing old kept instances.
+
+Prune is the only operation that removes a kept instance. It never touches
+production or the current rollback pair, and it does not run while a
+promotion or rollback is unfinished (its candidate may still be needed to
+resume it).
+"""
+
+from __future__ import annotations
+
+from gb300lane.errors import StateError
+from gb300lane.promote.ledger import Ledger, ledger_path
+from gb300lane.promote.lock import TransitionLock
+from gb300lane.promote.models import LedgerEvent, PruneReport
+from gb300lane.promote.ops import LaneOps, default_ops
+from gb300lane.promote.state import explain
+
+
+def history() -> list[LedgerEvent]:
+    """Every promotion, rollback, failure, recovery and prune, oldest first."""
+    if not ledger_path().exists():
+        return []
+    with Ledger() as ledger:
+        return ledger.events()
+
+
+def prune(*, keep: int = 0, dry_run: bool = False, ops: LaneOps | None = None) -> PruneReport:
+    """Remove kept instances the ledger recorded, except production, the rollback pair and the newest `keep`."""
+    if keep < 0:
+        raise StateError(f"prune --keep {keep}: expected 0 or more kept instances to leave in place")
+    ops = ops or default_ops()
+    with TransitionLock("prune"), Ledger() as ledger:
+        open_tr = ledger.open_transition()
+        if open_tr is not None and open_tr.kind != "prune":
+            text, _ = explain(ledger, open_tr, crashed=True)
+            raise StateError(f"{ledger.path}: not pruning while a transition is unfinished: {text}")
+        prod, pair = ledger.production(), ledger.rollback_pair()
+        protected = {
+            **({prod.instance: "production"} if prod else {}),
+            **({pair.instance: "rollback pair"} if pair else {}),
+        }
+        facts = {f.name: f for f in ops.instances()}
+        leave: list[str] = []
+        remove: list[str] = []
+        gone: list[str] = []
+        for row in ledger.kept():  # newest first
+            name = row["instance"]
+            if name in protected:
+                leave.append(f"{name} ({protected[name]})")
+            elif name not in facts:
+                gone.append(name)
+            elif facts[name].running:
+                leave.append(f"{name} (running; stop it first)")
+            elif len([x for x in leave if x.endswith("(newest kept)")]) < keep:
+                leave.append(f"{name} (newest kept)")
+            else:
+                remove.append(name)
+        if dry_run:
+            return PruneReport(removed=tuple(remove), kept=tuple(leave), dry_run=True)
+        for name in gone:  # removed by hand since; the ledger catches up
+            ledger.mark_removed(name)
+        if open_tr is None:
+            tid = ledger.begin("prune", None, None, {"remove": remove})
+        else:
+            tid = open_tr.id
+        for name in remove:
+            ledger.journal(tid, "remove", "intent", {"instance": name})
+            ops.remove(name)
+            ledger.mark_removed(name)
+            ledger.journal(tid, "remove", "done", {"instance": name})
+        ledger.finish(
+            tid, "pruned",
+            event={"kind": "prune", "reason": f"keep {keep} beside production and the rollback pair",
+                   "detail": f"removed {', '.join(remove) if remove else 'nothing'}"},
+        )
+        return PruneReport(removed=tuple(remove), kept=tuple(leave), dry_run=False)

@@ -1,0 +1,167 @@
+"""The value objects of promotion: the production state, ledger events, and command reports.
+
+Everything here is a frozen pydantic model; the ledger stores the same fields
+in SQLite, and `history --json` prints them as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TransitionKind = Literal["promote", "rollback", "prune"]
+EventKind = Literal[
+    "promote",
+    "promote_failed",
+    "rollback",
+    "rollback_failed",
+    "recover",
+    "prune",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Slot(_Frozen):
+    """One recipe's instance as the ledger knows it (production or the rollback pair)."""
+
+    recipe: str = Field(description="Recipe name, e.g. local-v27.")
+    instance: str = Field(description="Lane instance name (main + sidecar), e.g. lane-local-v27.")
+    fingerprint: str = Field(description="Recipe fingerprint (16 hex chars over image.hash_inputs).")
+    endpoint: str = Field(description="OpenAI-compatible endpoint the instance serves on.")
+    since: str = Field(description="UTC time (ISO 8601) the instance took this role.")
+
+
+class InFlight(_Frozen):
+    """A transition that began and has not been recorded as finished."""
+
+    transition_id: int = Field(description="Ledger id of the transition.")
+    kind: TransitionKind = Field(description="What the transition was doing.")
+    recipe: str | None = Field(description="The recipe it was moving production to (None for prune).")
+    previous: str | None = Field(description="The recipe that was production when it began.")
+    started_at: str = Field(description="UTC time the transition began.")
+    pid: int = Field(description="Process id that ran it.")
+    crashed: bool = Field(description="True when no process holds the lock any more: it was killed.")
+    last_step: str | None = Field(description="The last journal step, e.g. 'stop_production (done)'.")
+    explanation: str = Field(description="One sentence saying where it stopped.")
+    commands: tuple[str, ...] = Field(description="Commands that complete or revert it.")
+
+
+class ProductionState(_Frozen):
+    """What serves the production port, the kept rollback pair, and any unfinished transition.
+
+    `recipe`/`instance`/... are None only while a first promotion is unfinished
+    (there was no production before it); `in_flight` then says what to run.
+    """
+
+    recipe: str | None = Field(description="Recipe serving production.")
+    instance: str | None = Field(description="Its lane instance.")
+    fingerprint: str | None = Field(description="Its recipe fingerprint.")
+    endpoint: str | None = Field(description="The production endpoint.")
+    port: int | None = Field(description="The production port.")
+    since: str | None = Field(description="When it became production (UTC, ISO 8601).")
+    rollback_pair: Slot | None = Field(description="The stopped-and-kept pair `rollback` restores, if any.")
+    in_flight: InFlight | None = Field(description="An unfinished (or running) transition, if any.")
+
+    def summary_lines(self) -> list[str]:
+        """Human lines for `gb300lane status`: production, rollback pair, and what to run."""
+        lines: list[str] = []
+        if self.recipe:
+            lines.append(
+                f"production: {self.recipe} ({self.instance}, fingerprint {self.fingerprint}) "
+                f"on {self.endpoint} since {self.since}"
+            )
+        else:
+            lines.append("production: none recorded")
+        if self.rollback_pair:
+            rp = self.rollback_pair
+            lines.append(f"rollback pair: {rp.recipe} ({rp.instance}, stopped and kept since {rp.since})")
+        else:
+            lines.append("rollback pair: none")
+        if self.in_flight:
+            lines.append(self.in_flight.explanation)
+            for cmd in self.in_flight.commands:
+                lines.append(f"  run: {cmd}")
+        return lines
+
+
+class VerdictInfo(_Frozen):
+    """The verdict that allowed (or would have allowed) a promotion."""
+
+    passed: bool = Field(description="True for a PASS verdict (first or re-scored).")
+    verdict: str = Field(description="The verdict as written on the card, e.g. PASS.")
+    reference: str = Field(description="Card id and verdict file the decision rests on.")
+    rescored: bool = Field(default=False, description="True when the verdict is a re-score of an earlier one.")
+
+
+class BootInfo(_Frozen):
+    """What a boot or restart of an instance reported."""
+
+    instance: str = Field(description="Lane instance name.")
+    endpoint: str = Field(description="Its endpoint.")
+    fingerprint: str = Field(description="Recipe fingerprint of what is running.")
+    boot_seconds: float = Field(description="Wall seconds from starting the containers until ready, as the lane measured.")
+    engine_seconds: float | None = Field(
+        default=None, description="The engine's own logged init time (engine clock), where the log has it."
+    )
+
+
+class SmokeInfo(_Frozen):
+    """The overall outcome of a recipe's smoke gates."""
+
+    passed: bool = Field(description="True when every gate passed.")
+    summary: str = Field(description="One line naming the failing gates, or 'all N gates passed'.")
+    seconds: float = Field(description="Wall seconds the smoke took.")
+
+
+class LedgerEvent(_Frozen):
+    """One line of history: a promotion, rollback, failure, recovery or prune."""
+
+    schema_version: Literal[1] = Field(default=1, description="Event schema version.")
+    id: int = Field(description="Ledger id, increasing.")
+    at: str = Field(description="UTC time (ISO 8601).")
+    kind: EventKind = Field(description="What happened.")
+    recipe: str | None = Field(
+        description="Recipe the action aimed at: promoted, rolled back to, or attempted (a *_failed or recover event)."
+    )
+    instance: str | None = Field(description="Its instance.")
+    fingerprint: str | None = Field(description="Its fingerprint.")
+    previous: str | None = Field(
+        description="Recipe that was production before; after a *_failed or recover event it is production again."
+    )
+    verdict: str | None = Field(description="Verdict reference the promotion rests on.")
+    forced: bool = Field(description="True when a promotion was forced past a missing or failing verdict.")
+    reason: str | None = Field(description="Why: the --reason given, or what failed.")
+    restore_seconds: float | None = Field(description="Seconds from stopping production until the restored pair was ready.")
+    tool_seconds: float | None = Field(description="The tool's own share of restore_seconds (minus the instance's boot).")
+    detail: str | None = Field(description="Anything else worth keeping, one line.")
+
+
+class TransitionReport(_Frozen):
+    """What `promote`, `rollback` or a repair did, for the CLI to print."""
+
+    kind: Literal["promote", "rollback", "recover"] = Field(description="The command's transition.")
+    ok: bool = Field(description="True when production is the recipe the command aimed for.")
+    production: str | None = Field(description="Recipe serving production afterwards.")
+    rollback_pair: str | None = Field(description="Recipe kept as the rollback pair afterwards.")
+    message: str = Field(description="One paragraph for the user: what happened and why.")
+    restore_seconds: float | None = Field(default=None, description="Time to restore, where something was restored.")
+    tool_seconds: float | None = Field(
+        default=None, description="The tool's own share: restore_seconds minus boot_seconds (stop, port check, ledger)."
+    )
+    boot_seconds: float | None = Field(
+        default=None, description="Seconds the lane measured from starting the pair's containers until ready."
+    )
+    smoke_seconds: float | None = Field(default=None, description="Seconds the smoke gates took.")
+    event_id: int | None = Field(default=None, description="Ledger event written.")
+
+
+class PruneReport(_Frozen):
+    """What `prune` removed and what it kept, and why."""
+
+    removed: tuple[str, ...] = Field(description="Instances removed.")
+    kept: tuple[str, ...] = Field(description="Kept instances left in place, each with its reason.")
+    dry_run: bool = Field(description="True when nothing was removed.")

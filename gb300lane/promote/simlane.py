@@ -1,0 +1,184 @@
+"""A lane simulated in one JSON file: instances, ports, boots, smoke outcomes and verdicts.
+
+It implements `LaneOps` the way the real runtimes behave where promotion cares:
+a boot on a port something already listens on fails, a stopped instance is
+kept until removed, a kept instance restarts on its own port. Because its
+state is a file, a CLI process can be killed mid-transition (`kill -9`) and the
+next process sees the lane exactly as it was left. Outcomes are set per
+recipe (`fail_boot`, `fail_smoke`, `fail_start`), so every path of the state
+machine can be driven. Select it with `GB300LANE_LANE_OPS=sim:<file>`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gb300lane.errors import BootError, RecipeError, StateError
+from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
+from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
+from gb300lane.promote.ops import InstanceFact
+
+LANE_NAME = "lane"
+
+
+class SimLane:
+    """`LaneOps` over a JSON file; every call reads, changes and writes it under a file lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise StateError(f"{self.path}: no simulated lane file; create one with SimLane.create(path, recipes)")
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        recipes: dict[str, dict[str, Any]],
+        verdicts: dict[str, dict[str, Any]] | None = None,
+    ) -> SimLane:
+        """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds}."""
+        state = {
+            "recipes": {name: {"port": 30106, **cfg} for name, cfg in recipes.items()},
+            "verdicts": verdicts or {},
+            "instances": {},
+            "ops": [],
+        }
+        atomic_write(path, dumps_json(state))
+        return cls(path)
+
+    @contextmanager
+    def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
+        lock = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            state = json.loads(self.path.read_text())
+            yield state
+            if write:
+                atomic_write(self.path, dumps_json(state))
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def set_recipe(self, name: str, **cfg: Any) -> None:
+        """Change a simulated recipe's outcomes (e.g. fail_smoke=True) between commands."""
+        with self._state() as st:
+            st["recipes"].setdefault(name, {"port": 30106}).update(cfg)
+
+    def set_verdict(self, recipe: str, verdict: str, reference: str, *, rescored: bool = False) -> None:
+        with self._state() as st:
+            st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored}
+
+    def operations(self) -> list[list[str]]:
+        """Every side effect performed, in order: [op, instance]."""
+        with self._state(write=False) as st:
+            return [list(x) for x in st["ops"]]
+
+    def running_on(self, port: int) -> list[str]:
+        with self._state(write=False) as st:
+            return sorted(n for n, i in st["instances"].items() if i["running"] and i["port"] == port)
+
+    # -- LaneOps -----------------------------------------------------------------------------
+
+    def _cfg(self, st: dict[str, Any], recipe: str) -> dict[str, Any]:
+        if recipe not in st["recipes"]:
+            raise RecipeError(
+                f"{self.path}: recipes.{recipe} does not exist; known: {', '.join(sorted(st['recipes']))}"
+            )
+        return st["recipes"][recipe]
+
+    def describe(self, recipe: str) -> tuple[str, int]:
+        with self._state(write=False) as st:
+            cfg = self._cfg(st, recipe)
+            return sha256_bytes(f"{recipe}:{cfg.get('image', '')}")[:16], int(cfg["port"])
+
+    def plan_instance(self, recipe: str, tag: str) -> str:
+        return f"{LANE_NAME}-{tag}"
+
+    def boot(self, recipe: str, *, port: int, tag: str) -> BootInfo:
+        name = self.plan_instance(recipe, tag)
+        fp, _ = self.describe(recipe)
+        with self._state() as st:
+            cfg = self._cfg(st, recipe)
+            if name in st["instances"]:
+                raise BootError(f"instance {name} already exists; remove it or boot under another arm")
+            st["ops"].append(["boot", name])
+            holders = [n for n, i in st["instances"].items() if i["running"] and i["port"] == port]
+            if holders:
+                raise BootError(f"{name}: port {port} is already bound by {', '.join(holders)}")
+            failed = bool(cfg.get("fail_boot"))
+            # A failed boot leaves a created-but-dead container behind, as a real runtime does.
+            st["instances"][name] = {"recipe": recipe, "port": port, "running": not failed, "fingerprint": fp}
+        if failed:
+            raise BootError(f"{name}: engine exited during boot (simulated)", log_tail="simulated boot failure\n")
+        secs = float(cfg.get("boot_seconds", 0.0))
+        time.sleep(secs)
+        return BootInfo(instance=name, endpoint=f"http://127.0.0.1:{port}", fingerprint=fp,
+                        boot_seconds=secs, engine_seconds=secs)
+
+    def stop_keep(self, instance: str) -> None:
+        with self._state() as st:
+            if instance in st["instances"]:
+                st["ops"].append(["stop", instance])
+                st["instances"][instance]["running"] = False
+
+    def start_kept(self, instance: str) -> BootInfo:
+        with self._state() as st:
+            inst = st["instances"].get(instance)
+            if inst is None:
+                raise BootError(f"{instance}: no kept instance of that name; it was removed")
+            cfg = self._cfg(st, inst["recipe"])
+            st["ops"].append(["start", instance])
+            holders = [n for n, i in st["instances"].items() if i["running"] and i["port"] == inst["port"]]
+            if holders and holders != [instance]:
+                raise BootError(f"{instance}: port {inst['port']} is already bound by {', '.join(holders)}")
+            if cfg.get("fail_start"):
+                raise BootError(f"{instance}: engine exited during restart (simulated)")
+            inst["running"] = True
+        secs = float(cfg.get("boot_seconds", 0.0))
+        time.sleep(secs)
+        return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
+                        fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
+
+    def remove(self, instance: str) -> None:
+        with self._state() as st:
+            if st["instances"].pop(instance, None) is not None:
+                st["ops"].append(["remove", instance])
+
+    def instances(self) -> list[InstanceFact]:
+        with self._state(write=False) as st:
+            return [
+                InstanceFact(name=n, recipe=i["recipe"], running=i["running"], port=i["port"],
+                             endpoint=f"http://127.0.0.1:{i['port']}")
+                for n, i in sorted(st["instances"].items())
+            ]
+
+    def smoke(self, recipe: str, endpoint: str) -> SmokeInfo:
+        with self._state() as st:
+            cfg = self._cfg(st, recipe)
+            port = int(endpoint.rsplit(":", 1)[-1])
+            serving = [i for i in st["instances"].values() if i["running"] and i["port"] == port]
+            st["ops"].append(["smoke", recipe])
+        if not serving or serving[0]["recipe"] != recipe:
+            return SmokeInfo(passed=False, summary=f"nothing of {recipe} answers on {endpoint}", seconds=0.0)
+        if cfg.get("fail_smoke"):
+            return SmokeInfo(passed=False, summary="failing gates: parity-t0 (simulated)", seconds=0.0)
+        return SmokeInfo(passed=True, summary="all 2 gates passed", seconds=0.0)
+
+    def verdict(self, recipe: str) -> VerdictInfo | None:
+        with self._state(write=False) as st:
+            v = st["verdicts"].get(recipe)
+        if v is None:
+            return None
+        return VerdictInfo(passed=v["verdict"] == "PASS", verdict=v["verdict"], reference=v["reference"],
+                           rescored=bool(v.get("rescored")))
+
+    def port_free(self, port: int) -> bool:
+        return not self.running_on(port)

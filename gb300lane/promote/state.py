@@ -1,0 +1,111 @@
+"""Reading the ledger back: the production state and, for an unfinished transition, what happened and what to run.
+
+`current_production()` is what `gb300lane status` shows. An unfinished
+transition is explained from its journal: the last step written, whether its
+side effect had finished (`done`) or was under way (`intent`), and the one
+command that completes it or reverts it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gb300lane.promote import lock as lock_mod
+from gb300lane.promote.ledger import Ledger, Transition, ledger_path
+from gb300lane.promote.models import InFlight, ProductionState
+
+# step -> (while it runs, once it is done); {recipe} is the target, {previous} what production was.
+_STEP_WORDS: dict[str, tuple[str, str]] = {
+    "stop_production": ("while stopping {previous}", "after stopping {previous}"),
+    "check_port": ("while waiting for the production port to be free", "after the production port was freed"),
+    "boot_candidate": ("while booting {recipe}", "after booting {recipe}"),
+    "start_candidate": ("while restarting {recipe}", "after restarting {recipe}"),
+    "smoke_candidate": ("while smoke-testing {recipe}", "after smoke-testing {recipe}"),
+    "stop_candidate": ("while stopping {recipe} to restore {previous}", "after stopping {recipe}"),
+    "restore_previous": ("while restarting {previous}", "after restarting {previous}"),
+    "start_pair": ("while starting the kept pair {recipe}", "after starting the kept pair {recipe}"),
+    "smoke_pair": ("while smoke-testing {recipe}", "after smoke-testing {recipe}"),
+    "stop_pair": ("while stopping {recipe} to restore {previous}", "after stopping {recipe}"),
+    "stop_stray": ("while stopping an instance left on the production port", "after stopping an instance left on the production port"),
+    "remove": ("while removing a kept instance", "after removing a kept instance"),
+    "record": ("while recording the result", "while recording the result"),
+}
+
+
+def describe_progress(ledger: Ledger, tr: Transition) -> tuple[str | None, str]:
+    """(last step label, 'after stopping local-v26' / 'before anything changed')."""
+    entries = ledger.entries(tr.id)
+    if not entries:
+        return None, "before anything changed"
+    last = entries[-1]
+    words = _STEP_WORDS.get(last.step, (f"during {last.step}", f"after {last.step}"))
+    fmt = {"recipe": tr.recipe or "?", "previous": tr.previous or "nothing"}
+    phrase = (words[1] if last.phase == "done" else words[0]).format(**fmt)
+    if last.phase == "failed":
+        phrase = f"after {last.step} failed ({last.detail.get('error', '')})"
+    return f"{last.step} ({last.phase})", phrase
+
+
+def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tuple[str, ...]]:
+    """One sentence on where the transition stopped, and the commands that finish or revert it."""
+    step, where = describe_progress(ledger, tr)
+    if not crashed:
+        return f"{tr.kind} of {tr.recipe or 'kept instances'} in progress (pid {tr.pid}, {where})", ()
+    if tr.kind == "promote":
+        restore = f"restore {tr.previous}" if tr.previous else f"stop {tr.recipe} (there was no production before it)"
+        text = (
+            f"promotion of {tr.recipe} interrupted {where}; run `gb300lane rollback` to {restore} "
+            f"or `gb300lane promote {tr.recipe} --resume` to complete it"
+        )
+        return text, ("gb300lane rollback", f"gb300lane promote {tr.recipe} --resume")
+    if tr.kind == "rollback":
+        text = f"rollback to {tr.recipe} interrupted {where}; run `gb300lane rollback` to complete it"
+        return text, ("gb300lane rollback",)
+    return f"prune interrupted {where}; run `gb300lane prune` again to finish it", ("gb300lane prune",)
+
+
+def in_flight(ledger: Ledger, *, lock_path: Path | None = None) -> InFlight | None:
+    tr = ledger.open_transition()
+    if tr is None:
+        return None
+    crashed = lock_mod.holder(lock_path) is None
+    step, _ = describe_progress(ledger, tr)
+    text, commands = explain(ledger, tr, crashed=crashed)
+    return InFlight(
+        transition_id=tr.id,
+        kind=tr.kind,  # type: ignore[arg-type]
+        recipe=tr.recipe,
+        previous=tr.previous,
+        started_at=tr.started_at,
+        pid=tr.pid,
+        crashed=crashed,
+        last_step=step,
+        explanation=text,
+        commands=commands,
+    )
+
+
+def current_production(*, ledger_file: Path | None = None, lock_path: Path | None = None) -> ProductionState | None:
+    """Production, the rollback pair and any unfinished transition; None when nothing was ever promoted.
+
+    Read-only apart from creating an empty ledger file's schema.
+    """
+    path = ledger_file or ledger_path()
+    if not path.exists():
+        return None
+    with Ledger(path) as ledger:
+        prod = ledger.production()
+        pair = ledger.rollback_pair()
+        flight = in_flight(ledger, lock_path=lock_path)
+        if prod is None and pair is None and flight is None:
+            return None
+        return ProductionState(
+            recipe=prod.recipe if prod else None,
+            instance=prod.instance if prod else None,
+            fingerprint=prod.fingerprint if prod else None,
+            endpoint=prod.endpoint if prod else None,
+            port=ledger.port(),
+            since=prod.since if prod else None,
+            rollback_pair=pair,
+            in_flight=flight,
+        )

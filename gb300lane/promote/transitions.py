@@ -1,0 +1,470 @@
+"""Promote and rollback: the state machine that moves production between recipes, and its crash repair.
+
+Each command takes the transition lock, writes a transition (with its plan:
+target, previous production, rollback pair, port, instance name) and then
+drives the lane step by step. Every step journals `intent` before its side
+effect and `done` after it. Steps read the lane's facts first (is it running,
+does it exist), so the same drive both starts a transition and resumes one a
+killed process left behind: `promote R --resume` completes a crashed
+promotion, `rollback` reverts it, and `rollback` completes a crashed rollback.
+
+Invariants: production is stopped (and kept) before anything boots on its
+port, and the port is checked free before a boot, so two instances never
+serve it. Only `prune` removes an instance; here everything stopped is kept.
+
+Crash seam: `GB300LANE_CRASH_AT=<kind>.<step>` kills the process (exit 137,
+no cleanup) after the step's intent is journalled and before its side
+effect; `<kind>.<step>:after` kills it after the side effect, before `done`.
+A `crash_hook` callable receives the same point names in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gb300lane.errors import LaneError, StateError
+from gb300lane.promote.ledger import Ledger, Transition, utcnow
+from gb300lane.promote.lock import TransitionLock
+from gb300lane.promote.models import BootInfo, Slot, TransitionReport
+from gb300lane.promote.ops import LaneOps, default_ops, wait_port_free
+from gb300lane.promote.state import explain
+
+CRASH_ENV = "GB300LANE_CRASH_AT"
+CrashHook = Callable[[str], None]
+
+
+def crash_points() -> dict[str, tuple[str, ...]]:
+    """Every crash point, by transition kind (the tests walk all of them)."""
+    promote = ("stop_production", "check_port", "boot_candidate", "smoke_candidate", "record")
+    failure = ("stop_candidate", "restore_previous")
+    rollback = ("stop_production", "check_port", "start_pair", "smoke_pair", "record")
+    rb_failure = ("stop_pair", "restore_previous")
+
+    def both(kind: str, steps: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(p for s in steps for p in (f"{kind}.{s}", f"{kind}.{s}:after"))
+
+    return {
+        "promote": both("promote", promote),
+        "promote_failure": both("promote", failure),
+        "rollback": both("rollback", rollback),
+        "rollback_failure": both("rollback", rb_failure),
+    }
+
+
+class _Run:
+    """One transition being driven: the ledger, the lane, the journal and the crash seam."""
+
+    def __init__(
+        self, ledger: Ledger, ops: LaneOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False
+    ) -> None:
+        self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
+        # True when this process picks up a transition a killed one began.
+        self.resumed = resumed
+        self.plan: dict[str, Any] = dict(tr.plan)
+
+    def _point(self, name: str) -> None:
+        if self.hook is not None:
+            self.hook(name)
+        if os.environ.get(CRASH_ENV) == name:
+            os._exit(137)  # the test seam: die like kill -9, no cleanup, no finally
+
+    @contextmanager
+    def step(self, name: str, **detail: Any) -> Iterator[dict[str, Any]]:
+        self.ledger.journal(self.tr.id, name, "intent", detail)
+        self._point(f"{self.tr.kind}.{name}")
+        out: dict[str, Any] = {}
+        try:
+            yield out
+        except LaneError as exc:
+            self.ledger.journal(self.tr.id, name, "failed", {"error": str(exc)})
+            raise
+        self._point(f"{self.tr.kind}.{name}:after")
+        self.ledger.journal(self.tr.id, name, "done", out)
+
+    def fact(self, instance: str | None) -> tuple[bool, bool]:
+        return _fact(self.ops, instance)
+
+    def stop_others(self, keep_running: str | None, step: str, *, also: str | None = None) -> list[str]:
+        """Stop (and keep) every running instance on the production port, and `also`, except `keep_running`."""
+        port = self.plan["port"]
+        stopped = []
+        for f in self.ops.instances():
+            if f.running and (f.port == port or f.name == also) and f.name != keep_running:
+                with self.step(step, instance=f.name):
+                    self.ops.stop_keep(f.name)
+                stopped.append(f.name)
+        return stopped
+
+    def free_port(self) -> None:
+        with self.step("check_port", port=self.plan["port"]):
+            wait_port_free(self.ops, self.plan["port"])
+
+    def bring_up(self, slot: dict[str, Any] | None, step: str) -> BootInfo | None:
+        """Start a kept instance unless it already runs; None when it was already running."""
+        if slot is None:
+            return None
+        _, running = self.fact(slot["instance"])
+        if running:
+            return None
+        self.free_port()
+        with self.step(step, instance=slot["instance"]):
+            return self.ops.start_kept(slot["instance"])
+
+
+def _slot(d: dict[str, Any] | None, **changes: Any) -> Slot | None:
+    return Slot(**{**d, **changes}) if d else None
+
+
+# -- promote -----------------------------------------------------------------------------------
+
+
+def promote(
+    recipe: str,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    resume: bool = False,
+    port: int | None = None,
+    dry_run: bool = False,
+    ops: LaneOps | None = None,
+    crash_hook: CrashHook | None = None,
+) -> TransitionReport:
+    """Make `recipe` production: verdict gate, stop-and-keep production, boot, smoke, record.
+
+    A candidate that fails to boot or fails smoke is stopped and kept, the
+    previous production is restarted, and the report says so with ok=False.
+    `dry_run` checks the gate and returns the plan without touching the lane.
+    """
+    ops = ops or default_ops()
+    if force and not (reason and reason.strip()):
+        raise StateError("promote --force needs --reason \"...\": a forced promotion is recorded with why")
+    with TransitionLock(f"promote {recipe}"), Ledger() as ledger:
+        open_tr = _open_or_close_prune(ledger)
+        if open_tr is not None:
+            if resume and open_tr.kind == "promote" and open_tr.recipe == recipe:
+                return _drive_promote(_Run(ledger, ops, open_tr, crash_hook, resumed=True))
+            text, _ = explain(ledger, open_tr, crashed=True)
+            raise StateError(f"{ledger.path}: {text}")
+        if resume:
+            raise StateError(
+                f"{ledger.path}: no interrupted promotion of {recipe} to resume; run `gb300lane promote {recipe}`"
+            )
+        fingerprint, recipe_port = ops.describe(recipe)
+        prod, pair = ledger.production(), ledger.rollback_pair()
+        if prod and prod.recipe == recipe and prod.fingerprint == fingerprint:
+            _, running = _fact(ops, prod.instance)
+            if running:
+                return TransitionReport(
+                    kind="promote", ok=True, production=recipe,
+                    rollback_pair=pair.recipe if pair else None,
+                    message=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
+                )
+        verdict = ops.verdict(recipe)
+        passed = bool(verdict and verdict.passed)
+        if not passed and not force:
+            found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict
+                     else "no card has it as its B arm")
+            raise StateError(
+                f"refusing to promote {recipe}: {found}; promotion needs a PASS verdict (first or re-scored) "
+                f"from a card whose B arm is {recipe}, or --force --reason \"...\" to record a forced promotion"
+            )
+        if port is not None and ledger.port() not in (None, port):
+            raise StateError(
+                f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first promotion"
+            )
+        lane_port = ledger.port() or port or recipe_port
+        taken = {f.name for f in ops.instances()}
+        tag, n = recipe, 1
+        while ops.plan_instance(recipe, tag) in taken:
+            n += 1
+            tag = f"{recipe}-{n}"
+        plan = {
+            "recipe": recipe,
+            "fingerprint": fingerprint,
+            "port": lane_port,
+            "tag": tag,
+            "instance": ops.plan_instance(recipe, tag),
+            "previous": prod.model_dump() if prod else None,
+            "pair": pair.model_dump() if pair else None,
+            "verdict": verdict.reference if verdict else None,
+            "forced": not passed,
+            "reason": reason,
+        }
+        if dry_run:
+            stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
+            because = f"forced: {reason}" if not passed else str(verdict.reference if verdict else "")
+            return TransitionReport(
+                kind="promote", ok=True, production=prod.recipe if prod else None,
+                rollback_pair=pair.recipe if pair else None,
+                message=f"plan ({because}): {stop}boot {recipe} as {plan['instance']} on port {lane_port}; "
+                        "run its smoke gates; record the promotion (dry run: nothing done)",
+            )  # fmt: skip
+        tid = ledger.begin("promote", recipe, prod.recipe if prod else None, plan)
+        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook))
+
+
+def _drive_promote(run: _Run) -> TransitionReport:
+    p = run.plan
+    recipe, instance = p["recipe"], p["instance"]
+    prev = p["previous"]
+    t0 = time.monotonic()
+    if prev:
+        _, running = run.fact(prev["instance"])
+        if running:
+            with run.step("stop_production", instance=prev["instance"]):
+                run.ops.stop_keep(prev["instance"])
+    run.stop_others(instance, "stop_stray")
+    exists, running = run.fact(instance)
+    try:
+        if not exists:
+            run.free_port()
+            with run.step("boot_candidate", instance=instance, port=p["port"]) as out:
+                boot = run.ops.boot(recipe, port=p["port"], tag=p["tag"])
+                out["endpoint"] = boot.endpoint
+        elif not running:
+            run.free_port()
+            with run.step("start_candidate", instance=instance):
+                boot = run.ops.start_kept(instance)
+        else:
+            boot = None
+    except LaneError as exc:
+        return _revert_promote(run, f"{recipe} failed to boot: {_first_line(exc)}", t0)
+    endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p["port"])
+    with run.step("smoke_candidate", recipe=recipe) as out:
+        smoke = run.ops.smoke(recipe, endpoint)
+        out.update(passed=smoke.passed, summary=smoke.summary)
+    if not smoke.passed:
+        return _revert_promote(run, f"{recipe} failed smoke: {smoke.summary}", t0)
+    with run.step("record"):
+        pass
+    now = utcnow()
+    fingerprint = boot.fingerprint if boot and boot.fingerprint else p["fingerprint"]
+    new_prod = Slot(recipe=recipe, instance=instance, fingerprint=fingerprint, endpoint=endpoint, since=now)
+    new_pair = _slot(prev, since=now) if prev else _slot(p["pair"])
+    event_id = run.ledger.finish(
+        run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p["port"],
+        kept=[(new_pair, "rollback pair")] if prev else [],
+        event={
+            "kind": "promote", "recipe": recipe, "instance": instance, "fingerprint": new_prod.fingerprint,
+            "previous": prev["recipe"] if prev else None, "verdict": p["verdict"], "forced": p["forced"],
+            "reason": p["reason"], "detail": f"smoke: {smoke.summary}",
+        },
+    )
+    pair_txt = (f"{prev['recipe']} ({prev['instance']}) stopped and kept as the rollback pair" if prev
+                else "no rollback pair (first promotion)")
+    forced = " (forced: " + str(p["reason"]) + ")" if p["forced"] else ""
+    return TransitionReport(
+        kind="promote", ok=True, production=recipe, rollback_pair=new_pair.recipe if new_pair else None,
+        message=f"promoted {recipe} to production on {endpoint}{forced}; smoke: {smoke.summary}; {pair_txt}",
+        smoke_seconds=smoke.seconds, event_id=event_id,
+    )
+
+
+def _revert_promote(run: _Run, why: str, t0: float, *, kind: str = "promote_failed") -> TransitionReport:
+    """Put the previous production back: stop (keep) the candidate, restart the previous, record why."""
+    p = run.plan
+    prev = p["previous"]
+    exists, _ = run.fact(p["instance"])
+    # A failed candidate is stopped and kept for inspection; only prune removes it.
+    run.stop_others(prev["instance"] if prev else None, "stop_candidate", also=p["instance"])
+    endpoint = _endpoint(run.ops, p["instance"], p["port"])
+    kept = [(Slot(recipe=p["recipe"], instance=p["instance"], fingerprint=p["fingerprint"],
+                  endpoint=endpoint, since=utcnow()), "failed candidate")] if exists else []  # fmt: skip
+    restored: BootInfo | None = None
+    restore_error = None
+    try:
+        restored = run.bring_up(prev, "restore_previous")
+    except LaneError as exc:
+        restore_error = _first_line(exc)
+    restore_s = time.monotonic() - t0
+    with run.step("record"):
+        pass
+    if restore_error is not None:
+        event_id = run.ledger.finish(
+            run.tr.id, "failed", production=None, rollback=_slot(prev), kept=kept,
+            event={"kind": kind, "recipe": p["recipe"], "instance": p["instance"], "previous": prev["recipe"],
+                   "verdict": p["verdict"], "forced": p["forced"], "reason": why,
+                   "detail": f"restoring {prev['recipe']} failed too: {restore_error}; production is down"},
+        )
+        return TransitionReport(
+            kind="promote" if kind == "promote_failed" else "recover", ok=False, production=None,
+            rollback_pair=prev["recipe"],
+            message=f"{why}; restoring {prev['recipe']} failed too ({restore_error}); nothing serves production: "
+                    f"fix it and run `gb300lane rollback` to start {prev['recipe']} again",
+            event_id=event_id,
+        )
+    back = f"restored {prev['recipe']} ({prev['instance']})" if prev else "no previous production to restore"
+    event_id = run.ledger.finish(
+        run.tr.id, "reverted", production=_slot(prev), rollback=_slot(p["pair"]), kept=kept,
+        event={"kind": kind, "recipe": p["recipe"], "instance": p["instance"], "fingerprint": p["fingerprint"],
+               "previous": prev["recipe"] if prev else None, "verdict": p["verdict"],
+               "forced": p["forced"], "reason": why,
+               "restore_seconds": restore_s if prev else None,
+               "detail": f"{back}; {p['recipe']} stopped and kept as {p['instance']}" if exists else back},
+    )
+    return TransitionReport(
+        kind="promote" if kind == "promote_failed" else "recover", ok=kind == "recover",
+        production=prev["recipe"] if prev else None,
+        rollback_pair=p["pair"]["recipe"] if p["pair"] else None,
+        message=f"{why}; {back}" + (f" in {restore_s:.1f} s" if prev else ""),
+        restore_seconds=restore_s if prev else None,
+        boot_seconds=restored.boot_seconds if restored else None, event_id=event_id,
+    )
+
+
+# -- rollback ----------------------------------------------------------------------------------
+
+
+def rollback(
+    *, dry_run: bool = False, ops: LaneOps | None = None, crash_hook: CrashHook | None = None
+) -> TransitionReport:
+    """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
+
+    `dry_run` returns what it would do without touching the lane.
+    """
+    ops = ops or default_ops()
+    with TransitionLock("rollback"), Ledger() as ledger:
+        open_tr = ledger.open_transition() if dry_run else _open_or_close_prune(ledger)
+        if dry_run and open_tr is not None and open_tr.kind != "prune":
+            text, _ = explain(ledger, open_tr, crashed=True)
+            action = f"restore {open_tr.previous or 'nothing'}" if open_tr.kind == "promote" else "complete it"
+            return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
+                                    message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
+        if open_tr is not None and open_tr.kind != "prune":
+            run = _Run(ledger, ops, open_tr, crash_hook, resumed=True)
+            if open_tr.kind == "promote":
+                text, _ = explain(ledger, open_tr, crashed=True)
+                return _revert_promote(run, text.split(";")[0], time.monotonic(), kind="recover")
+            return _drive_rollback(run)
+        prod, pair = ledger.production(), ledger.rollback_pair()
+        if pair is None:
+            raise StateError(
+                f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
+                "a pair is kept by `gb300lane promote` when it replaces a production recipe"
+            )
+        plan = {
+            "target": pair.model_dump(),
+            "previous": prod.model_dump() if prod else None,
+            "port": ledger.port() or ops.describe(pair.recipe)[1],
+        }
+        if dry_run:
+            stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
+            return TransitionReport(
+                kind="rollback", ok=True, production=prod.recipe if prod else None, rollback_pair=pair.recipe,
+                message=f"plan: {stop}start the kept pair {pair.instance} ({pair.recipe}) on port {plan['port']}; "
+                        "wait until ready; run its smoke gates; record the rollback (dry run: nothing done)",
+            )  # fmt: skip
+        tid = ledger.begin("rollback", pair.recipe, prod.recipe if prod else None, plan)
+        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook))
+
+
+def _drive_rollback(run: _Run) -> TransitionReport:
+    p = run.plan
+    target, prev = p["target"], p["previous"]
+    t0 = time.monotonic()
+    if prev:
+        _, running = run.fact(prev["instance"])
+        if running:
+            with run.step("stop_production", instance=prev["instance"]):
+                run.ops.stop_keep(prev["instance"])
+    run.stop_others(target["instance"], "stop_stray")
+    try:
+        boot = run.bring_up(target, "start_pair")
+    except LaneError as exc:
+        return _revert_rollback(run, f"the kept pair {target['recipe']} failed to start: {_first_line(exc)}")
+    restore_s = time.monotonic() - t0
+    endpoint = boot.endpoint if boot else target["endpoint"]
+    with run.step("smoke_pair", recipe=target["recipe"]) as out:
+        smoke = run.ops.smoke(target["recipe"], endpoint)
+        out.update(passed=smoke.passed, summary=smoke.summary)
+    if not smoke.passed:
+        return _revert_rollback(run, f"the kept pair {target['recipe']} failed smoke: {smoke.summary}")
+    # The tool's share: everything in the restore outside the pair's own start-to-ready.
+    boot_s = boot.boot_seconds if boot else None
+    tool_s = max(0.0, restore_s - boot_s) if boot_s is not None else None
+    with run.step("record"):
+        pass
+    now = utcnow()
+    new_prod = _slot(target, since=now, endpoint=endpoint)
+    new_pair = _slot(prev, since=now)
+    event_id = run.ledger.finish(
+        run.tr.id, "rolled_back", production=new_prod, rollback=new_pair, port=p["port"],
+        kept=[(new_pair, "rollback pair")] if new_pair else [],
+        event={"kind": "rollback", "recipe": target["recipe"], "instance": target["instance"],
+               "fingerprint": target["fingerprint"], "previous": prev["recipe"] if prev else None,
+               "reason": "completed an interrupted rollback" if run.resumed else "rollback",
+               "restore_seconds": restore_s, "tool_seconds": tool_s, "detail": f"smoke: {smoke.summary}"},
+    )
+    kept_txt = f"; {prev['recipe']} stopped and kept as the rollback pair" if prev else ""
+    return TransitionReport(
+        kind="rollback", ok=True, production=target["recipe"], rollback_pair=prev["recipe"] if prev else None,
+        message=f"rolled back to {target['recipe']} ({target['instance']}) in {restore_s:.2f} s"
+                f"{'' if tool_s is None else f' (tool: {tool_s:.2f} s)'}; smoke: {smoke.summary}{kept_txt}",
+        restore_seconds=restore_s, tool_seconds=tool_s, boot_seconds=boot_s,
+        smoke_seconds=smoke.seconds, event_id=event_id,
+    )
+
+
+def _revert_rollback(run: _Run, why: str) -> TransitionReport:
+    """The pair would not serve: stop (keep) it and put back what was production."""
+    p = run.plan
+    target, prev = p["target"], p["previous"]
+    run.stop_others(prev["instance"] if prev else None, "stop_pair", also=target["instance"])
+    error = None
+    try:
+        run.bring_up(prev, "restore_previous")
+    except LaneError as exc:
+        error = _first_line(exc)
+    with run.step("record"):
+        pass
+    production = None if error or not prev else _slot(prev)
+    event_id = run.ledger.finish(
+        run.tr.id, "reverted" if production else "failed", production=production, rollback=_slot(target),
+        event={"kind": "rollback_failed", "recipe": target["recipe"], "instance": target["instance"],
+               "previous": prev["recipe"] if prev else None,
+               "reason": why, "detail": f"restoring {prev['recipe']} failed: {error}" if error and prev
+               else (f"restored {prev['recipe']}" if prev else "nothing was production before")},
+    )
+    back = (f"restoring {prev['recipe']} failed too ({error}); nothing serves production" if error and prev
+            else f"{prev['recipe']} restored" if prev else "nothing serves production")
+    return TransitionReport(kind="rollback", ok=False, production=production.recipe if production else None,
+                            rollback_pair=target["recipe"], message=f"{why}; {back}", event_id=event_id)
+
+
+# -- shared ------------------------------------------------------------------------------------
+
+
+def _open_or_close_prune(ledger: Ledger) -> Transition | None:
+    """The unfinished transition, closing a killed prune (its removals are idempotent) on the way."""
+    tr = ledger.open_transition()
+    if tr is not None and tr.kind == "prune":
+        ledger.finish(tr.id, "interrupted")
+        return None
+    return tr
+
+
+def _endpoint(ops: LaneOps, instance: str, port: int) -> str:
+    """The instance's endpoint as the lane recorded it (loopback on the port when it has none)."""
+    for f in ops.instances():
+        if f.name == instance and f.endpoint:
+            return f.endpoint
+    return f"http://127.0.0.1:{port}"
+
+
+def _fact(ops: LaneOps, instance: str | None) -> tuple[bool, bool]:
+    """(exists, running) for an instance, read from the lane now."""
+    if not instance:
+        return False, False
+    for f in ops.instances():
+        if f.name == instance:
+            return True, f.running
+    return False, False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__

@@ -1,0 +1,221 @@
+"""Crash safety: a kill at every step of promote and rollback is explained and repaired by one command.
+
+In-process, a crash hook raises at each named point (the journal is what a
+killed process leaves). Through the real CLI, GB300LANE_CRASH_AT makes the
+process exit 137 at a point, and one test sends a real SIGKILL mid-boot.
+After every crash: the state explains it, at most one instance serves the
+production port, and the named command leaves a finished, consistent ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gb300lane import promote as pm
+from gb300lane.errors import StateError
+from gb300lane.promote.simlane import SimLane
+
+PORT = 30106
+POINTS = pm.crash_points()
+
+
+class Killed(BaseException):
+    """Raised by the crash hook; a BaseException so no handler in the library catches it."""
+
+
+def _killer(point: str):
+    def hook(name: str) -> None:
+        if name == point:
+            raise Killed(name)
+
+    return hook
+
+
+@pytest.fixture
+def lane(tmp_path: Path) -> SimLane:
+    sim = SimLane.create(
+        tmp_path / "lane.json",
+        {"local-v26": {}, "local-v27": {}},
+        {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}},
+    )
+    assert pm.promote("local-v26", force=True, reason="production before the change", ops=sim).ok
+    return sim
+
+
+def _assert_consistent(lane: SimLane, production: str) -> None:
+    state = pm.current_production()
+    assert state.in_flight is None
+    assert state.recipe == production
+    assert lane.running_on(PORT) == [state.instance]
+
+
+def _explained(kind: str, recipe: str) -> pm.InFlight:
+    state = pm.current_production()
+    flight = state.in_flight
+    assert flight is not None and flight.crashed and flight.kind == kind and flight.recipe == recipe
+    assert "interrupted" in flight.explanation
+    assert any(flight.explanation in line for line in state.summary_lines())
+    return flight
+
+
+@pytest.mark.parametrize("recovery", ["rollback", "resume"])
+@pytest.mark.parametrize("point", POINTS["promote"])
+def test_a_crashed_promotion_is_explained_and_repaired(lane: SimLane, point: str, recovery: str) -> None:
+    with pytest.raises(Killed):
+        pm.promote("local-v27", ops=lane, crash_hook=_killer(point))
+    assert len(lane.running_on(PORT)) <= 1
+    flight = _explained("promote", "local-v27")
+    assert flight.commands == ("gb300lane rollback", "gb300lane promote local-v27 --resume")
+    assert "restore local-v26" in flight.explanation
+    # Nothing else may start while it is unfinished.
+    with pytest.raises(StateError, match="interrupted"):
+        pm.promote("local-v26", force=True, reason="x", ops=lane)
+    if recovery == "rollback":
+        plan = pm.rollback(dry_run=True, ops=lane)
+        assert plan.message.startswith("plan: promotion of local-v27 interrupted") and "restore local-v26" in plan.message
+        assert pm.current_production().in_flight is not None  # a dry run repairs nothing
+        report = pm.rollback(ops=lane)
+        assert report.ok and report.kind == "recover" and report.production == "local-v26"
+        _assert_consistent(lane, "local-v26")
+        assert pm.current_production().rollback_pair is None
+        assert pm.history()[-1].kind == "recover"
+    else:
+        report = pm.promote("local-v27", resume=True, ops=lane)
+        assert report.ok and report.production == "local-v27"
+        _assert_consistent(lane, "local-v27")
+        assert pm.current_production().rollback_pair.recipe == "local-v26"
+    # The lane is usable again: the next transition runs.
+    assert (pm.promote("local-v27", ops=lane) if recovery == "rollback" else pm.rollback(ops=lane)).ok
+
+
+@pytest.mark.parametrize("point", POINTS["promote_failure"])
+def test_a_crash_while_restoring_after_a_failed_smoke_is_repaired(lane: SimLane, point: str) -> None:
+    lane.set_recipe("local-v27", fail_smoke=True)
+    with pytest.raises(Killed):
+        pm.promote("local-v27", ops=lane, crash_hook=_killer(point))
+    assert len(lane.running_on(PORT)) <= 1
+    _explained("promote", "local-v27")
+    assert pm.rollback(ops=lane).ok
+    _assert_consistent(lane, "local-v26")
+
+
+@pytest.mark.parametrize("point", POINTS["rollback"])
+def test_a_crashed_rollback_is_completed_by_rollback(lane: SimLane, point: str) -> None:
+    assert pm.promote("local-v27", ops=lane).ok
+    with pytest.raises(Killed):
+        pm.rollback(ops=lane, crash_hook=_killer(point))
+    assert len(lane.running_on(PORT)) <= 1
+    flight = _explained("rollback", "local-v26")
+    assert flight.commands == ("gb300lane rollback",)
+    report = pm.rollback(ops=lane)
+    assert report.ok and report.production == "local-v26"
+    _assert_consistent(lane, "local-v26")
+    assert pm.current_production().rollback_pair.recipe == "local-v27"
+
+
+@pytest.mark.parametrize("point", POINTS["rollback_failure"])
+def test_a_crash_while_undoing_a_failed_rollback_is_repaired(lane: SimLane, point: str) -> None:
+    assert pm.promote("local-v27", ops=lane).ok
+    lane.set_recipe("local-v26", fail_smoke=True)
+    with pytest.raises(Killed):
+        pm.rollback(ops=lane, crash_hook=_killer(point))
+    assert len(lane.running_on(PORT)) <= 1
+    _explained("rollback", "local-v26")
+    report = pm.rollback(ops=lane)  # the pair still fails smoke, so v27 is put back
+    assert not report.ok and "local-v27 restored" in report.message
+    _assert_consistent(lane, "local-v27")
+
+
+def test_a_crashed_first_promotion_can_be_undone(tmp_path: Path) -> None:
+    sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}}, {})
+    with pytest.raises(Killed):
+        pm.promote("local-v26", force=True, reason="first", ops=sim, crash_hook=_killer("promote.smoke_candidate"))
+    flight = _explained("promote", "local-v26")
+    assert "stop local-v26 (there was no production before it)" in flight.explanation
+    state = pm.current_production()
+    assert state.recipe is None and state.summary_lines()[0] == "production: none recorded"
+    report = pm.rollback(ops=sim)
+    assert report.ok and report.production is None
+    assert sim.running_on(PORT) == []
+    assert pm.current_production() is None  # nothing serves, nothing unfinished
+    assert pm.history()[-1].kind == "recover"
+
+
+# -- the real CLI, killed ------------------------------------------------------------------
+
+
+def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True,
+                          text=True, timeout=60, **kw)
+
+
+@pytest.fixture
+def cli_env(lane: SimLane) -> dict[str, str]:
+    env = dict(os.environ)
+    env["GB300LANE_LANE_OPS"] = f"sim:{lane.path}"
+    env["COLUMNS"] = "400"
+    return env
+
+
+@pytest.mark.parametrize(
+    ("point", "recovery"),
+    [
+        ("promote.stop_production:after", ["rollback"]),
+        ("promote.boot_candidate", ["promote", "local-v27", "--resume"]),
+        ("promote.record", ["rollback"]),
+    ],
+)
+def test_cli_killed_during_promote_recovers_with_one_command(
+    lane: SimLane, cli_env: dict[str, str], point: str, recovery: list[str]
+) -> None:
+    killed = _cli(["promote", "local-v27"], {**cli_env, pm.CRASH_ENV: point})
+    assert killed.returncode == 137, killed.stderr
+    assert len(lane.running_on(PORT)) <= 1
+    _explained("promote", "local-v27")
+    blocked = _cli(["promote", "local-v27"], cli_env)
+    assert blocked.returncode == 1 and "promotion of local-v27 interrupted" in blocked.stderr
+    fixed = _cli(recovery, cli_env)
+    assert fixed.returncode == 0, fixed.stderr
+    _assert_consistent(lane, "local-v26" if recovery == ["rollback"] else "local-v27")
+
+
+@pytest.mark.parametrize("point", ["rollback.start_pair"])
+def test_cli_killed_during_rollback_recovers_with_rollback(lane: SimLane, cli_env: dict[str, str], point: str) -> None:
+    assert _cli(["promote", "local-v27"], cli_env).returncode == 0
+    killed = _cli(["rollback"], {**cli_env, pm.CRASH_ENV: point})
+    assert killed.returncode == 137, killed.stderr
+    _explained("rollback", "local-v26")
+    fixed = _cli(["rollback"], cli_env)
+    assert fixed.returncode == 0 and "rolled back to local-v26" in fixed.stdout
+    _assert_consistent(lane, "local-v26")
+
+
+def test_sigkill_mid_boot_is_explained_and_reverted(lane: SimLane, cli_env: dict[str, str]) -> None:
+    lane.set_recipe("local-v27", boot_seconds=30)
+    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if ["boot", "lane-local-v27"] in lane.operations():
+                break
+            time.sleep(0.05)
+        flight = pm.current_production().in_flight
+        assert flight is not None and not flight.crashed  # the lock is held: in progress, not crashed
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    flight = _explained("promote", "local-v27")
+    assert "while booting local-v27" in flight.explanation
+    lane.set_recipe("local-v27", boot_seconds=0)
+    fixed = _cli(["rollback"], cli_env)
+    assert fixed.returncode == 0, fixed.stderr
+    _assert_consistent(lane, "local-v26")
