@@ -1,9 +1,182 @@
-"""CLI group: lane (placeholder until its issue lands)."""
+"""CLI group: lane. `up`, `down`, `status`, `logs`, and `engine-image build` over `gb300lane.lane`."""
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+
+from gb300lane.cli.common import console, err_console, print_json
+
+
+def _progress_bar(json_out: bool):  # type: ignore[no-untyped-def]
+    """A progress callback drawing elapsed against expected boot time on stderr (None with --json)."""
+    if json_out:
+        return None, None
+    bar = Progress(
+        TextColumn("[bold]{task.fields[instance]}[/]"),
+        BarColumn(),
+        TextColumn("{task.fields[text]}"),
+        console=err_console,
+        transient=True,
+    )
+    state: dict[str, int] = {}
+
+    def update(p):  # type: ignore[no-untyped-def]
+        expected = p.expected_s
+        text = f"{p.elapsed_s:5.1f} s / " + (f"expected {expected:.1f} s" if expected else "first boot of this hash")
+        if "task" not in state:
+            state["task"] = bar.add_task("boot", total=expected or p.timeout_s, instance=p.instance, text=text)
+        bar.update(state["task"], completed=min(p.elapsed_s, (expected or p.timeout_s)), text=text)
+
+    return bar, update
+
+
+def up(
+    recipe: str = typer.Argument(..., help="Recipe name (a file stem in recipes/)."),
+    dark: bool = typer.Option(False, "--dark", help="Bind to 127.0.0.1 only and check for foreign clients."),
+    name: Optional[str] = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<ARM>."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="docker or process (default: the recipe's)."),
+    port: Optional[int] = typer.Option(None, "--port", help="Serve on this port instead of lane.port."),
+    check: Optional[list[str]] = typer.Option(
+        None, "--check", help="Recipe key to verify in the container args (repeatable; default: keys that differ from production, else the parent)."
+    ),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds to wait for readiness."),
+    allow_outside_trained_block: bool = typer.Option(
+        False, "--allow-outside-trained-block", help="Boot k above the checkpoint's dspark_block_size anyway."
+    ),
+    pull: bool = typer.Option(False, "--pull", help="Pull missing images (never done otherwise)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the boot report as JSON."),
+) -> None:
+    """Boot a recipe, wait until it serves, and report the boot checks."""
+    from gb300lane.lane import up as lane_up
+
+    bar, update = _progress_bar(json_out)
+    if bar is not None:
+        bar.start()
+    try:
+        report = lane_up(
+            recipe, dark=dark, arm=name, runtime=runtime, port=port, check_keys=check, timeout_s=timeout,
+            progress=update, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.stop()
+    if json_out:
+        print_json(report.model_dump(mode="json"))
+    else:
+        console.print(report.to_text(), highlight=False, markup=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def down(
+    recipe: Optional[str] = typer.Argument(None, help="Recipe whose instance to take down."),
+    name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
+    all_: bool = typer.Option(False, "--all", help="Every instance on this host, leftovers included."),
+    json_out: bool = typer.Option(False, "--json", help="Print the removed instance names as JSON."),
+) -> None:
+    """Stop and remove an instance's containers."""
+    from gb300lane.lane import down as lane_down
+
+    removed = lane_down(recipe, arm=name, all=all_)
+    if json_out:
+        print_json({"removed": removed})
+    elif removed:
+        console.print("removed " + ", ".join(removed), highlight=False)
+    else:
+        console.print("nothing to take down", highlight=False)
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def status(json_out: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+    """What runs where: health, hash, uptime, production or candidate, the rollback pair."""
+    from rich.table import Table
+
+    from gb300lane.lane import status as lane_status
+
+    st = lane_status()
+    if json_out:
+        print_json(st.model_dump(mode="json"))
+        return
+    table = Table(show_edge=False, header_style="bold", box=None)
+    for col in ("instance", "recipe", "role", "runtime", "state", "health", "hash", "uptime", "endpoint"):
+        table.add_column(col, no_wrap=col in ("instance", "endpoint"))
+    for row in st.instances:
+        i = row.info
+        table.add_row(
+            i.name, i.recipe, row.role, i.runtime, i.state, row.health, i.compile_hash or "-",
+            _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
+        )  # fmt: skip
+    if st.instances:
+        # Piped output has no terminal width to honour; do not squeeze the table into 80 columns.
+        (console if console.is_terminal else Console(width=160)).print(table)
+    else:
+        console.print("no lane instances on this host", highlight=False)
+    prod = st.production
+    if prod:
+        pair = prod.get("rollback_pair") or {}
+        console.print(f"production: {prod.get('recipe') or 'none'} ({prod.get('instance') or '-'})", highlight=False)
+        console.print(f"rollback pair: {pair.get('recipe', 'none')} ({pair.get('instance', '-')})", highlight=False)
+    else:
+        console.print("production: none recorded", highlight=False)
+    for rt, note in st.runtimes.items():
+        if note != "reachable":
+            err_console.print(f"[yellow]{rt}:[/] {note}", highlight=False)
+
+
+def logs(
+    recipe: Optional[str] = typer.Argument(None, help="Recipe whose instance's logs to show."),
+    name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the container stops."),
+    tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines."),
+    sidecar: bool = typer.Option(False, "--sidecar", help="The sidecar container's log instead of the main one."),
+) -> None:
+    """Print an instance's container log."""
+    from gb300lane import lane
+
+    role = "sidecar" if sidecar else "main"
+    if follow:
+        try:
+            for line in lane.follow(recipe, arm=name, role=role, tail=tail):
+                typer.echo(line)
+        except KeyboardInterrupt:
+            return
+        return
+    typer.echo(lane.logs(recipe, arm=name, role=role, tail=tail), nl=False)
+
+
+def image_build(
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the source hash matches."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build gb300lane-engine:local (the embedded engine, FROM scratch) if the source changed."""
+    from gb300lane.runtime.image import ensure_engine_image
+
+    t0 = time.monotonic()
+    result = ensure_engine_image(force=force, log=None if json_out else (lambda m: err_console.print(m, highlight=False)))
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+        return
+    what = f"built in {time.monotonic() - t0:.1f} s" if result.built else "up to date"
+    console.print(f"{result.tag}: {what} (source hash {result.source_hash})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("status")(status)
+    app.command("logs")(logs)
+    image = typer.Typer(help="The local image of the embedded engine.", no_args_is_help=True)
+    image.command("build")(image_build)
+    app.add_typer(image, name="engine-image")

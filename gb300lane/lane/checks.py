@@ -1,0 +1,260 @@
+"""The boot checks, as pure functions over gathered facts: each returns pass, fail or unknown with evidence.
+
+- autotune: the hash predicted from the ledger against the hash and hit/miss the log shows
+- flags: each checked recipe key against the container's actual args ("flag present" 0/1 per arm)
+- env: the container's environment against the expected one, as a set
+- kv_pool: the logged KV cache size against `kv_pool_tokens`
+- dark: bound to loopback only, and no requests the tool did not send
+
+Secret-looking env names are compared by sha256; their values never reach the
+evidence, the report or the screen.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane.fsio import sha256_bytes
+from gb300lane.lane.facts import Listener, RequestCounts
+from gb300lane.lane.flags import flag_value, parse_argv, same_value
+from gb300lane.lane.logparse import BootLogFacts
+
+CheckStatus = Literal["pass", "fail", "unknown"]
+SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+
+
+class CheckResult(BaseModel):
+    """One boot check and its evidence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="autotune, flags, env, kv_pool, dark, or sidecar.")
+    status: CheckStatus = Field(description="pass, fail, or unknown (the evidence is missing).")
+    summary: str = Field(description="One line a person reads.")
+    evidence: dict[str, Any] = Field(default_factory=dict, description="The facts the status was decided on.")
+
+
+class Prediction(BaseModel):
+    """The autotune outcome the ledger predicts for a fingerprint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outcome: Literal["hit", "miss", "unknown"] = Field(description="Predicted cache outcome.")
+    known_hash: str | None = Field(default=None, description="Compile hash this fingerprint booted with before.")
+    cache_dir_exists: bool | None = Field(default=None, description="Whether that hash's cache dir exists (None: not visible).")
+    reason: str = Field(description="Why this prediction.")
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
+
+
+def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: float | None) -> CheckResult:
+    observed = facts.autotune
+    evidence: dict[str, Any] = {
+        "predicted": prediction.outcome,
+        "predicted_hash": prediction.known_hash,
+        "predicted_reason": prediction.reason,
+        "cache_dir_existed": prediction.cache_dir_exists,
+        "observed": observed,
+        "observed_hash": facts.compile_hash,
+        "cache_dir": facts.cache_dir,
+        "hit_lines": facts.cache_hits,
+        "miss_lines": facts.cache_misses,
+        "compile_seconds": facts.compile_seconds,
+        "boot_seconds": None if boot_seconds is None else round(boot_seconds, 3),
+    }
+    if observed == "unknown":
+        return CheckResult(
+            name="autotune", status="unknown", evidence=evidence,
+            summary="the log shows neither a cache load nor a compile (no `Directly load` / `Compiling a graph` lines)",
+        )  # fmt: skip
+    if prediction.known_hash and facts.compile_hash and prediction.known_hash != facts.compile_hash:
+        return CheckResult(
+            name="autotune", status="fail", evidence=evidence,
+            summary=(
+                f"hash {facts.compile_hash} differs from {prediction.known_hash}, which this fingerprint booted "
+                "with before: image.hash_inputs misses a key the engine hashes"
+            ),
+        )  # fmt: skip
+    if prediction.outcome == "hit" and observed == "miss":
+        return CheckResult(
+            name="autotune", status="fail", evidence=evidence,
+            summary=f"predicted a hash hit, the log shows a miss (hash {facts.compile_hash}): the boot recompiled",
+        )  # fmt: skip
+    if prediction.outcome == "miss" and observed == "hit":
+        # Not a fault: another fingerprint (or another host sharing the cache) compiled this hash.
+        return CheckResult(
+            name="autotune", status="pass", evidence=evidence,
+            summary=f"hash hit ({facts.compile_hash}) where a miss was predicted: the cache already held this hash",
+        )  # fmt: skip
+    return CheckResult(
+        name="autotune", status="pass", evidence=evidence,
+        summary=f"hash {observed} ({facts.compile_hash}), predicted {prediction.outcome}"
+        + (f", booted in {boot_seconds:.1f} s" if boot_seconds is not None else ""),
+    )  # fmt: skip
+
+
+def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, Any]) -> CheckResult:
+    """Each key's value in the container args must equal the recipe's (None: the flag must be absent)."""
+    parsed = parse_argv(argv)
+    rows = []
+    failed, unreadable = [], []
+    for key, want in sorted(expected.items()):
+        reading = flag_value(parsed, key)
+        if not reading.readable:
+            unreadable.append(key)
+            rows.append({"key": key, "expected": want, "present": None, "actual": None, "ok": None})
+            continue
+        ok = (not reading.present) if want is None else (reading.present and same_value(want, reading.value))
+        rows.append({"key": key, "expected": want, "present": int(reading.present), "actual": reading.value, "ok": ok})
+        if not ok:
+            failed.append(key)
+    evidence = {"keys": rows, "argv": redact_argv(argv)}
+    present = ", ".join(f"{r['key']}={r['present']}" for r in rows if r["present"] is not None)
+    if failed:
+        detail = "; ".join(
+            f"{r['key']}: recipe {r['expected']!r}, args {r['actual']!r}" for r in rows if r["key"] in failed
+        )
+        return CheckResult(name="flags", status="fail", evidence=evidence, summary=f"args differ from the recipe: {detail}")
+    if not rows:
+        return CheckResult(name="flags", status="pass", evidence=evidence, summary="no keys to check (none differ)")
+    if unreadable and len(unreadable) == len(rows):
+        return CheckResult(
+            name="flags", status="unknown", evidence=evidence,
+            summary=f"{', '.join(unreadable)} do not render to flags; nothing to read in the args",
+        )  # fmt: skip
+    return CheckResult(
+        name="flags", status="pass", evidence=evidence, summary=f"args carry the recipe's values (present: {present})"
+    )
+
+
+def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """The args with the value of any secret-looking flag (`--api-key`) replaced by its sha256."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(redact("KEY", arg))
+            hide_next = False
+            continue
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if is_secret(name.replace("-", "_")):
+                if eq:
+                    out.append(f"--{name}={redact('KEY', value)}")
+                    continue
+                hide_next = True
+        out.append(arg)
+    return out
+
+
+def _shown(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    return "<secret: compared by sha256>" if is_secret(name) else value
+
+
+def redact(name: str, value: str) -> str:
+    """A secret-looking variable's value as `sha256:<hex>`, so it can be stored and still compared."""
+    if is_secret(name) and not value.startswith(_HASHED):
+        return _HASHED + sha256_bytes(value)
+    return value
+
+
+_HASHED = "sha256:"
+
+
+def _same_env_value(name: str, expected: str, actual: str) -> bool:
+    if is_secret(name):
+        return redact(name, expected) == redact(name, actual)
+    return expected == actual
+
+
+def env_set_digest(env: dict[str, str]) -> str:
+    """Order-free digest of an environment, comparable across arms without showing values."""
+    return sha256_bytes("\n".join(f"{k}={v}" for k, v in sorted(env.items())))[:16]
+
+
+def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note: str = "") -> CheckResult:
+    """The environment as a set: extra, missing and different names (never order)."""
+    extra = sorted(set(actual) - set(expected))
+    missing = sorted(set(expected) - set(actual))
+    different = sorted(k for k in set(actual) & set(expected) if not _same_env_value(k, expected[k], actual[k]))
+    evidence = {
+        "extra": extra,
+        "missing": missing,
+        "different": [{"name": k, "expected": _shown(k, expected[k]), "actual": _shown(k, actual[k])} for k in different],
+        "count": len(actual),
+        "expected_count": len(expected),
+        "secret_names": sorted(k for k in set(actual) | set(expected) if is_secret(k)),
+        "set_digest": env_set_digest(actual),
+        "baseline": baseline_note,
+    }
+    if extra or missing or different:
+        parts = []
+        if extra:
+            parts.append(f"extra {', '.join(extra)}")
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if different:
+            parts.append(f"different {', '.join(different)}")
+        return CheckResult(name="env", status="fail", evidence=evidence, summary="env differs as a set: " + "; ".join(parts))
+    return CheckResult(
+        name="env", status="pass", evidence=evidence, summary=f"{len(actual)} variables, equal as a set"
+    )
+
+
+def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResult:
+    evidence = {"expected": expected_tokens, "observed": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency}
+    if expected_tokens is None:
+        return CheckResult(name="kv_pool", status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens")
+    if facts.kv_cache_tokens is None:
+        return CheckResult(
+            name="kv_pool", status="unknown", evidence=evidence, summary="no `GPU KV cache size:` line in the boot log"
+        )
+    if facts.kv_cache_tokens != expected_tokens:
+        return CheckResult(
+            name="kv_pool", status="fail", evidence=evidence,
+            summary=f"KV pool {facts.kv_cache_tokens:,} tokens, recipe says {expected_tokens:,}",
+        )  # fmt: skip
+    return CheckResult(name="kv_pool", status="pass", evidence=evidence, summary=f"KV pool {expected_tokens:,} tokens")
+
+
+def check_bind(found: list[Listener] | None, port: int) -> CheckResult:
+    """Dark lanes listen on loopback only."""
+    evidence: dict[str, Any] = {"port": port, "listeners": None if found is None else [l.address for l in found]}
+    if found is None:
+        return CheckResult(name="dark_bind", status="unknown", evidence=evidence, summary="/proc/net/tcp is unreadable")
+    if not found:
+        return CheckResult(name="dark_bind", status="fail", evidence=evidence, summary=f"nothing listens on :{port}")
+    open_to = sorted({l.address for l in found if not l.loopback_only})
+    if open_to:
+        return CheckResult(
+            name="dark_bind", status="fail", evidence=evidence,
+            summary=f":{port} listens on {', '.join(open_to)}: reachable beyond loopback while dark",
+        )  # fmt: skip
+    return CheckResult(name="dark_bind", status="pass", evidence=evidence, summary=f":{port} bound to loopback only")
+
+
+def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult:
+    """Requests the engine counted since boot beyond those the tool sent."""
+    seen = counts.requests_seen
+    evidence = {**counts.model_dump(), "requests_seen": seen, "sent_by_tool": sent_by_tool}
+    if seen is None:
+        return CheckResult(
+            name="foreign_clients", status="unknown", evidence=evidence,
+            summary="/metrics has no vllm:request_success_total; foreign clients cannot be counted",
+        )  # fmt: skip
+    foreign = seen - sent_by_tool
+    evidence["foreign_requests"] = foreign
+    if foreign > 0:
+        return CheckResult(
+            name="foreign_clients", status="fail", evidence=evidence,
+            summary=f"{foreign:g} request(s) since boot that gb300lane did not send",
+        )  # fmt: skip
+    return CheckResult(name="foreign_clients", status="pass", evidence=evidence, summary="zero foreign clients since boot")

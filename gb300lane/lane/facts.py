@@ -1,0 +1,160 @@
+"""Facts gathered from the host for the dark-lane check: listening sockets and request counters.
+
+Gathering and parsing are apart: `parse_proc_net_tcp` and `parse_request_counts`
+are pure functions tests feed recorded text; `listeners` reads /proc/net/tcp
+and /proc/net/tcp6 (host networking puts Docker containers' sockets there too).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_LISTEN = "0A"
+
+
+class Listener(BaseModel):
+    """One listening TCP socket."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = Field(description="Bound address (0.0.0.0 / :: mean every interface).")
+    port: int = Field(description="Bound port.")
+
+    @property
+    def loopback_only(self) -> bool:
+        return ipaddress.ip_address(self.address).is_loopback
+
+
+def _decode_address(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    # IPv6 is stored as four little-endian 32-bit words.
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    addr = ipaddress.IPv6Address(words)
+    return str(addr.ipv4_mapped or addr)
+
+
+def parse_proc_net_tcp(text: str) -> list[Listener]:
+    """Listening sockets from the text of /proc/net/tcp or /proc/net/tcp6."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != _LISTEN:
+            continue
+        addr, _, port = fields[1].partition(":")
+        out.append(Listener(address=_decode_address(addr), port=int(port, 16)))
+    return out
+
+
+def listeners(port: int | None = None) -> list[Listener] | None:
+    """Listening sockets on this host (on `port` if given); None where /proc/net is unreadable."""
+    found: list[Listener] = []
+    readable = False
+    for name in ("tcp", "tcp6"):
+        try:
+            text = Path("/proc/net", name).read_text()
+        except OSError:
+            continue
+        readable = True
+        found.extend(parse_proc_net_tcp(text))
+    if not readable:
+        return None
+    return [lst for lst in found if port is None or lst.port == port]
+
+
+def port_in_use(port: int) -> bool:
+    """True when something listens on `port` (or, without /proc, when binding it fails)."""
+    found = listeners(port)
+    if found is not None:
+        return bool(found)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+
+#: Names whose growth since boot means a client asked the engine for work.
+REQUEST_SERIES = {
+    "vllm:request_success_total": "requests_finished",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+}
+
+
+class RequestCounts(BaseModel):
+    """Work clients asked of the engine, summed over labels; None where the series is absent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests_finished: float | None = Field(default=None, description="vllm:request_success_total, all reasons.")
+    requests_running: float | None = Field(default=None, description="vllm:num_requests_running.")
+    requests_waiting: float | None = Field(default=None, description="vllm:num_requests_waiting.")
+    prompt_tokens: float | None = Field(default=None, description="vllm:prompt_tokens_total.")
+
+    @property
+    def requests_seen(self) -> float | None:
+        """Finished plus in flight: every request a client has sent, or None when unmeasurable."""
+        parts = [self.requests_finished, self.requests_running, self.requests_waiting]
+        if self.requests_finished is None:
+            return None
+        return sum(p for p in parts if p is not None)
+
+
+def parse_request_counts(text: str) -> RequestCounts:
+    """Sum the request series of a /metrics scrape."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            # A declared labelled counter with no samples yet has counted zero.
+            declared = line.split()[2]
+            for name in (declared, declared + "_total"):
+                if name in REQUEST_SERIES:
+                    sums.setdefault(REQUEST_SERIES[name], 0.0)
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None or m["name"] not in REQUEST_SERIES:
+            continue
+        field = REQUEST_SERIES[m["name"]]
+        sums[field] = sums.get(field, 0.0) + float(m["value"])
+    return RequestCounts(**sums)
+
+
+def parse_nvidia_smi(text: str) -> set[str]:
+    """Device ids (index and UUID) from `nvidia-smi --query-gpu=index,uuid --format=csv,noheader`."""
+    ids: set[str] = set()
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            ids.update(parts[:2])
+    return ids
+
+
+def discover_gpus() -> set[str] | None:
+    """GPU ids on this host; None where they cannot be discovered (no nvidia-smi, or it failed)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_nvidia_smi(out.stdout) if out.returncode == 0 else None

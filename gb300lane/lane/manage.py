@@ -1,0 +1,232 @@
+"""Everything after boot: list, status, logs, stop (and keep), remove, down.
+
+Instances are found through their records and, for leftovers without one,
+through the labels on the containers themselves (`gb300lane.instance`),
+among the containers this state directory created (`gb300lane.state`).
+Docker is asked only where an instance uses it or it answers; an unreachable
+engine is reported in `status`, never fatal to the process runtime's view.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gb300lane.errors import LaneError, StateError
+from gb300lane.lane import instances, probe
+from gb300lane.lane.boot import current_production
+from gb300lane.lane.report import latest_report
+from gb300lane.runtime import LABEL_INSTANCE, LABEL_LANE, LABEL_STATE, ContainerInfo, Runtime, get_runtime, state_label
+
+InstanceState = Literal["running", "stopped", "partial", "missing", "failed"]
+
+
+class InstanceInfo(BaseModel):
+    """One instance as the runtimes see it now."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Instance name.")
+    recipe: str = Field(description="Recipe name.")
+    arm: str | None = Field(description="Arm name, if booted with --name.")
+    runtime: str = Field(description="process or docker.")
+    state: InstanceState = Field(description="running, stopped (kept), partial, missing (containers gone), failed.")
+    endpoint: str | None = Field(description="Base URL of the OpenAI API.")
+    fingerprint: str | None = Field(description="Recipe fingerprint.")
+    compile_hash: str | None = Field(default=None, description="Compile hash of the last boot report.")
+    phase: str = Field(description="Outcome of the last transition recorded (or `unrecorded` for a leftover).")
+    containers: dict[str, str] = Field(description="Container name -> state.")
+    labels: dict[str, str] = Field(description="Labels of the main container.")
+    started_at: float | None = Field(default=None, description="When the main container last started.")
+    recorded: bool = Field(description="False for a labelled leftover with no instance record.")
+
+
+class InstanceStatus(BaseModel):
+    """An instance with health, uptime and its role in the lane."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    info: InstanceInfo = Field(description="The instance.")
+    health: str = Field(description="healthy, unhealthy (HTTP n), unreachable, or not running.")
+    uptime_s: float | None = Field(description="Seconds since the main container started, while running.")
+    role: Literal["production", "rollback", "candidate"] = Field(description="Role per the promotion ledger.")
+
+
+class LaneStatus(BaseModel):
+    """`gb300lane status`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instances: tuple[InstanceStatus, ...] = Field(description="Every instance, recorded or leftover.")
+    production: dict[str, Any] | None = Field(description="Production state from the promotion ledger, if any.")
+    runtimes: dict[str, str] = Field(description="Runtime name -> reachable / the reason it is not.")
+
+
+def _runtimes(names: set[str]) -> tuple[dict[str, Runtime], dict[str, str]]:
+    found: dict[str, Runtime] = {}
+    notes: dict[str, str] = {}
+    for name in sorted(names | {"process", "docker"}):
+        try:
+            found[name] = get_runtime(name)
+            notes[name] = "reachable"
+        except LaneError as exc:
+            notes[name] = str(exc)
+    return found, notes
+
+
+def _state(infos: list[ContainerInfo], phase: str) -> InstanceState:
+    states = {i.state for i in infos}
+    if states == {"running"}:
+        return "running"
+    if states <= {"missing"}:
+        return "missing"
+    if "running" in states:
+        return "partial"
+    return "failed" if phase in ("failed", "interrupted") else "stopped"
+
+
+def _info(rec: instances.InstanceRecord, rt: Runtime | None) -> InstanceInfo:
+    infos = [rt.inspect(c) if rt else ContainerInfo(name=c, runtime=rec.runtime, state="missing") for c in rec.containers]
+    report = latest_report(rec.name)
+    return InstanceInfo(
+        name=rec.name, recipe=rec.recipe, arm=rec.arm, runtime=rec.runtime, state=_state(infos, rec.phase),
+        endpoint=rec.endpoint, fingerprint=rec.fingerprint, compile_hash=report.compile_hash if report else None,
+        phase=rec.phase if rt else f"{rec.phase} (runtime {rec.runtime} unreachable)",
+        containers={i.name: i.state for i in infos}, labels=infos[0].labels if infos else {},
+        started_at=infos[0].started_at if infos else None, recorded=True,
+    )  # fmt: skip
+
+
+def list_instances() -> list[InstanceInfo]:
+    """Recorded instances, then labelled leftovers that have no record."""
+    recs = instances.load_all()
+    rts, _ = _runtimes({r.runtime for r in recs})
+    return _list(recs, rts)
+
+
+def _list(recs: list[instances.InstanceRecord], rts: dict[str, Runtime]) -> list[InstanceInfo]:
+    out = [_info(rec, rts.get(rec.runtime)) for rec in recs]
+    known = {c for rec in recs for c in rec.containers}
+    for rt_name, rt in rts.items():
+        leftovers: dict[str, list[ContainerInfo]] = {}
+        for c in rt.list({LABEL_STATE: state_label()}):
+            if c.name not in known and LABEL_LANE in c.labels:
+                leftovers.setdefault(c.labels.get(LABEL_INSTANCE, c.name), []).append(c)
+        for inst, infos in sorted(leftovers.items()):
+            main = next((i for i in infos if i.labels.get("gb300lane.role") == "main"), infos[0])
+            out.append(
+                InstanceInfo(
+                    name=inst, recipe=main.labels.get("gb300lane.recipe", "?"), arm=main.labels.get("gb300lane.arm"),
+                    runtime=rt_name, state=_state(infos, "unrecorded"), endpoint=None,
+                    fingerprint=main.labels.get("gb300lane.fingerprint"), phase="unrecorded",
+                    containers={i.name: i.state for i in infos}, labels=main.labels,
+                    started_at=main.started_at, recorded=False,
+                )
+            )  # fmt: skip
+    return out
+
+
+def status() -> LaneStatus:
+    """What runs where, health, hash, uptime, and production / rollback / candidate."""
+    prod = current_production()
+    prod_instance = getattr(prod, "instance", None)
+    pair = getattr(prod, "rollback_pair", None)
+    pair_instance = getattr(pair, "instance", None)
+    recs = instances.load_all()
+    rts, notes = _runtimes({r.runtime for r in recs})
+    rows = []
+    for info in _list(recs, rts):
+        running = info.state == "running"
+        health = probe.health(info.endpoint) if running and info.endpoint else "not running"
+        role = "production" if info.name == prod_instance else "rollback" if info.name == pair_instance else "candidate"
+        uptime = time.time() - info.started_at if running and info.started_at else None
+        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime, role=role))  # type: ignore[arg-type]
+    return LaneStatus(
+        instances=tuple(rows), production=prod.model_dump(mode="json") if prod is not None else None, runtimes=notes
+    )
+
+
+def _find(name: str) -> tuple[instances.InstanceRecord | None, Runtime, list[str]]:
+    rec = instances.load(name)
+    if rec is not None:
+        return rec, get_runtime(rec.runtime), list(rec.containers)
+    for info in list_instances():
+        if info.name == name:
+            return None, get_runtime(info.runtime), list(info.containers)
+    raise StateError(f"no instance named {name}; `gb300lane status` lists the instances on this host")
+
+
+def stop_instance(instance: str) -> None:
+    """Stop an instance's containers and keep them (the rollback pair, card arms)."""
+    rec, rt, names = _find(instance)
+    for name in names:
+        if rt.inspect(name).state == "running":
+            rt.stop(name)
+    if rec is not None:
+        instances.save(rec, phase="stopped", detail="stopped and kept")
+
+
+def remove_instance(instance: str) -> None:
+    """Stop and remove an instance's containers and forget it."""
+    rec, rt, names = _find(instance)
+    for name in names:
+        rt.remove(name)
+    instances.delete(instance)
+
+
+def resolve(recipe: str | None = None, *, arm: str | None = None, all: bool = False) -> list[str]:
+    """The instance names a `down` / `logs` argument designates."""
+    known = list_instances()
+    if all:
+        return [i.name for i in known]
+    if recipe is None and arm is None:
+        if len(known) == 1:
+            return [known[0].name]
+        if not known:
+            return []
+        raise StateError(
+            f"{len(known)} instances exist ({', '.join(i.name for i in known)}); name a recipe, --name ARM, or pass --all"
+        )
+    hits = [
+        i.name for i in known
+        if (recipe is None or i.recipe == recipe) and (arm is None or (i.arm or i.recipe) == arm)
+    ]  # fmt: skip
+    if not hits:
+        what = " ".join(x for x in (recipe, f"--name {arm}" if arm else None) if x)
+        raise StateError(f"no instance matches {what}; `gb300lane status` lists the instances on this host")
+    return hits
+
+
+def down(recipe: str | None = None, *, arm: str | None = None, all: bool = False) -> list[str]:
+    """Stop and remove the designated instances; returns their names."""
+    names = resolve(recipe, arm=arm, all=all)
+    for name in names:
+        remove_instance(name)
+    return names
+
+
+def logs(recipe: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> str:
+    rec, rt, names = _find(_one(recipe, arm))
+    return rt.logs(_container(names, role), tail=tail)
+
+
+def follow(recipe: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> Iterator[str]:
+    rec, rt, names = _find(_one(recipe, arm))
+    return rt.follow(_container(names, role), tail=tail)
+
+
+def _one(recipe: str | None, arm: str | None) -> str:
+    names = resolve(recipe, arm=arm)
+    if len(names) != 1:
+        raise StateError(f"{len(names)} instances match ({', '.join(names)}); add --name ARM to pick one")
+    return names[0]
+
+
+def _container(names: list[str], role: str) -> str:
+    match = [n for n in names if n.endswith(f"-{role}")]
+    if not match:
+        raise StateError(f"the instance has no {role} container ({', '.join(names)})")
+    return match[0]

@@ -1,0 +1,357 @@
+"""The process runtime: each container is a local subprocess with a record in the state directory.
+
+A record (`<state>/runtime/process/<name>.json`, written atomically) holds the
+argv, env, labels, pid and log file, so a later CLI invocation can report,
+stop or restart what an earlier one started. A stopped container keeps its
+record and log ("kept"), exactly like a stopped Docker container.
+
+Liveness is decided honestly: a pid counts as ours only while `/proc/<pid>/stat`
+shows the same start time we recorded (pids get reused), and a zombie counts
+as exited.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gb300lane import paths
+from gb300lane.errors import BootError, StateError
+from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
+
+#: Names passed through from the invoking environment: the process runtime's
+#: equivalent of an image's default env (PATH and friends). Everything else
+#: comes from the recipe, so the env check compares like with like.
+BASE_ENV_NAMES = (
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "VIRTUAL_ENV", "PYTHONPATH", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME",
+)  # fmt: skip
+
+# Children started by this interpreter, kept so they are reaped (no zombies)
+# and their exit status is known; a later invocation sees only the record.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ProcessRecord(BaseModel):
+    """One process-runtime container as recorded on disk."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = Field(default=1, description="Record format version.")
+    name: str = Field(description="Container name.")
+    argv: tuple[str, ...] = Field(description="Command line run, program first (python3 resolved).")
+    env: dict[str, str] = Field(description="The full environment the process is given.")
+    base_env: dict[str, str] = Field(description="The part of `env` passed through from the creating shell.")
+    labels: dict[str, str] = Field(description="Labels from the spec.")
+    image: str = Field(default="", description="The spec's image, kept for reference only.")
+    cwd: str = Field(description="Working directory of the process.")
+    log_path: str = Field(description="File receiving stdout and stderr.")
+    state: Literal["created", "running", "exited"] = Field(description="Last known state.")
+    pid: int | None = Field(default=None, description="Pid while running.")
+    pid_start_ticks: int | None = Field(default=None, description="/proc/<pid>/stat start time, guards pid reuse.")
+    started_at: float | None = Field(default=None, description="Unix time of the last start.")
+    exit_code: int | None = Field(default=None, description="Exit status when it was observed.")
+    starts: tuple[tuple[float, int], ...] = Field(default=(), description="(start time, log offset) per start.")
+    detail: str = Field(default="", description="Why the state is what it is.")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start ticks) of a live pid, None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name may contain spaces and parens: split after the last ')'.
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return rest[0], int(rest[19])
+
+
+def _read_nul_file(path: Path) -> list[str] | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
+
+
+class ProcessRuntime(Runtime):
+    """Containers as local subprocesses (`start_new_session`, so Ctrl-C never reaches them)."""
+
+    name = "process"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._root = root
+
+    @property
+    def root(self) -> Path:
+        return self._root or paths.state_dir() / "runtime" / "process"
+
+    def _record_path(self, name: str) -> Path:
+        return self.root / f"{name}.json"
+
+    def _load(self, name: str) -> ProcessRecord | None:
+        path = self._record_path(name)
+        try:
+            return ProcessRecord.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValidationError, ValueError) as exc:
+            raise StateError(
+                f"{path}: unreadable process record ({exc.__class__.__name__}); "
+                f"remove the file to forget container {name}"
+            ) from exc
+
+    def _save(self, rec: ProcessRecord) -> ProcessRecord:
+        atomic_write(self._record_path(rec.name), dumps_json(rec.model_dump(mode="json")))
+        return rec
+
+    def base_env(self, name: str | None = None) -> dict[str, str]:
+        rec = self._load(name) if name else None
+        if rec is not None:
+            return dict(rec.base_env)
+        return {k: os.environ[k] for k in BASE_ENV_NAMES if k in os.environ}
+
+    def image_env(self, image: str) -> dict[str, str]:
+        return {}
+
+    def image_present(self, image: str) -> bool | None:
+        return None
+
+    def create(self, spec: SpecLike) -> ContainerInfo:
+        existing = self._load(spec.name)
+        if existing is not None:
+            raise BootError(
+                f"process container {spec.name} already exists ({self._record_path(spec.name)}); "
+                f"remove it first with `gb300lane down`"
+            )
+        argv = list(spec.argv)
+        if argv and argv[0] in ("python3", "python"):
+            argv[0] = sys.executable
+        base = self.base_env()
+        env = dict(base)
+        env.update({str(k): str(v) for k, v in dict(spec.env).items()})
+        if spec.device_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.device_ids)
+        self.root.mkdir(parents=True, exist_ok=True)
+        rec = ProcessRecord(
+            name=spec.name,
+            argv=tuple(argv),
+            env=env,
+            base_env=base,
+            labels=dict(spec.labels),
+            image=spec.image or "",
+            cwd=str(self.root),
+            log_path=str(self.root / f"{spec.name}.log"),
+            state="created",
+        )
+        self._save(rec)
+        return self._info(rec)
+
+    def start(self, name: str) -> ContainerInfo:
+        rec = self._require(name)
+        current = self._refresh(rec)
+        if current.state == "running":
+            return self._info(current)
+        log_path = Path(rec.log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    list(rec.argv),
+                    env=dict(rec.env),
+                    cwd=rec.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise BootError(f"{name}: cannot start {rec.argv[0]!r}: {exc}; check the recipe's argv") from exc
+        _CHILDREN[proc.pid] = proc
+        stat = _proc_stat(proc.pid)
+        now = time.time()
+        rec = rec.model_copy(
+            update={
+                "state": "running",
+                "pid": proc.pid,
+                "pid_start_ticks": stat[1] if stat else None,
+                "started_at": now,
+                "exit_code": None,
+                "starts": (*rec.starts, (now, offset)),
+                "detail": "",
+            }
+        )
+        self._save(rec)
+        return self._info(rec)
+
+    def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:
+        rec = self._refresh(self._require(name))
+        if rec.state != "running" or rec.pid is None:
+            return self._info(rec)
+        code = self._terminate(rec.pid, timeout_s)
+        rec = rec.model_copy(
+            update={"state": "exited", "exit_code": code, "pid": None, "detail": "stopped by gb300lane"}
+        )
+        self._save(rec)
+        return self._info(rec)
+
+    def _terminate(self, pid: int, timeout_s: float) -> int | None:
+        """SIGTERM the process group, SIGKILL after the timeout; the exit status when observable."""
+        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if not self._alive(pid):
+                    break
+                time.sleep(0.02)
+            else:
+                continue
+            break
+        child = _CHILDREN.pop(pid, None)
+        if child is not None:
+            try:
+                return child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                return None
+        return None
+
+    def _alive(self, pid: int) -> bool:
+        child = _CHILDREN.get(pid)
+        if child is not None:
+            return child.poll() is None
+        stat = _proc_stat(pid)
+        return stat is not None and stat[0] != "Z"
+
+    def remove(self, name: str) -> None:
+        rec = self._load(name)
+        if rec is None:
+            return
+        self.stop(name)
+        self._record_path(name).unlink(missing_ok=True)
+        Path(rec.log_path).unlink(missing_ok=True)
+
+    def inspect(self, name: str) -> ContainerInfo:
+        rec = self._load(name)
+        if rec is None:
+            return ContainerInfo(name=name, runtime=self.name, state="missing")
+        return self._info(self._refresh(rec))
+
+    def _require(self, name: str) -> ProcessRecord:
+        rec = self._load(name)
+        if rec is None:
+            raise StateError(f"no process container named {name} under {self.root}; see `gb300lane status`")
+        return rec
+
+    def _refresh(self, rec: ProcessRecord) -> ProcessRecord:
+        """Reconcile a `running` record with the kernel; save the change if it died."""
+        if rec.state != "running" or rec.pid is None:
+            return rec
+        child = _CHILDREN.get(rec.pid)
+        code: int | None = None
+        if child is not None:
+            code = child.poll()
+            gone = code is not None
+            if gone:
+                _CHILDREN.pop(rec.pid, None)
+        else:
+            stat = _proc_stat(rec.pid)
+            gone = stat is None or stat[0] == "Z" or (
+                rec.pid_start_ticks is not None and stat[1] != rec.pid_start_ticks
+            )
+        if not gone:
+            return rec
+        detail = (
+            f"exited with status {code}"
+            if code is not None
+            else f"pid {rec.pid} is gone (exited while no gb300lane command was watching; status unknown)"
+        )
+        rec = rec.model_copy(update={"state": "exited", "exit_code": code, "pid": None, "detail": detail})
+        return self._save(rec)
+
+    def _info(self, rec: ProcessRecord) -> ContainerInfo:
+        argv, env = rec.argv, rec.env
+        if rec.state == "running" and rec.pid is not None:
+            # The kernel's view is the evidence; the record is only the fallback.
+            live_argv = _read_nul_file(Path(f"/proc/{rec.pid}/cmdline"))
+            live_env = _read_nul_file(Path(f"/proc/{rec.pid}/environ"))
+            if live_argv:
+                argv = tuple(live_argv)
+            if live_env is not None:
+                env = dict(item.split("=", 1) for item in live_env if "=" in item)
+        return ContainerInfo(
+            name=rec.name,
+            runtime=self.name,
+            state=rec.state,
+            argv=tuple(argv),
+            env=dict(env),
+            labels=dict(rec.labels),
+            image=rec.image,
+            pid=rec.pid,
+            exit_code=rec.exit_code,
+            started_at=rec.started_at,
+            detail=rec.detail,
+        )
+
+    def logs(self, name: str, *, tail: int | None = None, since: float | None = None) -> str:
+        # The log file has no per-line times: `since` selects from the first start at or after it.
+        rec = self._require(name)
+        offset = 0
+        if since is not None:
+            for start_time, start_offset in rec.starts:
+                if start_time >= since - 1e-6:
+                    offset = start_offset
+                    break
+            else:
+                offset = rec.starts[-1][1] if rec.starts else 0
+        try:
+            with open(rec.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            text = ""
+        return tail_lines(text, tail)
+
+    def follow(self, name: str, *, tail: int | None = None) -> Iterator[str]:
+        rec = self._require(name)
+        with open(rec.log_path, "rb") as fh:
+            if tail is not None:
+                yield from self.logs(name, tail=tail).splitlines()
+                fh.seek(0, os.SEEK_END)
+            buf = b""
+            while True:
+                chunk = fh.readline()
+                if chunk:
+                    buf += chunk
+                    if buf.endswith(b"\n"):
+                        yield buf.decode("utf-8", "replace").rstrip("\n")
+                        buf = b""
+                    continue
+                if self.inspect(name).state != "running":
+                    if buf:
+                        yield buf.decode("utf-8", "replace")
+                    return
+                time.sleep(0.1)
+
+    def list(self, labels: Mapping[str, str] | None = None) -> list[ContainerInfo]:
+        if not self.root.is_dir():
+            return []
+        out = []
+        for path in sorted(self.root.glob("*.json")):
+            rec = self._load(path.stem)
+            if rec is not None and label_filter(rec.labels, labels):
+                out.append(self._info(self._refresh(rec)))
+        return out
+

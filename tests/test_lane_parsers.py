@@ -1,0 +1,159 @@
+"""Boot facts from recorded text: vLLM 0.33 logs, /proc/net/tcp, /metrics, nvidia-smi, container args."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gb300lane.lane import facts, logparse
+from gb300lane.lane.flags import flag_value, parse_argv, same_value
+
+DATA = Path(__file__).parent / "data" / "lane"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_hit_log_is_a_hit_with_hash_and_one_line_kv_size() -> None:
+    f = logparse.parse(_read("vllm-0.33-hit.log"))
+    assert f.autotune == "hit"
+    assert f.compile_hash == "5c0e9a1d27"
+    assert f.cache_root == "/root/.cache/vllm"
+    assert (f.cache_hits, f.cache_misses) == (1, 0)
+    assert f.compile_seconds == 16.20
+    assert f.kv_cache_tokens == 4_400_013
+    assert f.max_concurrency == 33.57
+    assert f.kv_cache_memory_gib == 52.45
+    assert f.graph_capture_seconds == 14
+    assert f.init_engine_seconds == 256.10
+    assert f.weights_seconds == 236.40
+    assert f.engine_logged_seconds == pytest.approx(236.40 + 16.20 + 256.10)
+    assert f.server_url == "http://127.0.0.1:30006"
+    assert f.startup_complete
+
+
+def test_miss_log_is_a_miss() -> None:
+    f = logparse.parse(_read("vllm-0.33-miss.log"))
+    assert f.autotune == "miss"
+    assert f.compile_hash == "9f31c2b7aa"
+    assert f.cache_root == "/cache/vllm"
+    assert f.cache_misses == 1 and f.cache_hits == 0
+    assert f.compile_seconds == 1082.60
+
+
+def test_older_two_line_kv_form_and_aot_load() -> None:
+    f = logparse.parse(_read("vllm-older-two-line-kv.log"))
+    assert f.kv_cache_tokens == 1_234_567
+    assert f.max_concurrency == 37.68
+    assert f.autotune == "hit"
+    assert f.compile_hash == "0a1b2c3d4e"
+    assert f.server_url == "http://0.0.0.0:8000"
+    assert not f.startup_complete
+
+
+def test_log_without_compile_lines_is_unknown_not_guessed() -> None:
+    f = logparse.parse(_read("vllm-no-compile.log"))
+    assert f.autotune == "unknown"
+    assert f.compile_hash is None
+
+
+def test_a_compile_after_loads_makes_the_boot_a_miss() -> None:
+    text = _read("vllm-0.33-hit.log") + "INFO 10-26 04:05:00 [backends.py:258] Compiling a graph for compile range (1, 8192) takes 3.10 s\n"
+    assert logparse.parse(text).autotune == "miss"
+
+
+def test_proc_net_tcp_listeners() -> None:
+    v4 = facts.parse_proc_net_tcp(_read("proc-net-tcp.txt"))
+    assert [(l.address, l.port) for l in v4] == [("127.0.0.1", 30106), ("0.0.0.0", 30107)]
+    assert v4[0].loopback_only and not v4[1].loopback_only
+    v6 = facts.parse_proc_net_tcp(_read("proc-net-tcp6.txt"))
+    assert [(l.address, l.port, l.loopback_only) for l in v6] == [
+        ("::1", 30108, True),
+        ("::", 30109, False),
+        ("127.0.0.1", 30110, True),
+    ]
+
+
+def test_live_listeners_see_a_socket_this_test_opens() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        found = facts.listeners(port)
+        assert found is not None and [l.address for l in found] == ["127.0.0.1"]
+        assert facts.port_in_use(port)
+    assert not facts.port_in_use(port)
+
+
+def test_request_counts_from_metrics() -> None:
+    clean = facts.parse_request_counts(_read("metrics-clean.txt"))
+    assert clean.requests_seen == 0 and clean.prompt_tokens == 0
+    dirty = facts.parse_request_counts(_read("metrics-foreign.txt"))
+    assert dirty.requests_finished == 3 and dirty.requests_running == 1
+    assert dirty.requests_seen == 4 and dirty.prompt_tokens == 812
+    assert facts.parse_request_counts("# nothing\n").requests_seen is None
+    # A labelled counter that has not been incremented shows only its TYPE line: zero, not unknown.
+    declared = "# TYPE vllm:request_success_total counter\n# TYPE vllm:request_success counter\n"
+    assert facts.parse_request_counts(declared).requests_seen == 0
+
+
+def test_nvidia_smi_ids() -> None:
+    ids = facts.parse_nvidia_smi(_read("nvidia-smi.txt"))
+    assert {"0", "1", "GPU-5d3c1f2a-aaaa-bbbb-cccc-000000000000"} <= ids
+    assert len(ids) == 4
+
+
+ARGV = [
+    "/opt/python/bin/python3.11", "-m", "gb300lane.engine", "serve", "--model", "builtin",
+    "--served-model-name", "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", "30106",
+    "--speculative-config",
+    json.dumps({"method": "dspark", "num_speculative_tokens": 5, "rejection_sample_method": "block",
+                "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3]]}),
+    "--max-num-seqs", "32", "--compilation-config", '{"cudagraph_capture_sizes":[1,2,4]}',
+    "--enable-prefix-caching", "--no-enable-chunked-prefill", "--seed=7",
+]  # fmt: skip
+
+
+def test_argv_parsing_reads_json_flags_and_booleans() -> None:
+    p = parse_argv(ARGV)
+    assert p["speculative-config"]["rejection_sample_method"] == "block"
+    assert p["compilation-config"] == {"cudagraph_capture_sizes": [1, 2, 4]}
+    assert p["enable-prefix-caching"] is True and p["enable-chunked-prefill"] is False
+    assert p["seed"] == "7" and p["model"] == "builtin"
+    assert parse_argv(["vllm", "serve", "/models/dsv41", "--port", "1"])["model"] == "/models/dsv41"
+
+
+@pytest.mark.parametrize(
+    ("key", "present", "value"),
+    [
+        ("speculative.rejection_sample_method", True, "block"),
+        ("speculative.draft_sample_method", False, None),
+        ("speculative.num_speculative_tokens_per_batch_size", True, [[1, 4, 5], [5, 8, 3]]),
+        ("engine_args.max_num_seqs", True, "32"),
+        ("engine_args.compilation_config.cudagraph_capture_sizes", True, [1, 2, 4]),
+        ("engine_args.extra_args.enable_prefix_caching", True, True),
+        ("engine_args.seed", True, "7"),
+        ("model.served_name", True, "deepseek-v4.1-flash"),
+        ("lane.port", True, "30106"),
+    ],
+)
+def test_flag_value_per_recipe_key(key: str, present: bool, value: object) -> None:
+    reading = flag_value(parse_argv(ARGV), key)
+    assert reading.readable and reading.present is present and reading.value == value
+
+
+def test_keys_that_are_not_flags_are_unreadable() -> None:
+    assert not flag_value(parse_argv(ARGV), "env.VLLM_LOGGING_LEVEL").readable
+    assert not flag_value(parse_argv(ARGV), "smoke.gates").readable
+
+
+def test_same_value_compares_meaning_not_spelling() -> None:
+    assert same_value(32, "32") and same_value(0.9, "0.90") and same_value(True, True)
+    assert same_value([[1, 4, 5]], [[1, 4, 5]]) and not same_value([[1, 4, 5]], [[1, 4, 3]])
+    assert not same_value(5, "9") and not same_value("block", "standard")
+    assert not same_value(1, True)

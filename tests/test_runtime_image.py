@@ -1,0 +1,30 @@
+"""What the engine image carries, decided without a Docker engine."""
+
+from __future__ import annotations
+
+from gb300lane import paths
+from gb300lane.runtime import image
+
+
+def test_distributions_walk_the_requirements_minus_plots_and_the_docker_sdk() -> None:
+    names = {d.metadata["Name"].lower().replace("_", "-") for d in image.engine_distributions()}
+    assert {"numpy", "aiohttp", "pydantic", "pydantic-core", "prometheus-client"} <= names
+    assert "multidict" in names  # transitive, through aiohttp
+    assert not names & {"matplotlib", "docker", "pytest", "pip"}
+
+
+def test_project_source_is_the_engine_and_its_import_closure() -> None:
+    rel = {str(p.relative_to(paths.PROJECT_ROOT / "gb300lane")) for p in image.project_source_files()}
+    assert "engine/__main__.py" in rel and "__init__.py" in rel and "errors.py" in rel
+    assert not any(r.startswith(("lane/", "runtime/", "cli/", "cards/", "promote/")) for r in rel)
+    assert not any("__pycache__" in r for r in rel)
+
+
+def test_source_hash_is_stable_and_short() -> None:
+    assert image.source_hash() == image.source_hash()
+    assert len(image.source_hash()) == 16
+
+
+def test_dockerfile_starts_from_scratch_and_smoke_imports_the_engine() -> None:
+    text = image.dockerfile()
+    assert text.startswith("FROM scratch\n") and "gb300lane.engine" in text and "{{" not in text

@@ -1,0 +1,123 @@
+"""The process runtime: records survive the process that wrote them, kept means restartable, stale pids are seen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from gb300lane.errors import BootError, StateError
+from gb300lane.runtime import get_runtime
+from gb300lane.runtime.process import _CHILDREN, ProcessRuntime
+
+SCRIPT = "import os, sys, time; print('hello from', os.environ['GREETING'], sys.argv[1:], flush=True); time.sleep(60)"
+
+
+def _spec(name: str, **over: object) -> SimpleNamespace:
+    base = dict(
+        role="main", name=name, image="gb300lane-engine:local",
+        argv=("python3", "-c", SCRIPT, "--flag", "x"), env={"GREETING": "lane", "HF_TOKEN": "t0"},
+        network_mode="host", device_ids=(), ipc_mode=None, shm_size=None, ulimits={}, volumes=(),
+        labels={"gb300lane.lane": "t", "gb300lane.instance": "t-a", "gb300lane.role": "main"}, port=1,
+    )  # fmt: skip
+    base.update(over)
+    return SimpleNamespace(**base)
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def rt():  # type: ignore[no-untyped-def]
+    runtime = ProcessRuntime()
+    yield runtime
+    for info in runtime.list():
+        runtime.remove(info.name)
+
+
+def test_lifecycle_create_start_stop_keep_restart_remove(rt: ProcessRuntime) -> None:
+    created = rt.create(_spec("t-a-main"))
+    assert created.state == "created" and created.argv[0] == sys.executable
+    info = rt.start("t-a-main")
+    assert info.state == "running" and info.pid
+    _wait_for(lambda: "hello from lane" in rt.logs("t-a-main"))
+    live = rt.inspect("t-a-main")
+    # Args and env come from the kernel while running, not from the record.
+    assert live.argv[-2:] == ("--flag", "x") and live.env["GREETING"] == "lane"
+    assert set(live.env) == set(rt.base_env()) | {"GREETING", "HF_TOKEN"}
+    stopped = rt.stop("t-a-main", timeout_s=5)
+    assert stopped.state == "exited" and stopped.pid is None
+    assert not os.path.exists(f"/proc/{info.pid}") or open(f"/proc/{info.pid}/stat").read().split()[2] == "Z"
+    # Kept: a fresh runtime object (a later CLI call) still knows it and can start it again.
+    later = ProcessRuntime()
+    assert later.inspect("t-a-main").state == "exited"
+    first_start = later.inspect("t-a-main").started_at
+    again = later.start("t-a-main")
+    assert again.state == "running" and again.pid != info.pid
+    _wait_for(lambda: later.logs("t-a-main", since=again.started_at).count("hello from") == 1)
+    assert later.logs("t-a-main").count("hello from") == 2
+    assert first_start is not None
+    later.remove("t-a-main")
+    assert later.inspect("t-a-main").state == "missing"
+    assert later.list() == []
+
+
+def test_labels_filter_and_duplicate_names(rt: ProcessRuntime) -> None:
+    rt.create(_spec("t-a-main"))
+    rt.create(_spec("t-b-main", labels={"gb300lane.lane": "t", "gb300lane.instance": "t-b"}))
+    assert [i.name for i in rt.list({"gb300lane.instance": "t-b"})] == ["t-b-main"]
+    assert len(rt.list({"gb300lane.lane": "t"})) == 2
+    with pytest.raises(BootError, match="already exists"):
+        rt.create(_spec("t-a-main"))
+    with pytest.raises(StateError, match="no process container"):
+        rt.start("nope")
+
+
+def test_a_process_that_dies_unwatched_is_reported_exited(rt: ProcessRuntime) -> None:
+    rt.create(_spec("t-a-main"))
+    pid = rt.start("t-a-main").pid
+    assert pid is not None
+    # Forget the in-process handle, as a later CLI invocation would not have it.
+    child = _CHILDREN.pop(pid)
+    os.kill(pid, signal.SIGKILL)
+    child.wait()
+    info = ProcessRuntime().inspect("t-a-main")
+    assert info.state == "exited" and info.exit_code is None
+    assert "gone" in info.detail and "status unknown" in info.detail
+
+
+def test_exit_status_is_known_when_watched(rt: ProcessRuntime) -> None:
+    rt.create(_spec("t-a-main", argv=("python3", "-c", "raise SystemExit(3)")))
+    rt.start("t-a-main")
+    _wait_for(lambda: rt.inspect("t-a-main").state == "exited")
+    info = rt.inspect("t-a-main")
+    assert info.exit_code == 3 and "status 3" in info.detail
+
+
+def test_device_ids_become_cuda_visible_devices(rt: ProcessRuntime) -> None:
+    info = rt.create(_spec("t-a-main", device_ids=("0", "1")))
+    assert info.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_unknown_runtime_name() -> None:
+    with pytest.raises(Exception, match="unknown runtime 'podman'"):
+        get_runtime("podman")
+
+
+
+def test_follow_yields_every_line_until_the_process_exits(rt: ProcessRuntime) -> None:
+    script = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.05)"
+    rt.create(_spec("t-a-main", argv=("python3", "-c", script)))
+    rt.start("t-a-main")
+    assert list(rt.follow("t-a-main")) == ["line 0", "line 1", "line 2"]
+    assert list(rt.follow("t-a-main", tail=1)) == ["line 2"]
