@@ -127,6 +127,10 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print the status
         pair = prod.get("rollback_pair") or {}
         console.print(f"production: {prod.get('recipe') or 'none'} ({prod.get('instance') or '-'})", highlight=False)
         console.print(f"rollback pair: {pair.get('recipe', 'none')} ({pair.get('instance', '-')})", highlight=False)
+        flight = prod.get("in_flight")
+        if flight:
+            colour = "red" if flight.get("crashed") else "yellow"
+            console.print(f"[{colour}]{flight['explanation']}[/]", highlight=False)
     else:
         console.print("production: none recorded", highlight=False)
     for rt, note in st.runtimes.items():
