@@ -34,6 +34,12 @@ def _pyplot():
     return plt
 
 
+def _integer_positions(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _save(fig: Any, path: Path) -> None:
     import io
 
@@ -78,6 +84,7 @@ def fig_accepted(card: Card, arms: list[ArmData], path: Path) -> bool:
         drawn = True
     if drawn:
         ax.set_xlabel("position in block")
+        _integer_positions(ax)
         ax.set_ylabel("accepted ÷ drafts")
         ax.set_title(f"{card.name}: accepted at position per arm")
         ax.legend(fontsize=7)
@@ -105,6 +112,7 @@ def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
         if widths:
             ax.axvline(max(widths), linestyle="--", color="grey", linewidth=1)
         ax.set_xlabel("position in block")
+        _integer_positions(ax)
         ax.set_ylabel("marginal acceptance a_p / a_(p-1)")
         ax.set_title(f"{card.name}: marginal acceptance per position")
         ax.legend(fontsize=7)
