@@ -307,3 +307,93 @@ def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
     assert rc == 0
     assert "--enforce-eager: accepted and ignored by the embedded engine" in log
     assert "Application startup complete." in log and "non-default args:" in log
+
+
+def _sse(url: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        raw = resp.read().decode()
+    events = [e.removeprefix("data: ") for e in raw.split("\n\n") if e.strip()]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+class _Blanking:
+    """A tokenizer whose decode gives no text for the calls `blank(call number)` picks."""
+
+    def __init__(self, inner, blank) -> None:
+        self.inner, self.blank, self.calls = inner, blank, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def decode(self, ids, **kw):
+        self.calls += 1
+        return "" if self.blank(self.calls) else self.inner.decode(ids, **kw)
+
+
+def _check_continuous_usage(chunks: list[dict], completion_tokens: int) -> list[int]:
+    """Per-chunk token counts; asserts they are exact, cumulative and end at the total."""
+    body = [c for c in chunks if c["choices"]]
+    tail = chunks[-1]
+    assert tail["choices"] == [] and tail["usage"]["completion_tokens"] == completion_tokens
+    assert all(c.get("usage") for c in body), "every chunk carries usage with continuous_usage_stats"
+    cumulative = [c["usage"]["completion_tokens"] for c in body]
+    assert cumulative == sorted(cumulative)
+    assert cumulative[-1] == completion_tokens  # the finish chunk's usage is the full count
+    assert body[-1]["choices"][0]["finish_reason"] is not None
+    counts = [b - a for a, b in zip([0] + cumulative, cumulative)]
+    assert sum(counts) == completion_tokens
+    wall = tail["gb300lane"]["wall_token_times_s"]
+    assert len(wall) == completion_tokens and wall == sorted(wall)
+    # Tokens sent in one chunk share that chunk's send time; the next chunk's are later.
+    edges = [sum(counts[: i + 1]) for i in range(len(counts)) if counts[i]]
+    starts = [0] + edges[:-1]
+    for lo, hi in zip(starts, edges):
+        assert len(set(wall[lo:hi])) == 1
+    assert len(set(wall[lo] for lo in starts)) == len(starts)
+    return counts
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_continuous_usage_counts_each_chunks_own_tokens(chat):
+    with engine() as (url, _, _log):
+        body = {"model": "lane", "max_tokens": 48, "seed": 7, "temperature": 1.0, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        if chat:
+            body["messages"] = [{"role": "user", "content": "Show the logs of the api container."}]
+        else:
+            body["prompt"] = "$ docker logs api\n"
+        chunks = _sse(url + ("/v1/chat/completions" if chat else "/v1/completions"), body)
+        counts = _check_continuous_usage(chunks, 48)
+        assert max(counts) > 1  # speculative steps put several tokens in one chunk
+        text = "".join((c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text") or "")
+                       for c in chunks if c["choices"])
+        _, plain = _post(url + "/v1/completions" if not chat else url + "/v1/chat/completions",
+                         {k: v for k, v in body.items() if k not in ("stream", "stream_options")})
+        assert text == (plain["choices"][0]["text"] if not chat else plain["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize("pattern", ["alternate", "all_but_first"])
+def test_steps_without_text_are_counted_on_the_next_chunk(pattern):
+    blank = (lambda n: n % 2 == 0) if pattern == "alternate" else (lambda n: n > 1)
+    with engine() as (url, server, _log):
+        server.tokenizer = _Blanking(server.tokenizer, blank)
+        chunks = _sse(url + "/v1/completions", {
+            "model": "lane", "prompt": "import os\n", "max_tokens": 40, "seed": 2, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        counts = _check_continuous_usage(chunks, 40)
+        if pattern == "all_but_first":
+            # Only the first step had text; every later token rides on the finish chunk.
+            assert len(counts) == 2 and counts[1] == 40 - counts[0] > 0
+            assert chunks[-2]["choices"][0]["text"] == "" and chunks[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_strings_keep_usage_exact_in_the_stream():
+    with engine() as (url, _, _log):
+        chunks = _sse(url + "/v1/completions", {
+            "model": "lane", "prompt": "$ docker ps\n", "max_tokens": 200, "seed": 1, "stop": ["\n"], "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        total = chunks[-1]["usage"]["completion_tokens"]
+        _check_continuous_usage(chunks, total)
+        assert "\n" not in "".join(c["choices"][0]["text"] for c in chunks if c["choices"])

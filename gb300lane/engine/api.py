@@ -178,9 +178,10 @@ def spec_metrics(seq: Sequence, mode: str) -> dict[str, Any] | None:
     return out
 
 
-def usage(seq: Sequence) -> dict[str, int]:
+def usage(seq: Sequence, completion_tokens: int | None = None) -> dict[str, int]:
+    """Usage for the request, or, for a stream chunk, for the `completion_tokens` sent up to it."""
     prompt = len(seq.prompt_ids)
-    done = len(seq.output_ids)
+    done = len(seq.output_ids) if completion_tokens is None else completion_tokens
     return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
 

@@ -32,14 +32,35 @@ ENGINE_NAME = "gb300lane-embedded"
 
 
 class _Stream:
-    """Per-request delivery: text so far, stop strings, and a queue the handler reads."""
+    """Per-request delivery: text so far, stop strings, and what the handler has yet to send.
+
+    The step loop appends (text, token count) pieces; the handler takes everything
+    pending at once, so a handler that fell behind sends one merged chunk instead
+    of a backlog (as vLLM's output collector merges deltas a slow consumer has not
+    taken). Token counts travel with their text so per-chunk usage is exact.
+    """
 
     def __init__(self, seq: Sequence, stop: list[str]) -> None:
         self.seq = seq
         self.stop = stop
         self.text = ""
-        self.closed = False
-        self.queue: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
+        self.closed = False  # finished or failed: the step loop adds nothing more
+        self.error: str | None = None
+        self._text: list[str] = []
+        self._tokens = 0
+        self.wake = asyncio.Event()
+
+    def push(self, text: str, tokens: int) -> None:
+        self._text.append(text)
+        self._tokens += tokens
+        self.wake.set()
+
+    def take(self) -> tuple[str, int, bool]:
+        """(pending text, pending tokens, whether the stream is closed), clearing what was pending."""
+        text, tokens = "".join(self._text), self._tokens
+        self._text, self._tokens = [], 0
+        self.wake.clear()
+        return text, tokens, self.closed
 
 
 class EngineServer:
@@ -134,10 +155,12 @@ class EngineServer:
                 continue
             if scale > 0:
                 delay = wall_anchor + (self.core.clock - modelled_anchor) * scale - time.monotonic()
-                await asyncio.sleep(max(0.0, delay))
-            else:
-                await asyncio.sleep(0)
+                if delay > 0:
+                    await asyncio.sleep(delay)
             self._deliver(outcome)
+            # Yield after delivering, before the next step's compute: the handlers woken by this
+            # step write (and new requests are read) now, not one step's compute later.
+            await asyncio.sleep(0)
 
     def _deliver(self, outcome: StepOutcome) -> None:
         now = time.monotonic()
@@ -147,15 +170,15 @@ class EngineServer:
             if self.sidecar is not None:
                 self.sidecar.note_tokens(new)
             stream = self._streams.get(seq.request_id)
-            if stream is None:
+            if stream is None or stream.closed:
                 continue
             delta = self.tokenizer.decode(new)
-            if stream.stop and not stream.closed:
+            if stream.stop:
                 delta = self._apply_stop(stream, delta)
             else:
                 stream.text += delta
-            if delta:
-                stream.queue.put_nowait(("delta", delta))
+            # A step whose text is empty still pushes its tokens: they ride on the next chunk's usage.
+            stream.push(delta, len(new))
         for seq in outcome.finished:
             self._finish(seq)
         self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
@@ -167,7 +190,8 @@ class EngineServer:
             stream = self._streams.pop(seq.request_id, None)
             if stream is not None:
                 stream.closed = True
-                stream.queue.put_nowait(("error", f"{type(exc).__name__}: {exc}"))
+                stream.error = f"{type(exc).__name__}: {exc}"
+                stream.wake.set()
 
     def _apply_stop(self, stream: _Stream, delta: str) -> str:
         before = len(stream.text)
@@ -191,7 +215,7 @@ class EngineServer:
             return
         stream.closed = True
         self.metrics.finished(seq)
-        stream.queue.put_nowait(("done", None))
+        stream.wake.set()
         self._streams.pop(seq.request_id, None)
 
     async def _stats(self) -> None:
@@ -298,14 +322,13 @@ class EngineServer:
         try:
             if req.stream:
                 return await self._stream_response(request, req, stream)
-            while True:
-                kind, detail = await stream.queue.get()
-                if kind == "error":
-                    return web.json_response(
-                        {"error": {"message": f"engine step failed: {detail}", "type": "InternalServerError",
-                                   "param": None, "code": 500}}, status=500)
-                if kind == "done":
-                    break
+            while not stream.closed:
+                await stream.wake.wait()
+                stream.wake.clear()
+            if stream.error is not None:
+                return web.json_response(
+                    {"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
+                               "param": None, "code": 500}}, status=500)
             return web.json_response(final_body(req, self.args.served_model_name, seq, stream.text,
                                                 self.args.per_request_spec_decode_metrics))
         finally:
@@ -314,41 +337,66 @@ class EngineServer:
             self._streams.pop(seq.request_id, None)
 
     async def _stream_response(self, request: web.Request, req: GenerateRequest, stream: _Stream) -> web.StreamResponse:
+        """Write the SSE stream; each token's reported wall time is when its chunk is written.
+
+        `sent` counts the tokens whose chunks have been written: per-chunk usage
+        reports it, and a step with no text adds its tokens to the next chunk.
+        """
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         name = self.args.served_model_name
         seq = stream.seq
+        continuous = req.include_usage and req.continuous_usage
+        sent = 0
 
-        async def send(obj: dict[str, Any]) -> None:
-            await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        async def send(obj: dict[str, Any], tokens: int = 0) -> None:
+            nonlocal sent
+            data = b"data: " + json.dumps(obj).encode() + b"\n\n"
+            if tokens:
+                # The send time, not the step's: what a client's arrival times are measured against.
+                seq.token_wall[sent : sent + tokens] = [time.monotonic() - seq.arrival_wall] * tokens
+                sent += tokens
+            await resp.write(data)
+
+        def with_usage(obj: dict[str, Any], tokens: int) -> dict[str, Any]:
+            if continuous:
+                obj["usage"] = usage(seq, sent + tokens)
+            return obj
 
         first = True
         if req.chat:
-            await send(chunk(req, name, "", None, first=True))
+            await send(with_usage(chunk(req, name, "", None, first=True), 0))
             first = False
+        carry = 0
         while True:
-            kind, delta = await stream.queue.get()
-            if kind == "error":
-                await send({"error": {"message": f"engine step failed: {delta}", "type": "InternalServerError",
+            await stream.wake.wait()
+            text, tokens, closed = stream.take()
+            carry += tokens
+            if stream.error is not None:
+                await send({"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
                                       "code": 500}})
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
-            if kind == "done":
+            if text:
+                await send(with_usage(chunk(req, name, text, None, first=first), carry), carry)
+                first, carry = False, 0
+            if closed:
                 break
-            obj = chunk(req, name, delta, None, first=first)
-            first = False
-            if req.include_usage and req.continuous_usage:
-                obj["usage"] = usage(seq)
-            await send(obj)
-        last = chunk(req, name, "" if not req.chat else None, seq.finish_reason)
+        # Tokens of steps that decoded to no text arrive with the finish chunk.
+        last = with_usage(chunk(req, name, "" if not req.chat else None, seq.finish_reason), carry)
         mode = self.args.per_request_spec_decode_metrics
         if req.include_usage:
-            await send(last)
-            tail: dict[str, Any] = {k: v for k, v in last.items() if k != "choices"}
+            await send(last, carry)
+            carry = 0
+            tail: dict[str, Any] = {k: v for k, v in last.items() if k not in ("choices", "usage")}
             tail["choices"] = []
             tail["usage"] = usage(seq)
             last = tail
+        elif carry:
+            # The extension below reports these tokens' times, so stamp them before it is built.
+            seq.token_wall[sent : sent + carry] = [time.monotonic() - seq.arrival_wall] * carry
+            sent, carry = sent + carry, 0
         last["gb300lane"] = timing_extension(seq)
         metrics = spec_metrics(seq, mode)
         if metrics is not None:
