@@ -204,3 +204,20 @@ def test_ctrl_c_during_a_docker_boot_stops_and_keeps_the_containers(engine_image
     assert proc.returncode == 1 and "interrupted" in err and "stopped and kept" in err
     left = rt.list({"gb300lane.instance": "local-t-dslow"})
     assert len(left) == 2 and all(c.state == "exited" for c in left)
+
+
+@pytest.mark.docker
+def test_a_rebuild_leaves_no_untagged_engine_image_behind() -> None:
+    import docker
+
+    from gb300lane.runtime.image import ENGINE_IMAGE, ensure_engine_image
+
+    built = ensure_engine_image(force=True)
+    assert built.built
+    client = docker.from_env()
+    try:
+        leftovers = client.images.list(filters={"dangling": True, "label": "gb300lane.lane=engine-image"})
+        assert leftovers == []
+        assert client.images.get(ENGINE_IMAGE).id == built.image_id
+    finally:
+        client.close()

@@ -28,3 +28,4 @@ def test_source_hash_is_stable_and_short() -> None:
 def test_dockerfile_starts_from_scratch_and_smoke_imports_the_engine() -> None:
     text = image.dockerfile()
     assert text.startswith("FROM scratch\n") and "gb300lane.engine" in text and "{{" not in text
+

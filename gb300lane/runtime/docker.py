@@ -162,6 +162,13 @@ class DockerRuntime(Runtime):
             raise BootError(f"build {tag} failed: {exc.msg}\n{lines}") from exc
         return str(image.id)
 
+    def prune_dangling_images(self, label: str) -> int:
+        """Remove untagged images carrying `label` (older builds of a rebuilt tag); returns how many."""
+        result = self._call(
+            f"prune images {label}", self.client.images.prune, filters={"dangling": True, "label": label}
+        )
+        return len((result or {}).get("ImagesDeleted") or [])
+
     # -- containers -----------------------------------------------------------
     def create(self, spec: SpecLike) -> ContainerInfo:
         if self._get(spec.name) is not None:

@@ -276,6 +276,8 @@ def ensure_engine_image(
         )
     if image_id == "":
         raise BootError(f"build {tag}: the Docker engine returned no image id")
+    # The previous build lost its tag to this one; without this every source change leaves an image behind.
+    runtime.prune_dangling_images("gb300lane.lane=engine-image")
     return EngineImage(tag=tag, source_hash=want, built=True, image_id=image_id)
 
 
