@@ -138,21 +138,9 @@ def spec_from_scrapes(
     if counters.num_drafts <= 0:
         return None, "spec-decode counters did not move during the cell (no drafts)", d.generation_tokens, raw
     try:
-        acc = spec.acceptance(counters)
+        stats = SpecStats.from_counters(counters)
     except MetricsError as exc:
         return None, f"spec-decode counters inconsistent: {exc}", d.generation_tokens, raw
-    stats = SpecStats(
-        num_drafts=counters.num_drafts,
-        num_draft_tokens=counters.num_draft_tokens,
-        num_accepted_tokens=counters.num_accepted_tokens,
-        tokens_per_step=acc.tokens_per_step,
-        mean_drafts_per_step=acc.mean_drafts_per_step,
-        a_p=list(acc.a_p),
-        a_p_exact=acc.a_p_exact,
-        marginal=list(acc.marginal),
-        vllm_per_position=list(acc.vllm_per_position),
-        draft_acceptance_rate=acc.draft_acceptance_rate,
-    )
     return stats, None, d.generation_tokens, raw
 
 
@@ -273,16 +261,4 @@ def aggregate_spec(cells: list[CellResult]) -> SpecStats | None:
         accepted_per_pos=tuple(per_pos),
         drafts_by_length=by_length or None,
     )
-    acc = spec.acceptance(counters)
-    return SpecStats(
-        num_drafts=counters.num_drafts,
-        num_draft_tokens=counters.num_draft_tokens,
-        num_accepted_tokens=counters.num_accepted_tokens,
-        tokens_per_step=acc.tokens_per_step,
-        mean_drafts_per_step=acc.mean_drafts_per_step,
-        a_p=list(acc.a_p),
-        a_p_exact=acc.a_p_exact,
-        marginal=list(acc.marginal),
-        vllm_per_position=list(acc.vllm_per_position),
-        draft_acceptance_rate=acc.draft_acceptance_rate,
-    )
+    return SpecStats.from_counters(counters)

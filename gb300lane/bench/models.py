@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gb300lane import spec
 from gb300lane.bench.stats import Percentiles
 
 Clock = Literal["modelled", "wall"]
@@ -85,6 +86,23 @@ class SpecStats(BaseModel):
     marginal: list[float | None] = Field(description="a_p / a_(p-1) per position (None where undefined).")
     vllm_per_position: list[float] = Field(description="vLLM's convention: accepted at position p over all drafts.")
     draft_acceptance_rate: float = Field(description="Accepted / drafted tokens.")
+
+    @classmethod
+    def from_counters(cls, counters: spec.SpecCounters) -> SpecStats:
+        """The statistics gb300lane.spec derives from a counter delta."""
+        acc = spec.acceptance(counters)
+        return cls(
+            num_drafts=counters.num_drafts,
+            num_draft_tokens=counters.num_draft_tokens,
+            num_accepted_tokens=counters.num_accepted_tokens,
+            tokens_per_step=acc.tokens_per_step,
+            mean_drafts_per_step=acc.mean_drafts_per_step,
+            a_p=list(acc.a_p),
+            a_p_exact=acc.a_p_exact,
+            marginal=list(acc.marginal),
+            vllm_per_position=list(acc.vllm_per_position),
+            draft_acceptance_rate=acc.draft_acceptance_rate,
+        )
 
 
 class CellResult(BaseModel):
