@@ -42,7 +42,9 @@ GOLDEN_CASES = [
 
 
 @pytest.mark.parametrize("stem,name,kwargs", GOLDEN_CASES, ids=[c[0] for c in GOLDEN_CASES])
-def test_rendered_spec_matches_golden(stem: str, name: str, kwargs: dict) -> None:
+def test_rendered_spec_matches_golden(stem: str, name: str, kwargs: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The local recipes' cache volume expands ${VLLM_CACHE_ROOT} at render time; pin it.
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/var/cache/vllm")
     actual = render_json(render(load_recipe(name, RECIPES), **kwargs))
     path = GOLDEN / f"{stem}.json"
     if UPDATE:

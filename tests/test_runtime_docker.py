@@ -221,3 +221,29 @@ def test_a_rebuild_leaves_no_untagged_engine_image_behind() -> None:
         assert client.images.get(ENGINE_IMAGE).id == built.image_id
     finally:
         client.close()
+
+
+@pytest.mark.docker
+def test_the_compile_cache_outlives_docker_instances_as_on_a_real_lane(engine_image: str, recipes: Path) -> None:
+    """A card's arms on docker: A compiles; B (same fingerprint) and a fresh A2 after `down` are predicted hits."""
+    import os
+
+    a = write_recipe(recipes, "t-ca", extends="local-v26")
+    b = write_recipe(recipes, "t-cb", extends="local-v27")
+    ra = lane.up(a, arm="A")
+    lane.stop_instance(ra.instance)
+    rb = lane.up(b, arm="B")
+    lane.stop_instance(rb.instance)
+    assert sorted(lane.down(all=True)) == ["local-A", "local-B"]
+    ra2 = lane.up(a, arm="A2")
+    reports = (ra, rb, ra2)
+    auto = [r.check("autotune") for r in reports]
+    outcomes = [(c.evidence["predicted"], c.evidence["observed"]) for c in auto]  # type: ignore[union-attr]
+    assert outcomes == [("miss", "miss"), ("hit", "hit"), ("hit", "hit")]
+    assert all(c.status == "pass" for c in auto), [c.summary for c in auto]  # type: ignore[union-attr]
+    assert all(r.ok for r in reports), [r.to_text() for r in reports]
+    assert len({r.compile_hash for r in reports}) == 1
+    # The cache lives where the tool's VLLM_CACHE_ROOT points, inside the container at /cache/vllm.
+    host_dir = Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / str(ra.compile_hash)
+    assert host_dir.is_dir() and auto[2].evidence["cache_dir"].startswith("/cache/vllm/")  # type: ignore[union-attr]
+    assert ra2.check("env").status == "pass"  # type: ignore[union-attr]

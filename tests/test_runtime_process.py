@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -121,3 +122,50 @@ def test_follow_yields_every_line_until_the_process_exits(rt: ProcessRuntime) ->
     rt.start("t-a-main")
     assert list(rt.follow("t-a-main")) == ["line 0", "line 1", "line 2"]
     assert list(rt.follow("t-a-main", tail=1)) == ["line 2"]
+
+
+def test_a_mounted_path_in_the_env_names_the_host_source(rt: ProcessRuntime, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No mount namespace: VLLM_CACHE_ROOT=/cache/vllm under a `src:/cache/vllm` mount reaches the process as src."""
+    src = tmp_path / "cache"
+    show = "import os, time; print(os.environ['VLLM_CACHE_ROOT'], flush=True); time.sleep(60)"
+    spec = _spec(
+        "t-mnt", argv=("python3", "-c", show),
+        env={"VLLM_CACHE_ROOT": "/cache/vllm", "SUB": "/cache/vllm/x/y", "NEAR": "/cache/vllmx", "N": "10"},
+        volumes=(f"{src}:/cache/vllm", f"{tmp_path}/models:/models:ro", "named:/named"),
+    )  # fmt: skip
+    rt.create(spec)
+    rt.start("t-mnt")
+    _wait_for(lambda: str(src) in rt.logs("t-mnt"))
+    env = rt.inspect("t-mnt").env
+    assert env["VLLM_CACHE_ROOT"] == str(src) and env["SUB"] == f"{src}/x/y"
+    assert env["NEAR"] == "/cache/vllmx" and env["N"] == "10"
+    assert rt.host_path(spec, "/cache/vllm") == src  # type: ignore[arg-type]
+    assert rt.host_path(spec, "/models/m") == tmp_path / "models" / "m"  # type: ignore[arg-type]
+    # A named volume has no host path a process could use; an unmounted path is the host's own.
+    assert rt.host_path(spec, "/named/a") == Path("/named/a")  # type: ignore[arg-type]
+    assert rt.host_path(spec, "/root/.cache/vllm") == Path("/root/.cache/vllm")  # type: ignore[arg-type]
+
+
+def test_local_recipes_mount_the_per_user_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from gb300lane.errors import RenderError
+    from gb300lane.recipes import load_recipe, render, validate_raw
+
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "c"))
+    main = render(load_recipe("local-v27")).container("main")
+    assert main.env["VLLM_CACHE_ROOT"] == "/cache/vllm" and main.volumes == (f"{tmp_path}/c:/cache/vllm",)
+    monkeypatch.delenv("VLLM_CACHE_ROOT")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert render(load_recipe("local-k9")).container("main").volumes == (f"{tmp_path}/home/.cache/vllm:/cache/vllm",)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "")  # empty takes the default, as in the shell
+    assert render(load_recipe("local-v26")).container("main").volumes == (f"{tmp_path}/home/.cache/vllm:/cache/vllm",)
+
+    raw = load_recipe("local-v27").model_dump(mode="json")
+    raw["volumes"] = [{"source": "${NO_SUCH_VAR_XYZ}/c", "target": "/c"}]
+    with pytest.raises(RenderError, match=r"volumes\[0\]\.source .*NO_SUCH_VAR_XYZ.* is not set"):
+        render(validate_raw(raw, "t"))
+    raw["volumes"] = [{"source": "${REL_ROOT:-cache}", "target": "/c"}]
+    with pytest.raises(RenderError, match=r"expands to 'cache', not an absolute path"):
+        render(validate_raw(raw, "t"))
+    raw["volumes"] = [{"source": "$HOME/c", "target": "/c"}]
+    with pytest.raises(Exception, match=r"\$\{NAME\} or \$\{NAME:-default\}"):
+        validate_raw(raw, "t")

@@ -30,10 +30,12 @@ from gb300lane.runtime import (
     LABEL_RUN,
     LABEL_STATE,
     ContainerInfo,
+    ProcessRuntime,
     Runtime,
     get_runtime,
     state_label,
 )
+from gb300lane.runtime.process import mounted_env
 
 LABEL_PORT = "gb300lane.port"
 LOG_TAIL_LINES = 40
@@ -392,7 +394,11 @@ def _check(
     info = rt.inspect(main.name)
     log_facts = logparse.parse(rt.logs(main.name, since=started))
     env_baseline = {**rt.image_env(main.image), **rt.base_env(main.name)}
-    expected_env = {**env_baseline, **dict(main.env)}
+    spec_env = dict(main.env)
+    if isinstance(rt, ProcessRuntime):
+        # No mount namespace: the process is handed the host side of a mounted path (VLLM_CACHE_ROOT).
+        spec_env = mounted_env(spec_env, main.volumes)
+    expected_env = {**env_baseline, **spec_env}
     if rt.name == "process" and main.device_ids:
         expected_env["CUDA_VISIBLE_DEVICES"] = ",".join(main.device_ids)
     results = [

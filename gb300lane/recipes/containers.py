@@ -1,7 +1,8 @@
 """Rendering a recipe into the exact containers of its lane.
 
-`render` is pure: a resolved Recipe in, a `RenderedLane` (main container first,
-then the sidecar) out. The runtimes boot these specs as they are; the output
+`render` is pure but for one input: a resolved Recipe in, a `RenderedLane`
+(main container first, then the sidecar) out, with volume sources that name
+`~` or `${VAR:-default}` expanded against the tool's environment. The runtimes boot these specs as they are; the output
 formats (compose, docker-run script, JSON) in `formats` are views of the same
 specs, so what is shown is what boots.
 """
@@ -9,6 +10,8 @@ specs, so what is shown is what boots.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.recipes.compare import fingerprint
-from gb300lane.recipes.schema import Recipe
+from gb300lane.recipes.schema import Recipe, expand_source
 
 #: vLLM's container guidance: shared memory for NCCL/torch workers, unlimited locked memory.
 VLLM_IPC_MODE = "host"
@@ -143,6 +146,27 @@ def sidecar_argv(recipe: Recipe) -> tuple[str, ...]:
     return tuple(sc.args)
 
 
+def host_volumes(recipe: Recipe, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The recipe's mounts as `source:target[:ro]`, each source expanded against `environ`.
+
+    Expansion happens here, once, so every runtime and every output format
+    mounts the same host directory the tool's environment names.
+    """
+    out = []
+    for i, v in enumerate(recipe.volumes):
+        try:
+            source = expand_source(v.source, environ)
+        except ValueError as exc:
+            raise RenderError(f"recipe {recipe.name}: volumes[{i}].source {v.source!r}: {exc}") from exc
+        if v.expands and not source.startswith("/"):
+            raise RenderError(
+                f"recipe {recipe.name}: volumes[{i}].source {v.source!r} expands to {source!r}, not an absolute path; "
+                "set the variable it names (or HOME) to an absolute path"
+            )
+        out.append(f"{source}:{v.target}" + (":ro" if v.read_only else ""))
+    return tuple(out)
+
+
 def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> RenderedLane:
     """The lane's containers. `dark` binds to loopback; `port` moves the main container only."""
     fp = fingerprint(recipe)
@@ -163,7 +187,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
     sidecar = recipe.sidecar
     if sidecar is not None:
         env[sidecar.connect_env] = f"http://{LOOPBACK}:{sidecar.port}"
-    volumes = tuple(f"{v.source}:{v.target}" + (":ro" if v.read_only else "") for v in recipe.volumes)
+    volumes = host_volumes(recipe, os.environ)
     containers = [
         ContainerSpec(
             role="main",

@@ -9,6 +9,8 @@ advice rather than impossibilities live in `lint`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -78,10 +80,62 @@ class EngineArgs(_Model):
     )
 
 
+#: `${NAME}` or `${NAME:-default}` in a volume source, the shell's (and compose's) syntax.
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
+
+
+def expand_source(source: str, environ: Mapping[str, str]) -> str:
+    """A volume source with `${NAME}` / `${NAME:-default}` substituted from `environ`, then a leading `~` expanded.
+
+    This is how one recipe names a per-user host directory (the compile cache
+    root is `${VLLM_CACHE_ROOT:-~/.cache/vllm}`). As in the shell, the default
+    applies when the variable is unset or empty; an unset `${NAME}` without a
+    default is an error, never an empty path.
+    """
+
+    def one(m: re.Match[str]) -> str:
+        value = environ.get(m.group(1), "")
+        if value:
+            return value
+        if m.group(2) is None:
+            raise ValueError(f"${{{m.group(1)}}} is not set; set it, or give a default as ${{{m.group(1)}:-/path}}")
+        return m.group(2)
+
+    out = _VAR_RE.sub(one, source)
+    if out == "~" or out.startswith("~/"):
+        home = environ.get("HOME") or str(Path.home())
+        out = home + out[1:]
+    return out
+
+
+def _source_syntax(source: str) -> str | None:
+    """Why a volume source is malformed, None when it is fine."""
+    rest = _VAR_RE.sub("", source)
+    if "$" in rest:
+        return "`$` may only appear as ${NAME} or ${NAME:-default}"
+    return None
+
+
 class Volume(_Model):
-    source: str = Field(description="Host path (or named volume) to mount.")
+    source: str = Field(
+        description="Host path (or named volume) to mount; may start with ~ and use ${NAME} / ${NAME:-default}, "
+        "expanded at render time against the tool's environment."
+    )
     target: str = Field(description="Path inside the container.")
     read_only: bool = Field(default=False, description="Mount read-only.")
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        problem = _source_syntax(v)
+        if problem:
+            raise ValueError(f"{v!r}: {problem}")
+        return v
+
+    @property
+    def expands(self) -> bool:
+        """Whether the source depends on the environment (and must then expand to an absolute path)."""
+        return "$" in self.source or self.source.startswith("~")
 
     @field_validator("target")
     @classmethod

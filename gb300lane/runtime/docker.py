@@ -291,9 +291,19 @@ class DockerRuntime(Runtime):
         return [self._info(c) for c in found if label_filter(c.labels, labels)]
 
     def host_path(self, spec: SpecLike, container_path: str) -> Path | None:
-        """Map a container path through the spec's bind mounts; None when no mount covers it."""
+        """Map a container path through the bind mounts; None when no mount covers it.
+
+        A created container's own mounts are the evidence (a restart re-renders
+        the spec against today's environment, the container kept its mounts);
+        the spec's are used before it exists.
+        """
         target = PurePosixPath(container_path)
-        for source, mount in _volumes(spec.volumes).items():
+        container = self._get(spec.name)
+        if container is not None:
+            binds = (container.attrs.get("HostConfig") or {}).get("Binds") or []
+        else:
+            binds = list(spec.volumes or ())
+        for source, mount in _volumes(binds).items():
             bind = PurePosixPath(mount["bind"])
             if target == bind or bind in target.parents:
                 if not source.startswith("/"):

@@ -5,6 +5,11 @@ argv, env, labels, pid and log file, so a later CLI invocation can report,
 stop or restart what an earlier one started. A stopped container keeps its
 record and log ("kept"), exactly like a stopped Docker container.
 
+Bind mounts (`source:target`) have no namespace to live in: an env value
+naming a path under a target is handed to the process as the path under the
+source, and `host_path` maps the same way, so a recipe whose cache root is a
+mounted host directory uses that directory on either runtime.
+
 Liveness is decided honestly: a pid counts as ours only while `/proc/<pid>/stat`
 shows the same start time we recorded (pids get reused), and a zombie counts
 as exited.
@@ -17,8 +22,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,6 +40,38 @@ BASE_ENV_NAMES = (
     "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
     "VIRTUAL_ENV", "PYTHONPATH", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME",
 )  # fmt: skip
+
+def _mounts(volumes: Sequence[str] | None) -> list[tuple[PurePosixPath, str]]:
+    """(target, host source) of each bind mount, most specific target first; named volumes have no host path."""
+    out = []
+    for vol in volumes or ():
+        parts = vol.split(":")
+        if len(parts) >= 2 and parts[0].startswith("/"):
+            out.append((PurePosixPath(parts[1]), parts[0]))
+    return sorted(out, key=lambda m: len(m[0].parts), reverse=True)
+
+
+def mounted_path(volumes: Sequence[str] | None, container_path: str) -> str | None:
+    """The host path a bind mount gives `container_path`, None when no mount covers it."""
+    if not container_path.startswith("/"):
+        return None
+    path = PurePosixPath(container_path)
+    for target, source in _mounts(volumes):
+        if path == target or target in path.parents:
+            return str(PurePosixPath(source) / path.relative_to(target))
+    return None
+
+
+def mounted_env(env: Mapping[str, str], volumes: Sequence[str] | None) -> dict[str, str]:
+    """The spec's env as a plain process must see it: a value naming a path under a volume target names the host source.
+
+    A process has no mount namespace, so a bind mount `src:/cache/vllm` can only
+    mean that `/cache/vllm/...` is `src/...` on the host; an env value is the
+    one place a recipe hands such a path to the process (VLLM_CACHE_ROOT). The
+    boot checks expect this mapped env, so the env check stays exact.
+    """
+    return {str(k): mounted_path(volumes, str(v)) or str(v) for k, v in env.items()}
+
 
 # Children started by this interpreter, kept so they are reaped (no zombies)
 # and their exit status is known; a later invocation sees only the record.
@@ -126,6 +163,10 @@ class ProcessRuntime(Runtime):
     def image_present(self, image: str) -> bool | None:
         return None
 
+    def host_path(self, spec: SpecLike, container_path: str) -> Path | None:
+        """Through the spec's bind mounts when one covers the path; otherwise the path is the host's own."""
+        return Path(mounted_path(spec.volumes, container_path) or container_path)
+
     def create(self, spec: SpecLike) -> ContainerInfo:
         existing = self._load(spec.name)
         if existing is not None:
@@ -138,7 +179,7 @@ class ProcessRuntime(Runtime):
             argv[0] = sys.executable
         base = self.base_env()
         env = dict(base)
-        env.update({str(k): str(v) for k, v in dict(spec.env).items()})
+        env.update(mounted_env(dict(spec.env), spec.volumes))
         if spec.device_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.device_ids)
         self.root.mkdir(parents=True, exist_ok=True)
