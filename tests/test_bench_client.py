@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -168,3 +169,119 @@ def test_percentiles_and_rates():
     assert decode_rate(256, 0.1, 2.65) == pytest.approx(255 / 2.55)
     assert tpot(256, 0.1, 2.65) == pytest.approx(2.55 / 255)
     assert decode_rate(1, 0.1, 0.2) is None and decode_rate(10, 0.2, 0.2) is None
+
+
+def _awkward_reads(body: bytes) -> list[bytes]:
+    """Cut a CRLF SSE stream the ways the network may: the first four events mid-`data:`, mid-line,
+    inside a UTF-8 character and between the CR and LF of their blank line (with a comment
+    event spliced in, split too); the rest go several events to a read."""
+    ends = []
+    i = body.find(b"\r\n\r\n")
+    while i >= 0:
+        ends.append(i + 4)
+        i = body.find(b"\r\n\r\n", i + 4)
+    assert ends[-1] == len(body) and len(ends) >= 8
+    comment = b": keepalive\r\n\r\n"
+    body = body[: ends[1]] + comment + body[ends[1] :]
+    ends = ends[:2] + [ends[1] + len(comment)] + [e + len(comment) for e in ends[2:]]
+    cuts = set()
+    start = 0
+    for end in ends[:5]:
+        cuts |= {start + 2, (start + end) // 2, end - 3, end - 1}  # "da|ta:", mid-line, CR|LF twice
+        lead = next((j for j in range(start, end) if body[j] >= 0xC0), None)
+        if lead is not None:
+            cuts.add(lead + 1)  # between the bytes of one character
+        start = end
+    cuts |= set(ends[5::3])
+    bounds = [0, *sorted(c for c in cuts if 0 < c < len(body)), len(body)]
+    return [body[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def test_events_split_at_awkward_byte_boundaries_parse_exactly(lane):
+    b = lane.behaviour
+    b.words = ["é", "日本", "🙂", "naïve", "straße", "ok"]
+    b.ensure_ascii = False
+    b.crlf = True
+    b.tokens_per_step = 2
+    b.engine_ext = True
+    reads: list[bytes] = []
+
+    def split(body: bytes) -> list[bytes]:
+        reads.extend(_awkward_reads(body))
+        return reads
+
+    b.split_reads = split
+    body = _body(12)
+    del body["prompt"]
+    body["messages"] = [{"role": "user", "content": "hi"}]
+    out = _post(lane.url + "/v1/chat/completions", body)
+
+    # The stream really was cut where the test says.
+    assert any(r.endswith(b"da") for r in reads) and any(r.endswith(b"\r") for r in reads)
+    comment = b": keepalive\r\n\r\n"
+    assert any(r.startswith(b"\n") for r in reads)
+    assert comment in b"".join(reads) and not any(comment in r for r in reads)
+    assert sum(1 for r in reads if _cuts_a_character(r)) >= 3
+    assert any(r.count(b"\r\n\r\n") >= 2 for r in reads)
+    assert out.ok, out.error
+    assert out.text == "".join(lane._tokens(body, 12)) and any(ord(c) > 0x7F for c in out.text)
+    assert out.chunks == 6 and out.output_tokens == 12 and out.prompt_tokens == 10
+    assert out.token_attribution == "usage" and len(out.token_times_s) == 12
+    assert out.token_times_s == sorted(out.token_times_s)
+    assert out.engine is not None and len(out.engine.wall_token_times_s) == 12
+
+
+def _cuts_a_character(read: bytes) -> bool:
+    try:
+        read.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def test_sse_parser_crlf_split_between_cr_and_lf():
+    p = SSEParser()
+    assert p.feed(b"data: {\"a\": 1}\r\n\r") == []
+    assert p.feed(b"\ndata: x\r") == ['{"a": 1}']
+    assert p.feed(b"\n\r\n") == ["x"]
+    assert p.feed("data: é".encode()[:-1]) == [] and p.feed("é\n\n".encode()[-3:]) == ["é"]
+
+
+def test_arrivals_are_stamped_on_receipt_not_when_the_stream_is_parsed(lane, monkeypatch):
+    """Two streams' chunks land while the loop is busy; one stream's parsing is slow, alternately.
+
+    Stamped when each coroutine got to parse, the stream behind the slow one would be late on
+    alternate steps; stamped on receipt, the two streams' arrivals stay a constant offset apart.
+    """
+    from gb300lane.bench import client
+
+    lane.behaviour.gated = True
+    steps = 6
+    event = client._StreamState.event
+
+    def slow_event(self, data, now):
+        event(self, data, now)
+        n = self.usage_tokens_seen
+        if data.startswith("{") and 0 < n < steps and ('"req-0"' in data) == (n % 2 == 0):
+            time.sleep(0.02)
+
+    monkeypatch.setattr(client._StreamState, "event", slow_event)
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            url = lane.url + "/v1/completions"
+            tasks = [asyncio.create_task(stream_request(session, url, _body(steps), read_timeout_s=10))
+                     for _ in range(2)]
+            for step in range(steps):
+                await asyncio.sleep(0.1)  # both streams idle, waiting for data
+                # Hold the loop while both chunks of this step are written and delivered.
+                lane.open_gate(2)
+                lane.wait_written(2 * (step + 1))
+                time.sleep(0.01)
+            return await asyncio.gather(*tasks)
+
+    a, b = asyncio.run(go())
+    assert a.ok and b.ok, (a.error, b.error)
+    offsets = [ta - tb for ta, tb in zip(a.token_times_s, b.token_times_s)]
+    assert len(offsets) == steps
+    assert max(offsets) - min(offsets) < 0.005, offsets

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,26 +36,38 @@ class SSEParser:
 
     Events end at a blank line; `data:` lines of one event are joined by a
     newline; comment lines (starting with ':') and other fields are ignored.
+    Lines may end in LF or CRLF, and a read may end anywhere: inside a line,
+    inside `data:`, between the CR and LF of a CRLF, inside a UTF-8
+    character (payloads are decoded only once their event is complete).
     """
 
     def __init__(self) -> None:
         self._buf = b""
 
     def feed(self, data: bytes) -> list[str]:
-        self._buf += data.replace(b"\r\n", b"\n")
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            # A CR that ends the read may be the first half of a CRLF; keep it raw until the LF comes.
+            held = buf.endswith(b"\r")
+            buf = (buf[:-1] if held else buf).replace(b"\r\n", b"\n") + (b"\r" if held else b"")
         events: list[str] = []
+        start = 0
+        find = buf.find
         while True:
-            end = self._buf.find(b"\n\n")
+            end = find(b"\n\n", start)
             if end < 0:
                 break
-            raw, self._buf = self._buf[:end], self._buf[end + 2 :]
-            payload = [
-                line[5:].lstrip(b" ") if line.startswith(b"data:") else None
-                for line in raw.split(b"\n")
-            ]
-            lines = [p for p in payload if p is not None]
-            if lines:
-                events.append(b"\n".join(lines).decode("utf-8", errors="replace"))
+            if buf.startswith(b"data:", start) and find(b"\n", start, end) < 0:
+                # One `data:` line: what every OpenAI-compatible server sends, parsed without splitting.
+                events.append(buf[start + 5 : end].lstrip(b" ").decode("utf-8", errors="replace"))
+            else:
+                lines = [
+                    line[5:].lstrip(b" ") for line in buf[start:end].split(b"\n") if line.startswith(b"data:")
+                ]
+                if lines:
+                    events.append(b"\n".join(lines).decode("utf-8", errors="replace"))
+            start = end + 2
+        self._buf = buf[start:] if start else buf
         return events
 
     @property
@@ -173,6 +186,59 @@ class _StreamFault(Exception):
     """A protocol fault inside one stream; becomes the outcome's error."""
 
 
+class _ReceiptHook:
+    """Wraps a connection protocol's `data_received` to stamp each socket read before it is parsed.
+
+    A coroutine that stamps a chunk when it resumes is late by everything the
+    event loop ran first: with many streams, every other stream's chunk of the
+    same engine step. The transport calls `data_received` as soon as the
+    socket is read, so the stamp taken here is the bytes' arrival. It stays on
+    the connection (keep-alive reuses it) and records for whichever body
+    `target` watches; between requests it records nothing.
+    """
+
+    __slots__ = ("inner", "target")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.target: _Receipts | None = None
+
+    def __call__(self, data: bytes) -> None:
+        t = time.perf_counter()
+        self.inner(data)
+        target = self.target
+        if target is not None:
+            n = target.reader.total_bytes
+            if n != target.marks[-1][0]:
+                target.marks.append((n, t))
+
+
+class _Receipts:
+    """When each byte of one response body arrived: marks of (body bytes received so far, perf_counter)."""
+
+    __slots__ = ("reader", "marks", "hook")
+
+    def __init__(self, reader: aiohttp.StreamReader, protocol: Any) -> None:
+        self.reader = reader
+        # Bytes buffered before the hook watched this body arrived no later than now.
+        self.marks: deque[tuple[int, float]] = deque([(reader.total_bytes, time.perf_counter())])
+        hook = getattr(protocol, "data_received", None)
+        if protocol is not None and not isinstance(hook, _ReceiptHook):
+            try:
+                hook = _ReceiptHook(protocol.data_received)
+                protocol.data_received = hook
+            except AttributeError:
+                # A protocol that cannot be wrapped: every read is stamped when the coroutine sees it.
+                hook = None
+        self.hook = hook if isinstance(hook, _ReceiptHook) else None
+        if self.hook is not None:
+            self.hook.target = self
+
+    def close(self) -> None:
+        if self.hook is not None and self.hook.target is self:
+            self.hook.target = None
+
+
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -180,10 +246,15 @@ async def stream_request(
     *,
     read_timeout_s: float = 120.0,
 ) -> StreamOutcome:
-    """POST `payload` to `url` and consume its SSE stream; never raises for server faults."""
+    """POST `payload` to `url` and consume its SSE stream; never raises for server faults.
+
+    Each event is timed by the socket read that completed it (see
+    `_ReceiptHook`), not by when this coroutine got to parse it.
+    """
     state = _StreamState()
     out = state.out
     parser = SSEParser()
+    receipts: _Receipts | None = None
     t0 = time.perf_counter()
     try:
         async with session.post(
@@ -194,10 +265,34 @@ async def stream_request(
                 body = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
                 out.error = f"HTTP {resp.status} from {url}: {body.strip()}"
                 return out
-            async for data in resp.content.iter_any():
-                now = time.perf_counter() - t0
-                for event in parser.feed(data):
-                    state.event(event, now)
+            conn = resp.connection
+            receipts = _Receipts(resp.content, conn.protocol if conn is not None else None)
+            marks = receipts.marks
+            consumed = 0  # body bytes handed to the parser
+            content = resp.content
+            while True:
+                # readany() directly: iter_any() adds a coroutine frame per read and nothing else.
+                data = await content.readany()
+                if not data:
+                    break
+                size = len(data)
+                pos = 0
+                while pos < size:
+                    while marks and marks[0][0] <= consumed:
+                        marks.popleft()
+                    if marks:
+                        # The slice one read delivered, timed by that read.
+                        upto, at = marks[0]
+                        take = min(upto - consumed, size - pos)
+                        now = at - t0
+                    else:
+                        take = size - pos
+                        now = time.perf_counter() - t0
+                    piece = data if take == size else data[pos : pos + take]
+                    for event in parser.feed(piece):
+                        state.event(event, now)
+                    pos += take
+                    consumed += take
             out.done_s = time.perf_counter() - t0
             tail = parser.pending.decode("utf-8", errors="replace").strip()
             if tail and not state.done:
@@ -216,6 +311,9 @@ async def stream_request(
         out.error = f"truncated stream from {url}: {exc}"
     except aiohttp.ClientError as exc:
         out.error = f"{type(exc).__name__} talking to {url}: {exc}"
+    finally:
+        if receipts is not None:
+            receipts.close()
     state.finish()
     if out.error is None:
         if not state.done:

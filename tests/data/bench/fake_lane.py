@@ -20,6 +20,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ class Behaviour:
     short: dict[int, int] = field(default_factory=dict)  # request index -> tokens returned
     foreign_tokens_per_request: int = 0
     perturb_greedy: set[str] = field(default_factory=set)  # prompts whose greedy output differs
+    words: list[str] | None = None  # token vocabulary instead of WORDS (e.g. multi-byte UTF-8)
+    ensure_ascii: bool = True  # False: non-ASCII text goes on the wire as raw UTF-8
+    crlf: bool = False  # SSE lines end in CRLF
+    # The whole stream's bytes -> the reads to send them as (a short pause between reads).
+    split_reads: Callable[[bytes], list[bytes]] | None = None
+    gated: bool = False  # each token chunk waits for `FakeLane.open_gate`
 
 
 class FakeLane:
@@ -64,6 +71,9 @@ class FakeLane:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self._gate: asyncio.Semaphore | None = None
+        self.chunks_written = 0
+        self._written = threading.Condition()
 
     @property
     def url(self) -> str:
@@ -86,6 +96,7 @@ class FakeLane:
         return self
 
     async def _start(self) -> None:
+        self._gate = asyncio.Semaphore(0)
         app = web.Application()
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_post("/v1/chat/completions", self._completion)
@@ -106,6 +117,17 @@ class FakeLane:
         fut.result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)  # type: ignore[union-attr]
+
+    def open_gate(self, chunks: int) -> None:
+        """Let `chunks` more gated token chunks be written (callable from any thread)."""
+        for _ in range(chunks):
+            self._loop.call_soon_threadsafe(self._gate.release)  # type: ignore[union-attr]
+
+    def wait_written(self, chunks: int, timeout_s: float = 5.0) -> None:
+        """Block until `chunks` token chunks in all have been handed to the transport."""
+        with self._written:
+            if not self._written.wait_for(lambda: self.chunks_written >= chunks, timeout_s):
+                raise TimeoutError(f"fake lane wrote {self.chunks_written} of {chunks} chunks")
 
     # --- handlers --------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:
@@ -154,7 +176,8 @@ class FakeLane:
         out = []
         for i in range(n):
             h = hashlib.sha256(f"{key}:{i}".encode()).digest()[0]
-            out.append(" " + WORDS[h % len(WORDS)])
+            words = self.behaviour.words or WORDS
+            out.append(" " + words[h % len(words)])
         return out
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
@@ -171,13 +194,24 @@ class FakeLane:
         tokens = self._tokens(body, n)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        held: list[bytes] = []
+
+        async def emit(obj: dict[str, Any] | bytes) -> None:
+            if not isinstance(obj, bytes):
+                obj = f"data: {json.dumps(obj, ensure_ascii=b.ensure_ascii)}\n\n".encode()
+            data = obj.replace(b"\n", b"\r\n") if b.crlf else obj
+            if b.split_reads is not None:
+                held.append(data)
+            else:
+                await resp.write(data)
+
         self.prompt_tokens += 10
         self.gen_tokens += b.foreign_tokens_per_request
         if chat:
             # vLLM opens a chat stream with a role-only chunk that carries no tokens and no usage.
             role = {"id": f"req-{index}", "object": "chunk",
                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-            await resp.write(f"data: {json.dumps(role)}\n\n".encode())
+            await emit(role)
         sent = 0
         step = 0
         wall_times: list[float] = []
@@ -206,7 +240,12 @@ class FakeLane:
             chunk: dict[str, Any] = {"id": f"req-{index}", "object": "chunk", "choices": [choice]}
             if b.continuous_usage:
                 chunk["usage"] = {"prompt_tokens": 10, "completion_tokens": sent, "total_tokens": 10 + sent}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if b.gated:
+                await self._gate.acquire()  # type: ignore[union-attr]
+            await emit(chunk)
+            with self._written:
+                self.chunks_written += 1
+                self._written.notify_all()
             if index in b.malformed and step == 2:
                 await resp.write(b"data: {not json\n\n")
             if index in b.stall and step == 1:
@@ -222,7 +261,7 @@ class FakeLane:
             return resp
         finish = {"id": f"req-{index}", "object": "chunk",
                   "choices": [{"index": 0, "text": "", "delta": {}, "finish_reason": "length"}]}
-        await resp.write(f"data: {json.dumps(finish)}\n\n".encode())
+        await emit(finish)
         final: dict[str, Any] = {
             "id": f"req-{index}",
             "object": "chunk",
@@ -236,7 +275,11 @@ class FakeLane:
                 "modelled_token_times_s": modelled,
                 "wall_token_times_s": wall_times,
             }
-        await resp.write(f"data: {json.dumps(final)}\n\n".encode())
-        await resp.write(b"data: [DONE]\n\n")
+        await emit(final)
+        await emit(b"data: [DONE]\n\n")
+        if b.split_reads is not None:
+            for piece in b.split_reads(b"".join(held)):
+                await resp.write(piece)
+                await asyncio.sleep(0.003)  # long enough for each piece to be its own read
         await resp.write_eof()
         return resp
