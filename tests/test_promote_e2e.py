@@ -151,6 +151,12 @@ def test_promote_after_a_pass_card_then_rollback(real_lane: int) -> None:
     assert state.recipe == "local-v27" and state.rollback_pair.recipe == "local-v26"
     states = {i.name: i.state for i in lane.list_instances()}
     assert states[f"pt{port}-local-v26"] == "stopped"  # kept, not removed
+    # `down` leaves the ledger's instances alone: naming one is refused, --all passes them over.
+    with pytest.raises(StateError, match=r"is the lane's rollback pair in the promotion ledger"):
+        lane.down("local-v26")
+    lane.down(all=True)
+    assert {i.name for i in lane.list_instances()} >= {f"pt{port}-local-v26", f"pt{port}-local-v27"}
+    assert _serving(port) == [f"pt{port}-local-v27"]
     event = pm.history()[-1]
     assert event.kind == "promote" and not event.forced
     assert event.verdict.startswith("card tiny-br1 verdict 2: PASS")

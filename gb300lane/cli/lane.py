@@ -76,19 +76,28 @@ def up(
 def down(
     recipe: Optional[str] = typer.Argument(None, help="Recipe whose instance to take down."),
     name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
-    all_: bool = typer.Option(False, "--all", help="Every instance on this host, leftovers included."),
+    all_: bool = typer.Option(False, "--all", help="Every instance on this host, leftovers included (not production or the rollback pair)."),
+    force: bool = typer.Option(False, "--force", help="Also take down production or the kept rollback pair."),
     json_out: bool = typer.Option(False, "--json", help="Print the removed instance names as JSON."),
 ) -> None:
     """Stop and remove an instance's containers."""
     from gb300lane.lane import down as lane_down
+    from gb300lane.lane import list_instances
+    from gb300lane.lane.manage import held_by_promotion
 
-    removed = lane_down(recipe, arm=name, all=all_)
+    held = {} if force or not all_ else held_by_promotion()
+    present = {i.name for i in list_instances()} if held else set()
+    kept = {n: role for n, role in held.items() if n in present}
+    removed = lane_down(recipe, arm=name, all=all_, force=force)
     if json_out:
-        print_json({"removed": removed})
-    elif removed:
+        print_json({"removed": removed, "kept": kept})
+        return
+    if removed:
         console.print("removed " + ", ".join(removed), highlight=False)
     else:
         console.print("nothing to take down", highlight=False)
+    for inst, role in sorted(kept.items()):
+        console.print(f"kept {inst} ({role}; --force to take it down)", highlight=False)
 
 
 def _uptime(seconds: float | None) -> str:

@@ -200,9 +200,37 @@ def resolve(recipe: str | None = None, *, arm: str | None = None, all: bool = Fa
     return hits
 
 
-def down(recipe: str | None = None, *, arm: str | None = None, all: bool = False) -> list[str]:
-    """Stop and remove the designated instances; returns their names."""
+def held_by_promotion() -> dict[str, str]:
+    """Instances the promotion ledger holds: {name: "production" | "rollback pair"}."""
+    prod = current_production()
+    held = {}
+    if getattr(prod, "instance", None):
+        held[prod.instance] = "production"
+    pair = getattr(prod, "rollback_pair", None)
+    if getattr(pair, "instance", None):
+        held[pair.instance] = "rollback pair"
+    return held
+
+
+def down(recipe: str | None = None, *, arm: str | None = None, all: bool = False, force: bool = False) -> list[str]:
+    """Stop and remove the designated instances; returns their names.
+
+    Production and the kept rollback pair are the promotion ledger's: naming one
+    is refused and `all` passes them over, unless `force` (only `gb300lane prune`
+    and `gb300lane rollback` manage them otherwise).
+    """
     names = resolve(recipe, arm=arm, all=all)
+    if not force:
+        held = held_by_promotion()
+        named = [n for n in names if n in held]
+        if named and not all:
+            n = named[0]
+            raise StateError(
+                f"{n} is the lane's {held[n]} in the promotion ledger; `gb300lane rollback` and "
+                "`gb300lane prune` manage it. Pass --force to take it down anyway (status will then "
+                "show the ledger pointing at a removed instance)"
+            )
+        names = [n for n in names if n not in held]
     for name in names:
         remove_instance(name)
     return names
