@@ -9,21 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import spec
 from gb300lane.bench.stats import Percentiles
+from gb300lane.models import FrozenModel
 
 Clock = Literal["modelled", "wall"]
 TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
 
-_MODEL = ConfigDict(extra="forbid", frozen=True)
 
 
-class EngineTiming(BaseModel):
+class EngineTiming(FrozenModel):
     """The embedded engine's `gb300lane` timing extension from the final chunk."""
-
-    model_config = _MODEL
 
     modelled_ttft_s: float = Field(description="Modelled time to first token, seconds since the request arrived.")
     modelled_e2e_s: float = Field(description="Modelled time to the last token, seconds since the request arrived.")
@@ -31,10 +29,8 @@ class EngineTiming(BaseModel):
     wall_token_times_s: list[float] = Field(description="Engine wall-clock emit time of each output token.")
 
 
-class RequestRecord(BaseModel):
+class RequestRecord(FrozenModel):
     """One request of a window, with every raw timing the client saw."""
-
-    model_config = _MODEL
 
     transcript_id: str = Field(description="Stable id of the transcript sent.")
     cls: str = Field(description="Traffic class of the cell this request ran in.")
@@ -71,10 +67,8 @@ class RequestRecord(BaseModel):
     text: str = Field(description="The generated text (chat: content, then tool-call arguments).")
 
 
-class SpecStats(BaseModel):
+class SpecStats(FrozenModel):
     """Speculative-decoding statistics of one cell, from the /metrics counter deltas."""
-
-    model_config = _MODEL
 
     num_drafts: int = Field(description="Verify steps that carried drafts during the cell.")
     num_draft_tokens: int = Field(description="Draft tokens proposed during the cell.")
@@ -105,10 +99,8 @@ class SpecStats(BaseModel):
         )
 
 
-class CellResult(BaseModel):
+class CellResult(FrozenModel):
     """One (class, concurrency, round) cell: its validity and derived statistics."""
-
-    model_config = _MODEL
 
     cls: str = Field(description="Traffic class.")
     concurrency: int = Field(description="Concurrent streams.")
@@ -134,10 +126,8 @@ class CellResult(BaseModel):
     counters_delta: dict[str, Any] | None = Field(description="The raw counter deltas the spec stats come from.")
 
 
-class WindowResult(BaseModel):
+class WindowResult(FrozenModel):
     """A bench window's result file: the spec, every cell and every raw request."""
-
-    model_config = _MODEL
 
     schema_version: Literal[1] = Field(default=1, description="Result file format version.")
     tool_version: str = Field(description="gb300lane version that produced the file.")

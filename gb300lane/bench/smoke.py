@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import __version__
 from gb300lane.bench.cells import aggregate_spec
@@ -37,6 +37,7 @@ from gb300lane.bench.models import WindowResult
 from gb300lane.bench.store import load_result, save_result, smoke_dir, stamp
 from gb300lane.bench.window import WindowProgress, run_window
 from gb300lane.fsio import dumps_json, write_once
+from gb300lane.models import FrozenModel
 from gb300lane.recipes.schema import Recipe, SmokeGate, WindowSpec
 
 GateStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -48,10 +49,8 @@ _COMPARABLE = (
 ProgressFactory = Callable[[], AbstractContextManager[WindowProgress | None]]
 
 
-class GateResult(BaseModel):
+class GateResult(FrozenModel):
     """One smoke gate's outcome."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Gate name from the recipe.")
     kind: Literal["parity", "bounds"] = Field(description="Gate kind.")
@@ -61,10 +60,8 @@ class GateResult(BaseModel):
     results: list[str] = Field(description="Window result files this gate wrote.")
 
 
-class SmokeReport(BaseModel):
+class SmokeReport(FrozenModel):
     """All smoke gates of one recipe against one running lane."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(default=1, description="Report format version.")
     tool_version: str = Field(description="gb300lane version.")

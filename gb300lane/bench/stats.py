@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 
-class Percentiles(BaseModel):
+class Percentiles(FrozenModel):
     """Percentiles of one quantity over a set of raw values (linear interpolation)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     count: int = Field(description="How many raw values the percentiles are over.")
     mean: float | None = Field(description="Arithmetic mean; None when there are no values.")

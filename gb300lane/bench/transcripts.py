@@ -17,9 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from gb300lane.errors import BenchError
+from gb300lane.models import FrozenModel
 
 BASE_CLASSES: tuple[str, ...] = ("prose", "structured", "code", "shell_ops", "tool_json")
 CLASSES: tuple[str, ...] = (*BASE_CLASSES, "mixed")
@@ -27,10 +28,8 @@ CLASSES: tuple[str, ...] = (*BASE_CLASSES, "mixed")
 TRANSCRIPTS_DIR = Path(__file__).resolve().parent / "transcripts"
 
 
-class Transcript(BaseModel):
+class Transcript(FrozenModel):
     """One request body's content: a completion prompt, or chat messages with tools."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(description="Stable id, `<class>-NNN`; part of the per-request seed.")
     cls: str = Field(description="The class the transcript belongs to (never 'mixed').")

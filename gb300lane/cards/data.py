@@ -11,16 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.fsio import sha256_bytes
+from gb300lane.models import FrozenModel
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class BootFacts(_Model):
+class BootFacts(FrozenModel):
     """The boot checks one arm's gates read."""
 
     hash_hit: bool | None = Field(default=None, description="The boot reused the compile/autotune cache.")
@@ -40,7 +37,7 @@ class BootFacts(_Model):
     instance: str | None = Field(default=None, description="Instance name of the arm's containers.")
 
 
-class CellData(_Model):
+class CellData(FrozenModel):
     """One class x concurrency cell (one round, or rounds already merged when round is None)."""
 
     cls: str = Field(description="Traffic class.")
@@ -63,7 +60,7 @@ class CellData(_Model):
     )
 
 
-class WindowData(_Model):
+class WindowData(FrozenModel):
     """One arm's cells of one window."""
 
     window: str = Field(description="Window name from the card.")
@@ -77,7 +74,7 @@ class WindowData(_Model):
     a_p: tuple[float, ...] | None = Field(default=None, description="Window-wide accepted-at-position over drafts.")
 
 
-class ArmData(_Model):
+class ArmData(FrozenModel):
     """Everything scoring knows about one arm."""
 
     arm: str = Field(description="Arm name.")
@@ -88,7 +85,7 @@ class ArmData(_Model):
     windows: dict[str, WindowData] = Field(default_factory=dict, description="Window name -> data.")
 
 
-class TranscribedArm(_Model):
+class TranscribedArm(FrozenModel):
     """An arm of a written-up card, transcribed from the write-up's tables and text."""
 
     schema_version: Literal[1] = Field(description="File format version.")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.cards.data import ArmData, CellAgg, merged_cells
 from gb300lane.cards.schema import (
@@ -28,15 +28,12 @@ from gb300lane.cards.schema import (
     TokensPerStepGate,
 )
 from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
+from gb300lane.models import FrozenModel
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CellCheck(_Model):
+class CellCheck(FrozenModel):
     cls: str = Field(description="Traffic class.")
     concurrency: int = Field(description="Concurrency.")
     status: Status = Field(description="This cell's outcome.")
@@ -48,7 +45,7 @@ class CellCheck(_Model):
     note: str | None = Field(default=None, description="Where a number came from when it is not measured here.")
 
 
-class GateResult(_Model):
+class GateResult(FrozenModel):
     id: str = Field(description="Gate id.")
     kind: str = Field(description="Gate kind.")
     status: Status = Field(description="PASS, FAIL or INCONCLUSIVE.")

@@ -26,25 +26,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import __version__
 from gb300lane.cards.data import ArmData, TranscribedArm, boot_facts_from_report, window_data_from_result
 from gb300lane.cards.schema import Card, gates_hash, parse_card
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
+from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
 
-class RecipeRef(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class RecipeRef(FrozenModel):
 
     recipe: str = Field(description="Recipe name the arm boots.")
     fingerprint: str | None = Field(description="Recipe fingerprint at registration; None when not recorded.")
 
 
-class Registration(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Registration(FrozenModel):
 
     schema_version: Literal[1] = Field(description="File format version.")
     card: str = Field(description="Card name.")

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes
+from gb300lane.models import FrozenModel
 from gb300lane.paths import PROJECT_ROOT
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
 
@@ -25,11 +26,7 @@ SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 ARM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Arm(_Model):
+class Arm(FrozenModel):
     name: str = Field(description="Arm name as the write-up spells it: A, B, A2, K9.")
     recipe: str = Field(description="Recipe the arm boots (a name in recipes/).")
     role: Literal["control", "candidate"] = Field(description="control (production) or candidate (the change).")
@@ -38,7 +35,7 @@ class Arm(_Model):
     )
 
 
-class Bar(_Model):
+class Bar(FrozenModel):
     """How far a gate tolerates noise.
 
     `fixed`: the bar is `value`. `spread`: the bar is `multiplier` times a
@@ -68,7 +65,7 @@ class Bar(_Model):
         return f"{mult}{self.source} spread (at least {self.value:.1%})"
 
 
-class _Gate(_Model):
+class _Gate(FrozenModel):
     id: str = Field(description="Gate id, unique within the card; verdicts and re-scores name it.")
     description: str = Field(default="", description="What the gate protects, in one line.")
 
@@ -146,7 +143,7 @@ Gate = Annotated[
 ]
 
 
-class Card(_Model):
+class Card(FrozenModel):
     schema_version: Literal[1] = Field(description="Card file format version.")
     name: str = Field(description="Card slug; receipts go to results/<date>-<name>/.")
     title: str = Field(description="One line: the change under test.")

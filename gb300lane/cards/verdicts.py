@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from gb300lane import __version__
 from gb300lane.cards.gates import GateResult, Status, evaluate, overall
@@ -21,28 +21,25 @@ from gb300lane.cards.receipts import Receipts, all_receipts, utc_now
 from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
+from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GateChange(_Model):
+class GateChange(FrozenModel):
     gate: str = Field(description="Gate id.")
     key: str = Field(description="Dotted key inside the gate, e.g. compare or bar.mode.")
     old: Any = Field(description="Value before the re-score.")
     new: Any = Field(description="Value after the re-score.")
 
 
-class PreviousVerdict(_Model):
+class PreviousVerdict(FrozenModel):
     number: int = Field(description="The verdict this one supersedes.")
     file: str = Field(description="Its path inside the receipts directory.")
     sha256: str = Field(description="Its sha256, so the pointer cannot silently move.")
     verdict: Status = Field(description="What it said.")
 
 
-class Verdict(_Model):
+class Verdict(FrozenModel):
     schema_version: Literal[1] = Field(description="File format version.")
     card: str = Field(description="Card name.")
     number: int = Field(ge=1, description="1 = pre-registered; 2.. = re-scores.")
@@ -60,7 +57,7 @@ class Verdict(_Model):
     changes: tuple[GateChange, ...] = Field(default=(), description="Gate changes of the re-score.")
 
 
-class VerdictRef(_Model):
+class VerdictRef(FrozenModel):
     """What promotion needs to know about a card's newest verdict."""
 
     card: str = Field(description="Card name.")

@@ -10,7 +10,6 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from gb300lane.errors import LaneError
 
 console = Console()
 err_console = Console(stderr=True)

@@ -13,19 +13,18 @@ import json
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.engine.config import SpecConfig, parse_spec_config
 from gb300lane.errors import EngineError
+from gb300lane.models import FrozenModel
 
 DEFAULT_KV_POOL_TOKENS = 4_400_013
 DEFAULT_MAX_MODEL_LEN = 131_072
 
 
-class EngineArgs(BaseModel):
+class EngineArgs(FrozenModel):
     """The resolved `serve` arguments."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str = Field(description="Model to serve; the embedded engine serves `builtin`.")
     served_model_name: str = Field(description="Name the API reports and metrics label.")

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, MTP_STAGES, TOPK_MAX, VOCAB_SIZE
 from gb300lane.errors import EngineError
 from gb300lane.fsio import sha256_bytes
+from gb300lane.models import FrozenModel
 
 SUPPORTED_METHODS = ("dspark", "mtp")
 MTP_ALIASES = ("deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp")
@@ -38,10 +39,8 @@ DEFAULT_DRAFT_TOPK = 32
 DRAFT_CHECKPOINT = {"mtp_stages": MTP_STAGES, "dspark_block_size": DSPARK_BLOCK_SIZE, "vocab_size": VOCAB_SIZE}
 
 
-class SpecConfig(BaseModel):
+class SpecConfig(FrozenModel):
     """The resolved speculative config the engine serves."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: Literal["dspark", "mtp"] = Field(description="Drafting method.")
     num_speculative_tokens: int = Field(description="k: drafts per verify step (upper bound under a schedule).")

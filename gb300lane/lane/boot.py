@@ -19,11 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane.lane import checks, facts, instances, ledger, logparse, probe
 from gb300lane.lane.report import BootReport, write_report
+from gb300lane.models import FrozenModel
 from gb300lane.runtime import (
     LABEL_ARM,
     LABEL_INSTANCE,
@@ -45,10 +46,8 @@ VLLM_TIMEOUT_S = 3600.0
 EMBEDDED_MISS_MODELLED_S = 1910.0
 
 
-class BootProgress(BaseModel):
+class BootProgress(FrozenModel):
     """One readiness poll, for a progress bar."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     instance: str = Field(description="Instance booting.")
     elapsed_s: float = Field(description="Seconds since the containers started.")

@@ -15,21 +15,20 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.fsio import sha256_bytes
 from gb300lane.lane.facts import Listener, RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
+from gb300lane.models import FrozenModel
 
 CheckStatus = Literal["pass", "fail", "unknown"]
 SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
 
 
-class CheckResult(BaseModel):
+class CheckResult(FrozenModel):
     """One boot check and its evidence."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="autotune, flags, env, kv_pool, dark, or sidecar.")
     status: CheckStatus = Field(description="pass, fail, or unknown (the evidence is missing).")
@@ -37,10 +36,8 @@ class CheckResult(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict, description="The facts the status was decided on.")
 
 
-class Prediction(BaseModel):
+class Prediction(FrozenModel):
     """The autotune outcome the ledger predicts for a fingerprint."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     outcome: Literal["hit", "miss", "unknown"] = Field(description="Predicted cache outcome.")
     known_hash: str | None = Field(default=None, description="Compile hash this fingerprint booted with before.")

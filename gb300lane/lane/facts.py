@@ -12,15 +12,15 @@ import re
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 _LISTEN = "0A"
 
 
-class Listener(BaseModel):
+class Listener(FrozenModel):
     """One listening TCP socket."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     address: str = Field(description="Bound address (0.0.0.0 / :: mean every interface).")
     port: int = Field(description="Bound port.")
@@ -93,10 +93,8 @@ REQUEST_SERIES = {
 }
 
 
-class RequestCounts(BaseModel):
+class RequestCounts(FrozenModel):
     """Work clients asked of the engine, summed over labels; None where the series is absent."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     requests_finished: float | None = Field(default=None, description="vllm:request_success_total, all reasons.")
     requests_running: float | None = Field(default=None, description="vllm:num_requests_running.")

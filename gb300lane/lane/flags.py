@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 _JSON_FLAGS = ("speculative-config", "compilation-config")
 
@@ -27,10 +29,8 @@ _DIRECT = {
 }
 
 
-class FlagReading(BaseModel):
+class FlagReading(FrozenModel):
     """One recipe key as found in the container's args."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str = Field(description="Dotted recipe key.")
     readable: bool = Field(description="False when the key does not render to a flag (env, volumes, ...).")

@@ -12,19 +12,18 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import StateError
 from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.models import FrozenModel
 
 InstancePhase = Literal["booting", "up", "failed", "interrupted", "stopped"]
 
 
-class InstanceRecord(BaseModel):
+class InstanceRecord(FrozenModel):
     """What `up` created, as recorded."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(default=1, description="File format version.")
     name: str = Field(description="Instance name, <lane>-<arm or recipe>.")

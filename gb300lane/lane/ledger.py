@@ -14,20 +14,19 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import StateError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.lane.checks import Prediction
+from gb300lane.models import FrozenModel
 
 _KEEP_BOOTS = 20
 
 
-class BootTime(BaseModel):
+class BootTime(FrozenModel):
     """One recorded boot."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     seconds: float = Field(description="Up (containers started) to ready.")
     outcome: Literal["hit", "miss", "unknown"] = Field(description="Autotune outcome read from the log.")
@@ -36,19 +35,15 @@ class BootTime(BaseModel):
     at: float = Field(description="Unix time the boot finished.")
 
 
-class FingerprintEntry(BaseModel):
+class FingerprintEntry(FrozenModel):
     """What one fingerprint has booted with on this host."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     hashes: tuple[str, ...] = Field(default=(), description="Compile hashes observed, oldest first.")
     boots: tuple[BootTime, ...] = Field(default=(), description="The most recent boots.")
 
 
-class HashLedger(BaseModel):
+class HashLedger(FrozenModel):
     """The ledger file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(default=1, description="File format version.")
     fingerprints: dict[str, FingerprintEntry] = Field(default_factory=dict, description="By recipe fingerprint.")

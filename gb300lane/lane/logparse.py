@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 _CACHE_DIR = re.compile(r"Using cache directory: (?P<dir>\S+?)/? for vLLM's torch\.compile")
 _HASH_IN_DIR = re.compile(r"^(?P<root>.*)/torch_compile_cache/(?P<hash>[^/]+)(?:/|$)")
@@ -33,10 +35,8 @@ _READY = "Application startup complete."
 AutotuneOutcome = Literal["hit", "miss", "unknown"]
 
 
-class BootLogFacts(BaseModel):
+class BootLogFacts(FrozenModel):
     """What a boot log says about the boot."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     cache_dir: str | None = Field(default=None, description="Compile cache directory from `Using cache directory:`.")
     cache_root: str | None = Field(default=None, description="The cache root (VLLM_CACHE_ROOT) that directory lies under.")

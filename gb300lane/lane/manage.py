@@ -13,21 +13,20 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.errors import LaneError, StateError
 from gb300lane.lane import instances, probe
 from gb300lane.lane.boot import current_production
 from gb300lane.lane.report import latest_report
+from gb300lane.models import FrozenModel
 from gb300lane.runtime import LABEL_INSTANCE, LABEL_LANE, LABEL_STATE, ContainerInfo, Runtime, get_runtime, state_label
 
 InstanceState = Literal["running", "stopped", "partial", "missing", "failed"]
 
 
-class InstanceInfo(BaseModel):
+class InstanceInfo(FrozenModel):
     """One instance as the runtimes see it now."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Instance name.")
     recipe: str = Field(description="Recipe name.")
@@ -44,10 +43,8 @@ class InstanceInfo(BaseModel):
     recorded: bool = Field(description="False for a labelled leftover with no instance record.")
 
 
-class InstanceStatus(BaseModel):
+class InstanceStatus(FrozenModel):
     """An instance with health, uptime and its role in the lane."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     info: InstanceInfo = Field(description="The instance.")
     health: str = Field(description="healthy, unhealthy (HTTP n), unreachable, or not running.")
@@ -55,10 +52,8 @@ class InstanceStatus(BaseModel):
     role: Literal["production", "rollback", "candidate"] = Field(description="Role per the promotion ledger.")
 
 
-class LaneStatus(BaseModel):
+class LaneStatus(FrozenModel):
     """`gb300lane status`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     instances: tuple[InstanceStatus, ...] = Field(description="Every instance, recorded or leftover.")
     production: dict[str, Any] | None = Field(description="Production state from the promotion ledger, if any.")

@@ -13,15 +13,14 @@ import time
 from collections.abc import Callable
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.errors import MetricsError
+from gb300lane.models import FrozenModel
 
 
-class ReadyOutcome(BaseModel):
+class ReadyOutcome(FrozenModel):
     """How a readiness wait ended."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ready: bool = Field(description="Every URL answered as required.")
     elapsed_s: float = Field(description="Seconds from the start of the wait.")

@@ -12,19 +12,18 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import __version__, paths
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.lane.checks import CheckResult
+from gb300lane.models import FrozenModel
 
 _MARK = {"pass": "PASS", "fail": "FAIL", "unknown": "----"}
 
 
-class BootReport(BaseModel):
+class BootReport(FrozenModel):
     """One boot of one instance."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(default=1, description="File format version.")
     tool_version: str = Field(default=__version__, description="gb300lane version that booted it.")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 TransitionKind = Literal["promote", "rollback", "prune"]
 EventKind = Literal[
@@ -21,11 +23,7 @@ EventKind = Literal[
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Slot(_Frozen):
+class Slot(FrozenModel):
     """One recipe's instance as the ledger knows it (production or the rollback pair)."""
 
     recipe: str = Field(description="Recipe name, e.g. local-v27.")
@@ -35,7 +33,7 @@ class Slot(_Frozen):
     since: str = Field(description="UTC time (ISO 8601) the instance took this role.")
 
 
-class InFlight(_Frozen):
+class InFlight(FrozenModel):
     """A transition that began and has not been recorded as finished."""
 
     transition_id: int = Field(description="Ledger id of the transition.")
@@ -50,7 +48,7 @@ class InFlight(_Frozen):
     commands: tuple[str, ...] = Field(description="Commands that complete or revert it.")
 
 
-class ProductionState(_Frozen):
+class ProductionState(FrozenModel):
     """What serves the production port, the kept rollback pair, and any unfinished transition.
 
     `recipe`/`instance`/... are None only while a first promotion is unfinished
@@ -88,7 +86,7 @@ class ProductionState(_Frozen):
         return lines
 
 
-class VerdictInfo(_Frozen):
+class VerdictInfo(FrozenModel):
     """The verdict that allowed (or would have allowed) a promotion."""
 
     passed: bool = Field(description="True for a PASS verdict (first or re-scored).")
@@ -97,7 +95,7 @@ class VerdictInfo(_Frozen):
     rescored: bool = Field(default=False, description="True when the verdict is a re-score of an earlier one.")
 
 
-class BootInfo(_Frozen):
+class BootInfo(FrozenModel):
     """What a boot or restart of an instance reported."""
 
     instance: str = Field(description="Lane instance name.")
@@ -109,7 +107,7 @@ class BootInfo(_Frozen):
     )
 
 
-class SmokeInfo(_Frozen):
+class SmokeInfo(FrozenModel):
     """The overall outcome of a recipe's smoke gates."""
 
     passed: bool = Field(description="True when every gate passed.")
@@ -117,7 +115,7 @@ class SmokeInfo(_Frozen):
     seconds: float = Field(description="Wall seconds the smoke took.")
 
 
-class LedgerEvent(_Frozen):
+class LedgerEvent(FrozenModel):
     """One line of history: a promotion, rollback, failure, recovery or prune."""
 
     schema_version: Literal[1] = Field(default=1, description="Event schema version.")
@@ -140,7 +138,7 @@ class LedgerEvent(_Frozen):
     detail: str | None = Field(description="Anything else worth keeping, one line.")
 
 
-class TransitionReport(_Frozen):
+class TransitionReport(FrozenModel):
     """What `promote`, `rollback` or a repair did, for the CLI to print."""
 
     kind: Literal["promote", "rollback", "recover"] = Field(description="The command's transition.")
@@ -159,7 +157,7 @@ class TransitionReport(_Frozen):
     event_id: int | None = Field(default=None, description="Ledger event written.")
 
 
-class PruneReport(_Frozen):
+class PruneReport(FrozenModel):
     """What `prune` removed and what it kept, and why."""
 
     removed: tuple[str, ...] = Field(description="Instances removed.")

@@ -12,8 +12,9 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gb300lane.models import FrozenModel
 from gb300lane.recipes.loader import flatten, get_key
 from gb300lane.recipes.schema import Recipe
 
@@ -37,10 +38,8 @@ def is_hash_input(key: str, hash_inputs: tuple[str, ...] | list[str]) -> bool:
     return any(key == h or key.startswith(h + ".") or h.startswith(key + ".") for h in hash_inputs)
 
 
-class KeyChange(BaseModel):
+class KeyChange(FrozenModel):
     """One changed leaf key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str = Field(description="Dotted recipe key.")
     old: Any = Field(description="Value in the first recipe (None when absent).")
@@ -48,10 +47,8 @@ class KeyChange(BaseModel):
     hash_input: bool = Field(description="Whether either recipe's image hashes this key.")
 
 
-class RecipeDiff(BaseModel):
+class RecipeDiff(FrozenModel):
     """Every changed key between two recipes, and the boot it predicts."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     a: str = Field(description="First recipe name.")
     b: str = Field(description="Second recipe name.")

@@ -14,10 +14,11 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import __version__
 from gb300lane.errors import RenderError
+from gb300lane.models import FrozenModel
 from gb300lane.recipes.compare import fingerprint
 from gb300lane.recipes.schema import Recipe, expand_source
 
@@ -28,10 +29,8 @@ VLLM_ULIMITS: dict[str, tuple[int, int]] = {"memlock": (-1, -1), "stack": (67108
 LOOPBACK = "127.0.0.1"
 
 
-class ContainerSpec(BaseModel):
+class ContainerSpec(FrozenModel):
     """One container exactly as a runtime starts it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     role: Literal["main", "sidecar"] = Field(description="main serves the API; sidecar is the expert-sidecar hook.")
     name: str = Field(description="Container name: <lane>-<recipe>-<role>.")
@@ -49,10 +48,8 @@ class ContainerSpec(BaseModel):
     port: int = Field(description="Port the container listens on.")
 
 
-class RenderedLane(BaseModel):
+class RenderedLane(FrozenModel):
     """The containers of one recipe, and how to reach the lane."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     recipe: str = Field(description="Recipe name.")
     fingerprint: str = Field(description="Autotune fingerprint over image.hash_inputs.")

@@ -11,10 +11,11 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import RecipeError
+from gb300lane.models import FrozenModel
 from gb300lane.recipes.engine_schema import validate_engine_keys
 from gb300lane.recipes.schema import NAME_RE, Recipe
 from gb300lane.recipes.yamlio import key_lines, parse_mapping
@@ -23,10 +24,8 @@ from gb300lane.recipes.yamlio import key_lines, parse_mapping
 MAX_EXTENDS_DEPTH = 16
 
 
-class RecipeSummary(BaseModel):
+class RecipeSummary(FrozenModel):
     """One line of `recipes list`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Recipe name (version).")
     extends: str | None = Field(description="Parent recipe, if any.")

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gb300lane.models import FrozenModel
 from gb300lane.recipes.schema import Recipe
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ACK_FLAG = "--allow-outside-trained-block"
 
 
-class LintFinding(BaseModel):
+class LintFinding(FrozenModel):
     """One rule that fired on one recipe."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rule_id: str = Field(description="Stable rule id, e.g. k-outside-trained-block.")
     severity: Literal["error", "warning"] = Field(description="error blocks a boot; warning advises.")

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from gb300lane.models import FrozenModel
 
 #: A recipe name is a file stem in recipes/, never a path.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -22,11 +24,7 @@ TranscriptClass = Literal["prose", "structured", "code", "shell_ops", "tool_json
 JsonScalar = str | int | float | bool | None
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Lane(_Model):
+class Lane(FrozenModel):
     name: str = Field(description="Lane name; instances are named <lane>-<arm or recipe>.")
     port: int = Field(ge=1, le=65535, description="Port the main container serves the OpenAI API on.")
     bind: str = Field(default="127.0.0.1", description="Address the server binds; a dark lane must use loopback.")
@@ -40,7 +38,7 @@ class Lane(_Model):
         return v
 
 
-class Image(_Model):
+class Image(FrozenModel):
     ref: str = Field(description="Container image reference the main container runs.")
     vllm_version: str = Field(description="vLLM version the image carries; selects the engine schema snapshot.")
     hash_inputs: tuple[str, ...] = Field(
@@ -48,19 +46,19 @@ class Image(_Model):
     )
 
 
-class Checkpoint(_Model):
+class Checkpoint(FrozenModel):
     mtp_stages: int = Field(ge=0, description="MTP prediction stages trained into the checkpoint.")
     dspark_block_size: int = Field(ge=1, description="Draft block width the DSpark drafter was trained on.")
     draft_topk: int | None = Field(default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with.")
 
 
-class Model(_Model):
+class Model(FrozenModel):
     path: str = Field(description="Model path inside the container (or `builtin` for the embedded engine).")
     served_name: str = Field(description="Model name the API serves (--served-model-name).")
     checkpoint: Checkpoint = Field(description="Facts read from the checkpoint's config.")
 
 
-class EngineArgs(_Model):
+class EngineArgs(FrozenModel):
     max_num_seqs: int = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
     max_model_len: int = Field(ge=1, description="--max-model-len: longest request in tokens.")
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="--gpu-memory-utilization.")
@@ -116,7 +114,7 @@ def _source_syntax(source: str) -> str | None:
     return None
 
 
-class Volume(_Model):
+class Volume(FrozenModel):
     source: str = Field(
         description="Host path (or named volume) to mount; may start with ~ and use ${NAME} / ${NAME:-default}, "
         "expanded at render time against the tool's environment."
@@ -145,7 +143,7 @@ class Volume(_Model):
         return v
 
 
-class Gpus(_Model):
+class Gpus(FrozenModel):
     main: tuple[str, ...] = Field(default=(), description="GPU device ids for the main container (the GB300).")
     sidecar: tuple[str, ...] = Field(default=(), description="GPU device ids for the sidecar (the RTX PRO 6000).")
 
@@ -157,7 +155,7 @@ class Gpus(_Model):
         return v
 
 
-class Sidecar(_Model):
+class Sidecar(FrozenModel):
     image: str = Field(description="Image of the sidecar container.")
     device: str | None = Field(default=None, description="Device the sidecar computes on, passed as EXPERT_SIDECAR_DEVICE.")
     args: tuple[str, ...] = Field(
@@ -171,7 +169,7 @@ class Sidecar(_Model):
     )
 
 
-class Speculative(_Model):
+class Speculative(FrozenModel):
     method: str = Field(description="vLLM speculative method (dspark on this lane).")
     num_speculative_tokens: int | None = Field(default=None, gt=0, description="k: drafts per verify step.")
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
@@ -190,12 +188,12 @@ class Speculative(_Model):
         return dict(sorted(out.items()))
 
 
-class TokensPerStep(_Model):
+class TokensPerStep(FrozenModel):
     min: float | None = Field(default=None, ge=0, description="Lowest acceptable tokens per verify step.")
     max: float | None = Field(default=None, ge=0, description="Highest acceptable tokens per verify step.")
 
 
-class WindowSpec(_Model):
+class WindowSpec(FrozenModel):
     name: str = Field(description="Window name, unique within the recipe's gates.")
     classes: tuple[TranscriptClass, ...] = Field(min_length=1, description="Transcript classes the window runs.")
     transcripts_per_class: int = Field(ge=1, description="Transcripts drawn per class.")
@@ -214,7 +212,7 @@ class WindowSpec(_Model):
         return v
 
 
-class SmokeGate(_Model):
+class SmokeGate(FrozenModel):
     name: str = Field(description="Gate name.")
     kind: Literal["parity", "bounds"] = Field(description="parity: outputs match the reference; bounds: numbers in range.")
     window: WindowSpec = Field(description="The window the gate runs.")
@@ -223,11 +221,11 @@ class SmokeGate(_Model):
     decode_tok_s_min: float | None = Field(default=None, ge=0, description="bounds: lowest decode tokens/s.")
 
 
-class Smoke(_Model):
+class Smoke(FrozenModel):
     gates: tuple[SmokeGate, ...] = Field(default=(), description="Gates run after boot, in order.")
 
 
-class Recipe(_Model):
+class Recipe(FrozenModel):
     schema_version: Literal[1] = Field(description="Recipe file format version.")
     name: str = Field(description="Recipe name and version (v26, v27, ...); equals the file stem.")
     description: str = Field(description="One line: what this version is.")

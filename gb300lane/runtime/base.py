@@ -14,7 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
 
 #: Label keys every created container carries; leftovers are found by these.
 LABEL_PREFIX = "gb300lane."
@@ -59,10 +61,8 @@ class SpecLike(Protocol):
     port: int | None
 
 
-class ContainerInfo(BaseModel):
+class ContainerInfo(FrozenModel):
     """What a runtime knows about one container right now (docker inspect, or the process record)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Container name, `<instance>-<role>`.")
     runtime: str = Field(description="`process` or `docker`.")

@@ -27,11 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane import __version__, paths
 from gb300lane.errors import BootError
 from gb300lane.fsio import sha256_bytes
+from gb300lane.models import FrozenModel
 
 ENGINE_IMAGE = "gb300lane-engine:local"
 SOURCE_HASH_LABEL = "gb300lane.source-hash"
@@ -44,10 +45,8 @@ _STDLIB_SKIP = frozenset({"site-packages", "test", "idlelib", "tkinter", "turtle
 _SKIP_DIRS = frozenset({"tests", "test", "__pycache__"})
 
 
-class EngineImage(BaseModel):
+class EngineImage(FrozenModel):
     """The outcome of `ensure_engine_image`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     tag: str = Field(description="Image reference.")
     source_hash: str = Field(description="Hash of the project source and Python build the image was built from.")

@@ -26,11 +26,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import BootError, StateError
 from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.models import FrozenModel
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
 
 #: Names passed through from the invoking environment: the process runtime's
@@ -78,10 +79,8 @@ def mounted_env(env: Mapping[str, str], volumes: Sequence[str] | None) -> dict[s
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
-class ProcessRecord(BaseModel):
+class ProcessRecord(FrozenModel):
     """One process-runtime container as recorded on disk."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(default=1, description="Record format version.")
     name: str = Field(description="Container name.")

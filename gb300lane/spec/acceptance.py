@@ -20,15 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.errors import MetricsError
+from gb300lane.models import FrozenModel
 
 
-class SpecCounters(BaseModel):
+class SpecCounters(FrozenModel):
     """Speculative-decoding counters over one window (or since engine start)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_drafts: int = Field(ge=0, description="verify steps that carried a draft (vllm:spec_decode_num_drafts)")
     num_draft_tokens: int = Field(ge=0, description="draft tokens proposed (vllm:spec_decode_num_draft_tokens)")
@@ -41,10 +40,8 @@ class SpecCounters(BaseModel):
     )
 
 
-class AcceptanceStats(BaseModel):
+class AcceptanceStats(FrozenModel):
     """What the counters say about acceptance, in both conventions."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     a_p: tuple[float, ...] = Field(description="accepted at position p over the drafts that had position p (1-based p)")
     a_p_exact: bool = Field(

@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from gb300lane.errors import LaneError
+from gb300lane.models import FrozenModel
 from gb300lane.spec.acceptance import a_p_from_marginals, tokens_per_second, tokens_per_step_from_a_p
 
 
-class AcceptanceCurve(BaseModel):
+class AcceptanceCurve(FrozenModel):
     """Acceptance per position measured while drafting k tokens; give a_p or the marginal curve."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     k: int = Field(ge=1, description="the num_speculative_tokens the curve was measured at")
     a_p: tuple[float, ...] | None = Field(default=None, description="accepted at p over drafts that had p, p = 1..k")
@@ -48,19 +47,15 @@ class AcceptanceCurve(BaseModel):
         return self.a_p if self.a_p is not None else a_p_from_marginals(self.marginal or ())
 
 
-class StepTimePoint(BaseModel):
+class StepTimePoint(FrozenModel):
     """One measured decode step time at a given k."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     k: int = Field(ge=0, description="num_speculative_tokens during the measurement")
     ms: float = Field(gt=0, description="milliseconds per verify step")
 
 
-class AdvisorInput(BaseModel):
+class AdvisorInput(FrozenModel):
     """What the advisor reads from a receipts file (`gb300lane spec advise --receipts FILE`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = Field(description="file format version")
     curves: tuple[AcceptanceCurve, ...] = Field(min_length=1, description="acceptance curves, one per measured k")
@@ -68,10 +63,8 @@ class AdvisorInput(BaseModel):
     trained_block: int | None = Field(default=None, ge=1, description="the checkpoint's dspark_block_size")
 
 
-class StepTimeModel(BaseModel):
+class StepTimeModel(FrozenModel):
     """ms per step = intercept + slope * k, fitted by least squares."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     intercept_ms: float = Field(description="step time with no drafts")
     slope_ms: float = Field(description="added step time per draft token")
@@ -81,8 +74,7 @@ class StepTimeModel(BaseModel):
         return self.intercept_ms + self.slope_ms * k
 
 
-class KPrediction(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class KPrediction(FrozenModel):
 
     k: int = Field(description="candidate num_speculative_tokens")
     tokens_per_step: float = Field(description="1 + sum of a_p up to k")
@@ -93,8 +85,7 @@ class KPrediction(BaseModel):
     outside_trained_block: bool = Field(description="True when k exceeds the checkpoint's trained block")
 
 
-class Advice(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Advice(FrozenModel):
 
     recommended_k: int = Field(description="the candidate with the highest predicted tok/s")
     predictions: tuple[KPrediction, ...] = Field(description="one row per candidate k, ascending")

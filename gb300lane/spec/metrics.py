@@ -12,9 +12,10 @@ import math
 import re
 
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gb300lane.errors import MetricsError
+from gb300lane.models import FrozenModel
 from gb300lane.spec.acceptance import SpecCounters
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -28,10 +29,8 @@ DRAFTS_BY_LENGTH = "gb300lane_engine_drafts_by_length_total"
 ENGINE_PREFIX = "gb300lane_engine_"
 
 
-class MetricsScrape(BaseModel):
+class MetricsScrape(FrozenModel):
     """The counters of one `/metrics` scrape (or the delta of two)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     spec: SpecCounters = Field(description="speculative-decoding counters (zeros when the lane drafts nothing)")
     generation_tokens: int = Field(ge=0, description="vllm:generation_tokens_total")
@@ -162,10 +161,8 @@ def delta(before: MetricsScrape, after: MetricsScrape) -> MetricsScrape:
     )
 
 
-class SpecLogLine(BaseModel):
+class SpecLogLine(FrozenModel):
     """One `SpecDecoding metrics:` line: vLLM's interval summary, rates already rounded by vLLM."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mean_acceptance_length: float = Field(description="1 + accepted / drafts over the interval")
     accepted_throughput: float | None = Field(default=None, description="accepted draft tokens per second")
