@@ -157,3 +157,10 @@ def test_same_value_compares_meaning_not_spelling() -> None:
     assert same_value([[1, 4, 5]], [[1, 4, 5]]) and not same_value([[1, 4, 5]], [[1, 4, 3]])
     assert not same_value(5, "9") and not same_value("block", "standard")
     assert not same_value(1, True)
+
+
+def test_request_counts_refuse_text_that_is_not_prometheus() -> None:
+    from gb300lane.errors import MetricsError
+
+    with pytest.raises(MetricsError, match="not Prometheus text"):
+        facts.parse_request_counts("vllm:request_success_total{a= 1 2 3\n")

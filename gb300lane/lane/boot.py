@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field
 
-from gb300lane.errors import BootError, LaneError, RecipeError, StateError
+from gb300lane.errors import BootError, LaneError, MetricsError, RecipeError, StateError
 from gb300lane.lane import checks, facts, instances, ledger, logparse, probe
 from gb300lane.lane.report import BootReport, write_report
 from gb300lane.models import FrozenModel
@@ -434,4 +434,10 @@ def foreign_clients(endpoint: str, *, sent_by_tool: float = 0) -> checks.CheckRe
         return checks.CheckResult(
             name="foreign_clients", status="unknown", summary=str(exc), evidence={"endpoint": endpoint}
         )
-    return checks.check_foreign(facts.parse_request_counts(text), sent_by_tool)
+    try:
+        counts = facts.parse_request_counts(text)
+    except MetricsError as exc:
+        return checks.CheckResult(
+            name="foreign_clients", status="unknown", summary=str(exc), evidence={"endpoint": endpoint}
+        )
+    return checks.check_foreign(counts, sent_by_tool)

@@ -8,12 +8,13 @@ and /proc/net/tcp6 (host networking puts Docker containers' sockets there too).
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
+from gb300lane.errors import MetricsError
 from gb300lane.models import FrozenModel
 
 _LISTEN = "0A"
@@ -82,8 +83,6 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-
 #: Names whose growth since boot means a client asked the engine for work.
 REQUEST_SERIES = {
     "vllm:request_success_total": "requests_finished",
@@ -111,23 +110,24 @@ class RequestCounts(FrozenModel):
 
 
 def parse_request_counts(text: str) -> RequestCounts:
-    """Sum the request series of a /metrics scrape."""
+    """Sum the request series of a /metrics scrape (prometheus-client's parser, as gb300lane.spec uses).
+
+    A declared family with no samples yet (a labelled counter never incremented)
+    has counted zero; a series that is not declared at all stays unknown (None).
+    """
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise MetricsError(f"/metrics: not Prometheus text ({exc}); is the endpoint a vLLM server?") from exc
     sums: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            # A declared labelled counter with no samples yet has counted zero.
-            declared = line.split()[2]
-            for name in (declared, declared + "_total"):
-                if name in REQUEST_SERIES:
-                    sums.setdefault(REQUEST_SERIES[name], 0.0)
-            continue
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None or m["name"] not in REQUEST_SERIES:
-            continue
-        field = REQUEST_SERIES[m["name"]]
-        sums[field] = sums.get(field, 0.0) + float(m["value"])
+    for family in families:
+        for name in (family.name, family.name + "_total"):
+            if name in REQUEST_SERIES:
+                sums.setdefault(REQUEST_SERIES[name], 0.0)
+        for sample in family.samples:
+            if sample.name in REQUEST_SERIES:
+                field = REQUEST_SERIES[sample.name]
+                sums[field] = sums.get(field, 0.0) + float(sample.value)
     return RequestCounts(**sums)
 
 
