@@ -5,21 +5,19 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
-from gb300lane.bench.models import WindowResult
-from gb300lane.bench.progress import RichWindowProgress
-from gb300lane.bench.report import render_window
-from gb300lane.bench.smoke import SmokeReport, run_smoke
-from gb300lane.bench.store import save_result
-from gb300lane.bench.window import run_window
 from gb300lane.cli.common import console, err_console, fail, print_json
 from gb300lane.errors import LaneError
+
+if TYPE_CHECKING:  # the bench package pulls in aiohttp and numpy: import it when a command runs
+    from gb300lane.bench.models import WindowResult
+    from gb300lane.bench.progress import RichWindowProgress
+    from gb300lane.bench.smoke import SmokeReport
 
 
 def _int_list(text: str | None, option: str) -> list[int] | None:
@@ -32,6 +30,8 @@ def _int_list(text: str | None, option: str) -> list[int] | None:
 
 
 def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None]:
+    from gb300lane.bench.progress import RichWindowProgress
+
     if as_json or not sys.stderr.isatty():
         return nullcontext(None)
     return RichWindowProgress(console=err_console)
@@ -63,6 +63,11 @@ def bench_cmd(
     classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
+    from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
+    from gb300lane.bench.report import render_window
+    from gb300lane.bench.store import save_result
+    from gb300lane.bench.window import run_window
+
     if (endpoint is None) == (lane is None):
         raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
     conc = _int_list(concurrency, "--concurrency")
@@ -131,6 +136,9 @@ def smoke_cmd(
     ),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
+    from gb300lane.bench.catalog import lane_endpoint
+    from gb300lane.bench.smoke import run_smoke
+
     try:
         from gb300lane.recipes import load_recipe, render
 
