@@ -8,7 +8,10 @@ Reads a vLLM wheel as source (no install, no torch) and extracts, with `ast`:
   bounds from `Field(gt=/ge=/le=/lt=)`;
 - `EngineArgs` field names from `vllm/engine/arg_utils.py` (the `vllm serve`
   flags are these names with `_` turned into `-`);
-- `CompilationConfig` field names from `vllm/config/compilation.py`.
+- `CompilationConfig` field names from `vllm/config/compilation.py`;
+- the OpenAI server's own flags (`BaseFrontendArgs` and `FrontendArgs` in
+  `vllm/entrypoints/common/cli_args.py`: tool parsers, chat template, ...),
+  which `vllm serve` accepts beside the engine args.
 
 Usage:
     pip download vllm==0.33.0 --no-deps -d /tmp/vllm-wheel
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPECULATIVE = "vllm/config/speculative.py"
 ARG_UTILS = "vllm/engine/arg_utils.py"
 COMPILATION = "vllm/config/compilation.py"
+FRONTEND = "vllm/entrypoints/common/cli_args.py"
 
 # Fields the engine fills in itself from other configs; a user cannot set them.
 _INTERNAL_MARKERS = ("SkipValidation",)
@@ -137,12 +141,17 @@ def snapshot(wheel: Path) -> dict[str, Any]:
         raise SystemExit(f"{wheel}: not a vllm wheel name (expected vllm-<version>-...whl)")
     version = match.group(1)
     with zipfile.ZipFile(wheel) as zf:
-        sources = {path: zf.read(path).decode("utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION)}
+        sources = {path: zf.read(path).decode("utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, FRONTEND)}
     trees = {path: ast.parse(text) for path, text in sources.items()}
     spec_aliases = _literal_aliases(trees[SPECULATIVE])
     speculative = _class_fields(trees[SPECULATIVE], "SpeculativeConfig", spec_aliases)
     engine = _class_fields(trees[ARG_UTILS], "EngineArgs", _literal_aliases(trees[ARG_UTILS]))
     compilation = _class_fields(trees[COMPILATION], "CompilationConfig", _literal_aliases(trees[COMPILATION]))
+    frontend_aliases = _literal_aliases(trees[FRONTEND])
+    frontend = {
+        **_class_fields(trees[FRONTEND], "BaseFrontendArgs", frontend_aliases),
+        **_class_fields(trees[FRONTEND], "FrontendArgs", frontend_aliases),
+    }
     return {
         "schema_version": 1,
         "vllm_version": version,
@@ -155,6 +164,8 @@ def snapshot(wheel: Path) -> dict[str, Any]:
         "engine_args": {"fields": {name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
                                    for name, f in engine.items()}},
         "compilation_config": {"fields": {name: {"type": f["type"]} for name, f in compilation.items()}},
+        "frontend_args": {"fields": {name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
+                                     for name, f in frontend.items()}},
     }
 
 
@@ -171,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(out)
     print(f"{out}: {len(data['speculative_config']['fields'])} speculative fields, "
           f"{len(data['engine_args']['fields'])} engine args, "
+          f"{len(data['frontend_args']['fields'])} server args, "
           f"{len(data['compilation_config']['fields'])} compilation fields")
     return 0
 

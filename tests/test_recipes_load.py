@@ -98,6 +98,10 @@ BAD_CASES = {
         BASE.replace("  time_scale: 0.01", "  time_scale: 0.01\n  extra_args:\n    enable_prefix_cachng: true"),
         ["engine_args.extra_args.enable_prefix_cachng", "did you mean 'enable_prefix_caching'"],
     ),
+    "unknown-server-arg": (
+        BASE.replace("  time_scale: 0.01", "  time_scale: 0.01\n  extra_args:\n    tool_call_parsr: deepseek_v41"),
+        ["engine_args.extra_args.tool_call_parsr", "did you mean 'tool_call_parser'"],
+    ),
     "unknown-compilation-key": (
         BASE.replace("    cudagraph_capture_sizes:", "    cudagraph_capture_size:"),
         ["engine_args.compilation_config.cudagraph_capture_size", "did you mean 'cudagraph_capture_sizes'"],

@@ -51,6 +51,15 @@ COMPILATION_SRC = '''
 class CompilationConfig:
     cudagraph_capture_sizes: list[int] = None
 '''
+FRONTEND_SRC = '''
+from typing import Literal
+class BaseFrontendArgs:
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+class FrontendArgs(BaseFrontendArgs):
+    host: str | None = None
+    uvicorn_log_level: Literal["debug", "info"] = "info"
+'''
 
 
 def test_script_extracts_fields_choices_and_bounds(tmp_path: Path) -> None:
@@ -59,6 +68,7 @@ def test_script_extracts_fields_choices_and_bounds(tmp_path: Path) -> None:
         zf.writestr("vllm/config/speculative.py", SPECULATIVE_SRC)
         zf.writestr("vllm/engine/arg_utils.py", ARGS_SRC)
         zf.writestr("vllm/config/compilation.py", COMPILATION_SRC)
+        zf.writestr("vllm/entrypoints/common/cli_args.py", FRONTEND_SRC)
     out = tmp_path / "schema.json"
     assert _script().main([str(wheel), "--out", str(out)]) == 0
     data = json.loads(out.read_text())
@@ -72,6 +82,9 @@ def test_script_extracts_fields_choices_and_bounds(tmp_path: Path) -> None:
     assert data["engine_args"]["fields"]["per_request"]["choices"] == ["none", "summary"]
     assert data["engine_args"]["fields"]["model"] == {"type": "str"}
     assert list(data["compilation_config"]["fields"]) == ["cudagraph_capture_sizes"]
+    server = data["frontend_args"]["fields"]
+    assert set(server) == {"enable_auto_tool_choice", "tool_call_parser", "host", "uvicorn_log_level"}
+    assert server["uvicorn_log_level"]["choices"] == ["debug", "info"]
 
 
 def test_committed_snapshot_is_vllm_0_33_0_and_knows_the_lane_keys() -> None:
@@ -87,6 +100,8 @@ def test_committed_snapshot_is_vllm_0_33_0_and_knows_the_lane_keys() -> None:
     for key in ("max_num_seqs", "max_model_len", "gpu_memory_utilization", "per_request_spec_decode_metrics"):
         assert key in data["engine_args"]["fields"]
     assert "cudagraph_capture_sizes" in data["compilation_config"]["fields"]
+    for key in ("enable_auto_tool_choice", "tool_call_parser", "chat_template"):
+        assert key in data["frontend_args"]["fields"]
 
 
 @pytest.mark.skipif(not os.environ.get("GB300LANE_VLLM_WHEEL"), reason="set GB300LANE_VLLM_WHEEL to a vllm 0.33.0 wheel")

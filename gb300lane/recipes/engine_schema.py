@@ -92,7 +92,8 @@ def validate_engine_keys(raw: dict[str, Any], where: Callable[[str], str]) -> No
         return
     extra = engine_args.get("extra_args")
     if isinstance(extra, dict):
-        known = snap["engine_args"]["fields"]
+        # `vllm serve` takes the engine's args and the OpenAI server's own (tool parsers, chat template, ...).
+        known = {**snap.get("frontend_args", {}).get("fields", {}), **snap["engine_args"]["fields"]}
         for key, value in extra.items():
             dotted = f"engine_args.extra_args.{key}"
             name = str(key).replace("-", "_").lstrip("_")
