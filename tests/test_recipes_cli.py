@@ -130,3 +130,17 @@ def test_group_is_registered_on_the_real_app() -> None:
     root = typer.main.get_command(real_app)
     assert "render" in root.commands and "recipes" in root.commands
     assert set(root.commands["recipes"].commands) == set(typer.main.get_command(recipes_app).commands)
+
+
+def test_list_shows_every_recipe_even_when_one_does_not_load(app: typer.Typer, tmp_path: Path) -> None:
+    for name in ("local-v26", "local-v27"):
+        (tmp_path / f"{name}.yaml").write_text((ROOT / "recipes" / f"{name}.yaml").read_text())
+    (tmp_path / "broken.yaml").write_text("schema_version: 1\nname: broken\nextends: nowhere\n")
+    result = run(app, "recipes", "list", "--recipes-dir", str(tmp_path), "--json")
+    assert result.exit_code == 1
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == {"broken", "local-v26", "local-v27"}
+    assert rows["local-v27"]["error"] is None and rows["local-v27"]["extends"] == "local-v26"
+    assert "nowhere" in rows["broken"]["error"]
+    table = run(app, "recipes", "list", "--recipes-dir", str(tmp_path))
+    assert table.exit_code == 1 and "local-v26" in table.output and "does not load" in table.output

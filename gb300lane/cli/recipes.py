@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from gb300lane.cli.common import console, fail, print_json
@@ -43,10 +44,20 @@ def list_cmd(
         fail(str(exc), exc.exit_code)
     if as_json:
         print_json([r.model_dump() for r in rows])
-        return
+    else:
+        _print_recipe_table(rows)
+    broken = [r.name for r in rows if r.error]
+    if broken:
+        fail(f"{len(broken)} recipe(s) do not load ({', '.join(broken)}); `gb300lane recipes show NAME` gives the error")
+
+
+def _print_recipe_table(rows: list) -> None:
     table = Table("recipe", "extends", "engine", "description")
     for r in rows:
-        table.add_row(r.name, r.extends or "-", r.engine, r.description)
+        if r.error:
+            table.add_row(f"[red]{r.name}[/]", "-", "-", f"[red]does not load: {escape(r.error)}[/]")
+        else:
+            table.add_row(r.name, r.extends or "-", r.engine, r.description)
     console.print(table)
 
 

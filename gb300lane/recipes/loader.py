@@ -29,9 +29,10 @@ class RecipeSummary(FrozenModel):
 
     name: str = Field(description="Recipe name (version).")
     extends: str | None = Field(description="Parent recipe, if any.")
-    engine: str = Field(description="vllm or embedded.")
+    engine: str | None = Field(description="vllm or embedded (None when the recipe does not load).")
     description: str = Field(description="One-line description.")
     path: str = Field(description="The recipe file.")
+    error: str | None = Field(default=None, description="Why the recipe does not load, if it does not.")
 
 
 def _dir(recipes_dir: Path | None) -> Path:
@@ -189,11 +190,16 @@ def load_recipe(name: str, recipes_dir: Path | None = None) -> Recipe:
 
 
 def list_recipes(recipes_dir: Path | None = None) -> list[RecipeSummary]:
-    """Every recipe in the directory, resolved, sorted by name."""
+    """Every recipe in the directory, resolved, sorted by name; one that does not load carries its error."""
     directory = _dir(recipes_dir)
     out = []
     for path in sorted(directory.glob("*.yaml")):
-        recipe = load_recipe(path.stem, directory)
+        try:
+            recipe = load_recipe(path.stem, directory)
+        except RecipeError as exc:
+            # One broken file must not hide the others: list it with its error.
+            out.append(RecipeSummary(name=path.stem, extends=None, engine=None, description="", path=_source(path), error=str(exc)))
+            continue
         out.append(
             RecipeSummary(
                 name=recipe.name,
