@@ -9,6 +9,8 @@ GB300LANE_SKIP_DOCKER=1 is set, in which case they are skipped.
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,17 @@ def _isolated_lane(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(base / "state"))
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(base / "vllm-cache"))
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(base / "results"))
+
+
+@pytest.fixture
+def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A writable copy of the shipped recipes as GB300LANE_RECIPES_DIR; every lane it booted is taken down after."""
+    from gb300lane import lane, paths
+
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    for f in (paths.PROJECT_ROOT / "recipes").glob("*.yaml"):
+        shutil.copy(f, folder / f.name)
+    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
+    yield folder
+    lane.down(all=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -44,17 +43,6 @@ def write_recipe(folder: Path, name: str, *, time_scale: float = 0, extends: str
     body.update(over)
     (folder / f"{name}.yaml").write_text(yaml.safe_dump(body))
     return name
-
-
-@pytest.fixture
-def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "recipes"
-    folder.mkdir()
-    for f in SHIPPED.glob("*.yaml"):
-        shutil.copy(f, folder / f.name)
-    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
-    yield folder
-    lane.down(all=True)
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,6 @@ The unreachable-engine test needs no engine: it points DOCKER_HOST at a dead soc
 
 from __future__ import annotations
 
-import shutil
 import socket
 from pathlib import Path
 
@@ -44,17 +43,6 @@ def engine_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     from gb300lane.runtime.image import ensure_engine_image
 
     return ensure_engine_image(scratch=tmp_path_factory.mktemp("image")).tag
-
-
-@pytest.fixture
-def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "recipes"
-    folder.mkdir()
-    for f in SHIPPED.glob("*.yaml"):
-        shutil.copy(f, folder / f.name)
-    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
-    yield folder
-    lane.down(all=True)
 
 
 def test_docker_unreachable_names_docker_host_and_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
