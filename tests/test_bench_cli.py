@@ -65,7 +65,7 @@ def test_bench_prints_tables_and_writes_the_result_once(lane, tmp_path):
             "--concurrency", "1,2", "--out", str(out)]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    for needle in ("Decode tok/s, temp 1.0", "C1 r1", "C2 r2", "tool_json", "tokens/step", "TTFT and TPOT in ms", "1.800"):
+    for needle in ("Decode tok/s, temp 1.0", "C1 r1", "C2 r2", "tool_json", "tokens/step", "TTFT, TPOT, E2E in ms", "wall clock (the client's)", "req/s", "1.800"):
         assert needle in res.output
     data = json.loads(out.read_text())
     assert data["schema_version"] == 1 and data["window"]["forced_tokens"] == 9
@@ -162,7 +162,7 @@ def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
     report = json.loads(res.stdout)
     parity = report["gates"][0]
     assert parity["status"] == "PASS" and parity["details"]["control"] == str(control)
-    assert parity["details"]["flips"] == 0 and parity["details"]["compared"] == 24
+    assert parity["details"]["flips"] == 0 and parity["details"]["compared"] == 36  # C8 over 4 transcripts: two passes
     res = runner.invoke(app, ["smoke", "local-v27", "--endpoint", "http://127.0.0.1:9"])
     assert res.exit_code == 1 and "cannot reach the lane at http://127.0.0.1:9" in res.output
 
@@ -207,3 +207,21 @@ def test_lane_endpoint_prefers_the_running_instance(monkeypatch):
     monkeypatch.setattr(lane_pkg, "list_instances", lambda: [info("a", "running", 1), info("b", "running", 2)])
     endpoint, how = lane_endpoint(recipe)
     assert endpoint == "http://127.0.0.1:30106" and "pass --endpoint" in how
+
+
+def test_bench_open_loop_from_the_cli(lane, tmp_path):
+    out = tmp_path / "open.json"
+    args = ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--transcripts", "3", "--tokens", "6",
+            "--classes", "prose", "--rounds", "1", "--request-rate", "30,60", "--arrivals", "constant", "--out", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    for needle in ("open loop at 30, 60 requests/s (constant arrivals)", "30/s r1", "60/s r1", "req/s", "E2E"):
+        assert needle in res.output
+    saved = json.loads(out.read_text())
+    assert saved["load"] == {"mode": "open", "request_rates": [30.0, 60.0], "arrivals": "constant", "arrival_seed": None}
+    assert [c["request_rate"] for c in saved["cells"]] == [30.0, 60.0]
+    both = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--concurrency", "1",
+                               "--request-rate", "2"])
+    assert both.exit_code == 2 and "cannot be combined" in both.output
+    bad = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--request-rate", "0"])
+    assert bad.exit_code == 2 and "positive finite" in bad.output

@@ -67,15 +67,30 @@ def test_window_on_the_modelled_clock_with_exact_counters(engine):
     assert result.valid, [c.invalid_reasons for c in result.cells]
     assert result.server_version["engine"] == "gb300lane-embedded"
     for cell in result.cells:
-        assert cell.clock == "modelled" and cell.output_tokens == 3 * 48 == cell.generation_tokens_delta
+        # C4 over three transcripts cycles them twice, so all four streams run and the label is true
+        passes = 2 if cell.concurrency == 4 else 1
+        n = 3 * passes
+        assert cell.repeats == passes and cell.requests == n
+        assert cell.peak_in_flight == min(cell.concurrency, n)
+        assert cell.clock == "modelled" and cell.output_tokens == n * 48 == cell.generation_tokens_delta
         assert cell.spec is not None and 1.0 <= cell.spec.tokens_per_step <= 6.0
-        assert cell.decode_tok_s and cell.decode_tok_s_per_stream.count == 3
+        assert cell.decode_tok_s and cell.decode_tok_s_per_stream.count == n
+        # both clocks: the client's wall view rides beside the modelled one
+        assert cell.other_clock is not None and cell.other_clock.clock == "wall"
+        assert cell.other_clock.ttft_s.count == n and cell.other_clock.decode_tok_s
+        assert cell.request_throughput and cell.e2e_s.count == n
     assert all(len(r.token_times_s) == 48 and len(r.engine.modelled_token_times_s) == 48 for r in result.records)
-    # seeded: the same transcript and round give the same text at C1 and C4
-    by_key: dict[tuple[str, int], set[str]] = {}
+    # seeded: the same transcript, round and pass give the same text at C1 and C4; a second pass has its own seed
+    by_key: dict[tuple[str, int, int], set[str]] = {}
+    seeds: dict[tuple[str, int, int], set[int]] = {}
     for r in result.records:
-        by_key.setdefault((r.transcript_id, r.round), set()).add(r.text)
+        by_key.setdefault((r.transcript_id, r.round, r.repeat), set()).add(r.text)
+        seeds.setdefault((r.transcript_id, r.round, r.repeat), set()).add(r.seed)
     assert all(len(texts) == 1 for texts in by_key.values())
+    assert all(len(s) == 1 for s in seeds.values())
+    for (tid, rnd, rep), texts in by_key.items():
+        if rep == 1:
+            assert seeds[(tid, rnd, 1)] != seeds[(tid, rnd, 0)] and texts != by_key[(tid, rnd, 0)]
 
 
 def test_smoke_gates_of_the_local_recipe_pass(engine):

@@ -200,3 +200,84 @@ def test_draft_length_mix_of_a_fresh_engine_counts_from_zero(lane):
     (cell,) = result.cells
     assert cell.counters_delta["drafts_by_length"] == {"4": 16}
     assert cell.spec.a_p_exact is True
+
+
+def test_concurrency_above_the_transcripts_cycles_them_with_distinct_recorded_seeds(lane):
+    lane.behaviour.step_sleep_s = 0.01  # requests overlap, so all five streams are in flight together
+    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[5], transcripts_per_class=3),
+                        model="fake-model")
+    (cell,) = result.cells
+    assert cell.valid and cell.concurrency == 5 and cell.repeats == 2 and cell.requests == 6
+    assert cell.peak_in_flight == 5
+    assert any("concurrency 5 is above the 3 transcripts: each was sent 2 times" in n for n in cell.notes)
+    seeds = {(r.transcript_id, r.repeat): r.seed for r in result.records}
+    assert len(seeds) == 6 and len(set(seeds.values())) == 6
+    for (tid, rep), seed in seeds.items():
+        assert seed == derive_seed(7, tid, 1, rep)
+        if rep == 0:
+            assert seed == derive_seed(7, tid, 1)  # the first pass keeps the seeds every arm always had
+    assert sorted(b["seed"] for b in lane.requests) == sorted(seeds.values())
+    from gb300lane.bench.models import output_key
+
+    assert len({output_key(r) for r in result.records}) == 6
+
+
+def test_an_unseeded_window_cycles_identical_requests_and_says_so(lane):
+    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[4], transcripts_per_class=2,
+                                          temperature=0.0, seed_base=None), model="fake-model")
+    (cell,) = result.cells
+    assert cell.repeats == 2 and cell.requests == 4 and all(r.seed == -1 for r in result.records)
+    assert any("unseeded window" in n for n in cell.notes)
+
+
+def test_arrival_times_constant_and_seeded_poisson():
+    from gb300lane.bench.window import arrival_times
+
+    assert arrival_times(4, 20.0, "constant", 0) == pytest.approx([0.0, 0.05, 0.10, 0.15])
+    a = arrival_times(4000, 50.0, "poisson", 11)
+    assert a == arrival_times(4000, 50.0, "poisson", 11) and a != arrival_times(4000, 50.0, "poisson", 12)
+    gaps = [y - x for x, y in zip(a, a[1:])]
+    mean = sum(gaps) / len(gaps)
+    sd = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    # exponential gaps: mean 1/rate and coefficient of variation 1 (4000 draws: both within 5%)
+    assert mean == pytest.approx(0.02, rel=0.05) and sd / mean == pytest.approx(1.0, rel=0.05)
+    assert a[0] == 0.0 and all(g > 0 for g in gaps)
+    with pytest.raises(BenchError, match="not a positive finite number"):
+        arrival_times(3, 0.0, "poisson", 1)
+
+
+def test_open_loop_cells_send_on_schedule_and_report_request_throughput(lane):
+    from gb300lane.bench.models import LoadSpec
+
+    lane.behaviour.engine_ext = True
+    lane.behaviour.step_sleep_s = 0.002
+    load = LoadSpec(mode="open", request_rates=[25.0], arrivals="constant")
+    result = run_window(lane.url, _window(classes=["prose"], rounds=1, transcripts_per_class=4), model="fake-model",
+                        load=load)
+    (cell,) = result.cells
+    assert result.load == load and cell.valid
+    assert cell.request_rate == 25.0 and cell.concurrency == 0 and cell.arrivals == "constant"
+    assert [r.scheduled_s for r in result.records] == pytest.approx([0.0, 0.04, 0.08, 0.12])
+    # each request leaves at its arrival, not when an earlier one finished
+    assert all(0 <= r.start_s - r.scheduled_s < 0.03 for r in result.records)
+    # open loop leads with the wall clock; the engine's modelled latencies ride beside it, without a span
+    assert cell.clock == "wall" and cell.request_throughput == pytest.approx(4 / cell.wall_span_s)
+    assert cell.e2e_s.count == 4 and cell.e2e_s.p50 > 0
+    other = cell.other_clock
+    assert other is not None and other.clock == "modelled" and other.span_s is None and other.request_throughput is None
+    assert other.ttft_s.p50 == pytest.approx(0.05)
+    assert {r.request_rate for r in result.records} == {25.0}
+
+
+def test_poisson_open_loop_is_reproducible_from_its_recorded_seed(lane):
+    from gb300lane.bench.models import LoadSpec
+    from gb300lane.bench.window import arrival_times
+
+    load = LoadSpec(mode="open", request_rates=[40.0], arrivals="poisson", arrival_seed=3)
+    w = _window(classes=["prose"], rounds=1, transcripts_per_class=5)
+    first = run_window(lane.url, w, model="fake-model", load=load)
+    second = run_window(lane.url, w, model="fake-model", load=load)
+    (c1,), (c2,) = first.cells, second.cells
+    assert c1.arrival_seed == c2.arrival_seed is not None
+    planned = [r.scheduled_s for r in first.records]
+    assert planned == [r.scheduled_s for r in second.records] == arrival_times(5, 40.0, "poisson", c1.arrival_seed)

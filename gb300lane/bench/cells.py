@@ -12,11 +12,14 @@ A missing /metrics or a lane without spec-decode counters does not
 invalidate a cell; its spec statistics are then absent with the reason.
 
 Clocks: a request that carries the embedded engine's `gb300lane` extension
-is timed on the modelled clock, others on the client's wall clock. A cell
-uses the modelled clock only when every successful request carried it. The
-modelled cell span is the longest closed-loop stream: the sum of the
+has modelled times beside the client's wall times. A closed-loop cell leads
+with the modelled clock when every successful request carried it, and keeps
+the wall clock's statistics beside it (`other_clock`), so both are reported.
+The modelled cell span is the longest closed-loop stream: the sum of the
 modelled e2e times of the requests each concurrent stream sent one after
 another (a stream sends its next request as soon as the previous finished).
+An open-loop cell leads with the wall clock (its arrivals are paced on it);
+its modelled view has latencies but no span.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections import defaultdict
 from typing import Any
 
 from gb300lane.bench.client import Scrape, StreamOutcome
-from gb300lane.bench.models import CellResult, Clock, RequestRecord, SpecStats
+from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, RequestRecord, SpecStats
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
 
@@ -44,6 +47,9 @@ def make_record(
     worker: int,
     start_s: float,
     expected_tokens: int,
+    repeat: int = 0,
+    request_rate: float | None = None,
+    scheduled_s: float | None = None,
 ) -> RequestRecord:
     """A RequestRecord from a stream outcome, with its decode rate on the best clock it has."""
     n = outcome.output_tokens or 0
@@ -59,10 +65,13 @@ def make_record(
         cls=cls,
         round=round,
         concurrency=concurrency,
+        request_rate=request_rate,
+        repeat=repeat,
         seed=seed,
         kind=kind,  # type: ignore[arg-type]
         worker=worker,
         start_s=start_s,
+        scheduled_s=scheduled_s,
         ok=outcome.ok,
         error=outcome.error,
         http_status=outcome.http_status,
@@ -155,6 +164,11 @@ def summarize_cell(
     before: Scrape,
     after: Scrape,
     model: str | None = None,
+    repeats: int = 1,
+    request_rate: float | None = None,
+    arrivals: Arrivals | None = None,
+    arrival_seed: int | None = None,
+    peak_in_flight: int | None = None,
 ) -> CellResult:
     """Apply the validity rules and compute the cell's statistics from its raw records."""
     invalid: list[str] = []
@@ -187,31 +201,34 @@ def summarize_cell(
         notes.append("some streams carried no per-chunk usage: their inter-token gaps are per chunk, not per token")
 
     ok = [r for r in records if r.ok]
-    clock: Clock = "modelled" if ok and all(r.engine is not None for r in ok) else "wall"
-    if clock == "wall" and any(r.engine is not None for r in ok):
+    modelled_ok = bool(ok) and all(r.engine is not None for r in ok)
+    if not modelled_ok and any(r.engine is not None for r in ok):
         notes.append("only some requests carried modelled times; the cell uses the wall clock")
-    ttfts, tpots, rates, itls = [], [], [], []
-    for r in ok:
-        ttft, e2e, times = _timings(r, clock)
-        n = r.output_tokens or 0
-        if ttft is not None:
-            ttfts.append(ttft)
-        if (t := tpot(n, ttft, e2e)) is not None:
-            tpots.append(t)
-        if (d := decode_rate(n, ttft, e2e)) is not None:
-            rates.append(d)
-        itls.extend(gaps_from_token_times(times))
-    span: float | None
-    if clock == "modelled":
-        per_worker: dict[int, float] = defaultdict(float)
-        for r in ok:
-            per_worker[r.worker] += r.engine.modelled_e2e_s  # type: ignore[union-attr]
-        span = max(per_worker.values()) if per_worker else None
-    else:
-        span = wall_span_s
+    open_loop = request_rate is not None
+    # Closed loop leads with the engine's modelled clock when every request carried it; open-loop
+    # arrivals are paced on the client's wall clock, so an open-loop cell leads with the wall clock.
+    clock: Clock = "modelled" if modelled_ok and not open_loop else "wall"
+    lead = _clock_stats(ok, clock, _span(ok, clock, wall_span_s, open_loop), valid=not invalid)
+    other: ClockStats | None = None
+    if modelled_ok:
+        other_clock: Clock = "wall" if clock == "modelled" else "modelled"
+        other = _clock_stats(ok, other_clock, _span(ok, other_clock, wall_span_s, open_loop), valid=not invalid)
+    if repeats > 1:
+        n = len(records) // repeats
+        seeded = any(r.seed >= 0 for r in records)
+        notes.append(
+            f"concurrency {concurrency} is above the {n} transcripts: each was sent {repeats} times"
+            + (", every pass with its own seeds (records carry `repeat` and `seed`)" if seeded
+               else " (unseeded window: the passes send identical requests; records carry `repeat`)")
+        )
     return CellResult(
         cls=cls,
         concurrency=concurrency,
+        request_rate=request_rate,
+        arrivals=arrivals,
+        arrival_seed=arrival_seed,
+        peak_in_flight=peak_in_flight,
+        repeats=repeats,
         round=round,
         valid=not invalid,
         invalid_reasons=invalid,
@@ -221,17 +238,67 @@ def summarize_cell(
         expected_tokens=forced_tokens * len(records),
         output_tokens=received,
         clock=clock,
-        span_s=span,
+        span_s=lead.span_s,
         wall_span_s=wall_span_s,
-        decode_tok_s=(received / span) if span and received and not invalid else None,
-        decode_tok_s_per_stream=Percentiles.from_values(rates),
-        ttft_s=Percentiles.from_values(ttfts),
-        tpot_s=Percentiles.from_values(tpots),
-        itl_s=Percentiles.from_values(itls),
+        decode_tok_s=lead.decode_tok_s,
+        decode_tok_s_per_stream=lead.decode_tok_s_per_stream,
+        ttft_s=lead.ttft_s,
+        tpot_s=lead.tpot_s,
+        itl_s=lead.itl_s,
+        e2e_s=lead.e2e_s,
+        request_throughput=lead.request_throughput,
+        other_clock=other,
         generation_tokens_delta=gen_delta,
         spec=spec_stats,
         spec_absent_reason=spec_reason if spec_stats is None else None,
         counters_delta=raw,
+    )
+
+
+def _span(ok: list[RequestRecord], clock: Clock, wall_span_s: float, open_loop: bool) -> float | None:
+    """The cell's duration on `clock`.
+
+    Wall: the client's span. Modelled, closed loop: the longest stream, the
+    sum of the modelled e2e times of the requests one stream sent back to
+    back. Modelled, open loop: none, because the engine's clock stands still
+    while it is idle between arrivals, so it has no span to divide by.
+    """
+    if clock == "wall":
+        return wall_span_s
+    if open_loop:
+        return None
+    per_worker: dict[int, float] = defaultdict(float)
+    for r in ok:
+        per_worker[r.worker] += r.engine.modelled_e2e_s  # type: ignore[union-attr]
+    return max(per_worker.values()) if per_worker else None
+
+
+def _clock_stats(ok: list[RequestRecord], clock: Clock, span: float | None, *, valid: bool) -> ClockStats:
+    ttfts, tpots, rates, itls, e2es = [], [], [], [], []
+    for r in ok:
+        ttft, e2e, times = _timings(r, clock)
+        n = r.output_tokens or 0
+        if ttft is not None:
+            ttfts.append(ttft)
+        if e2e is not None:
+            e2es.append(e2e)
+        if (t := tpot(n, ttft, e2e)) is not None:
+            tpots.append(t)
+        if (d := decode_rate(n, ttft, e2e)) is not None:
+            rates.append(d)
+        itls.extend(gaps_from_token_times(times))
+    received = sum(r.output_tokens or 0 for r in ok)
+    usable = bool(span) and valid
+    return ClockStats(
+        clock=clock,
+        span_s=span,
+        decode_tok_s=(received / span) if usable and received else None,  # type: ignore[operator]
+        request_throughput=(len(ok) / span) if usable and ok else None,  # type: ignore[operator]
+        decode_tok_s_per_stream=Percentiles.from_values(rates),
+        ttft_s=Percentiles.from_values(ttfts),
+        tpot_s=Percentiles.from_values(tpots),
+        itl_s=Percentiles.from_values(itls),
+        e2e_s=Percentiles.from_values(e2es),
     )
 
 

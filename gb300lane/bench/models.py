@@ -17,8 +17,7 @@ from gb300lane.models import FrozenModel
 
 Clock = Literal["modelled", "wall"]
 TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
-
-
+Arrivals = Literal["poisson", "constant"]
 
 class EngineTiming(FrozenModel):
     """The embedded engine's `gb300lane` timing extension from the final chunk."""
@@ -35,11 +34,24 @@ class RequestRecord(FrozenModel):
     transcript_id: str = Field(description="Stable id of the transcript sent.")
     cls: str = Field(description="Traffic class of the cell this request ran in.")
     round: int = Field(description="Round number, 1-based.")
-    concurrency: int = Field(description="Concurrency level of the cell.")
-    seed: int = Field(description="Sampling seed derived from (seed base, transcript id, round); -1 when unseeded.")
+    concurrency: int = Field(description="Concurrency level of the cell; 0 for an open-loop cell (see request_rate).")
+    request_rate: float | None = Field(
+        default=None, description="Open-loop cells: the arrival rate, requests per second; None for closed loop."
+    )
+    repeat: int = Field(
+        default=0,
+        description="Which pass over the transcripts this request is (0 first); a concurrency above the "
+        "transcript count cycles them, each pass with its own seeds.",
+    )
+    seed: int = Field(
+        description="Sampling seed derived from (seed base, transcript id, round, repeat); -1 when unseeded."
+    )
     kind: Literal["completion", "chat"] = Field(description="Which OpenAI endpoint was used.")
     worker: int = Field(description="Index of the concurrent stream that sent it (0-based).")
     start_s: float = Field(description="Client wall time the request was sent, seconds since the cell started.")
+    scheduled_s: float | None = Field(
+        default=None, description="Open-loop cells: when the arrival process scheduled the request, seconds since the cell started."
+    )
     ok: bool = Field(description="True when the stream completed without error and with usage.")
     error: str | None = Field(description="What went wrong, when anything did.")
     http_status: int | None = Field(description="HTTP status of the response; None when none arrived.")
@@ -99,11 +111,38 @@ class SpecStats(FrozenModel):
         )
 
 
+class ClockStats(FrozenModel):
+    """A cell's statistics on one clock (the cell carries its leading clock's inline and the other one here)."""
+
+    clock: Clock = Field(description="Which clock these numbers use.")
+    span_s: float | None = Field(description="Cell duration on this clock; None where the clock has no cell span.")
+    decode_tok_s: float | None = Field(description="Aggregate output tokens / span; None when invalid or no span.")
+    request_throughput: float | None = Field(description="Completed requests / span; None when invalid or no span.")
+    decode_tok_s_per_stream: Percentiles = Field(description="Per-request decode tok/s.")
+    ttft_s: Percentiles = Field(description="Time to first token.")
+    tpot_s: Percentiles = Field(description="Time per output token after the first.")
+    itl_s: Percentiles = Field(description="Inter-token gaps (multi-token chunks give zero gaps).")
+    e2e_s: Percentiles = Field(description="Time from the request's send (arrival, modelled) to its last token.")
+
+
 class CellResult(FrozenModel):
-    """One (class, concurrency, round) cell: its validity and derived statistics."""
+    """One (class, concurrency or request rate, round) cell: its validity and derived statistics."""
 
     cls: str = Field(description="Traffic class.")
-    concurrency: int = Field(description="Concurrent streams.")
+    concurrency: int = Field(
+        description="Closed loop: the concurrent streams that ran. 0 for an open-loop cell (see request_rate)."
+    )
+    request_rate: float | None = Field(
+        default=None, description="Open loop: the arrival rate, requests per second of the client's wall clock."
+    )
+    arrivals: Arrivals | None = Field(default=None, description="Open loop: the arrival process.")
+    arrival_seed: int | None = Field(default=None, description="Open loop, Poisson: the seed of the arrival times.")
+    peak_in_flight: int | None = Field(
+        default=None, description="The most requests in flight at once during the cell, as the client counted them."
+    )
+    repeats: int = Field(
+        default=1, description="Passes over the transcripts (above 1 when the concurrency exceeds the transcript count)."
+    )
     round: int = Field(description="Round number, 1-based.")
     valid: bool = Field(description="False when any request failed, was short, or foreign traffic was seen.")
     invalid_reasons: list[str] = Field(description="Why the cell is invalid; empty when valid.")
@@ -120,10 +159,38 @@ class CellResult(FrozenModel):
     ttft_s: Percentiles = Field(description="Time to first token on `clock`.")
     tpot_s: Percentiles = Field(description="Time per output token after the first on `clock`.")
     itl_s: Percentiles = Field(description="Inter-token gaps on `clock` (multi-token chunks give zero gaps).")
+    e2e_s: Percentiles = Field(
+        default_factory=Percentiles.empty, description="End-to-end latency (send to last token) on `clock`."
+    )
+    request_throughput: float | None = Field(
+        default=None, description="Completed requests / span on `clock`; None when invalid."
+    )
+    other_clock: ClockStats | None = Field(
+        default=None,
+        description="The same statistics on the clock the cell does not lead with (the client's wall clock "
+        "beside the engine's modelled one, or the modelled one beside an open-loop cell's wall clock).",
+    )
     generation_tokens_delta: int | None = Field(description="Server generation-token counter delta over the cell.")
     spec: SpecStats | None = Field(description="Speculative-decoding statistics; None with spec_absent_reason.")
     spec_absent_reason: str | None = Field(description="Why spec is None.")
     counters_delta: dict[str, Any] | None = Field(description="The raw counter deltas the spec stats come from.")
+
+
+class LoadSpec(FrozenModel):
+    """How a window offers its requests.
+
+    Closed loop: `concurrency` streams, each sending its next request when the
+    previous one finished (the window's concurrency levels). Open loop:
+    requests arrive at `request_rates` per second of the client's wall clock,
+    whether or not earlier ones have finished, Poisson (seeded) or evenly spaced.
+    """
+
+    mode: Literal["closed", "open"] = Field(description="closed (concurrency levels) or open (request rates).")
+    request_rates: list[float] | None = Field(default=None, description="Open loop: the rates run, requests/s.")
+    arrivals: Arrivals | None = Field(default=None, description="Open loop: poisson or constant spacing.")
+    arrival_seed: int | None = Field(
+        default=None, description="Open loop, Poisson: the seed base of the arrival times (each cell derives its own)."
+    )
 
 
 class WindowResult(FrozenModel):
@@ -140,6 +207,10 @@ class WindowResult(FrozenModel):
     recipe: str | None = Field(description="Recipe name, when the window ran against a known recipe.")
     fingerprint: str | None = Field(description="Recipe fingerprint, when known.")
     window: dict[str, Any] = Field(description="The WindowSpec the window ran, as data.")
+    load: LoadSpec = Field(
+        default_factory=lambda: LoadSpec(mode="closed"),
+        description="How requests were offered: closed loop at the window's concurrency levels, or open loop.",
+    )
     valid: bool = Field(description="True when every cell is valid.")
     cells: list[CellResult] = Field(description="Cells in the order they ran.")
     records: list[RequestRecord] = Field(description="Every request, in the order the cells ran.")
@@ -152,7 +223,16 @@ class WindowResult(FrozenModel):
 def output_key(rec: RequestRecord) -> str:
     """`<class>/<transcript id>/c<concurrency>/r<round>`: one request's identity across arms.
 
-    Concurrency is part of the key because batching may legitimately change
-    greedy outputs on a real engine, so outputs are only compared like for like.
+    Concurrency (or an open-loop cell's rate) is part of the key because
+    batching may legitimately change greedy outputs on a real engine, so
+    outputs are only compared like for like. A second pass over the
+    transcripts (`repeat`) adds `/x<repeat>`.
     """
-    return f"{rec.cls}/{rec.transcript_id}/c{rec.concurrency}/r{rec.round}"
+    load = f"rate{rec.request_rate:g}" if rec.request_rate is not None else f"c{rec.concurrency}"
+    key = f"{rec.cls}/{rec.transcript_id}/{load}/r{rec.round}"
+    return f"{key}/x{rec.repeat}" if rec.repeat else key
+
+
+def load_label(cell: CellResult) -> str:
+    """`C8` for a closed-loop cell, `2/s` for an open-loop one."""
+    return f"{cell.request_rate:g}/s" if cell.request_rate is not None else f"C{cell.concurrency}"

@@ -1,19 +1,24 @@
 """Rendering a window result: the write-up's table shapes, as rich tables.
 
-Two views: decode tok/s per class with concurrency and round as columns
-(the write-up's headline table, rounds kept apart), and one row per cell with
-tokens/step and TTFT/TPOT p50/p90/p99. Invalid cells print their reason and
-no numbers, so nothing invalid is ever read as a measurement.
+Two views per clock: decode tok/s per class with load (C8, or 2/s open
+loop) and round as columns (the write-up's headline table, rounds kept
+apart), and one row per cell with request throughput, tokens/step and
+TTFT/TPOT/E2E p50/p90/p99. On the embedded engine every table is printed
+on the engine's modelled clock and again on the client's wall clock, each
+labelled. Invalid cells print their reason and no numbers, so nothing
+invalid is ever read as a measurement.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from gb300lane.bench.cells import aggregate_spec
-from gb300lane.bench.models import CellResult, WindowResult
+from gb300lane.bench.models import CellResult, ClockStats, Clock, WindowResult, load_label
 from gb300lane.bench.stats import Percentiles
 
 
@@ -27,60 +32,96 @@ def _ms(p: Percentiles) -> str:
     return f"{p.p50 * 1e3:.1f} / {p.p90 * 1e3:.1f} / {p.p99 * 1e3:.1f}"
 
 
-def decode_table(result: WindowResult) -> Table:
-    """Decode tok/s (aggregate, on the cell's clock): rows are classes, columns C x round."""
+_CLOCK_NAME = {"modelled": "modelled clock (the engine's)", "wall": "wall clock (the client's)"}
+
+
+def _view(cell: CellResult, clock: Clock) -> ClockStats | None:
+    """The cell's statistics on `clock`, wherever the cell keeps them."""
+    if cell.clock == clock:
+        return ClockStats(
+            clock=cell.clock, span_s=cell.span_s, decode_tok_s=cell.decode_tok_s,
+            request_throughput=cell.request_throughput, decode_tok_s_per_stream=cell.decode_tok_s_per_stream,
+            ttft_s=cell.ttft_s, tpot_s=cell.tpot_s, itl_s=cell.itl_s, e2e_s=cell.e2e_s,
+        )
+    if cell.other_clock is not None and cell.other_clock.clock == clock:
+        return cell.other_clock
+    return None
+
+
+def clocks(result: WindowResult) -> list[Clock]:
+    """The clocks the result's cells carry, modelled first."""
+    have = {c.clock for c in result.cells} | {c.other_clock.clock for c in result.cells if c.other_clock}
+    return [c for c in ("modelled", "wall") if c in have]  # type: ignore[misc]
+
+
+def _load_key(cell: CellResult) -> tuple[int, float]:
+    return (1, cell.request_rate) if cell.request_rate is not None else (0, float(cell.concurrency))
+
+
+def decode_table(result: WindowResult, clock: Clock | None = None) -> Table:
+    """Decode tok/s (aggregate) on one clock: rows are classes, columns load x round."""
+    clock = clock or (clocks(result) or ["wall"])[0]
     classes = list(dict.fromkeys(c.cls for c in result.cells))
-    columns = sorted({(c.concurrency, c.round) for c in result.cells})
-    clocks = sorted({c.clock for c in result.cells})
+    columns = sorted({(_load_key(c), load_label(c), c.round) for c in result.cells})
     temp = result.window.get("temperature")
-    title = f"Decode tok/s, temp {temp} ({'/'.join(clocks)} clock)"
+    title = f"Decode tok/s, temp {temp}, {_CLOCK_NAME[clock]}"
     table = Table(title=title, title_justify="left", min_width=len(title))
     table.add_column("class")
-    for conc, rnd in columns:
-        table.add_column(f"C{conc} r{rnd}", justify="right")
-    by_key = {(c.cls, c.concurrency, c.round): c for c in result.cells}
+    for _, label, rnd in columns:
+        table.add_column(f"{label} r{rnd}", justify="right")
+    by_key = {(c.cls, load_label(c), c.round): c for c in result.cells}
     for cls in classes:
         row = []
-        for conc, rnd in columns:
-            cell = by_key.get((cls, conc, rnd))
+        for _, label, rnd in columns:
+            cell = by_key.get((cls, label, rnd))
+            view = _view(cell, clock) if cell is not None else None
             if cell is None:
                 row.append("")
             elif not cell.valid:
                 row.append("[red]invalid[/]")
+            elif view is None or view.decode_tok_s is None:
+                row.append("—")
             else:
-                row.append(_num(cell.decode_tok_s))
+                row.append(_num(view.decode_tok_s))
         table.add_row(cls, *row)
     return table
 
 
-def cell_table(result: WindowResult) -> Table:
-    """One row per cell: decode rates, tokens/step, TTFT and TPOT percentiles (ms), status."""
-    table = Table(title="Cells (TTFT and TPOT in ms, p50 / p90 / p99)", title_justify="left")
+def cell_table(result: WindowResult, clock: Clock | None = None) -> Table:
+    """One row per cell on one clock: rates, tokens/step, TTFT, TPOT and E2E percentiles (ms), status."""
+    clock = clock or (clocks(result) or ["wall"])[0]
+    table = Table(
+        title=f"Cells, {_CLOCK_NAME[clock]} (TTFT, TPOT, E2E in ms: p50 / p90 / p99)", title_justify="left"
+    )
     for name, justify in (
         ("class", "left"),
-        ("C", "right"),
+        ("load", "right"),
         ("r", "right"),
         ("tok/s", "right"),
+        ("req/s", "right"),
         ("stream p50", "right"),
         ("tok/step", "right"),
         ("TTFT", "right"),
         ("TPOT", "right"),
-        ("clock", "left"),
+        ("E2E", "right"),
         ("status", "left"),
     ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for c in result.cells:
+        v = _view(c, clock)
+        ok = c.valid and v is not None
         table.add_row(
             c.cls,
-            str(c.concurrency),
+            load_label(c),
             str(c.round),
-            _num(c.decode_tok_s) if c.valid else "—",
-            _num(c.decode_tok_s_per_stream.p50) if c.valid else "—",
+            _num(v.decode_tok_s) if ok else "—",  # type: ignore[union-attr]
+            _num(v.request_throughput, "{:.2f}") if ok else "—",  # type: ignore[union-attr]
+            _num(v.decode_tok_s_per_stream.p50) if ok else "—",  # type: ignore[union-attr]
             _num(c.spec.tokens_per_step, "{:.3f}") if c.valid and c.spec else "—",
-            _ms(c.ttft_s) if c.valid else "—",
-            _ms(c.tpot_s) if c.valid else "—",
-            c.clock,
-            _status(c),
+            _ms(v.ttft_s) if ok else "—",  # type: ignore[union-attr]
+            _ms(v.tpot_s) if ok else "—",  # type: ignore[union-attr]
+            _ms(v.e2e_s) if ok else "—",  # type: ignore[union-attr]
+            _status(c) if v is not None else Text("no times on this clock", style="yellow"),
         )
     return table
 
@@ -100,11 +141,11 @@ def cell_notes(result: WindowResult) -> Text:
         for reason in c.invalid_reasons:
             # Reasons quote server bodies and SSE text, so they are appended as plain text, never markup.
             out.append("invalid", style="red")
-            out.append(f" {c.cls} C{c.concurrency} r{c.round}: {reason}\n")
+            out.append(f" {c.cls} {load_label(c)} r{c.round}: {reason}\n")
     notes: dict[str, list[str]] = {}
     for c in result.cells:
         for note in c.notes:
-            notes.setdefault(note, []).append(f"{c.cls} C{c.concurrency} r{c.round}")
+            notes.setdefault(note, []).append(f"{c.cls} {load_label(c)} r{c.round}")
     for note, where in notes.items():
         scope = f"all {len(where)} cells" if len(where) == len(result.cells) else ", ".join(where)
         out.append(f"note ({scope}): {note}\n")
@@ -129,12 +170,20 @@ def acceptance_line(result: WindowResult) -> Text:
 def render_window(result: WindowResult) -> Group:
     """Everything `gb300lane bench` prints after a window."""
     valid = sum(1 for c in result.cells if c.valid)
+    load = ""
+    if result.load.mode == "open":
+        rates = ", ".join(f"{r:g}" for r in result.load.request_rates or [])
+        seed = f", seed {result.load.arrival_seed}" if result.load.arrival_seed is not None else ""
+        load = f", open loop at {rates} requests/s ({result.load.arrivals} arrivals{seed})"
     head = Text(
         f"window {result.window.get('name')} against {result.endpoint} ({result.model}): "
-        f"{valid}/{len(result.cells)} cells valid, {len(result.records)} requests",
+        f"{valid}/{len(result.cells)} cells valid, {len(result.records)} requests{load}",
         style="bold" if result.valid else "bold red",
     )
-    parts = [head, decode_table(result), cell_table(result), acceptance_line(result)]
+    parts: list[Any] = [head]
+    for clock in clocks(result) or ["wall"]:
+        parts += [decode_table(result, clock), cell_table(result, clock)]  # type: ignore[arg-type]
+    parts.append(acceptance_line(result))
     notes = cell_notes(result)
     if notes.plain:
         parts.append(notes)

@@ -27,11 +27,16 @@ class Percentiles(FrozenModel):
     max: float | None = Field(description="Largest value; None when there are no values.")
 
     @classmethod
+    def empty(cls) -> Percentiles:
+        """No values: count 0 and None everywhere."""
+        return cls(count=0, mean=None, p50=None, p90=None, p99=None, min=None, max=None)
+
+    @classmethod
     def from_values(cls, values: Iterable[float]) -> Percentiles:
         """Build from raw values; an empty input gives count 0 and None everywhere."""
         arr = np.asarray([float(v) for v in values], dtype=np.float64)
         if arr.size == 0:
-            return cls(count=0, mean=None, p50=None, p90=None, p99=None, min=None, max=None)
+            return cls.empty()
         p50, p90, p99 = np.percentile(arr, [50.0, 90.0, 99.0])
         return cls(
             count=int(arr.size),

@@ -1,21 +1,29 @@
-"""Running a window: seeded requests over (class, concurrency, round) cells.
+"""Running a window: seeded requests over (class, concurrency or rate, round) cells.
 
-A window runs its cells in order round -> class -> concurrency, so the two
-rounds of a cell are separated in time and their spread measures the lane's
-noise. Each cell scrapes /metrics before and after, sends its transcripts
-through `concurrency` closed-loop streams, and is summarised by
-`cells.summarize_cell`.
+A window runs its cells in order round -> class -> load, so the two rounds
+of a cell are separated in time and their spread measures the lane's noise.
+Each cell scrapes /metrics before and after and is summarised by
+`cells.summarize_cell`. Load is closed loop (the window's concurrency
+levels: that many streams, each sending its next request when the previous
+one finished) or open loop (`LoadSpec`: requests arrive at a rate, Poisson
+or evenly spaced, whether or not earlier ones finished).
+
+A concurrency above the transcript count cycles the transcripts
+ceil(C / N) times, so every one of the C streams runs and every transcript
+counts equally; each pass has its own seeds (`repeat` in the seed, recorded
+on the request). The cell is labelled with the concurrency that ran.
 
 Every arm must see identical requests: the per-request seed is a stable hash
-of (seed base, transcript id, round), independent of concurrency, order and
-arm; the output length is forced (`max_tokens = min_tokens = forced_tokens`,
-`ignore_eos`).
+of (seed base, transcript id, round, and the pass when it is not the first),
+independent of concurrency, order and arm; the output length is forced
+(`max_tokens = min_tokens = forced_tokens`, `ignore_eos`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import platform
 import sys
 import time
@@ -27,7 +35,7 @@ import aiohttp
 from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
 from gb300lane.bench.client import get_json, get_status, scrape_metrics, stream_request
-from gb300lane.bench.models import CellResult, RequestRecord, WindowResult
+from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
 from gb300lane.recipes.schema import WindowSpec
@@ -46,17 +54,58 @@ class WindowProgress(Protocol):
     def cell_done(self, cell: CellResult) -> None: ...
 
 
-def derive_seed(seed_base: int, transcript_id: str, round: int) -> int:
-    """The per-request sampling seed: a stable 31-bit hash of (seed base, transcript id, round)."""
-    digest = hashlib.sha256(f"{seed_base}:{transcript_id}:{round}".encode()).digest()
+def derive_seed(seed_base: int, transcript_id: str, round: int, repeat: int = 0) -> int:
+    """The per-request sampling seed: a stable 31-bit hash of (seed base, transcript id, round[, repeat]).
+
+    The first pass (`repeat` 0) hashes exactly what it always did, so cycling
+    added no change to any existing window's requests.
+    """
+    text = f"{seed_base}:{transcript_id}:{round}" + (f":{repeat}" if repeat else "")
+    digest = hashlib.sha256(text.encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def passes_for(transcripts: int, concurrency: int) -> int:
+    """Passes over `transcripts` that give each of `concurrency` streams a request: ceil(C / N), at least 1."""
+    return max(1, math.ceil(concurrency / transcripts)) if transcripts else 1
+
+
+def plan_requests(transcripts: list[Transcript], concurrency: int) -> tuple[list[tuple[Transcript, int]], int]:
+    """((transcript, repeat) in send order, passes): every transcript once per pass, passes from `passes_for`."""
+    passes = passes_for(len(transcripts), concurrency)
+    return [(t, r) for r in range(passes) for t in transcripts], passes
+
+
+def arrival_times(n: int, rate: float, arrivals: Arrivals, seed: int) -> list[float]:
+    """Send times (seconds from the cell's start) of `n` open-loop requests at `rate` per second.
+
+    Poisson: exponential gaps of mean 1 / rate from a generator seeded with
+    `seed`; constant: gaps of exactly 1 / rate. The first request goes at 0,
+    as `vllm bench serve` sends its first at once.
+    """
+    if rate <= 0 or not math.isfinite(rate):
+        raise BenchError(f"request rate {rate!r} is not a positive finite number; pass e.g. --request-rate 4")
+    if n <= 0:
+        return []
+    if arrivals == "constant":
+        return [i / rate for i in range(n)]
+    import numpy as np
+
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n - 1)
+    return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def derive_arrival_seed(base: int, cls: str, round: int, rate: float) -> int:
+    """The Poisson seed of one open-loop cell: a stable hash of (base, class, round, rate)."""
+    digest = hashlib.sha256(f"arrivals:{base}:{cls}:{round}:{rate!r}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def build_request(
-    transcript: Transcript, window: WindowSpec, *, model: str, round: int
+    transcript: Transcript, window: WindowSpec, *, model: str, round: int, repeat: int = 0
 ) -> tuple[str, dict[str, Any], int | None]:
     """(path, JSON body, seed) of one request; chat for tool_json, completions otherwise."""
-    seed = None if window.seed_base is None else derive_seed(window.seed_base, transcript.id, round)
+    seed = None if window.seed_base is None else derive_seed(window.seed_base, transcript.id, round, repeat)
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": window.forced_tokens,
@@ -94,29 +143,35 @@ async def _run_cell(
     model: str,
     progress: WindowProgress | None,
 ) -> tuple[CellResult, list[RequestRecord]]:
-    transcripts = select_transcripts(cls, window.transcripts_per_class)
+    planned, passes = plan_requests(select_transcripts(cls, window.transcripts_per_class), concurrency)
     before = await scrape_metrics(session, base)
-    queue: asyncio.Queue[tuple[int, Transcript]] = asyncio.Queue()
-    for item in enumerate(transcripts):
+    queue: asyncio.Queue[tuple[int, tuple[Transcript, int]]] = asyncio.Queue()
+    for item in enumerate(planned):
         queue.put_nowait(item)
-    records: list[RequestRecord | None] = [None] * len(transcripts)
+    records: list[RequestRecord | None] = [None] * len(planned)
+    in_flight = peak = 0
     t0 = time.perf_counter()
 
     async def stream(worker: int) -> None:
+        nonlocal in_flight, peak
         while True:
             try:
-                index, transcript = queue.get_nowait()
+                index, (transcript, repeat) = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            path, body, seed = build_request(transcript, window, model=model, round=round)
+            path, body, seed = build_request(transcript, window, model=model, round=round, repeat=repeat)
             start = time.perf_counter() - t0
+            in_flight += 1
+            peak = max(peak, in_flight)
             outcome = await stream_request(session, base + path, body, read_timeout_s=READ_TIMEOUT_S)
+            in_flight -= 1
             rec = make_record(
                 outcome,
                 transcript_id=transcript.id,
                 cls=cls,
                 round=round,
                 concurrency=concurrency,
+                repeat=repeat,
                 seed=seed if seed is not None else -1,
                 kind=transcript.kind,
                 worker=worker,
@@ -127,7 +182,7 @@ async def _run_cell(
             if progress is not None:
                 progress.request_done(rec)
 
-    await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(transcripts)))))
+    await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(planned)))))
     wall_span = time.perf_counter() - t0
     after = await scrape_metrics(session, base)
     done = [r for r in records if r is not None]
@@ -141,6 +196,82 @@ async def _run_cell(
         before=before,
         after=after,
         model=model,
+        repeats=passes,
+        peak_in_flight=peak,
+    )
+    if progress is not None:
+        progress.cell_done(cell)
+    return cell, done
+
+
+async def _run_open_cell(
+    session: aiohttp.ClientSession,
+    base: str,
+    window: WindowSpec,
+    *,
+    cls: str,
+    rate: float,
+    arrivals: Arrivals,
+    arrival_seed: int,
+    round: int,
+    model: str,
+    progress: WindowProgress | None,
+) -> tuple[CellResult, list[RequestRecord]]:
+    """One open-loop cell: each transcript is sent at its scheduled arrival, not when a stream frees up."""
+    transcripts = select_transcripts(cls, window.transcripts_per_class)
+    schedule = arrival_times(len(transcripts), rate, arrivals, arrival_seed)
+    before = await scrape_metrics(session, base)
+    records: list[RequestRecord | None] = [None] * len(transcripts)
+    in_flight = peak = 0
+    t0 = time.perf_counter()
+
+    async def one(index: int, transcript: Transcript, at: float) -> None:
+        nonlocal in_flight, peak
+        delay = t0 + at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        path, body, seed = build_request(transcript, window, model=model, round=round)
+        start = time.perf_counter() - t0
+        in_flight += 1
+        peak = max(peak, in_flight)
+        outcome = await stream_request(session, base + path, body, read_timeout_s=READ_TIMEOUT_S)
+        in_flight -= 1
+        rec = make_record(
+            outcome,
+            transcript_id=transcript.id,
+            cls=cls,
+            round=round,
+            concurrency=0,
+            request_rate=rate,
+            seed=seed if seed is not None else -1,
+            kind=transcript.kind,
+            worker=index,
+            start_s=start,
+            scheduled_s=at,
+            expected_tokens=window.forced_tokens,
+        )
+        records[index] = rec
+        if progress is not None:
+            progress.request_done(rec)
+
+    await asyncio.gather(*(one(i, t, at) for i, (t, at) in enumerate(zip(transcripts, schedule))))
+    wall_span = time.perf_counter() - t0
+    after = await scrape_metrics(session, base)
+    done = [r for r in records if r is not None]
+    cell = summarize_cell(
+        cls=cls,
+        concurrency=0,
+        round=round,
+        records=done,
+        forced_tokens=window.forced_tokens,
+        wall_span_s=wall_span,
+        before=before,
+        after=after,
+        model=model,
+        request_rate=rate,
+        arrivals=arrivals,
+        arrival_seed=arrival_seed if arrivals == "poisson" else None,
+        peak_in_flight=peak,
     )
     if progress is not None:
         progress.cell_done(cell)
@@ -165,8 +296,14 @@ async def run_window_async(
     progress: WindowProgress | None = None,
     recipe: str | None = None,
     fingerprint: str | None = None,
+    load: LoadSpec | None = None,
 ) -> WindowResult:
     """Run every cell of `window` against `endpoint`; see `run_window`."""
+    load = load or LoadSpec(mode="closed")
+    if load.mode == "open" and not load.request_rates:
+        raise BenchError("an open-loop load needs at least one request rate; pass --request-rate R")
+    for rate in load.request_rates or []:
+        arrival_times(1, rate, "constant", 0)  # a bad rate fails before anything is sent
     base = endpoint.rstrip("/")
     for cls in window.classes:
         select_transcripts(cls, window.transcripts_per_class)  # fail before sending anything
@@ -187,13 +324,31 @@ async def run_window_async(
             )
         version, _ = await get_json(session, f"{base}/version")
         served = model or await _discover_model(session, base)
-        n_cells = window.rounds * len(window.classes) * len(window.concurrency)
+        n = window.transcripts_per_class
+        if load.mode == "open":
+            levels = len(load.request_rates or [])
+            requests = window.rounds * len(window.classes) * levels * n
+        else:
+            levels = len(window.concurrency)
+            requests = window.rounds * len(window.classes) * sum(n * passes_for(n, c) for c in window.concurrency)
+        n_cells = window.rounds * len(window.classes) * levels
         if progress is not None:
-            progress.window_started(window, n_cells, n_cells * window.transcripts_per_class)
+            progress.window_started(window, n_cells, requests)
         cells: list[CellResult] = []
         records: list[RequestRecord] = []
+        seed_base = load.arrival_seed if load.arrival_seed is not None else (window.seed_base or 0)
         for rnd in range(1, window.rounds + 1):
             for cls in window.classes:
+                if load.mode == "open":
+                    for rate in load.request_rates or []:
+                        cell, recs = await _run_open_cell(
+                            session, base, window, cls=cls, rate=rate, arrivals=load.arrivals or "poisson",
+                            arrival_seed=derive_arrival_seed(seed_base, cls, rnd, rate), round=rnd, model=served,
+                            progress=progress,
+                        )
+                        cells.append(cell)
+                        records.extend(recs)
+                    continue
                 for conc in window.concurrency:
                     cell, recs = await _run_cell(
                         session, base, window, cls=cls, concurrency=conc, round=rnd, model=served, progress=progress
@@ -211,6 +366,7 @@ async def run_window_async(
         recipe=recipe,
         fingerprint=fingerprint,
         window=_window_data(window),
+        load=load,
         valid=all(c.valid for c in cells),
         cells=cells,
         records=records,
@@ -225,13 +381,18 @@ def run_window(
     progress: WindowProgress | None = None,
     recipe: str | None = None,
     fingerprint: str | None = None,
+    load: LoadSpec | None = None,
 ) -> WindowResult:
     """Run a window and return its result; server faults become invalid cells, never exceptions.
 
-    `model` is the served model name (discovered from /v1/models when None).
-    Raises BenchError only when the endpoint cannot be reached at all or the
-    window asks for transcripts that are not shipped.
+    `model` is the served model name (discovered from /v1/models when None);
+    `load` is closed loop at the window's concurrency levels unless it says
+    open. Raises BenchError only when the endpoint cannot be reached at all,
+    the window asks for transcripts that are not shipped, or a rate is not a
+    positive number.
     """
     return asyncio.run(
-        run_window_async(endpoint, window, model=model, progress=progress, recipe=recipe, fingerprint=fingerprint)
+        run_window_async(
+            endpoint, window, model=model, progress=progress, recipe=recipe, fingerprint=fingerprint, load=load
+        )
     )

@@ -109,10 +109,12 @@ def window_data_from_result(result: dict[str, Any], window_name: str) -> WindowD
     outs: dict[tuple[str, int, int], dict[str, str]] = {}
     for rec in result.get("records", []):
         key = (rec["cls"], int(rec["concurrency"]), int(rec["round"]))
+        # A concurrency above the transcript count sends each transcript once per pass, each pass its own sample.
+        sample = str(rec["transcript_id"]) + (f"#{rec['repeat']}" if rec.get("repeat") else "")
         if rec.get("ok") and rec.get("decode_tok_s") is not None:
-            per.setdefault(key, {})[str(rec["transcript_id"])] = float(rec["decode_tok_s"])
+            per.setdefault(key, {})[sample] = float(rec["decode_tok_s"])
         if rec.get("ok"):
-            outs.setdefault(key, {})[str(rec["transcript_id"])] = sha256_bytes(rec.get("text") or "")
+            outs.setdefault(key, {})[sample] = sha256_bytes(rec.get("text") or "")
     cells = []
     clocks = set()
     accepted = drafts = 0

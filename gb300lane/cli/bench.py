@@ -29,6 +29,15 @@ def _int_list(text: str | None, option: str) -> list[int] | None:
         raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
 
 
+def _float_list(text: str | None, option: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of numbers", param_hint=option) from None
+
+
 def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None]:
     from gb300lane.bench.progress import RichWindowProgress
 
@@ -46,6 +55,7 @@ def _summary(result: WindowResult, out: Path | None) -> dict:
         "recipe": result.recipe,
         "fingerprint": result.fingerprint,
         "window": result.window,
+        "load": result.load.model_dump(mode="json"),
         "cells": [c.model_dump(mode="json") for c in result.cells],
     }
 
@@ -59,11 +69,21 @@ def bench_cmd(
     transcripts: Optional[int] = typer.Option(None, "--transcripts", help="override transcripts per class"),
     tokens: Optional[int] = typer.Option(None, "--tokens", help="override the forced output tokens"),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="override the number of rounds"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="override concurrency levels, e.g. 1,8"),
+    concurrency: Optional[str] = typer.Option(
+        None, "--concurrency", help="closed loop: override concurrency levels, e.g. 1,8 (above the transcripts: cycled)"
+    ),
+    request_rate: Optional[str] = typer.Option(
+        None, "--request-rate", help="open loop instead: arrival rates in requests/s, e.g. 2,4"
+    ),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="open loop: poisson (seeded) or constant spacing"),
+    arrival_seed: Optional[int] = typer.Option(
+        None, "--arrival-seed", help="open loop: seed base of the Poisson arrivals (default: the window's seed base)"
+    ),
     classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
     from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
+    from gb300lane.bench.models import LoadSpec
     from gb300lane.bench.report import render_window
     from gb300lane.bench.store import save_result
     from gb300lane.bench.window import run_window
@@ -71,6 +91,16 @@ def bench_cmd(
     if (endpoint is None) == (lane is None):
         raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
     conc = _int_list(concurrency, "--concurrency")
+    rates = _float_list(request_rate, "--request-rate")
+    if rates is not None and conc is not None:
+        raise typer.BadParameter(
+            "--concurrency (closed loop) and --request-rate (open loop) cannot be combined: pass one",
+            param_hint="--request-rate",
+        )
+    if arrivals not in ("poisson", "constant"):
+        raise typer.BadParameter(f"{arrivals!r}: expected poisson or constant", param_hint="--arrivals")
+    if rates is not None and (not rates or any(not (r > 0 and r != float("inf")) for r in rates)):
+        raise typer.BadParameter(f"{request_rate!r}: rates must be positive finite numbers", param_hint="--request-rate")
     try:
         recipe = fp = None
         if lane is not None:
@@ -99,6 +129,11 @@ def bench_cmd(
                 progress=bar,
                 recipe=recipe.name if recipe else None,
                 fingerprint=fp,
+                load=(
+                    LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,  # type: ignore[arg-type]
+                             arrival_seed=arrival_seed if arrivals == "poisson" else None)
+                    if rates is not None else None
+                ),
             )
         if out is not None:
             save_result(result, out)
