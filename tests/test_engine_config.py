@@ -120,3 +120,22 @@ def test_a_bad_config_exits_1_before_binding():
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: --speculative-config: method = 'ngram'")
     assert "Starting vLLM server" not in proc.stdout
+
+
+def test_the_boot_seed_and_the_numerics_jitter_come_from_flags_or_the_environment(monkeypatch):
+    from gb300lane.engine.args import parse_serve_args
+    from gb300lane.engine.core import NUMERICS_JITTER
+
+    monkeypatch.delenv("GB300LANE_BOOT_SEED", raising=False)
+    monkeypatch.delenv("GB300LANE_NUMERICS_JITTER", raising=False)
+    args = parse_serve_args([])
+    assert args.boot_seed is None and args.numerics_jitter == NUMERICS_JITTER
+    args = parse_serve_args(["--boot-seed", "12", "--numerics-jitter", "0"])
+    assert args.boot_seed == 12 and args.numerics_jitter == 0.0
+    monkeypatch.setenv("GB300LANE_BOOT_SEED", "5")
+    monkeypatch.setenv("GB300LANE_NUMERICS_JITTER", "0.002")
+    args = parse_serve_args([])
+    assert args.boot_seed == 5 and args.numerics_jitter == 0.002
+    for bad in (["--numerics-jitter", "2"], ["--numerics-jitter", "nan"], ["--boot-seed", "-3"]):
+        with pytest.raises(EngineError, match=bad[0]):
+            parse_serve_args(bad)

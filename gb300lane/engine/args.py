@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane.engine.config import SpecConfig, parse_spec_config
+from gb300lane.engine.core import NUMERICS_JITTER
 from gb300lane.errors import EngineError
 from gb300lane.models import FrozenModel
 
@@ -36,6 +37,12 @@ class EngineArgs(FrozenModel):
     max_model_len: int = Field(description="Prompt plus output tokens per request.")
     seed: int = Field(description="Engine seed for requests without their own.")
     time_scale: float = Field(description="Wall seconds per modelled second (0: as fast as possible).")
+    boot_seed: int | None = Field(
+        default=None, description="Seed of this boot's numerics (None: drawn fresh at start, as a real boot's are)."
+    )
+    numerics_jitter: float = Field(
+        default=NUMERICS_JITTER, description="Relative jitter of the target's numerics between boots (0: bit-identical)."
+    )
     kv_pool_tokens: int = Field(description="KV cache pool size in tokens.")
     compilation_config: dict[str, Any] = Field(description="--compilation-config as a dict.")
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = Field(description="Per-response metrics.")
@@ -68,6 +75,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--tensor-parallel-size", "-tp", default="1")
     p.add_argument("--gpu-memory-utilization", default="0.9")
+    # Engine-only: the run-to-run variance of a real lane (see core.py); env vars let a recipe set them.
+    p.add_argument("--boot-seed", default=os.environ.get("GB300LANE_BOOT_SEED") or None)
+    p.add_argument("--numerics-jitter", default=os.environ.get("GB300LANE_NUMERICS_JITTER") or str(NUMERICS_JITTER))
     return p
 
 
@@ -79,6 +89,7 @@ _VALUE_FLAGS = {
     "--model", "--host", "--port", "--speculative-config", "--max-num-seqs", "--max-model-len", "--seed",
     "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
     "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
+    "--boot-seed", "--numerics-jitter",
 }
 
 
@@ -198,6 +209,10 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
     max_num_seqs = _int("--max-num-seqs", ns.max_num_seqs, 1)
     seed = _int("--seed", ns.seed, 0)
     time_scale = _float("--time-scale", ns.time_scale, 0.0)
+    boot_seed = None if ns.boot_seed is None else _int("--boot-seed (or GB300LANE_BOOT_SEED)", ns.boot_seed, 0)
+    jitter = _float("--numerics-jitter (or GB300LANE_NUMERICS_JITTER)", ns.numerics_jitter, 0.0)
+    if not jitter <= 1.0:
+        raise EngineError(f"--numerics-jitter {jitter}: must lie in [0, 1]; 0 makes boots bit-identical")
     compilation = _compilation(ns.compilation_config)
     tp = _int("--tensor-parallel-size", ns.tensor_parallel_size, 1)
     gpu_util = _float("--gpu-memory-utilization", ns.gpu_memory_utilization, 0.0)
@@ -221,6 +236,8 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         max_model_len=max_model_len,
         seed=seed,
         time_scale=time_scale,
+        boot_seed=boot_seed,
+        numerics_jitter=jitter,
         kv_pool_tokens=kv_pool,
         compilation_config=compilation,
         per_request_spec_decode_metrics=metrics_mode,

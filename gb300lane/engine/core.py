@@ -7,10 +7,28 @@ k + 1 positions, and verifies through `gb300lane.spec.verify`. The core is
 synchronous and knows no HTTP: the server drives it, the benchmark calls it
 directly.
 
-Randomness is per request: a request's generator comes from its `seed`, else
-from the engine seed and the request's arrival number, and it feeds both the
-drafter and the verifier for that request's row, so a request's text does not
-depend on which requests share its steps.
+Randomness is per request and addressed, not consumed (`streams.py`): every
+uniform a step draws for a request is keyed by the request (its `seed`, else
+the engine seed and its arrival number), the output position the step starts
+at, what the draw is for and its slot. What that makes invariant, and what it
+does not (each claim has a test in tests/test_engine_core.py):
+
+- Within one boot, a seeded request's text does not depend on which requests
+  share its steps or in what order they arrived, as long as its steps run at
+  the same k. Greedy requests (temperature < 1e-5) go further: their text is
+  the target's argmax chain whatever the k, the batch or the seed.
+- Under a batch-size k schedule it is not invariant: a request that runs at
+  k = 3 in a batch of five and at k = 5 alone verifies different blocks, so
+  its text diverges from the first step where k differs. The slots both shapes
+  have still draw the same uniforms, so the drafts agree on those slots.
+- Across boots it is not invariant unless pinned. Each boot has a boot seed
+  (fresh per boot, `--boot-seed` / `GB300LANE_BOOT_SEED` pins it) that sets
+  the target's numerics: every context's interpolation weights move by up to
+  `numerics_jitter` (relative, default `NUMERICS_JITTER`) either way, which
+  reorders near-tied tokens, as a real lane's batch-variant kernels do. A
+  seeded control re-run on a new boot therefore differs where a sample or an
+  accept test sat near a tie, and from there on; `numerics_jitter = 0` makes
+  boots bit-identical.
 
 The step-time model is memory-bound, as the lane is: a base cost, a cost per
 verified slot (B x (k + 1)), a cost per token of context read, and a prefill
@@ -20,6 +38,7 @@ context costs 11.0 ms at k=5 and 12.2 ms at k=9.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,10 +48,15 @@ import numpy as np
 from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.drafter import DSparkDrafter
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
+from gb300lane.engine.streams import ACCEPT, DRAFT, SAMPLE, boot_key, request_key, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
 from gb300lane.spec import verify
 
 GREEDY_TEMPERATURE = 1e-5
+#: Relative move of the target's interpolation weights between boots (see the module docstring);
+#: sized so that seeded controls on two boots differ as the write-up's do (about 0.5% in
+#: tokens/step at its window sizes; benchmarks/fidelity.py measures it).
+NUMERICS_JITTER = 0.01
 
 
 @dataclass(frozen=True)
@@ -70,7 +94,7 @@ class Sequence:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    rng: np.random.Generator | None = None
+    stream_key: int | None = None  # set on add: from the seed, else the engine seed and arrival number
     output_ids: list[int] = field(default_factory=list)
     cls: int = 0  # the traffic class the prompt reads as (set on add)
     finish_reason: str | None = None
@@ -125,26 +149,27 @@ class StepOutcome:
     batch: int
 
 
-class _RowGenerators:
-    """One generator per batch row, behind the `Generator.random` shape the verifier draws with.
+class StepDraws:
+    """A step's verify uniforms, served in the `Generator.random` shape the verifier draws with.
 
-    The verifier draws (B, k) then (B,) uniforms; serving each row from its own
-    request's generator keeps a request's outcome independent of its batch.
+    The verifier draws (B, k) accept uniforms, then (B,) for its own token,
+    and nothing else; both were computed from the rows' streams before the
+    call. A copy replays the same draws (a paired comparison of two rules).
     """
 
-    def __init__(self, gens: list[np.random.Generator]) -> None:
-        self.gens = gens
+    def __init__(self, accept: np.ndarray, sample: np.ndarray) -> None:
+        self._queue = [accept, sample]
+        self._next = 0
 
     def random(self, size=None):
-        if size is None:
-            raise TypeError("row generators draw one value per row; pass size=(B, ...)")
-        shape = (size,) if isinstance(size, int) else tuple(size)
-        if shape[0] != len(self.gens):
-            raise ValueError(f"row generators hold {len(self.gens)} rows; asked for shape {shape}")
-        rest = shape[1:]
-        if not rest:
-            return np.array([g.random() for g in self.gens])
-        return np.stack([g.random(rest) for g in self.gens])
+        if self._next >= len(self._queue):
+            raise RuntimeError("a verify step draws (B, k) then (B,) uniforms; it asked for a third draw")
+        out = self._queue[self._next]
+        shape = (size,) if isinstance(size, int) else tuple(size or ())
+        if shape != out.shape:
+            raise ValueError(f"the step holds uniforms of shape {out.shape} for this draw; asked for {shape}")
+        self._next += 1
+        return out.copy()
 
 
 class EngineCore:
@@ -159,11 +184,19 @@ class EngineCore:
         seed: int = 0,
         step_model: StepTimeModel | None = None,
         verifier=verify,
+        boot_seed: int | None = None,
+        numerics_jitter: float = NUMERICS_JITTER,
     ) -> None:
+        if not (np.isfinite(numerics_jitter) and 0.0 <= numerics_jitter <= 1.0):
+            raise ValueError(f"numerics_jitter must lie in [0, 1]; got {numerics_jitter}")
         self.model = model
         self.spec = spec
         self.max_num_seqs = max_num_seqs
         self.seed = seed
+        # A boot seed not given is drawn fresh, as a real boot's kernel choices are.
+        self.boot_seed = secrets.randbits(63) if boot_seed is None else int(boot_seed)
+        self.numerics_jitter = float(numerics_jitter)
+        self._numerics = (boot_key(self.boot_seed), self.numerics_jitter) if numerics_jitter > 0 else None
         self.step_model = step_model or StepTimeModel()
         # The verify seam: `gb300lane.spec.verify` unless a caller wraps it to observe steps.
         self.verifier = verifier
@@ -178,9 +211,10 @@ class EngineCore:
         self._arrivals = 0
 
     def add(self, seq: Sequence) -> None:
-        if seq.rng is None:
-            seed = seq.params.seed if seq.params.seed is not None else [self.seed, self._arrivals]
-            seq.rng = np.random.default_rng(seed)
+        if seq.stream_key is None:
+            seq.stream_key = (
+                request_key(seq.params.seed) if seq.params.seed is not None else unseeded_key(self.seed, self._arrivals)
+            )
         self._arrivals += 1
         seq.cls = self.model.classify(seq.prompt_ids)
         seq.arrival_modelled = self.clock
@@ -214,20 +248,22 @@ class EngineCore:
         params = [s.params for s in batch_seqs]
         temps = np.array([p.temperature for p in params], dtype=np.float64)
         greedy = temps < GREEDY_TEMPERATURE
-        gens = [s.rng for s in batch_seqs]
+        keys = np.array([s.stream_key for s in batch_seqs], dtype=np.uint64)
+        positions = np.array([len(s.output_ids) for s in batch_seqs], dtype=np.int64)
         ctx = np.array([s.last_two() for s in batch_seqs], dtype=np.int64)
         classes = np.array([s.cls for s in batch_seqs], dtype=np.int64)
         if k > 0:
-            uniforms = np.stack([g.random(k) for g in gens])
             drafts, q = self.drafter.draft(
-                classes, ctx[:, 0], ctx[:, 1], k, temps, uniforms, probabilistic=self.spec.draft_sample_method == "probabilistic"
+                classes, ctx[:, 0], ctx[:, 1], k, temps, uniforms(keys, positions, DRAFT, k),
+                probabilistic=self.spec.draft_sample_method == "probabilistic",
             )
         else:
             drafts = np.empty((batch, 0), dtype=np.int64)
             q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
         p = self._target(classes, ctx, drafts, batch_seqs, temps, greedy)
         method = self.spec.rejection_sample_method if self.spec else "standard"
-        result = self.verifier(method, p, q, drafts, _RowGenerators(gens), greedy=greedy)
+        draws = StepDraws(uniforms(keys, positions, ACCEPT, k), uniforms(keys, positions, SAMPLE, 1)[:, 0])
+        result = self.verifier(method, p, q, drafts, draws, greedy=greedy)
 
         context_tokens = sum(s.context_len for s in batch_seqs)
         seconds = self.step_model.step_seconds(batch, k, context_tokens, prefill)
@@ -298,7 +334,7 @@ class EngineCore:
         full = np.concatenate([ctx, drafts], axis=1)
         c2 = full[:, : k + 1].reshape(-1)
         c1 = full[:, 1 : k + 2].reshape(-1)
-        p = self.model.target_probs(np.repeat(classes, k + 1), c2, c1).reshape(batch, k + 1, vocab)
+        p = self.model.target_probs(np.repeat(classes, k + 1), c2, c1, self._numerics).reshape(batch, k + 1, vocab)
         for row, seq in enumerate(seqs):
             params = seq.params
             if not greedy[row] and abs(temps[row] - 1.0) > 1e-9:

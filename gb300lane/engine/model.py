@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gb300lane.engine.streams import uniforms_at
 from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
 from gb300lane.fsio import sha256_bytes
 
@@ -69,9 +70,16 @@ def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
     return np.where(table_keys[slot] == keys, slot, -1)
 
 
-def _interpolate(probs, rows, ctx, indptr, cols, ml, lam) -> None:
-    """probs[rows] = (1 - lam) * probs[rows] + lam * ML, for the sparse ML rows `ctx` (in place)."""
+def _interpolate(probs, rows, ctx, indptr, cols, ml, lam, jitter=None) -> None:
+    """probs[rows] = (1 - lam) * probs[rows] + lam * ML, for the sparse ML rows `ctx` (in place).
+
+    `jitter` (relative scale, per-row uniforms in [0, 1)) moves each row's weight by up to
+    the scale either way: a boot's numerics (see `target_probs`).
+    """
     lam_r = lam[ctx]
+    if jitter is not None:
+        scale, u = jitter
+        lam_r = np.clip(lam_r * (1.0 + scale * (2.0 * u - 1.0)), 0.0, 1.0).astype(np.float32)
     probs[rows] *= (1.0 - lam_r)[:, None]
     starts = indptr[ctx]
     lengths = indptr[ctx + 1] - starts
@@ -126,18 +134,40 @@ class BuiltinModel:
         """Index into the pair tables per context, -1 where the pair has no rows."""
         return _csr_lookup(self._keys3(cls, c2, c1), self.pair_keys)
 
-    def target_probs(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
-        """(R, V) float32 target next-token distributions for class `cls` and context (c2, c1)."""
+    def target_probs(
+        self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, numerics: tuple[int, float] | None = None
+    ) -> np.ndarray:
+        """(R, V) float32 target next-token distributions for class `cls` and context (c2, c1).
+
+        `numerics` = (boot key, scale) gives one boot's arithmetic: each context's
+        interpolation weights move by up to `scale` (relative) either way, by a
+        fixed amount per (boot, layer, context). Every row stays a distribution;
+        what changes between boots is the order of near-tied tokens, as batch-
+        variant kernels change the last bits of a real lane's logits.
+        """
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
-        ctx = _csr_lookup(cls.astype(np.int64) * self.vocab_size + c1, self.bi_keys)
+        bi_keys = cls.astype(np.int64) * self.vocab_size + c1
+        ctx = _csr_lookup(bi_keys, self.bi_keys)
         rows = np.flatnonzero(ctx >= 0)
         if rows.size:
-            _interpolate(probs, rows, ctx[rows], self.bi_indptr, self.bi_cols, self.bi_ml, self.bi_lambda)
-        ctx = _csr_lookup(self._keys3(cls, c2, c1), self.tri_keys)
+            jit = _jitter(numerics, bi_keys[rows], 0)
+            _interpolate(probs, rows, ctx[rows], self.bi_indptr, self.bi_cols, self.bi_ml, self.bi_lambda, jit)
+        tri_keys = self._keys3(cls, c2, c1)
+        ctx = _csr_lookup(tri_keys, self.tri_keys)
         rows = np.flatnonzero(ctx >= 0)
         if rows.size:
-            _interpolate(probs, rows, ctx[rows], self.tri_indptr, self.tri_cols, self.tri_ml, self.tri_lambda)
+            jit = _jitter(numerics, tri_keys[rows], 1)
+            _interpolate(probs, rows, ctx[rows], self.tri_indptr, self.tri_cols, self.tri_ml, self.tri_lambda, jit)
         return probs
+
+
+def _jitter(numerics: tuple[int, float] | None, keys: np.ndarray, layer: int):
+    """(scale, uniforms) for the rows of one layer under a boot's numerics, None when exact."""
+    if numerics is None or numerics[1] == 0.0:
+        return None
+    key, scale = numerics
+    words = (keys.astype(np.uint64) << np.uint64(2)) | np.uint64(layer)
+    return scale, uniforms_at(np.array([key], dtype=np.uint64), words[None, :])[0]
 
 
 def _witten_bell_rows(keys: np.ndarray, vocab: int, base: np.ndarray) -> np.ndarray:

@@ -71,7 +71,15 @@ class EngineServer:
         self.log = log or VllmLog()
         self.model = model or load_model()
         self.tokenizer = self.model.tokenizer
-        self.core = EngineCore(self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed)
+        self.core = EngineCore(
+            self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
+            boot_seed=args.boot_seed, numerics_jitter=args.numerics_jitter,
+        )
+        self.log.info(
+            "engine.py:1",
+            f"boot seed {self.core.boot_seed}, numerics jitter {self.core.numerics_jitter}: seeded requests repeat "
+            "within this boot; pass --boot-seed to repeat this boot's numerics",
+        )
         self.metrics = EngineMetrics(args.served_model_name)
         self.sidecar = SidecarClient(args.expert_sidecar_url, self.metrics.sidecar) if args.expert_sidecar_url else None
         self.booted = False

@@ -1,0 +1,92 @@
+"""Per-request random streams: uniforms addressed by (request, output position, use, slot).
+
+Every draw the engine makes for a request (a draft slot's sample, a verify
+step's accept uniforms, the target's own token) is a pure function of the
+request's key and where the draw sits: the output position the step starts
+at, what the draw is for, and the slot within the step. Nothing is consumed
+from a shared generator, so a request's draws do not depend on which other
+requests share its steps, on how many steps came before, or on the order the
+batch is built in. What can still change a request's text is the step shape
+itself: a different k at the same position draws the same uniforms for the
+slots both shapes have and different ones elsewhere, and the verify rule sees
+a different block.
+
+The generator is SplitMix64 used counter-based (Steele, Lea and Flood, 2014):
+the request key is the stream's seed and (position, use, slot) packed into one
+64-bit word is the counter; the output is SplitMix64's finaliser of
+key + counter x golden gamma, its top 53 bits as a double in [0, 1). Keys are
+themselves finalised, so seeds that differ by one give unrelated streams.
+Vectorised over a batch in a handful of numpy integer operations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: What a draw is for; part of the counter, so the uses never share a value.
+DRAFT, ACCEPT, SAMPLE, NUMERICS = 0, 1, 2, 3
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_MASK = (1 << 64) - 1
+#: Domain separators: a seeded request, an unseeded one, a boot.
+_SEEDED, _UNSEEDED, _BOOT = 0x5EED, 0xA77, 0xB007
+#: Counter layout: position << 16 | use << 8 | slot.
+_MAX_POSITION = 1 << 47
+_MAX_SLOT = 1 << 8
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (wraps modulo 2**64, as the C code does)."""
+    x = x ^ (x >> _S30)
+    x = x * _M1
+    x = x ^ (x >> _S27)
+    x = x * _M2
+    return x ^ (x >> _S31)
+
+
+def _key(*words: int) -> int:
+    state = np.zeros(1, dtype=np.uint64)
+    for w in words:
+        state = _mix(state + np.array([w & _MASK], dtype=np.uint64) * _GAMMA)
+    return int(state[0])
+
+
+def request_key(seed: int) -> int:
+    """The stream key of a request that carries `seed`."""
+    return _key(_SEEDED, seed)
+
+
+def unseeded_key(engine_seed: int, arrival: int) -> int:
+    """The stream key of a request without a seed: the engine's seed and the request's arrival number."""
+    return _key(_UNSEEDED, engine_seed, arrival)
+
+
+def boot_key(boot_seed: int) -> int:
+    """The key of one boot's numerics (see `EngineCore`'s boot seed)."""
+    return _key(_BOOT, boot_seed)
+
+
+def counters(positions: np.ndarray, use: int, slots: int | np.ndarray) -> np.ndarray:
+    """(B, S) counter words for `positions` (B,), one `use`, and `slots` (S,) or range(slots)."""
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
+        raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
+    slot = np.arange(slots, dtype=np.int64) if np.isscalar(slots) else np.asarray(slots, dtype=np.int64)
+    if slot.size and slot.max() >= _MAX_SLOT:
+        raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slot.max()}")
+    return ((pos[:, None] << 16) | (use << 8) | slot[None, :]).astype(np.uint64)
+
+
+def uniforms_at(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Doubles in [0, 1) for stream `keys` (B,) at counter `words` (B, S)."""
+    k = np.asarray(keys, dtype=np.uint64).reshape(-1, 1)
+    bits = _mix(k + words * _GAMMA) >> _S11
+    return bits.astype(np.float64) * (1.0 / (1 << 53))
+
+
+def uniforms(keys: np.ndarray, positions: np.ndarray, use: int, count: int) -> np.ndarray:
+    """(B, count) uniforms for slots 0..count-1 of `use` at each row's output position."""
+    return uniforms_at(keys, counters(positions, use, count))
