@@ -60,6 +60,7 @@ def test_register_then_show(tmp_path) -> None:
     assert body["registration"]["recipes"]["B"]["recipe"] == "local-v27"
 
 
-def test_library_errors_reach_the_cli_boundary() -> None:
+def test_library_errors_become_one_line_at_the_cli_boundary() -> None:
     res = runner.invoke(app, ["card", "score", "no-such-card"])
-    assert isinstance(res.exception, CardError) and "no-such-card" in str(res.exception)
+    assert res.exit_code == CardError.exit_code and not isinstance(res.exception, CardError)
+    assert "no-such-card" in res.output and len(res.output.strip().splitlines()) == 1

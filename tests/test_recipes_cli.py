@@ -9,7 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gb300lane.cli.recipes import recipes_app, register
+from gb300lane.cli.main import app as main_app
+from gb300lane.cli.recipes import recipes_app
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = str(ROOT / "recipes")
@@ -17,14 +18,8 @@ RECIPES = str(ROOT / "recipes")
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        """root"""
-
-    register(app)
-    return app
+    """The real app: its group maps library errors to one line and an exit code."""
+    return main_app
 
 
 def run(app: typer.Typer, *args: str):

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from gb300lane.errors import BenchError
+from gb300lane.models import format_validation_error
 from gb300lane.recipes.schema import Recipe, WindowSpec
 
 _FIVE = ["prose", "structured", "code", "shell_ops", "tool_json"]
@@ -53,10 +54,6 @@ def standard_window(name: str) -> WindowSpec:
     return WindowSpec.model_validate(STANDARD_WINDOWS[name])
 
 
-def _format(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-
-
 def load_window_file(path: Path) -> WindowSpec:
     """A WindowSpec from a YAML or JSON file (the spec itself, or `{window: {...}}`)."""
     try:
@@ -72,7 +69,7 @@ def load_window_file(path: Path) -> WindowSpec:
     try:
         return WindowSpec.model_validate(raw)
     except ValidationError as exc:
-        raise BenchError(f"{path}: invalid window: {_format(exc)}; fix those keys") from None
+        raise BenchError(f"{path}: invalid window: {format_validation_error(exc)}; fix those keys") from None
 
 
 def resolve_window(name_or_file: str, recipe: Recipe | None = None) -> WindowSpec:
@@ -117,7 +114,7 @@ def with_overrides(
     try:
         return WindowSpec.model_validate(data)
     except ValidationError as exc:
-        raise BenchError(f"window {window.name!r} with overrides: {_format(exc)}; fix the override options") from None
+        raise BenchError(f"window {window.name!r} with overrides: {format_validation_error(exc)}; fix the override options") from None
 
 
 def lane_endpoint(recipe: Recipe) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from gb300lane.bench.models import WindowResult
 from gb300lane.errors import BenchError, ReceiptExists
+from gb300lane.models import format_validation_error
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.paths import state_dir
 
@@ -41,10 +42,9 @@ def load_result(path: Path) -> WindowResult:
     try:
         return WindowResult.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
         raise BenchError(
-            f"{path}: not a window result ({loc}: {first['msg']}); pass a file written by `gb300lane bench --out`"
+            f"{path}: not a window result ({format_validation_error(exc, first_only=True)}); "
+            "pass a file written by `gb300lane bench --out`"
         ) from None
 
 

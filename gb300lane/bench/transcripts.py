@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gb300lane.errors import BenchError
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 
 BASE_CLASSES: tuple[str, ...] = ("prose", "structured", "code", "shell_ops", "tool_json")
 CLASSES: tuple[str, ...] = (*BASE_CLASSES, "mixed")
@@ -59,8 +59,12 @@ def _load_file(cls: str) -> tuple[Transcript, ...]:
             continue
         try:
             item = Transcript.model_validate(json.loads(line))
-        except (json.JSONDecodeError, ValidationError) as exc:
-            raise BenchError(f"{path}:{lineno}: invalid transcript: {exc}; fix or remove the line") from None
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"{path}:{lineno}: invalid transcript: not JSON ({exc.msg}); fix or remove the line") from None
+        except ValidationError as exc:
+            raise BenchError(
+                f"{path}:{lineno}: invalid transcript: {format_validation_error(exc)}; fix or remove the line"
+            ) from None
         if item.cls != cls:
             raise BenchError(f"{path}:{lineno}: cls = {item.cls!r} in the {cls!r} file; move the line to its class file")
         if item.id in seen:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.paths import PROJECT_ROOT
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
 
@@ -263,11 +263,7 @@ def parse_card(text: str, source: str) -> Card:
     try:
         return Card.model_validate(data)
     except ValidationError as exc:
-        parts = []
-        for err in exc.errors():
-            loc = ".".join(str(x) for x in err.get("loc", ()))
-            parts.append(f"{loc or '(top level)'}: {err.get('msg')}")
-        raise CardError(f"{source}: " + "; ".join(parts)) from exc
+        raise CardError(format_validation_error(exc, source=source)) from exc
 
 
 def load_card(ref: str | os.PathLike[str]) -> tuple[Card, Path]:

@@ -21,7 +21,7 @@ from gb300lane.cards.receipts import Receipts, all_receipts, utc_now
 from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.paths import results_dir
 
 
@@ -174,7 +174,7 @@ def apply_changes(card: Card, gates: tuple[Any, ...], changes: list[str]) -> tup
         try:
             out.append(_GATE.validate_python(d))
         except ValidationError as exc:
-            msg = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+            msg = format_validation_error(exc)
             raise CardError(f"re-score of gate {d['id']}: the changed gate is invalid ({msg})") from exc
     return tuple(out), tuple(recorded)
 

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.text import Text
 
 from gb300lane.cli.common import console, err_console, fail, print_json
-from gb300lane.errors import LaneError
 
 if TYPE_CHECKING:  # the bench package pulls in aiohttp and numpy: import it when a command runs
     from gb300lane.bench.models import WindowResult
@@ -101,44 +100,41 @@ def bench_cmd(
         raise typer.BadParameter(f"{arrivals!r}: expected poisson or constant", param_hint="--arrivals")
     if rates is not None and (not rates or any(not (r > 0 and r != float("inf")) for r in rates)):
         raise typer.BadParameter(f"{request_rate!r}: rates must be positive finite numbers", param_hint="--request-rate")
-    try:
-        recipe = fp = None
-        if lane is not None:
-            from gb300lane.recipes import load_recipe, render
+    recipe = fp = None
+    if lane is not None:
+        from gb300lane.recipes import load_recipe, render
 
-            recipe = load_recipe(lane)
-            rendered = render(recipe)
-            endpoint, _ = lane_endpoint(recipe)
-            fp = rendered.fingerprint
-            model = model or rendered.served_model_name
-        if out is not None and out.exists():
-            fail(f"{out} already exists; window results are never overwritten: pass another --out path")
-        spec = with_overrides(
-            resolve_window(window, recipe),
-            transcripts=transcripts,
-            tokens=tokens,
-            rounds=rounds,
-            concurrency=conc,
-            classes=[c.strip() for c in classes.split(",")] if classes else None,
+        recipe = load_recipe(lane)
+        rendered = render(recipe)
+        endpoint, _ = lane_endpoint(recipe)
+        fp = rendered.fingerprint
+        model = model or rendered.served_model_name
+    if out is not None and out.exists():
+        fail(f"{out} already exists; window results are never overwritten: pass another --out path")
+    spec = with_overrides(
+        resolve_window(window, recipe),
+        transcripts=transcripts,
+        tokens=tokens,
+        rounds=rounds,
+        concurrency=conc,
+        classes=[c.strip() for c in classes.split(",")] if classes else None,
+    )
+    with _progress(as_json) as bar:
+        result = run_window(
+            endpoint,  # type: ignore[arg-type]
+            spec,
+            model=model,
+            progress=bar,
+            recipe=recipe.name if recipe else None,
+            fingerprint=fp,
+            load=(
+                LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,  # type: ignore[arg-type]
+                         arrival_seed=arrival_seed if arrivals == "poisson" else None)
+                if rates is not None else None
+            ),
         )
-        with _progress(as_json) as bar:
-            result = run_window(
-                endpoint,  # type: ignore[arg-type]
-                spec,
-                model=model,
-                progress=bar,
-                recipe=recipe.name if recipe else None,
-                fingerprint=fp,
-                load=(
-                    LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,  # type: ignore[arg-type]
-                             arrival_seed=arrival_seed if arrivals == "poisson" else None)
-                    if rates is not None else None
-                ),
-            )
-        if out is not None:
-            save_result(result, out)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    if out is not None:
+        save_result(result, out)
     if as_json:
         print_json(_summary(result, out))
     else:
@@ -174,23 +170,20 @@ def smoke_cmd(
     from gb300lane.bench.catalog import lane_endpoint
     from gb300lane.bench.smoke import run_smoke
 
-    try:
-        from gb300lane.recipes import load_recipe, render
+    from gb300lane.recipes import load_recipe, render
 
-        recipe = load_recipe(recipe_name)
-        rendered = render(recipe)
-        if reference and len(reference) > 2:
-            raise typer.BadParameter("pass at most two references (A and A2)", param_hint="--reference")
-        report = run_smoke(
-            recipe,
-            endpoint or lane_endpoint(recipe)[0],
-            reference=reference or None,
-            model=rendered.served_model_name,
-            fingerprint=rendered.fingerprint,
-            progress=lambda: _progress(as_json),
-        )
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    recipe = load_recipe(recipe_name)
+    rendered = render(recipe)
+    if reference and len(reference) > 2:
+        raise typer.BadParameter("pass at most two references (A and A2)", param_hint="--reference")
+    report = run_smoke(
+        recipe,
+        endpoint or lane_endpoint(recipe)[0],
+        reference=reference or None,
+        model=rendered.served_model_name,
+        fingerprint=rendered.fingerprint,
+        progress=lambda: _progress(as_json),
+    )
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:

@@ -1,15 +1,14 @@
-"""Shared CLI plumbing: the console, JSON output, and error mapping."""
+"""Shared CLI plumbing: the consoles, JSON output, and the one-line error exit."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
-
+from rich.markup import escape
 
 console = Console()
 err_console = Console(stderr=True)
@@ -20,17 +19,7 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def fail(message: str, code: int = 1) -> None:
-    """One red line on stderr, then exit."""
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One red line on stderr, then exit. The message is printed as text: user input never becomes markup."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
-
-
-def format_validation_error(exc: ValidationError, source: str = "") -> str:
-    """A pydantic error as dotted field paths with their messages, on one line."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        parts.append(f"{loc}: {err.get('msg')}")
-    prefix = f"{source}: " if source else ""
-    return prefix + "; ".join(parts)

@@ -1,25 +1,49 @@
-"""The `gb300lane` command: one app, each command group registered from its own module."""
+"""The `gb300lane` command: one app, each command group registered from its own module.
+
+This is the one place where library errors become CLI messages and exit
+codes: `LaneGroup.invoke` wraps every command (nested groups included), so
+the console script and an in-process `CliRunner` behave alike. A `LaneError`
+becomes one red line on stderr and its `exit_code` (1); a pydantic
+`ValidationError` that escaped a loader becomes its dotted field paths.
+Usage errors stay typer's own (exit code 2).
+"""
 
 from __future__ import annotations
 
-import sys
+from typing import Any
 
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from gb300lane import __version__
 from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec
-from gb300lane.cli.common import fail, format_validation_error
+from gb300lane.cli.common import fail
 from gb300lane.errors import LaneError
+from gb300lane.models import format_validation_error
+
+
+class LaneGroup(TyperGroup):
+    """The top-level group: runs a command and maps what the library raised to a message and an exit code."""
+
+    # typer.Context is the click context of whichever click typer uses (vendored in recent typer).
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except LaneError as exc:
+            fail(str(exc), exc.exit_code)
+        except ValidationError as exc:
+            fail(format_validation_error(exc), 1)
+
 
 app = typer.Typer(
     name="gb300lane",
+    cls=LaneGroup,
     help="Run one LLM serving lane on evidence: recipes, boot checks, bench windows, cards, promotion.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
 
 
 @app.callback()
@@ -37,21 +61,5 @@ def version() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: maps library errors to one line and exit code 1.
-
-    Usage errors are typer's own (exit code 2); everything the library raises
-    as LaneError becomes one red line on stderr, without a traceback.
-    """
-    try:
-        app()
-    except LaneError as exc:
-        _exit_with(str(exc), exc.exit_code)
-    except ValidationError as exc:
-        _exit_with(format_validation_error(exc), 1)
-
-
-def _exit_with(message: str, code: int) -> None:
-    try:
-        fail(message, code)
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
+    """Console-script entry point."""
+    app()

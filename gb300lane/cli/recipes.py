@@ -13,7 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from gb300lane.cli.common import console, fail, print_json
-from gb300lane.errors import LaneError
 from gb300lane.recipes import diff_recipes, fingerprint, hash_values, lint, list_recipes, load_recipe, render
 from gb300lane.recipes.formats import render_format, write_rendered
 
@@ -38,10 +37,7 @@ def list_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
-    try:
-        rows = list_recipes(recipes_dir)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    rows = list_recipes(recipes_dir)
     if as_json:
         print_json([r.model_dump() for r in rows])
     else:
@@ -67,10 +63,7 @@ def show_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
 ) -> None:
-    try:
-        recipe = load_recipe(name, recipes_dir)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    recipe = load_recipe(name, recipes_dir)
     data = recipe.model_dump(mode="json")
     if as_json:
         print_json(data)
@@ -85,10 +78,7 @@ def diff_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
-    try:
-        d = diff_recipes(load_recipe(a, recipes_dir), load_recipe(b, recipes_dir))
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    d = diff_recipes(load_recipe(a, recipes_dir), load_recipe(b, recipes_dir))
     if as_json:
         print_json({**d.model_dump(mode="json"), "prediction": d.prediction})
         return
@@ -109,12 +99,9 @@ def hash_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print the fingerprint with its input values as JSON"),
 ) -> None:
-    try:
-        recipe = load_recipe(name, recipes_dir)
-        fp = fingerprint(recipe)
-        values = hash_values(recipe)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    recipe = load_recipe(name, recipes_dir)
+    fp = fingerprint(recipe)
+    values = hash_values(recipe)
     if as_json:
         print_json({"recipe": recipe.name, "fingerprint": fp, "hash_inputs": values})
     else:
@@ -127,15 +114,12 @@ def lint_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
 ) -> None:
-    try:
-        names = [name] if name else [s.name for s in list_recipes(recipes_dir)]
-        results = {}
-        for n in names:
-            recipe = load_recipe(n, recipes_dir)
-            parent = load_recipe(recipe.extends, recipes_dir) if recipe.extends else None
-            results[n] = lint(recipe, parent=parent)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    names = [name] if name else [s.name for s in list_recipes(recipes_dir)]
+    results = {}
+    for n in names:
+        recipe = load_recipe(n, recipes_dir)
+        parent = load_recipe(recipe.extends, recipes_dir) if recipe.extends else None
+        results[n] = lint(recipe, parent=parent)
     errors = sum(1 for fs in results.values() for f in fs if f.severity == "error")
     if as_json:
         print_json({n: [f.model_dump() for f in fs] for n, fs in results.items()})
@@ -157,15 +141,12 @@ def render_cmd(
     port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
     recipes_dir: Optional[Path] = _dir_option(),
 ) -> None:
-    try:
-        lane = render(load_recipe(name, recipes_dir), dark=dark, port=port)
-        if out is not None:
-            path = write_rendered(lane, fmt.value, out)
-            typer.echo(str(path))
-        else:
-            typer.echo(render_format(lane, fmt.value), nl=False)
-    except LaneError as exc:
-        fail(str(exc), exc.exit_code)
+    lane = render(load_recipe(name, recipes_dir), dark=dark, port=port)
+    if out is not None:
+        path = write_rendered(lane, fmt.value, out)
+        typer.echo(str(path))
+    else:
+        typer.echo(render_format(lane, fmt.value), nl=False)
 
 
 def register(app: typer.Typer) -> None:

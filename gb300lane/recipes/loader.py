@@ -11,11 +11,11 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import RecipeError
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.recipes.engine_schema import validate_engine_keys
 from gb300lane.recipes.schema import NAME_RE, Recipe
 from gb300lane.recipes.yamlio import key_lines, parse_mapping
@@ -126,27 +126,6 @@ def _source(path: Path) -> str:
         return str(path)
 
 
-def _validation_message(exc: ValidationError, source: str, origins: dict[str, str]) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            fix = "remove it or check its spelling"
-            msg = f"unknown key ({fix})"
-        elif err.get("type") == "missing":
-            msg = "missing; add it here or in a parent recipe"
-        elif err.get("type", "").endswith(("_type", "_parsing", "literal_error", "greater_than", "less_than_equal",
-                                           "greater_than_equal", "less_than", "too_short", "too_long")):
-            msg = f"= {err.get('input')!r}: {msg}; change the value"
-        where = _where(loc, source, origins)
-        if msg.startswith("= "):
-            parts.append(f"{where}: {loc} {msg}")
-        else:
-            parts.append(f"{where}: {loc or '(recipe)'}: {msg}")
-    return "; ".join(parts)
-
-
 def _where(key: str, source: str, origins: dict[str, str]) -> str:
     """"file:line" of the key (or of its nearest parent mapping), else the source alone."""
     parts = key.split(".")
@@ -169,7 +148,11 @@ def validate_raw(raw: dict[str, Any], source: str, origins: dict[str, str] | Non
     try:
         return Recipe.model_validate(raw)
     except ValidationError as exc:
-        raise RecipeError(_validation_message(exc, source, origins)) from None
+        raise RecipeError(
+            format_validation_error(
+                exc, where=lambda key: _where(key, source, origins), missing="missing; add it here or in a parent recipe"
+            )
+        ) from None
 
 
 def _unknown_top_level(raw: dict[str, Any], source: str, origins: dict[str, str]) -> None:
@@ -212,9 +195,9 @@ def list_recipes(recipes_dir: Path | None = None) -> list[RecipeSummary]:
     return out
 
 
-def get_key(recipe: Recipe, dotted: str) -> Any:
+def get_key(recipe: Recipe, dotted: str) -> JsonValue:
     """The value at a dotted path (`speculative.rejection_sample_method`); RecipeError if none."""
-    node: Any = recipe.model_dump(mode="json")
+    node: JsonValue = recipe.model_dump(mode="json")
     for part in dotted.split("."):
         if isinstance(node, dict) and part in node:
             node = node[part]

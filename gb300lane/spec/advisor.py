@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from gb300lane.errors import LaneError
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.spec.acceptance import a_p_from_marginals, tokens_per_second, tokens_per_step_from_a_p
 
 
@@ -176,7 +176,6 @@ def load_advisor_input(path: Path) -> AdvisorInput:
     try:
         return AdvisorInput.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(x) for x in first.get("loc", ())) or "(top level)"
-        raise LaneError(f"{path}: {key}: {first.get('msg')}; see `gb300lane spec advise --help` for the format") from exc
+        detail = format_validation_error(exc, source=str(path), first_only=True)
+        raise LaneError(f"{detail}; see `gb300lane spec advise --help` for the format") from exc
 
