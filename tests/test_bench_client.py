@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gb300lane.bench.client import SSEParser, scrape_metrics, stream_request
+from gb300lane.bench.client import SSEParser, stream_request
+from gb300lane.lane.probe import scrape_metrics
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gb300lane.cards import load_card, register, render_report, run_card, score
-from gb300lane.cards.run import default_ops
+from gb300lane.cards.run import LiveArmOps
 
 DATA = Path(__file__).parent / "data" / "cards"
 
@@ -27,9 +26,7 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     card, path = load_card(DATA / "micro.yaml")
     rec = register(card, path.read_text())
-    ops = default_ops()
-    port = _free_port()
-    ops = replace(ops, up=lambda recipe, **kw: default_ops().up(recipe, port=port, **kw))
+    ops = LiveArmOps(port=_free_port())
     try:
         lines = run_card(rec, ops=ops)
     finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 from gb300lane import paths
 from gb300lane.lane import checks, facts, ledger, logparse
 from gb300lane.lane.report import BootReport, latest_report, write_report
+from gb300lane.spec.metrics import parse_request_counts
 
 DATA = Path(__file__).parent / "data" / "lane"
 HIT = logparse.parse((DATA / "vllm-0.33-hit.log").read_text())
@@ -97,8 +98,8 @@ def test_dark_bind_and_foreign_clients() -> None:
     assert open_.status == "fail" and "0.0.0.0" in open_.summary
     assert checks.check_bind([], 30106).status == "fail"
     assert checks.check_bind(None, 30106).status == "unknown"
-    clean = facts.parse_request_counts((DATA / "metrics-clean.txt").read_text())
-    dirty = facts.parse_request_counts((DATA / "metrics-foreign.txt").read_text())
+    clean = parse_request_counts((DATA / "metrics-clean.txt").read_text())
+    dirty = parse_request_counts((DATA / "metrics-foreign.txt").read_text())
     assert checks.check_foreign(clean).status == "pass"
     r = checks.check_foreign(dirty)
     assert r.status == "fail" and r.evidence["foreign_requests"] == 4

@@ -9,6 +9,7 @@ import pytest
 
 from gb300lane.lane import facts, logparse
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
+from gb300lane.spec.metrics import parse_request_counts
 
 DATA = Path(__file__).parent / "data" / "lane"
 
@@ -91,15 +92,15 @@ def test_live_listeners_see_a_socket_this_test_opens() -> None:
 
 
 def test_request_counts_from_metrics() -> None:
-    clean = facts.parse_request_counts(_read("metrics-clean.txt"))
+    clean = parse_request_counts(_read("metrics-clean.txt"))
     assert clean.requests_seen == 0 and clean.prompt_tokens == 0
-    dirty = facts.parse_request_counts(_read("metrics-foreign.txt"))
+    dirty = parse_request_counts(_read("metrics-foreign.txt"))
     assert dirty.requests_finished == 3 and dirty.requests_running == 1
     assert dirty.requests_seen == 4 and dirty.prompt_tokens == 812
-    assert facts.parse_request_counts("# nothing\n").requests_seen is None
+    assert parse_request_counts("# nothing\n").requests_seen is None
     # A labelled counter that has not been incremented shows only its TYPE line: zero, not unknown.
     declared = "# TYPE vllm:request_success_total counter\n# TYPE vllm:request_success counter\n"
-    assert facts.parse_request_counts(declared).requests_seen == 0
+    assert parse_request_counts(declared).requests_seen == 0
 
 
 def test_nvidia_smi_ids() -> None:
@@ -163,4 +164,4 @@ def test_request_counts_refuse_text_that_is_not_prometheus() -> None:
     from gb300lane.errors import MetricsError
 
     with pytest.raises(MetricsError, match="not Prometheus text"):
-        facts.parse_request_counts("vllm:request_success_total{a= 1 2 3\n")
+        parse_request_counts("vllm:request_success_total{a= 1 2 3\n")

@@ -22,6 +22,7 @@ import yaml
 from gb300lane import lane, paths
 from gb300lane.errors import BootError, RecipeError, StateError
 from gb300lane.lane import instances
+from gb300lane.promote import view
 from gb300lane.runtime import ProcessRuntime
 
 SHIPPED = paths.PROJECT_ROOT / "recipes"
@@ -70,7 +71,10 @@ def test_up_reports_checks_then_down_leaves_nothing(recipes: Path) -> None:
 
     st = lane.status()
     [row] = st.instances
-    assert row.info.state == "running" and row.health == "healthy" and row.role == "candidate"
+    assert row.info.state == "running" and row.health == "healthy"
+    assert "role" not in row.model_dump()  # the lane reports facts; roles are the promotion layer's
+    [viewed] = view.lane_view().instances
+    assert viewed.role == "candidate" and viewed.info == row.info
     assert row.info.compile_hash == report.compile_hash and row.uptime_s is not None
     assert "Application startup complete." in lane.logs(name)
     assert "expert sidecar" in lane.logs(name, role="sidecar")

@@ -14,7 +14,7 @@ from gb300lane import promote as pm
 from gb300lane.cli.main import app
 from gb300lane.errors import StateError
 from gb300lane.promote.ledger import Ledger, ledger_path
-from gb300lane.promote.simlane import SimLane
+from gb300lane.testing.simlane import SimLane
 
 runner = CliRunner()
 

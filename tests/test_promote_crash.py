@@ -20,7 +20,8 @@ import pytest
 
 from gb300lane import promote as pm
 from gb300lane.errors import StateError
-from gb300lane.promote.simlane import SimLane
+from gb300lane.testing.crash import CRASH_ENV
+from gb300lane.testing.simlane import SimLane
 
 PORT = 30106
 POINTS = pm.crash_points()
@@ -175,7 +176,7 @@ def cli_env(lane: SimLane) -> dict[str, str]:
 def test_cli_killed_during_promote_recovers_with_one_command(
     lane: SimLane, cli_env: dict[str, str], point: str, recovery: list[str]
 ) -> None:
-    killed = _cli(["promote", "local-v27"], {**cli_env, pm.CRASH_ENV: point})
+    killed = _cli(["promote", "local-v27"], {**cli_env, CRASH_ENV: point})
     assert killed.returncode == 137, killed.stderr
     assert len(lane.running_on(PORT)) <= 1
     _explained("promote", "local-v27")
@@ -189,7 +190,7 @@ def test_cli_killed_during_promote_recovers_with_one_command(
 @pytest.mark.parametrize("point", ["rollback.start_pair"])
 def test_cli_killed_during_rollback_recovers_with_rollback(lane: SimLane, cli_env: dict[str, str], point: str) -> None:
     assert _cli(["promote", "local-v27"], cli_env).returncode == 0
-    killed = _cli(["rollback"], {**cli_env, pm.CRASH_ENV: point})
+    killed = _cli(["rollback"], {**cli_env, CRASH_ENV: point})
     assert killed.returncode == 137, killed.stderr
     _explained("rollback", "local-v26")
     fixed = _cli(["rollback"], cli_env)

@@ -26,6 +26,8 @@ from gb300lane import promote as pm
 from gb300lane.errors import StateError
 from gb300lane.lane.facts import listeners
 from gb300lane.paths import PROJECT_ROOT
+from gb300lane.promote import view
+from gb300lane.testing.crash import CRASH_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +90,7 @@ def _lane_on(runtime: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(results))
     monkeypatch.setenv("GB300LANE_CARDS_DIR", str(cards))
     monkeypatch.delenv("GB300LANE_LANE_OPS", raising=False)
-    monkeypatch.delenv(pm.CRASH_ENV, raising=False)
+    monkeypatch.delenv(CRASH_ENV, raising=False)
     try:
         yield port
     finally:
@@ -152,9 +154,10 @@ def test_promote_after_a_pass_card_then_rollback(real_lane: int) -> None:
     states = {i.name: i.state for i in lane.list_instances()}
     assert states[f"pt{port}-local-v26"] == "stopped"  # kept, not removed
     # `down` leaves the ledger's instances alone: naming one is refused, --all passes them over.
-    with pytest.raises(StateError, match=r"is the lane's rollback pair in the promotion ledger"):
-        lane.down("local-v26")
-    lane.down(all=True)
+    protected = view.protected_instances()
+    with pytest.raises(StateError, match=r"it is the lane's rollback pair in the promotion ledger"):
+        lane.down("local-v26", protected=protected)
+    lane.down(all=True, protected=protected)
     assert {i.name for i in lane.list_instances()} >= {f"pt{port}-local-v26", f"pt{port}-local-v27"}
     assert _serving(port) == [f"pt{port}-local-v27"]
     event = pm.history()[-1]
@@ -191,7 +194,7 @@ def test_a_killed_promotion_is_explained_by_status_and_repaired(
 ) -> None:
     port = real_lane
     assert pm.promote("local-v26", force=True, reason="first production").ok
-    killed = _cli("promote", "local-v27", "--force", "--reason", "crash test", env={pm.CRASH_ENV: point})
+    killed = _cli("promote", "local-v27", "--force", "--reason", "crash test", env={CRASH_ENV: point})
     assert killed.returncode == 137
     _serving(port)
     status = _cli("status", "--json")
@@ -239,7 +242,7 @@ def test_the_whole_story_on_docker(docker_lane: int) -> None:
     assert not bad.ok and "restored local-v27" in bad.message
     assert _serving(port) == [f"pt{port}-local-v27"]
 
-    killed = _cli("rollback", env={pm.CRASH_ENV: "rollback.start_pair:after"})
+    killed = _cli("rollback", env={CRASH_ENV: "rollback.start_pair:after"})
     assert killed.returncode == 137
     _serving(port)
     flight = json.loads(_cli("status", "--json").stdout)["production"]["in_flight"]

@@ -9,9 +9,10 @@ import pytest
 from gb300lane.cards.verdicts import VerdictRef
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import BootReport, CheckResult
-from gb300lane.promote import ops as ops_mod
-from gb300lane.promote.ops import LiveLaneOps, _boot_info, _port_of, default_ops
-from gb300lane.promote.simlane import SimLane
+from gb300lane.cli import seams
+from gb300lane.promote.live import LiveOps, boot_info, port_of
+from gb300lane.promote.ops import default_ops
+from gb300lane.testing.simlane import SimLane
 
 
 def _report(*checks: CheckResult) -> BootReport:
@@ -23,8 +24,8 @@ def _report(*checks: CheckResult) -> BootReport:
     )  # fmt: skip
 
 
-def test_a_boot_report_becomes_boot_info() -> None:
-    info = _boot_info(_report(CheckResult(name="flags", status="pass", summary="ok")))
+def test_a_boot_report_becomesboot_info() -> None:
+    info = boot_info(_report(CheckResult(name="flags", status="pass", summary="ok")))
     assert (info.instance, info.endpoint, info.fingerprint) == (
         "local-local-v27", "http://127.0.0.1:30106", "96ab7b6cb57449a8")
     assert info.boot_seconds == 5.6 and info.engine_seconds == 256.1
@@ -32,24 +33,20 @@ def test_a_boot_report_becomes_boot_info() -> None:
 
 def test_a_failed_boot_check_fails_the_boot_but_an_autotune_surprise_does_not() -> None:
     miss = CheckResult(name="autotune", status="fail", summary="expected a hit, compiled")
-    assert _boot_info(_report(miss)).instance == "local-local-v27"
+    assert boot_info(_report(miss)).instance == "local-local-v27"
     flags = CheckResult(name="flags", status="fail", summary="args differ from the recipe: rejection_sample_method")
     with pytest.raises(BootError, match=r"booted but its checks failed \(flags: args differ.*report /state"):
-        _boot_info(_report(miss, flags))
+        boot_info(_report(miss, flags))
 
 
 def test_a_verdict_reference_names_card_number_file_and_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     ref = VerdictRef(card="local-br1", receipts="/r", number=2, verdict="PASS", written_at="2026-10-26T09:08:00Z",
                      file="/r/verdicts/verdict-2.json", sha256="ab" * 32, candidate_recipe="local-v27",
                      control_recipe="local-v26")  # fmt: skip
-    import gb300lane.cards.verdicts as verdicts
-
-    monkeypatch.setattr(verdicts, "latest_verdict_for", lambda name: ref if name == "local-v27" else None)
     import gb300lane.cards as cards_pkg
 
-    # The package re-exports the function once its __init__ does; patch both names.
-    monkeypatch.setattr(cards_pkg, "latest_verdict_for", verdicts.latest_verdict_for, raising=False)
-    live = LiveLaneOps()
+    monkeypatch.setattr(cards_pkg, "latest_verdict_for", lambda name: ref if name == "local-v27" else None)
+    live = LiveOps()
     got = live.verdict("local-v27")
     assert got.passed and got.rescored
     assert got.reference == f"card local-br1 verdict 2: PASS (/r/verdicts/verdict-2.json, sha256 {'ab' * 8})"
@@ -57,17 +54,20 @@ def test_a_verdict_reference_names_card_number_file_and_hash(monkeypatch: pytest
 
 
 def test_ports_are_read_from_endpoints() -> None:
-    assert _port_of("http://127.0.0.1:30106") == 30106
-    assert _port_of("http://127.0.0.1:30106/") == 30106
-    assert _port_of(None) is None and _port_of("unix:/sock") is None
+    assert port_of("http://127.0.0.1:30106") == 30106
+    assert port_of("http://127.0.0.1:30106/") == 30106
+    assert port_of(None) is None and port_of("unix:/sock") is None
 
 
-def test_the_ops_choice_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ops_mod.OPS_ENV, raising=False)
-    assert isinstance(default_ops(), LiveLaneOps)
+def test_the_library_drives_the_live_lane_and_only_the_cli_reads_the_double_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(seams.OPS_ENV, raising=False)
+    assert isinstance(default_ops(), LiveOps) and seams.promotion_ops() is None
     sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}})
-    monkeypatch.setenv(ops_mod.OPS_ENV, f"sim:{sim.path}")
-    assert isinstance(default_ops(), SimLane)
-    monkeypatch.setenv(ops_mod.OPS_ENV, f"sim:{tmp_path / 'missing.json'}")
+    monkeypatch.setenv(seams.OPS_ENV, f"sim:{sim.path}")
+    assert isinstance(seams.promotion_ops(), SimLane)
+    assert isinstance(default_ops(), LiveOps)  # the library never reads the seam
+    monkeypatch.setenv(seams.OPS_ENV, f"sim:{tmp_path / 'missing.json'}")
     with pytest.raises(StateError, match="no simulated lane file"):
-        default_ops()
+        seams.promotion_ops()

@@ -9,7 +9,7 @@ import pytest
 
 from gb300lane import promote as pm
 from gb300lane.errors import StateError
-from gb300lane.promote.simlane import SimLane
+from gb300lane.testing.simlane import SimLane
 
 PORT = 30106
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from gb300lane.bench.client import Scrape, StreamOutcome
+from gb300lane.bench.client import StreamOutcome
 from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, RequestRecord, SpecStats
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
+from gb300lane.lane.probe import Scrape
 
 _SPEC_NAME = "vllm:spec_decode_num_drafts"
 

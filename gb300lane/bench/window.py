@@ -34,10 +34,11 @@ import aiohttp
 
 from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
-from gb300lane.bench.client import get_json, get_status, scrape_metrics, stream_request
+from gb300lane.bench.client import stream_request
 from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
+from gb300lane.lane.probe import get_json, get_status, scrape_metrics
 from gb300lane.recipes.schema import WindowSpec
 
 #: Per-request read timeout: a stream silent this long is recorded as stalled.

@@ -10,14 +10,16 @@ points back at it; `render_report` draws the card. The write-up's own cards
 
 from gb300lane.cards.receipts import Receipts, Registration, all_receipts, find_receipts, register
 from gb300lane.cards.report import render_report
-from gb300lane.cards.run import LaneOps, run_card
+from gb300lane.cards.run import ArmOps, ForeignCount, LiveArmOps, run_card
 from gb300lane.cards.schema import Card, load_card, parse_card
 from gb300lane.cards.verdicts import Verdict, VerdictRef, compute_rescore, latest_verdict_for, rescore, score
 from gb300lane.cards.writeup import reproduce_writeup
 
 __all__ = [
+    "ArmOps",
     "Card",
-    "LaneOps",
+    "ForeignCount",
+    "LiveArmOps",
     "Receipts",
     "Registration",
     "Verdict",

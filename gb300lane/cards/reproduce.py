@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gb300lane.cards.receipts import Receipts, register
 from gb300lane.cards.report import ratio_rows, render_report
-from gb300lane.cards.run import LaneOps, run_card
+from gb300lane.cards.run import ArmOps, run_card
 from gb300lane.cards.schema import load_card
 from gb300lane.cards.verdicts import score
 from gb300lane.cards.writeup import reproduce_writeup
@@ -37,7 +37,7 @@ def part1(which: str, say: Say) -> float:
     return dt
 
 
-def part2(which: str, say: Say, *, base: Path | None = None, ops: LaneOps | None = None) -> tuple[float, Receipts]:
+def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None = None) -> tuple[float, Receipts]:
     """Register, run, score and report the local card in a fresh receipts directory."""
     if which not in LOCAL_CARDS:
         raise CardError(f"unknown write-up card {which!r}; use br1 or br2")
@@ -77,7 +77,7 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: LaneOps | None
 
 
 def reproduce(which: str, say: Say, *, parts: tuple[int, ...] = (1, 2), base: Path | None = None,
-              ops: LaneOps | None = None) -> dict[str, float]:
+              ops: ArmOps | None = None) -> dict[str, float]:
     times: dict[str, float] = {}
     if 1 in parts:
         times["part1_s"] = part1(which, say)

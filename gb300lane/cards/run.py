@@ -10,56 +10,95 @@ behind and the next run boots it again as a new attempt.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
+from pydantic import Field
+
+from gb300lane import lane
+from gb300lane.bench import WindowResult, run_window
 from gb300lane.cards.receipts import Receipts, utc_now
 from gb300lane.cards.schema import Card, FlagGate
 from gb300lane.errors import CardError, LaneError
+from gb300lane.lane import BootReport, Protected
+from gb300lane.models import FrozenModel
+from gb300lane.recipes import WindowSpec
 
 Progress = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class LaneOps:
-    """The seam between a card run and the lane/bench packages (tests pass fakes)."""
+class ForeignCount(FrozenModel):
+    """Foreign clients a dark arm's /metrics showed at one moment, and the check that counted them."""
 
-    up: Callable[..., Any]  # (recipe, *, dark, arm, check_keys[, allow_outside_trained_block]) -> BootReport
-    stop: Callable[[str], None]  # (instance) -> None: stop, keep the containers
-    discard: Callable[[str, str], None]  # (recipe, arm) -> None: remove a half-run arm's leftovers
-    foreign: Callable[[str, float], dict[str, Any]]  # (endpoint, sent_by_tool) -> {"foreign_clients", "check"}
-    run_window: Callable[..., Any]  # (endpoint, window, *, model, recipe, fingerprint) -> WindowResult
+    foreign_clients: int | None = Field(description="Requests the bench did not send (None: could not be read).")
+    check: dict[str, Any] = Field(description="The lane's foreign_clients check, as JSON (its evidence is free-form).")
 
 
-def _dump(obj: Any) -> Any:
-    return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else obj
+class ArmOps(Protocol):
+    """What a card run asks of the lane and bench: an arm's instance for a block, foreign clients, windows."""
+
+    def instance(
+        self, recipe: str, *, arm: str, check_keys: Sequence[str] | None, baseline: str | None,
+        allow_outside_trained_block: bool,
+    ) -> AbstractContextManager[BootReport]:
+        """The arm booted dark for the length of a `with` block, stopped and kept after it."""
+
+    def discard(self, recipe: str, arm: str) -> None:
+        """Remove a half-run arm's leftovers (nothing left over is not an error)."""
+
+    def foreign(self, endpoint: str, sent_by_tool: float) -> ForeignCount:
+        """Requests the lane counted that the bench did not send."""
+
+    def run_window(
+        self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
+    ) -> WindowResult:
+        """Run one window against the arm."""
 
 
-def default_ops() -> LaneOps:
-    """The real lane and bench."""
-    from gb300lane import lane
-    from gb300lane.bench import run_window
+class LiveArmOps:
+    """The real lane and bench; `protected` instances (production, the rollback pair) are never replaced.
 
-    def foreign(endpoint: str, sent: float) -> dict[str, Any]:
-        check = lane.foreign_clients(endpoint, sent_by_tool=sent)
-        seen = check.evidence.get("foreign_requests")
-        return {"foreign_clients": None if seen is None else max(0, int(seen)), "check": _dump(check)}
+    `port` boots every arm on that port instead of its recipe's (one at a time, so they never collide).
+    """
 
-    def discard(recipe: str, arm: str) -> None:
+    def __init__(self, protected: Protected = lane.NOTHING, *, port: int | None = None) -> None:
+        self.protected = protected
+        self.port = port
+
+    def instance(
+        self, recipe: str, *, arm: str, check_keys: Sequence[str] | None, baseline: str | None,
+        allow_outside_trained_block: bool,
+    ) -> AbstractContextManager[BootReport]:
+        return lane.instance(
+            recipe, keep=True, dark=True, arm=arm, port=self.port, check_keys=check_keys, baseline=baseline,
+            allow_outside_trained_block=allow_outside_trained_block, protected=self.protected,
+        )  # fmt: skip
+
+    def discard(self, recipe: str, arm: str) -> None:
         try:
-            lane.down(recipe, arm=arm)
+            lane.down(recipe, arm=arm, protected=self.protected)
         except LaneError:
             pass  # nothing left over is the usual case
 
-    return LaneOps(up=lane.up, stop=lane.stop_instance, discard=discard, foreign=foreign, run_window=run_window)
+    def foreign(self, endpoint: str, sent_by_tool: float) -> ForeignCount:
+        check = lane.foreign_clients(endpoint, sent_by_tool=sent_by_tool)
+        seen = check.evidence.get("foreign_requests")
+        return ForeignCount(
+            foreign_clients=None if seen is None else max(0, int(seen)), check=check.model_dump(mode="json")
+        )
+
+    def run_window(
+        self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
+    ) -> WindowResult:
+        return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint)
 
 
 def _flag_keys(card: Card) -> list[str]:
     return sorted({g.key for g in card.gates if isinstance(g, FlagGate)})
 
 
-def run_arm(rec: Receipts, card: Card, arm_index: int, ops: LaneOps, progress: Progress) -> int:
+def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Progress) -> int:
     """Boot, measure and stop one arm as a new attempt; returns the attempt number."""
     arm = card.arms[arm_index]
     n = rec.next_attempt(arm.name)
@@ -70,41 +109,48 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: LaneOps, progress: P
     rec.write_json(adir / "attempt.json", {"schema_version": 1, "arm": arm.name, "recipe": arm.recipe,
                                            "attempt": n, "started_at": utc_now()})
     progress(f"{arm.name}: booting {arm.recipe} dark")
-    kwargs: dict[str, Any] = {"allow_outside_trained_block": True} if arm.allow_outside_trained_block else {}
-    report = ops.up(arm.recipe, dark=True, arm=arm.name, check_keys=_flag_keys(card) or None, **kwargs)
-    rec.write_json(adir / "boot.json", _dump(report))
-    instance, endpoint = report.instance, report.endpoint
-    try:
-        before = ops.foreign(endpoint, 0)
-        sent = 0
-        for w in card.windows:
-            progress(f"{arm.name}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
-                     f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.forced_tokens} tokens)")
-            result = ops.run_window(endpoint, w, model=report.served_model, recipe=arm.recipe,
-                                    fingerprint=getattr(report, "fingerprint", None))
-            data = _dump(result)
-            sent += len(data.get("records", []))
-            rec.write_json(adir / "windows" / f"{w.name}.json", data)
-        after = ops.foreign(endpoint, sent)
-        counts = [x.get("foreign_clients") for x in (before, after)]
-        rec.write_json(adir / "foreign.json", {
-            "schema_version": 1, "before_windows": before, "after_windows": after, "sent_by_bench": sent,
-            "foreign_clients": None if None in counts else max(counts)})
-    finally:
-        progress(f"{arm.name}: stopping {instance} (containers kept)")
-        ops.stop(instance)
+    # The flag check compares every arm with the control (production): B shows its changed keys.
+    baseline = card.controls[0].recipe if card.controls else None
+    booted = ops.instance(arm.recipe, arm=arm.name, check_keys=_flag_keys(card) or None, baseline=baseline,
+                          allow_outside_trained_block=arm.allow_outside_trained_block)
+    with booted as report:
+        try:
+            rec.write_json(adir / "boot.json", report.model_dump(mode="json"))
+            before = ops.foreign(report.endpoint, 0)
+            sent = 0
+            for w in card.windows:
+                progress(f"{arm.name}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
+                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.forced_tokens} tokens)")
+                result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
+                                        fingerprint=report.fingerprint)
+                sent += len(result.records)
+                rec.write_json(adir / "windows" / f"{w.name}.json", result.model_dump(mode="json"))
+            after = ops.foreign(report.endpoint, sent)
+            counts = [x.foreign_clients for x in (before, after)]
+            rec.write_json(adir / "foreign.json", {
+                "schema_version": 1, "before_windows": before.model_dump(mode="json"),
+                "after_windows": after.model_dump(mode="json"), "sent_by_bench": sent,
+                "foreign_clients": None if None in counts else max(c for c in counts if c is not None)})
+        finally:
+            progress(f"{arm.name}: stopping {report.instance} (containers kept)")
     rec.write_json(rec.arm_dir(arm.name) / "done.json", {"schema_version": 1, "attempt": n, "finished_at": utc_now()})
     return n
 
 
-def run_card(rec: Receipts, *, ops: LaneOps | None = None, progress: Progress | None = None) -> list[str]:
-    """Run every unfinished arm in bracket order; returns one line per arm saying what happened."""
+def run_card(
+    rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
+) -> list[str]:
+    """Run every unfinished arm in bracket order; returns one line per arm saying what happened.
+
+    `protected` (production and the rollback pair, from the layer above) is
+    never replaced by an arm's boot nor removed by a discard.
+    """
     card = rec.card()
     rec.check_frozen(card)
     if rec.registration().transcribed:
         raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
                         "Run the local card instead (e.g. `gb300lane card run local-br1`)")
-    ops = ops or default_ops()
+    ops = ops or LiveArmOps(protected)
     say = progress or (lambda _msg: None)
     lines = []
     for i, arm in enumerate(card.arms):

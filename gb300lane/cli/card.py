@@ -58,9 +58,12 @@ def register_cmd(
 def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
             receipts: Path | None = _RECEIPTS) -> None:
     from gb300lane.cards import run_card
+    from gb300lane.promote.view import protected_instances
 
     rec = _receipts(card, receipts)
-    run_card(rec, progress=lambda m: console.print(m, highlight=False, markup=False))
+    run_card(
+        rec, progress=lambda m: console.print(m, highlight=False, markup=False), protected=protected_instances()
+    )
     console.print(f"receipts: {rec.root}", highlight=False)
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn
 
 from gb300lane.cli.common import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from gb300lane.promote.view import LaneView
 
 
 def _progress_bar(json_out: bool):  # type: ignore[no-untyped-def]
@@ -53,14 +57,18 @@ def up(
 ) -> None:
     """Boot a recipe, wait until it serves, and report the boot checks."""
     from gb300lane.lane import up as lane_up
+    from gb300lane.promote.view import production_recipe, protected_instances
 
+    protected = protected_instances()
+    baseline = production_recipe() if check is None else None
     bar, update = _progress_bar(json_out)
     if bar is not None:
         bar.start()
     try:
         report = lane_up(
-            recipe, dark=dark, arm=name, runtime=runtime, port=port, check_keys=check, timeout_s=timeout,
-            progress=update, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+            recipe, dark=dark, arm=name, runtime=runtime, port=port, check_keys=check, baseline=baseline,
+            timeout_s=timeout, progress=update, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+            protected=protected,
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -81,14 +89,14 @@ def down(
     json_out: bool = typer.Option(False, "--json", help="Print the removed instance names as JSON."),
 ) -> None:
     """Stop and remove an instance's containers."""
+    from gb300lane.lane import NOTHING, list_instances
     from gb300lane.lane import down as lane_down
-    from gb300lane.lane import list_instances
-    from gb300lane.lane.manage import held_by_promotion
+    from gb300lane.promote.view import protected_instances
 
-    held = {} if force or not all_ else held_by_promotion()
-    present = {i.name for i in list_instances()} if held else set()
-    kept = {n: role for n, role in held.items() if n in present}
-    removed = lane_down(recipe, arm=name, all=all_, force=force)
+    protected = NOTHING if force else protected_instances()
+    removed = lane_down(recipe, arm=name, all=all_, protected=protected)
+    present = {i.name for i in list_instances()} if all_ and protected.instances else set()
+    kept = {n: role for n, role in protected.instances.items() if n in present}
     if json_out:
         print_json({"removed": removed, "kept": kept})
         return
@@ -108,23 +116,37 @@ def _uptime(seconds: float | None) -> str:
 
 
 def status(json_out: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
-    """What runs where: health, hash, uptime, production or candidate, the rollback pair."""
-    from rich.table import Table
+    """What runs where: health, hash, uptime, production or candidate, the rollback pair.
 
-    from gb300lane.lane import status as lane_status
+    Exits 1 when the promotion ledger cannot be read: the roles shown are then unknown.
+    """
+    from gb300lane.promote.view import lane_view
 
-    st = lane_status()
+    st = lane_view()
     if json_out:
         print_json(st.model_dump(mode="json"))
-        return
+    else:
+        _print_status(st)
+    if st.ledger_error is not None:
+        if not json_out:
+            err_console.print(
+                f"[bold red]error:[/] {escape(st.ledger_error)}", highlight=False, soft_wrap=True
+            )
+        raise typer.Exit(1)
+
+
+def _print_status(st: LaneView) -> None:
+    from rich.table import Table
+
+    unknown = st.ledger_error is not None
     table = Table(show_edge=False, header_style="bold", box=None)
     for col in ("instance", "recipe", "role", "runtime", "state", "health", "hash", "uptime", "endpoint"):
         table.add_column(col, no_wrap=col in ("instance", "endpoint"))
     for row in st.instances:
         i = row.info
         table.add_row(
-            i.name, i.recipe, row.role, i.runtime, i.state, row.health, i.compile_hash or "-",
-            _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
+            i.name, i.recipe, "unknown" if unknown else row.role, i.runtime, i.state, row.health,
+            i.compile_hash or "-", _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
         )  # fmt: skip
     if st.instances:
         # Piped output has no terminal width to honour; do not squeeze the table into 80 columns.
@@ -132,19 +154,23 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print the status
     else:
         console.print("no lane instances on this host", highlight=False)
     prod = st.production
-    if prod:
-        pair = prod.get("rollback_pair") or {}
-        console.print(f"production: {prod.get('recipe') or 'none'} ({prod.get('instance') or '-'})", highlight=False)
-        console.print(f"rollback pair: {pair.get('recipe', 'none')} ({pair.get('instance', '-')})", highlight=False)
-        flight = prod.get("in_flight")
-        if flight:
-            colour = "red" if flight.get("crashed") else "yellow"
-            console.print(f"[{colour}]{flight['explanation']}[/]", highlight=False)
+    if unknown:
+        console.print("production: unknown (the promotion ledger cannot be read)", highlight=False)
+    elif prod is not None:
+        pair = prod.rollback_pair
+        console.print(f"production: {prod.recipe or 'none'} ({prod.instance or '-'})", highlight=False)
+        console.print(
+            f"rollback pair: {pair.recipe if pair else 'none'} ({pair.instance if pair else '-'})", highlight=False
+        )
+        flight = prod.in_flight
+        if flight is not None:
+            colour = "red" if flight.crashed else "yellow"
+            console.print(f"[{colour}]{escape(flight.explanation)}[/]", highlight=False)
     else:
         console.print("production: none recorded", highlight=False)
     for rt, note in st.runtimes.items():
         if note != "reachable":
-            err_console.print(f"[yellow]{rt}:[/] {note}", highlight=False)
+            err_console.print(f"[yellow]{escape(rt)}:[/] {escape(note)}", highlight=False)
 
 
 def logs(

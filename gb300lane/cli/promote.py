@@ -8,7 +8,7 @@ import typer
 
 from gb300lane import promote as core
 from gb300lane.cli.common import console, fail, print_json
-from gb300lane.errors import LaneError
+from gb300lane.cli.seams import crash_hook, promotion_ops
 
 
 def _report(report: core.TransitionReport, as_json: bool) -> None:
@@ -35,10 +35,10 @@ def promote_cmd(
     """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair."""
     if reason and not force:
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
-    try:
-        report = core.promote(recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run)
-    except LaneError as exc:
-        fail(str(exc))
+    report = core.promote(
+        recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run,
+        ops=promotion_ops(), crash_hook=crash_hook(),
+    )  # fmt: skip
     _report(report, as_json)
 
 
@@ -47,10 +47,7 @@ def rollback_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""
-    try:
-        report = core.rollback(dry_run=dry_run)
-    except LaneError as exc:
-        fail(str(exc))
+    report = core.rollback(dry_run=dry_run, ops=promotion_ops(), crash_hook=crash_hook())
     _report(report, as_json)
 
 
@@ -58,10 +55,7 @@ def history_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON.")] = False,
 ) -> None:
     """Promotions, rollbacks, forced actions, failures and prunes: when, what and why."""
-    try:
-        events = core.history()
-    except LaneError as exc:
-        fail(str(exc))
+    events = core.history()
     if as_json:
         print_json([e.model_dump() for e in events])
         return
@@ -93,10 +87,7 @@ def prune_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Remove old kept instances; never production or the current rollback pair."""
-    try:
-        report = core.prune(keep=keep, dry_run=dry_run)
-    except LaneError as exc:
-        fail(str(exc))
+    report = core.prune(keep=keep, dry_run=dry_run, ops=promotion_ops())
     if as_json:
         print_json(report.model_dump())
         return

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane.fsio import sha256_bytes
-from gb300lane.lane.facts import Listener, RequestCounts
+from gb300lane.lane.facts import Listener
+from gb300lane.spec.metrics import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
 from gb300lane.models import FrozenModel

@@ -1,8 +1,10 @@
-"""Facts gathered from the host for the dark-lane check: listening sockets and request counters.
+"""Facts gathered from the host: listening sockets (the dark-lane check) and GPUs.
 
-Gathering and parsing are apart: `parse_proc_net_tcp` and `parse_request_counts`
+Gathering and parsing are apart: `parse_proc_net_tcp` and `parse_nvidia_smi`
 are pure functions tests feed recorded text; `listeners` reads /proc/net/tcp
 and /proc/net/tcp6 (host networking puts Docker containers' sockets there too).
+The request counters of the foreign-client check are read from /metrics by
+`gb300lane.spec.metrics`, the one Prometheus parser.
 """
 
 from __future__ import annotations
@@ -11,10 +13,8 @@ import ipaddress
 import socket
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
-from gb300lane.errors import MetricsError
 from gb300lane.models import FrozenModel
 
 _LISTEN = "0A"
@@ -81,54 +81,6 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-#: Names whose growth since boot means a client asked the engine for work.
-REQUEST_SERIES = {
-    "vllm:request_success_total": "requests_finished",
-    "vllm:num_requests_running": "requests_running",
-    "vllm:num_requests_waiting": "requests_waiting",
-    "vllm:prompt_tokens_total": "prompt_tokens",
-}
-
-
-class RequestCounts(FrozenModel):
-    """Work clients asked of the engine, summed over labels; None where the series is absent."""
-
-    requests_finished: float | None = Field(default=None, description="vllm:request_success_total, all reasons.")
-    requests_running: float | None = Field(default=None, description="vllm:num_requests_running.")
-    requests_waiting: float | None = Field(default=None, description="vllm:num_requests_waiting.")
-    prompt_tokens: float | None = Field(default=None, description="vllm:prompt_tokens_total.")
-
-    @property
-    def requests_seen(self) -> float | None:
-        """Finished plus in flight: every request a client has sent, or None when unmeasurable."""
-        parts = [self.requests_finished, self.requests_running, self.requests_waiting]
-        if self.requests_finished is None:
-            return None
-        return sum(p for p in parts if p is not None)
-
-
-def parse_request_counts(text: str) -> RequestCounts:
-    """Sum the request series of a /metrics scrape (prometheus-client's parser, as gb300lane.spec uses).
-
-    A declared family with no samples yet (a labelled counter never incremented)
-    has counted zero; a series that is not declared at all stays unknown (None).
-    """
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
-        raise MetricsError(f"/metrics: not Prometheus text ({exc}); is the endpoint a vLLM server?") from exc
-    sums: dict[str, float] = {}
-    for family in families:
-        for name in (family.name, family.name + "_total"):
-            if name in REQUEST_SERIES:
-                sums.setdefault(REQUEST_SERIES[name], 0.0)
-        for sample in family.samples:
-            if sample.name in REQUEST_SERIES:
-                field = REQUEST_SERIES[sample.name]
-                sums[field] = sums.get(field, 0.0) + float(sample.value)
-    return RequestCounts(**sums)
 
 
 def parse_nvidia_smi(text: str) -> set[str]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from gb300lane.errors import LaneError, StateError
 from gb300lane.lane import instances, probe
-from gb300lane.lane.boot import current_production
+from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.lane.report import latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.runtime import LABEL_INSTANCE, LABEL_LANE, LABEL_STATE, ContainerInfo, Runtime, get_runtime, state_label
@@ -44,19 +44,17 @@ class InstanceInfo(FrozenModel):
 
 
 class InstanceStatus(FrozenModel):
-    """An instance with health, uptime and its role in the lane."""
+    """An instance with its health and uptime: facts only (roles are the promotion layer's)."""
 
     info: InstanceInfo = Field(description="The instance.")
     health: str = Field(description="healthy, unhealthy (HTTP n), unreachable, or not running.")
     uptime_s: float | None = Field(description="Seconds since the main container started, while running.")
-    role: Literal["production", "rollback", "candidate"] = Field(description="Role per the promotion ledger.")
 
 
 class LaneStatus(FrozenModel):
-    """`gb300lane status`."""
+    """What runs where on this host, as the runtimes see it."""
 
     instances: tuple[InstanceStatus, ...] = Field(description="Every instance, recorded or leftover.")
-    production: dict[str, Any] | None = Field(description="Production state from the promotion ledger, if any.")
     runtimes: dict[str, str] = Field(description="Runtime name -> reachable / the reason it is not.")
 
 
@@ -125,23 +123,16 @@ def _list(recs: list[instances.InstanceRecord], rts: dict[str, Runtime]) -> list
 
 
 def status() -> LaneStatus:
-    """What runs where, health, hash, uptime, and production / rollback / candidate."""
-    prod = current_production()
-    prod_instance = getattr(prod, "instance", None)
-    pair = getattr(prod, "rollback_pair", None)
-    pair_instance = getattr(pair, "instance", None)
+    """What runs where: every instance with its health, hash and uptime, and which runtimes answer."""
     recs = instances.load_all()
     rts, notes = _runtimes({r.runtime for r in recs})
     rows = []
     for info in _list(recs, rts):
         running = info.state == "running"
         health = probe.health(info.endpoint) if running and info.endpoint else "not running"
-        role = "production" if info.name == prod_instance else "rollback" if info.name == pair_instance else "candidate"
         uptime = time.time() - info.started_at if running and info.started_at else None
-        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime, role=role))  # type: ignore[arg-type]
-    return LaneStatus(
-        instances=tuple(rows), production=prod.model_dump(mode="json") if prod is not None else None, runtimes=notes
-    )
+        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime))
+    return LaneStatus(instances=tuple(rows), runtimes=notes)
 
 
 def _find(name: str) -> tuple[instances.InstanceRecord | None, Runtime, list[str]]:
@@ -195,37 +186,28 @@ def resolve(recipe: str | None = None, *, arm: str | None = None, all: bool = Fa
     return hits
 
 
-def held_by_promotion() -> dict[str, str]:
-    """Instances the promotion ledger holds: {name: "production" | "rollback pair"}."""
-    prod = current_production()
-    held = {}
-    if getattr(prod, "instance", None):
-        held[prod.instance] = "production"
-    pair = getattr(prod, "rollback_pair", None)
-    if getattr(pair, "instance", None):
-        held[pair.instance] = "rollback pair"
-    return held
-
-
-def down(recipe: str | None = None, *, arm: str | None = None, all: bool = False, force: bool = False) -> list[str]:
+def down(
+    recipe: str | None = None, *, arm: str | None = None, all: bool = False, protected: Protected = NOTHING
+) -> list[str]:
     """Stop and remove the designated instances; returns their names.
 
-    Production and the kept rollback pair are the promotion ledger's: naming one
-    is refused and `all` passes them over, unless `force` (only `gb300lane prune`
-    and `gb300lane rollback` manage them otherwise).
+    A `protected` instance (production and the rollback pair, as the promotion
+    layer says) is refused when named and passed over by `all`; when the
+    protected set is unknown, anything that would take an instance down is refused.
     """
     names = resolve(recipe, arm=arm, all=all)
-    if not force:
-        held = held_by_promotion()
-        named = [n for n in names if n in held]
-        if named and not all:
-            n = named[0]
-            raise StateError(
-                f"{n} is the lane's {held[n]} in the promotion ledger; `gb300lane rollback` and "
-                "`gb300lane prune` manage it. Pass --force to take it down anyway (status will then "
-                "show the ledger pointing at a removed instance)"
-            )
-        names = [n for n in names if n not in held]
+    held = {n: why for n in names if (why := protected.why(n)) is not None}
+    if held and (not all or protected.unknown is not None):
+        n = next(iter(held))
+        fix = (
+            "`gb300lane rollback` and `gb300lane prune` manage it" if protected.unknown is None
+            else "fix the ledger first"
+        )
+        raise StateError(
+            f"refusing to take down {n}: {held[n]}; {fix}. Pass --force to take it down anyway "
+            "(status will then show the ledger pointing at a removed instance)"
+        )
+    names = [n for n in names if n not in held]
     for name in names:
         remove_instance(name)
     return names

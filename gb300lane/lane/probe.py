@@ -1,16 +1,17 @@
-"""The lane's HTTP probes: readiness (`/health` 200 and `/v1/models` lists the model) and /metrics scrapes.
+"""Plain GETs to a lane: `/health`, `/v1/models`, `/version` and the one `/metrics` scraper.
 
-This and the bench client are the only code that speaks HTTP to the engine.
-The readiness wait is a strategy with a timeout and a poll interval; between
-polls it asks a `watch` callable whether a container died, so a crash is
-reported at once rather than after the timeout.
+This and the bench client (streamed completions) are the only code that
+speaks HTTP to the engine. The async functions take the caller's session (a
+bench window keeps one open for hours); the sync ones open their own. None
+raises for a bad server: each returns the status and body, or why there is
+none; `metrics_text` alone raises, for callers that need the text.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+import json
+from typing import Any
 
 import aiohttp
 from pydantic import Field
@@ -18,95 +19,76 @@ from pydantic import Field
 from gb300lane.errors import MetricsError
 from gb300lane.models import FrozenModel
 
+class Scrape(FrozenModel):
+    """One /metrics scrape: the text, or why there is none."""
 
-class ReadyOutcome(FrozenModel):
-    """How a readiness wait ended."""
-
-    ready: bool = Field(description="Every URL answered as required.")
-    elapsed_s: float = Field(description="Seconds from the start of the wait.")
-    last_reason: str = Field(default="", description="Why the last poll was not ready.")
-    died: str | None = Field(default=None, description="A container's exit description, when one died.")
+    text: str | None = Field(description="The body of GET /metrics when it answered 200.")
+    reason: str | None = Field(description="Why there is no text (HTTP status or connection error).")
 
 
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int | None, str]:
+def _why(url: str, exc: BaseException) -> str:
+    reason = getattr(exc, "os_error", None) or exc
+    return f"GET {url} failed: {type(exc).__name__}: {reason}" if str(reason) else f"GET {url} failed: {type(exc).__name__}"
+
+
+async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | None = None) -> tuple[int | None, str]:
+    """(HTTP status, body), or (None, why no response came)."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
     try:
-        async with session.get(url) as resp:
-            return resp.status, await resp.text()
+        async with session.get(url, timeout=timeout) as resp:
+            return resp.status, await resp.text(errors="replace")
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return None, _why(url, exc)
 
 
-async def _poll_once(session: aiohttp.ClientSession, endpoint: str, model: str, extra_health: list[str]) -> str:
-    """'' when ready, else the reason it is not."""
-    for url in [f"{endpoint}/health", *extra_health]:
-        status, body = await _get(session, url)
-        if status != 200:
-            return f"GET {url}: " + (f"HTTP {status}" if status is not None else body)
-    status, body = await _get(session, f"{endpoint}/v1/models")
+async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = 10.0) -> Scrape:
+    """GET `<base>/metrics`; a missing or failing endpoint gives a reason, not an exception."""
+    url = f"{base_url}/metrics"
+    status, body = await get(session, url, timeout_s=timeout_s)
+    if status is None:
+        return Scrape(text=None, reason=body)
     if status != 200:
-        return f"GET {endpoint}/v1/models: " + (f"HTTP {status}" if status is not None else body)
-    if f'"{model}"' not in body:
-        return f"GET {endpoint}/v1/models does not list {model!r} yet"
-    return ""
+        return Scrape(text=None, reason=f"GET {url} answered HTTP {status}")
+    return Scrape(text=body, reason=None)
 
 
-async def _wait(
-    endpoint: str,
-    model: str,
-    extra_health: list[str],
-    timeout_s: float,
-    poll_s: float,
-    watch: Callable[[], str | None],
-    progress: Callable[[float], None] | None,
-) -> ReadyOutcome:
-    start = time.monotonic()
-    reason = "not polled yet"
-    timeout = aiohttp.ClientTimeout(total=max(1.0, min(5.0, poll_s * 20)))
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        while True:
-            elapsed = time.monotonic() - start
-            died = watch()
-            if died:
-                return ReadyOutcome(ready=False, elapsed_s=elapsed, last_reason=reason, died=died)
-            reason = await _poll_once(session, endpoint, model, extra_health)
-            elapsed = time.monotonic() - start
-            if progress is not None:
-                progress(elapsed)
-            if not reason:
-                return ReadyOutcome(ready=True, elapsed_s=elapsed)
-            if elapsed >= timeout_s:
-                return ReadyOutcome(ready=False, elapsed_s=elapsed, last_reason=reason)
-            await asyncio.sleep(poll_s)
+async def get_json(
+    session: aiohttp.ClientSession, url: str, *, timeout_s: float = 10.0
+) -> tuple[Any, str | None]:
+    """GET a JSON document (arbitrary JSON, for the caller to read); returns (body, None) or (None, reason)."""
+    status, body = await get(session, url, timeout_s=timeout_s)
+    if status is None:
+        return None, body
+    if status != 200:
+        return None, f"GET {url} answered HTTP {status}"
+    try:
+        return json.loads(body), None
+    except json.JSONDecodeError as exc:
+        return None, f"GET {url} failed: JSONDecodeError: {exc}"
 
 
-def wait_ready(
-    endpoint: str,
-    model: str,
-    *,
-    extra_health: list[str] | None = None,
-    timeout_s: float,
-    poll_s: float = 0.05,
-    watch: Callable[[], str | None] = lambda: None,
-    progress: Callable[[float], None] | None = None,
-) -> ReadyOutcome:
-    """Poll until ready, a container dies, or the timeout passes."""
-    return asyncio.run(_wait(endpoint, model, list(extra_health or []), timeout_s, poll_s, watch, progress))
+async def get_status(session: aiohttp.ClientSession, url: str, *, timeout_s: float = 10.0) -> int | str:
+    """The HTTP status of GET `url`, or why no response came."""
+    status, body = await get(session, url, timeout_s=timeout_s)
+    return body if status is None else status
 
 
 async def _fetch(url: str, timeout_s: float) -> tuple[int | None, str]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-        return await _get(session, url)
+    async with aiohttp.ClientSession() as session:
+        return await get(session, url, timeout_s=timeout_s)
 
 
-def scrape_metrics(endpoint: str, *, timeout_s: float = 5.0) -> str:
+def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
     """The /metrics text; MetricsError naming the URL when it cannot be read."""
-    url = f"{endpoint}/metrics"
-    status, body = asyncio.run(_fetch(url, timeout_s))
-    if status != 200:
-        raise MetricsError(
-            f"GET {url}: {f'HTTP {status}' if status is not None else body}; is the lane up? (`gb300lane status`)"
-        )
-    return body
+
+    async def scrape() -> Scrape:
+        async with aiohttp.ClientSession() as session:
+            return await scrape_metrics(session, endpoint, timeout_s=timeout_s)
+
+    got = asyncio.run(scrape())
+    if got.text is None:
+        raise MetricsError(f"{got.reason}; is the lane up? (`gb300lane status`)")
+    return got.text
 
 
 def health(endpoint: str, *, timeout_s: float = 2.0) -> str:

@@ -3,7 +3,9 @@
 `promote(recipe)` moves production to a recipe with a PASS verdict, keeping the
 old production stopped as the rollback pair; `rollback()` restores that pair
 (or repairs an interrupted transition); `history()` and `prune()` read and tidy
-the ledger; `current_production()` is what `gb300lane status` shows.
+the ledger; `current_production()` is the ledger's production state, and
+`view` (imported on its own: it loads the lane) adds roles to the lane's facts
+and says which instances lane commands must protect.
 """
 
 from gb300lane.promote.housekeeping import history, prune
@@ -20,20 +22,19 @@ from gb300lane.promote.models import (
     TransitionReport,
     VerdictInfo,
 )
-from gb300lane.promote.ops import InstanceFact, LaneOps, LiveLaneOps, default_ops
+from gb300lane.promote.ops import InstanceFact, PromotionOps, default_ops
 from gb300lane.promote.state import current_production
-from gb300lane.promote.transitions import CRASH_ENV, crash_points, promote, rollback
+from gb300lane.promote.transitions import CrashHook, crash_points, promote, rollback
 
 __all__ = [
     "BootInfo",
-    "CRASH_ENV",
+    "CrashHook",
     "InFlight",
     "InstanceFact",
-    "LaneOps",
     "Ledger",
     "LedgerEvent",
-    "LiveLaneOps",
     "ProductionState",
+    "PromotionOps",
     "PruneReport",
     "Slot",
     "SmokeInfo",

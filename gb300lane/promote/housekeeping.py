@@ -12,8 +12,8 @@ from gb300lane.errors import StateError
 from gb300lane.promote.ledger import Ledger, ledger_path
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import LedgerEvent, PruneReport
-from gb300lane.promote.ops import LaneOps, default_ops
-from gb300lane.promote.state import explain
+from gb300lane.promote.ops import PromotionOps, default_ops
+from gb300lane.promote.state import explain, refuse_if_running
 
 
 def history() -> list[LedgerEvent]:
@@ -24,13 +24,15 @@ def history() -> list[LedgerEvent]:
         return ledger.events()
 
 
-def prune(*, keep: int = 0, dry_run: bool = False, ops: LaneOps | None = None) -> PruneReport:
+def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = None) -> PruneReport:
     """Remove kept instances the ledger recorded, except production, the rollback pair and the newest `keep`."""
     if keep < 0:
         raise StateError(f"prune --keep {keep}: expected 0 or more kept instances to leave in place")
     ops = ops or default_ops()
     with TransitionLock("prune"), Ledger() as ledger:
         open_tr = ledger.open_transition()
+        if open_tr is not None:
+            refuse_if_running(ledger, open_tr)
         if open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
             raise StateError(f"{ledger.path}: not pruning while a transition is unfinished: {text}")

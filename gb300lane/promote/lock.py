@@ -1,90 +1,102 @@
 """The transition lock: one promote, rollback, repair or prune at a time per state directory.
 
-An exclusive `flock` on `promote.lock`. The kernel drops it when the holder
-dies, so a kill -9 never leaves the lane locked; the file's text (pid, what,
-since) is only for the message a refused command prints.
+The lock is a flock on the state directory itself (`gb300lane.locks`), the
+directory that holds the ledger: nothing can delete it from under a running
+transition. Deleting `promote.lock`, the small file beside it that names the
+holder (pid, what, since) for messages, changes nothing about who holds the
+lock. The kernel drops a flock when its holder dies, so a kill -9 never
+leaves the lane locked.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import time
 from pathlib import Path
+from types import TracebackType
 
 from gb300lane import paths
 from gb300lane.errors import StateError
+from gb300lane.fsio import atomic_write
+from gb300lane.locks import FileLock, is_locked
 from gb300lane.promote.ledger import utcnow
 
-LOCK_FILE = "promote.lock"
-
-
-def lock_path() -> Path:
-    return paths.state_dir() / LOCK_FILE
+#: The file naming the lock's holder, for the message a refused command prints.
+HOLDER_FILE = "promote.lock"
 
 
 class TransitionLock:
     """Context manager holding the lock; refuses (StateError) when another process holds it."""
 
-    def __init__(self, what: str, *, path: Path | None = None, wait_s: float = 0.5) -> None:
+    def __init__(self, what: str, *, state_dir: Path | None = None, wait_s: float = 0.5) -> None:
         self.what = what
-        self.path = Path(path) if path else lock_path()
-        # A short wait absorbs `holder()` probes from `status`, which take the lock for microseconds.
+        self.dir = Path(state_dir) if state_dir else paths.state_dir()
+        # A short wait absorbs a second command started at the same moment.
         self.wait_s = wait_s
-        self._fd: int | None = None
+        self._lock: FileLock | None = None
+
+    @property
+    def holder_file(self) -> Path:
+        return self.dir / HOLDER_FILE
 
     def __enter__(self) -> TransitionLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    held = _read(self.path) or "another process"
-                    raise StateError(
-                        f"{self.path}: the lane is locked by {held}; only one promote, rollback or prune "
-                        "runs at a time: wait for it to finish (`gb300lane status` shows it)"
-                    ) from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} ({self.what}, since {utcnow()})\n".encode(), 0)
-        os.fsync(fd)
-        self._fd = fd
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"{self.dir}: cannot create the state directory ({exc.strerror or exc})") from exc
+        lock = FileLock(self.dir)
+        if not lock.acquire(wait_s=self.wait_s):
+            held = _read(self.holder_file) or "another process"
+            raise StateError(
+                f"{self.dir}: the lane is locked by {held}; only one promote, rollback or prune "
+                "runs at a time: wait for it to finish (`gb300lane status` shows it)"
+            )
+        try:
+            _write_holder(self.holder_file, f"pid {os.getpid()} ({self.what}, since {utcnow()})\n")
+        except BaseException:
+            lock.release()
+            raise
+        self._lock = lock
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            try:
-                os.ftruncate(self._fd, 0)
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                os.close(self._fd)
-                self._fd = None
-
-
-def holder(path: Path | None = None) -> str | None:
-    """Who holds the lock ('pid 123 (promote local-v27, since ...)'), or None when nobody does."""
-    path = Path(path) if path else lock_path()
-    if not path.exists():
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lock is None:
+            return
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read(path) or "another process"
-        fcntl.flock(fd, fcntl.LOCK_UN)
+            if self.holder_file.is_file():
+                self.holder_file.unlink()
+        except OSError:
+            pass  # the holder text is only for messages; the lock is released below either way
+        finally:
+            self._lock.release()
+            self._lock = None
+
+
+def _write_holder(path: Path, text: str) -> None:
+    if path.is_dir():
+        raise StateError(
+            f"{path} is a directory; it should be the small file that names the transition lock's holder. "
+            f"Remove it (`rmdir {path}`) and run the command again"
+        )
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        raise StateError(
+            f"{path}: cannot write the lock holder ({exc.strerror or exc}); check {path.parent} is writable"
+        ) from exc
+
+
+def holder(state_dir: Path | None = None) -> str | None:
+    """Who holds the lock ('pid 123 (promote local-v27, since ...)'), or None when nobody does."""
+    folder = Path(state_dir) if state_dir else paths.state_dir()
+    if not is_locked(folder):
         return None
-    finally:
-        os.close(fd)
+    return _read(folder / HOLDER_FILE) or "another process"
 
 
 def _read(path: Path) -> str:
     try:
         return path.read_text().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return ""

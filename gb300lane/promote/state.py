@@ -8,8 +8,13 @@ command that completes it or reverts it.
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
 from pathlib import Path
 
+import psutil
+
+from gb300lane.errors import StateError
 from gb300lane.promote import lock as lock_mod
 from gb300lane.promote.ledger import Ledger, Transition, ledger_path
 from gb300lane.promote.models import InFlight, ProductionState
@@ -64,11 +69,52 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
     return f"prune interrupted {where}; run `gb300lane prune` again to finish it", ("gb300lane prune",)
 
 
-def in_flight(ledger: Ledger, *, lock_path: Path | None = None) -> InFlight | None:
+def process_alive(tr: Transition) -> bool:
+    """True when the process that began `tr` still runs (the same process: not a later one given its pid)."""
+    try:
+        proc = psutil.Process(tr.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False  # killed, not yet reaped by its parent
+        created = proc.create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; whose it is cannot be told, so do not call it dead
+    try:
+        began = datetime.fromisoformat(tr.started_at).timestamp()
+    except ValueError:
+        return True
+    # A pid reused by a process started after the transition began is not its holder.
+    return created <= began + 1.0
+
+
+def running(tr: Transition, *, state_dir: Path | None = None) -> bool:
+    """True while a transition is being driven: the lock is held, or the process that began it is alive.
+
+    Both are asked, so neither a deleted holder file nor a lock taken some other
+    way makes a live transition look interrupted.
+    """
+    if lock_mod.holder(state_dir) is not None:
+        return True
+    # This process holds the lock for as long as it drives a transition; without it, it is not driving this one.
+    return tr.pid != os.getpid() and process_alive(tr)
+
+
+def refuse_if_running(ledger: Ledger, tr: Transition) -> None:
+    """StateError when the process that began `tr` is still alive (called with the lock held)."""
+    if tr.pid != os.getpid() and process_alive(tr):
+        raise StateError(
+            f"{ledger.path}: the {tr.kind} of {tr.recipe or 'kept instances'} begun by pid {tr.pid} is still "
+            f"running although it does not hold the lock on {ledger.path.parent}; wait for it to finish "
+            f"or stop that process, then run the command again"
+        )
+
+
+def in_flight(ledger: Ledger, *, state_dir: Path | None = None) -> InFlight | None:
     tr = ledger.open_transition()
     if tr is None:
         return None
-    crashed = lock_mod.holder(lock_path) is None
+    crashed = not running(tr, state_dir=state_dir)
     step, _ = describe_progress(ledger, tr)
     text, commands = explain(ledger, tr, crashed=crashed)
     return InFlight(
@@ -85,7 +131,7 @@ def in_flight(ledger: Ledger, *, lock_path: Path | None = None) -> InFlight | No
     )
 
 
-def current_production(*, ledger_file: Path | None = None, lock_path: Path | None = None) -> ProductionState | None:
+def current_production(*, ledger_file: Path | None = None, state_dir: Path | None = None) -> ProductionState | None:
     """Production, the rollback pair and any unfinished transition; None when nothing was ever promoted.
 
     Read-only apart from creating an empty ledger file's schema.
@@ -96,7 +142,7 @@ def current_production(*, ledger_file: Path | None = None, lock_path: Path | Non
     with Ledger(path) as ledger:
         prod = ledger.production()
         pair = ledger.rollback_pair()
-        flight = in_flight(ledger, lock_path=lock_path)
+        flight = in_flight(ledger, state_dir=state_dir)
         if prod is None and pair is None and flight is None:
             return None
         return ProductionState(

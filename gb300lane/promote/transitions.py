@@ -12,15 +12,14 @@ Invariants: production is stopped (and kept) before anything boots on its
 port, and the port is checked free before a boot, so two instances never
 serve it. Only `prune` removes an instance; here everything stopped is kept.
 
-Crash seam: `GB300LANE_CRASH_AT=<kind>.<step>` kills the process (exit 137,
-no cleanup) after the step's intent is journalled and before its side
-effect; `<kind>.<step>:after` kills it after the side effect, before `done`.
-A `crash_hook` callable receives the same point names in-process.
+Crash seam: a `crash_hook` callable receives the name of every point
+(`<kind>.<step>` after the step's intent is journalled and before its side
+effect, `<kind>.<step>:after` after the side effect, before `done`), so a test
+can die there; `gb300lane.testing.crash` does it like kill -9 for the CLI.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,10 +29,9 @@ from gb300lane.errors import LaneError, StateError
 from gb300lane.promote.ledger import Ledger, Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import BootInfo, Slot, TransitionReport
-from gb300lane.promote.ops import LaneOps, default_ops, wait_port_free
-from gb300lane.promote.state import explain
+from gb300lane.promote.ops import PromotionOps, default_ops, wait_port_free
+from gb300lane.promote.state import explain, refuse_if_running
 
-CRASH_ENV = "GB300LANE_CRASH_AT"
 CrashHook = Callable[[str], None]
 
 
@@ -59,7 +57,7 @@ class _Run:
     """One transition being driven: the ledger, the lane, the journal and the crash seam."""
 
     def __init__(
-        self, ledger: Ledger, ops: LaneOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False
+        self, ledger: Ledger, ops: PromotionOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False
     ) -> None:
         self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
         # True when this process picks up a transition a killed one began.
@@ -69,8 +67,6 @@ class _Run:
     def _point(self, name: str) -> None:
         if self.hook is not None:
             self.hook(name)
-        if os.environ.get(CRASH_ENV) == name:
-            os._exit(137)  # the test seam: die like kill -9, no cleanup, no finally
 
     @contextmanager
     def step(self, name: str, **detail: Any) -> Iterator[dict[str, Any]]:
@@ -130,7 +126,7 @@ def promote(
     resume: bool = False,
     port: int | None = None,
     dry_run: bool = False,
-    ops: LaneOps | None = None,
+    ops: PromotionOps | None = None,
     crash_hook: CrashHook | None = None,
 ) -> TransitionReport:
     """Make `recipe` production: verdict gate, stop-and-keep production, boot, smoke, record.
@@ -223,7 +219,7 @@ def _drive_promote(run: _Run) -> TransitionReport:
         if not exists:
             run.free_port()
             with run.step("boot_candidate", instance=instance, port=p["port"]) as out:
-                boot = run.ops.boot(recipe, port=p["port"], tag=p["tag"])
+                boot = run.ops.boot(recipe, port=p["port"], tag=p["tag"], baseline=prev["recipe"] if prev else None)
                 out["endpoint"] = boot.endpoint
         elif not running:
             run.free_port()
@@ -320,7 +316,7 @@ def _revert_promote(run: _Run, why: str, t0: float, *, kind: str = "promote_fail
 
 
 def rollback(
-    *, dry_run: bool = False, ops: LaneOps | None = None, crash_hook: CrashHook | None = None
+    *, dry_run: bool = False, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None
 ) -> TransitionReport:
     """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
 
@@ -441,13 +437,15 @@ def _revert_rollback(run: _Run, why: str) -> TransitionReport:
 def _open_or_close_prune(ledger: Ledger) -> Transition | None:
     """The unfinished transition, closing a killed prune (its removals are idempotent) on the way."""
     tr = ledger.open_transition()
+    if tr is not None:
+        refuse_if_running(ledger, tr)
     if tr is not None and tr.kind == "prune":
         ledger.finish(tr.id, "interrupted")
         return None
     return tr
 
 
-def _endpoint(ops: LaneOps, instance: str, port: int) -> str:
+def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:
     """The instance's endpoint as the lane recorded it (loopback on the port when it has none)."""
     for f in ops.instances():
         if f.name == instance and f.endpoint:
@@ -455,7 +453,7 @@ def _endpoint(ops: LaneOps, instance: str, port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def _fact(ops: LaneOps, instance: str | None) -> tuple[bool, bool]:
+def _fact(ops: PromotionOps, instance: str | None) -> tuple[bool, bool]:
     """(exists, running) for an instance, read from the lane now."""
     if not instance:
         return False, False

@@ -27,6 +27,8 @@ LABEL_FINGERPRINT = "gb300lane.fingerprint"
 LABEL_RUN = "gb300lane.run"
 LABEL_ARM = "gb300lane.arm"
 LABEL_INSTANCE = "gb300lane.instance"
+#: The host port a lane container serves on: several runtimes, one host, one port each.
+LABEL_PORT = "gb300lane.port"
 #: Which state directory created a container: leftovers are looked for only
 #: among containers this state directory owns, so two states (two test runs,
 #: two users) on one Docker engine never take each other's containers down.
@@ -81,6 +83,8 @@ class Runtime(abc.ABC):
     """A place to run containers. Errors are `RuntimeUnavailable` or `BootError`, never third-party."""
 
     name: str = ""
+    #: Whether `create` may pull a missing image (only the docker runtime has images to pull).
+    pull: bool = False
 
     @abc.abstractmethod
     def create(self, spec: SpecLike) -> ContainerInfo:

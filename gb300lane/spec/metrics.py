@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
@@ -42,6 +43,14 @@ class MetricsScrape(FrozenModel):
     )
 
 
+def _families(text: str, source: str) -> list[Metric]:
+    """The one call into prometheus-client's parser; its bare errors become a MetricsError naming the source."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except Exception as exc:  # the parser raises bare ValueError/TypeError on bad lines
+        raise MetricsError(f"{source}: not Prometheus text exposition ({exc}); save the body of GET /metrics") from exc
+
+
 def _sample_name(name: str) -> str:
     return name if name.endswith("_total") else name + "_total"
 
@@ -52,11 +61,7 @@ def parse_metrics_text(text: str, *, model_name: str | None = None, source: str 
     `model_name` narrows a scrape that serves several models; `source` names
     the file or URL in errors.
     """
-    try:
-        families = list(text_string_to_metric_families(text))
-    except Exception as exc:  # the parser raises bare ValueError/TypeError on bad lines
-        raise MetricsError(f"{source}: not Prometheus text exposition ({exc}); save the body of GET /metrics") from exc
-
+    families = _families(text, source)
     samples = [s for fam in families for s in fam.samples if not s.name.endswith(("_created", "_bucket"))]
     models = sorted({s.labels["model_name"] for s in samples if "model_name" in s.labels})
     if model_name is None and len(models) > 1:
@@ -107,6 +112,51 @@ def _int_label(labels: dict[str, str], key: str, name: str, source: str) -> int:
         return int(labels[key])
     except (KeyError, ValueError) as exc:
         raise MetricsError(f"{source}: {name} needs an integer {key!r} label; got {labels}") from exc
+
+
+#: Names whose growth since boot means a client asked the engine for work.
+REQUEST_SERIES = {
+    "vllm:request_success_total": "requests_finished",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+}
+
+
+class RequestCounts(FrozenModel):
+    """Work clients asked of the engine, summed over labels; None where the series is absent."""
+
+    requests_finished: float | None = Field(default=None, description="vllm:request_success_total, all reasons.")
+    requests_running: float | None = Field(default=None, description="vllm:num_requests_running.")
+    requests_waiting: float | None = Field(default=None, description="vllm:num_requests_waiting.")
+    prompt_tokens: float | None = Field(default=None, description="vllm:prompt_tokens_total.")
+
+    @property
+    def requests_seen(self) -> float | None:
+        """Finished plus in flight: every request a client has sent, or None when unmeasurable."""
+        parts = [self.requests_finished, self.requests_running, self.requests_waiting]
+        if self.requests_finished is None:
+            return None
+        return sum(p for p in parts if p is not None)
+
+
+def parse_request_counts(text: str, *, source: str = "/metrics") -> RequestCounts:
+    """Sum the request series of a /metrics scrape (the foreign-client check reads these).
+
+    A declared family with no samples yet (a labelled counter never incremented)
+    has counted zero; a series that is not declared at all stays unknown (None).
+    """
+    families = _families(text, source)
+    sums: dict[str, float] = {}
+    for family in families:
+        for name in (family.name, family.name + "_total"):
+            if name in REQUEST_SERIES:
+                sums.setdefault(REQUEST_SERIES[name], 0.0)
+        for sample in family.samples:
+            if sample.name in REQUEST_SERIES:
+                field = REQUEST_SERIES[sample.name]
+                sums[field] = sums.get(field, 0.0) + float(sample.value)
+    return RequestCounts(**sums)
 
 
 def _backwards(name: str, old: float, new: float) -> MetricsError:

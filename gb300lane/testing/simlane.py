@@ -1,6 +1,6 @@
 """A lane simulated in one JSON file: instances, ports, boots, smoke outcomes and verdicts.
 
-It implements `LaneOps` the way the real runtimes behave where promotion cares:
+A test double: it implements `gb300lane.promote.PromotionOps` the way the real runtimes behave where promotion cares:
 a boot on a port something already listens on fails, a stopped instance is
 kept until removed, a kept instance restarts on its own port. Because its
 state is a file, a CLI process can be killed mid-transition (`kill -9`) and the
@@ -11,9 +11,7 @@ machine can be driven. Select it with `GB300LANE_LANE_OPS=sim:<file>`.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +20,7 @@ from typing import Any
 
 from gb300lane.errors import BootError, RecipeError, StateError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
+from gb300lane.locks import FileLock
 from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
 from gb300lane.promote.ops import InstanceFact
 
@@ -29,7 +28,7 @@ LANE_NAME = "lane"
 
 
 class SimLane:
-    """`LaneOps` over a JSON file; every call reads, changes and writes it under a file lock."""
+    """`PromotionOps` over a JSON file; every call reads, changes and writes it under a file lock."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -55,17 +54,11 @@ class SimLane:
 
     @contextmanager
     def _state(self, write: bool = True) -> Iterator[dict[str, Any]]:
-        lock = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with FileLock(self.path.with_name(self.path.name + ".lock")):
             state = json.loads(self.path.read_text())
             yield state
             if write:
                 atomic_write(self.path, dumps_json(state))
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def set_recipe(self, name: str, **cfg: Any) -> None:
         """Change a simulated recipe's outcomes (e.g. fail_smoke=True) between commands."""
@@ -85,7 +78,7 @@ class SimLane:
         with self._state(write=False) as st:
             return sorted(n for n, i in st["instances"].items() if i["running"] and i["port"] == port)
 
-    # -- LaneOps -----------------------------------------------------------------------------
+    # -- PromotionOps -----------------------------------------------------------------------------
 
     def _cfg(self, st: dict[str, Any], recipe: str) -> dict[str, Any]:
         if recipe not in st["recipes"]:
@@ -102,7 +95,7 @@ class SimLane:
     def plan_instance(self, recipe: str, tag: str) -> str:
         return f"{LANE_NAME}-{tag}"
 
-    def boot(self, recipe: str, *, port: int, tag: str) -> BootInfo:
+    def boot(self, recipe: str, *, port: int, tag: str, baseline: str | None = None) -> BootInfo:
         name = self.plan_instance(recipe, tag)
         fp, _ = self.describe(recipe)
         with self._state() as st:

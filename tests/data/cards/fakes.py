@@ -7,10 +7,13 @@ controls and the rounds exactly where a gate should pass or fail.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gb300lane.bench.models import CellResult, RequestRecord, SpecStats, WindowResult
 from gb300lane.bench.stats import Percentiles
+from gb300lane.cards.run import ForeignCount
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.report import BootReport
 
@@ -89,28 +92,26 @@ class FakeLane:
         self.calls: list[tuple[str, ...]] = []
         self._arm_by_endpoint: dict[str, str] = {}
 
-    def ops(self):
-        from gb300lane.cards.run import LaneOps
+    def ops(self) -> FakeLane:
+        """The fake is itself a `gb300lane.cards.ArmOps`."""
+        return self
 
-        return LaneOps(up=self.up, stop=self.stop, discard=self.discard, foreign=self.foreign,
-                       run_window=self.run_window)
-
-    def up(self, recipe: str, *, dark: bool, arm: str, check_keys: Any = None, **kw: Any) -> BootReport:
-        assert dark is True
+    @contextmanager
+    def instance(self, recipe: str, *, arm: str, check_keys: Any = None, **kw: Any) -> Iterator[BootReport]:
         self.calls.append(("up", arm, recipe))
         cand = self.card.candidate
         rep = boot_report(arm, recipe, rejection="block" if arm == cand.name else "standard")
         self._arm_by_endpoint[rep.endpoint] = arm
-        return rep
-
-    def stop(self, instance: str) -> None:
-        self.calls.append(("stop", instance))
+        try:
+            yield rep
+        finally:
+            self.calls.append(("stop", rep.instance))
 
     def discard(self, recipe: str, arm: str) -> None:
         self.calls.append(("discard", arm))
 
-    def foreign(self, endpoint: str, sent: float) -> dict[str, Any]:
-        return {"foreign_clients": 0, "check": {"sent": sent}}
+    def foreign(self, endpoint: str, sent: float) -> ForeignCount:
+        return ForeignCount(foreign_clients=0, check={"sent": sent})
 
     def run_window(self, endpoint: str, window: Any, **kw: Any) -> WindowResult:
         arm = self._arm_by_endpoint[endpoint]

@@ -1,0 +1,68 @@
+"""After readiness: gather what the instance actually runs with, run the boot checks, write the boot report.
+
+Facts come from the runtime and the host, never from the rendered spec: the
+log since this start (autotune hash, KV pool), the main container's actual
+argv and env, the listening socket and /metrics (dark lanes). The checks
+themselves are pure functions in `checks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gb300lane.lane import checks, facts, instances, logparse
+from gb300lane.lane.checkkeys import expected_values
+from gb300lane.lane.foreign import foreign_clients
+from gb300lane.lane.report import BootReport, write_report
+from gb300lane.recipes import ContainerSpec, Recipe
+from gb300lane.runtime import ProcessRuntime, Runtime
+from gb300lane.runtime.process import mounted_env
+
+
+def check_booted(
+    rt: Runtime,
+    rec: instances.InstanceRecord,
+    recipe: Recipe,
+    specs: Sequence[ContainerSpec],
+    prediction: checks.Prediction,
+    started: float,
+    boot_s: float,
+    expected_s: float | None,
+    pre: Sequence[checks.CheckResult],
+) -> BootReport:
+    """Run every boot check on a ready instance and write its boot report."""
+    main = specs[0]
+    info = rt.inspect(main.name)
+    log_facts = logparse.parse(rt.logs(main.name, since=started))
+    env_baseline = {**rt.image_env(main.image), **rt.base_env(main.name)}
+    spec_env = dict(main.env)
+    if isinstance(rt, ProcessRuntime):
+        # No mount namespace: the process is handed the host side of a mounted path (VLLM_CACHE_ROOT).
+        spec_env = mounted_env(spec_env, main.volumes)
+    expected_env = {**env_baseline, **spec_env}
+    if rt.name == "process" and main.device_ids:
+        expected_env["CUDA_VISIBLE_DEVICES"] = ",".join(main.device_ids)
+    results = [
+        *pre,
+        checks.check_autotune(prediction, log_facts, boot_s),
+        checks.check_flags(info.argv, expected_values(recipe, list(rec.check_keys))),
+        checks.check_env(
+            info.env, expected_env,
+            baseline_note=(
+                "recipe env + the image's default env (docker inspect of the image)" if rt.name == "docker"
+                else "recipe env + PATH/HOME/LANG/VLLM_CACHE_ROOT... passed through from the invoking shell"
+            ),
+        ),  # fmt: skip
+        checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
+    ]
+    if rec.dark:
+        results.append(checks.check_bind(facts.listeners(rec.port), rec.port))
+        results.append(foreign_clients(rec.endpoint))
+    report = BootReport(
+        instance=rec.name, lane=rec.lane, recipe=rec.recipe, arm=rec.arm, run=rec.run, runtime=rt.name,
+        fingerprint=rec.fingerprint, compile_hash=log_facts.compile_hash, endpoint=rec.endpoint,
+        served_model=rec.served_model, dark=rec.dark, containers=rec.containers, started_at=started,
+        boot_seconds=round(boot_s, 3), expected_boot_seconds=expected_s,
+        engine_boot_seconds=log_facts.engine_logged_seconds, checks=tuple(results),
+    )  # fmt: skip
+    return write_report(report)
