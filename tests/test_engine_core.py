@@ -296,7 +296,7 @@ def test_the_markov_fix_up_raises_acceptance_inside_the_block(model):
     assert rates[1.0] > rates[0.0], rates
 
 
-@pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 0.999999}])
+@pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"top_p": 1e-300}, {"min_p": 0.999999}, {"min_p": 1.0}])
 def test_truncated_sampling_at_temperature_one_reduces_to_greedy(model, params):
     prompts = _prompts(model, "prose", 3)
     texts = []

@@ -48,11 +48,11 @@ import numpy as np
 from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.drafter import DSparkDrafter
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
+from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_rows
 from gb300lane.engine.streams import ACCEPT, DRAFT, SAMPLE, boot_key, request_key, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
 from gb300lane.spec import verify
 
-GREEDY_TEMPERATURE = 1e-5
 #: Relative move of the target's interpolation weights between boots (see the module docstring);
 #: sized so that seeded controls on two boots differ as the write-up's do (about 0.5% in
 #: tokens/step at its window sizes; benchmarks/fidelity.py measures it).
@@ -73,18 +73,6 @@ class StepTimeModel:
             self.base_s + self.per_slot_s * batch * (k + 1)
             + self.per_context_token_s * context_tokens + self.prefill_per_token_s * prefill_tokens
         )
-
-
-@dataclass
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 16
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    seed: int | None = None
-    top_k: int = -1
-    min_p: float = 0.0
 
 
 @dataclass
@@ -211,6 +199,7 @@ class EngineCore:
         self._arrivals = 0
 
     def add(self, seq: Sequence) -> None:
+        seq.params.check()
         if seq.stream_key is None:
             seq.stream_key = (
                 request_key(seq.params.seed) if seq.params.seed is not None else unseeded_key(self.seed, self._arrivals)
@@ -337,38 +326,7 @@ class EngineCore:
         p = self.model.target_probs(np.repeat(classes, k + 1), c2, c1, self._numerics).reshape(batch, k + 1, vocab)
         for row, seq in enumerate(seqs):
             params = seq.params
-            if not greedy[row] and abs(temps[row] - 1.0) > 1e-9:
-                block = p[row].astype(np.float64)
-                np.power(block, 1.0 / temps[row], out=block)
-                block /= block.sum(axis=1, keepdims=True)
-                p[row] = block
-            if not greedy[row]:
-                if params.top_k > 0 and params.top_k < vocab:
-                    block = p[row]
-                    kth = np.partition(block, vocab - params.top_k, axis=1)[:, vocab - params.top_k, None]
-                    block[block < kth] = 0.0
-                    block /= block.sum(axis=1, keepdims=True)
-                if params.top_p < 1.0:
-                    p[row] = _top_p(p[row], params.top_p)
-                if params.min_p > 0.0:
-                    block = p[row]
-                    block[block < params.min_p * block.max(axis=1, keepdims=True)] = 0.0
-                    block /= block.sum(axis=1, keepdims=True)
-            short = params.min_tokens - len(seq.output_ids)
-            if short > 0 and not params.ignore_eos:
-                rows = p[row, : min(short, k + 1)]
-                rows[:, EOS_ID] = 0.0
-                rows /= rows.sum(axis=1, keepdims=True)
+            short = 0 if params.ignore_eos else min(max(params.min_tokens - len(seq.output_ids), 0), k + 1)
+            if short or not (params.plain or params.greedy):
+                p[row] = shape_rows(p[row], params, ban_eos=short)
         return p
-
-
-def _top_p(rows: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of tokens whose mass reaches top_p, renormalised (vLLM's nucleus)."""
-    order = np.argsort(-rows, axis=1, kind="stable")
-    sorted_p = np.take_along_axis(rows, order, axis=1)
-    cum = np.cumsum(sorted_p, axis=1)
-    keep_sorted = (cum - sorted_p) < top_p
-    keep = np.zeros_like(keep_sorted)
-    np.put_along_axis(keep, order, keep_sorted, axis=1)
-    out = np.where(keep, rows, 0.0)
-    return (out / out.sum(axis=1, keepdims=True)).astype(rows.dtype)

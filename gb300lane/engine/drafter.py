@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from gb300lane.engine.model import BuiltinModel
+from gb300lane.engine.sampling import GREEDY_TEMPERATURE
 
 #: Weight of the Markov bias. 1.0 makes the fixed-up slot the product of the
 #: two experts (anchor table and bigram) with the shared unigram counted once.
@@ -87,8 +88,8 @@ class DSparkDrafter:
         q = np.zeros((batch, k, self.vocab), dtype=np.float32)
         if k == 0 or batch == 0:
             return drafts, q
-        greedy_rows = temperatures < 1e-5
-        inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, 1e-5))[:, None]
+        greedy_rows = temperatures < GREEDY_TEMPERATURE
+        inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
         rows = np.arange(batch)
         model = self.model
         pair = model.pair_rows(classes, anchor_prev, anchors)
