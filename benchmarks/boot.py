@@ -114,7 +114,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="gb300lane-boot-bench-"))
     recipes = work / "recipes"
     recipes.mkdir()
-    for f in (paths.PROJECT_ROOT / "recipes").glob("*.yaml"):
+    for f in paths.shipped("recipes").glob("*.yaml"):
         shutil.copy(f, recipes / f.name)
     body = {
         "schema_version": 1, "name": "bench-boot", "extends": "local-v27", "description": "boot benchmark",

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+from gb300lane.paths import shipped
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,9 +48,9 @@ def _free_port() -> int:
 
 
 def write_recipes(dest: Path, time_scale: float) -> str:
-    """local-v26 / local-v27 from the checkout, on free ports, with a one-window smoke; returns the lane name."""
+    """local-v26 / local-v27 as shipped, on free ports, with a one-window smoke; returns the lane name."""
     dest.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load((ROOT / "recipes" / "local-v26.yaml").read_text())
+    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
     base["lane"]["port"] = _free_port()
     # A lane name of its own: Docker is shared, and cleanup removes only this lane's instances.
     base["lane"]["name"] = f"rollback-bench-{base['lane']['port']}"
@@ -59,7 +61,7 @@ def write_recipes(dest: Path, time_scale: float) -> str:
         window = gate["window"]
         window.update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((ROOT / "recipes" / "local-v27.yaml").read_text())
+    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
     return str(base["lane"]["name"])
 
 

@@ -1,44 +1,73 @@
-"""Where things live: recipes, results, the lane state directory.
+"""Where things live: what the package ships, what the user has, and the lane state.
 
-Each location can be overridden by an environment variable so that tests and
-several lanes on one host never share state by accident.
+What the tool ships (the recipes, the cards, the write-up's transcribed
+receipts, the vLLM schema snapshots) lives inside the package under
+`gb300lane/data/` and is found with `importlib.resources`, so an installed
+wheel reads exactly what a checkout reads. A user's own `recipes/` and
+`cards/` in the working directory come first (a file there shadows the shipped
+one of the same name); their results go to `./results`. Each location can be
+overridden by an environment variable so that tests and several lanes on one
+host never share state by accident.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
-#: The repository root when running from a checkout (editable install).
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from gb300lane.errors import StateError
+
+#: The package that holds the shipped data files.
+DATA_PACKAGE = "gb300lane.data"
 
 
-def recipes_dir() -> Path:
-    """`GB300LANE_RECIPES_DIR`, else `./recipes` when it exists, else the checkout's `recipes/`."""
-    env = os.environ.get("GB300LANE_RECIPES_DIR")
+def shipped(*parts: str) -> Path:
+    """A file or folder the package ships under `gb300lane/data/`, located with importlib.resources.
+
+    Recipes and receipts are read as folders (globbed, hashed file by file),
+    so the package must be installed as files on disk, which pip always does.
+    """
+    found = resources.files(DATA_PACKAGE).joinpath(*parts)
+    if not isinstance(found, Path):
+        raise StateError(
+            f"{DATA_PACKAGE}/{'/'.join(parts)} is inside an archive ({found!r}); "
+            "install gb300lane with pip (as files) rather than running it from a zip"
+        )
+    return found
+
+
+def _search(env_name: str, local: str, shipped_name: str) -> tuple[Path, ...]:
+    env = os.environ.get(env_name)
     if env:
-        return Path(env)
-    cwd = Path.cwd() / "recipes"
-    if cwd.is_dir():
-        return cwd
-    return PROJECT_ROOT / "recipes"
+        return (Path(env),)
+    cwd = Path.cwd() / local
+    return ((cwd,) if cwd.is_dir() else ()) + (shipped(shipped_name),)
 
 
-def templates_dir() -> Path:
-    """`GB300LANE_TEMPLATES_DIR`, else the checkout's `templates/`."""
-    env = os.environ.get("GB300LANE_TEMPLATES_DIR")
-    return Path(env) if env else PROJECT_ROOT / "templates"
+def recipe_dirs() -> tuple[Path, ...]:
+    """Where recipe names are looked up, first match first.
+
+    `GB300LANE_RECIPES_DIR` alone when set; else `./recipes` (when it exists),
+    then the shipped recipes.
+    """
+    return _search("GB300LANE_RECIPES_DIR", "recipes", "recipes")
+
+
+def card_dirs() -> tuple[Path, ...]:
+    """Where card names are looked up, first match first: `GB300LANE_CARDS_DIR` alone, else `./cards`, then the shipped cards."""
+    return _search("GB300LANE_CARDS_DIR", "cards", "cards")
 
 
 def results_dir() -> Path:
-    """`GB300LANE_RESULTS_DIR`, else `./results` when it exists, else the checkout's `results/`."""
+    """Where card receipts are written: `GB300LANE_RESULTS_DIR`, else `./results` (created on first write)."""
     env = os.environ.get("GB300LANE_RESULTS_DIR")
-    if env:
-        return Path(env)
-    cwd = Path.cwd() / "results"
-    if cwd.is_dir():
-        return cwd
-    return PROJECT_ROOT / "results"
+    return Path(env) if env else Path.cwd() / "results"
+
+
+def writeup_receipts_dir() -> Path:
+    """The write-up's transcribed receipts, shipped read-only with the package."""
+    return shipped("receipts")
 
 
 def state_dir() -> Path:

@@ -1,15 +1,18 @@
 """Test isolation and the `docker` marker.
 
 Every test gets its own state directory, results directory and vLLM cache root,
-so no test sees another's lane. Tests marked `docker` need a Docker engine:
-where none answers they fail with a message that says so, unless
-GB300LANE_SKIP_DOCKER=1 is set, in which case they are skipped.
+so no test sees another's lane. Tests marked `docker` need a Docker engine and
+tests marked `compose` need `docker compose` or `docker-compose`: where the
+component is missing they fail with a message that says so, unless the skip
+variable (GB300LANE_SKIP_DOCKER=1, GB300LANE_SKIP_COMPOSE=1) is set, in which
+case they are skipped.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,19 +34,37 @@ def _docker_problem() -> str | None:
     return _docker_state["problem"]
 
 
+def _compose_problem() -> str | None:
+    if shutil.which("docker-compose"):
+        return None
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return None
+    return "neither `docker compose` (the v2 plugin) nor `docker-compose` is installed"
+
+
+#: marker -> (skip variable, what to install, probe returning the problem or None)
+_COMPONENTS = {
+    "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
+    "compose": ("GB300LANE_SKIP_COMPOSE", "install docker-compose (apt-get install docker-compose)", _compose_problem),
+}
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("docker") is None:
-        return
-    if os.environ.get("GB300LANE_SKIP_DOCKER") == "1":
-        pytest.skip("GB300LANE_SKIP_DOCKER=1: Docker tests skipped")
-    problem = _docker_problem()
-    if problem:
-        pytest.fail(
-            "this test needs a Docker engine and none answers "
-            f"(DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}: {problem}); "
-            "start the engine, or set GB300LANE_SKIP_DOCKER=1 to skip Docker tests",
-            pytrace=False,
-        )
+    for marker, (skip_var, fix, probe) in _COMPONENTS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        if os.environ.get(skip_var) == "1":
+            pytest.skip(f"{skip_var}=1: {marker} tests skipped")
+        problem = probe()
+        if problem:
+            where = f" (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')})" if marker == "docker" else ""
+            pytest.fail(
+                f"this test needs {marker} and it does not answer{where}: {problem}; "
+                f"{fix}, or set {skip_var}=1 to skip {marker} tests",
+                pytrace=False,
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +82,7 @@ def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     folder = tmp_path / "recipes"
     folder.mkdir()
-    for f in (paths.PROJECT_ROOT / "recipes").glob("*.yaml"):
+    for f in (paths.shipped("recipes")).glob("*.yaml"):
         shutil.copy(f, folder / f.name)
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
     yield folder

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gb300lane.bench.catalog import STANDARD_WINDOWS, resolve_window, standard_window, with_overrides
 from gb300lane.cli.main import app
 from gb300lane.errors import BenchError
-from gb300lane.paths import PROJECT_ROOT
+from gb300lane.paths import shipped
 from gb300lane.recipes import load_recipe
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
@@ -102,7 +102,7 @@ def test_smoke_command_exit_code_follows_the_gates(lane, tmp_path, monkeypatch):
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     for name in ("local-v26.yaml", "local-v27.yaml"):
-        shutil.copy(PROJECT_ROOT / "recipes" / name, recipes / name)
+        shutil.copy(shipped("recipes") / name, recipes / name)
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     res = runner.invoke(app, ["smoke", "local-v27", "--endpoint", lane.url])
     assert res.exit_code == 0, res.output
@@ -148,7 +148,7 @@ def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     for name in ("local-v26.yaml", "local-v27.yaml"):
-        shutil.copy(PROJECT_ROOT / "recipes" / name, recipes / name)
+        shutil.copy(shipped("recipes") / name, recipes / name)
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     control = tmp_path / "control.json"
     res = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "t0-parity", "--lane", "local-v26"])
@@ -170,7 +170,7 @@ def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
 def test_bench_lane_resolves_endpoint_model_and_fingerprint_from_the_recipe(lane, tmp_path, monkeypatch):
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    text = (PROJECT_ROOT / "recipes" / "local-v26.yaml").read_text()
+    text = (shipped("recipes") / "local-v26.yaml").read_text()
     assert "port: 30106" in text
     (recipes / "local-v26.yaml").write_text(text.replace("port: 30106", f"port: {lane.port}"))
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))

@@ -67,3 +67,19 @@ def test_gates_hash_tracks_gates_not_prose() -> None:
     d = _mini()
     d["windows"][0]["forced_tokens"] = 65
     assert gates_hash(_parse(d)) != h
+
+
+def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gb300lane import paths
+    from gb300lane.cards.schema import known_cards, resolve_card_path
+
+    monkeypatch.delenv("GB300LANE_CARDS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_card_path("local-br1") == paths.shipped("cards") / "local-br1.yaml"
+    (tmp_path / "cards").mkdir()
+    mine = tmp_path / "cards" / "local-br1.yaml"
+    mine.write_text((paths.shipped("cards") / "local-br1.yaml").read_text())
+    assert resolve_card_path("local-br1") == mine
+    assert {p.stem for p in known_cards()} >= {"local-br1", "local-br2", "br1-block-verification"}
+    with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, local-br1"):
+        resolve_card_path("no-such-card")

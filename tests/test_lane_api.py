@@ -9,8 +9,10 @@ from typer.testing import CliRunner
 
 import gb300lane.lane as lane
 import gb300lane.runtime as runtime
-from gb300lane import paths
+from gb300lane.runtime.image import package_root
 from gb300lane.cli.main import app
+
+PACKAGE = package_root()
 
 
 def test_public_api_is_pinned_and_sorted() -> None:
@@ -25,8 +27,8 @@ def test_public_api_is_pinned_and_sorted() -> None:
 def test_only_runtime_docker_imports_the_docker_sdk() -> None:
     pattern = re.compile(r"^\s*(import docker\b|from docker\b)", re.MULTILINE)
     importers = sorted(
-        str(p.relative_to(paths.PROJECT_ROOT))
-        for p in (paths.PROJECT_ROOT / "gb300lane").rglob("*.py")
+        str(p.relative_to(PACKAGE.parent))
+        for p in PACKAGE.rglob("*.py")
         if pattern.search(p.read_text())
     )
     assert importers == ["gb300lane/runtime/docker.py"]

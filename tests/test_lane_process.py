@@ -25,7 +25,7 @@ from gb300lane.lane import instances
 from gb300lane.promote import view
 from gb300lane.runtime import ProcessRuntime
 
-SHIPPED = paths.PROJECT_ROOT / "recipes"
+SHIPPED = paths.shipped("recipes")
 
 
 def _free_port() -> int:

@@ -25,7 +25,7 @@ from gb300lane import lane
 from gb300lane import promote as pm
 from gb300lane.errors import StateError
 from gb300lane.lane.facts import listeners
-from gb300lane.paths import PROJECT_ROOT
+from gb300lane.paths import shipped
 from gb300lane.promote import view
 from gb300lane.testing.crash import CRASH_ENV
 
@@ -59,7 +59,7 @@ def _free_port() -> int:
 
 
 def _write_recipes(dest: Path, runtime: str) -> int:
-    base = yaml.safe_load((PROJECT_ROOT / "recipes" / "local-v26.yaml").read_text())
+    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
     port = _free_port()
     base["runtime"] = runtime
     base["lane"].update(port=port, name=f"pt{port}")
@@ -68,7 +68,7 @@ def _write_recipes(dest: Path, runtime: str) -> int:
     for gate in base["smoke"]["gates"]:
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((PROJECT_ROOT / "recipes" / "local-v27.yaml").read_text())
+    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
     bad = {
         "schema_version": 1, "name": "local-v27-bad", "extends": "local-v27",
         "description": "local-v27 with a smoke bound no lane meets",

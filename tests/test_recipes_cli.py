@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from gb300lane.cli.main import app as main_app
 from gb300lane.cli.recipes import recipes_app
+from gb300lane.paths import shipped
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = str(ROOT / "recipes")
+RECIPES = str(shipped("recipes"))
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +80,10 @@ def test_lint_exit_codes(app: typer.Typer, tmp_path: Path) -> None:
     assert ok.exit_code == 0 and "v27: ok" in ok.output
     warn = run(app, "recipes", "lint", "k9", "--recipes-dir", RECIPES)
     assert warn.exit_code == 0 and "[k-outside-trained-block]" in warn.output
-    text = (ROOT / "recipes" / "local-v27.yaml").read_text().replace("name: local-v27", "name: greedy")
+    text = (shipped("recipes") / "local-v27.yaml").read_text().replace("name: local-v27", "name: greedy")
     text += "  draft_sample_method: greedy\n"
     for parent in ("local-v26",):
-        (tmp_path / f"{parent}.yaml").write_text((ROOT / "recipes" / f"{parent}.yaml").read_text())
+        (tmp_path / f"{parent}.yaml").write_text((shipped("recipes") / f"{parent}.yaml").read_text())
     (tmp_path / "greedy.yaml").write_text(text)
     bad = run(app, "recipes", "lint", "greedy", "--recipes-dir", str(tmp_path))
     assert bad.exit_code == 1 and "[block-needs-probabilistic-drafts]" in bad.output
@@ -129,7 +129,7 @@ def test_group_is_registered_on_the_real_app() -> None:
 
 def test_list_shows_every_recipe_even_when_one_does_not_load(app: typer.Typer, tmp_path: Path) -> None:
     for name in ("local-v26", "local-v27"):
-        (tmp_path / f"{name}.yaml").write_text((ROOT / "recipes" / f"{name}.yaml").read_text())
+        (tmp_path / f"{name}.yaml").write_text((shipped("recipes") / f"{name}.yaml").read_text())
     (tmp_path / "broken.yaml").write_text("schema_version: 1\nname: broken\nextends: nowhere\n")
     result = run(app, "recipes", "list", "--recipes-dir", str(tmp_path), "--json")
     assert result.exit_code == 1

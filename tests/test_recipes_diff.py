@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
+from gb300lane.paths import shipped
 from gb300lane.recipes import diff_recipes, fingerprint, hash_values, load_recipe, validate_raw
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
+RECIPES = shipped("recipes")
 
 
 def recipe(name: str):

@@ -11,11 +11,12 @@ import pytest
 import yaml
 
 import gb300lane.recipes.rules as rules_module
+from gb300lane.paths import shipped
 from gb300lane.recipes import Recipe, lint, load_recipe, requires_acknowledgement, validate_raw
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
-CASES = yaml.safe_load((ROOT / "tests" / "golden" / "recipes" / "lint-cases.yaml").read_text(encoding="utf-8"))
+TESTS = Path(__file__).resolve().parent
+RECIPES = shipped("recipes")
+CASES = yaml.safe_load((TESTS / "golden" / "recipes" / "lint-cases.yaml").read_text(encoding="utf-8"))
 
 
 def with_keys(base: str, values: dict[str, Any]) -> Recipe:

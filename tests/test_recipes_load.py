@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from gb300lane import paths
 from gb300lane.errors import RecipeError
+from gb300lane.paths import shipped
 from gb300lane.recipes import Recipe, get_key, list_recipes, load_recipe
 from gb300lane.recipes.loader import deep_merge
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["k9", "local-k9", "local-v26", "local-v27", "v26", "v27"]
 
-BASE = (ROOT / "recipes" / "local-v26.yaml").read_text(encoding="utf-8")
+BASE = (shipped("recipes") / "local-v26.yaml").read_text(encoding="utf-8")
 
 
 def write(d: Path, name: str, text: str) -> Path:
@@ -24,14 +25,14 @@ def write(d: Path, name: str, text: str) -> Path:
 
 
 def test_shipped_recipes_load_and_list() -> None:
-    names = [s.name for s in list_recipes(ROOT / "recipes")]
+    names = [s.name for s in list_recipes(shipped("recipes"))]
     assert names == SHIPPED
     for name in SHIPPED:
-        assert isinstance(load_recipe(name, ROOT / "recipes"), Recipe)
+        assert isinstance(load_recipe(name, shipped("recipes")), Recipe)
 
 
 def test_v27_adds_exactly_block_verification_to_v26() -> None:
-    v26, v27 = load_recipe("v26", ROOT / "recipes"), load_recipe("v27", ROOT / "recipes")
+    v26, v27 = load_recipe("v26", shipped("recipes")), load_recipe("v27", shipped("recipes"))
     assert v27.extends == "v26"
     assert v26.speculative.rejection_sample_method == "standard"
     assert v27.speculative.rejection_sample_method == "block"
@@ -42,20 +43,20 @@ def test_v27_adds_exactly_block_verification_to_v26() -> None:
 
 
 def test_write_up_facts_on_the_real_lane() -> None:
-    v26 = load_recipe("v26", ROOT / "recipes")
+    v26 = load_recipe("v26", shipped("recipes"))
     assert v26.lane.port == 30006
     assert v26.kv_pool_tokens == 4_400_013
     assert v26.image.ref.endswith("nightly-af7f9488")
     assert v26.model.checkpoint.dspark_block_size == 5 and v26.model.checkpoint.mtp_stages == 3
     for key in ("speculative.num_speculative_tokens", "speculative.rejection_sample_method"):
         assert key not in v26.image.hash_inputs
-    local = load_recipe("local-v26", ROOT / "recipes")
+    local = load_recipe("local-v26", shipped("recipes"))
     assert (local.engine, local.runtime, local.lane.port, local.sidecar.port) == ("embedded", "process", 30106, 30107)
     assert local.engine_args.time_scale == 0.01 and local.gpus.main == ()
 
 
 def test_get_key_dotted() -> None:
-    v27 = load_recipe("v27", ROOT / "recipes")
+    v27 = load_recipe("v27", shipped("recipes"))
     assert get_key(v27, "speculative.rejection_sample_method") == "block"
     assert get_key(v27, "model.checkpoint.dspark_block_size") == 5
     with pytest.raises(RecipeError, match="no key 'speculative.nope'"):
@@ -228,3 +229,35 @@ def test_unknown_vllm_version_points_at_the_key(tmp_path: Path) -> None:
     line = text.splitlines().index('  vllm_version: "0.1.0"') + 1
     with pytest.raises(RecipeError, match=rf"bad\.yaml:{line}: image\.vllm_version = '0\.1\.0': no engine schema snapshot"):
         load_recipe("bad", tmp_path)
+
+
+def test_working_directory_recipes_come_first_and_may_extend_the_shipped_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GB300LANE_RECIPES_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert paths.recipe_dirs() == (paths.shipped("recipes"),)  # no ./recipes: the shipped ones only
+    (tmp_path / "recipes").mkdir()
+    write(tmp_path / "recipes", "mine", "schema_version: 1\nname: mine\nextends: v27\ndescription: my lane\n")
+    shadow = BASE.replace('description: "v26 on the embedded engine', 'description: "my own local-v26')
+    write(tmp_path / "recipes", "local-v26", shadow)
+    assert paths.recipe_dirs() == (tmp_path / "recipes", paths.shipped("recipes"))
+    assert load_recipe("mine").speculative.rejection_sample_method == "block"  # v27 from the package
+    assert load_recipe("local-v26").description.startswith("my own")
+    assert load_recipe("local-v27").description.startswith("v27 on the embedded engine")  # extends ./local-v26
+    listed = {s.name: s.path for s in list_recipes()}
+    assert listed["mine"] == "recipes/mine.yaml" and listed["local-v26"] == "recipes/local-v26.yaml"
+    assert listed["v27"] == str(paths.shipped("recipes") / "v27.yaml")
+
+
+def test_results_go_to_the_working_directory_and_shipped_data_is_package_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GB300LANE_RESULTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert paths.results_dir() == tmp_path / "results"
+    import gb300lane
+
+    package = Path(gb300lane.__file__).parent
+    for what in ("recipes", "cards", "receipts", "vllm-0.33.0-schema.json"):
+        assert paths.shipped(what).exists() and package in paths.shipped(what).parents

@@ -6,12 +6,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gb300lane.errors import RecipeError, RenderError
+from gb300lane.paths import shipped
 from gb300lane.recipes import (
     compact_json,
     fingerprint,
@@ -22,11 +26,12 @@ from gb300lane.recipes import (
     render_json,
     validate_raw,
 )
-from gb300lane.recipes.formats import write_rendered
+from gb300lane.recipes.formats import RESTART_POLICY, compose_dict, healthcheck_test, render_format, write_rendered
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
+RECIPES = shipped("recipes")
 GOLDEN = ROOT / "tests" / "golden" / "recipes"
+GOLDEN_COMPOSE = ROOT / "tests" / "golden" / "compose"
 UPDATE = os.environ.get("GB300LANE_UPDATE_GOLDEN") == "1"
 
 # (golden file stem, recipe, render kwargs)
@@ -125,7 +130,7 @@ def test_docker_run_script_quotes_every_value(tmp_path: Path) -> None:
     script.write_text(render_docker_run(lane), encoding="utf-8")
     out = subprocess.run(
         ["bash", "-c", 'docker() { printf "%s\\0" "$@"; printf "\\n\\0"; }; source "$1"', "_", str(script)],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, timeout=30,
     ).stdout
     calls = [c.strip("\0").split("\0") for c in out.split("\n\0") if c.strip("\0")]
     assert len(calls) == 2
@@ -149,29 +154,26 @@ def test_docker_run_quotes_hostile_values(tmp_path: Path) -> None:
     script.write_text(render_docker_run(lane), encoding="utf-8")
     out = subprocess.run(
         ["bash", "-c", 'cd "$2"; docker() { printf "%s\\0" "$@"; }; source "$1"', "_", str(script), str(tmp_path)],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, timeout=30,
     ).stdout
     assert "WEIRD=a b'c\"$(touch pwned)`x`;" in out.split("\0")
     assert not (tmp_path / "pwned").exists()
 
 
-def _compose_cli() -> list[str] | None:
+def _compose_cli() -> list[str]:
+    """`docker compose` (the v2 plugin) where present, else Debian's `docker-compose`; the `compose` marker checked one exists."""
     if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
         if probe.returncode == 0:
             return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    return None
+    return ["docker-compose"]
 
 
+@pytest.mark.compose
 @pytest.mark.parametrize("name", ["v27", "k9", "local-v27"])
 def test_compose_file_passes_compose_config(tmp_path: Path, name: str) -> None:
-    cli = _compose_cli()
-    if cli is None:
-        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
     path = write_rendered(render(load_recipe(name, RECIPES)), "compose", tmp_path)
-    result = subprocess.run([*cli, "-f", str(path), "config"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([*_compose_cli(), "-f", str(path), "config"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(result.stdout)
     lane = render(load_recipe(name, RECIPES))
@@ -179,23 +181,92 @@ def test_compose_file_passes_compose_config(tmp_path: Path, name: str) -> None:
         svc = config["services"][c.role]
         assert [*svc["entrypoint"], *svc["command"]] == list(c.argv)
         assert svc["network_mode"] == "host"
+        assert svc["restart"] == RESTART_POLICY
+        assert svc["healthcheck"]["test"] == healthcheck_test(c.health_url)
+    assert config["services"]["main"]["depends_on"] == {"sidecar": {"condition": "service_healthy"}}
 
 
+@pytest.mark.compose
 def test_compose_escapes_dollar_interpolation(tmp_path: Path) -> None:
     raw = load_recipe("local-v27", RECIPES).model_dump(mode="json")
     raw["env"] = {"PRICE": "$HOME and ${X}"}
-    text = render_compose(render(validate_raw(raw, "dollar")))
-    assert '"PRICE": "$$HOME and $${X}"' in text
+    lane = render(validate_raw(raw, "dollar"))
+    assert compose_dict(lane)["services"]["main"]["environment"]["PRICE"] == "$$HOME and $${X}"
+    path = write_rendered(lane, "compose", tmp_path)
+    result = subprocess.run([*_compose_cli(), "-f", str(path), "config"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "HOME": "/nowhere", "X": "interpolated"})
+    assert result.returncode == 0, result.stderr
+    # compose prints the escaped form back; what matters is that nothing was interpolated
+    env = yaml.safe_load(result.stdout)["services"]["main"]["environment"]
+    assert env["PRICE"] in ("$HOME and ${X}", "$$HOME and $${X}")
 
 
-def test_write_rendered_writes_nothing_when_a_template_fails(tmp_path: Path) -> None:
-    templates = tmp_path / "templates"
-    templates.mkdir()
-    (templates / "compose.yaml.j2").write_text("services: {{ lane.no_such_field }}\n", encoding="utf-8")
+def test_compose_is_built_as_data_with_health_dependency_and_restart() -> None:
+    lane = render(load_recipe("v27", RECIPES))
+    text = render_compose(lane)
+    assert text.startswith("# Rendered by gb300lane from recipe v27 (fingerprint ")
+    doc = yaml.safe_load(text)
+    assert doc == compose_dict(lane)
+    main, side = doc["services"]["main"], doc["services"]["sidecar"]
+    assert main["depends_on"] == {"sidecar": {"condition": "service_healthy"}} and "depends_on" not in side
+    for svc, c in ((main, lane.container("main")), (side, lane.container("sidecar"))):
+        assert svc["restart"] == "unless-stopped"
+        assert svc["healthcheck"]["test"][:2] == ["CMD", "python3"] and c.health_url in svc["healthcheck"]["test"][3]
+        assert svc["labels"] == c.labels and svc["container_name"] == c.name
+    assert main["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0"]
+    # no sidecar: nothing to depend on
+    raw = load_recipe("local-v27", RECIPES).model_dump(mode="json")
+    raw["sidecar"] = None
+    raw["env"] = {}
+    alone = compose_dict(render(validate_raw(raw, "alone")))
+    assert list(alone["services"]) == ["main"] and "depends_on" not in alone["services"]["main"]
+
+
+@pytest.mark.parametrize("stem", ["v27", "local-v27"])
+def test_compose_matches_golden(stem: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/var/cache/vllm")
+    actual = render_compose(render(load_recipe(stem, RECIPES)))
+    path = GOLDEN_COMPOSE / f"{stem}.yaml"
+    if UPDATE:
+        path.write_text(actual, encoding="utf-8")
+    assert path.is_file(), f"{path} missing; run with GB300LANE_UPDATE_GOLDEN=1 to create it"
+    assert actual == path.read_text(encoding="utf-8"), (
+        f"{stem}: rendered compose differs from {path}; if the change is intended, rerun with GB300LANE_UPDATE_GOLDEN=1"
+    )
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/health" else 503)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_healthcheck_probe_passes_on_200_and_fails_otherwise() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        for url, code in ((f"{base}/health", 0), (f"{base}/not-ready", 1)):
+            test = healthcheck_test(url)
+            assert test[:2] == ["CMD", "python3"]
+            probe = subprocess.run([sys.executable, *test[2:]], capture_output=True, timeout=30)
+            assert (probe.returncode == 0) == (code == 0), probe.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_write_rendered_writes_nothing_for_an_unknown_format(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with pytest.raises(RenderError, match="no_such_field"):
-        write_rendered(render(load_recipe("v27", RECIPES)), "compose", out, templates_dir=templates)
-    assert not out.exists() or not any(out.iterdir())
+    with pytest.raises(RenderError, match="not one of compose, docker-run, json"):
+        render_format(render(load_recipe("v27", RECIPES)), "helm")
+    with pytest.raises(RenderError):
+        write_rendered(render(load_recipe("v27", RECIPES)), "helm", out)
+    assert not out.exists()
 
 
 def test_render_of_a_bad_recipe_raises_before_writing(tmp_path: Path) -> None:

@@ -12,10 +12,11 @@ import pytest
 
 import gb300lane.recipes as recipes_pkg
 from gb300lane.errors import RecipeError
+from gb300lane.paths import shipped
 from gb300lane.recipes.engine_schema import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT = ROOT / "gb300lane" / "data" / "vllm-0.33.0-schema.json"
+SNAPSHOT = shipped("vllm-0.33.0-schema.json")
 
 
 def _script():

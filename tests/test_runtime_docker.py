@@ -17,7 +17,7 @@ from gb300lane import lane, paths
 from gb300lane.errors import BootError, RuntimeUnavailable
 from gb300lane.runtime import get_runtime
 
-SHIPPED = paths.PROJECT_ROOT / "recipes"
+SHIPPED = paths.shipped("recipes")
 
 
 def _free_port() -> int:

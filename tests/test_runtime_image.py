@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gb300lane import paths
 from gb300lane.runtime import image
 
 
@@ -14,7 +13,7 @@ def test_distributions_walk_the_requirements_minus_plots_and_the_docker_sdk() ->
 
 
 def test_project_source_is_the_engine_and_its_import_closure() -> None:
-    rel = {str(p.relative_to(paths.PROJECT_ROOT / "gb300lane")) for p in image.project_source_files()}
+    rel = {str(p.relative_to(image.package_root())) for p in image.project_source_files()}
     assert "engine/__main__.py" in rel and "__init__.py" in rel and "errors.py" in rel
     assert not any(r.startswith(("lane/", "runtime/", "cli/", "cards/", "promote/")) for r in rel)
     assert not any("__pycache__" in r for r in rel)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -25,7 +25,8 @@ from gb300lane.models import FrozenModel, format_validation_error
 BASE_CLASSES: tuple[str, ...] = ("prose", "structured", "code", "shell_ops", "tool_json")
 CLASSES: tuple[str, ...] = (*BASE_CLASSES, "mixed")
 
-TRANSCRIPTS_DIR = Path(__file__).resolve().parent / "transcripts"
+#: The shipped transcripts (package data, read through importlib.resources).
+TRANSCRIPTS_DIR = resources.files("gb300lane.bench") / "transcripts"
 
 
 class Transcript(FrozenModel):
@@ -49,7 +50,7 @@ class Transcript(FrozenModel):
 
 @cache
 def _load_file(cls: str) -> tuple[Transcript, ...]:
-    path = TRANSCRIPTS_DIR / f"{cls}.jsonl"
+    path = TRANSCRIPTS_DIR.joinpath(f"{cls}.jsonl")
     if not path.is_file():
         raise BenchError(f"{path}: transcript file missing; reinstall gb300lane (package data)")
     items: list[Transcript] = []

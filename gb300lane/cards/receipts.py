@@ -1,6 +1,6 @@
 """The receipts directory of a card: layout, registration, manifests and loading.
 
-    results/<date>-<card>/
+    results/<date>-<card>/    (./results, or GB300LANE_RESULTS_DIR)
       card.yaml                 the card file as registered
       registration.json         gates hash, card hash, recipes + fingerprints, host
       arms/<ARM>/attempt-<n>/   boot.json, foreign.json, windows/<window>.json
@@ -34,7 +34,7 @@ from gb300lane.cards.schema import Card, gates_hash, parse_card
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.models import FrozenModel
-from gb300lane.paths import results_dir
+from gb300lane.paths import results_dir, writeup_receipts_dir
 
 
 class RecipeRef(FrozenModel):
@@ -272,19 +272,24 @@ def find_receipts(card_name: str, base: Path | None = None) -> Receipts:
 
 
 def all_receipts(base: Path | None = None, card_name: str | None = None) -> list[Receipts]:
-    """Registered receipts directories, oldest registration first."""
-    base = base or results_dir()
-    if not base.is_dir():
-        return []
+    """Registered receipts directories, oldest registration first.
+
+    Without `base`: the results directory and the write-up's transcribed
+    receipts shipped with the package (read-only: scoring refuses them).
+    """
+    bases = [base] if base is not None else [results_dir(), writeup_receipts_dir()]
     out = []
-    for d in base.iterdir():
-        r = Receipts(d)
-        if not r.registration_file.is_file():
+    for b in bases:
+        if not b.is_dir():
             continue
-        try:
-            reg = r.registration()
-        except (ValueError, CardError):
-            continue
-        if card_name is None or reg.card == card_name:
-            out.append((reg.registered_at, d.name, r))
+        for d in b.iterdir():
+            r = Receipts(d)
+            if not r.registration_file.is_file():
+                continue
+            try:
+                reg = r.registration()
+            except (ValueError, CardError):
+                continue
+            if card_name is None or reg.card == card_name:
+                out.append((reg.registered_at, d.name, r))
     return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from gb300lane import paths
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes
 from gb300lane.models import FrozenModel, format_validation_error
-from gb300lane.paths import PROJECT_ROOT
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -228,28 +228,30 @@ def gates_hash(card: Card) -> str:
     return sha256_bytes(dumps_json(payload))
 
 
-def cards_dir() -> Path:
-    """`GB300LANE_CARDS_DIR`, else `./cards` when it exists, else the checkout's `cards/`."""
-    env = os.environ.get("GB300LANE_CARDS_DIR")
-    if env:
-        return Path(env)
-    cwd = Path.cwd() / "cards"
-    return cwd if cwd.is_dir() else PROJECT_ROOT / "cards"
+def known_cards() -> list[Path]:
+    """One file per card name across the card folders, the first folder's copy winning, sorted by name."""
+    found: dict[str, Path] = {}
+    for d in paths.card_dirs():
+        for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
+            found.setdefault(p.stem, p)
+    return [found[k] for k in sorted(found)]
 
 
 def resolve_card_path(ref: str | os.PathLike[str]) -> Path:
-    """A card argument is a path to a YAML file or a card name in cards/."""
+    """A card argument is a path to a YAML file, or a card name in ./cards or the shipped cards."""
     p = Path(ref)
+    where = " or ".join(str(d) for d in paths.card_dirs())
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
-            raise CardError(f"{p}: card file not found; pass a path to a card YAML or a name in {cards_dir()}")
+            raise CardError(f"{p}: card file not found; pass a path to a card YAML or a card name in {where}")
         return p
-    for suffix in (".yaml", ".yml"):
-        cand = cards_dir() / f"{ref}{suffix}"
-        if cand.is_file():
-            return cand
-    known = sorted(x.stem for x in cards_dir().glob("*.yaml")) if cards_dir().is_dir() else []
-    raise CardError(f"card {ref!r} not found in {cards_dir()}; known cards: {', '.join(known) or 'none'}")
+    for d in paths.card_dirs():
+        for suffix in (".yaml", ".yml"):
+            cand = d / f"{ref}{suffix}"
+            if cand.is_file():
+                return cand
+    known = [x.stem for x in known_cards()]
+    raise CardError(f"card {ref!r} not found in {where}; known cards: {', '.join(known) or 'none'}")
 
 
 def parse_card(text: str, source: str) -> Card:

@@ -22,7 +22,6 @@ from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
 from gb300lane.models import FrozenModel, format_validation_error
-from gb300lane.paths import results_dir
 
 
 class GateChange(FrozenModel):
@@ -256,7 +255,7 @@ def latest_verdict_for(recipe_name: str, base: Path | None = None) -> VerdictRef
     BR1's re-score).
     """
     best: tuple[str, int, VerdictRef] | None = None
-    for rec in all_receipts(base or results_dir()):
+    for rec in all_receipts(base):
         try:
             card = rec.card()
         except CardError:

@@ -1,7 +1,7 @@
 """The write-up's own cards, re-derived from their transcribed receipts.
 
 `reproduce_br1` / `reproduce_br2` recompute every figure of the write-up's
-BR1 and BR2 sections from `results/2026-10-26-*`, score the registered gates
+BR1 and BR2 sections from the receipts shipped in `gb300lane/data/receipts/`, score the registered gates
 over them (the pre-registered verdict), apply the write-up's re-score, and
 return the lines to print beside what the write-up states. Nothing is
 written: the transcribed receipts stay as shipped.
@@ -16,20 +16,20 @@ from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_ste
 from gb300lane.cards.receipts import Receipts
 from gb300lane.cards.verdicts import Verdict, transcribed_verdicts
 from gb300lane.errors import CardError
-from gb300lane.paths import PROJECT_ROOT
+from gb300lane.paths import writeup_receipts_dir
 
 BR1_DIR = "2026-10-26-br1-block-verification"
 BR2_DIR = "2026-10-26-br2-k-ladder-peerbench"
 
 
 def writeup_receipts(dirname: str) -> Receipts:
-    """The shipped receipts of a written-up card (always the checkout's results/, never an override)."""
-    rec = Receipts(PROJECT_ROOT / "results" / dirname)
+    """The shipped receipts of a written-up card (always the package's own, never an override)."""
+    rec = Receipts(writeup_receipts_dir() / dirname)
     if not rec.registration().transcribed:
         raise CardError(f"{rec.root}: expected the write-up's transcribed receipts (registration.transcribed true)")
     bad = rec.verify_manifest()
     if bad:
-        raise CardError(f"{rec.root}: files differ from manifest.json: {', '.join(bad)}; restore them from git")
+        raise CardError(f"{rec.root}: files differ from manifest.json: {', '.join(bad)}; reinstall gb300lane (or restore them from git)")
     return rec
 
 
@@ -168,4 +168,4 @@ def reproduce_writeup(which: str) -> list[str]:
 
 
 def writeup_dir(which: str) -> Path:
-    return PROJECT_ROOT / "results" / (BR1_DIR if which == "br1" else BR2_DIR)
+    return writeup_receipts_dir() / (BR1_DIR if which == "br1" else BR2_DIR)

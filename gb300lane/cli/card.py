@@ -136,9 +136,9 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
 @card_app.command("list", help="List card files and their registered receipts.")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     from gb300lane.cards import all_receipts
-    from gb300lane.cards.schema import cards_dir
+    from gb300lane.cards.schema import known_cards
 
-    files = sorted(cards_dir().glob("*.yaml")) if cards_dir().is_dir() else []
+    files = known_cards()
     regs = [(r.registration(), r) for r in all_receipts()]
     rows = [{"card": f.stem, "file": str(f), "receipts": [str(r.root) for reg, r in regs if reg.card == f.stem],
              "verdicts": [n for reg, r in regs if reg.card == f.stem for n in r.verdict_numbers()]} for f in files]

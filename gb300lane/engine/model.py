@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ from gb300lane.engine.streams import uniforms_at
 from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
 from gb300lane.fsio import sha256_bytes
 
-CORPORA_DIR = Path(__file__).parent / "corpora"
+#: The shipped corpora (package data, read through importlib.resources).
+CORPORA_DIR = resources.files("gb300lane.engine") / "corpora"
 CLASSES: tuple[str, ...] = ("prose", "structured", "code", "shell_ops", "tool_json")
 #: Index of the all-corpora layer (the `mixed` class) in class-keyed tables.
 MIXED = len(CLASSES)
@@ -54,7 +56,7 @@ _BUILD_VERSION = "3"
 
 def corpus_texts() -> dict[str, str]:
     """Class name -> corpus text (documents separated by the EOS piece)."""
-    return {name: (CORPORA_DIR / f"{name}.txt").read_text(encoding="utf-8") for name in CLASSES}
+    return {name: CORPORA_DIR.joinpath(f"{name}.txt").read_text(encoding="utf-8") for name in CLASSES}
 
 
 def cache_dir() -> Path:

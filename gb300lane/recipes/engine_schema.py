@@ -10,20 +10,21 @@ from __future__ import annotations
 import difflib
 import json
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
 from typing import Any, Callable
 
 from gb300lane.errors import RecipeError
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 
 @lru_cache(maxsize=8)
 def load_snapshot(vllm_version: str) -> dict[str, Any]:
     """The committed schema snapshot for one vLLM version."""
-    path = DATA_DIR / f"vllm-{vllm_version}-schema.json"
+    data = resources.files("gb300lane.data")
+    path = data.joinpath(f"vllm-{vllm_version}-schema.json")
     if not path.is_file():
-        have = sorted(p.name[len("vllm-"):-len("-schema.json")] for p in DATA_DIR.glob("vllm-*-schema.json"))
+        have = sorted(p.name[len("vllm-"):-len("-schema.json")] for p in data.iterdir()
+                      if p.name.startswith("vllm-") and p.name.endswith("-schema.json"))
         raise RecipeError(
             f"image.vllm_version = {vllm_version!r}: no engine schema snapshot ({path.name}); "
             f"snapshots exist for {', '.join(have) or 'none'}; run scripts/snapshot_vllm_schema.py on that wheel"

@@ -35,18 +35,35 @@ class RecipeSummary(FrozenModel):
     error: str | None = Field(default=None, description="Why the recipe does not load, if it does not.")
 
 
-def _dir(recipes_dir: Path | None) -> Path:
-    return Path(recipes_dir) if recipes_dir is not None else paths.recipes_dir()
+def _dirs(recipes_dir: Path | None) -> tuple[Path, ...]:
+    """The folders a name is looked up in, first match first (see `paths.recipe_dirs`)."""
+    return (Path(recipes_dir),) if recipes_dir is not None else paths.recipe_dirs()
 
 
-def recipe_path(name: str, recipes_dir: Path | None = None) -> Path:
-    """The file a recipe name refers to; names are stems, never paths."""
+def _find(name: str, dirs: tuple[Path, ...]) -> Path:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise RecipeError(
             f"recipe name {name!r} is not a recipe name: use letters, digits, '.', '_' or '-' "
             "(a name, not a path; recipes live in the recipes directory)"
         )
-    return _dir(recipes_dir) / f"{name}.yaml"
+    for d in dirs:
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    return dirs[0] / f"{name}.yaml"
+
+
+def recipe_path(name: str, recipes_dir: Path | None = None) -> Path:
+    """The file a recipe name refers to (the first folder that has it); names are stems, never paths."""
+    return _find(name, _dirs(recipes_dir))
+
+
+def _available(dirs: tuple[Path, ...]) -> list[Path]:
+    """One file per recipe name across the folders, the first folder's copy winning, sorted by name."""
+    found: dict[str, Path] = {}
+    for d in dirs:
+        for p in sorted(d.glob("*.yaml")):
+            found.setdefault(p.stem, p)
+    return [found[k] for k in sorted(found)]
 
 
 def deep_merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +77,7 @@ def deep_merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _raw_chain(name: str, recipes_dir: Path) -> tuple[dict[str, Any], str, dict[str, int]]:
+def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, dict[str, int]]:
     """Merged raw mapping, the child's source name, and where each dotted key was set ("file:line")."""
     chain: list[str] = []
     layers: list[tuple[dict[str, Any], str, dict[str, int]]] = []
@@ -69,14 +86,14 @@ def _raw_chain(name: str, recipes_dir: Path) -> tuple[dict[str, Any], str, dict[
     while current is not None:
         if current in chain:
             cycle = " -> ".join([*chain, current])
-            raise RecipeError(f"{_source(recipe_path(name, recipes_dir))}: extends cycle {cycle}; remove one `extends`")
+            raise RecipeError(f"{_source(_find(name, dirs))}: extends cycle {cycle}; remove one `extends`")
         if len(chain) >= MAX_EXTENDS_DEPTH:
-            raise RecipeError(f"{_source(recipe_path(name, recipes_dir))}: extends chain deeper than {MAX_EXTENDS_DEPTH}")
-        path = recipe_path(current, recipes_dir)
+            raise RecipeError(f"{_source(_find(name, dirs))}: extends chain deeper than {MAX_EXTENDS_DEPTH}")
+        path = _find(current, dirs)
         source = _source(path)
         if not path.is_file():
             if referrer is None:
-                available = ", ".join(sorted(p.stem for p in recipes_dir.glob("*.yaml"))) or "none"
+                available = ", ".join(p.stem for p in _available(dirs)) or "none"
                 raise RecipeError(f"{source}: no recipe named {current!r} (available: {available})")
             raise RecipeError(
                 f"{referrer}: extends = {current!r} but {source} does not exist; fix `extends` or add the parent recipe"
@@ -167,18 +184,17 @@ def _unknown_top_level(raw: dict[str, Any], source: str, origins: dict[str, str]
 
 def load_recipe(name: str, recipes_dir: Path | None = None) -> Recipe:
     """The named recipe, `extends` merged, validated against the schema and the engine snapshot."""
-    directory = _dir(recipes_dir)
-    raw, source, origins = _raw_chain(name, directory)
+    raw, source, origins = _raw_chain(name, _dirs(recipes_dir))
     return validate_raw(raw, source, origins)
 
 
 def list_recipes(recipes_dir: Path | None = None) -> list[RecipeSummary]:
-    """Every recipe in the directory, resolved, sorted by name; one that does not load carries its error."""
-    directory = _dir(recipes_dir)
+    """Every recipe that can be named, resolved, sorted by name; one that does not load carries its error."""
+    dirs = _dirs(recipes_dir)
     out = []
-    for path in sorted(directory.glob("*.yaml")):
+    for path in _available(dirs):
         try:
-            recipe = load_recipe(path.stem, directory)
+            recipe = load_recipe(path.stem, recipes_dir)
         except RecipeError as exc:
             # One broken file must not hide the others: list it with its error.
             out.append(RecipeSummary(name=path.stem, extends=None, engine=None, description="", path=_source(path), error=str(exc)))

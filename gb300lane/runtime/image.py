@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -107,6 +108,14 @@ def _imported_project_modules(source: Path, pkg_root: Path) -> set[Path]:
     return out
 
 
+def package_root() -> Path:
+    """The installed `gb300lane` package folder (a checkout's or site-packages'), via importlib.resources."""
+    root = resources.files("gb300lane")
+    if not isinstance(root, Path):
+        raise BootError(f"gb300lane is installed inside an archive ({root!r}); install it with pip to build the engine image")
+    return root
+
+
 def project_source_files() -> list[Path]:
     """The project files the engine image carries: `gb300lane.engine` and what it imports, statically.
 
@@ -114,7 +123,7 @@ def project_source_files() -> list[Path]:
     hash, unchanged by edits to parts of the tool that never run inside it.
     A subpackage it touches travels whole, data files included.
     """
-    pkg = paths.PROJECT_ROOT / "gb300lane"
+    pkg = package_root()
     todo = [p for p in (pkg / "engine").rglob("*.py")] + [pkg / "__init__.py"]
     seen: set[Path] = set()
     while todo:
@@ -137,7 +146,7 @@ def source_hash() -> str:
     # The builder itself is an input: a changed rootfs recipe must rebuild too.
     parts = [sys.version, sys.base_prefix, sha256_bytes(Path(__file__).read_bytes())]
     parts += [f"{d.metadata['Name']}=={d.version}" for d in engine_distributions()]
-    root = paths.PROJECT_ROOT
+    root = package_root().parent
     for p in project_source_files():
         parts.append(f"{p.relative_to(root)}:{sha256_bytes(p.read_bytes())}")
     return sha256_bytes("\n".join(parts))[:16]
@@ -212,7 +221,7 @@ def assemble_rootfs(rootfs: Path) -> None:
     for dist in engine_distributions():
         _copy_distribution(dist, dest_site)
     for f in project_source_files():
-        _place(f, rootfs / SRC_DIR.lstrip("/") / f.relative_to(paths.PROJECT_ROOT))
+        _place(f, rootfs / SRC_DIR.lstrip("/") / f.relative_to(package_root().parent))
     elf = [exe] + [p for p in rootfs.rglob("*.so*") if p.is_file() and not p.is_symlink()]
     for lib in _shared_libraries(elf, rootfs.resolve()):
         _place(lib, rootfs / str(lib).lstrip("/"))
