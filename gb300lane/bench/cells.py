@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from gb300lane import spec
 from gb300lane.bench.client import StreamOutcome
 from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, RequestRecord, SpecStats
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
@@ -55,6 +56,8 @@ def make_record(
     """A RequestRecord from a stream outcome, with its decode rate on the best clock it has."""
     n = outcome.output_tokens or 0
     clock: Clock
+    ttft: float | None
+    e2e: float | None
     if outcome.engine is not None:
         clock = "modelled"
         ttft, e2e = outcome.engine.modelled_ttft_s, outcome.engine.modelled_e2e_s
@@ -69,7 +72,7 @@ def make_record(
         request_rate=request_rate,
         repeat=repeat,
         seed=seed,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         worker=worker,
         start_s=start_s,
         scheduled_s=scheduled_s,
@@ -99,9 +102,7 @@ def _timings(rec: RequestRecord, clock: Clock) -> tuple[float | None, float | No
     return rec.ttft_s, rec.e2e_s, rec.token_times_s
 
 
-def _parse(text: str, model: str | None, source: str):
-    from gb300lane import spec
-
+def _parse(text: str, model: str | None, source: str) -> spec.MetricsScrape:
     try:
         return spec.parse_metrics_text(text, source=source)
     except MetricsError:
@@ -117,8 +118,6 @@ def spec_from_scrapes(
     """(spec stats, reason they are absent, generation-token delta, raw counter deltas) of one cell."""
     if before.text is None or after.text is None:
         return None, f"/metrics unavailable: {before.reason or after.reason}", None, None
-    from gb300lane import spec
-
     try:
         first = _parse(before.text, model, "/metrics before the cell")
         last = _parse(after.text, model, "/metrics after the cell")
@@ -305,8 +304,6 @@ def _clock_stats(ok: list[RequestRecord], clock: Clock, span: float | None, *, v
 
 def aggregate_spec(cells: list[CellResult]) -> SpecStats | None:
     """Spec stats over the summed counter deltas of the valid cells that have them."""
-    from gb300lane import spec
-
     used = [c for c in cells if c.valid and c.spec is not None and c.counters_delta is not None]
     if not used:
         return None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from pydantic import ValidationError
 
 from gb300lane.bench.models import EngineTiming, TokenAttribution
 
@@ -160,7 +161,7 @@ class _StreamState:
         if isinstance(ext, dict):
             try:
                 self.out.engine = EngineTiming.model_validate(ext)
-            except ValueError as exc:
+            except ValidationError as exc:
                 raise _StreamFault(f"malformed gb300lane timing extension: {exc.errors()[0]['msg']}") from None
 
     def finish(self) -> None:

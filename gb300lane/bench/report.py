@@ -27,7 +27,7 @@ def _num(value: float | None, fmt: str = "{:,.1f}") -> str:
 
 
 def _ms(p: Percentiles) -> str:
-    if p.count == 0:
+    if p.count == 0 or p.p50 is None or p.p90 is None or p.p99 is None:
         return "—"
     return f"{p.p50 * 1e3:.1f} / {p.p90 * 1e3:.1f} / {p.p99 * 1e3:.1f}"
 
@@ -51,7 +51,7 @@ def _view(cell: CellResult, clock: Clock) -> ClockStats | None:
 def clocks(result: WindowResult) -> list[Clock]:
     """The clocks the result's cells carry, modelled first."""
     have = {c.clock for c in result.cells} | {c.other_clock.clock for c in result.cells if c.other_clock}
-    return [c for c in ("modelled", "wall") if c in have]  # type: ignore[misc]
+    return [c for c in ("modelled", "wall") if c in have]
 
 
 def _load_key(cell: CellResult) -> tuple[int, float]:
@@ -182,7 +182,7 @@ def render_window(result: WindowResult) -> Group:
     )
     parts: list[Any] = [head]
     for clock in clocks(result) or ["wall"]:
-        parts += [decode_table(result, clock), cell_table(result, clock)]  # type: ignore[arg-type]
+        parts += [decode_table(result, clock), cell_table(result, clock)]
     parts.append(acceptance_line(result))
     notes = cell_notes(result)
     if notes.plain:

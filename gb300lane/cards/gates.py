@@ -9,11 +9,12 @@ r2) and the paired bootstrap CI beside every ratio.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
-from gb300lane.cards.data import ArmData, CellAgg, merged_cells
+from gb300lane.cards.data import ArmData, BootFacts, CellAgg, merged_cells
 from gb300lane.cards.schema import (
     Bar,
     Card,
@@ -22,12 +23,14 @@ from gb300lane.cards.schema import (
     EnvEqualGate,
     FlagGate,
     ForeignClientsGate,
+    Gate,
     HashHitGate,
     KvPoolGate,
     ParityGate,
     TokensPerStepGate,
 )
 from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
+from gb300lane.errors import CardError
 from gb300lane.models import FrozenModel
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -56,6 +59,13 @@ class GateResult(FrozenModel):
     cells: tuple[CellCheck, ...] = Field(default=(), description="Per-cell checks of per-cell gates.")
 
 
+#: Gates decided by the arms' boot facts.
+BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate
+#: Gates over a window's cells.
+WindowGate = TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate
+CellKey = tuple[str, int]
+
+
 def _status(checks: list[Status]) -> Status:
     if "FAIL" in checks:
         return "FAIL"
@@ -77,25 +87,30 @@ class _Ctx:
         self.missing = [a.name for a in card.arms if a.name not in self.by_name]
         self.stated_floor = stated_floor or {}
 
-    def cells(self, window: str) -> tuple[dict, list[dict]]:
+    def cells(self, window: str) -> tuple[dict[CellKey, CellAgg], list[dict[CellKey, CellAgg]]]:
         c = merged_cells(self.cand.windows.get(window)) if self.cand else {}
         return c, [merged_cells(a.windows.get(window)) for a in self.ctrls]
 
-    def keys(self, gate: Any, cand: dict, ctrls: list[dict]) -> list[tuple[str, int]]:
+    def keys(self, gate: WindowGate, cand: dict[CellKey, CellAgg], ctrls: list[dict[CellKey, CellAgg]]) -> list[CellKey]:
         keys = set(cand)
         for c in ctrls:
             keys |= set(c)
         win = self.card.window(gate.window)
-        order = {cls: i for i, cls in enumerate(win.classes)}
+        order: dict[str, int] = {cls: i for i, cls in enumerate(win.classes)}
         keys = {k for k in keys if (gate.classes is None or k[0] in gate.classes)
                 and (gate.concurrency is None or k[1] in gate.concurrency)}
         return sorted(keys, key=lambda k: (k[1], order.get(k[0], 99), k[0]))
 
     def rounds_spread(self, cells: list[CellAgg | None]) -> float | None:
         """The class's own r1/r2 spread: the widest over the arms given (every arm's rounds are noise)."""
-        spreads = [spread(c.rounds) for c in cells if c is not None and c.rounds]
-        spreads = [s for s in spreads if s is not None]
+        spreads = [s for c in cells if c is not None and c.rounds and (s := spread(c.rounds)) is not None]
         return max(spreads) if spreads else None
+
+    def candidate(self) -> ArmData:
+        """The candidate arm's data (callers run after `_missing_arms` found it)."""
+        if self.cand is None:
+            raise CardError(f"card {self.card.name}: no data for the candidate arm {self.card.candidate.name}")
+        return self.cand
 
     def ratio_only(self, window: str) -> bool:
         """True where the source published only candidate / controls ratios (no controls' spread exists)."""
@@ -122,7 +137,7 @@ class _Ctx:
         return max(bar.value, bar.multiplier * s), note
 
 
-def _missing_arms(ctx: _Ctx, gate: Any) -> GateResult | None:
+def _missing_arms(ctx: _Ctx, gate: Gate) -> GateResult | None:
     if ctx.cand is None or not ctx.ctrls:
         return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="arms not finished",
                           bar="-", noise_floor="-", reasons=(f"no data for arms {', '.join(ctx.missing)}",))
@@ -192,11 +207,11 @@ def _eval_ratio(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> GateRes
     cs = [c.controls_spread for c in cells if c.controls_spread is not None]
     rs = [c.rounds_spread for c in cells if c.rounds_spread is not None]
     floor = f"A vs A2 {_fmt(min(cs), True)}..{_fmt(max(cs), True)}" if cs else "A vs A2 n/a"
-    stated = sorted({(c.concurrency, ctx.stated(c.concurrency)) for c in cells if ctx.stated(c.concurrency) is not None})
+    floors = sorted({(c.concurrency, v) for c in cells if (v := ctx.stated(c.concurrency)) is not None})
     if rs:
         floor += f"; r1 vs r2 {_fmt(min(rs), True)}..{_fmt(max(rs), True)}"
-    elif stated:
-        floor += "; r1 vs r2 not published, stated floor " + ", ".join(f"{_fmt(v, True)} at C{k}" for k, v in stated)
+    elif floors:
+        floor += "; r1 vs r2 not published, stated floor " + ", ".join(f"{_fmt(v, True)} at C{k}" for k, v in floors)
     else:
         floor += "; r1 vs r2 not recorded"
     return GateResult(id=gate.id, kind=gate.kind, status=_status([c.status for c in cells]), observed=observed,
@@ -206,9 +221,8 @@ def _eval_ratio(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> GateRes
 def _eval_tps(ctx: _Ctx, gate: TokensPerStepGate) -> GateResult:
     bar = f"{ctx.card.candidate.name} / mean(controls) >= {gate.min_ratio:.3f}"
     if gate.scope == "aggregate":
-        b = ctx.cand.windows.get(gate.window)
-        cv = [a.windows[gate.window].tokens_per_step for a in ctx.ctrls
-              if gate.window in a.windows and a.windows[gate.window].tokens_per_step is not None]
+        b = ctx.candidate().windows.get(gate.window)
+        cv = [v for a in ctx.ctrls if gate.window in a.windows and (v := a.windows[gate.window].tokens_per_step) is not None]
         if b is None or b.tokens_per_step is None or not cv:
             return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="tokens/step not recorded",
                               bar=bar, noise_floor="n/a", reasons=("tokens/step missing on an arm",))
@@ -216,7 +230,7 @@ def _eval_tps(ctx: _Ctx, gate: TokensPerStepGate) -> GateResult:
         status: Status = "PASS" if ratio >= gate.min_ratio - 1e-12 else "FAIL"
         arms = " / ".join(_fmt(ctx.by_name[n.name].windows[gate.window].tokens_per_step)
                           if gate.window in ctx.by_name[n.name].windows else "n/a" for n in ctx.card.arms)
-        reasons = () if status == "PASS" else (f"tokens/step ratio {ratio:.3f} < {gate.min_ratio:.3f}",)
+        reasons: tuple[str, ...] = () if status == "PASS" else (f"tokens/step ratio {ratio:.3f} < {gate.min_ratio:.3f}",)
         return GateResult(id=gate.id, kind=gate.kind, status=status,
                           observed=f"{arms} ({'/'.join(a.name for a in ctx.card.arms)}) -> {ratio:.3f}",
                           bar=bar, noise_floor=f"A vs A2 {_fmt(spread(cv), True)}", reasons=reasons)
@@ -224,11 +238,11 @@ def _eval_tps(ctx: _Ctx, gate: TokensPerStepGate) -> GateResult:
     cells = []
     for key in ctx.keys(gate, cand, ctrls):
         cc = cand.get(key)
-        cv = [c[key].tokens_per_step for c in ctrls if key in c and c[key].tokens_per_step is not None]
-        ratio = cc.tokens_per_step / (sum(cv) / len(cv)) if cc and cc.tokens_per_step and cv else None
-        st: Status = "INCONCLUSIVE" if ratio is None else ("PASS" if ratio >= gate.min_ratio - 1e-12 else "FAIL")
+        cv = [v for c in ctrls if key in c and (v := c[key].tokens_per_step) is not None]
+        cell_ratio = cc.tokens_per_step / (sum(cv) / len(cv)) if cc and cc.tokens_per_step and cv else None
+        st: Status = "INCONCLUSIVE" if cell_ratio is None else ("PASS" if cell_ratio >= gate.min_ratio - 1e-12 else "FAIL")
         note = None if len(cv) == len(ctrls) else f"{len(cv)} of {len(ctrls)} controls recorded tokens/step"
-        cells.append(CellCheck(cls=key[0], concurrency=key[1], status=st, observed=ratio, bar=gate.min_ratio,
+        cells.append(CellCheck(cls=key[0], concurrency=key[1], status=st, observed=cell_ratio, bar=gate.min_ratio,
                                controls_spread=spread(cv), rounds_spread=None, note=note))
     vals = [c.observed for c in cells if c.observed is not None]
     reasons = tuple(f"{c.cls} C{c.concurrency}: tokens/step ratio {_fmt(c.observed)} < {gate.min_ratio:.3f}"
@@ -255,7 +269,7 @@ def _eval_parity(ctx: _Ctx, gate: ParityGate) -> GateResult:
     temperature 0 it is not even reached: B must flip no more outputs against
     A than A2 does.
     """
-    cand = _outputs(ctx.cand, gate)
+    cand = _outputs(ctx.candidate(), gate)
     ref = _outputs(ctx.ctrls[0], gate)
     other = _outputs(ctx.ctrls[1], gate) if len(ctx.ctrls) > 1 else {}
     common = sorted(set(cand) & set(ref))
@@ -276,7 +290,7 @@ def _eval_parity(ctx: _Ctx, gate: ParityGate) -> GateResult:
                       reasons=reasons)
 
 
-def _per_arm(ctx: _Ctx, gate: Any, values: dict[str, Any], ok: bool | None, observed: str, bar: str,
+def _per_arm(ctx: _Ctx, gate: Gate, values: Mapping[str, object], ok: bool | None, observed: str, bar: str,
              reason: str) -> GateResult:
     missing = [k for k, v in values.items() if v is None]
     if missing:
@@ -287,13 +301,14 @@ def _per_arm(ctx: _Ctx, gate: Any, values: dict[str, Any], ok: bool | None, obse
                       reasons=() if ok else (reason,))
 
 
-def _eval_env(ctx: _Ctx, gate: EnvEqualGate, boots: dict[str, Any]) -> GateResult:
+def _eval_env(ctx: _Ctx, gate: EnvEqualGate, boots: dict[str, BootFacts]) -> GateResult:
     bar = f"equal as {'ordered lists' if gate.compare == 'ordered' else 'sets'}"
     lists = {k: b.env for k, b in boots.items()}
-    if all(e is not None for e in lists.values()):
-        first = next(iter(lists.values()))
-        same_order = all(list(e) == list(first) for e in lists.values())
-        same_set = all(set(e) == set(first) for e in lists.values())
+    recorded = {k: e for k, e in lists.items() if e is not None}
+    if len(recorded) == len(lists):
+        first = next(iter(recorded.values()))
+        same_order = all(list(e) == list(first) for e in recorded.values())
+        same_set = all(set(e) == set(first) for e in recorded.values())
         ok = same_order if gate.compare == "ordered" else same_set
         obs = (f"{len(first)} variables; sets {'identical' if same_set else 'differ'}; "
                f"order {'identical' if same_order else 'differs'}")
@@ -308,10 +323,10 @@ def _eval_env(ctx: _Ctx, gate: EnvEqualGate, boots: dict[str, Any]) -> GateResul
     return _per_arm(ctx, gate, lists, None, "env lists not recorded", bar, "")
 
 
-def _eval_boot(ctx: _Ctx, gate: Any) -> GateResult:
+def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
     arms = [ctx.by_name[a.name] for a in ctx.card.arms if a.name in ctx.by_name]
-    boots = {a.arm: a.boot for a in arms}
-    if any(b is None for b in boots.values()) or ctx.missing:
+    boots = {a.arm: a.boot for a in arms if a.boot is not None}
+    if len(boots) < len(arms) or ctx.missing:
         return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="boot facts missing",
                           bar="-", noise_floor="-", reasons=(f"no boot facts for {', '.join(ctx.missing) or 'some arms'}",))
     names = "/".join(boots)
@@ -332,24 +347,24 @@ def _eval_boot(ctx: _Ctx, gate: Any) -> GateResult:
     if isinstance(gate, EnvEqualGate):
         return _eval_env(ctx, gate, boots)
     if isinstance(gate, KvPoolGate):
-        v = {k: b.kv_pool_tokens for k, b in boots.items()}
-        ok = len({x for x in v.values()}) == 1
-        obs = " / ".join(f"{x:,}" if x is not None else "?" for x in v.values())
-        return _per_arm(ctx, gate, v, ok, f"{obs} tokens ({names})", "same KV pool on every arm",
+        pools = {k: b.kv_pool_tokens for k, b in boots.items()}
+        ok = len(set(pools.values())) == 1
+        obs = " / ".join(f"{x:,}" if x is not None else "?" for x in pools.values())
+        return _per_arm(ctx, gate, pools, ok, f"{obs} tokens ({names})", "same KV pool on every arm",
                         "KV pools differ: " + obs)
     if isinstance(gate, ForeignClientsGate):
-        v = {k: b.foreign_clients for k, b in boots.items()}
-        ok = all(x == 0 for x in v.values() if x is not None)
-        obs = " / ".join(str(x) if x is not None else "?" for x in v.values())
-        return _per_arm(ctx, gate, v, ok, f"{obs} ({names})", "zero on every arm", "foreign clients seen: " + obs)
+        seen = {k: b.foreign_clients for k, b in boots.items()}
+        ok = all(x == 0 for x in seen.values() if x is not None)
+        obs = " / ".join(str(x) if x is not None else "?" for x in seen.values())
+        return _per_arm(ctx, gate, seen, ok, f"{obs} ({names})", "zero on every arm", "foreign clients seen: " + obs)
     raise AssertionError(f"unhandled gate kind {gate.kind}")
 
 
-def evaluate(card: Card, gates: tuple[Any, ...], arms: list[ArmData],
+def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
              stated_floor: dict[str, Any] | None = None) -> list[GateResult]:
     """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data."""
     ctx = _Ctx(card, arms, stated_floor)
-    out = []
+    out: list[GateResult] = []
     for gate in gates:
         if isinstance(gate, (TokensPerStepGate, DecodeRatioGate, ControlsAgreeGate, ParityGate)):
             miss = _missing_arms(ctx, gate)

@@ -22,6 +22,7 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -224,7 +225,7 @@ def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:
 
 
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
-             date: str | None = None, recipe_ref=_recipe_ref) -> Receipts:
+             date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once.
 
     Registering the same gates again returns the existing receipts; different

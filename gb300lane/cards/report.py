@@ -9,23 +9,29 @@ per position (Figure 5) and B / ctrl per class.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
 from gb300lane.cards.receipts import Receipts
 from gb300lane.cards.schema import Card
-from gb300lane.cards.stats import paired_bootstrap, spread
+from gb300lane.cards.stats import PairedCI, paired_bootstrap, spread
 from gb300lane.cards.verdicts import Verdict, read_verdict
 from gb300lane.errors import CardError, ReceiptExists
 from gb300lane.fsio import write_once
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 FIG4 = "fig4-accepted-at-position.png"
 FIG5 = "fig5-marginal-acceptance.png"
 FIG_RATIO = "b-over-ctrl-per-class.png"
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a display
@@ -34,13 +40,13 @@ def _pyplot():
     return plt
 
 
-def _integer_positions(ax) -> None:
+def _integer_positions(ax: Axes) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _save(fig: Any, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     import io
 
     buf = io.BytesIO()
@@ -121,7 +127,19 @@ def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
     return drawn
 
 
-def ratio_rows(card: Card, arms: list[ArmData]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class RatioRow:
+    """One class x concurrency cell of the B / ctrl table."""
+
+    cls: str
+    concurrency: int
+    values: dict[str, float | None]  # arm name -> decode tok/s (None: the arm has no such cell)
+    ratio: float | None  # candidate over the controls' mean
+    spread: float | None  # 1 - min/max of the controls
+    ci: PairedCI | None  # paired per-stream candidate - controls, bootstrap
+
+
+def ratio_rows(card: Card, arms: list[ArmData]) -> list[RatioRow]:
     """Per class x concurrency: each arm's decode tok/s, B / ctrl, the controls' spread and the paired CI."""
     by = {a.arm: merged_cells(a.windows.get(card.primary_window)) for a in arms}
     cand = card.candidate.name
@@ -129,8 +147,11 @@ def ratio_rows(card: Card, arms: list[ArmData]) -> list[dict[str, Any]]:
     w = card.window(card.primary_window)
     for conc in w.concurrency:
         for cls in w.classes:
-            vals = {n: (c.get((cls, conc)).decode_tok_s if c.get((cls, conc)) else None) for n, c in by.items()}
-            ctrl = [vals[a.name] for a in card.controls if vals.get(a.name) is not None]
+            vals: dict[str, float | None] = {}
+            for n, c in by.items():
+                cell = c.get((cls, conc))
+                vals[n] = cell.decode_tok_s if cell else None
+            ctrl = [v for a in card.controls if (v := vals.get(a.name)) is not None]
             b = vals.get(cand)
             if b is None and not ctrl:
                 continue
@@ -138,31 +159,33 @@ def ratio_rows(card: Card, arms: list[ArmData]) -> list[dict[str, Any]]:
             cc = by.get(cand, {}).get((cls, conc))
             ci = paired_bootstrap(cc.per_transcript, [by[a.name][(cls, conc)].per_transcript for a in card.controls
                                                       if (cls, conc) in by.get(a.name, {})]) if cc else None
-            rows.append({"cls": cls, "concurrency": conc, "values": vals, "ratio": ratio, "spread": spread(ctrl),
-                         "ci": ci})
+            rows.append(RatioRow(cls=cls, concurrency=conc, values=vals, ratio=ratio, spread=spread(ctrl), ci=ci))
     return rows
 
 
-def fig_ratio(card: Card, rows: list[dict[str, Any]], path: Path) -> bool:
-    rows = [r for r in rows if r["ratio"] is not None]
+def fig_ratio(card: Card, rows: list[RatioRow], path: Path) -> bool:
+    rows = [r for r in rows if r.ratio is not None]
     if not rows:
         return False
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
-    concs = sorted({r["concurrency"] for r in rows})
-    classes = list(dict.fromkeys(r["cls"] for r in rows))
+    concs = sorted({r.concurrency for r in rows})
+    classes = list(dict.fromkeys(r.cls for r in rows))
     width = 0.8 / max(1, len(concs))
     for j, conc in enumerate(concs):
-        xs, ys, lo, hi = [], [], [], []
+        xs: list[float] = []
+        ys: list[float] = []
+        lo: list[float] = []
+        hi: list[float] = []
         for i, cls in enumerate(classes):
-            r = next((r for r in rows if r["cls"] == cls and r["concurrency"] == conc), None)
-            if r is None:
+            row = next((r for r in rows if r.cls == cls and r.concurrency == conc), None)
+            if row is None or row.ratio is None:
                 continue
             xs.append(i + j * width)
-            ys.append(r["ratio"])
-            ci = r["ci"]
-            lo.append(r["ratio"] - (1 + ci.low_rel) if ci else 0)
-            hi.append((1 + ci.high_rel) - r["ratio"] if ci else 0)
+            ys.append(row.ratio)
+            ci = row.ci
+            lo.append(row.ratio - (1 + ci.low_rel) if ci else 0)
+            hi.append((1 + ci.high_rel) - row.ratio if ci else 0)
         ax.bar(xs, [y - 1 for y in ys], width=width, bottom=1, label=f"C{conc}",
                yerr=[[max(0, v) for v in lo], [max(0, v) for v in hi]], capsize=3)
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -179,7 +202,7 @@ def _f(v: float | None, fmt: str = ",.1f") -> str:
     return "—" if v is None else format(v, fmt)
 
 
-def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[dict[str, Any]],
+def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
              figures: list[str]) -> str:
     reg = rec.registration()
     names = [a.name for a in card.arms]
@@ -212,14 +235,14 @@ def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verd
     cand = card.candidate.name
     lines += ["| class | C | " + " | ".join(names) + f" | {cand} ÷ ctrl | A vs A2 | paired per-stream {cand} − ctrl (95% CI) |",
               "|---|---|" + "---|" * (len(names) + 3)]
-    for r in rows:
-        lines.append(f"| {r['cls']} | {r['concurrency']} | " + " | ".join(_f(r["values"].get(n)) for n in names)
-                     + f" | {_f(r['ratio'], '.3f')} | {_f(r['spread'], '.1%')} | {r['ci'].describe() if r['ci'] else '—'} |")
+    for row in rows:
+        lines.append(f"| {row.cls} | {row.concurrency} | " + " | ".join(_f(row.values.get(n)) for n in names)
+                     + f" | {_f(row.ratio, '.3f')} | {_f(row.spread, '.1%')} | {row.ci.describe() if row.ci else '—'} |")
     lines += ["", "## Tokens per verify step and a_p", "", "| arm | tokens/step | 1 + Σ a_p | a_p by position |", "|---|---|---|---|"]
-    for a in arms:
-        win = a.windows.get(w.name)
-        ap, where = _arm_a_p(a, w.name)
-        lines.append(f"| {a.arm} | {_f(win.tokens_per_step if win else None, '.3f')} | "
+    for arm in arms:
+        win = arm.windows.get(w.name)
+        ap, where = _arm_a_p(arm, w.name)
+        lines.append(f"| {arm.arm} | {_f(win.tokens_per_step if win else None, '.3f')} | "
                      f"{_f(tokens_per_step_from_a_p(ap) if ap else None, '.3f')} | "
                      f"{' '.join(f'{v:.3f}' for v in ap) + f' ({where})' if ap else '—'} |")
     lines.append("")

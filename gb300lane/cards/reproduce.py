@@ -63,11 +63,10 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     clocks = sorted({a.windows[card.primary_window].clock or "?" for a in arms if card.primary_window in a.windows})
     say(f"decode tok/s (clock: {', '.join(clocks)}), {cand} ÷ mean(controls), paired per-stream {cand} − ctrl:")
     for row in ratio_rows(card, arms):
-        vals = "  ".join(f"{n} {row['values'][n]:.1f}" if row["values"].get(n) is not None else f"{n} —"
-                         for n in row["values"])
-        ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "—"
-        ci = row["ci"].describe() if row["ci"] else "—"
-        say(f"  {row['cls']:<11} C{row['concurrency']:<2} {vals}  ->  {ratio}  paired {ci}")
+        vals = "  ".join(f"{n} {v:.1f}" if v is not None else f"{n} —" for n, v in row.values.items())
+        ratio = f"{row.ratio:.3f}" if row.ratio is not None else "—"
+        ci = row.ci.describe() if row.ci else "—"
+        say(f"  {row.cls:<11} C{row.concurrency:<2} {vals}  ->  {ratio}  paired {ci}")
     md = render_report(rec)
     dt = time.perf_counter() - t0
     say(f"report: {md}")

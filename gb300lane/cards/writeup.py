@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.data import ArmData, CellAgg, marginal, merged_cells, tokens_per_step_from_a_p
 from gb300lane.cards.receipts import Receipts
 from gb300lane.cards.verdicts import Verdict, transcribed_verdicts
 from gb300lane.errors import CardError
@@ -31,6 +31,17 @@ def writeup_receipts(dirname: str) -> Receipts:
     if bad:
         raise CardError(f"{rec.root}: files differ from manifest.json: {', '.join(bad)}; reinstall gb300lane (or restore them from git)")
     return rec
+
+
+def _v(value: float | None, what: str) -> float:
+    """A number the write-up's receipts must carry; CardError naming it when they do not."""
+    if value is None:
+        raise CardError(f"the transcribed receipts lack {what}; restore results/ from git")
+    return value
+
+
+def _rate(cells: dict[tuple[str, int], CellAgg], cls: str, conc: int) -> float:
+    return _v(cells[(cls, conc)].decode_tok_s, f"decode tok/s of {cls} C{conc}")
 
 
 def _check(computed: float, stated: float, places: int) -> str:
@@ -59,7 +70,7 @@ def reproduce_br1() -> list[str]:
     for cls in card.window("primary").classes:
         row = f"  {cls:<22}"
         for conc in (1, 8):
-            a, a2, b = ca[(cls, conc)].decode_tok_s, ca2[(cls, conc)].decode_tok_s, cb[(cls, conc)].decode_tok_s
+            a, a2, b = _rate(ca, cls, conc), _rate(ca2, cls, conc), _rate(cb, cls, conc)
             ratio = b / ((a + a2) / 2)
             want = stated["b_over_ctrl"][cls][str(conc)]
             ok = round(ratio, 3) == round(want, 3)
@@ -69,16 +80,16 @@ def reproduce_br1() -> list[str]:
         out.append(row)
     out.append("  B/ctrl column: " + ("all 10 cells match the write-up" if not worst else
                f"{10 - len(worst)} of 10 match; ! marks the write-up's rounding of unrounded rates: " + ", ".join(worst)))
-    spreads = sorted(1 - min(ca[(c, 1)].decode_tok_s, ca2[(c, 1)].decode_tok_s) / max(ca[(c, 1)].decode_tok_s, ca2[(c, 1)].decode_tok_s)
+    spreads = sorted(1 - min(_rate(ca, c, 1), _rate(ca2, c, 1)) / max(_rate(ca, c, 1), _rate(ca2, c, 1))
                      for c in card.window("primary").classes)
     out.append(f"  the two controls agree at C1 within {spreads[0]:.1%}–{spreads[-1]:.1%} per class "
                f"(write-up: {stated['controls_agree_c1']})")
-    tj = (ca[("tool_json", 1)].decode_tok_s + ca2[("tool_json", 1)].decode_tok_s) / 2
-    gain = cb[("tool_json", 1)].decode_tok_s / tj - 1
-    out.append(f"  best class, one user: tool_json {cb[('tool_json', 1)].decode_tok_s:.1f} vs {tj:.1f} tok/s, "
+    tj = (_rate(ca, "tool_json", 1) + _rate(ca2, "tool_json", 1)) / 2
+    gain = _rate(cb, "tool_json", 1) / tj - 1
+    out.append(f"  best class, one user: tool_json {_rate(cb, 'tool_json', 1):.1f} vs {tj:.1f} tok/s, "
                f"{gain:+.1%} ({_check(gain, stated['best_class_c1']['gain'], 3)})")
     out.append("")
-    tps = {n: arms[n].windows["primary"].tokens_per_step for n in ("A", "B", "A2")}
+    tps = {n: _v(arms[n].windows["primary"].tokens_per_step, f"{n}'s tokens per step") for n in ("A", "B", "A2")}
     ratio = tps["B"] / ((tps["A"] + tps["A2"]) / 2)
     out.append(f"Tokens per verify step A / B / A2: {tps['A']:.3f} / {tps['B']:.3f} / {tps['A2']:.3f} "
                f"-> B / mean(A, A2) = {ratio:.3f} ({_check(ratio, stated['tokens_per_step_ratio'], 3)})")
@@ -101,7 +112,9 @@ def reproduce_br1() -> list[str]:
         out.append("")
         out.append(f"Re-score (write-up: {stated['verdict_2']}): " + "; ".join(f"{c.gate}.{c.key}: {c.old} -> {c.new}" for c in v2.changes))
         out += _verdict_lines(v2)
-        out.append(f"  points at verdict {v2.previous.number} ({v2.previous.verdict}, sha256 {v2.previous.sha256[:12]}); both kept")
+        if v2.previous is not None:
+            prev = v2.previous
+            out.append(f"  points at verdict {prev.number} ({prev.verdict}, sha256 {prev.sha256[:12]}); both kept")
     return out
 
 
@@ -120,8 +133,8 @@ def reproduce_br2() -> list[str]:
         row = f"  C{conc:<27}"
         for c in classes:
             if (c, conc) in cc:
-                base = sum(x[(c, conc)].decode_tok_s for x in ctrl) / len(ctrl)
-                row += f"{cc[(c, conc)].decode_tok_s / base:>11.3f}"
+                base = sum(_rate(x, c, conc) for x in ctrl) / len(ctrl)
+                row += f"{_rate(cc, c, conc) / base:>11.3f}"
             else:
                 row += f"{'—':>11}"
         out.append(row)
@@ -139,11 +152,12 @@ def reproduce_br2() -> list[str]:
                f"({_check(t9, stated['tokens_per_step_prose_c1']['k9'], 2)})")
     tail = sum(ap9[5:])
     out.append(f"  positions 6..9 contribute {tail:.3f} tokens ({_check(tail, stated['positions_6_9_sum'], 3)})")
-    m5, m9 = marginal(ap5), marginal(ap9)
+    m5 = [_v(m, f"a_{i} > 0 at k=5") for i, m in enumerate(marginal(ap5))]
+    m9 = [_v(m, f"a_{i} > 0 at k=9") for i, m in enumerate(marginal(ap9))]
     out.append("Figure 5, marginal acceptance a_p / a_(p-1):")
-    out.append("  k=5: " + " ".join(f"{v:.3f}" for v in m5 if v is not None)
+    out.append("  k=5: " + " ".join(f"{v:.3f}" for v in m5)
                + f"   (range {min(m5):.2f}–{max(m5):.2f}; write-up: between 0.65 and 0.72)")
-    out.append("  k=9: " + " ".join(f"{v:.3f}" for v in m9 if v is not None)
+    out.append("  k=9: " + " ".join(f"{v:.3f}" for v in m9)
                + f"   (position 1 {m9[0]:.3f} vs {m5[0]:.3f} at k=5; past position 6 about {sum(m9[6:]) / len(m9[6:]):.2f})")
     st = stated["step_time_ms_peer_2k_c1"]
     prod = (t9 / t5) * (st["k5"] / st["k9"])

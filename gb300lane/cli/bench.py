@@ -128,7 +128,7 @@ def bench_cmd(
             recipe=recipe.name if recipe else None,
             fingerprint=fp,
             load=(
-                LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,  # type: ignore[arg-type]
+                LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,
                          arrival_seed=arrival_seed if arrivals == "poisson" else None)
                 if rates is not None else None
             ),

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gb300lane.cli.common import console, print_json
+
+if TYPE_CHECKING:  # the cards package is imported when a card command runs
+    from gb300lane.cards import Receipts, Verdict
 
 card_app = typer.Typer(
     help="Bracketed A -> B -> A2 cards: pre-registered gates, receipts, verdicts and re-scores.",
@@ -16,7 +20,7 @@ card_app = typer.Typer(
 _RECEIPTS = typer.Option(None, "--receipts", help="Receipts directory (default: the card's newest registration).")
 
 
-def _receipts(card: str, receipts: Path | None):
+def _receipts(card: str, receipts: Path | None) -> Receipts:
     from gb300lane.cards import Receipts, find_receipts, load_card
 
     if receipts is not None:
@@ -28,7 +32,7 @@ def _receipts(card: str, receipts: Path | None):
     return find_receipts(loaded.name)
 
 
-def _print_verdict(v) -> None:
+def _print_verdict(v: Verdict) -> None:
     console.print(f"verdict {v.number}: [bold]{v.verdict}[/]", highlight=False)
     if v.previous:
         console.print(f"  re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from gb300lane.cli.common import console, err_console, print_json
 
 if TYPE_CHECKING:
+    from gb300lane.lane import BootProgress
     from gb300lane.promote.view import LaneView
 
 
-def _progress_bar(json_out: bool):  # type: ignore[no-untyped-def]
+def _progress_bar(json_out: bool) -> tuple[Progress | None, Callable[[BootProgress], None] | None]:
     """A progress callback drawing elapsed against expected boot time on stderr (None with --json)."""
     if json_out:
         return None, None
@@ -27,9 +29,9 @@ def _progress_bar(json_out: bool):  # type: ignore[no-untyped-def]
         console=err_console,
         transient=True,
     )
-    state: dict[str, int] = {}
+    state: dict[str, TaskID] = {}
 
-    def update(p):  # type: ignore[no-untyped-def]
+    def update(p: BootProgress) -> None:
         expected = p.expected_s
         text = f"{p.elapsed_s:5.1f} s / " + (f"expected {expected:.1f} s" if expected else "first boot of this hash")
         if "task" not in state:

@@ -12,6 +12,7 @@ from gb300lane.cli.common import console, print_json
 from gb300lane.errors import LaneError, MetricsError
 from gb300lane.spec import (
     AcceptanceCurve,
+    MetricsScrape,
     StepTimePoint,
     acceptance,
     advise,
@@ -26,7 +27,7 @@ spec_app = typer.Typer(
 )
 
 
-def _read_scrape(path: Path, model: str | None):
+def _read_scrape(path: Path, model: str | None) -> MetricsScrape:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

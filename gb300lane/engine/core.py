@@ -241,7 +241,7 @@ class EngineCore:
         positions = np.array([len(s.output_ids) for s in batch_seqs], dtype=np.int64)
         ctx = np.array([s.last_two() for s in batch_seqs], dtype=np.int64)
         classes = np.array([s.cls for s in batch_seqs], dtype=np.int64)
-        if k > 0:
+        if k > 0 and self.drafter is not None and self.spec is not None:  # k > 0 only with a speculative config
             drafts, q = self.drafter.draft(
                 classes, ctx[:, 0], ctx[:, 1], k, temps, uniforms(keys, positions, DRAFT, k),
                 probabilistic=self.spec.draft_sample_method == "probabilistic",

@@ -43,12 +43,12 @@ class EngineMetrics:
         )
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", names, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", names, registry=r)
-        hist = {"registry": r, "buckets": _LATENCY_BUCKETS}
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", names, **hist)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", names, **hist)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", names, **hist)
-        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Time per output token.", names, **hist)
-        self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, **hist)
+        b = _LATENCY_BUCKETS
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", names, registry=r, buckets=b)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", names, registry=r, buckets=b)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", names, registry=r, buckets=b)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Time per output token.", names, registry=r, buckets=b)
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, registry=r, buckets=b)
         self.modelled = Counter(
             "gb300lane_engine_modelled_seconds", "Modelled engine seconds spent in verify steps.", names, registry=r
         )

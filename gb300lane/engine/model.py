@@ -328,7 +328,7 @@ def load_model() -> BuiltinModel:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                np.savez(tmp, **arrays)
+                np.savez(tmp, **arrays)  # type: ignore[arg-type]  # numpy's stub reads the keys as allow_pickle
                 os.replace(tmp, path)
             except OSError:
                 # An unwritable cache costs a rebuild per process (about 2 s), not a failure.

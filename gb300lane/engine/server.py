@@ -145,7 +145,8 @@ class EngineServer:
     # ---- the step loop ---------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        wall_anchor = modelled_anchor = None
+        wall_anchor: float | None = None
+        modelled_anchor = 0.0
         while True:
             scale = self.args.time_scale
             if not self.core.has_work:
@@ -161,7 +162,7 @@ class EngineServer:
                 continue
             if outcome is None:
                 continue
-            if scale > 0:
+            if scale > 0 and wall_anchor is not None:
                 delay = wall_anchor + (self.core.clock - modelled_anchor) * scale - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -228,7 +229,7 @@ class EngineServer:
 
     async def _stats(self) -> None:
         interval = float(os.environ.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
-        last = (0, 0, 0, 0, [], time.monotonic())
+        last: tuple[int, int, int, int, list[int], float] = (0, 0, 0, 0, [], time.monotonic())
         while True:
             await asyncio.sleep(interval)
             c = self.core.counters

@@ -74,7 +74,7 @@ def counters(positions: np.ndarray, use: int, slots: int | np.ndarray) -> np.nda
     pos = np.asarray(positions, dtype=np.int64)
     if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
         raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
-    slot = np.arange(slots, dtype=np.int64) if np.isscalar(slots) else np.asarray(slots, dtype=np.int64)
+    slot = np.arange(slots, dtype=np.int64) if isinstance(slots, (int, np.integer)) else np.asarray(slots, dtype=np.int64)
     if slot.size and slot.max() >= _MAX_SLOT:
         raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slot.max()}")
     return ((pos[:, None] << 16) | (use << 8) | slot[None, :]).astype(np.uint64)

@@ -92,7 +92,7 @@ def record_boot(
     if compile_hash and (not hashes or hashes[-1] != compile_hash):
         hashes = (*tuple(h for h in hashes if h != compile_hash), compile_hash)
     boot = BootTime(
-        seconds=seconds, outcome=outcome, compile_hash=compile_hash, time_scale=time_scale, at=time.time()  # type: ignore[arg-type]
+        seconds=seconds, outcome=outcome, compile_hash=compile_hash, time_scale=time_scale, at=time.time()
     )
     entry = FingerprintEntry(hashes=hashes, boots=(*entry.boots, boot)[-_KEEP_BOOTS:])
     updated = HashLedger(fingerprints={**ledger.fingerprints, fingerprint: entry})

@@ -197,7 +197,7 @@ class Ledger:
                 "INSERT INTO transitions (kind, recipe, previous, started_at, pid, plan) VALUES (?, ?, ?, ?, ?, ?)",
                 (kind, recipe, previous, utcnow(), os.getpid(), json.dumps(plan, sort_keys=True)),
             )
-            return int(cur.lastrowid)
+            return _rowid(cur)
 
     def update_plan(self, tid: int, **changes: Any) -> dict[str, Any]:
         with self.tx() as db:
@@ -287,7 +287,7 @@ class Ledger:
             f"VALUES ({', '.join('?' for _ in _EVENT_FIELDS)}, ?)",
             (*row.values(), tid),
         )
-        return int(cur.lastrowid)
+        return _rowid(cur)
 
     def record(self, event: dict[str, Any], tid: int | None = None) -> int:
         with self.tx():
@@ -296,6 +296,12 @@ class Ledger:
     def events(self) -> list[LedgerEvent]:
         rows = self._db.execute(f"SELECT id, {', '.join(_EVENT_FIELDS)} FROM events ORDER BY id").fetchall()
         return [LedgerEvent(**{**dict(r), "forced": bool(r["forced"])}) for r in rows]
+
+
+def _rowid(cur: sqlite3.Cursor) -> int:
+    if cur.lastrowid is None:  # an INSERT always sets it; None would mean the statement was not one
+        raise StateError("ledger: an INSERT recorded no row id")
+    return cur.lastrowid
 
 
 def _transition(row: sqlite3.Row) -> Transition:

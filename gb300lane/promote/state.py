@@ -119,7 +119,7 @@ def in_flight(ledger: Ledger, *, state_dir: Path | None = None) -> InFlight | No
     text, commands = explain(ledger, tr, crashed=crashed)
     return InFlight(
         transition_id=tr.id,
-        kind=tr.kind,  # type: ignore[arg-type]
+        kind=tr.kind,
         recipe=tr.recipe,
         previous=tr.previous,
         started_at=tr.started_at,

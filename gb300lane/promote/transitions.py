@@ -243,7 +243,7 @@ def _drive_promote(run: _Run) -> TransitionReport:
     new_pair = _slot(prev, since=now) if prev else _slot(p["pair"])
     event_id = run.ledger.finish(
         run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p["port"],
-        kept=[(new_pair, "rollback pair")] if prev else [],
+        kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
         event={
             "kind": "promote", "recipe": recipe, "instance": instance, "fingerprint": new_prod.fingerprint,
             "previous": prev["recipe"] if prev else None, "verdict": p["verdict"], "forced": p["forced"],

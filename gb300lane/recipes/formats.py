@@ -13,6 +13,7 @@ restart policy.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,7 +70,7 @@ def _escape(value: Any) -> Any:
     return value
 
 
-def compose_service(c: ContainerSpec, depends_on: list[str]) -> dict[str, Any]:
+def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, Any]:
     """One compose service for one container, keys in the order a reader expects."""
     svc: dict[str, Any] = {
         "image": c.image,

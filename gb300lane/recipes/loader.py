@@ -77,7 +77,7 @@ def deep_merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, dict[str, int]]:
+def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, dict[str, str]]:
     """Merged raw mapping, the child's source name, and where each dotted key was set ("file:line")."""
     chain: list[str] = []
     layers: list[tuple[dict[str, Any], str, dict[str, int]]] = []

@@ -68,17 +68,17 @@ def _schedule(recipe: Recipe) -> list[LintFinding]:
             )
     if rows[0][0] != 1:
         err("schedule-first-not-1", f"the first row starts at {rows[0][0]}, not 1", "start the first range at batch size 1")
-    k = effective_k(recipe)
-    if k is not None:
-        clamped = [r for r in rows if r[2] > k]
+    limit = effective_k(recipe)
+    if limit is not None:
+        clamped = [r for r in rows if r[2] > limit]
         if clamped:
             out.append(
                 LintFinding(
                     rule_id="schedule-k-clamped",
                     severity="warning",
                     key=key,
-                    message=f"rows {[list(r) for r in clamped]} ask for more than num_speculative_tokens = {k}; vLLM clamps them to {k}",
-                    fix=f"lower those rows to at most {k}, or raise speculative.num_speculative_tokens",
+                    message=f"rows {[list(r) for r in clamped]} ask for more than num_speculative_tokens = {limit}; vLLM clamps them to {limit}",
+                    fix=f"lower those rows to at most {limit}, or raise speculative.num_speculative_tokens",
                 )
             )
     return out

@@ -46,21 +46,49 @@ ContainerStateName = Literal["created", "running", "exited", "missing"]
 
 
 class SpecLike(Protocol):
-    """The fields of `gb300lane.recipes.ContainerSpec` a runtime reads."""
+    """The fields of `gb300lane.recipes.ContainerSpec` a runtime reads (read-only: specs are frozen).
 
-    role: str
-    name: str
-    image: str
-    argv: Sequence[str]
-    env: Mapping[str, str]
-    network_mode: str
-    device_ids: Sequence[str] | None
-    ipc_mode: str | None
-    shm_size: str | None
-    ulimits: Mapping[str, tuple[int, int]]
-    volumes: Sequence[str]
-    labels: Mapping[str, str]
-    port: int | None
+    The runtimes sit beside `recipes` in the layers, so they name the shape, not the class.
+    """
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def image(self) -> str: ...
+
+    @property
+    def argv(self) -> Sequence[str]: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def network_mode(self) -> str: ...
+
+    @property
+    def device_ids(self) -> Sequence[str] | None: ...
+
+    @property
+    def ipc_mode(self) -> str | None: ...
+
+    @property
+    def shm_size(self) -> str | None: ...
+
+    @property
+    def ulimits(self) -> Mapping[str, tuple[int, int]]: ...
+
+    @property
+    def volumes(self) -> Sequence[str]: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def port(self) -> int | None: ...
 
 
 class ContainerInfo(FrozenModel):

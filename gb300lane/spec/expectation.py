@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Sequence
 from fractions import Fraction
 
+Dist = tuple[Fraction, ...]
+
 #: Enumeration limit: V^k draft sequences beyond this are refused rather than left running.
 MAX_SEQUENCES = 200_000
 
@@ -26,7 +28,7 @@ def _as_distribution(values: Sequence, name: str) -> tuple[Fraction, ...]:
     return tuple(x / total for x in dist)
 
 
-def _block_thresholds(p, q, drafts) -> list[Fraction]:
+def _block_thresholds(p: Dist, q: Dist, drafts: Sequence[int]) -> list[Fraction]:
     """h_1..h_k for one draft sequence (Sun et al. 2024), exactly."""
     k = len(drafts)
     joint = Fraction(1)
@@ -54,7 +56,7 @@ def _expected_block(h: list[Fraction]) -> Fraction:
     return expected
 
 
-def _expected_token(p, q, drafts) -> Fraction:
+def _expected_token(p: Dist, q: Dist, drafts: Sequence[int]) -> Fraction:
     expected, run = Fraction(0), Fraction(1)
     for x in drafts:
         run *= min(Fraction(1), p[x] / q[x]) if q[x] else (Fraction(1) if p[x] > 0 else Fraction(0))

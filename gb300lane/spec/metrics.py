@@ -264,12 +264,13 @@ def parse_spec_log_line(line: str) -> SpecLogLine | None:
     if missing:
         raise MetricsError(f"SpecDecoding metrics line lacks {', '.join(missing)}: {line.strip()[:200]}")
     pos = _PER_POS.search(line)
+    values = {key: _num(m.group(1)) for key, m in found.items() if m is not None}
     return SpecLogLine(
-        mean_acceptance_length=_num(found["mean_acceptance_length"].group(1)),
-        accepted_throughput=_num(found["accepted_throughput"].group(1)) if found["accepted_throughput"] else None,
-        drafted_throughput=_num(found["drafted_throughput"].group(1)) if found["drafted_throughput"] else None,
-        accepted_tokens=int(_num(found["accepted_tokens"].group(1))),
-        drafted_tokens=int(_num(found["drafted_tokens"].group(1))),
+        mean_acceptance_length=values["mean_acceptance_length"],
+        accepted_throughput=values.get("accepted_throughput"),
+        drafted_throughput=values.get("drafted_throughput"),
+        accepted_tokens=int(values["accepted_tokens"]),
+        drafted_tokens=int(values["drafted_tokens"]),
         per_position=tuple(float(x) for x in pos.group(1).split(",")) if pos else (),
-        draft_acceptance_rate=_num(found["draft_acceptance_rate"].group(1)) / 100.0,
+        draft_acceptance_rate=values["draft_acceptance_rate"] / 100.0,
     )
