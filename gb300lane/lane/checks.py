@@ -12,7 +12,6 @@ evidence, the report or the screen.
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any, Literal
 
 from pydantic import Field
@@ -23,9 +22,9 @@ from gb300lane.spec.metrics import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
 from gb300lane.models import FrozenModel
+from gb300lane.recipes.schema import is_secret
 
 CheckStatus = Literal["pass", "fail", "unknown"]
-SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
 
 
 class CheckResult(FrozenModel):
@@ -44,11 +43,6 @@ class Prediction(FrozenModel):
     known_hash: str | None = Field(default=None, description="Compile hash this fingerprint booted with before.")
     cache_dir_exists: bool | None = Field(default=None, description="Whether that hash's cache dir exists (None: not visible).")
     reason: str = Field(description="Why this prediction.")
-
-
-def is_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
 
 
 def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: float | None) -> CheckResult:

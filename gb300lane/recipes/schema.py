@@ -8,6 +8,7 @@ advice rather than impossibilities live in `lint`.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -106,6 +107,16 @@ def expand_source(source: str, environ: Mapping[str, str]) -> str:
     return out
 
 
+#: Env names whose values are credentials: compared by hash, kept out of reports, rendered into Secrets.
+SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+
+
+def is_secret(name: str) -> bool:
+    """Whether an env (or flag) name looks like it carries a credential."""
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
+
+
 def _source_syntax(source: str) -> str | None:
     """Why a volume source is malformed, None when it is fine."""
     rest = _VAR_RE.sub("", source)
@@ -143,9 +154,33 @@ class Volume(FrozenModel):
         return v
 
 
+#: A Kubernetes label value: at most 63 characters, alphanumerics at both ends, `-_.` inside.
+LABEL_VALUE_RE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
 class Gpus(FrozenModel):
     main: tuple[str, ...] = Field(default=(), description="GPU device ids for the main container (the GB300).")
     sidecar: tuple[str, ...] = Field(default=(), description="GPU device ids for the sidecar (the RTX PRO 6000).")
+    main_product: str | None = Field(
+        default=None,
+        description="GPU product the main container needs, as NVIDIA GPU feature discovery labels a node "
+        "(nvidia.com/gpu.product, e.g. NVIDIA-GB300); Kubernetes manifests select the node by it.",
+    )
+    sidecar_product: str | None = Field(
+        default=None,
+        description="GPU product the sidecar needs, as nvidia.com/gpu.product spells it "
+        "(e.g. NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition).",
+    )
+
+    @field_validator("main_product", "sidecar_product")
+    @classmethod
+    def _label_value(cls, v: str | None) -> str | None:
+        if v is not None and (not v or not LABEL_VALUE_RE.match(v)):
+            raise ValueError(
+                f"{v!r} is not a node label value (at most 63 characters, letters, digits, - _ . inside); "
+                "copy it from `kubectl get nodes -L nvidia.com/gpu.product`"
+            )
+        return v
 
     @field_validator("main", "sidecar", mode="before")
     @classmethod
@@ -153,6 +188,15 @@ class Gpus(FrozenModel):
         if isinstance(v, (list, tuple)):
             return tuple(str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v)
         return v
+
+    @model_validator(mode="after")
+    def _product_needs_ids(self) -> "Gpus":
+        for role in ("main", "sidecar"):
+            if getattr(self, f"{role}_product") is not None and not getattr(self, role):
+                raise ValueError(
+                    f"gpus.{role}_product is set but gpus.{role} lists no device ids; add the ids or drop the product"
+                )
+        return self
 
 
 class Sidecar(FrozenModel):
