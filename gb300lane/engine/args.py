@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field
 
 from gb300lane.engine.config import SpecConfig, parse_spec_config
@@ -175,9 +176,69 @@ def _compilation(value: str | None) -> dict[str, Any]:
     return raw
 
 
+def _config_flags(key: str, value: Any) -> list[str]:
+    """One `--config` entry as command-line tokens, the way `vllm serve --config` reads it."""
+    flag = "--" + str(key)
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        return [flag] if value else ["--no-" + str(key)]
+    if isinstance(value, list):
+        return [flag, *(str(v) for v in value)] if value else []
+    if isinstance(value, dict):
+        return [flag, json.dumps(value, separators=(",", ":"))]
+    return [flag, str(value)]
+
+
+def expand_config_file(argv: list[str]) -> list[str]:
+    """Replace `--config FILE` with the flags the YAML file holds, as `vllm serve --config` does.
+
+    Keys are long flag names (`speculative-config: '{...}'`). The command line
+    wins over the file: a flag given on both is taken from the command line,
+    and a positional model replaces the file's `model`. Kubernetes manifests
+    use this to keep the speculative config in a ConfigMap.
+    """
+    at = [i for i, tok in enumerate(argv) if tok == "--config" or tok.startswith("--config=")]
+    if not at:
+        return argv
+    if len(at) > 1:
+        raise EngineError("--config given more than once; pass one config file")
+    i = at[0]
+    if argv[i] == "--config":
+        if i + 1 >= len(argv):
+            raise EngineError("--config needs a file; pass --config /path/to/serve.yaml")
+        path, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    else:
+        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
+    fix = "pass a YAML file of `long-flag-name: value` pairs, e.g. speculative-config: '{\"method\": \"dspark\"}'"
+    if not path.endswith((".yaml", ".yml")):
+        raise EngineError(f"--config {path}: not a .yaml or .yml file; {fix}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise EngineError(f"--config {path}: cannot be read ({exc.strerror or exc}); mount the file or fix the path") from exc
+    except yaml.YAMLError as exc:
+        raise EngineError(f"--config {path}: not valid YAML ({exc}); {fix}") from exc
+    if data is None:
+        return rest
+    if not isinstance(data, dict):
+        raise EngineError(f"--config {path}: the file holds a {type(data).__name__}, not a mapping; {fix}")
+    # Flags the command line gives are dropped from the file's, so the order
+    # below decides nothing; the file's go last so a positional model stays first.
+    given = {tok.split("=", 1)[0] for tok in rest if tok.startswith("--")}
+    if rest and not _is_flag(rest[0]):
+        given.add("--model")
+    from_file: list[str] = []
+    for key, value in data.items():
+        if "--" + str(key) not in given:
+            from_file.extend(_config_flags(str(key), value))
+    return rest + from_file
+
+
 def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> EngineArgs:
     """Parse and validate a `serve` command line; raises EngineError naming the flag and the fix."""
-    known, ignored = split_known(list(argv))
+    known, ignored = split_known(expand_config_file(list(argv)))
     parser = _parser(prog)
     ns, extra = parser.parse_known_args(known)
     if extra:
