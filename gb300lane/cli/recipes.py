@@ -15,6 +15,7 @@ from rich.table import Table
 from gb300lane.cli.common import console, fail, print_json
 from gb300lane.recipes import diff_recipes, fingerprint, hash_values, lint, list_recipes, load_recipe, render
 from gb300lane.recipes.formats import render_format, write_rendered
+from gb300lane.recipes.k8s import render_k8s, write_k8s
 
 recipes_app = typer.Typer(
     help="Versioned lane recipes: list, show, diff, hash and lint them.",
@@ -26,6 +27,7 @@ class RenderFormat(str, enum.Enum):
     compose = "compose"
     docker_run = "docker-run"
     json = "json"
+    k8s = "k8s"
 
 
 def _dir_option() -> Optional[Path]:
@@ -135,13 +137,20 @@ def lint_cmd(
 
 def render_cmd(
     name: str = typer.Argument(..., help="recipe name, e.g. v27"),
-    fmt: RenderFormat = typer.Option(RenderFormat.compose, "--format", "-f", help="compose, docker-run or json"),
+    fmt: RenderFormat = typer.Option(RenderFormat.compose, "--format", "-f", help="compose, docker-run, json or k8s"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the file into this directory instead of stdout"),
     dark: bool = typer.Option(False, "--dark", help="render the lane dark: bind to 127.0.0.1 only"),
     port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
     recipes_dir: Optional[Path] = _dir_option(),
 ) -> None:
-    lane = render(load_recipe(name, recipes_dir), dark=dark, port=port)
+    recipe = load_recipe(name, recipes_dir)
+    if fmt is RenderFormat.k8s:
+        if out is not None:
+            typer.echo(str(write_k8s(recipe, out, dark=dark, port=port)))
+        else:
+            typer.echo(render_k8s(recipe, dark=dark, port=port), nl=False)
+        return
+    lane = render(recipe, dark=dark, port=port)
     if out is not None:
         path = write_rendered(lane, fmt.value, out)
         typer.echo(str(path))
@@ -152,4 +161,6 @@ def render_cmd(
 def register(app: typer.Typer) -> None:
     """Attach the `recipes` group and the top-level `render` command."""
     app.add_typer(recipes_app, name="recipes")
-    app.command("render", help="The exact containers of a recipe: compose file, docker-run script or JSON.")(render_cmd)
+    app.command(
+        "render", help="The exact containers of a recipe: compose file, docker-run script, JSON or Kubernetes manifests."
+    )(render_cmd)
