@@ -1,11 +1,12 @@
-"""Test isolation and the `docker` marker.
+"""Test isolation and the component markers.
 
 Every test gets its own state directory, results directory and vLLM cache root,
-so no test sees another's lane. Tests marked `docker` need a Docker engine and
-tests marked `compose` need `docker compose` or `docker-compose`: where the
-component is missing they fail with a message that says so, unless the skip
-variable (GB300LANE_SKIP_DOCKER=1, GB300LANE_SKIP_COMPOSE=1) is set, in which
-case they are skipped.
+so no test sees another's lane. Tests marked `docker` need a Docker engine,
+tests marked `compose` need `docker compose` or `docker-compose`, tests marked
+`podman` need podman: where the component is missing they fail with a message
+that says so, unless the skip variable (GB300LANE_SKIP_DOCKER=1,
+GB300LANE_SKIP_COMPOSE=1, GB300LANE_SKIP_PODMAN=1) is set, in which case they
+are skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 _docker_state: dict[str, str | None] = {}
+_podman_state: dict[str, str | None] = {}
 
 
 def _docker_problem() -> str | None:
@@ -44,19 +46,35 @@ def _compose_problem() -> str | None:
     return "neither `docker compose` (the v2 plugin) nor `docker-compose` is installed"
 
 
+def _podman_problem() -> str | None:
+    if "problem" not in _podman_state:
+        if shutil.which("podman") is None:
+            _podman_state["problem"] = "podman is not installed"
+        else:
+            try:
+                probe = subprocess.run(["podman", "info", "--format", "{{.Version.Version}}"],
+                                       capture_output=True, text=True, timeout=60)
+                _podman_state["problem"] = None if probe.returncode == 0 else probe.stderr.strip()[-500:]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                _podman_state["problem"] = f"{type(exc).__name__}: {exc}"
+    return _podman_state["problem"]
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
     "compose": ("GB300LANE_SKIP_COMPOSE", "install docker-compose (apt-get install docker-compose)", _compose_problem),
+    "podman": ("GB300LANE_SKIP_PODMAN", "install Debian's podman and catatonit (bash .ci/run does)", _podman_problem),
 }
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    for marker, (skip_var, fix, probe) in _COMPONENTS.items():
-        if item.get_closest_marker(marker) is None:
-            continue
+    needed = [(m, c) for m, c in _COMPONENTS.items() if item.get_closest_marker(m) is not None]
+    # A skip variable for any component the test needs skips it before anything is probed.
+    for marker, (skip_var, _fix, _probe) in needed:
         if os.environ.get(skip_var) == "1":
             pytest.skip(f"{skip_var}=1: {marker} tests skipped")
+    for marker, (skip_var, fix, probe) in needed:
         problem = probe()
         if problem:
             where = f" (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')})" if marker == "docker" else ""

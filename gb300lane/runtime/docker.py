@@ -162,6 +162,14 @@ class DockerRuntime(Runtime):
             raise BootError(f"build {tag} failed: {exc.msg}\n{lines}") from exc
         return str(image.id)
 
+    def save_image(self, image: str) -> Iterator[bytes]:
+        """The image as `docker save` writes it (a tar stream, in chunks), to load into another engine."""
+        img = self._call(f"image {image}", self.client.images.get, image)
+        try:
+            yield from self._call(f"save {image}", img.save, named=True)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise BootError(f"save {image}: the Docker engine's stream broke ({exc})") from exc
+
     def prune_dangling_images(self, label: str) -> int:
         """Remove untagged images carrying `label` (older builds of a rebuilt tag); returns how many."""
         result = self._call(
