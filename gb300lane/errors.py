@@ -11,6 +11,7 @@
     ├── CardError                  a card file, registration or receipt is wrong
     ├── ReceiptExists              a write-once file already exists
     └── StateError                 the lane state (ledger, lock) refuses a transition
+        └── LedgerError            the promotion ledger cannot be read or written (corrupt, unreadable, read-only)
 
 Third-party exceptions are translated once, at the boundary that meets them
 (`raise BootError(...) from exc`).
@@ -67,3 +68,17 @@ class ReceiptExists(LaneError):
 
 class StateError(LaneError):
     """The lane state refuses a transition (locked, inconsistent, or missing)."""
+
+
+class LedgerError(StateError):
+    """The promotion ledger cannot be used; `kind` says why and the message says what fixes it.
+
+    kinds: `corrupt` (not a readable ledger, or a page fails its check), `empty` (0 bytes),
+    `unreadable` (permissions), `read-only` (readable, but its directory or file cannot be
+    written), `newer` (written by another schema version).
+    """
+
+    def __init__(self, message: str, *, kind: str, path: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.path = path

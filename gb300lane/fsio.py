@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,26 @@ def write_once(path: str | os.PathLike[str], data: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
     os.chmod(path, 0o444)
     return path
+
+
+def quarantine(path: str | os.PathLike[str], folder: str | os.PathLike[str], why: str) -> Path:
+    """Move an unreadable record out of the way into `folder`, with a note saying what was found; returns its new path.
+
+    Nothing is deleted: the record keeps its bytes under a time-stamped name, and
+    `<name>.why.txt` beside it says why it was moved.
+    """
+    src = Path(path)
+    dest_dir = Path(folder)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    dest = dest_dir / f"{src.name}.{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = dest_dir / f"{src.name}.{stamp}.{n}"
+    os.replace(src, dest)
+    atomic_write(dest.with_name(dest.name + ".why.txt"), f"{src}: {why}\n")
+    return dest
 
 
 def dumps_json(obj: Any) -> str:

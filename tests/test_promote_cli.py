@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from gb300lane import paths
 from gb300lane import promote as pm
 from gb300lane.cli.main import app
-from gb300lane.errors import StateError
+from gb300lane.errors import LedgerError, StateError
 from gb300lane.promote.ledger import Ledger, ledger_path
 from gb300lane.testing.simlane import SimLane
 
@@ -131,8 +131,9 @@ def test_a_ledger_from_another_schema_is_refused(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_ledger_is_named(tmp_path: Path) -> None:
     path = tmp_path / "promote.sqlite3"
     path.write_bytes(b"not a database at all" * 100)
-    with pytest.raises(StateError, match=r"promote.sqlite3: not a readable promotion ledger.*move it aside"):
+    with pytest.raises(LedgerError, match=r"promote.sqlite3: the promotion ledger is corrupt \(file is not a database\).*move it aside") as exc:
         Ledger(path)
+    assert exc.value.kind == "corrupt"
 
 
 def test_current_production_is_none_without_a_ledger() -> None:

@@ -88,7 +88,9 @@ def test_a_live_process_without_the_lock_is_not_called_interrupted(lane: SimLane
     # A transition begun by a process that is alive but holds no lock (as if the lock were defeated).
     begin = (
         "import time; from gb300lane.promote.ledger import Ledger\n"
-        "with Ledger() as l: l.begin('rollback', 'local-v26', None, {})\n"
+        "from gb300lane.promote.models import RollbackPlan\n"
+        "with Ledger() as l:\n"
+        "    l.begin('local-v26', None, RollbackPlan(target=l.production(), previous=None, port=30106))\n"
         "print('begun', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", begin], env=env, stdout=subprocess.PIPE, text=True)

@@ -120,7 +120,7 @@ def _uptime(seconds: float | None) -> str:
 def status(json_out: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
     """What runs where: health, hash, uptime, production or candidate, the rollback pair.
 
-    Exits 1 when the promotion ledger cannot be read: the roles shown are then unknown.
+    Exits 1 when the promotion ledger cannot be read (the roles shown are then unknown) or written.
     """
     from gb300lane.promote.view import lane_view
 
@@ -129,11 +129,10 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print the status
         print_json(st.model_dump(mode="json"))
     else:
         _print_status(st)
-    if st.ledger_error is not None:
+    if not st.ok:
         if not json_out:
-            err_console.print(
-                f"[bold red]error:[/] {escape(st.ledger_error)}", highlight=False, soft_wrap=True
-            )
+            problem = st.ledger_error or st.ledger_read_only or ""
+            err_console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -173,6 +172,10 @@ def _print_status(st: LaneView) -> None:
     for rt, note in st.runtimes.items():
         if note != "reachable":
             err_console.print(f"[yellow]{escape(rt)}:[/] {escape(note)}", highlight=False)
+    for line in st.quarantined:
+        err_console.print(
+            f"[yellow]quarantined:[/] {escape(line)}; delete it once read", highlight=False, soft_wrap=True
+        )
 
 
 def logs(

@@ -5,22 +5,38 @@ codes: `LaneGroup.invoke` wraps every command (nested groups included), so
 the console script and an in-process `CliRunner` behave alike. A `LaneError`
 becomes one red line on stderr and its `exit_code` (1); a pydantic
 `ValidationError` that escaped a loader becomes its dotted field paths.
-Usage errors stay typer's own (exit code 2).
+Usage errors stay typer's own (exit code 2). The library's warnings (logged
+on the `gb300lane` logger) become one yellow line each.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from gb300lane import __version__
 from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec
-from gb300lane.cli.common import fail
+from gb300lane.cli.common import err_console, fail
 from gb300lane.errors import LaneError
 from gb300lane.models import format_validation_error
+
+
+class _Warnings(logging.Handler):
+    """The library's warnings (a quarantined record, ...) as one yellow line each on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err_console.print(f"[yellow]warning:[/] {escape(record.getMessage())}", highlight=False, soft_wrap=True)
+
+
+_LIBRARY_LOG = logging.getLogger("gb300lane")
+if not any(isinstance(h, _Warnings) for h in _LIBRARY_LOG.handlers):
+    _LIBRARY_LOG.addHandler(_Warnings(logging.WARNING))
+    _LIBRARY_LOG.propagate = False
 
 
 class LaneGroup(TyperGroup):

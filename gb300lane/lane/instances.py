@@ -8,6 +8,7 @@ liveness is always asked of the runtime; the record never claims it.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -15,9 +16,10 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from gb300lane import paths
-from gb300lane.errors import StateError
-from gb300lane.fsio import atomic_write, dumps_json
-from gb300lane.models import FrozenModel
+from gb300lane.fsio import atomic_write, dumps_json, quarantine
+from gb300lane.models import FrozenModel, format_validation_error
+
+log = logging.getLogger(__name__)
 
 InstancePhase = Literal["booting", "up", "failed", "interrupted", "stopped"]
 
@@ -52,20 +54,68 @@ def instances_dir() -> Path:
     return paths.state_dir() / "lane" / "instances"
 
 
-def save(rec: InstanceRecord, **changes: Any) -> InstanceRecord:
-    rec = rec.model_copy(update={**changes, "updated_at": time.time()})
+def quarantine_dir() -> Path:
+    return paths.state_dir() / "lane" / "quarantine"
+
+
+def save(
+    rec: InstanceRecord, *, phase: InstancePhase | None = None, detail: str | None = None, report: str | None = None
+) -> InstanceRecord:
+    """Write the record (with the changes given) atomically; returns what was written."""
+    changes: dict[str, object] = {"updated_at": time.time()}
+    if phase is not None:
+        changes["phase"] = phase
+    if detail is not None:
+        changes["detail"] = detail
+    if report is not None:
+        changes["report"] = report
+    rec = rec.model_copy(update=changes)
     atomic_write(instances_dir() / f"{rec.name}.json", dumps_json(rec.model_dump(mode="json")))
     return rec
 
 
 def load(name: str) -> InstanceRecord | None:
+    """The record of instance `name`; None when there is none, or when it was unreadable and is now quarantined.
+
+    One bad record must not stop the commands that read the others: it is moved
+    to the quarantine folder with a note, a warning says what was found and
+    where it went, and the instance's containers (if any) are still found by
+    their labels as an unrecorded leftover.
+    """
     path = instances_dir() / f"{name}.json"
     try:
-        return InstanceRecord.model_validate_json(path.read_text())
+        return InstanceRecord.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (ValidationError, ValueError) as exc:
-        raise StateError(f"{path}: unreadable instance record ({exc.__class__.__name__}); delete it to forget {name}") from exc
+    except ValidationError as exc:
+        found = format_validation_error(exc, first_only=True, missing="missing")
+    except (OSError, ValueError) as exc:
+        found = f"{type(exc).__name__}: {exc}"
+    try:
+        moved = quarantine(path, quarantine_dir(), f"unreadable instance record ({found})")
+    except FileNotFoundError:
+        return None  # another command moved it first
+    log.warning(
+        "%s: unreadable instance record (%s); moved to %s. Any containers it had are still found by their "
+        "labels: `gb300lane status` lists them as unrecorded; delete the moved file once you have read it",
+        path, found, moved,
+    )
+    return None
+
+
+def quarantined() -> list[str]:
+    """What the quarantine folder holds, one line each: the file and why it was moved."""
+    folder = quarantine_dir()
+    if not folder.is_dir():
+        return []
+    out = []
+    for note in sorted(folder.glob("*.why.txt")):
+        try:
+            why = note.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            why = "(the note cannot be read)"
+        out.append(f"{note.with_name(note.name.removesuffix('.why.txt'))}: {why}")
+    return out
 
 
 def load_all() -> list[InstanceRecord]:

@@ -56,6 +56,9 @@ class LaneStatus(FrozenModel):
 
     instances: tuple[InstanceStatus, ...] = Field(description="Every instance, recorded or leftover.")
     runtimes: dict[str, str] = Field(description="Runtime name -> reachable / the reason it is not.")
+    quarantined: tuple[str, ...] = Field(
+        default=(), description="Unreadable instance records moved aside: where each is now, and why."
+    )
 
 
 def _runtimes(names: set[str]) -> tuple[dict[str, Runtime], dict[str, str]]:
@@ -132,7 +135,7 @@ def status() -> LaneStatus:
         health = probe.health(info.endpoint) if running and info.endpoint else "not running"
         uptime = time.time() - info.started_at if running and info.started_at else None
         rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime))
-    return LaneStatus(instances=tuple(rows), runtimes=notes)
+    return LaneStatus(instances=tuple(rows), runtimes=notes, quarantined=tuple(instances.quarantined()))
 
 
 def _find(name: str) -> tuple[instances.InstanceRecord | None, Runtime, list[str]]:

@@ -9,18 +9,19 @@ resume it).
 from __future__ import annotations
 
 from gb300lane.errors import StateError
-from gb300lane.promote.ledger import Ledger, ledger_path
+from gb300lane.promote.ledger import Ledger, read_ledger
 from gb300lane.promote.lock import TransitionLock
-from gb300lane.promote.models import LedgerEvent, PruneReport
+from gb300lane.promote.models import LedgerEvent, NewEvent, PrunePlan, PruneReport
 from gb300lane.promote.ops import PromotionOps, default_ops
 from gb300lane.promote.state import explain, refuse_if_running
 
 
 def history() -> list[LedgerEvent]:
-    """Every promotion, rollback, failure, recovery and prune, oldest first."""
-    if not ledger_path().exists():
+    """Every promotion, rollback, failure, recovery and prune, oldest first (LedgerError when unreadable)."""
+    ledger = read_ledger()
+    if ledger is None:
         return []
-    with Ledger() as ledger:
+    with ledger:
         return ledger.events()
 
 
@@ -46,7 +47,7 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
         remove: list[str] = []
         gone: list[str] = []
         for row in ledger.kept():  # newest first
-            name = row["instance"]
+            name = row.instance
             if name in protected:
                 leave.append(f"{name} ({protected[name]})")
             elif name not in facts:
@@ -62,7 +63,7 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
         for name in gone:  # removed by hand since; the ledger catches up
             ledger.mark_removed(name)
         if open_tr is None:
-            tid = ledger.begin("prune", None, None, {"remove": remove})
+            tid = ledger.begin(None, None, PrunePlan(remove=tuple(remove)))
         else:
             tid = open_tr.id
         for name in remove:
@@ -72,7 +73,7 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
             ledger.journal(tid, "remove", "done", {"instance": name})
         ledger.finish(
             tid, "pruned",
-            event={"kind": "prune", "reason": f"keep {keep} beside production and the rollback pair",
-                   "detail": f"removed {', '.join(remove) if remove else 'nothing'}"},
+            event=NewEvent(kind="prune", reason=f"keep {keep} beside production and the rollback pair",
+                           detail=f"removed {', '.join(remove) if remove else 'nothing'}"),
         )
         return PruneReport(removed=tuple(remove), kept=tuple(leave), dry_run=False)

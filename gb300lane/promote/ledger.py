@@ -6,10 +6,19 @@ is one `BEGIN IMMEDIATE` transaction. A transition writes a journal row
 so a process killed at any point leaves a journal that says how far it got.
 A transition whose `outcome` is NULL is unfinished: running when the lock is
 held, crashed when it is not.
+
+Fail closed: a ledger is checked (`PRAGMA quick_check`, its schema, every row
+read back into its model) whenever it is opened, and anything that keeps it
+from being read or written is a `LedgerError` that says which (corrupt, empty,
+unreadable, read-only, newer) and what fixes it; it is never read as
+"nothing recorded". Only a missing file means nothing was ever promoted. A
+new ledger is built beside its final name and moved into place, so a file of
+0 bytes is never a ledger this tool left.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -18,11 +27,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from pydantic import JsonValue, ValidationError
 
 from gb300lane import paths
-from gb300lane.errors import StateError
-from gb300lane.promote.models import LedgerEvent, Slot
+from gb300lane.errors import LedgerError, StateError
+from gb300lane.models import format_validation_error
+from gb300lane.promote.models import (
+    KeptInstance,
+    LedgerEvent,
+    NewEvent,
+    PromotePlan,
+    PrunePlan,
+    RollbackPlan,
+    Slot,
+    TransitionKind,
+    TransitionPlan,
+)
 
 SCHEMA_VERSION = 1
 LEDGER_FILE = "promote.sqlite3"
@@ -58,10 +80,17 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
+_TABLES = ("meta", "slots", "transitions", "journal", "kept", "events")
 _EVENT_FIELDS = (
     "at", "kind", "recipe", "instance", "fingerprint", "previous", "verdict",
     "forced", "reason", "restore_seconds", "tool_seconds", "detail",
-)
+)  # fmt: skip
+_PLANS: dict[str, type[PromotePlan] | type[RollbackPlan] | type[PrunePlan]] = {
+    "promote": PromotePlan, "rollback": RollbackPlan, "prune": PrunePlan,
+}  # fmt: skip
+
+Phase = Literal["intent", "done", "failed"]
+Detail = dict[str, JsonValue]
 
 
 def utcnow() -> str:
@@ -77,52 +106,224 @@ class Transition:
     """A transitions row: what was being done, from what, and the plan it wrote up front."""
 
     id: int
-    kind: str
+    kind: TransitionKind
     recipe: str | None
     previous: str | None
     started_at: str
     pid: int
-    plan: dict[str, Any]
+    plan: TransitionPlan
     outcome: str | None
 
 
 @dataclass(frozen=True)
 class JournalEntry:
     step: str
-    phase: str
+    phase: Phase
     at: str
-    detail: dict[str, Any]
+    detail: Detail
+
+
+# -- what cannot be read, and what fixes it ------------------------------------------------------
+
+
+def _corrupt(path: Path, found: str) -> LedgerError:
+    return LedgerError(
+        f"{path}: the promotion ledger is corrupt ({found}); production and the rollback pair cannot be read, "
+        "so commands that could touch them refuse. Restore the file from a backup; or move it aside "
+        f"(`mv {path} {path}.corrupt`), take stock with `gb300lane status` and record production again with "
+        "`gb300lane promote RECIPE --force --reason \"ledger rebuilt\"`",
+        kind="corrupt", path=str(path),
+    )  # fmt: skip
+
+
+def _empty(path: Path) -> LedgerError:
+    return LedgerError(
+        f"{path}: the promotion ledger is empty (0 bytes): it was truncated (this tool never leaves an empty "
+        "ledger); production and the rollback pair cannot be read, so commands that could touch them refuse. "
+        f"Restore it from a backup; if nothing was ever promoted on this host, remove it (`rm {path}`)",
+        kind="empty", path=str(path),
+    )  # fmt: skip
+
+
+def _unreadable(path: Path, why: str) -> LedgerError:
+    return LedgerError(
+        f"{path}: the promotion ledger cannot be read ({why}); production and the rollback pair are unknown, so "
+        f"commands that could touch them refuse. Check the permissions of the file and of {path.parent} "
+        f"(`ls -ld {path.parent} {path}`; this command runs as uid {os.getuid()})",
+        kind="unreadable", path=str(path),
+    )  # fmt: skip
+
+
+def read_only_error(path: Path, why: str) -> LedgerError:
+    return LedgerError(
+        f"{path}: the promotion ledger can be read but not written ({why}); promote, rollback and prune "
+        f"refuse until it can. The ledger itself is fine: make {path.parent} and the file writable "
+        f"(`chmod u+w {path.parent} {path}`, or remount the filesystem read-write), or run as their owner",
+        kind="read-only", path=str(path),
+    )  # fmt: skip
+
+
+def write_problem(path: Path) -> str | None:
+    """Why the ledger at `path` cannot be written by this process, or None."""
+    folder = path.parent
+    if not os.access(folder, os.W_OK):
+        return f"{folder} is not writable"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path.name} is not writable"
+    return None
+
+
+def _is_read_only(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
+
+
+def _precheck(path: Path) -> bool:
+    """False when no ledger exists; LedgerError when one exists that cannot be opened as a ledger file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _unreadable(path, exc.strerror or str(exc)) from exc
+    if path.is_dir():
+        raise _corrupt(path, "it is a directory, not a file")
+    if st.st_size == 0:
+        raise _empty(path)
+    if not os.access(path, os.R_OK):
+        raise _unreadable(path, f"{path.name} is not readable by uid {os.getuid()}")
+    return True
+
+
+def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    """A connection to an existing ledger file; read-only ones fall back to an immutable read on a read-only directory."""
+    if not readonly:
+        return sqlite3.connect(path, timeout=30, isolation_level=None)
+    uri = path.resolve().as_uri()
+    try:
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError as exc:
+        if not _is_read_only(exc) and getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+            raise
+        # A WAL database in a directory this process cannot write: its shared-memory file cannot be
+        # made. Nobody can be writing it then, so read the file as it is, unless changes wait in its
+        # write-ahead log, which only a writer can merge.
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise read_only_error(path, f"{wal.name} holds changes not yet merged and {path.parent} is not writable") from exc
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=30, isolation_level=None)
+
+
+# -- the ledger ----------------------------------------------------------------------------------
 
 
 class Ledger:
-    """The SQLite ledger. Cheap to open; open one per command."""
+    """The SQLite ledger. Cheap to open; open one per command.
 
-    def __init__(self, path: Path | None = None) -> None:
+    `readonly=True` (status, history, the protected set) never creates or changes
+    anything and works on a read-only state directory; a writable ledger (promote,
+    rollback, prune) is created when missing. Both check the file before use.
+    """
+
+    def __init__(self, path: Path | None = None, *, readonly: bool = False) -> None:
         self.path = Path(path) if path else ledger_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly
+        exists = _precheck(self.path)
+        if not exists:
+            if readonly:
+                raise LedgerError(f"{self.path}: no promotion ledger yet", kind="missing", path=str(self.path))
+            self._create()
+        if not readonly:
+            why = write_problem(self.path)
+            if why is not None:
+                self._check_readable()
+                raise read_only_error(self.path, why)
         try:
-            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE), never implicit.
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._db = _connect(self.path, readonly=readonly)
+        except sqlite3.OperationalError as exc:
+            raise _unreadable(self.path, str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(self.path, str(exc)) from exc
+        try:
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            with self.tx():
+            if not readonly:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+            self._verify()
+        except sqlite3.OperationalError as exc:
+            self._db.close()
+            if _is_read_only(exc):
+                raise read_only_error(self.path, str(exc)) from exc
+            raise _unreadable(self.path, str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise _corrupt(self.path, str(exc)) from exc
+        except LedgerError:
+            self._db.close()
+            raise
+
+    def _create(self) -> None:
+        """Build an empty ledger beside its final name, then move it into place (never a half-made file)."""
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise read_only_error(self.path, f"cannot create {folder}: {exc.strerror or exc}") from exc
+        tmp = folder / f".{self.path.name}.{os.getpid()}.new"
+        try:
+            db = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("BEGIN IMMEDIATE")
                 # Statement by statement: executescript would COMMIT the open transaction first.
                 for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
-                row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                if row is None:
-                    self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row["value"]) != SCHEMA_VERSION:
-                    raise StateError(
-                        f"{self.path}: meta.schema_version = {row['value']}, this tool reads {SCHEMA_VERSION}; "
-                        "use the gb300lane version that wrote it"
-                    )
-        except sqlite3.DatabaseError as exc:
-            raise StateError(
-                f"{self.path}: not a readable promotion ledger ({exc}); move it aside to start a new ledger"
-            ) from exc
+                    db.execute(statement)
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                db.execute("COMMIT")
+            finally:
+                db.close()
+            os.replace(tmp, self.path)
+        except (OSError, sqlite3.Error) as exc:
+            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+                leftover.unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                raise read_only_error(self.path, f"cannot create it in {folder}: {exc.strerror}") from exc
+            if isinstance(exc, sqlite3.Error) and _is_read_only(exc):
+                raise read_only_error(self.path, f"cannot create it in {folder}: {exc}") from exc
+            raise
+
+    def _check_readable(self) -> None:
+        """Raise the read error if the ledger cannot even be read (so a corrupt read-only ledger says corrupt)."""
+        Ledger(self.path, readonly=True).close()
+
+    def _verify(self) -> None:
+        """The file is a ledger of this schema, its pages pass SQLite's check, and every row reads back."""
+        problems = [str(r[0]) for r in self._db.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            raise _corrupt(self.path, "; ".join(problems[:3]))
+        tables = {str(r[0]) for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in _TABLES if t not in tables]
+        if missing:
+            raise _corrupt(self.path, f"not a promotion ledger: no {', '.join(missing)} table")
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            raise _corrupt(self.path, "meta.schema_version is missing")
+        if str(row["value"]) != str(SCHEMA_VERSION):
+            raise LedgerError(
+                f"{self.path}: meta.schema_version = {row['value']}, this tool reads {SCHEMA_VERSION}; "
+                "use the gb300lane version that wrote it",
+                kind="newer", path=str(self.path),
+            )  # fmt: skip
+        # Read every row the commands rely on back into its model: a value that does not fit is corruption too.
+        self.production()
+        self.rollback_pair()
+        self.port()
+        tr = self.open_transition()
+        if tr is not None:
+            self.entries(tr.id)
 
     def close(self) -> None:
         self._db.close()
@@ -136,6 +337,8 @@ class Ledger:
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; nested calls join the outer one."""
+        if self.readonly:
+            raise StateError(f"{self.path}: opened read-only; a change needs a writable ledger")
         if self._db.in_transaction:
             yield self._db
             return
@@ -147,13 +350,22 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
+    def _row_error(self, table: str, exc: ValidationError | ValueError) -> LedgerError:
+        detail = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        return _corrupt(self.path, f"a {table} row does not read back: {detail}")
+
     # -- roles -------------------------------------------------------------------------------
 
     def slot(self, role: str) -> Slot | None:
         row = self._db.execute(
             "SELECT recipe, instance, fingerprint, endpoint, since FROM slots WHERE role=?", (role,)
         ).fetchone()
-        return Slot(**dict(row)) if row else None
+        if row is None:
+            return None
+        try:
+            return Slot(**dict(row))
+        except ValidationError as exc:
+            raise self._row_error("slots", exc) from exc
 
     def production(self) -> Slot | None:
         return self.slot("production")
@@ -163,7 +375,12 @@ class Ledger:
 
     def port(self) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE key='port'").fetchone()
-        return int(row["value"]) if row else None
+        if row is None:
+            return None
+        try:
+            return int(row["value"])
+        except (TypeError, ValueError) as exc:
+            raise self._row_error("meta (port)", ValueError(f"port = {row['value']!r}")) from exc
 
     def _set_slot(self, role: str, slot: Slot | None) -> None:
         self._db.execute("DELETE FROM slots WHERE role=?", (role,))
@@ -179,15 +396,16 @@ class Ledger:
         row = self._db.execute(
             "SELECT * FROM transitions WHERE outcome IS NULL ORDER BY id DESC LIMIT 1"
         ).fetchone()
-        return _transition(row) if row else None
+        return self._transition(row) if row else None
 
     def transition(self, tid: int) -> Transition:
         row = self._db.execute("SELECT * FROM transitions WHERE id=?", (tid,)).fetchone()
         if row is None:
             raise StateError(f"{self.path}: transitions.id = {tid} does not exist")
-        return _transition(row)
+        return self._transition(row)
 
-    def begin(self, kind: str, recipe: str | None, previous: str | None, plan: dict[str, Any]) -> int:
+    def begin(self, recipe: str | None, previous: str | None, plan: TransitionPlan) -> int:
+        kind = next(k for k, model in _PLANS.items() if isinstance(plan, model))
         with self.tx() as db:
             if db.execute("SELECT 1 FROM transitions WHERE outcome IS NULL").fetchone():
                 raise StateError(
@@ -195,18 +413,11 @@ class Ledger:
                 )
             cur = db.execute(
                 "INSERT INTO transitions (kind, recipe, previous, started_at, pid, plan) VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, recipe, previous, utcnow(), os.getpid(), json.dumps(plan, sort_keys=True)),
+                (kind, recipe, previous, utcnow(), os.getpid(), json.dumps(plan.model_dump(mode="json"), sort_keys=True)),
             )
             return _rowid(cur)
 
-    def update_plan(self, tid: int, **changes: Any) -> dict[str, Any]:
-        with self.tx() as db:
-            plan = self.transition(tid).plan
-            plan.update(changes)
-            db.execute("UPDATE transitions SET plan=? WHERE id=?", (json.dumps(plan, sort_keys=True), tid))
-            return plan
-
-    def journal(self, tid: int, step: str, phase: str, detail: dict[str, Any] | None = None) -> None:
+    def journal(self, tid: int, step: str, phase: Phase, detail: Detail | None = None) -> None:
         with self.tx() as db:
             db.execute(
                 "INSERT INTO journal (transition_id, step, phase, at, detail) VALUES (?, ?, ?, ?, ?)",
@@ -217,18 +428,27 @@ class Ledger:
         rows = self._db.execute(
             "SELECT step, phase, at, detail FROM journal WHERE transition_id=? ORDER BY id", (tid,)
         ).fetchall()
-        return [JournalEntry(r["step"], r["phase"], r["at"], json.loads(r["detail"])) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                detail = json.loads(r["detail"])
+            except (TypeError, ValueError) as exc:
+                raise self._row_error("journal", ValueError(f"detail is not JSON: {exc}")) from exc
+            if r["phase"] not in ("intent", "done", "failed") or not isinstance(detail, dict):
+                raise self._row_error("journal", ValueError(f"phase {r['phase']!r}, detail {str(r['detail'])[:60]}"))
+            out.append(JournalEntry(r["step"], r["phase"], r["at"], detail))
+        return out
 
     def finish(
         self,
         tid: int,
         outcome: str,
         *,
-        production: Slot | None | bool = False,
-        rollback: Slot | None | bool = False,
+        production: Slot | None | Literal[False] = False,
+        rollback: Slot | None | Literal[False] = False,
         port: int | None = None,
         kept: list[tuple[Slot, str]] | None = None,
-        event: dict[str, Any] | None = None,
+        event: NewEvent | None = None,
     ) -> int | None:
         """Close a transition and apply its role changes in one transaction.
 
@@ -237,9 +457,9 @@ class Ledger:
         """
         with self.tx() as db:
             if production is not False:
-                self._set_slot("production", production)  # type: ignore[arg-type]
+                self._set_slot("production", production)
             if rollback is not False:
-                self._set_slot("rollback", rollback)  # type: ignore[arg-type]
+                self._set_slot("rollback", rollback)
             if port is not None:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('port', ?)", (str(port),))
             for slot, why in kept or []:
@@ -249,6 +469,22 @@ class Ledger:
                 "UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid)
             )
             return event_id
+
+    def _transition(self, row: sqlite3.Row) -> Transition:
+        kind = row["kind"]
+        model = _PLANS.get(kind)
+        if model is None:
+            raise self._row_error("transitions", ValueError(f"kind = {kind!r}"))
+        try:
+            plan = model.model_validate_json(row["plan"])
+        except ValidationError as exc:
+            raise self._row_error(f"transitions (id {row['id']}, plan)", exc) from exc
+        except ValueError as exc:
+            raise self._row_error(f"transitions (id {row['id']}, plan)", exc) from exc
+        return Transition(
+            id=row["id"], kind=kind, recipe=row["recipe"], previous=row["previous"], started_at=row["started_at"],
+            pid=row["pid"], plan=plan, outcome=row["outcome"],
+        )  # fmt: skip
 
     # -- kept instances ----------------------------------------------------------------------
 
@@ -263,11 +499,15 @@ class Ledger:
         with self.tx():
             self._keep(slot, why)
 
-    def kept(self) -> list[dict[str, Any]]:
+    def kept(self) -> list[KeptInstance]:
+        """Kept instances not yet removed, newest first."""
         rows = self._db.execute(
             "SELECT * FROM kept WHERE removed_at IS NULL ORDER BY kept_at DESC, instance"
         ).fetchall()
-        return [dict(r) for r in rows]
+        try:
+            return [KeptInstance(**dict(r)) for r in rows]
+        except ValidationError as exc:
+            raise self._row_error("kept", exc) from exc
 
     def mark_removed(self, instance: str) -> None:
         with self.tx() as db:
@@ -275,43 +515,38 @@ class Ledger:
 
     # -- history -----------------------------------------------------------------------------
 
-    def _event(self, event: dict[str, Any], tid: int | None) -> int:
-        unknown = set(event) - set(_EVENT_FIELDS)
-        if unknown:
-            raise StateError(f"ledger event has unknown fields {sorted(unknown)}")
-        row = {k: event.get(k) for k in _EVENT_FIELDS}
+    def _event(self, event: NewEvent, tid: int | None) -> int:
+        row = event.model_dump()
         row["at"] = row["at"] or utcnow()
         row["forced"] = 1 if row["forced"] else 0
         cur = self._db.execute(
             f"INSERT INTO events ({', '.join(_EVENT_FIELDS)}, transition_id) "
             f"VALUES ({', '.join('?' for _ in _EVENT_FIELDS)}, ?)",
-            (*row.values(), tid),
+            (*(row[k] for k in _EVENT_FIELDS), tid),
         )
         return _rowid(cur)
 
-    def record(self, event: dict[str, Any], tid: int | None = None) -> int:
+    def record(self, event: NewEvent, tid: int | None = None) -> int:
         with self.tx():
             return self._event(event, tid)
 
     def events(self) -> list[LedgerEvent]:
         rows = self._db.execute(f"SELECT id, {', '.join(_EVENT_FIELDS)} FROM events ORDER BY id").fetchall()
-        return [LedgerEvent(**{**dict(r), "forced": bool(r["forced"])}) for r in rows]
+        try:
+            return [LedgerEvent(**{**dict(r), "forced": bool(r["forced"])}) for r in rows]
+        except ValidationError as exc:
+            raise self._row_error("events", exc) from exc
+
+
+def read_ledger(path: Path | None = None) -> Ledger | None:
+    """The ledger opened read-only, or None when none exists; LedgerError when one exists and cannot be read."""
+    target = Path(path) if path else ledger_path()
+    if not _precheck(target):
+        return None
+    return Ledger(target, readonly=True)
 
 
 def _rowid(cur: sqlite3.Cursor) -> int:
     if cur.lastrowid is None:  # an INSERT always sets it; None would mean the statement was not one
         raise StateError("ledger: an INSERT recorded no row id")
     return cur.lastrowid
-
-
-def _transition(row: sqlite3.Row) -> Transition:
-    return Transition(
-        id=row["id"],
-        kind=row["kind"],
-        recipe=row["recipe"],
-        previous=row["previous"],
-        started_at=row["started_at"],
-        pid=row["pid"],
-        plan=json.loads(row["plan"]),
-        outcome=row["outcome"],
-    )

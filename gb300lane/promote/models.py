@@ -33,6 +33,67 @@ class Slot(FrozenModel):
     since: str = Field(description="UTC time (ISO 8601) the instance took this role.")
 
 
+class PromotePlan(FrozenModel):
+    """What a promotion will do, written to the ledger before it touches the lane (the repair reads it back)."""
+
+    recipe: str = Field(description="The recipe becoming production.")
+    fingerprint: str = Field(description="Its recipe fingerprint when the plan was made.")
+    port: int = Field(description="The production port.")
+    tag: str = Field(description="The arm tag its instance is booted under.")
+    instance: str = Field(description="The instance name the boot creates.")
+    previous: Slot | None = Field(description="Production when the promotion began (None for a first promotion).")
+    pair: Slot | None = Field(description="The rollback pair when the promotion began.")
+    verdict: str | None = Field(description="The verdict reference the promotion rests on.")
+    forced: bool = Field(description="True when forced past a missing or failing verdict.")
+    reason: str | None = Field(description="The --reason of a forced promotion.")
+
+
+class RollbackPlan(FrozenModel):
+    """What a rollback will do: start the kept pair, stop (and keep) what serves production."""
+
+    target: Slot = Field(description="The kept rollback pair that becomes production.")
+    previous: Slot | None = Field(description="Production when the rollback began.")
+    port: int = Field(description="The production port.")
+
+
+class PrunePlan(FrozenModel):
+    """What a prune will remove."""
+
+    remove: tuple[str, ...] = Field(description="Kept instances it removes.")
+
+
+TransitionPlan = PromotePlan | RollbackPlan | PrunePlan
+
+
+class KeptInstance(FrozenModel):
+    """An instance the ledger keeps (stopped, not removed) and why; only prune removes it."""
+
+    instance: str = Field(description="Lane instance name.")
+    recipe: str = Field(description="Its recipe.")
+    fingerprint: str = Field(description="Its recipe fingerprint.")
+    endpoint: str = Field(description="Its endpoint.")
+    kept_at: str = Field(description="UTC time it was kept.")
+    why: str = Field(description="Why it is kept: the rollback pair, a failed candidate, ...")
+    removed_at: str | None = Field(default=None, description="UTC time prune removed it (None while kept).")
+
+
+class NewEvent(FrozenModel):
+    """A line of history as a transition writes it (the ledger adds the id and, unless given, the time)."""
+
+    kind: EventKind = Field(description="What happened.")
+    at: str | None = Field(default=None, description="UTC time (ISO 8601); now when None.")
+    recipe: str | None = Field(default=None, description="Recipe the action aimed at.")
+    instance: str | None = Field(default=None, description="Its instance.")
+    fingerprint: str | None = Field(default=None, description="Its fingerprint.")
+    previous: str | None = Field(default=None, description="Recipe that was production before.")
+    verdict: str | None = Field(default=None, description="Verdict reference the promotion rests on.")
+    forced: bool = Field(default=False, description="True for a forced promotion.")
+    reason: str | None = Field(default=None, description="Why: the --reason given, or what failed.")
+    restore_seconds: float | None = Field(default=None, description="Seconds until the restored instance was ready.")
+    tool_seconds: float | None = Field(default=None, description="The tool's own share of restore_seconds.")
+    detail: str | None = Field(default=None, description="Anything else worth keeping, one line.")
+
+
 class InFlight(FrozenModel):
     """A transition that began and has not been recorded as finished."""
 

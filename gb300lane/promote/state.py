@@ -16,7 +16,7 @@ import psutil
 
 from gb300lane.errors import StateError
 from gb300lane.promote import lock as lock_mod
-from gb300lane.promote.ledger import Ledger, Transition, ledger_path
+from gb300lane.promote.ledger import Ledger, Transition, ledger_path, read_ledger, read_only_error, write_problem
 from gb300lane.promote.models import InFlight, ProductionState
 
 # step -> (while it runs, once it is done); {recipe} is the target, {previous} what production was.
@@ -134,12 +134,14 @@ def in_flight(ledger: Ledger, *, state_dir: Path | None = None) -> InFlight | No
 def current_production(*, ledger_file: Path | None = None, state_dir: Path | None = None) -> ProductionState | None:
     """Production, the rollback pair and any unfinished transition; None when nothing was ever promoted.
 
-    Read-only apart from creating an empty ledger file's schema.
+    Reads the ledger read-only and creates nothing. A ledger that exists and cannot be
+    read raises `LedgerError` (corrupt, empty, unreadable, read-only with unmerged
+    changes): an unreadable ledger is never "nothing recorded".
     """
-    path = ledger_file or ledger_path()
-    if not path.exists():
+    ledger = read_ledger(ledger_file)
+    if ledger is None:
         return None
-    with Ledger(path) as ledger:
+    with ledger:
         prod = ledger.production()
         pair = ledger.rollback_pair()
         flight = in_flight(ledger, state_dir=state_dir)
@@ -155,3 +157,12 @@ def current_production(*, ledger_file: Path | None = None, state_dir: Path | Non
             rollback_pair=pair,
             in_flight=flight,
         )
+
+
+def ledger_read_only(ledger_file: Path | None = None) -> str | None:
+    """Why transitions could not record in an existing ledger (its directory or file is read-only), or None."""
+    path = ledger_file or ledger_path()
+    if not path.is_file():
+        return None
+    why = write_problem(path)
+    return None if why is None else str(read_only_error(path, why))

@@ -23,12 +23,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+
+from pydantic import JsonValue
 
 from gb300lane.errors import LaneError, StateError
-from gb300lane.promote.ledger import Ledger, Transition, utcnow
+from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
-from gb300lane.promote.models import BootInfo, Slot, TransitionReport
+from gb300lane.promote.models import BootInfo, NewEvent, PromotePlan, RollbackPlan, Slot, TransitionReport
 from gb300lane.promote.ops import PromotionOps, default_ops, wait_port_free
 from gb300lane.promote.state import explain, refuse_if_running
 
@@ -62,17 +63,17 @@ class _Run:
         self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
         # True when this process picks up a transition a killed one began.
         self.resumed = resumed
-        self.plan: dict[str, Any] = dict(tr.plan)
+        self.port = tr.plan.port if isinstance(tr.plan, (PromotePlan, RollbackPlan)) else 0
 
     def _point(self, name: str) -> None:
         if self.hook is not None:
             self.hook(name)
 
     @contextmanager
-    def step(self, name: str, **detail: Any) -> Iterator[dict[str, Any]]:
+    def step(self, name: str, **detail: JsonValue) -> Iterator[Detail]:
         self.ledger.journal(self.tr.id, name, "intent", detail)
         self._point(f"{self.tr.kind}.{name}")
-        out: dict[str, Any] = {}
+        out: Detail = {}
         try:
             yield out
         except LaneError as exc:
@@ -86,33 +87,33 @@ class _Run:
 
     def stop_others(self, keep_running: str | None, step: str, *, also: str | None = None) -> list[str]:
         """Stop (and keep) every running instance on the production port, and `also`, except `keep_running`."""
-        port = self.plan["port"]
         stopped = []
         for f in self.ops.instances():
-            if f.running and (f.port == port or f.name == also) and f.name != keep_running:
+            if f.running and (f.port == self.port or f.name == also) and f.name != keep_running:
                 with self.step(step, instance=f.name):
                     self.ops.stop_keep(f.name)
                 stopped.append(f.name)
         return stopped
 
     def free_port(self) -> None:
-        with self.step("check_port", port=self.plan["port"]):
-            wait_port_free(self.ops, self.plan["port"])
+        with self.step("check_port", port=self.port):
+            wait_port_free(self.ops, self.port)
 
-    def bring_up(self, slot: dict[str, Any] | None, step: str) -> BootInfo | None:
+    def bring_up(self, slot: Slot | None, step: str) -> BootInfo | None:
         """Start a kept instance unless it already runs; None when it was already running."""
         if slot is None:
             return None
-        _, running = self.fact(slot["instance"])
+        _, running = self.fact(slot.instance)
         if running:
             return None
         self.free_port()
-        with self.step(step, instance=slot["instance"]):
-            return self.ops.start_kept(slot["instance"])
+        with self.step(step, instance=slot.instance):
+            return self.ops.start_kept(slot.instance)
 
 
-def _slot(d: dict[str, Any] | None, **changes: Any) -> Slot | None:
-    return Slot(**{**d, **changes}) if d else None
+def _since(slot: Slot | None, since: str, **changes: str) -> Slot | None:
+    """The slot taking a new role at `since` (None stays None)."""
+    return slot.model_copy(update={"since": since, **changes}) if slot is not None else None
 
 
 # -- promote -----------------------------------------------------------------------------------
@@ -141,8 +142,8 @@ def promote(
     with TransitionLock(f"promote {recipe}"), Ledger() as ledger:
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
-            if resume and open_tr.kind == "promote" and open_tr.recipe == recipe:
-                return _drive_promote(_Run(ledger, ops, open_tr, crash_hook, resumed=True))
+            if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
+                return _drive_promote(_Run(ledger, ops, open_tr, crash_hook, resumed=True), open_tr.plan)
             text, _ = explain(ledger, open_tr, crashed=True)
             raise StateError(f"{ledger.path}: {text}")
         if resume:
@@ -178,81 +179,71 @@ def promote(
         while ops.plan_instance(recipe, tag) in taken:
             n += 1
             tag = f"{recipe}-{n}"
-        plan = {
-            "recipe": recipe,
-            "fingerprint": fingerprint,
-            "port": lane_port,
-            "tag": tag,
-            "instance": ops.plan_instance(recipe, tag),
-            "previous": prod.model_dump() if prod else None,
-            "pair": pair.model_dump() if pair else None,
-            "verdict": verdict.reference if verdict else None,
-            "forced": not passed,
-            "reason": reason,
-        }
+        plan = PromotePlan(
+            recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=ops.plan_instance(recipe, tag),
+            previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
+            reason=reason,
+        )  # fmt: skip
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
             because = f"forced: {reason}" if not passed else str(verdict.reference if verdict else "")
             return TransitionReport(
                 kind="promote", ok=True, production=prod.recipe if prod else None,
                 rollback_pair=pair.recipe if pair else None,
-                message=f"plan ({because}): {stop}boot {recipe} as {plan['instance']} on port {lane_port}; "
+                message=f"plan ({because}): {stop}boot {recipe} as {plan.instance} on port {lane_port}; "
                         "run its smoke gates; record the promotion (dry run: nothing done)",
             )  # fmt: skip
-        tid = ledger.begin("promote", recipe, prod.recipe if prod else None, plan)
-        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook))
+        tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
+        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook), plan)
 
 
-def _drive_promote(run: _Run) -> TransitionReport:
-    p = run.plan
-    recipe, instance = p["recipe"], p["instance"]
-    prev = p["previous"]
+def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
+    recipe, instance, prev = p.recipe, p.instance, p.previous
     t0 = time.monotonic()
     if prev:
-        _, running = run.fact(prev["instance"])
+        _, running = run.fact(prev.instance)
         if running:
-            with run.step("stop_production", instance=prev["instance"]):
-                run.ops.stop_keep(prev["instance"])
+            with run.step("stop_production", instance=prev.instance):
+                run.ops.stop_keep(prev.instance)
     run.stop_others(instance, "stop_stray")
     exists, running = run.fact(instance)
+    boot: BootInfo | None = None
     try:
         if not exists:
             run.free_port()
-            with run.step("boot_candidate", instance=instance, port=p["port"]) as out:
-                boot = run.ops.boot(recipe, port=p["port"], tag=p["tag"], baseline=prev["recipe"] if prev else None)
+            with run.step("boot_candidate", instance=instance, port=p.port) as out:
+                boot = run.ops.boot(recipe, port=p.port, tag=p.tag, baseline=prev.recipe if prev else None)
                 out["endpoint"] = boot.endpoint
         elif not running:
             run.free_port()
             with run.step("start_candidate", instance=instance):
                 boot = run.ops.start_kept(instance)
-        else:
-            boot = None
     except LaneError as exc:
-        return _revert_promote(run, f"{recipe} failed to boot: {_first_line(exc)}", t0)
-    endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p["port"])
+        return _revert_promote(run, p, f"{recipe} failed to boot: {_first_line(exc)}", t0)
+    endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p.port)
     with run.step("smoke_candidate", recipe=recipe) as out:
         smoke = run.ops.smoke(recipe, endpoint)
         out.update(passed=smoke.passed, summary=smoke.summary)
     if not smoke.passed:
-        return _revert_promote(run, f"{recipe} failed smoke: {smoke.summary}", t0)
+        return _revert_promote(run, p, f"{recipe} failed smoke: {smoke.summary}", t0)
     with run.step("record"):
         pass
     now = utcnow()
-    fingerprint = boot.fingerprint if boot and boot.fingerprint else p["fingerprint"]
+    fingerprint = boot.fingerprint if boot and boot.fingerprint else p.fingerprint
     new_prod = Slot(recipe=recipe, instance=instance, fingerprint=fingerprint, endpoint=endpoint, since=now)
-    new_pair = _slot(prev, since=now) if prev else _slot(p["pair"])
+    new_pair = _since(prev, now) if prev else p.pair
     event_id = run.ledger.finish(
-        run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p["port"],
+        run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
-        event={
-            "kind": "promote", "recipe": recipe, "instance": instance, "fingerprint": new_prod.fingerprint,
-            "previous": prev["recipe"] if prev else None, "verdict": p["verdict"], "forced": p["forced"],
-            "reason": p["reason"], "detail": f"smoke: {smoke.summary}",
-        },
-    )
-    pair_txt = (f"{prev['recipe']} ({prev['instance']}) stopped and kept as the rollback pair" if prev
+        event=NewEvent(
+            kind="promote", recipe=recipe, instance=instance, fingerprint=new_prod.fingerprint,
+            previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=p.reason,
+            detail=f"smoke: {smoke.summary}",
+        ),
+    )  # fmt: skip
+    pair_txt = (f"{prev.recipe} ({prev.instance}) stopped and kept as the rollback pair" if prev
                 else "no rollback pair (first promotion)")
-    forced = " (forced: " + str(p["reason"]) + ")" if p["forced"] else ""
+    forced = " (forced: " + str(p.reason) + ")" if p.forced else ""
     return TransitionReport(
         kind="promote", ok=True, production=recipe, rollback_pair=new_pair.recipe if new_pair else None,
         message=f"promoted {recipe} to production on {endpoint}{forced}; smoke: {smoke.summary}; {pair_txt}",
@@ -260,16 +251,17 @@ def _drive_promote(run: _Run) -> TransitionReport:
     )
 
 
-def _revert_promote(run: _Run, why: str, t0: float, *, kind: str = "promote_failed") -> TransitionReport:
+def _revert_promote(
+    run: _Run, p: PromotePlan, why: str, t0: float, *, recovering: bool = False
+) -> TransitionReport:
     """Put the previous production back: stop (keep) the candidate, restart the previous, record why."""
-    p = run.plan
-    prev = p["previous"]
-    exists, _ = run.fact(p["instance"])
+    prev = p.previous
+    exists, _ = run.fact(p.instance)
     # A failed candidate is stopped and kept for inspection; only prune removes it.
-    run.stop_others(prev["instance"] if prev else None, "stop_candidate", also=p["instance"])
-    endpoint = _endpoint(run.ops, p["instance"], p["port"])
-    kept = [(Slot(recipe=p["recipe"], instance=p["instance"], fingerprint=p["fingerprint"],
-                  endpoint=endpoint, since=utcnow()), "failed candidate")] if exists else []  # fmt: skip
+    run.stop_others(prev.instance if prev else None, "stop_candidate", also=p.instance)
+    endpoint = _endpoint(run.ops, p.instance, p.port)
+    candidate = Slot(recipe=p.recipe, instance=p.instance, fingerprint=p.fingerprint, endpoint=endpoint, since=utcnow())
+    kept = [(candidate, "failed candidate")] if exists else []
     restored: BootInfo | None = None
     restore_error = None
     try:
@@ -279,33 +271,34 @@ def _revert_promote(run: _Run, why: str, t0: float, *, kind: str = "promote_fail
     restore_s = time.monotonic() - t0
     with run.step("record"):
         pass
-    if restore_error is not None:
+    kind = "recover" if recovering else "promote_failed"
+    report_kind = "recover" if recovering else "promote"
+    if restore_error is not None and prev is not None:
         event_id = run.ledger.finish(
-            run.tr.id, "failed", production=None, rollback=_slot(prev), kept=kept,
-            event={"kind": kind, "recipe": p["recipe"], "instance": p["instance"], "previous": prev["recipe"],
-                   "verdict": p["verdict"], "forced": p["forced"], "reason": why,
-                   "detail": f"restoring {prev['recipe']} failed too: {restore_error}; production is down"},
-        )
+            run.tr.id, "failed", production=None, rollback=prev, kept=kept,
+            event=NewEvent(kind=kind, recipe=p.recipe, instance=p.instance, previous=prev.recipe, verdict=p.verdict,
+                           forced=p.forced, reason=why,
+                           detail=f"restoring {prev.recipe} failed too: {restore_error}; production is down"),
+        )  # fmt: skip
         return TransitionReport(
-            kind="promote" if kind == "promote_failed" else "recover", ok=False, production=None,
-            rollback_pair=prev["recipe"],
-            message=f"{why}; restoring {prev['recipe']} failed too ({restore_error}); nothing serves production: "
-                    f"fix it and run `gb300lane rollback` to start {prev['recipe']} again",
+            kind=report_kind, ok=False, production=None, rollback_pair=prev.recipe,
+            message=f"{why}; restoring {prev.recipe} failed too ({restore_error}); nothing serves production: "
+                    f"fix it and run `gb300lane rollback` to start {prev.recipe} again",
             event_id=event_id,
-        )
-    back = f"restored {prev['recipe']} ({prev['instance']})" if prev else "no previous production to restore"
+        )  # fmt: skip
+    back = f"restored {prev.recipe} ({prev.instance})" if prev else "no previous production to restore"
     event_id = run.ledger.finish(
-        run.tr.id, "reverted", production=_slot(prev), rollback=_slot(p["pair"]), kept=kept,
-        event={"kind": kind, "recipe": p["recipe"], "instance": p["instance"], "fingerprint": p["fingerprint"],
-               "previous": prev["recipe"] if prev else None, "verdict": p["verdict"],
-               "forced": p["forced"], "reason": why,
-               "restore_seconds": restore_s if prev else None,
-               "detail": f"{back}; {p['recipe']} stopped and kept as {p['instance']}" if exists else back},
-    )
+        run.tr.id, "reverted", production=prev, rollback=p.pair, kept=kept,
+        event=NewEvent(
+            kind=kind, recipe=p.recipe, instance=p.instance, fingerprint=p.fingerprint,
+            previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=why,
+            restore_seconds=restore_s if prev else None,
+            detail=f"{back}; {p.recipe} stopped and kept as {p.instance}" if exists else back,
+        ),
+    )  # fmt: skip
     return TransitionReport(
-        kind="promote" if kind == "promote_failed" else "recover", ok=kind == "recover",
-        production=prev["recipe"] if prev else None,
-        rollback_pair=p["pair"]["recipe"] if p["pair"] else None,
+        kind=report_kind, ok=recovering, production=prev.recipe if prev else None,
+        rollback_pair=p.pair.recipe if p.pair else None,
         message=f"{why}; {back}" + (f" in {restore_s:.1f} s" if prev else ""),
         restore_seconds=restore_s if prev else None,
         boot_seconds=restored.boot_seconds if restored else None, event_id=event_id,
@@ -330,86 +323,83 @@ def rollback(
             action = f"restore {open_tr.previous or 'nothing'}" if open_tr.kind == "promote" else "complete it"
             return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
                                     message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
-        if open_tr is not None and open_tr.kind != "prune":
+        if open_tr is not None:
             run = _Run(ledger, ops, open_tr, crash_hook, resumed=True)
-            if open_tr.kind == "promote":
+            if isinstance(open_tr.plan, PromotePlan):
                 text, _ = explain(ledger, open_tr, crashed=True)
-                return _revert_promote(run, text.split(";")[0], time.monotonic(), kind="recover")
-            return _drive_rollback(run)
+                return _revert_promote(run, open_tr.plan, text.split(";")[0], time.monotonic(), recovering=True)
+            if isinstance(open_tr.plan, RollbackPlan):
+                return _drive_rollback(run, open_tr.plan)
         prod, pair = ledger.production(), ledger.rollback_pair()
         if pair is None:
             raise StateError(
                 f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
                 "a pair is kept by `gb300lane promote` when it replaces a production recipe"
             )
-        plan = {
-            "target": pair.model_dump(),
-            "previous": prod.model_dump() if prod else None,
-            "port": ledger.port() or ops.describe(pair.recipe)[1],
-        }
+        plan = RollbackPlan(target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1])
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
             return TransitionReport(
                 kind="rollback", ok=True, production=prod.recipe if prod else None, rollback_pair=pair.recipe,
-                message=f"plan: {stop}start the kept pair {pair.instance} ({pair.recipe}) on port {plan['port']}; "
+                message=f"plan: {stop}start the kept pair {pair.instance} ({pair.recipe}) on port {plan.port}; "
                         "wait until ready; run its smoke gates; record the rollback (dry run: nothing done)",
             )  # fmt: skip
-        tid = ledger.begin("rollback", pair.recipe, prod.recipe if prod else None, plan)
-        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook))
+        tid = ledger.begin(pair.recipe, prod.recipe if prod else None, plan)
+        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook), plan)
 
 
-def _drive_rollback(run: _Run) -> TransitionReport:
-    p = run.plan
-    target, prev = p["target"], p["previous"]
+def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
+    target, prev = p.target, p.previous
     t0 = time.monotonic()
     if prev:
-        _, running = run.fact(prev["instance"])
+        _, running = run.fact(prev.instance)
         if running:
-            with run.step("stop_production", instance=prev["instance"]):
-                run.ops.stop_keep(prev["instance"])
-    run.stop_others(target["instance"], "stop_stray")
+            with run.step("stop_production", instance=prev.instance):
+                run.ops.stop_keep(prev.instance)
+    run.stop_others(target.instance, "stop_stray")
     try:
         boot = run.bring_up(target, "start_pair")
     except LaneError as exc:
-        return _revert_rollback(run, f"the kept pair {target['recipe']} failed to start: {_first_line(exc)}")
+        return _revert_rollback(run, p, f"the kept pair {target.recipe} failed to start: {_first_line(exc)}")
     restore_s = time.monotonic() - t0
-    endpoint = boot.endpoint if boot else target["endpoint"]
-    with run.step("smoke_pair", recipe=target["recipe"]) as out:
-        smoke = run.ops.smoke(target["recipe"], endpoint)
+    endpoint = boot.endpoint if boot else target.endpoint
+    with run.step("smoke_pair", recipe=target.recipe) as out:
+        smoke = run.ops.smoke(target.recipe, endpoint)
         out.update(passed=smoke.passed, summary=smoke.summary)
     if not smoke.passed:
-        return _revert_rollback(run, f"the kept pair {target['recipe']} failed smoke: {smoke.summary}")
+        return _revert_rollback(run, p, f"the kept pair {target.recipe} failed smoke: {smoke.summary}")
     # The tool's share: everything in the restore outside the pair's own start-to-ready.
     boot_s = boot.boot_seconds if boot else None
     tool_s = max(0.0, restore_s - boot_s) if boot_s is not None else None
     with run.step("record"):
         pass
     now = utcnow()
-    new_prod = _slot(target, since=now, endpoint=endpoint)
-    new_pair = _slot(prev, since=now)
+    new_prod = target.model_copy(update={"since": now, "endpoint": endpoint})
+    new_pair = _since(prev, now)
     event_id = run.ledger.finish(
-        run.tr.id, "rolled_back", production=new_prod, rollback=new_pair, port=p["port"],
+        run.tr.id, "rolled_back", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if new_pair else [],
-        event={"kind": "rollback", "recipe": target["recipe"], "instance": target["instance"],
-               "fingerprint": target["fingerprint"], "previous": prev["recipe"] if prev else None,
-               "reason": "completed an interrupted rollback" if run.resumed else "rollback",
-               "restore_seconds": restore_s, "tool_seconds": tool_s, "detail": f"smoke: {smoke.summary}"},
-    )
-    kept_txt = f"; {prev['recipe']} stopped and kept as the rollback pair" if prev else ""
+        event=NewEvent(
+            kind="rollback", recipe=target.recipe, instance=target.instance, fingerprint=target.fingerprint,
+            previous=prev.recipe if prev else None,
+            reason="completed an interrupted rollback" if run.resumed else "rollback",
+            restore_seconds=restore_s, tool_seconds=tool_s, detail=f"smoke: {smoke.summary}",
+        ),
+    )  # fmt: skip
+    kept_txt = f"; {prev.recipe} stopped and kept as the rollback pair" if prev else ""
     return TransitionReport(
-        kind="rollback", ok=True, production=target["recipe"], rollback_pair=prev["recipe"] if prev else None,
-        message=f"rolled back to {target['recipe']} ({target['instance']}) in {restore_s:.2f} s"
+        kind="rollback", ok=True, production=target.recipe, rollback_pair=prev.recipe if prev else None,
+        message=f"rolled back to {target.recipe} ({target.instance}) in {restore_s:.2f} s"
                 f"{'' if tool_s is None else f' (tool: {tool_s:.2f} s)'}; smoke: {smoke.summary}{kept_txt}",
         restore_seconds=restore_s, tool_seconds=tool_s, boot_seconds=boot_s,
         smoke_seconds=smoke.seconds, event_id=event_id,
-    )
+    )  # fmt: skip
 
 
-def _revert_rollback(run: _Run, why: str) -> TransitionReport:
+def _revert_rollback(run: _Run, p: RollbackPlan, why: str) -> TransitionReport:
     """The pair would not serve: stop (keep) it and put back what was production."""
-    p = run.plan
-    target, prev = p["target"], p["previous"]
-    run.stop_others(prev["instance"] if prev else None, "stop_pair", also=target["instance"])
+    target, prev = p.target, p.previous
+    run.stop_others(prev.instance if prev else None, "stop_pair", also=target.instance)
     error = None
     try:
         run.bring_up(prev, "restore_previous")
@@ -417,18 +407,20 @@ def _revert_rollback(run: _Run, why: str) -> TransitionReport:
         error = _first_line(exc)
     with run.step("record"):
         pass
-    production = None if error or not prev else _slot(prev)
+    production = None if error or not prev else prev
     event_id = run.ledger.finish(
-        run.tr.id, "reverted" if production else "failed", production=production, rollback=_slot(target),
-        event={"kind": "rollback_failed", "recipe": target["recipe"], "instance": target["instance"],
-               "previous": prev["recipe"] if prev else None,
-               "reason": why, "detail": f"restoring {prev['recipe']} failed: {error}" if error and prev
-               else (f"restored {prev['recipe']}" if prev else "nothing was production before")},
-    )
-    back = (f"restoring {prev['recipe']} failed too ({error}); nothing serves production" if error and prev
-            else f"{prev['recipe']} restored" if prev else "nothing serves production")
+        run.tr.id, "reverted" if production else "failed", production=production, rollback=target,
+        event=NewEvent(
+            kind="rollback_failed", recipe=target.recipe, instance=target.instance,
+            previous=prev.recipe if prev else None, reason=why,
+            detail=f"restoring {prev.recipe} failed: {error}" if error and prev
+            else (f"restored {prev.recipe}" if prev else "nothing was production before"),
+        ),
+    )  # fmt: skip
+    back = (f"restoring {prev.recipe} failed too ({error}); nothing serves production" if error and prev
+            else f"{prev.recipe} restored" if prev else "nothing serves production")
     return TransitionReport(kind="rollback", ok=False, production=production.recipe if production else None,
-                            rollback_pair=target["recipe"], message=f"{why}; {back}", event_id=event_id)
+                            rollback_pair=target.recipe, message=f"{why}; {back}", event_id=event_id)
 
 
 # -- shared ------------------------------------------------------------------------------------

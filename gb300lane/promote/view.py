@@ -16,7 +16,7 @@ from gb300lane.errors import StateError
 from gb300lane.lane import InstanceStatus, Protected, status
 from gb300lane.models import FrozenModel
 from gb300lane.promote.models import ProductionState
-from gb300lane.promote.state import current_production
+from gb300lane.promote.state import current_production, ledger_read_only
 
 Role = Literal["production", "rollback", "candidate"]
 
@@ -33,9 +33,20 @@ class LaneView(FrozenModel):
     instances: tuple[RoledInstance, ...] = Field(description="Every instance, recorded or leftover, with its role.")
     production: ProductionState | None = Field(description="Production state from the promotion ledger, if any.")
     runtimes: dict[str, str] = Field(description="Runtime name -> reachable / the reason it is not.")
+    quarantined: tuple[str, ...] = Field(
+        default=(), description="Unreadable instance records moved aside: where each is now, and why."
+    )
     ledger_error: str | None = Field(
         default=None, description="Why the promotion ledger cannot be read (roles are then unknown), and the fix."
     )
+    ledger_read_only: str | None = Field(
+        default=None, description="Why promote, rollback and prune cannot record in the (readable) ledger, and the fix."
+    )
+
+    @property
+    def ok(self) -> bool:
+        """False when the ledger cannot be read or written: `gb300lane status` then exits 1."""
+        return self.ledger_error is None and self.ledger_read_only is None
 
 
 def _roles(prod: ProductionState | None) -> dict[str, Role]:
@@ -60,7 +71,11 @@ def lane_view() -> LaneView:
     rows = tuple(
         RoledInstance(**row.model_dump(), role=roles.get(row.info.name, "candidate")) for row in facts.instances
     )
-    return LaneView(instances=rows, production=prod, runtimes=facts.runtimes, ledger_error=error)
+    read_only = ledger_read_only() if error is None else None
+    return LaneView(
+        instances=rows, production=prod, runtimes=facts.runtimes, quarantined=facts.quarantined, ledger_error=error,
+        ledger_read_only=read_only,
+    )
 
 
 def protected_instances() -> Protected:
