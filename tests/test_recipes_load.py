@@ -96,11 +96,11 @@ BAD_CASES = {
         ["speculative.rejection_sample_method", "did you mean 'block'"],
     ),
     "unknown-extra-arg": (
-        BASE.replace("  time_scale: 0.01", "  time_scale: 0.01\n  extra_args:\n    enable_prefix_cachng: true"),
+        BASE.replace("  extra_args:\n", "  extra_args:\n    enable_prefix_cachng: true\n", 1),
         ["engine_args.extra_args.enable_prefix_cachng", "did you mean 'enable_prefix_caching'"],
     ),
     "unknown-server-arg": (
-        BASE.replace("  time_scale: 0.01", "  time_scale: 0.01\n  extra_args:\n    tool_call_parsr: deepseek_v41"),
+        BASE.replace("  extra_args:\n", "  extra_args:\n    tool_call_parsr: deepseek_v41\n", 1),
         ["engine_args.extra_args.tool_call_parsr", "did you mean 'tool_call_parser'"],
     ),
     "unknown-compilation-key": (

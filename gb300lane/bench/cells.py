@@ -93,6 +93,7 @@ def make_record(
         decode_tok_s=decode_rate(n, ttft, e2e) if outcome.ok else None,
         tpot_s=tpot(n, ttft, e2e) if outcome.ok else None,
         text=outcome.text,
+        spec_decode=outcome.spec_decode,
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from gb300lane.bench.models import EngineTiming, TokenAttribution
+from gb300lane.bench.models import EngineTiming, RequestSpecDecode, TokenAttribution
 
 #: Upper bound on an error body kept in a record.
 _ERROR_BODY_CHARS = 300
@@ -94,6 +94,7 @@ class StreamOutcome:
     token_times_s: list[float] = field(default_factory=list)
     engine: EngineTiming | None = None
     text: str = ""
+    spec_decode: RequestSpecDecode | None = None
 
 
 def _chunk_text(chunk: dict[str, Any]) -> str:
@@ -157,6 +158,14 @@ class _StreamState:
         if isinstance(usage, dict) and not choices:
             self.out.output_tokens = usage.get("completion_tokens")
             self.out.prompt_tokens = usage.get("prompt_tokens")
+        metrics = chunk.get("metrics")
+        sd = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+        if isinstance(sd, dict):
+            try:
+                self.out.spec_decode = RequestSpecDecode.model_validate(
+                    {k: sd.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")})
+            except ValueError as exc:
+                raise _StreamFault(f"malformed metrics.speculative_decoding: {exc.errors()[0]['msg']}") from None
         ext = chunk.get("gb300lane")
         if isinstance(ext, dict):
             try:

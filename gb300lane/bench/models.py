@@ -28,6 +28,19 @@ class EngineTiming(FrozenModel):
     wall_token_times_s: list[float] = Field(description="Engine wall-clock emit time of each output token.")
 
 
+class RequestSpecDecode(FrozenModel):
+    """A request's own spec-decode counters (`metrics.speculative_decoding` with --per-request-spec-decode-metrics)."""
+
+    num_drafts: int = Field(ge=0, description="Verify steps of this request that carried drafts.")
+    num_draft_tokens: int = Field(ge=0, description="Draft tokens proposed for this request.")
+    num_accepted_tokens: int = Field(ge=0, description="Draft tokens of this request the target accepted.")
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """1 + accepted / drafts: this request's tokens per verify step."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+
 class RequestRecord(FrozenModel):
     """One request of a window, with every raw timing the client saw."""
 
@@ -77,6 +90,9 @@ class RequestRecord(FrozenModel):
     decode_tok_s: float | None = Field(description="(output_tokens - 1) / (e2e - ttft) on `clock`.")
     tpot_s: float | None = Field(description="(e2e - ttft) / (output_tokens - 1) on `clock`.")
     text: str = Field(description="The generated text (chat: content, then tool-call arguments).")
+    spec_decode: RequestSpecDecode | None = Field(
+        default=None, description="The request's spec-decode counters, when the server reports them per request."
+    )
 
 
 class SpecStats(FrozenModel):
