@@ -11,7 +11,7 @@ from gb300lane.cli.main import app
 from gb300lane.errors import CardError
 
 runner = CliRunner()
-COMMANDS = ("register", "run", "score", "rescore", "report", "show", "list", "reproduce")
+COMMANDS = ("register", "plan", "run", "score", "rescore", "report", "show", "list", "calibrate", "reproduce")
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +44,7 @@ def test_score_dry_run_on_transcribed_receipts_writes_nothing() -> None:
 
     root = writeup_receipts(BR1_DIR).root
     res = runner.invoke(app, ["card", "score", str(root), "--dry-run", "--json"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # FAIL exits 1
     v = json.loads(res.output)
     assert v["verdict"] == "FAIL" and v["number"] == 1
     assert not (root / "verdicts").exists()
@@ -58,6 +58,41 @@ def test_register_then_show(tmp_path) -> None:
     body = json.loads(res.output)
     assert body["arms"] == {"A": "not finished", "B": "not finished", "A2": "not finished"}
     assert body["registration"]["recipes"]["B"]["recipe"] == "local-v27"
+
+
+@pytest.mark.parametrize(("factor", "noise", "verdict", "code"), [
+    (1.04, 0.02, "PASS", 0), (0.9, 0.02, "FAIL", 1), (1.0, 0.02, "INCONCLUSIVE", 3)])
+def test_score_exit_code_is_the_verdict(factor: float, noise: float, verdict: str, code: int) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from gb300lane.cards import load_card, register, run_card
+
+    data = Path(__file__).parent / "data" / "cards"
+    spec = importlib.util.spec_from_file_location("cards_fakes", data / "fakes.py")
+    fakes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakes)
+    card, path = load_card(data / "tested.yaml")
+    rec = register(card, path.read_text())
+    run_card(rec, ops=fakes.FakeLane(card, {"B": factor}, tps={"B": factor}, noise=noise, n_transcripts=20).ops())
+    res = runner.invoke(app, ["card", "score", str(rec.root), "--json"])
+    assert res.exit_code == code, res.output
+    assert json.loads(res.stdout)["verdict"] == verdict
+    res = runner.invoke(app, ["card", "show", str(rec.root)])
+    assert f"verdict 1: {verdict}" in res.output
+
+
+@pytest.mark.parametrize("command", [["register", "local-br1"], ["show", "local-br1"], ["list"],
+                                     ["reproduce", "br1", "--part", "1"], ["plan", "local-br1", "--no-pilot"]])
+def test_card_commands_speak_json(command: list[str]) -> None:
+    if command[0] == "show":
+        runner.invoke(app, ["card", "register", "local-br1"])
+    res = runner.invoke(app, ["card", *command, "--json"])
+    if command[0] == "plan":  # no earlier control data in a fresh results dir: a clear error, no boot
+        assert res.exit_code == CardError.exit_code and "--no-pilot" in res.output
+        return
+    assert res.exit_code == 0, res.output
+    json.loads(res.stdout)
 
 
 def test_library_errors_become_one_line_at_the_cli_boundary() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,52 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     assert {c["clock"] for c in window["cells"]} == {"modelled"}
     v = score(rec)
     res = {r.id: r.status for r in v.results}
-    assert res == {"tokens-per-step": "PASS", "hash-hit": "PASS", "flag-on-b-only": "PASS", "env-equal": "PASS",
+    assert res == {"tokens-per-step": "PASS", "tokens-per-step-tested": "PASS", "hash-hit": "PASS",
+                   "flag-on-b-only": "PASS", "env-equal": "PASS",
                    "kv-pool": "PASS", "foreign-clients": "PASS"}, [r.model_dump() for r in v.results]
+    # each request's own spec-decode counters reached the receipts: the paired test has 6 units (3 x C1/C2)
+    tested = next(r for r in v.results if r.id == "tokens-per-step-tested").tests[0]
+    assert tested.n == 6 and tested.requests_per_arm == 12
+    assert all(r["spec_decode"]["num_drafts"] > 0 for r in window["records"])
     md = render_report(rec)
     assert (md.parent / "fig4-accepted-at-position.png").is_file()
     assert rec.verify_manifest("manifest-report-1.json") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B = local-v26: register, run and score through the CLI on the real lane, three seed bases."""
+    from typer.testing import CliRunner
+
+    from gb300lane.cli.main import app
+
+    runner = CliRunner()
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
+    port = _free_port()
+    monkeypatch.setattr("gb300lane.cards.run.LiveArmOps", partial(LiveArmOps, port=port))
+    template = (DATA / "aa.yaml").read_text()
+    verdicts = []
+    try:
+        for seed in (1000, 2000, 3000):
+            path = tmp_path / f"aa-{seed}.yaml"
+            path.write_text(template.replace("seed_base: SEED", f"seed_base: {seed}"))
+            res = runner.invoke(app, ["card", "register", str(path), "--fresh", "--json"])
+            assert res.exit_code == 0, res.output
+            receipts = json.loads(res.stdout)["receipts"]
+            res = runner.invoke(app, ["card", "run", receipts, "--json"])
+            assert res.exit_code == 0, res.output
+            res = runner.invoke(app, ["card", "score", receipts, "--json"])
+            v = json.loads(res.stdout)
+            assert res.exit_code == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[v["verdict"]]
+            tps = next(r for r in v["results"] if r["id"] == "tokens-per-step")
+            verdicts.append((seed, v["verdict"], tps["status"], tps["tests"][0]["estimate"]))
+    finally:
+        from gb300lane import lane
+
+        for arm in ("A", "B", "A2"):
+            try:
+                lane.remove_instance(f"local-{arm}")
+            except Exception:  # noqa: BLE001 - cleanup of what the test created
+                pass
+    assert all(v != "PASS" and t != "PASS" for _, v, t, _ in verdicts), verdicts

@@ -55,6 +55,10 @@ class CellData(FrozenModel):
     per_transcript: dict[str, float] = Field(
         default_factory=dict, description="Transcript id -> per-stream decode tok/s (the paired statistic's input)."
     )
+    per_transcript_tps: dict[str, float] = Field(
+        default_factory=dict,
+        description="Transcript id -> the request's tokens per verify step (from per-request spec-decode counters).",
+    )
     outputs: dict[str, str] = Field(
         default_factory=dict, description="Transcript id -> sha256 of the generated text (parity across arms)."
     )
@@ -106,6 +110,7 @@ class TranscribedArm(FrozenModel):
 def window_data_from_result(result: dict[str, Any], window_name: str) -> WindowData:
     """bench's WindowResult (as data) -> WindowData, keeping per-transcript rates."""
     per: dict[tuple[str, int, int], dict[str, float]] = {}
+    tps: dict[tuple[str, int, int], dict[str, float]] = {}
     outs: dict[tuple[str, int, int], dict[str, str]] = {}
     for rec in result.get("records", []):
         key = (rec["cls"], int(rec["concurrency"]), int(rec["round"]))
@@ -113,6 +118,9 @@ def window_data_from_result(result: dict[str, Any], window_name: str) -> WindowD
         sample = str(rec["transcript_id"]) + (f"#{rec['repeat']}" if rec.get("repeat") else "")
         if rec.get("ok") and rec.get("decode_tok_s") is not None:
             per.setdefault(key, {})[sample] = float(rec["decode_tok_s"])
+        sd = rec.get("spec_decode") if rec.get("ok") else None
+        if isinstance(sd, dict) and sd.get("num_drafts"):
+            tps.setdefault(key, {})[sample] = 1.0 + sd["num_accepted_tokens"] / sd["num_drafts"]
         if rec.get("ok"):
             outs.setdefault(key, {})[sample] = sha256_bytes(rec.get("text") or "")
     cells = []
@@ -151,6 +159,7 @@ def window_data_from_result(result: dict[str, Any], window_name: str) -> WindowD
                 a_p_given=a_p_given,
                 num_drafts=n,
                 per_transcript=per.get(key, {}),
+                per_transcript_tps=tps.get(key, {}),
                 outputs=outs.get(key, {}),
             )
         )
@@ -221,6 +230,7 @@ class CellAgg:
     a_p: tuple[float, ...] | None = None
     a_p_given: tuple[float, ...] | None = None
     per_transcript: dict[str, float] = field(default_factory=dict)
+    per_transcript_tps: dict[str, float] = field(default_factory=dict)
 
 
 def _mean_vectors(vs: list[tuple[float, ...]]) -> tuple[float, ...] | None:
@@ -243,9 +253,12 @@ def merged_cells(w: WindowData | None) -> dict[tuple[str, int], CellAgg]:
         rates = [c.decode_tok_s for c in cells if c.decode_tok_s is not None]
         tps = [c.tokens_per_step for c in cells if c.tokens_per_step is not None]
         per: dict[str, list[float]] = {}
+        per_tps: dict[str, list[float]] = {}
         for c in cells:
             for t, v in c.per_transcript.items():
                 per.setdefault(t, []).append(v)
+            for t, v in c.per_transcript_tps.items():
+                per_tps.setdefault(t, []).append(v)
         a_p = _mean_vectors([c.a_p for c in cells if c.a_p])
         a_p_given = _mean_vectors([c.a_p_given for c in cells if c.a_p_given])
         out[key] = CellAgg(
@@ -257,6 +270,7 @@ def merged_cells(w: WindowData | None) -> dict[tuple[str, int], CellAgg]:
             a_p=a_p,
             a_p_given=a_p_given,
             per_transcript={t: sum(v) / len(v) for t, v in per.items()},
+            per_transcript_tps={t: sum(v) / len(v) for t, v in per_tps.items()},
         )
     return out
 

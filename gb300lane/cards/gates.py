@@ -1,25 +1,31 @@
-"""Evaluating a card's gates over its arms' data: observed value, bar and noise floor per gate.
+"""Evaluating a card's gates over its arms' data.
 
-Each gate kind reads the normalised arm data (`cards.data`) and returns a
-`GateResult`: PASS, FAIL, or INCONCLUSIVE where the data it needs is absent.
-Ratio gates report the controls' spread (A vs A2), the rounds' spread (r1 vs
-r2) and the paired bootstrap CI beside every ratio.
+Tested gates (tokens/step, decode tok/s, the controls' equivalence) are
+decided by pre-registered paired tests in `cards.evidence`. Boot checks and
+parity compare facts across arms. The write-up's point-ratio gates
+(`tokens_per_step_ratio`, `decode_ratio`, `controls_agree`) are kept so its
+own cards score as they did: they report the controls' spread (A vs A2), the
+rounds' spread (r1 vs r2) and a paired bootstrap CI beside every ratio, but
+decide on the ratio alone. A bar derived from a spread is taken from the
+controls only: the candidate never widens its own bar.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from gb300lane.cards.data import ArmData, BootFacts, CellAgg, merged_cells
+from gb300lane.cards.evidence import Look, eval_tested
+from gb300lane.cards.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (
     Bar,
     Card,
     ControlsAgreeGate,
+    ControlsEquivalence,
     DecodeRatioGate,
+    DecodeTest,
     EnvEqualGate,
     FlagGate,
     ForeignClientsGate,
@@ -28,35 +34,12 @@ from gb300lane.cards.schema import (
     KvPoolGate,
     ParityGate,
     TokensPerStepGate,
+    TokensPerStepTest,
 )
 from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
 from gb300lane.errors import CardError
-from gb300lane.models import FrozenModel
 
-Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-
-
-class CellCheck(FrozenModel):
-    cls: str = Field(description="Traffic class.")
-    concurrency: int = Field(description="Concurrency.")
-    status: Status = Field(description="This cell's outcome.")
-    observed: float | None = Field(description="The cell's observed value (a ratio or a spread).")
-    bar: float | None = Field(description="The bar the cell was held to.")
-    controls_spread: float | None = Field(description="1 - min/max of the controls (A vs A2).")
-    rounds_spread: float | None = Field(description="Widest 1 - min/max over rounds within a control (r1 vs r2).")
-    paired_ci: str | None = Field(default=None, description="Bootstrap CI of candidate - controls per transcript.")
-    note: str | None = Field(default=None, description="Where a number came from when it is not measured here.")
-
-
-class GateResult(FrozenModel):
-    id: str = Field(description="Gate id.")
-    kind: str = Field(description="Gate kind.")
-    status: Status = Field(description="PASS, FAIL or INCONCLUSIVE.")
-    observed: str = Field(description="What was observed, in one line.")
-    bar: str = Field(description="The bar, in one line.")
-    noise_floor: str = Field(description="The controls' noise floor for this gate, in one line.")
-    reasons: tuple[str, ...] = Field(default=(), description="Why it failed or could not be decided.")
-    cells: tuple[CellCheck, ...] = Field(default=(), description="Per-cell checks of per-cell gates.")
+__all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 
 
 #: Gates decided by the arms' boot facts.
@@ -67,11 +50,7 @@ CellKey = tuple[str, int]
 
 
 def _status(checks: list[Status]) -> Status:
-    if "FAIL" in checks:
-        return "FAIL"
-    if not checks or "INCONCLUSIVE" in checks:
-        return "INCONCLUSIVE"
-    return "PASS"
+    return combine(checks)
 
 
 def _seed(*parts: Any) -> int:
@@ -102,7 +81,7 @@ class _Ctx:
         return sorted(keys, key=lambda k: (k[1], order.get(k[0], 99), k[0]))
 
     def rounds_spread(self, cells: list[CellAgg | None]) -> float | None:
-        """The class's own r1/r2 spread: the widest over the arms given (every arm's rounds are noise)."""
+        """The class's own r1/r2 spread: the widest over the controls given (never the candidate's own)."""
         spreads = [s for c in cells if c is not None and c.rounds and (s := spread(c.rounds)) is not None]
         return max(spreads) if spreads else None
 
@@ -152,7 +131,7 @@ def _ratio_cells(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> list[C
         cs = [c.get(key) for c in ctrls]
         ctrl_vals = [c.decode_tok_s for c in cs if c is not None and c.decode_tok_s is not None]
         c_spread = None if ctx.ratio_only(gate.window) else spread(ctrl_vals)
-        r_spread = ctx.rounds_spread([*cs, cc])
+        r_spread = ctx.rounds_spread(cs)
         bar, note = ctx.resolve_bar(gate.bar, c_spread, r_spread, key[1])
         if isinstance(gate, ControlsAgreeGate):
             observed = c_spread
@@ -361,12 +340,15 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
 
 
 def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
-             stated_floor: dict[str, Any] | None = None) -> list[GateResult]:
-    """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data."""
+             stated_floor: dict[str, Any] | None = None, look: Look | None = None) -> list[GateResult]:
+    """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data, at `look` (default: fixed)."""
     ctx = _Ctx(card, arms, stated_floor)
     out: list[GateResult] = []
     for gate in gates:
-        if isinstance(gate, (TokensPerStepGate, DecodeRatioGate, ControlsAgreeGate, ParityGate)):
+        if isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+            miss = _missing_arms(ctx, gate)
+            out.append(miss if miss is not None else eval_tested(card, gate, ctx.cand, ctx.ctrls, look or Look()))
+        elif isinstance(gate, (TokensPerStepGate, DecodeRatioGate, ControlsAgreeGate, ParityGate)):
             miss = _missing_arms(ctx, gate)
             if miss is not None:
                 out.append(miss)
@@ -382,4 +364,5 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
 
 
 def overall(results: list[GateResult]) -> Status:
-    return _status([r.status for r in results])
+    """The verdict: FAIL if a deciding gate failed, INCONCLUSIVE if one is undecided, else PASS."""
+    return combine([r.status for r in results if r.decides])

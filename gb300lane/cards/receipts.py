@@ -5,6 +5,8 @@
       registration.json         gates hash, card hash, recipes + fingerprints, host
       arms/<ARM>/attempt-<n>/   boot.json, foreign.json, windows/<window>.json
       arms/<ARM>/done.json      which attempt finished (the resume state)
+      arms/<ARM>/stage-<s>/     (group-sequential cards) stage s >= 2, laid out as above
+      looks/look-<s>.json       (group-sequential cards) what look s decided: stop or continue
       arms/<ARM>/transcribed.json   (written-up cards only) the arm as transcribed
       verdicts/verdict-<n>.json
       report/verdict-<n>/       card.md and the PNG figures
@@ -30,8 +32,16 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import __version__
-from gb300lane.cards.data import ArmData, TranscribedArm, boot_facts_from_report, window_data_from_result
-from gb300lane.cards.schema import Card, gates_hash, parse_card
+from gb300lane.cards.data import (
+    ArmData,
+    BootFacts,
+    TranscribedArm,
+    WindowData,
+    boot_facts_from_report,
+    window_data_from_result,
+)
+from gb300lane.cards.results import CardPlan
+from gb300lane.cards.schema import Card, GroupSequential, gates_hash, parse_card
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.models import FrozenModel
@@ -56,6 +66,9 @@ class Registration(FrozenModel):
     recipes: dict[str, RecipeRef] = Field(description="Arm -> recipe and fingerprint.")
     host: dict[str, Any] = Field(description="Host facts at registration.")
     transcribed: bool = Field(default=False, description="True for a written-up card whose receipts were transcribed.")
+    plan: CardPlan | None = Field(
+        default=None, description="Power and size at registration, from earlier control data (None when there was none)."
+    )
 
 
 def utc_now() -> str:
@@ -93,11 +106,21 @@ class Receipts:
     def registration_file(self) -> Path:
         return self.root / "registration.json"
 
-    def arm_dir(self, arm: str) -> Path:
-        return self.root / "arms" / arm
+    def arm_dir(self, arm: str, stage: int = 1) -> Path:
+        base = self.root / "arms" / arm
+        return base if stage == 1 else base / f"stage-{stage}"
 
-    def attempt_dir(self, arm: str, n: int) -> Path:
-        return self.arm_dir(arm) / f"attempt-{n}"
+    def attempt_dir(self, arm: str, n: int, stage: int = 1) -> Path:
+        return self.arm_dir(arm, stage) / f"attempt-{n}"
+
+    def look_file(self, look: int) -> Path:
+        return self.root / "looks" / f"look-{look}.json"
+
+    def look_numbers(self) -> list[int]:
+        d = self.root / "looks"
+        if not d.is_dir():
+            return []
+        return sorted(int(p.stem.split("-")[1]) for p in d.glob("look-*.json") if p.stem.split("-")[1].isdigit())
 
     def verdict_file(self, n: int) -> Path:
         return self.root / "verdicts" / f"verdict-{n}.json"
@@ -131,14 +154,24 @@ class Receipts:
             return []
         return sorted(int(p.stem.split("-")[1]) for p in d.glob("verdict-*.json") if p.stem.split("-")[1].isdigit())
 
-    def finished_attempt(self, arm: str) -> int | None:
-        done = self.arm_dir(arm) / "done.json"
+    def finished_attempt(self, arm: str, stage: int = 1) -> int | None:
+        done = self.arm_dir(arm, stage) / "done.json"
         return int(self.read_json(done)["attempt"]) if done.is_file() else None
 
-    def next_attempt(self, arm: str) -> int:
-        d = self.arm_dir(arm)
+    def next_attempt(self, arm: str, stage: int = 1) -> int:
+        d = self.arm_dir(arm, stage)
         n = [int(p.name.split("-")[1]) for p in d.glob("attempt-*")] if d.is_dir() else []
         return max(n, default=0) + 1
+
+    def stages_done(self, card: Card) -> int:
+        """Stages every arm has finished, counted from the first (a fixed design has one stage)."""
+        n = 0
+        for stage in range(1, stage_count(card) + 1):
+            if all(self.finished_attempt(a.name, stage) is not None for a in card.arms):
+                n = stage
+            else:
+                break
+        return n
 
     def check_frozen(self, card: Card) -> None:
         """Refuse a card whose gates differ from the registered ones."""
@@ -150,8 +183,13 @@ class Receipts:
                 "gates are frozen: restore the card file, or change a gate through `gb300lane card rescore`"
             )
 
-    def load_arms(self, card: Card) -> list[ArmData]:
-        """Every arm's data, transcribed or measured; arms not finished are left out."""
+    def load_arms(self, card: Card, stages: int | None = None) -> list[ArmData]:
+        """Every arm's data, transcribed or measured; arms not finished are left out.
+
+        A group-sequential card's stages are merged, up to `stages` (default:
+        every stage all arms finished): stage s's rounds follow stage s - 1's.
+        """
+        upto = self.stages_done(card) if stages is None else stages
         out = []
         for arm in card.arms:
             tr = self.arm_dir(arm.name) / "transcribed.json"
@@ -160,19 +198,23 @@ class Receipts:
                 out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="transcribed",
                                    boot=t.boot, windows=t.windows))
                 continue
-            n = self.finished_attempt(arm.name)
-            if n is None:
+            boots: list[BootFacts] = []
+            parts: dict[str, list[WindowData]] = {}
+            for stage in range(1, max(upto, 1) + 1):
+                n = self.finished_attempt(arm.name, stage)
+                if n is None:
+                    break
+                adir = self.attempt_dir(arm.name, n, stage)
+                foreign = self.read_json(adir / "foreign.json") if (adir / "foreign.json").is_file() else {}
+                boots.append(boot_facts_from_report(self.read_json(adir / "boot.json"), foreign.get("foreign_clients")))
+                for w in card.windows:
+                    wf = adir / "windows" / f"{w.name}.json"
+                    if wf.is_file():
+                        parts.setdefault(w.name, []).append(window_data_from_result(self.read_json(wf), w.name))
+            if not boots:
                 continue
-            adir = self.attempt_dir(arm.name, n)
-            foreign = self.read_json(adir / "foreign.json") if (adir / "foreign.json").is_file() else {}
-            boot = boot_facts_from_report(self.read_json(adir / "boot.json"), foreign.get("foreign_clients"))
-            windows = {}
-            for w in card.windows:
-                wf = adir / "windows" / f"{w.name}.json"
-                if wf.is_file():
-                    windows[w.name] = window_data_from_result(self.read_json(wf), w.name)
             out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured",
-                               boot=boot, windows=windows))
+                               boot=merge_boots(boots), windows={k: merge_stages(v) for k, v in parts.items()}))
         return out
 
     def noise_floor_stated(self) -> dict[str, Any] | None:
@@ -213,6 +255,53 @@ class Receipts:
         return bad
 
 
+def stage_count(card: Card) -> int:
+    """Stages of the card's design: its looks, or 1 for a fixed design."""
+    return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def merge_stages(parts: list[WindowData]) -> WindowData:
+    """One window out of its stages: each stage's rounds are numbered after the previous stage's."""
+    if len(parts) == 1:
+        return parts[0]
+    cells = []
+    offset = 0
+    drafts = accepted = 0.0
+    for w in parts:
+        top = max((c.round or 0 for c in w.cells), default=0)
+        cells += [c.model_copy(update={"round": (c.round or 0) + offset}) for c in w.cells]
+        offset += top
+        for c in w.cells:
+            if c.num_drafts and c.tokens_per_step is not None:
+                drafts += c.num_drafts
+                accepted += (c.tokens_per_step - 1.0) * c.num_drafts
+    clocks = {w.clock for w in parts}
+    a_ps = [w.a_p for w in parts if w.a_p]
+    width = max((len(a) for a in a_ps), default=0)
+    a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
+    return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
+                      unit=parts[0].unit, cells=tuple(cells),
+                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p)
+
+
+def merge_boots(boots: list[BootFacts]) -> BootFacts:
+    """One arm's boot facts over its stages: a hit only if every boot hit, the most foreign clients seen."""
+    if len(boots) == 1:
+        return boots[0]
+    first = boots[0]
+    hits = [b.hash_hit for b in boots]
+    foreign = [b.foreign_clients for b in boots]
+    kv = {b.kv_pool_tokens for b in boots}
+    digests = {b.env_set_digest for b in boots}
+    return first.model_copy(update={
+        "hash_hit": None if None in hits else all(h for h in hits),
+        "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
+        "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
+        "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
+        "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
+    })
+
+
 def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:
     root = base / f"{date}-{card.name}"
     if not fresh:
@@ -225,7 +314,8 @@ def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:
 
 
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
-             date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref) -> Receipts:
+             date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
+             plan: CardPlan | None = None) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once.
 
     Registering the same gates again returns the existing receipts; different
@@ -256,6 +346,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         tool_version=__version__,
         recipes=refs,
         host=host_facts(),
+        plan=plan,
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
     return rec

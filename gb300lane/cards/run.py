@@ -6,10 +6,19 @@ foreign clients again, stop the arm keeping its containers, then mark the arm
 done. The receipts on disk are the resume state: a finished arm has
 `done.json` and is skipped; an interrupted arm leaves its attempt directory
 behind and the next run boots it again as a new attempt.
+
+Seeds: with `seeds: per_arm` (the default) each arm sends its own seed base,
+a stable hash of (the window's seed base, the arm, the stage), so A2 is a
+second sample of production and not a copy of A; the seed base an arm used
+is recorded in its window receipt. A group-sequential card runs the bracket
+once per stage (the primary window's rounds split evenly; the other windows
+run in stage 1 only) and takes a look after each (`cards.looks`), stopping
+as soon as a look reaches PASS or FAIL.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -18,8 +27,8 @@ from pydantic import Field
 
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
-from gb300lane.cards.receipts import Receipts, utc_now
-from gb300lane.cards.schema import Card, FlagGate
+from gb300lane.cards.receipts import Receipts, stage_count, utc_now
+from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
 from gb300lane.models import FrozenModel
@@ -98,17 +107,39 @@ def _flag_keys(card: Card) -> list[str]:
     return sorted({g.key for g in card.gates if isinstance(g, FlagGate)})
 
 
-def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Progress) -> int:
+def arm_seed_base(seed_base: int, arm: str, stage: int) -> int:
+    """An arm's own seed base for a stage: a stable 31-bit hash of (window seed base, arm, stage)."""
+    digest = hashlib.sha256(f"{seed_base}:{arm}:{stage}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def arm_window(card: Card, window: WindowSpec, arm: Arm, stage: int) -> WindowSpec:
+    """The window as `arm` runs it in `stage`: its own seed base, and its share of the rounds."""
+    update: dict[str, Any] = {}
+    if window.seed_base is not None and (card.seeds == "per_arm" or stage > 1):
+        update["seed_base"] = arm_seed_base(window.seed_base, arm.name if card.seeds == "per_arm" else "*", stage)
+    if isinstance(card.design, GroupSequential) and window.name == card.primary_window:
+        update["rounds"] = window.rounds // card.design.looks
+    return window.model_copy(update=update) if update else window
+
+
+def stage_windows(card: Card, stage: int) -> list[WindowSpec]:
+    """Windows a stage runs: all of them in stage 1, the primary window in later stages."""
+    return [w for w in card.windows if stage == 1 or w.name == card.primary_window]
+
+
+def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Progress, stage: int = 1) -> int:
     """Boot, measure and stop one arm as a new attempt; returns the attempt number."""
     arm = card.arms[arm_index]
-    n = rec.next_attempt(arm.name)
-    adir = rec.attempt_dir(arm.name, n)
+    n = rec.next_attempt(arm.name, stage)
+    adir = rec.attempt_dir(arm.name, n, stage)
+    label = arm.name if stage_count(card) == 1 else f"{arm.name} (stage {stage})"
     if n > 1:
-        progress(f"{arm.name}: attempt {n - 1} did not finish; removing its leftovers and booting again")
+        progress(f"{label}: attempt {n - 1} did not finish; removing its leftovers and booting again")
         ops.discard(arm.recipe, arm.name)
     rec.write_json(adir / "attempt.json", {"schema_version": 1, "arm": arm.name, "recipe": arm.recipe,
-                                           "attempt": n, "started_at": utc_now()})
-    progress(f"{arm.name}: booting {arm.recipe} dark")
+                                           "attempt": n, "stage": stage, "started_at": utc_now()})
+    progress(f"{label}: booting {arm.recipe} dark")
     # The flag check compares every arm with the control (production): B shows its changed keys.
     baseline = card.controls[0].recipe if card.controls else None
     booted = ops.instance(arm.recipe, arm=arm.name, check_keys=_flag_keys(card) or None, baseline=baseline,
@@ -118,9 +149,11 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
             rec.write_json(adir / "boot.json", report.model_dump(mode="json"))
             before = ops.foreign(report.endpoint, 0)
             sent = 0
-            for w in card.windows:
-                progress(f"{arm.name}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
-                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.forced_tokens} tokens)")
+            for w in (arm_window(card, x, arm, stage) for x in stage_windows(card, stage)):
+                seeds = "" if w.seed_base is None else f", seed base {w.seed_base}"
+                progress(f"{label}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
+                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.forced_tokens} tokens"
+                         f"{seeds})")
                 result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
                                         fingerprint=report.fingerprint)
                 sent += len(result.records)
@@ -132,19 +165,22 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                 "after_windows": after.model_dump(mode="json"), "sent_by_bench": sent,
                 "foreign_clients": None if None in counts else max(c for c in counts if c is not None)})
         finally:
-            progress(f"{arm.name}: stopping {report.instance} (containers kept)")
-    rec.write_json(rec.arm_dir(arm.name) / "done.json", {"schema_version": 1, "attempt": n, "finished_at": utc_now()})
+            progress(f"{label}: stopping {report.instance} (containers kept)")
+    rec.write_json(rec.arm_dir(arm.name, stage) / "done.json",
+                   {"schema_version": 1, "attempt": n, "stage": stage, "finished_at": utc_now()})
     return n
 
 
 def run_card(
     rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
 ) -> list[str]:
-    """Run every unfinished arm in bracket order; returns one line per arm saying what happened.
+    """Run every unfinished arm (and stage) in bracket order; returns one line per arm saying what happened.
 
     `protected` (production and the rollback pair, from the layer above) is
     never replaced by an arm's boot nor removed by a discard.
     """
+    from gb300lane.cards.looks import take_look
+
     card = rec.card()
     rec.check_frozen(card)
     if rec.registration().transcribed:
@@ -153,15 +189,25 @@ def run_card(
     ops = ops or LiveArmOps(protected)
     say = progress or (lambda _msg: None)
     lines = []
-    for i, arm in enumerate(card.arms):
-        done = rec.finished_attempt(arm.name)
-        if done is not None:
-            lines.append(f"{arm.name}: finished earlier (attempt {done}); skipped")
+    stages = stage_count(card)
+    for stage in range(1, stages + 1):
+        for i, arm in enumerate(card.arms):
+            label = arm.name if stages == 1 else f"{arm.name} (stage {stage})"
+            done = rec.finished_attempt(arm.name, stage)
+            if done is not None:
+                lines.append(f"{label}: finished earlier (attempt {done}); skipped")
+                say(lines[-1])
+                continue
+            n = run_arm(rec, card, i, ops, say, stage)
+            lines.append(f"{label}: finished (attempt {n})")
             say(lines[-1])
-            continue
-        n = run_arm(rec, card, i, ops, say)
-        lines.append(f"{arm.name}: finished (attempt {n})")
-        say(lines[-1])
+        if stages > 1:
+            look = take_look(rec, card, stage)
+            lines.append(f"look {look.look} of {look.looks}: {look.verdict} with {look.requests_per_arm} requests "
+                         f"per arm -> {look.action}")
+            say(lines[-1])
+            if look.action != "continue":
+                break
     if not (rec.root / "manifest.json").exists():
         rec.write_manifest("run")
     return lines

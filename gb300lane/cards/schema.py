@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from gb300lane import paths
+from gb300lane.cards.results import IntervalMethod
+from gb300lane.cards.sequential import Spending
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes
 from gb300lane.models import FrozenModel, format_validation_error
@@ -76,8 +78,55 @@ class _WindowGate(_Gate):
     concurrency: tuple[int, ...] | None = Field(default=None, description="Concurrency levels it covers (all when absent).")
 
 
+class _TestedGate(_WindowGate):
+    """A gate decided by a pre-registered paired test (see `cards.stats`); alpha and margin are frozen with it."""
+
+    margin: float = Field(ge=0, lt=1, description="Relative margin: superiority needs B better by more than it; "
+                          "non-inferiority B no worse than minus it; equivalence within plus or minus it.")
+    alpha: float = Field(gt=0, lt=0.5, description="One-sided alpha of the test (each side, for equivalence).")
+    interval: IntervalMethod = Field(default="t", description="t: paired t-test with Fieller's interval; bca: BCa bootstrap.")
+    mde: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="Planning only: the smallest relative effect the card is sized to detect (card plan's power).",
+    )
+    decides: bool = Field(
+        default=True, description="false: a diagnostic, printed with its test but never part of the verdict."
+    )
+
+
+class TokensPerStepTest(_TestedGate):
+    kind: Literal["tokens_per_step"] = Field(
+        description="Tokens per verify step per transcript, B against the controls' mean, paired by transcript."
+    )
+    test: Literal["superiority", "non_inferiority"] = Field(description="What B must show.")
+    scope: Literal["aggregate", "per_cell"] = Field(
+        default="aggregate", description="aggregate: one test over the window's units; per_cell: one per class x concurrency."
+    )
+
+
+class DecodeTest(_TestedGate):
+    kind: Literal["decode_tok_s"] = Field(
+        description="Per-request decode tok/s per transcript, B against the controls' mean, paired by transcript."
+    )
+    test: Literal["superiority", "non_inferiority"] = Field(description="What B must show.")
+    scope: Literal["aggregate", "per_cell"] = Field(
+        default="per_cell", description="per_cell: one test per class x concurrency (all must pass); aggregate: one."
+    )
+
+
+class ControlsEquivalence(_TestedGate):
+    kind: Literal["controls_equivalence"] = Field(
+        description="TOST of A against A2: the two controls agree within the margin, so the bracket measures the lane."
+    )
+    test: Literal["equivalence"] = Field(default="equivalence", description="Always equivalence (two one-sided tests).")
+    metric: Literal["decode_tok_s", "tokens_per_step"] = Field(default="decode_tok_s", description="What is compared.")
+    scope: Literal["aggregate", "per_cell"] = Field(default="aggregate", description="One test, or one per cell.")
+
+
 class TokensPerStepGate(_WindowGate):
-    kind: Literal["tokens_per_step_ratio"] = Field(description="candidate tokens/step over the controls' mean.")
+    kind: Literal["tokens_per_step_ratio"] = Field(
+        description="Point ratio (the write-up's design): candidate tokens/step over the controls' mean, no test."
+    )
     scope: Literal["aggregate", "per_cell"] = Field(
         default="aggregate", description="aggregate: the window's tokens/step; per_cell: every class x concurrency."
     )
@@ -85,7 +134,9 @@ class TokensPerStepGate(_WindowGate):
 
 
 class DecodeRatioGate(_WindowGate):
-    kind: Literal["decode_ratio"] = Field(description="Per-cell decode tok/s, candidate over the controls' mean.")
+    kind: Literal["decode_ratio"] = Field(
+        description="Point ratio (the write-up's design): per-cell decode tok/s, candidate over the controls' mean."
+    )
     bar: Bar = Field(description="The ratio must be at least 1 - bar.")
 
 
@@ -130,7 +181,10 @@ class ForeignClientsGate(_Gate):
 
 
 Gate = Annotated[
-    TokensPerStepGate
+    TokensPerStepTest
+    | DecodeTest
+    | ControlsEquivalence
+    | TokensPerStepGate
     | DecodeRatioGate
     | ControlsAgreeGate
     | ParityGate
@@ -143,6 +197,28 @@ Gate = Annotated[
 ]
 
 
+#: The gate kinds decided by a test; the others are checks (boot facts, parity) or the write-up's point ratios.
+TESTED_KINDS = ("tokens_per_step", "decode_tok_s", "controls_equivalence")
+POINT_RATIO_KINDS = ("tokens_per_step_ratio", "decode_ratio", "controls_agree")
+
+
+class FixedDesign(FrozenModel):
+    kind: Literal["fixed"] = Field(default="fixed", description="Every arm runs the whole window once; one look.")
+
+
+class GroupSequential(FrozenModel):
+    """Stages of A -> B -> A2, a look after each, alpha spent over the looks."""
+
+    kind: Literal["group_sequential"] = Field(description="Group-sequential with Lan-DeMets alpha spending.")
+    looks: int = Field(ge=2, le=10, description="Looks (stages); the primary window's rounds are split evenly over them.")
+    spending: Spending = Field(
+        default="obrien_fleming", description="obrien_fleming (spends little early) or pocock (spends evenly)."
+    )
+
+
+Design = Annotated[FixedDesign | GroupSequential, Field(discriminator="kind")]
+
+
 class Card(FrozenModel):
     schema_version: Literal[1] = Field(description="Card file format version.")
     name: str = Field(description="Card slug; receipts go to results/<date>-<name>/.")
@@ -152,6 +228,12 @@ class Card(FrozenModel):
     windows: tuple[WindowSpec, ...] = Field(min_length=1, description="Windows every arm runs, in order.")
     primary_window: str = Field(description="The window that is evidence (the others are gates only).")
     gates: tuple[Gate, ...] = Field(min_length=1, description="Pre-registered gates; frozen by registration.")
+    design: Design = Field(default_factory=FixedDesign, description="fixed, or group_sequential with looks and spending.")
+    seeds: Literal["per_arm", "shared"] = Field(
+        default="per_arm",
+        description="per_arm: each arm (and stage) draws its own seed base from the window's, so A2 is not a copy "
+        "of A; shared: every arm sends the same seeds (requests identical across arms).",
+    )
 
     @model_validator(mode="after")
     def _bracket(self) -> Card:
@@ -187,6 +269,17 @@ class Card(FrozenModel):
             w = getattr(g, "window", None)
             if w is not None and w not in wnames:
                 raise ValueError(f"gate {g.id}: window {w!r} is not one of the windows {wnames}")
+        if isinstance(self.design, GroupSequential):
+            primary = next(w for w in self.windows if w.name == self.primary_window)
+            if primary.rounds % self.design.looks:
+                raise ValueError(
+                    f"design.looks = {self.design.looks} must divide the primary window's rounds ({primary.rounds}): "
+                    "each look adds the same number of rounds; change rounds or looks"
+                )
+            legacy = [g.id for g in self.gates if g.kind in POINT_RATIO_KINDS]
+            if legacy:
+                raise ValueError(f"a group-sequential design needs tested gates; {legacy} are point ratios "
+                                 "(use kind tokens_per_step, decode_tok_s, controls_equivalence)")
         return self
 
     @property
@@ -223,8 +316,13 @@ def gates_hash(card: Card) -> str:
     def dump(m: BaseModel) -> dict[str, Any]:
         return m.model_dump(mode="json", exclude_defaults=True)
 
-    payload = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
-               "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
+    payload: dict[str, Any] = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
+                               "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
+    # the design and the seed policy are frozen too; the defaults stay out so earlier registrations still match
+    if not isinstance(card.design, FixedDesign):
+        payload["design"] = card.design.model_dump(mode="json")
+    if card.seeds != "per_arm":
+        payload["seeds"] = card.seeds
     return sha256_bytes(dumps_json(payload))
 
 

@@ -1,16 +1,27 @@
-"""The noise floor and the paired statistic a card reports beside every ratio.
+"""The statistics a card decides with: paired ratio tests, their intervals, and rates with intervals.
 
-Spreads are `1 - min/max` of two or more rates (the form in which the
-write-up's "the two controls agree within 0.1-3.0%" reads). The paired
-statistic is a seeded bootstrap of the mean per-transcript difference
-candidate - mean(controls), relative to the controls' mean.
+A statistical gate compares paired units (a transcript of a class x
+concurrency cell, its rounds averaged): b_i from the candidate and c_i, the
+mean of the controls for the same transcript. The effect is relative,
+r = mean(b) / mean(c) - 1, and a margin m is tested exactly with the paired
+t-test on e_i = b_i - (1 + m) c_i (mean(b) > (1 + m) mean(c) is r > m). The
+interval printed beside it is Fieller's, the set of margins that test does
+not reject, so the interval and the decision always agree. `method: bca`
+uses scipy's BCa bootstrap interval instead and decides from it.
+
+Legacy helpers for the write-up's point-ratio gates (`spread`,
+`paired_bootstrap`) stay here for the cards that use them.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from gb300lane.cards.results import IntervalMethod, Status, TestKind
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261026
@@ -38,19 +49,22 @@ class PairedCI:
         return f"{self.mean_rel:+.1%} [{self.low_rel:+.1%}, {self.high_rel:+.1%}] (n={self.n})"
 
 
+def paired_units(candidate: Mapping[str, float], references: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(b, c): the candidate's value and the references' mean for every unit present in all of them."""
+    if not references:
+        return np.empty(0), np.empty(0)
+    common = sorted(set(candidate).intersection(*[set(r) for r in references]))
+    b = np.array([candidate[u] for u in common], dtype=np.float64)
+    c = np.array([[r[u] for u in common] for r in references], dtype=np.float64).mean(axis=0) if common else np.empty(0)
+    return b, c
+
+
 def paired_bootstrap(candidate: dict[str, float], controls: list[dict[str, float]], *,
                      seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> PairedCI | None:
-    """Bootstrap CI of mean(candidate[t] - mean_c controls[c][t]) over transcripts t seen in every arm.
-
-    Pairing by transcript removes the between-transcript variance (a long
-    prose prompt is slow in every arm), which is what lets a 2% effect stand
-    out of a per-stream spread many times wider.
-    """
-    common = sorted(set(candidate).intersection(*[set(c) for c in controls])) if controls else []
-    if len(common) < 2:
+    """Percentile bootstrap of mean(candidate[t] - mean_c controls[c][t]); a description, never a decision."""
+    b, ctrl = paired_units(candidate, controls)
+    if len(b) < 2:
         return None
-    b = np.array([candidate[t] for t in common], dtype=np.float64)
-    ctrl = np.array([[c[t] for t in common] for c in controls], dtype=np.float64).mean(axis=0)
     base = float(ctrl.mean())
     if base <= 0:
         return None
@@ -60,5 +74,200 @@ def paired_bootstrap(candidate: dict[str, float], controls: list[dict[str, float
     means = diffs[idx].mean(axis=1)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return PairedCI(n=len(common), mean_rel=float(diffs.mean()) / base, low_rel=float(low) / base,
+    return PairedCI(n=len(b), mean_rel=float(diffs.mean()) / base, low_rel=float(low) / base,
                     high_rel=float(high) / base)
+
+
+# ---------------------------------------------------------------- paired ratio tests
+
+
+@dataclass(frozen=True)
+class RatioTest:
+    """The outcome of one paired ratio test (relative effects throughout)."""
+
+    n: int
+    estimate: float | None
+    low: float | None
+    high: float | None
+    statistic: float | None
+    df: int | None
+    p_value: float | None
+    baseline: float | None
+    decision: Status
+    reason: str
+
+
+def _t_at(b: np.ndarray, c: np.ndarray, margin: float) -> float:
+    """The paired t statistic of e = b - (1 + margin) c against 0 (+-inf when e has no spread)."""
+    e = b - (1.0 + margin) * c
+    mean = float(e.mean())
+    sd = float(e.std(ddof=1))
+    if sd <= 1e-12 * max(1.0, abs(mean), float(np.abs(c).mean())):
+        if abs(mean) <= 1e-12 * max(1.0, float(np.abs(c).mean())):
+            return math.nan  # an exact tie: no evidence either way
+        return math.copysign(math.inf, mean)
+    return mean / (sd / math.sqrt(len(e)))
+
+
+def fieller(b: np.ndarray, c: np.ndarray, tcrit: float) -> tuple[float | None, float | None]:
+    """Fieller's interval for mean(b)/mean(c) - 1: the margins the paired t-test at `tcrit` does not reject."""
+    n = len(b)
+    mb, mc = float(b.mean()), float(c.mean())
+    cov = np.cov(np.vstack([b, c]), ddof=1)
+    sbb, sbc, scc = float(cov[0, 0]) / n, float(cov[0, 1]) / n, float(cov[1, 1]) / n
+    t2 = tcrit * tcrit
+    qa = mc * mc - t2 * scc
+    qb = -2.0 * (mb * mc - t2 * sbc)
+    qc = mb * mb - t2 * sbb
+    if qa <= 0:
+        return None, None  # the denominator is not clearly away from zero: no bounded interval
+    disc = qb * qb - 4 * qa * qc
+    if disc < 0:
+        return None, None
+    root = math.sqrt(disc)
+    lo, hi = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    return lo - 1.0, hi - 1.0
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:+.2%}"
+
+
+def _interval_text(low: float | None, high: float | None, level: float) -> str:
+    return f"{level:.1%} interval [{_pct(low)}, {_pct(high)}]"
+
+
+def _bca(b: np.ndarray, c: np.ndarray, level: float, seed: int) -> tuple[float | None, float | None]:
+    from scipy import stats as sps
+
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean(x, axis=axis) / np.mean(y, axis=axis) - 1.0
+
+    if float(np.ptp(b - c)) == 0.0 and float(np.ptp(b)) == 0.0:
+        return None, None  # no spread: the bootstrap distribution is a point
+    with np.errstate(all="ignore"):
+        res = sps.bootstrap((b, c), ratio, paired=True, vectorized=True, method="BCa", confidence_level=level,
+                            n_resamples=BOOTSTRAP_RESAMPLES, random_state=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
+
+
+def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, level_one_sided: float,
+               method: IntervalMethod = "t", seed: int = BOOTSTRAP_SEED, who: str = "B") -> RatioTest:
+    """Test mean(b)/mean(c) - 1 against `margin` at one-sided level `level_one_sided`.
+
+    superiority: PASS when r > margin is shown, FAIL when r < margin is shown.
+    non_inferiority: PASS when r > -margin is shown, FAIL when r < -margin is shown.
+    equivalence (TOST): PASS when -margin < r < margin is shown (both one-sided
+    tests reject), FAIL when the interval lies wholly outside the band.
+    Anything else is INCONCLUSIVE: a tie never passes superiority.
+    """
+    from scipy import stats as sps
+
+    n = len(b)
+    if n < 2:
+        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
+                         baseline=float(c.mean()) if n else None, decision="INCONCLUSIVE",
+                         reason=f"{n} paired unit(s): a test needs at least 2")
+    base = float(c.mean())
+    if base <= 0:
+        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
+                         baseline=base, decision="INCONCLUSIVE", reason="the reference mean is not positive")
+    est = float(b.mean()) / base - 1.0
+    df = n - 1
+    level = 1.0 - 2.0 * level_one_sided
+    tcrit = float(sps.t.ppf(1.0 - level_one_sided, df))
+    if method == "bca":
+        low, high = _bca(b, c, level, seed)
+    else:
+        low, high = fieller(b, c, tcrit)
+    iv = _interval_text(low, high, level)
+    bound = margin if test == "superiority" else -margin
+
+    if test == "equivalence":
+        t_lo, t_hi = _t_at(b, c, -margin), _t_at(b, c, margin)
+        p = max(float(sps.t.sf(t_lo, df)), float(sps.t.cdf(t_hi, df))) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
+        stat = min(t_lo, -t_hi) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
+        if method == "bca":
+            inside = low is not None and high is not None and -margin < low and high < margin
+            outside = (low is not None and low >= margin) or (high is not None and high <= -margin)
+        else:
+            inside = stat is not None and stat > tcrit
+            outside = (low is not None and low >= margin) or (high is not None and high <= -margin)
+        band = f"+-{margin:.2%}"
+        if inside:
+            return RatioTest(n, est, low, high, stat, df, p, base, "PASS",
+                             f"equivalent: {iv} lies inside {band} (TOST, each side at {level_one_sided:.2%})")
+        if outside:
+            return RatioTest(n, est, low, high, stat, df, p, base, "FAIL",
+                             f"not equivalent: {iv} lies outside {band}")
+        return RatioTest(n, est, low, high, stat, df, p, base, "INCONCLUSIVE",
+                         f"equivalence not shown: {iv} is not inside {band}")
+
+    stat = _t_at(b, c, bound)
+    if math.isnan(stat):
+        return RatioTest(n, est, low, high, None, df, None, base, "INCONCLUSIVE",
+                         f"an exact tie at the margin {_pct(bound)}: no evidence either way")
+    p = float(sps.t.sf(stat, df))
+    claim = (f"{who} better than the controls by more than {_pct(bound)}" if test == "superiority"
+             else f"{who} no worse than {_pct(bound)}")
+    if method == "bca":
+        passed = low is not None and low > bound
+        failed = high is not None and high < bound
+    else:
+        passed, failed = stat > tcrit, stat < -tcrit
+    if passed:
+        return RatioTest(n, est, low, high, stat, df, p, base, "PASS",
+                         f"shown: {claim} ({iv}; t = {stat:.2f} > {tcrit:.2f}, df {df})")
+    if failed:
+        return RatioTest(n, est, low, high, stat, df, p, base, "FAIL",
+                         f"refuted: {who} below {_pct(bound)} ({iv}; t = {stat:.2f} < -{tcrit:.2f}, df {df})")
+    return RatioTest(n, est, low, high, stat, df, p, base, "INCONCLUSIVE",
+                     f"not shown either way: {iv} contains the margin {_pct(bound)} "
+                     f"(t = {stat:.2f}, needs > {tcrit:.2f} to pass, < -{tcrit:.2f} to fail)")
+
+
+def arms_as_units(candidate: float, controls: Sequence[float]) -> tuple[float, int, float]:
+    """(t, df, one-sided p) of one candidate arm against k control arms, each arm one observation.
+
+    The controls' spread is the only noise estimate (k - 1 degrees of
+    freedom); t = (B - mean(controls)) / (s sqrt(1 + 1/k)), the test of
+    whether B comes from the controls' distribution. With two controls this
+    is a t on one degree of freedom: what a single bracket supports.
+    """
+    from scipy import stats as sps
+
+    c = np.asarray(controls, dtype=np.float64)
+    k = len(c)
+    s = float(c.std(ddof=1))
+    t = (candidate - float(c.mean())) / (s * math.sqrt(1.0 + 1.0 / k)) if s > 0 else math.copysign(math.inf, candidate - float(c.mean()))
+    return t, k - 1, float(sps.t.sf(t, k - 1))
+
+
+# ---------------------------------------------------------------- rates
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An observed proportion with its two-sided interval."""
+
+    events: int
+    trials: int
+    rate: float
+    low: float
+    high: float
+    method: str
+
+    def describe(self) -> str:
+        return f"{self.rate:.1%} [{self.low:.1%}, {self.high:.1%}] ({self.events}/{self.trials})"
+
+
+def proportion(events: int, trials: int, *, confidence: float = CONFIDENCE, method: str = "exact") -> Rate:
+    """events / trials with a Clopper-Pearson (`exact`) or Wilson (`wilson`) interval."""
+    from scipy.stats import binomtest
+
+    if trials <= 0:
+        return Rate(events=0, trials=0, rate=math.nan, low=0.0, high=1.0, method=method)
+    ci = binomtest(events, trials).proportion_ci(confidence_level=confidence, method=method)
+    name = "Clopper-Pearson" if method == "exact" else "Wilson"
+    return Rate(events=events, trials=trials, rate=events / trials, low=float(ci.low), high=float(ci.high), method=name)

@@ -16,8 +16,10 @@ import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from gb300lane import __version__
-from gb300lane.cards.gates import GateResult, Status, evaluate, overall
-from gb300lane.cards.receipts import Receipts, all_receipts, utc_now
+from gb300lane.cards.gates import evaluate, overall
+from gb300lane.cards.looks import design_look, stopped_at
+from gb300lane.cards.receipts import Receipts, all_receipts, stage_count, utc_now
+from gb300lane.cards.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
@@ -54,6 +56,8 @@ class Verdict(FrozenModel):
     previous: PreviousVerdict | None = Field(default=None, description="Verdict superseded (re-scores only).")
     reason: str | None = Field(default=None, description="Why the re-score was made (re-scores only).")
     changes: tuple[GateChange, ...] = Field(default=(), description="Gate changes of the re-score.")
+    look: int = Field(default=1, description="The look the verdict was decided at (1 for a fixed design).")
+    looks: int = Field(default=1, description="Looks the card's design plans (1 for a fixed design).")
 
 
 class VerdictRef(FrozenModel):
@@ -77,9 +81,11 @@ _GATE = TypeAdapter(Gate)
 def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number: int = 1,
                     previous: PreviousVerdict | None = None, reason: str | None = None,
                     changes: tuple[GateChange, ...] = ()) -> Verdict:
-    """Score `gates` over the receipts without writing anything."""
-    arms = rec.load_arms(card)
-    results = evaluate(card, gates, arms, rec.noise_floor_stated())
+    """Score `gates` over the receipts without writing anything, at the look the card ended on."""
+    stages = rec.stages_done(card) if stage_count(card) > 1 else 1
+    look = design_look(card, max(stages, 1))
+    arms = rec.load_arms(card, stages=stages)
+    results = evaluate(card, gates, arms, rec.noise_floor_stated(), look)
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
@@ -97,6 +103,8 @@ def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number
         previous=previous,
         reason=reason,
         changes=changes,
+        look=look.number,
+        looks=look.looks,
     )
 
 
@@ -125,6 +133,9 @@ def score(rec: Receipts, *, dry_run: bool = False) -> Verdict:
     if len(done) != len(card.arms):
         missing = [a.name for a in card.arms if a.name not in done]
         raise CardError(f"{rec.root}: arms {', '.join(missing)} have not finished; run `gb300lane card run {card.name}` first")
+    if stage_count(card) > 1 and stopped_at(rec) is None:
+        raise CardError(f"{rec.root}: the sequential card has not stopped yet (looks on record: "
+                        f"{rec.look_numbers() or 'none'}); run `gb300lane card run {card.name}` to continue it")
     v = compute_verdict(card, card.gates, rec)
     rec.write_json(rec.verdict_file(1), v.model_dump(mode="json"))
     rec.write_manifest("verdict-1")

@@ -10,11 +10,15 @@ written: the transcribed receipts stay as shipped.
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 from gb300lane.cards.data import ArmData, CellAgg, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.gates import evaluate, overall
 from gb300lane.cards.receipts import Receipts
-from gb300lane.cards.verdicts import Verdict, transcribed_verdicts
+from gb300lane.cards.schema import Card
+from gb300lane.cards.stats import arms_as_units
+from gb300lane.cards.verdicts import Verdict, apply_changes, transcribed_verdicts
 from gb300lane.errors import CardError
 from gb300lane.paths import writeup_receipts_dir
 
@@ -115,6 +119,53 @@ def reproduce_br1() -> list[str]:
         if v2.previous is not None:
             prev = v2.previous
             out.append(f"  points at verdict {prev.number} ({prev.verdict}, sha256 {prev.sha256[:12]}); both kept")
+    out.append("")
+    out += new_design_br1(rec, card, rs)
+    return out
+
+
+ALPHA = 0.025
+
+
+def new_design_br1(rec: Receipts, card: Card, rs: dict[str, Any] | None) -> list[str]:
+    """What the pre-registered-test design says of BR1's transcribed data (printed beside the write-up's verdicts)."""
+    arms = {a.arm: a for a in rec.load_arms(card)}
+    cells = {n: merged_cells(arms[n].windows["primary"]) for n in ("A", "B", "A2")}
+
+    def rate(arm: str, cls: str, conc: int) -> float:
+        return _rate(cells[arm], cls, conc)
+
+    out = ["What the new design says of the same data (pre-registered tests, one-sided alpha 2.5%):"]
+    floor = (rec.noise_floor_stated() or {}).get("decode_tok_s", {}).get("1")
+    gaps = {cls: 1 - min(rate("A", cls, 1), rate("A2", cls, 1)) / max(rate("A", cls, 1), rate("A2", cls, 1))
+            for cls in card.window("primary").classes}
+    widest = max(gaps, key=lambda c: gaps[c])
+    if rs is not None and floor is not None:
+        gates, _ = apply_changes(card, card.gates, rs["changes"])
+        lower = {"decode_tok_s": {"1": round(floor - 0.001, 3)}}
+        again = overall(evaluate(card, gates, list(arms.values()), lower))
+        out.append(f"  circular bar: the re-score's controls-agree bar is the stated noise floor {floor:.1%}, which is "
+                   f"the widest A vs A2 gap at C1 ({widest} {gaps[widest]:.1%}), the very statistic the gate tests; "
+                   f"a bar derived from the data it judges cannot fail on them (at {floor - 0.001:.1%} the re-score "
+                   f"is {again} again)")
+    tps = {n: _v(arms[n].windows["primary"].tokens_per_step, f"tokens/step of arm {n}") for n in ("A", "B", "A2")}
+    t, df, pval = arms_as_units(tps["B"], [tps["A"], tps["A2"]])
+    out.append(f"  one degree of freedom: with arms as the units, B's tokens/step {tps['B']:.3f} against the controls "
+               f"{tps['A']:.3f} and {tps['A2']:.3f} (their one difference is the only noise estimate) gives "
+               f"t = {t:.1f} on {df} degree of freedom, one-sided p = {pval:.3f} "
+               f"{'<' if pval < ALPHA else '>'} {ALPHA}: {'shown' if pval < ALPHA else 'not shown'}")
+    cell_ps = []
+    for conc in (1, 8):
+        for cls in card.window("primary").classes:
+            _, _, cp = arms_as_units(rate("B", cls, conc), [rate("A", cls, conc), rate("A2", cls, conc)])
+            cell_ps.append(f"{cls} C{conc} p={cp:.2f}")
+    out.append("  decode tok/s per cell the same way (B better?): " + ", ".join(cell_ps))
+    out.append("  the paired per-transcript tests need per-request tokens/step and decode rates, which the write-up "
+               "did not publish, so its tested gates cannot run on these receipts")
+    verdict = "PASS" if pval < ALPHA else "INCONCLUSIVE"
+    out.append(f"  new design's verdict on the same data: {verdict} (not enough evidence either way: the 2% gain "
+               "may be real, but one bracket cannot show it at 2.5%)" if verdict == "INCONCLUSIVE" else
+               f"  new design's verdict on the same data: {verdict}")
     return out
 
 

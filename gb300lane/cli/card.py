@@ -1,23 +1,31 @@
-"""CLI group: card — register, run, score, rescore, report, show, list, reproduce."""
+"""CLI group: card — register, plan, run, score, rescore, report, show, list, calibrate, reproduce.
+
+`card score` exits 0 on PASS, 1 on FAIL and 3 on INCONCLUSIVE, so CI can gate
+on it. Every command takes `--json`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gb300lane.cli.common import console, print_json
+from gb300lane.cli.common import console, err_console, print_json
+
+VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
 if TYPE_CHECKING:  # the cards package is imported when a card command runs
     from gb300lane.cards import Receipts, Verdict
 
 card_app = typer.Typer(
-    help="Bracketed A -> B -> A2 cards: pre-registered gates, receipts, verdicts and re-scores.",
+    help="Bracketed A -> B -> A2 cards: pre-registered tests, receipts, verdicts and re-scores.",
     no_args_is_help=True,
 )
 
 _RECEIPTS = typer.Option(None, "--receipts", help="Receipts directory (default: the card's newest registration).")
+_JSON = typer.Option(False, "--json", help="Print the result as JSON (nothing else on stdout).")
 
 
 def _receipts(card: str, receipts: Path | None) -> Receipts:
@@ -32,71 +40,154 @@ def _receipts(card: str, receipts: Path | None) -> Receipts:
     return find_receipts(loaded.name)
 
 
+def _say(as_json: bool) -> Callable[[str], None]:
+    """Progress goes to the console, or to stderr when stdout carries JSON."""
+    target = err_console if as_json else console
+    return lambda m: target.print(m, highlight=False, markup=False, soft_wrap=True)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2%}"
+
+
 def _print_verdict(v: Verdict) -> None:
-    console.print(f"verdict {v.number}: [bold]{v.verdict}[/]", highlight=False)
+    look = f" (look {v.look} of {v.looks})" if v.looks > 1 else ""
+    console.print(f"verdict {v.number}: [bold]{v.verdict}[/]{look}", highlight=False)
     if v.previous:
         console.print(f"  re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
         console.print(f"  changed {c.gate}.{c.key}: {c.old} -> {c.new}", highlight=False)
     for r in v.results:
-        console.print(f"  [{r.status:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})",
-                      highlight=False, markup=False)
+        tag = r.status if r.decides else f"{r.status}, diagnostic"
+        console.print(f"  [{tag}] {r.id}: {r.observed}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"      bar: {r.bar}; noise floor: {r.noise_floor}", highlight=False, markup=False,
+                      soft_wrap=True)
+        for t in r.tests if len(r.tests) > 1 else ():
+            where = f"{t.cls} C{t.concurrency}"
+            console.print(f"      {where:<14} {t.decision:<12} {_pct(t.estimate)} [{_pct(t.low)}, {_pct(t.high)}] "
+                          f"n {t.n}", highlight=False, markup=False, soft_wrap=True)
         for reason in r.reasons:
-            console.print(f"           - {reason}", highlight=False, markup=False)
+            console.print(f"      - {reason}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"exit code {VERDICT_EXIT[v.verdict]} (0 PASS, 1 FAIL, 3 INCONCLUSIVE)", highlight=False)
 
 
-@card_app.command("register", help="Freeze a card's gates (their sha256 is recorded) before any arm runs.")
+@card_app.command("register", help="Freeze a card's gates, alpha, margins and design (their sha256 is recorded) "
+                  "before any arm runs; warns when the card is underpowered.")
 def register_cmd(
     card: str = typer.Argument(..., help="Card file path or name in cards/."),
     fresh: bool = typer.Option(False, "--fresh", help="Start a new receipts directory even if one exists today."),
+    as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
+    from gb300lane.cards.plan import registration_plan, registration_warnings
 
     loaded, path = load_card(card)
-    rec = register(loaded, path.read_text(encoding="utf-8"), fresh=fresh)
+    plan = registration_plan(loaded)
+    rec = register(loaded, path.read_text(encoding="utf-8"), fresh=fresh, plan=plan)
     reg = rec.registration()
+    warnings = registration_warnings(loaded, reg.plan)
+    if as_json:
+        print_json({"card": loaded.name, "receipts": str(rec.root), "gates_sha256": reg.gates_sha256,
+                    "registered_at": reg.registered_at, "warnings": warnings,
+                    "plan": reg.plan.model_dump(mode="json") if reg.plan else None})
+        return
     console.print(f"{loaded.name}: registered in {rec.root} (gates sha256 {reg.gates_sha256[:16]})", highlight=False)
+    if reg.plan and reg.plan.power is not None:
+        console.print(f"  planned power {reg.plan.power:.1%} at the gates' effects ({reg.plan.source})", highlight=False,
+                      markup=False, soft_wrap=True)
+    for w in warnings:
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
 
 
-@card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it stopped.")
+@card_app.command("plan", help="Power and size before any arm runs: requests per arm for 90% power at each "
+                  "gate's minimum detectable effect, and the power of the card as written. Uses earlier control "
+                  "receipts of the same lane, else boots arm A for a short pilot.")
+def plan_cmd(
+    card: str = typer.Argument(..., help="Card file path or name in cards/."),
+    pilot: bool | None = typer.Option(None, "--pilot/--no-pilot",
+                                      help="Force a pilot of arm A, or refuse to boot one (default: only when no "
+                                      "earlier control data exists)."),
+    effect: float | None = typer.Option(None, "--effect", help="Plan the tokens/step gate at this relative effect "
+                                        "instead of its mde (0.02 = 2%)."),
+    power: float = typer.Option(0.9, "--power", help="Target power."),
+    as_json: bool = _JSON,
+) -> None:
+    from gb300lane.cards import load_card
+    from gb300lane.cards.plan import plan_for
+    from gb300lane.cards.run import LiveArmOps
+    from gb300lane.promote.view import protected_instances
+
+    loaded, _ = load_card(card)
+    ops = LiveArmOps(protected_instances()) if pilot is not False else None
+    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops)
+    if as_json:
+        print_json(p.model_dump(mode="json"))
+        return
+    out = _say(False)
+    out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
+    out(f"  noise from {p.source} ({p.source_requests} requests)")
+    out(f"  {'gate':<30} {'test':<16} {'alpha':>6} {'margin':>7} {'effect':>7} {'se':>7} {'power':>7} "
+        f"{'req/arm for ' + format(p.target_power, '.0%'):>16}")
+    for g in p.gates:
+        se = f"{g.se:.2%}" if g.se is not None else "-"
+        pw = f"{g.power:.1%}" if g.power is not None else "-"
+        need = str(g.requests_per_arm_for_target) if g.requests_per_arm_for_target is not None else "-"
+        name = g.gate if g.decides else f"{g.gate} (diagnostic)"
+        out(f"  {name:<30} {g.test:<16} {g.alpha:>6.1%} {g.margin:>7.1%} {g.effect:>+7.1%} {se:>7} {pw:>7} "
+            f"{need:>16}" + (f"  {g.note}" if g.note else ""))
+    if p.power is not None:
+        out(f"  card (deciding gates together): power {p.power:.1%} as written; "
+            f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}")
+    if p.expected_requests_per_arm is not None:
+        out(f"  sequential: maximum {p.inflation:.2f} x the fixed size for the same power; expected "
+            f"{p.expected_requests_per_arm:.0f} requests per arm at the tokens/step effect")
+
+
+@card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it "
+                  "stopped. A sequential card takes a look after each stage and stops at PASS or FAIL.")
 def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
-            receipts: Path | None = _RECEIPTS) -> None:
+            receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
     from gb300lane.cards import run_card
     from gb300lane.promote.view import protected_instances
 
     rec = _receipts(card, receipts)
-    run_card(
-        rec, progress=lambda m: console.print(m, highlight=False, markup=False), protected=protected_instances()
-    )
+    lines = run_card(rec, progress=_say(as_json), protected=protected_instances())
+    if as_json:
+        print_json({"receipts": str(rec.root), "lines": lines, "looks": rec.look_numbers()})
+        return
     console.print(f"receipts: {rec.root}", highlight=False)
 
 
-@card_app.command("score", help="Write verdict 1: the registered gates over the receipts.")
+@card_app.command("score", help="Write verdict 1: the registered gates over the receipts. Exits 0 on PASS, "
+                  "1 on FAIL, 3 on INCONCLUSIVE (and 1 with an error message when it cannot score).")
 def score_cmd(
     card: str = typer.Argument(..., help="Card name, file or receipts directory."),
     receipts: Path | None = _RECEIPTS,
     dry_run: bool = typer.Option(False, "--dry-run", help="Compute and print; write nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+    as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import score
 
     v = score(_receipts(card, receipts), dry_run=dry_run)
     print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
+    raise typer.Exit(VERDICT_EXIT[v.verdict])
 
 
-@card_app.command("rescore", help="Write verdict n+1 with changed gates and a reason; earlier verdicts stay.")
+@card_app.command("rescore", help="Write verdict n+1 with changed gates and a reason; earlier verdicts stay. "
+                  "Exits 0 once written, whatever the verdict.")
 def rescore_cmd(
     card: str = typer.Argument(..., help="Card name, file or receipts directory."),
     reason: str = typer.Option(..., "--reason", help="Why the gates change (kept on the record)."),
     change: list[str] = typer.Option(..., "--set", help="GATE.KEY=VALUE (YAML value), e.g. env-equal.compare=set."),
     receipts: Path | None = _RECEIPTS,
     dry_run: bool = typer.Option(False, "--dry-run", help="Compute and print; write nothing."),
+    as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import compute_rescore, rescore
 
     rec = _receipts(card, receipts)
     v = compute_rescore(rec, reason, change)[1] if dry_run else rescore(rec, reason, change)
-    _print_verdict(v)
+    print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
 
 
 @card_app.command("report", help="Render the markdown card and PNG figures into the receipts.")
@@ -104,16 +195,21 @@ def report_cmd(
     card: str = typer.Argument(..., help="Card name, file or receipts directory."),
     receipts: Path | None = _RECEIPTS,
     verdict: int | None = typer.Option(None, "--verdict", help="Verdict number to report (default: the newest)."),
+    as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import render_report
 
-    console.print(f"report: {render_report(_receipts(card, receipts), verdict)}", highlight=False)
+    md = render_report(_receipts(card, receipts), verdict)
+    if as_json:
+        print_json({"report": str(md), "files": sorted(str(p) for p in md.parent.iterdir())})
+        return
+    console.print(f"report: {md}", highlight=False)
 
 
-@card_app.command("show", help="Show a card's registration, arms and verdicts.")
+@card_app.command("show", help="Show a card's registration, arms, looks and verdicts.")
 def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
-             receipts: Path | None = _RECEIPTS,
-             as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+             receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
+    from gb300lane.cards.looks import read_look
     from gb300lane.cards.verdicts import read_verdict
 
     rec = _receipts(card, receipts)
@@ -123,8 +219,11 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
                      else f"attempt {rec.finished_attempt(a.name)} done" if rec.finished_attempt(a.name)
                      else "not finished") for a in c.arms}
     verdicts = [read_verdict(rec, n) for n in rec.verdict_numbers()]
+    looks = [read_look(rec, n) for n in rec.look_numbers()]
     if as_json:
         print_json({"receipts": str(rec.root), "registration": reg.model_dump(mode="json"), "arms": arms,
+                    "looks": [{"look": lk.look, "verdict": lk.verdict, "action": lk.action,
+                               "requests_per_arm": lk.requests_per_arm} for lk in looks],
                     "verdicts": [{"number": v.number, "verdict": v.verdict, "written_at": v.written_at} for v in verdicts]})
         return
     console.print(f"{c.name}: {c.title}", highlight=False)
@@ -132,13 +231,16 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
                   + ("; TRANSCRIBED" if reg.transcribed else ""), highlight=False)
     for a in c.arms:
         console.print(f"  {a.name:<3} {a.role:<9} {a.recipe:<12} {arms[a.name]}", highlight=False)
+    for lk in looks:
+        console.print(f"  look {lk.look} of {lk.looks}: {lk.verdict} with {lk.requests_per_arm} requests per arm "
+                      f"-> {lk.action}", highlight=False)
     for v in verdicts:
         console.print(f"  verdict {v.number}: {v.verdict} ({v.written_at})" + (f" — {v.reason}" if v.reason else ""),
                       highlight=False)
 
 
 @card_app.command("list", help="List card files and their registered receipts.")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def list_cmd(as_json: bool = _JSON) -> None:
     from gb300lane.cards import all_receipts
     from gb300lane.cards.schema import known_cards
 
@@ -153,14 +255,78 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
         console.print(f"{row['card']:<28} {len(row['receipts'])} receipts dir(s)", highlight=False)
 
 
-@card_app.command("reproduce", help="Re-derive the write-up's BR1/BR2 figures (part 1), then run the card locally (part 2).")
+@card_app.command("calibrate", help="Measure the card's instrument on the embedded engine: N replicates with fresh "
+                  "seed bases of A/A (B replaced by A) and of the card as written, in process; false 'B better', "
+                  "false FAIL and power with 95% Clopper-Pearson intervals. Results are receipts under "
+                  "results/calibrations/.")
+def calibrate_cmd(
+    card: str = typer.Argument(..., help="Card file path or name in cards/ (local- recipes only)."),
+    replicates: int = typer.Option(200, "--replicates", help="Replicates per scenario."),
+    seed: int = typer.Option(0, "--seed", help="Calibration seed (replicate seed bases derive from it)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
+    as_json: bool = _JSON,
+) -> None:
+    from gb300lane.cards import load_card
+    from gb300lane.cards.calibrate import calibrate, default_workers, write_calibration
+
+    loaded, path = load_card(card)
+    say = _say(as_json)
+    cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say)
+    d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)
+    if as_json:
+        def ci(r: Any) -> list[float]:
+            return [r.low, r.high]
+
+        print_json({
+            "card": cal.card, "replicates": cal.replicates, "requests_per_arm": cal.requests_per_arm,
+            "false_better_rate": cal.false_better.rate, "false_better_ci": ci(cal.false_better),
+            "false_fail_rate": cal.false_fail.rate, "false_fail_ci": ci(cal.false_fail),
+            "power": cal.power.rate, "power_ci": ci(cal.power),
+            "fail_when_real_rate": cal.fail_when_real.rate, "fail_when_real_ci": ci(cal.fail_when_real),
+            "mean_requests_per_arm_aa": cal.mean_requests_per_arm_aa,
+            "mean_requests_per_arm_card": cal.mean_requests_per_arm_card,
+            "interval": "95% Clopper-Pearson", "fast_path": cal.fast_path, "receipts": str(d),
+            "calibration": cal.model_dump(mode="json")})
+        return
+
+    def line(name: str, r: Any) -> str:
+        return f"  {name:<22} {r.rate:>6.1%}  [{r.low:.1%}, {r.high:.1%}]  ({r.events}/{r.replicates})"
+
+    console.print(f"{cal.card}: {cal.replicates} replicates per scenario, design {cal.design}, "
+                  f"{cal.requests_per_arm} requests per arm as written", highlight=False, markup=False)
+    console.print(f"  B = {cal.candidate_recipe} (as written) and B = {cal.control_recipe} (A/A); rates with 95% "
+                  "Clopper-Pearson intervals", highlight=False, markup=False)
+    for name, r in (("false 'B better' (A/A)", cal.false_better), ("false FAIL (A/A)", cal.false_fail),
+                    ("power (as written)", cal.power), ("FAIL (as written)", cal.fail_when_real)):
+        console.print(line(name, r), highlight=False, markup=False)
+    console.print(f"  mean requests per arm: A/A {cal.mean_requests_per_arm_aa:.0f}, as written "
+                  f"{cal.mean_requests_per_arm_card:.0f}", highlight=False, markup=False)
+    console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
+                  f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  receipts: {d}", highlight=False, markup=False)
+
+
+@card_app.command("reproduce", help="Re-derive the write-up's BR1/BR2 figures and verdicts, with what the new "
+                  "design says of the same data (part 1), then run the card locally (part 2).")
 def reproduce_cmd(
     which: str = typer.Argument(..., help="br1 or br2."),
     part: list[int] = typer.Option([1, 2], "--part", help="Which parts to run (1, 2); default both."),
+    as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards.reproduce import reproduce
 
-    reproduce(which, lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True), parts=tuple(part))
+    lines: list[str] = []
+    say = _say(False)
+
+    def keep(m: str) -> None:
+        lines.append(m)
+        if not as_json:
+            say(m)
+
+    times = reproduce(which, keep, parts=tuple(part))
+    if as_json:
+        print_json({"card": which, "parts": list(part), "lines": lines, "times_s": times})
 
 
 def register(app: typer.Typer) -> None:

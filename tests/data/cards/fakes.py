@@ -11,15 +11,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gb300lane.bench.models import CellResult, RequestRecord, SpecStats, WindowResult
+import numpy as np
+
+from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
 from gb300lane.bench.stats import Percentiles
 from gb300lane.cards.run import ForeignCount
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.report import BootReport
 
 
-def _record(tid: str, cls: str, conc: int, rnd: int, rate: float, text: str = "x") -> RequestRecord:
+def _record(tid: str, cls: str, conc: int, rnd: int, rate: float, text: str = "x",
+            tps: float | None = None) -> RequestRecord:
+    drafts = 40
+    spec = None if tps is None else RequestSpecDecode(
+        num_drafts=drafts, num_draft_tokens=5 * drafts, num_accepted_tokens=int(round((tps - 1.0) * drafts)))
     return RequestRecord(
+        spec_decode=spec,
         transcript_id=tid, cls=cls, round=rnd, concurrency=conc, seed=1, kind="completion", worker=0,
         start_s=0.0, ok=True, error=None, http_status=200, expected_tokens=64, output_tokens=64, prompt_tokens=10,
         chunks=20, token_attribution="usage", ttft_s=0.01, e2e_s=0.5, done_s=0.5, token_times_s=[], engine=None,
@@ -29,9 +36,12 @@ def _record(tid: str, cls: str, conc: int, rnd: int, rate: float, text: str = "x
 
 def window_result(window: Any, *, factor: float = 1.0, round_jitter: dict[int, float] | None = None,
                   a_p: tuple[float, ...] = (0.8, 0.6, 0.45, 0.3, 0.2), n_transcripts: int = 6,
-                  class_factor: dict[str, float] | None = None, flip: set[str] = frozenset()) -> WindowResult:
+                  class_factor: dict[str, float] | None = None, flip: set[str] = frozenset(),
+                  tps_factor: float = 1.0, noise: float = 0.0) -> WindowResult:
+    """`noise` > 0 adds per-request Gaussian noise (relative sd), seeded by the window's seed base."""
     cells, records = [], []
     jitter = round_jitter or {}
+    rng = np.random.default_rng(window.seed_base if window.seed_base is not None else 0)
     for rnd in range(1, window.rounds + 1):
         for cls in window.classes:
             for conc in window.concurrency:
@@ -40,8 +50,12 @@ def window_result(window: Any, *, factor: float = 1.0, round_jitter: dict[int, f
                 for i in range(n_transcripts):
                     # transcripts differ a lot from each other; the pairing removes that
                     rate = (base + 7.0 * i) * factor * (1 + jitter.get(rnd, 0.0))
+                    tps = (1 + sum(a_p)) * (1 + 0.02 * i) * tps_factor
+                    if noise:
+                        rate *= 1 + noise * rng.standard_normal()
+                        tps *= 1 + noise * rng.standard_normal()
                     tid = f"{cls}-{i:03d}"
-                    recs.append(_record(tid, cls, conc, rnd, rate, text="flipped" if tid in flip else "x"))
+                    recs.append(_record(tid, cls, conc, rnd, rate, text="flipped" if tid in flip else "x", tps=tps))
                 agg = sum(r.decode_tok_s for r in recs) / len(recs)
                 drafts = 1000
                 spec = SpecStats(num_drafts=drafts, num_draft_tokens=drafts * len(a_p),
@@ -83,9 +97,14 @@ class FakeLane:
     """Records every call; `fail_window_on` makes run_window raise for that arm once."""
 
     def __init__(self, card: Any, factors: dict[str, float], *, fail_window_on: str | None = None,
-                 jitter: dict[str, dict[int, float]] | None = None, flips: dict[str, set[str]] | None = None) -> None:
+                 jitter: dict[str, dict[int, float]] | None = None, flips: dict[str, set[str]] | None = None,
+                 tps: dict[str, float] | None = None, noise: float = 0.0, n_transcripts: int = 6) -> None:
         self.card = card
         self.factors = factors
+        self.tps = tps or {}
+        self.noise = noise
+        self.n_transcripts = n_transcripts
+        self.windows: list[tuple[str, Any]] = []
         self.fail_window_on = fail_window_on
         self.jitter = jitter or {}
         self.flips = flips or {}
@@ -116,8 +135,10 @@ class FakeLane:
     def run_window(self, endpoint: str, window: Any, **kw: Any) -> WindowResult:
         arm = self._arm_by_endpoint[endpoint]
         self.calls.append(("window", arm, window.name))
+        self.windows.append((arm, window))
         if self.fail_window_on == arm:
             self.fail_window_on = None
             raise KeyboardInterrupt("interrupted")
         return window_result(window, factor=self.factors.get(arm, 1.0), round_jitter=self.jitter.get(arm),
-                             flip=self.flips.get(arm, frozenset()))
+                             flip=self.flips.get(arm, frozenset()), tps_factor=self.tps.get(arm, 1.0),
+                             noise=self.noise, n_transcripts=self.n_transcripts)

@@ -1,0 +1,283 @@
+"""`card calibrate`: measure a card's instrument on the embedded engine, A/A and as written.
+
+Each replicate draws a fresh seed base (a stable hash of the card, the
+calibration seed and the replicate number) and runs four arms on the engine
+core in process (`cards.simulate`): the controls A and A2, the candidate B
+as written, and a second copy of the control recipe in B's place. The card
+as written is scored on (A, B, A2) and the A/A card on (A, A-as-B, A2), with
+the registered gates, the card's design (every look of a sequential card)
+and the same gate code as `card score`. The rates are:
+
+    false "B better"   A/A replicates whose verdict is PASS
+    false FAIL         A/A replicates whose verdict is FAIL (B is A: nothing got worse)
+    power              replicates of the card as written whose verdict is PASS
+    FAIL when real     replicates of the card as written whose verdict is FAIL
+
+each with a 95% Clopper-Pearson interval. Boot gates are not exercised (there
+is no boot); the output says so. Results are receipts under
+`results/calibrations/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gb300lane import __version__
+from gb300lane.cards.data import ArmData, BootFacts
+from gb300lane.cards.gates import evaluate
+from gb300lane.cards.looks import decide, design_look
+from gb300lane.cards.receipts import stage_count, utc_now
+from gb300lane.cards.results import Status
+from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
+from gb300lane.cards.schema import (
+    Card,
+    ControlsAgreeGate,
+    ControlsEquivalence,
+    DecodeRatioGate,
+    DecodeTest,
+    ParityGate,
+    TokensPerStepGate,
+    TokensPerStepTest,
+    gates_hash,
+)
+from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded
+from gb300lane.cards.stats import proportion
+from gb300lane.errors import CardError
+from gb300lane.fsio import dumps_json, write_once
+from gb300lane.models import FrozenModel
+from gb300lane.paths import results_dir
+
+Scenario = Literal["aa", "card"]
+WINDOW_GATES = (TokensPerStepTest, DecodeTest, ControlsEquivalence, ParityGate, TokensPerStepGate, DecodeRatioGate,
+                ControlsAgreeGate)
+
+
+class ReplicateOutcome(FrozenModel):
+    """One replicate of one scenario."""
+
+    replicate: int = Field(description="Replicate number (0-based).")
+    scenario: Scenario = Field(description="aa: B replaced by the control recipe; card: as written.")
+    seed_base: int = Field(description="The replicate's seed base (each arm derives its own from it).")
+    verdict: Status = Field(description="The card's verdict over the gates exercised.")
+    look: int = Field(description="The look the design stopped at.")
+    requests_per_arm: int = Field(description="Primary-window requests per arm until it stopped.")
+    gates: dict[str, Status] = Field(description="Gate id -> status at the stopping look.")
+    estimates: dict[str, float | None] = Field(default_factory=dict, description="Aggregate tested gates: estimate.")
+
+
+class RateCI(FrozenModel):
+    rate: float = Field(description="events / replicates.")
+    low: float = Field(description="95% Clopper-Pearson lower bound.")
+    high: float = Field(description="95% Clopper-Pearson upper bound.")
+    events: int = Field(description="Replicates with the event.")
+    replicates: int = Field(description="Replicates.")
+
+
+class Calibration(FrozenModel):
+    """A calibration's record (calibration.json)."""
+
+    schema_version: Literal[1] = Field(description="File format version.")
+    card: str = Field(description="Card name.")
+    gates_sha256: str = Field(description="The card's registered-gates hash (what was calibrated).")
+    written_at: str = Field(description="UTC time it finished.")
+    tool_version: str = Field(description="gb300lane version.")
+    replicates: int = Field(description="Replicates per scenario.")
+    seed: int = Field(description="Calibration seed: replicate r's seed base is a hash of (card, seed, r).")
+    design: str = Field(description="The card's design.")
+    candidate_recipe: str = Field(description="B as written.")
+    control_recipe: str = Field(description="A and A2 (and B in the A/A scenario).")
+    requests_per_arm: int = Field(description="Primary-window requests per arm as written (the most, sequential).")
+    mean_requests_per_arm_aa: float = Field(description="Mean primary-window requests per arm, A/A.")
+    mean_requests_per_arm_card: float = Field(description="Mean primary-window requests per arm, as written.")
+    false_better: RateCI = Field(description="A/A verdicts PASS.")
+    false_fail: RateCI = Field(description="A/A verdicts FAIL.")
+    power: RateCI = Field(description="As-written verdicts PASS.")
+    fail_when_real: RateCI = Field(description="As-written verdicts FAIL.")
+    gates_exercised: tuple[str, ...] = Field(description="Gates scored in the fast path.")
+    gates_not_exercised: tuple[str, ...] = Field(description="Boot gates: no boot happens in the fast path.")
+    fast_path: str = Field(description="How the fast path differs from a full card run.")
+    cpu_seconds: float = Field(description="CPU seconds of the replicates (all workers).")
+    workers: int = Field(description="Processes that ran replicates.")
+
+
+def replicate_seed(card: Card, seed: int, replicate: int) -> int:
+    digest = hashlib.sha256(f"calibrate:{card.name}:{seed}:{replicate}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def with_seed(card: Card, seed_base: int) -> Card:
+    """The card with every seeded window's seed base replaced (fresh seeds for one replicate)."""
+    windows = tuple(w.model_copy(update={"seed_base": seed_base}) if w.seed_base is not None else w
+                    for w in card.windows)
+    return card.model_copy(update={"windows": windows})
+
+
+def aa_card(card: Card) -> Card:
+    """The A/A card: B boots the control recipe."""
+    ctrl = card.controls[0].recipe
+    arms = tuple(a.model_copy(update={"recipe": ctrl, "allow_outside_trained_block": False})
+                 if a.role == "candidate" else a for a in card.arms)
+    return card.model_copy(update={"arms": arms})
+
+
+def window_gates(card: Card) -> tuple[Any, ...]:
+    return tuple(g for g in card.gates if isinstance(g, WINDOW_GATES))
+
+
+def run_replicate(lane: InProcessLane, card: Card, seed: int, replicate: int) -> list[ReplicateOutcome]:
+    """Both scenarios of one replicate; a sequential card stops each scenario at its own look."""
+    seed_base = replicate_seed(card, seed, replicate)
+    base = with_seed(card, seed_base)
+    scenarios: dict[Scenario, Card] = {"card": base, "aa": aa_card(base)}
+    gates = window_gates(card)
+    cand = card.candidate
+    data: dict[str, dict[str, Any]] = {}  # run key -> window name -> WindowData
+    open_: dict[Scenario, bool] = {"card": True, "aa": True}
+    out: list[ReplicateOutcome] = []
+    for stage in range(1, stage_count(card) + 1):
+        runs = {a.name: (a, a.recipe) for a in base.controls}
+        if open_["card"]:
+            runs["B:card"] = (cand, cand.recipe)
+        if open_["aa"]:
+            runs["B:aa"] = (cand, base.controls[0].recipe)
+        for key, (arm, recipe) in runs.items():
+            windows = [arm_window(base, w, arm, stage) for w in stage_windows(base, stage)]
+            boot = arm_seed_base(seed_base, f"boot:{key}", stage)
+            arm_data = lane.run_arm(base, arm, windows, recipe=recipe, previous=data.get(key), boot_seed=boot)
+            data[key] = arm_data.windows
+        look = design_look(card, stage)
+        for scenario, sc in scenarios.items():
+            if not open_[scenario]:
+                continue
+            arms = [ArmData(arm=a.name, recipe=a.recipe, role=a.role, source="measured", boot=BootFacts(),
+                            windows=data[a.name if a.role == "control" else f"B:{scenario}"]) for a in sc.arms]
+            results = evaluate(sc, gates, arms, None, look)
+            verdict, action = decide(results, look)
+            if action == "continue":
+                continue
+            open_[scenario] = False
+            primary = data[f"B:{scenario}"].get(card.primary_window)
+            requests = sum(len(c.per_transcript) for c in primary.cells) if primary else 0
+            out.append(ReplicateOutcome(
+                replicate=replicate, scenario=scenario, seed_base=seed_base, verdict=verdict, look=stage,
+                requests_per_arm=requests, gates={r.id: r.status for r in results},
+                estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1}))
+        if not any(open_.values()):
+            break
+    return out
+
+
+_LANE: InProcessLane | None = None
+
+
+def _worker_init() -> None:
+    global _LANE
+    _LANE = InProcessLane()
+
+
+def _worker(args: tuple[Card, int, list[int]]) -> tuple[list[ReplicateOutcome], float]:
+    card, seed, reps = args
+    assert _LANE is not None
+    t0 = time.process_time()
+    out = [o for r in reps for o in run_replicate(_LANE, card, seed, r)]
+    return out, time.process_time() - t0
+
+
+def _rate(events: int, n: int) -> RateCI:
+    r = proportion(events, n)
+    return RateCI(rate=r.rate, low=r.low, high=r.high, events=events, replicates=n)
+
+
+def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replicates: int, cpu: float,
+              workers: int) -> Calibration:
+    by: dict[str, list[ReplicateOutcome]] = {"aa": [], "card": []}
+    for o in outcomes:
+        by[o.scenario].append(o)
+    aa, real = by["aa"], by["card"]
+
+    def count(xs: list[ReplicateOutcome], v: Status) -> int:
+        return sum(1 for o in xs if o.verdict == v)
+
+    primary = card.window(card.primary_window)
+    n_arm = len(primary.classes) * primary.transcripts_per_class * len(primary.concurrency) * primary.rounds
+    exercised = window_gates(card)
+    design = "fixed" if stage_count(card) == 1 else (
+        f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
+    return Calibration(
+        schema_version=1, card=card.name, gates_sha256=gates_hash(card), written_at=utc_now(),
+        tool_version=__version__, replicates=replicates, seed=seed, design=design,
+        candidate_recipe=card.candidate.recipe, control_recipe=card.controls[0].recipe, requests_per_arm=n_arm,
+        mean_requests_per_arm_aa=sum(o.requests_per_arm for o in aa) / max(1, len(aa)),
+        mean_requests_per_arm_card=sum(o.requests_per_arm for o in real) / max(1, len(real)),
+        false_better=_rate(count(aa, "PASS"), len(aa)), false_fail=_rate(count(aa, "FAIL"), len(aa)),
+        power=_rate(count(real, "PASS"), len(real)), fail_when_real=_rate(count(real, "FAIL"), len(real)),
+        gates_exercised=tuple(g.id for g in exercised),
+        gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
+        fast_path=DIFFERENCES, cpu_seconds=round(cpu, 1), workers=workers)
+
+
+def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
+              progress: Callable[[str], None] | None = None,
+              lane: InProcessLane | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
+    """Run `replicates` replicates of both scenarios; returns the summary and every outcome."""
+    if replicates < 1:
+        raise CardError("--replicates must be at least 1")
+    if not window_gates(card):
+        raise CardError(f"card {card.name} has no gates the fast path can score (tested, parity or ratio gates)")
+    say = progress or (lambda _m: None)
+    check_embedded(card)
+    outcomes: list[ReplicateOutcome] = []
+    cpu = 0.0
+    chunk = max(1, min(10, replicates // max(1, workers * 4)))
+    batches = [list(range(i, min(i + chunk, replicates))) for i in range(0, replicates, chunk)]
+    t0 = time.perf_counter()
+    if workers <= 1:
+        own = lane or InProcessLane()
+        for b in batches:
+            c0 = time.process_time()
+            outcomes += [o for r in b for o in run_replicate(own, card, seed, r)]
+            cpu += time.process_time() - c0
+            say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s)")
+    else:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
+            for got, c in pool.map(_worker, [(card, seed, b) for b in batches]):
+                outcomes += got
+                cpu += c
+                say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s)")
+    outcomes.sort(key=lambda o: (o.replicate, o.scenario))
+    return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers)), outcomes
+
+
+def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: list[ReplicateOutcome],
+                      base: Path | None = None) -> Path:
+    """Write the calibration's receipts (write-once) and return their directory."""
+    root = (base or results_dir()) / "calibrations"
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    d = root / f"{date}-{card.name}-calibrate"
+    n = 1
+    while d.exists():
+        n += 1
+        d = root / f"{date}-{card.name}-calibrate-run{n}"
+    write_once(d / "card.yaml", card_text)
+    write_once(d / "replicates.jsonl",
+               "".join(json.dumps(o.model_dump(mode="json"), sort_keys=True) + "\n" for o in outcomes))
+    write_once(d / "calibration.json", dumps_json(cal.model_dump(mode="json")))
+    return d
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+__all__ = ["Calibration", "ReplicateOutcome", "aa_card", "calibrate", "default_workers", "run_replicate",
+           "summarize", "with_seed", "write_calibration"]

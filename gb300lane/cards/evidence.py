@@ -1,0 +1,164 @@
+"""The tested gates: paired per-transcript tests of B against the controls, and of A against A2.
+
+A unit is one transcript of one class x concurrency cell, its rounds
+averaged; every arm ran the same transcripts, so units pair across arms. B's
+unit is compared with the mean of the controls' units (A, A2). The test,
+margin and alpha are the gate's, registered before any arm ran; nothing here
+is derived from the data it judges. At a look of a group-sequential design,
+the one-sided level is the one the design's alpha spending allows there.
+
+Verdict mapping: a superiority or non-inferiority test decides the gate
+(PASS, FAIL, or INCONCLUSIVE when the interval straddles the margin). The
+controls' equivalence test never makes a card FAIL: controls that are not
+shown equivalent mean the bracket could not separate B from the hour, so the
+gate is INCONCLUSIVE (or, with `decides: false`, only reported).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from gb300lane.cards.data import ArmData, merged_cells
+from gb300lane.cards.results import GateResult, GateTest, Status, combine
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, TokensPerStepTest
+from gb300lane.cards.sequential import Spending, nominal_level
+from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_units, ratio_test
+
+TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
+
+NO_TPS = ("no per-request tokens/step recorded: the lane must report each request's spec-decode counters "
+          "(engine_args.extra_args.per_request_spec_decode_metrics: summary in the recipe)")
+
+
+@dataclass(frozen=True)
+class Look:
+    """Which look of the design a decision is made at (a fixed design has one)."""
+
+    number: int = 1
+    looks: int = 1
+    spending: Spending = "obrien_fleming"
+
+    def level(self, alpha: float) -> float:
+        """The one-sided level this look may spend for a gate of one-sided `alpha`."""
+        if self.looks == 1:
+            return alpha
+        return nominal_level(alpha, self.number, self.looks, self.spending)
+
+
+Units = dict[tuple[str, int], dict[str, float]]
+METRIC_LABEL = {"tokens_per_step": "tokens/step", "decode_tok_s": "decode tok/s"}
+
+
+def _units(arm: ArmData, gate: TestedGate, metric: str) -> tuple[Units, dict[tuple[str, int], int]]:
+    """Per cell, transcript -> value (rounds averaged); and per cell the requests behind them."""
+    w = arm.windows.get(gate.window)
+    out: Units = {}
+    requests: dict[tuple[str, int], int] = {}
+    if w is None:
+        return out, requests
+
+    def covered(cls: str, conc: int) -> bool:
+        return (gate.classes is None or cls in gate.classes) and (gate.concurrency is None or conc in gate.concurrency)
+
+    for c in w.cells:
+        if covered(c.cls, c.concurrency):
+            n = len(c.per_transcript_tps if metric == "tokens_per_step" else c.per_transcript)
+            requests[(c.cls, c.concurrency)] = requests.get((c.cls, c.concurrency), 0) + n
+    for key, agg in merged_cells(w).items():
+        if covered(*key):
+            vals = agg.per_transcript_tps if metric == "tokens_per_step" else agg.per_transcript
+            if vals:
+                out[key] = dict(vals)
+    return out, requests
+
+
+def _seed(*parts: object) -> int:
+    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
+
+
+def _flatten(units: Units, keys: list[tuple[str, int]]) -> dict[str, float]:
+    return {f"{k[0]}/C{k[1]}/{t}": v for k in keys for t, v in units.get(k, {}).items()}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2%}"
+
+
+def _describe(t: GateTest) -> str:
+    where = "" if t.cls is None else f"{t.cls} C{t.concurrency}: "
+    return (f"{where}{t.comparison} {_pct(t.estimate)} [{_pct(t.low)}, {_pct(t.high)}] "
+            f"({t.level:.1%}), n {t.n}")
+
+
+def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[ArmData], look: Look) -> GateResult:
+    """Run a tested gate's test(s) and fold them into one GateResult."""
+    equivalence = isinstance(gate, ControlsEquivalence)
+    metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
+        "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
+    if equivalence:
+        if len(ctrls) < 2:
+            return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="one control",
+                              bar=f"A / A2 within +-{gate.margin:.2%}", noise_floor="-",
+                              reasons=("an equivalence test of the controls needs two control arms",),
+                              decides=gate.decides)
+        subject, refs = ctrls[0], [ctrls[1]]
+        comparison = f"{ctrls[0].arm} / {ctrls[1].arm}"
+    else:
+        assert cand is not None
+        subject, refs = cand, ctrls
+        comparison = f"{cand.arm} / mean({', '.join(a.arm for a in ctrls)})"
+    s_units, requests = _units(subject, gate, metric)
+    r_units = [_units(r, gate, metric)[0] for r in refs]
+    keys = sorted(set(s_units).intersection(*[set(r) for r in r_units]) if r_units else set(),
+                  key=lambda k: (k[1], k[0]))
+    level = look.level(gate.alpha)
+    groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
+    tests: list[GateTest] = []
+    for cell, ks in groups:
+        b, c = paired_units(_flatten(s_units, ks), [_flatten(r, ks) for r in r_units])
+        rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
+                        seed=_seed(gate.id, cell, look.number), who=subject.arm)
+        tests.append(GateTest(
+            metric=metric,  # type: ignore[arg-type]
+            cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,
+            comparison=comparison, test=gate.test, method=gate.interval, estimate=rt.estimate, low=rt.low,
+            high=rt.high, level=1.0 - 2.0 * level, margin=gate.margin, alpha=gate.alpha, nominal_alpha=level,
+            n=rt.n, requests_per_arm=sum(requests.get(k, 0) for k in ks),
+            statistic=rt.statistic, df=rt.df, p_value=rt.p_value, baseline=rt.baseline, look=look.number,
+            looks=look.looks, decision=rt.decision, reason=rt.reason))
+    what = {"superiority": f"{subject.arm} better than the controls by more than {gate.margin:.2%}",
+            "non_inferiority": f"{subject.arm} no worse than the controls by more than {gate.margin:.2%}",
+            "equivalence": f"{comparison} within +-{gate.margin:.2%} (TOST)"}[gate.test]
+    seq = "" if look.looks == 1 else f"; look {look.number} of {look.looks} ({look.spending} spending)"
+    bar = f"{gate.test.replace('_', '-')}: {what}; one-sided alpha {gate.alpha:.2%}{seq}"
+    if not tests:
+        reason = (NO_TPS if metric == "tokens_per_step" and not any(requests.values())
+                  else "no paired units: the arms share no transcripts")
+        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="no paired units", bar=bar,
+                          noise_floor="-", reasons=(reason,), decides=gate.decides)
+    decisions: list[Status] = [t.decision for t in tests]
+    if equivalence:
+        status: Status = "PASS" if all(d == "PASS" for d in decisions) else "INCONCLUSIVE"
+    else:
+        status = combine(decisions)
+    if len(tests) == 1:
+        observed = _describe(tests[0])
+    else:
+        worst = min(tests, key=lambda t: t.low if t.low is not None else float("-inf"))
+        ests = [t.estimate for t in tests if t.estimate is not None]
+        span = f"{_pct(min(ests))}..{_pct(max(ests))}" if ests else "n/a"
+        observed = f"{len(tests)} cells, {comparison} {span}; lowest bound {_describe(worst)}"
+    noise = (f"paired by transcript, {METRIC_LABEL[metric]}; "
+             f"{sum(requests.get(k, 0) for k in keys)} requests per arm")
+    if status == "PASS":
+        reasons = tuple([tests[0].reason] if len(tests) == 1 else
+                        [f"all {len(tests)} cells: {tests[0].reason.split(':')[0]}"])
+    else:
+        reasons = tuple(f"{'' if t.cls is None else f'{t.cls} C{t.concurrency}: '}{t.reason}"
+                        for t in tests if t.decision != "PASS")
+        if equivalence:
+            reasons = ("the controls are not shown to agree, so the bracket cannot separate "
+                       f"{card.candidate.name} from the hour",) + reasons
+    return GateResult(id=gate.id, kind=gate.kind, status=status, observed=observed, bar=bar, noise_floor=noise,
+                      reasons=reasons, tests=tuple(tests), decides=gate.decides)

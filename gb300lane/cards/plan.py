@@ -1,0 +1,386 @@
+"""Power and size before any arm runs: `card plan`.
+
+The noise a card's tests face is the spread of one request's tokens/step and
+decode tok/s around its transcript's mean (other seeds, other batches), per
+class x concurrency cell. `plan` estimates it from control data of the same
+lane: earlier receipts whose control arms booted the card's control recipe
+with the same temperature and forced length, or else a short pilot of arm A
+(2 rounds of a few transcripts per cell). From it, for every tested gate:
+
+    var(unit difference) = (1 + 1/controls) sigma^2 / rounds      (B against the controls' mean)
+    var(A - A2)          = 2 sigma^2 / rounds                     (the controls' equivalence)
+
+and the normal approximation of the one-sided test gives the power at the
+gate's `mde` (0 where none is set: B no better, the conservative case for a
+non-inferiority gate), and the requests per arm that reach the target power.
+A group-sequential design needs its maximum inflated by the factor that
+keeps the power (`cards.sequential`); its expected size at the mde is shown
+beside it. The card's power is the product over deciding gates (treated as
+independent), so it is a planning figure, not a guarantee: `card calibrate`
+measures the real rates on the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gb300lane.cards.data import WindowData
+from gb300lane.cards.results import CardPlan, GatePlan
+from gb300lane.cards.receipts import all_receipts
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
+from gb300lane.cards.sequential import boundaries, power_and_stop
+from gb300lane.errors import CardError
+from gb300lane.recipes.schema import WindowSpec
+
+TARGET_POWER = 0.9
+PILOT_TRANSCRIPTS = 8
+
+Cell = tuple[str, int]
+
+
+@dataclass
+class Noise:
+    """Per cell and metric: within-transcript variance of one request, and the mean."""
+
+    var: dict[str, dict[Cell, float]] = field(default_factory=dict)
+    mean: dict[str, dict[Cell, float]] = field(default_factory=dict)
+    df: dict[str, dict[Cell, int]] = field(default_factory=dict)
+    requests: int = 0
+
+
+def noise_from_windows(windows: list[WindowData]) -> Noise:
+    """Pool, per cell, every request's deviation from its transcript's mean (over rounds and arms)."""
+    values: dict[str, dict[Cell, dict[str, list[float]]]] = {"tokens_per_step": {}, "decode_tok_s": {}}
+    requests = 0
+    for w in windows:
+        for c in w.cells:
+            key = (c.cls, c.concurrency)
+            requests += len(c.per_transcript)
+            for metric, src in (("tokens_per_step", c.per_transcript_tps), ("decode_tok_s", c.per_transcript)):
+                for t, v in src.items():
+                    values[metric].setdefault(key, {}).setdefault(t, []).append(v)
+    out = Noise(requests=requests)
+    for metric, cells in values.items():
+        for key, per_t in cells.items():
+            ss = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs) for xs in per_t.values())
+            df = sum(len(xs) - 1 for xs in per_t.values())
+            allv = [x for xs in per_t.values() for x in xs]
+            if df > 0 and allv:
+                out.var.setdefault(metric, {})[key] = ss / df
+                out.df.setdefault(metric, {})[key] = df
+                out.mean.setdefault(metric, {})[key] = sum(allv) / len(allv)
+    return out
+
+
+def _norm() -> Any:
+    from scipy.stats import norm
+
+    return norm
+
+
+def _window_requests(w: WindowSpec) -> int:
+    return len(w.classes) * w.transcripts_per_class * len(w.concurrency) * w.rounds
+
+
+def _gate_cells(card: Card, gate: Any) -> list[Cell]:
+    w = card.window(gate.window)
+    return [(c, n) for c in w.classes for n in w.concurrency
+            if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
+
+
+def _tests_se(card: Card, gate: Any, noise: Noise, scale: float) -> tuple[list[float], str]:
+    """The relative standard error of each of the gate's tests when the window is `scale` times as large."""
+    metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
+        "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
+    w = card.window(gate.window)
+    var, mean = noise.var.get(metric, {}), noise.mean.get(metric, {})
+    cells = _gate_cells(card, gate)
+    missing = [c for c in cells if c not in var]
+    if missing:
+        return [], f"no control data for {', '.join(f'{c} C{n}' for c, n in missing)}"
+    n_ctrl = len(card.controls)
+    factor = 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / n_ctrl
+    units = w.transcripts_per_class * scale
+    groups = [cells] if gate.scope == "aggregate" else [[c] for c in cells]
+    out = []
+    for group in groups:
+        v = sum(units * factor * var[c] / w.rounds for c in group)
+        base = sum(units * mean[c] for c in group) / (units * len(group))
+        out.append(math.sqrt(v) / (units * len(group)) / base)
+    return out, ""
+
+
+def _gate_power(gate: Any, ses: list[float], level: float, effect: float) -> float:
+    norm = _norm()
+    z = norm.isf(level)
+    p = 1.0
+    for se in ses:
+        if gate.test == "superiority":
+            p *= float(norm.cdf((effect - gate.margin) / se - z))
+        elif gate.test == "non_inferiority":
+            p *= float(norm.cdf((effect + gate.margin) / se - z))
+        else:
+            p *= max(0.0, float(norm.cdf((gate.margin - effect) / se - z) + norm.cdf((gate.margin + effect) / se - z) - 1))
+    return p
+
+
+def _solve_scale(power_at: Callable[[float], float], target: float) -> float | None:
+    lo, hi = 1e-3, 1.0
+    if power_at(hi) < target:
+        while power_at(hi) < target:
+            hi *= 2
+            if hi > 1e4:
+                return None
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if power_at(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
+              effect: float | None = None) -> CardPlan:
+    """Planning figures for every tested gate and the card (see the module docstring)."""
+    primary = card.window(card.primary_window)
+    n_arm = _window_requests(primary)
+    inflation, design = 1.0, "fixed"
+    seq = card.design if isinstance(card.design, GroupSequential) else None
+    gates = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    if not gates:
+        raise CardError(f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
+                        "nothing to plan")
+
+    def eff(g: Any) -> float:
+        if isinstance(g, ControlsEquivalence):
+            return 0.0
+        if effect is not None and isinstance(g, TokensPerStepTest):
+            return effect
+        return g.mde or 0.0
+
+    if seq:
+        design = f"group_sequential, {seq.looks} looks, {seq.spending} spending"
+        primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
+        norm = _norm()
+        bounds = boundaries(primary_gate.alpha, seq.looks, seq.spending)
+        drift = norm.isf(primary_gate.alpha) + norm.ppf(target)
+        from scipy.optimize import brentq
+
+        inflation = float(brentq(lambda r: power_and_stop(bounds, drift * math.sqrt(r))[0] - target, 0.5, 4.0))
+
+    rows: list[GatePlan] = []
+    per_gate_power: dict[str, Callable[[float], float]] = {}
+    for g in gates:
+        ses, why = _tests_se(card, g, noise, 1.0)
+        if not ses:
+            rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
+                                 effect=eff(g), se=None, power=None, requests_per_arm_for_target=None, note=why))
+            continue
+
+        def power_at(scale: float, g: Any = g) -> float:
+            s, _ = _tests_se(card, g, noise, scale / inflation)
+            return _gate_power(g, s, g.alpha, eff(g))
+
+        per_gate_power[g.id] = power_at
+        scale = _solve_scale(power_at, target)
+        rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
+                             effect=eff(g), se=max(ses),
+                             power=power_at(1.0), requests_per_arm_for_target=None if scale is None else
+                             math.ceil(n_arm * scale),
+                             note="" if scale is not None else "unreachable: the margin sits at or beyond the effect"))
+    deciding = [per_gate_power[r.gate] for r in rows if r.decides and r.gate in per_gate_power]
+    card_power = None
+    card_n = None
+    if deciding and all(r.power is not None for r in rows if r.decides):
+        def together(scale: float) -> float:
+            return math.prod(f(scale) for f in deciding)
+
+        card_power = together(1.0)
+        s = _solve_scale(together, target)
+        card_n = None if s is None else math.ceil(n_arm * s)
+    expected = None
+    if seq and card_n is not None:
+        primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
+        ses, _ = _tests_se(card, primary_gate, noise, 1.0)
+        if ses:
+            norm = _norm()
+            bounds = boundaries(primary_gate.alpha, seq.looks, seq.spending)
+            drift = (eff(primary_gate) - primary_gate.margin) / ses[0]
+            _, used = power_and_stop(bounds, drift)
+            expected = used * n_arm
+    return CardPlan(card=card.name, source=source, source_requests=noise.requests, requests_per_arm=n_arm,
+                    target_power=target, design=design, gates=tuple(rows), power=card_power,
+                    requests_per_arm_for_target=card_n, expected_requests_per_arm=expected, inflation=inflation)
+
+
+# ---------------------------------------------------------------- where the noise comes from
+
+
+def _matches(card: Card, w: WindowSpec) -> bool:
+    p = card.window(card.primary_window)
+    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.top_p == p.top_p
+
+
+def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
+    """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
+    recipe = card.controls[0].recipe
+    windows: list[WindowData] = []
+    sources: list[str] = []
+    for rec in all_receipts(base):
+        try:
+            other = rec.card()
+            if rec.registration().transcribed or other.controls[0].recipe != recipe:
+                continue
+            w = other.window(other.primary_window)
+            if not _matches(card, w):
+                continue
+            arms = [a for a in rec.load_arms(other) if a.role == "control" and a.source == "measured"]
+        except CardError:
+            continue
+        got = [a.windows[other.primary_window] for a in arms if other.primary_window in a.windows]
+        if got:
+            windows += got
+            sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
+    windows += _pilot_windows(card, base)
+    if not windows:
+        return None
+    noise = noise_from_windows(windows)
+    if not noise.var.get("tokens_per_step") and not noise.var.get("decode_tok_s"):
+        return None
+    label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
+    return noise, f"earlier control arms of {recipe}: {label}"
+
+
+def _pilot_root(base: Any = None) -> Any:
+    from gb300lane.paths import results_dir
+
+    return (base or results_dir()) / "pilots"
+
+
+def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
+    root = _pilot_root(base)
+    if not root.is_dir():
+        return []
+    out = []
+    for d in sorted(root.iterdir()):
+        f = d / "pilot.json"
+        if f.is_file():
+            out.append(d)
+    return [d for d in out if _pilot_meta(d).get("recipe") == card.controls[0].recipe
+            and _matches(card, WindowSpec.model_validate(_pilot_meta(d)["window"]))]
+
+
+def _pilot_meta(d: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads((d / "pilot.json").read_text(encoding="utf-8"))
+
+
+def _pilot_windows(card: Card, base: Any = None) -> list[WindowData]:
+    import json
+
+    from gb300lane.cards.data import window_data_from_result
+
+    out = []
+    for d in _pilot_dirs(card, base):
+        data = json.loads((d / "window.json").read_text(encoding="utf-8"))
+        out.append(window_data_from_result(data, "pilot"))
+    return out
+
+
+def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec:
+    """The pilot: the card's primary window, a few transcripts per cell, two rounds, its own seeds."""
+    from gb300lane.cards.run import arm_seed_base
+
+    p = card.window(card.primary_window)
+    seed = None if p.seed_base is None else arm_seed_base(p.seed_base, "pilot", 1)
+    return p.model_copy(update={"name": "pilot", "transcripts_per_class": min(transcripts, p.transcripts_per_class),
+                                "rounds": 2, "seed_base": seed})
+
+
+def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callable[[str], None] | None = None,
+              transcripts: int = PILOT_TRANSCRIPTS) -> Any:
+    """Boot arm A's recipe dark, run the pilot window, keep its receipts under results/pilots/; returns the dir."""
+    from datetime import datetime, timezone
+
+    from gb300lane.cards.run import LiveArmOps
+    from gb300lane.fsio import dumps_json, write_once
+
+    say = progress or (lambda _m: None)
+    ops = ops or LiveArmOps()
+    arm = card.controls[0]
+    w = pilot_window(card, transcripts)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    root = _pilot_root(base)
+    d = root / f"{date}-{card.name}-pilot"
+    n = 1
+    while d.exists():
+        n += 1
+        d = root / f"{date}-{card.name}-pilot-run{n}"
+    say(f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
+        f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)")
+    try:
+        with ops.instance(arm.recipe, arm="pilot", check_keys=None, baseline=None,
+                          allow_outside_trained_block=False) as report:
+            write_once(d / "boot.json", dumps_json(report.model_dump(mode="json")))
+            result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
+                                    fingerprint=report.fingerprint)
+            write_once(d / "window.json", dumps_json(result.model_dump(mode="json")))
+    finally:
+        ops.discard(arm.recipe, "pilot")
+    write_once(d / "pilot.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
+                                             "window": w.model_dump(mode="json")}))
+    say(f"pilot: receipts in {d}")
+    return d
+
+
+def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
+             progress: Callable[[str], None] | None = None, effect: float | None = None,
+             target: float = TARGET_POWER) -> CardPlan:
+    """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True)."""
+    found = None if pilot else earlier_noise(card, base)
+    if found is None:
+        if pilot is False:
+            raise CardError(f"card {card.name}: no earlier control receipts of {card.controls[0].recipe} with the "
+                            "primary window's temperature and length; run `gb300lane card plan CARD` without "
+                            "--no-pilot to measure a short pilot of arm A")
+        run_pilot(card, ops=ops, base=base, progress=progress)
+        found = earlier_noise(card, base)
+        if found is None:
+            raise CardError(f"card {card.name}: the pilot recorded no usable per-request data")
+    noise, source = found
+    return plan_card(card, noise, source, target=target, effect=effect)
+
+
+
+def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
+    """The plan `card register` records: from earlier control data only (registering never boots anything)."""
+    if not any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates):
+        return None
+    found = earlier_noise(card, base)
+    return None if found is None else plan_card(card, found[0], found[1])
+
+
+def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
+    """What `card register` warns about: point-ratio gates, and a card below the target power."""
+    from gb300lane.cards.schema import POINT_RATIO_KINDS
+
+    out = [f"gate {g.id} decides on a point ratio (the write-up's design), without a test: use kind "
+           "tokens_per_step, decode_tok_s or controls_equivalence" for g in card.gates if g.kind in POINT_RATIO_KINDS]
+    tested = any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates)
+    if not tested:
+        return out
+    if plan is None:
+        out.append(f"power not known: no earlier control receipts of {card.controls[0].recipe} with this window's "
+                   f"temperature and length; run `gb300lane card plan {card.name}` (it boots a short pilot of arm A)")
+    elif plan.power is None:
+        out.append("power not known: " + "; ".join(g.note for g in plan.gates if g.note))
+    elif plan.power < plan.target_power:
+        out.append(f"underpowered: power {plan.power:.1%} at the gates' effects, below {plan.target_power:.0%}; "
+                   f"`gb300lane card plan {card.name}` says {plan.requests_per_arm_for_target} requests per arm "
+                   f"(the card has {plan.requests_per_arm})")
+    return out

@@ -1,0 +1,126 @@
+"""What a gate decided and why: the result model verdicts, reports and calibration read.
+
+A statistical gate's result carries one `GateTest` per thing it tested (the
+window, or each class x concurrency cell): the estimate, its interval, the
+registered margin and alpha, the test, the number of paired units, the
+decision and the reason in words. Checks that are not statistics (boot
+facts, parity, the write-up's point-ratio gates) keep the one-line
+`observed` / `bar` / `noise_floor` fields, which every gate also fills.
+
+Relative effects are fractions: +0.018 is B 1.8% above the controls' mean.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gb300lane.models import FrozenModel
+
+Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+TestKind = Literal["superiority", "non_inferiority", "equivalence"]
+IntervalMethod = Literal["t", "bca"]
+
+
+class GateTest(FrozenModel):
+    """One pre-registered test: estimate, interval, margin, test, alpha, n, decision and the reason."""
+
+    metric: Literal["tokens_per_step", "decode_tok_s"] = Field(description="What was compared, per paired unit.")
+    cls: str | None = Field(default=None, description="Traffic class of the cell tested; None for the whole window.")
+    concurrency: int | None = Field(default=None, description="Concurrency of the cell tested; None for several.")
+    comparison: str = Field(
+        description="What over what, e.g. 'B / mean(A, A2)' (superiority, non-inferiority) or 'A / A2' (equivalence)."
+    )
+    test: TestKind = Field(
+        description="superiority: B better by more than margin; non_inferiority: B no worse than -margin; "
+        "equivalence (TOST): within +-margin."
+    )
+    method: IntervalMethod = Field(description="t: paired t-test and its Fieller interval; bca: BCa bootstrap.")
+    estimate: float | None = Field(description="Relative effect: ratio of the paired means minus 1.")
+    low: float | None = Field(description="Lower end of the interval (relative); None when it cannot be computed.")
+    high: float | None = Field(description="Upper end of the interval (relative); None when it cannot be computed.")
+    level: float = Field(description="Two-sided coverage of the interval: 1 - 2 x the one-sided level spent here.")
+    margin: float = Field(description="Registered margin, a relative effect (see test).")
+    alpha: float = Field(description="Registered one-sided alpha of the gate.")
+    nominal_alpha: float = Field(description="One-sided level spent at this look (alpha itself for a fixed design).")
+    n: int = Field(description="Paired units (transcripts of a class x concurrency cell, rounds averaged).")
+    requests_per_arm: int = Field(description="Requests per arm behind the units.")
+    statistic: float | None = Field(default=None, description="t at the margin (equivalence: the weaker of the two).")
+    df: int | None = Field(default=None, description="Degrees of freedom of the t statistic.")
+    p_value: float | None = Field(default=None, description="One-sided p-value of the test at the margin.")
+    baseline: float | None = Field(default=None, description="Mean of the reference arms over the units (absolute).")
+    look: int = Field(default=1, description="The look this decision was made at (1 for a fixed design).")
+    looks: int = Field(default=1, description="Looks the design plans (1 for a fixed design).")
+    decision: Status = Field(description="PASS, FAIL or INCONCLUSIVE.")
+    reason: str = Field(description="Why it decided, in one line.")
+
+
+class CellCheck(FrozenModel):
+    """A point-ratio gate's cell (the write-up's design): observed ratio or spread against a bar."""
+
+    cls: str = Field(description="Traffic class.")
+    concurrency: int = Field(description="Concurrency.")
+    status: Status = Field(description="This cell's outcome.")
+    observed: float | None = Field(description="The cell's observed value (a ratio or a spread).")
+    bar: float | None = Field(description="The bar the cell was held to.")
+    controls_spread: float | None = Field(description="1 - min/max of the controls (A vs A2).")
+    rounds_spread: float | None = Field(description="Widest 1 - min/max over rounds within a control (r1 vs r2).")
+    paired_ci: str | None = Field(default=None, description="Bootstrap CI of candidate - controls per transcript.")
+    note: str | None = Field(default=None, description="Where a number came from when it is not measured here.")
+
+
+class GateResult(FrozenModel):
+    id: str = Field(description="Gate id.")
+    kind: str = Field(description="Gate kind.")
+    status: Status = Field(description="PASS, FAIL or INCONCLUSIVE.")
+    observed: str = Field(description="What was observed, in one line.")
+    bar: str = Field(description="The bar, in one line.")
+    noise_floor: str = Field(description="The controls' noise floor for this gate, in one line.")
+    reasons: tuple[str, ...] = Field(default=(), description="Why it failed or could not be decided.")
+    cells: tuple[CellCheck, ...] = Field(default=(), description="Per-cell checks of point-ratio gates.")
+    tests: tuple[GateTest, ...] = Field(default=(), description="The statistical tests behind a statistical gate.")
+    decides: bool = Field(default=True, description="False for a diagnostic: printed, never part of the verdict.")
+
+
+def combine(checks: list[Status]) -> Status:
+    """FAIL if any FAIL; else INCONCLUSIVE if any is undecided (or there is none); else PASS."""
+    if "FAIL" in checks:
+        return "FAIL"
+    if not checks or "INCONCLUSIVE" in checks:
+        return "INCONCLUSIVE"
+    return "PASS"
+
+
+class GatePlan(FrozenModel):
+    """One tested gate's planning figures."""
+
+    gate: str = Field(description="Gate id.")
+    test: str = Field(description="superiority, non_inferiority or equivalence.")
+    decides: bool = Field(description="Whether the gate is part of the verdict.")
+    alpha: float = Field(description="Registered one-sided alpha.")
+    margin: float = Field(description="Registered relative margin.")
+    effect: float = Field(description="The relative effect the power is computed at (the gate's mde, else 0).")
+    se: float | None = Field(description="Planned standard error of the relative estimate (of one test; the worst cell).")
+    power: float | None = Field(description="Power of the gate as written at `effect` (all of its cells).")
+    requests_per_arm_for_target: int | None = Field(description="Requests per arm for the target power at `effect`.")
+    note: str = Field(default="", description="Why a figure is missing, when it is.")
+
+
+class CardPlan(FrozenModel):
+    """What `card plan` found."""
+
+    schema_version: int = Field(default=1, description="Format version.")
+    card: str = Field(description="Card name.")
+    source: str = Field(description="Where the noise estimate came from.")
+    source_requests: int = Field(description="Control requests the estimate rests on.")
+    requests_per_arm: int = Field(description="Requests per arm in the primary window as written (the maximum, sequential).")
+    target_power: float = Field(description="The power the sizes aim at.")
+    design: str = Field(description="fixed, or group_sequential with its looks and spending.")
+    gates: tuple[GatePlan, ...] = Field(description="Per tested gate.")
+    power: float | None = Field(description="The card's power as written: product over deciding gates.")
+    requests_per_arm_for_target: int | None = Field(description="Requests per arm for the card's target power.")
+    expected_requests_per_arm: float | None = Field(
+        default=None, description="Sequential designs: expected requests per arm at the mde if the design stops early."
+    )
+    inflation: float = Field(default=1.0, description="Sequential designs: maximum size over the fixed size at equal power.")

@@ -1,0 +1,239 @@
+"""The calibration fast path: a card's arms run on the embedded engine's core, in process.
+
+What is the same as a full card run: the recipe is rendered to its `vllm
+serve` command line and parsed by the engine's own argument parser; every
+request body is built by bench's request builder (same transcripts, same
+per-request seeds, forced length) and parsed by the engine's API parser;
+the requests run through the same `EngineCore` the server steps, closed-loop
+at the cell's concurrency; the per-request spec-decode counters and the
+modelled clock are the ones the server reports; and the window data goes
+through the same adapter (`cards.data.window_data_from_result`) and the same
+gate code as `card score`.
+
+Each arm is one boot: its engine gets its own boot seed, so the numerics
+jitter between boots (the engine's run-to-run variance) is there as on a
+served run; a calibration derives the boot seeds from its replicate, so it
+repeats.
+
+What differs, and is said in every calibration's output (`DIFFERENCES`):
+no boot sequence, so the boot gates (hash hit, flag, environment, KV pool, foreign
+clients) are not exercised; no HTTP, so a finished stream's next request
+joins the batch at once, while through the server it arrives a moment later
+and the batch the k schedule sees can briefly be smaller; and decode rates
+are on the modelled clock only (there is no wall clock to read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gb300lane.cards.data import ArmData, BootFacts, WindowData, window_data_from_result
+from gb300lane.cards.receipts import merge_stages
+from gb300lane.cards.schema import Arm, Card
+
+DIFFERENCES = (
+    "in process on the engine core, each arm one engine with its own boot seed (numerics jitter as between "
+    "boots): no boot sequence (boot gates not exercised), no HTTP (at C>1 a finished stream's next request joins "
+    "the batch at once, so the k schedule can see a fuller batch than through the server), C1 requests run side "
+    "by side at the one-user k and are timed as if alone (same tokens, same modelled clock), modelled clock only"
+)
+
+
+def check_embedded(card: Card) -> None:
+    """Refuse a card whose arms do not all run on the embedded engine (the fast path drives only that)."""
+    from gb300lane.errors import CardError
+    from gb300lane.recipes import load_recipe
+
+    others = sorted({a.recipe for a in card.arms if load_recipe(a.recipe).engine != "embedded"})
+    if others:
+        raise CardError(f"card {card.name}: recipes {', '.join(others)} do not run on the embedded engine; "
+                        "calibration drives the embedded engine in process: calibrate the local- card instead")
+
+
+@dataclass
+class _ArmEngine:
+    """One arm's engine: what a boot of its recipe would serve."""
+
+    core: Any
+    served: str
+    max_num_seqs: int
+
+
+@dataclass
+class InProcessLane:
+    """Runs card arms on the engine core in this process (the model loads once)."""
+
+    model: Any = None
+    _args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model is None:
+            from gb300lane.engine.model import load_model
+
+            self.model = load_model()
+
+    def _engine_args(self, recipe_name: str) -> Any:
+        if recipe_name not in self._args:
+            from gb300lane.engine.args import parse_serve_args
+            from gb300lane.errors import CardError
+            from gb300lane.recipes import load_recipe
+            from gb300lane.recipes.containers import main_argv
+
+            recipe = load_recipe(recipe_name)
+            if recipe.engine != "embedded":
+                raise CardError(f"recipe {recipe_name} runs on {recipe.engine}, not the embedded engine: "
+                                "the in-process fast path only drives the embedded engine (use a local- recipe)")
+            argv = list(main_argv(recipe, host="127.0.0.1", port=recipe.lane.port))
+            self._args[recipe_name] = parse_serve_args(argv[argv.index("serve") + 1:])
+        return self._args[recipe_name]
+
+    def boot(self, recipe_name: str, boot_seed: int | None = None) -> _ArmEngine:
+        """A fresh engine for one arm, as a boot of the recipe would start it.
+
+        Each boot has its own numerics (the engine's boot seed and numerics
+        jitter, the lane's run-to-run variance): a recipe that pins a boot
+        seed keeps it, otherwise `boot_seed` (a replicate derives one per arm,
+        so a calibration repeats) or a fresh one, as a real boot draws.
+        """
+        from gb300lane.engine.core import EngineCore
+
+        args = self._engine_args(recipe_name)
+        pinned = args.boot_seed if args.boot_seed is not None else boot_seed
+        core = EngineCore(self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
+                          boot_seed=pinned, numerics_jitter=args.numerics_jitter)
+        return _ArmEngine(core=core, served=args.served_model_name, max_num_seqs=args.max_num_seqs)
+
+    def _requests(self, engine: _ArmEngine, window: Any, cls: str, rnd: int) -> list[Any]:
+        from gb300lane.bench.transcripts import select_transcripts
+        from gb300lane.bench.window import build_request
+        from gb300lane.engine.api import parse_request
+        from gb300lane.engine.core import Sequence
+
+        out = []
+        for t in select_transcripts(cls, window.transcripts_per_class):
+            path, body, _seed = build_request(t, window, model=engine.served, round=rnd)
+            req = parse_request(body, chat=path.endswith("/chat/completions"), served_model_name=engine.served)
+            ids = req.prompt_ids if req.prompt_ids is not None else self.model.tokenizer.encode(req.prompt_text or "")
+            out.append(Sequence(request_id=t.id, prompt_ids=list(ids), params=req.params))
+        return out
+
+    def _closed_loop(self, engine: _ArmEngine, seqs: list[Any], conc: int) -> float:
+        """Run `seqs` through the arm's core with at most `conc` running; returns the modelled span."""
+        core = engine.core
+        core.max_num_seqs = min(conc, engine.max_num_seqs)
+        start = core.clock
+        for seq in seqs:
+            core.add(seq)
+        while core.has_work:
+            core.step()
+        return core.clock - start
+
+    def _one_user(self, engine: _ArmEngine, seqs: list[Any]) -> list[float]:
+        """Run C1 requests side by side at the k one user gets, then time each as if it ran alone.
+
+        With per-request random streams a request's tokens depend on its batch
+        only through k, so holding k at the schedule's one-user value gives
+        every request the tokens it gets alone. Its modelled times are then
+        rebuilt step by step with the core's own step-time model at a batch of
+        one (its prompt is the step's prefill the first time). Returns each
+        request's span; stamps its token times like the core does.
+        """
+        from gb300lane.engine.core import EngineCore
+
+        spec = engine.core.spec
+        fixed = spec.model_copy(update={"num_speculative_tokens_per_batch_size": None,
+                                        "num_speculative_tokens": spec.k_for_batch(1)}) if spec else None
+        k = fixed.num_speculative_tokens if fixed else 0
+        core = EngineCore(self.model, fixed, max_num_seqs=max(1, len(seqs)), seed=engine.core.seed,
+                          step_model=engine.core.step_model, verifier=engine.core.verifier,
+                          boot_seed=engine.core.boot_seed, numerics_jitter=engine.core.numerics_jitter)
+        steps: dict[int, list[int]] = {id(s): [] for s in seqs}
+        for seq in seqs:
+            core.add(seq)
+        while core.has_work:
+            outcome = core.step()
+            if outcome is None:
+                break
+            for seq, new in outcome.emitted:
+                steps[id(seq)].append(len(new))
+        spans = []
+        model = engine.core.step_model
+        for seq in seqs:
+            clock, done, stamps = 0.0, 0, []
+            for i, n in enumerate(steps[id(seq)]):
+                clock += model.step_seconds(1, k, len(seq.prompt_ids) + done, len(seq.prompt_ids) if i == 0 else 0)
+                done += n
+                stamps += [clock] * n
+            seq.token_modelled = stamps
+            spans.append(clock)
+        return spans
+
+    def run_window(self, engine: _ArmEngine, window: Any) -> dict[str, Any]:
+        """A window's cells, closed-loop, as WindowResult-shaped data (records and cells)."""
+        from gb300lane.bench.models import SpecStats
+        from gb300lane.bench.stats import decode_rate
+        from gb300lane.spec import SpecCounters
+
+        tok = self.model.tokenizer
+        cells_in: list[tuple[int, str, int, list[Any], float]] = []
+        one_user: list[tuple[int, list[Any]]] = []
+        for rnd in range(1, window.rounds + 1):
+            for cls in window.classes:
+                for conc in window.concurrency:
+                    seqs = self._requests(engine, window, cls, rnd)
+                    if conc == 1:
+                        one_user.append((len(cells_in), seqs))
+                        cells_in.append((rnd, cls, conc, seqs, 0.0))
+                    else:
+                        cells_in.append((rnd, cls, conc, seqs, self._closed_loop(engine, seqs, conc)))
+        if one_user:
+            flat = [s for _, seqs in one_user for s in seqs]
+            spans = iter(self._one_user(engine, flat))
+            for index, seqs in one_user:
+                rnd, cls, conc, _, _ = cells_in[index]
+                cells_in[index] = (rnd, cls, conc, seqs, sum(next(spans) for _ in seqs))
+        records: list[dict[str, Any]] = []
+        cells: list[dict[str, Any]] = []
+        for rnd, cls, conc, seqs, span in cells_in:
+            drafts = draft_tokens = accepted = 0
+            per_pos: list[int] = []
+            by_len: dict[int, int] = {}
+            for seq in seqs:
+                times = seq.token_modelled
+                n = len(seq.output_ids)
+                records.append({
+                    "cls": cls, "concurrency": conc, "round": rnd, "transcript_id": seq.request_id,
+                    "ok": n == window.forced_tokens,
+                    "decode_tok_s": decode_rate(n, times[0], times[-1]) if times else None,
+                    "text": tok.decode(seq.output_ids),
+                    "spec_decode": {"num_drafts": seq.num_drafts, "num_draft_tokens": seq.num_draft_tokens,
+                                    "num_accepted_tokens": seq.num_accepted},
+                })
+                drafts += seq.num_drafts
+                draft_tokens += seq.num_draft_tokens
+                accepted += seq.num_accepted
+                per_pos += [0] * (len(seq.accepted_per_pos) - len(per_pos))
+                for i, x in enumerate(seq.accepted_per_pos):
+                    per_pos[i] += x
+                if seq.num_drafts and conc == 1:
+                    k = seq.num_draft_tokens // seq.num_drafts
+                    by_len[k] = by_len.get(k, 0) + seq.num_drafts
+            counters = SpecCounters(num_drafts=drafts, num_draft_tokens=draft_tokens, num_accepted_tokens=accepted,
+                                    accepted_per_pos=tuple(per_pos), drafts_by_length=by_len or None)
+            out_tokens = sum(len(s.output_ids) for s in seqs)
+            cells.append({"cls": cls, "concurrency": conc, "round": rnd,
+                          "valid": all(len(s.output_ids) == window.forced_tokens for s in seqs),
+                          "clock": "modelled", "decode_tok_s": out_tokens / span if span > 0 else None,
+                          "spec": SpecStats.from_counters(counters).model_dump(mode="json") if drafts else None})
+        return {"records": records, "cells": cells, "window": window.model_dump(mode="json")}
+
+    def run_arm(self, card: Card, arm: Arm, windows: list[Any], recipe: str | None = None,
+                previous: dict[str, WindowData] | None = None, boot_seed: int | None = None) -> ArmData:
+        """One arm (one boot) over `windows`, merged after `previous` stages' data when given."""
+        engine = self.boot(recipe or arm.recipe, boot_seed)
+        data = {w.name: window_data_from_result(self.run_window(engine, w), w.name) for w in windows}
+        for name, old in (previous or {}).items():
+            data[name] = merge_stages([old, data[name]]) if name in data else old
+        return ArmData(arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured",
+                       boot=BootFacts(), windows=data)

@@ -1,0 +1,127 @@
+"""Power and size (`card plan`) and the instrument check (`card calibrate`) on small cards."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gb300lane.cards import load_card, register, run_card
+from gb300lane.cards.calibrate import aa_card, calibrate
+from gb300lane.cards.plan import plan_for, registration_plan, registration_warnings
+from gb300lane.cards.simulate import InProcessLane
+from gb300lane.cli.main import app
+
+DATA = Path(__file__).parent / "data" / "cards"
+_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
+fakes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fakes)
+
+
+@pytest.fixture(autouse=True)
+def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+@pytest.fixture(scope="module")
+def lane() -> InProcessLane:
+    return InProcessLane()
+
+
+def test_one_user_requests_side_by_side_get_what_they_get_alone(lane: InProcessLane) -> None:
+    """The fast path's C1 shortcut: the same tokens, counters and modelled times as one request at a time."""
+    card, _ = load_card(DATA / "tested.yaml")
+    w = card.window("primary").model_copy(update={"seed_base": 77, "forced_tokens": 40})
+    for recipe in ("local-v26", "local-v27"):
+        alone = []
+        engine = lane.boot(recipe, boot_seed=11)
+        for cls in w.classes:
+            seqs = lane._requests(engine, w, cls, 1)
+            lane._closed_loop(engine, seqs, 1)
+            alone += seqs
+        engine = lane.boot(recipe, boot_seed=11)
+        together = [s for cls in w.classes for s in lane._requests(engine, w, cls, 1)]
+        lane._one_user(engine, together)
+        for a, b in zip(alone, together, strict=True):
+            assert a.output_ids == b.output_ids and (a.num_drafts, a.num_accepted) == (b.num_drafts, b.num_accepted)
+            # times since arrival: alone, the first step starts when the request arrives
+            assert [t - a.token_modelled[0] for t in a.token_modelled] == pytest.approx(
+                [t - b.token_modelled[0] for t in b.token_modelled])
+
+
+def test_aa_card_boots_the_control_recipe_as_b() -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    aa = aa_card(card)
+    assert [a.recipe for a in aa.arms] == ["local-v26"] * 3 and aa.candidate.name == "B"
+
+
+def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["card", "calibrate", str(DATA / "tested.yaml"), "--replicates", "3",
+                                   "--workers", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    for key in ("false_better_rate", "false_fail_rate", "power", "replicates", "requests_per_arm"):
+        assert key in body
+    assert body["replicates"] == 3 and body["requests_per_arm"] == 48
+    for key in ("false_better", "false_fail", "fail_when_real"):
+        low, high = body[f"{key}_ci"]
+        assert 0.0 <= low <= body[f"{key}_rate"] <= high <= 1.0
+        assert body["calibration"][key]["replicates"] == 3
+    assert body["power_ci"][0] <= body["power"] <= body["power_ci"][1]
+    assert "hash-hit" in body["calibration"]["gates_not_exercised"] and "no boot" in body["fast_path"]
+    d = Path(body["receipts"])
+    assert (d / "calibration.json").is_file() and (d / "card.yaml").is_file()
+    lines = (d / "replicates.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and {json.loads(x)["scenario"] for x in lines} == {"aa", "card"}
+
+
+def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane) -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    first, a = calibrate(card, 2, seed=5, lane=lane)
+    second, b = calibrate(card, 2, seed=5, lane=lane)
+    assert a == b and first.power == second.power
+    _, c = calibrate(card, 2, seed=6, lane=lane)
+    assert {o.seed_base for o in c}.isdisjoint({o.seed_base for o in a})
+
+
+def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessLane) -> None:
+    card, _ = load_card(DATA / "sequential.yaml")
+    cal, outcomes = calibrate(card, 2, seed=1, lane=lane)
+    assert cal.design.startswith("group_sequential, 4 looks")
+    for o in outcomes:
+        assert o.requests_per_arm == 24 * o.look  # 2 classes x 6 transcripts x C1/C4 x 1 round per look
+
+
+def test_plan_from_earlier_control_receipts_and_register_warns() -> None:
+    card, path = load_card(DATA / "tested.yaml")
+    assert registration_warnings(card, registration_plan(card))[0].startswith("power not known")
+    rec = register(card, path.read_text())
+    run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.05, n_transcripts=6).ops())
+    plan = plan_for(card, pilot=False)
+    assert plan.source.startswith("earlier control arms of local-v26") and plan.source_requests == 96
+    tps = next(g for g in plan.gates if g.gate == "tokens-per-step")
+    assert tps.effect == 0.02 and 0 < tps.power < 0.9 and tps.requests_per_arm_for_target > 48
+    assert plan.power is not None and plan.power < 0.9
+    # the noise is 5% per request: 48 requests per arm cannot see 2%; register says so and records the plan
+    warn = registration_warnings(card, registration_plan(card))
+    assert any(w.startswith("underpowered") for w in warn)
+    again = register(card, path.read_text(), fresh=True, plan=registration_plan(card))
+    assert again.registration().plan.power == pytest.approx(plan.power)
+    # a larger planned effect needs fewer requests
+    assert plan_for(card, pilot=False, effect=0.05).gates[0].requests_per_arm_for_target < \
+        tps.requests_per_arm_for_target
+
+
+def test_plan_runs_a_pilot_of_arm_a_when_there_is_no_data(tmp_path: Path) -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    lane = fakes.FakeLane(card, {}, noise=0.03, n_transcripts=6)
+    plan = plan_for(card, ops=lane.ops())
+    assert ("up", "pilot", "local-v26") in lane.calls and ("discard", "pilot") in lane.calls
+    pilot_window = lane.windows[0][1]
+    assert pilot_window.rounds == 2 and pilot_window.seed_base != 1000
+    assert "pilot" in plan.source and plan.source_requests == 48
+    assert (tmp_path / "results" / "pilots").is_dir()
