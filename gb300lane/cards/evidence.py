@@ -20,7 +20,7 @@ import hashlib
 from dataclasses import dataclass
 
 from gb300lane.cards.data import ArmData, merged_cells
-from gb300lane.cards.results import GateResult, GateTest, Status, combine
+from gb300lane.cards.results import GateResult, GateTest, Metric, Status, combine
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, TokensPerStepTest
 from gb300lane.cards.sequential import Spending, nominal_level
 from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_units, ratio_test
@@ -94,7 +94,7 @@ def _describe(t: GateTest) -> str:
 def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[ArmData], look: Look) -> GateResult:
     """Run a tested gate's test(s) and fold them into one GateResult."""
     equivalence = isinstance(gate, ControlsEquivalence)
-    metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
+    metric: Metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
         "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
     if equivalence:
         if len(ctrls) < 2:
@@ -120,7 +120,7 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
                         seed=_seed(gate.id, cell, look.number), who=subject.arm)
         tests.append(GateTest(
-            metric=metric,  # type: ignore[arg-type]
+            metric=metric,
             cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,
             comparison=comparison, test=gate.test, method=gate.interval, estimate=rt.estimate, low=rt.low,
             high=rt.high, level=1.0 - 2.0 * level, margin=gate.margin, alpha=gate.alpha, nominal_alpha=level,

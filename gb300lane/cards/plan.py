@@ -277,7 +277,8 @@ def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
 def _pilot_meta(d: Any) -> dict[str, Any]:
     import json
 
-    return json.loads((d / "pilot.json").read_text(encoding="utf-8"))
+    meta: dict[str, Any] = json.loads((d / "pilot.json").read_text(encoding="utf-8"))
+    return meta
 
 
 def _pilot_windows(card: Card, base: Any = None) -> list[WindowData]:

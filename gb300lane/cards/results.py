@@ -21,12 +21,13 @@ from gb300lane.models import FrozenModel
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 TestKind = Literal["superiority", "non_inferiority", "equivalence"]
 IntervalMethod = Literal["t", "bca"]
+Metric = Literal["tokens_per_step", "decode_tok_s"]
 
 
 class GateTest(FrozenModel):
     """One pre-registered test: estimate, interval, margin, test, alpha, n, decision and the reason."""
 
-    metric: Literal["tokens_per_step", "decode_tok_s"] = Field(description="What was compared, per paired unit.")
+    metric: Metric = Field(description="What was compared, per paired unit.")
     cls: str | None = Field(default=None, description="Traffic class of the cell tested; None for the whole window.")
     concurrency: int | None = Field(default=None, description="Concurrency of the cell tested; None for several.")
     comparison: str = Field(

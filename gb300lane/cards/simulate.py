@@ -122,12 +122,12 @@ class InProcessLane:
         """Run `seqs` through the arm's core with at most `conc` running; returns the modelled span."""
         core = engine.core
         core.max_num_seqs = min(conc, engine.max_num_seqs)
-        start = core.clock
+        start = float(core.clock)
         for seq in seqs:
             core.add(seq)
         while core.has_work:
             core.step()
-        return core.clock - start
+        return float(core.clock) - start
 
     def _one_user(self, engine: _ArmEngine, seqs: list[Any]) -> list[float]:
         """Run C1 requests side by side at the k one user gets, then time each as if it ran alone.

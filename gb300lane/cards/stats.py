@@ -141,7 +141,7 @@ def _bca(b: np.ndarray, c: np.ndarray, level: float, seed: int) -> tuple[float |
     from scipy import stats as sps
 
     def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.mean(x, axis=axis) / np.mean(y, axis=axis) - 1.0
+        return np.asarray(np.mean(x, axis=axis) / np.mean(y, axis=axis) - 1.0)
 
     if float(np.ptp(b - c)) == 0.0 and float(np.ptp(b)) == 0.0:
         return None, None  # no spread: the bootstrap distribution is a point
