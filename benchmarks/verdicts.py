@@ -1,7 +1,7 @@
 """Benchmark: the verdicts' error rates and sizes, fixed against group-sequential, on the embedded engine.
 
-Design x scenario: `cards/local-br1.yaml` (fixed, 800 requests per arm) and
-`cards/local-br1-sequential.yaml` (four looks of 240, Pocock-type spending)
+Design x scenario: the shipped `local-br1` card (fixed, 800 requests per arm) and
+`local-br1-sequential` (four looks of 240, Pocock-type spending)
 are each calibrated (`gb300lane card calibrate`'s fast path: the engine core
 in process, the same request builder, adapter and gate code as a card run)
 under A/A (B = local-v26) and the known effect (B = local-v27, block
@@ -28,10 +28,10 @@ from gb300lane import __version__
 from gb300lane.cards.calibrate import calibrate, default_workers
 from gb300lane.cards.schema import load_card
 from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.paths import shipped
 
-ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).parent / "results" / "verdicts.json"
-CARDS = {"fixed": ROOT / "cards" / "local-br1.yaml", "sequential": ROOT / "cards" / "local-br1-sequential.yaml"}
+CARDS = {"fixed": shipped("cards") / "local-br1.yaml", "sequential": shipped("cards") / "local-br1-sequential.yaml"}
 FLOORS = {"false_better_max": 0.025, "false_fail_max": 0.05, "power_min": 0.90, "sequential_saving_min": 0.25}
 
 
