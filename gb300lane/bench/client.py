@@ -164,7 +164,7 @@ class _StreamState:
             try:
                 self.out.spec_decode = RequestSpecDecode.model_validate(
                     {k: sd.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")})
-            except ValueError as exc:
+            except ValidationError as exc:
                 raise _StreamFault(f"malformed metrics.speculative_decoding: {exc.errors()[0]['msg']}") from None
         ext = chunk.get("gb300lane")
         if isinstance(ext, dict):
