@@ -28,6 +28,20 @@ def test_br1_figures_and_verdicts() -> None:
     assert "points at verdict 1 (FAIL" in out
 
 
+def test_br1_what_the_new_design_says_of_the_same_data() -> None:
+    out = _text(reproduce_br1())
+    new = out.split("What the new design says of the same data", 1)[1]
+    # the re-score's bar is the widest A vs A2 gap at C1, the statistic it judges: one step below it, FAIL again
+    assert "stated noise floor 3.0%, which is the widest A vs A2 gap at C1 (shell_ops 3.0%)" in new
+    assert "(at 2.9% the re-score is FAIL again)" in new
+    # one control pair is one degree of freedom: 1.020 is not shown at 2.5%
+    assert "t = 5.0 on 1 degree of freedom, one-sided p = 0.062 > 0.025: not shown" in new
+    assert "new design's verdict on the same data: INCONCLUSIVE" in new
+    # and the write-up's own numbers come first, unchanged
+    first = out.split("What the new design says", 1)[0]
+    assert first.index("verdict 1: FAIL") < first.index("verdict 2: PASS")
+
+
 def test_br1_fail_comes_from_the_instrument_not_the_data() -> None:
     rec = writeup_receipts(BR1_DIR)
     card = rec.card()

@@ -185,17 +185,22 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
             s, _ = _tests_se(card, g, noise, scale / inflation)
             return _gate_power(g, s, g.alpha, eff(g))
 
+        if g.test == "superiority" and eff(g) <= g.margin:
+            rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
+                                 effect=eff(g), se=max(ses), power=None, requests_per_arm_for_target=None,
+                                 note="no mde above the margin: give the gate an mde to plan its power"))
+            continue
         per_gate_power[g.id] = power_at
         scale = _solve_scale(power_at, target)
         rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
                              effect=eff(g), se=max(ses),
                              power=power_at(1.0), requests_per_arm_for_target=None if scale is None else
                              math.ceil(n_arm * scale),
-                             note="" if scale is not None else "unreachable: the margin sits at or beyond the effect"))
+                             note="" if scale is not None else "unreachable at this effect and margin"))
     deciding = [per_gate_power[r.gate] for r in rows if r.decides and r.gate in per_gate_power]
     card_power = None
     card_n = None
-    if deciding and all(r.power is not None for r in rows if r.decides):
+    if deciding and all(r.power is not None for r in rows if r.decides):  # a deciding gate unplanned: no card power
         def together(scale: float) -> float:
             return math.prod(f(scale) for f in deciding)
 

@@ -19,7 +19,7 @@ from gb300lane.cards.report import ratio_rows, render_report
 from gb300lane.cards.run import ArmOps, run_card
 from gb300lane.cards.schema import load_card
 from gb300lane.cards.verdicts import score
-from gb300lane.cards.writeup import reproduce_writeup
+from gb300lane.cards.writeup import reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
 
 LOCAL_CARDS = {"br1": "local-br1", "br2": "local-br2"}
@@ -53,11 +53,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)
-    say(f"verdict 1: {v.verdict}")
-    for r in v.results:
-        say(f"  [{r.status:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})")
-        for reason in r.reasons:
-            say(f"           - {reason}")
+    for line in verdict_lines(v):
+        say(line)
     cand = card.candidate.name
     arms = rec.load_arms(card)
     clocks = sorted({a.windows[card.primary_window].clock or "?" for a in arms if card.primary_window in a.windows})

@@ -52,10 +52,12 @@ def _check(computed: float, stated: float, places: int) -> str:
     return "matches" if round(computed, places) == round(stated, places) else f"write-up says {stated:.{places}f}"
 
 
-def _verdict_lines(v: Verdict) -> list[str]:
-    out = [f"verdict {v.number}: {v.verdict}"]
+def verdict_lines(v: Verdict) -> list[str]:
+    """A verdict as printed lines: every gate's status, what it saw, its bar and why (diagnostics marked)."""
+    out = [f"verdict {v.number}: {v.verdict}" + (f" (look {v.look} of {v.looks})" if v.looks > 1 else "")]
     for r in v.results:
-        out.append(f"  [{r.status:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})")
+        tag = r.status if r.decides else f"{r.status}, diagnostic"
+        out.append(f"  [{tag:<4}] {r.id:<20} {r.observed}  (bar: {r.bar}; noise floor: {r.noise_floor})")
         for reason in r.reasons:
             out.append(f"           - {reason}")
     return out
@@ -110,12 +112,12 @@ def reproduce_br1() -> list[str]:
     out.append("")
     v1, v2, rs = transcribed_verdicts(rec)
     out.append(f"Pre-registered gates over the transcribed receipts (write-up: {stated['verdict_1']}):")
-    out += _verdict_lines(v1)
+    out += verdict_lines(v1)
     out.append("  instrument reasons: " + (rs["reason"] if rs else "-"))
     if v2 is not None:
         out.append("")
         out.append(f"Re-score (write-up: {stated['verdict_2']}): " + "; ".join(f"{c.gate}.{c.key}: {c.old} -> {c.new}" for c in v2.changes))
-        out += _verdict_lines(v2)
+        out += verdict_lines(v2)
         if v2.previous is not None:
             prev = v2.previous
             out.append(f"  points at verdict {prev.number} ({prev.verdict}, sha256 {prev.sha256[:12]}); both kept")
@@ -220,7 +222,7 @@ def reproduce_br2() -> list[str]:
     v1, _, _ = transcribed_verdicts(rec)
     out.append(f"Pre-registered gates over the transcribed receipts (write-up: nine drafts lost in every class; "
                f"{stated['changed']}):")
-    out += _verdict_lines(v1)
+    out += verdict_lines(v1)
     return out
 
 
