@@ -99,3 +99,11 @@ def test_library_errors_become_one_line_at_the_cli_boundary() -> None:
     res = runner.invoke(app, ["card", "score", "no-such-card"])
     assert res.exit_code == CardError.exit_code and not isinstance(res.exception, CardError)
     assert "no-such-card" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_cards_public_api_is_sorted_and_complete() -> None:
+    import gb300lane.cards as cards
+
+    assert cards.__all__ == sorted(cards.__all__)
+    assert {"GateResult", "GateTest", "CardPlan", "Calibration", "calibrate", "plan_for"} <= set(cards.__all__)
+    assert all(hasattr(cards, name) for name in cards.__all__)

@@ -5,10 +5,15 @@ the gates; `run_card` boots each arm dark and measures it, writing receipts as
 it goes; `score` writes the pre-registered verdict, `rescore` a later one that
 points back at it; `render_report` draws the card. The write-up's own cards
 (BR1, BR2) ship as transcribed receipts and are re-derived by
-`reproduce_writeup`.
+`reproduce_writeup`. Tested gates decide by pre-registered paired tests
+(`GateResult.tests`); `plan_for` gives power and size before a card runs and
+`calibrate` measures a card's error rates on the embedded engine.
 """
 
+from gb300lane.cards.calibrate import Calibration, calibrate
+from gb300lane.cards.plan import plan_for
 from gb300lane.cards.receipts import Receipts, Registration, all_receipts, find_receipts, register
+from gb300lane.cards.results import CardPlan, GateResult, GateTest
 from gb300lane.cards.report import render_report
 from gb300lane.cards.run import ArmOps, ForeignCount, LiveArmOps, run_card
 from gb300lane.cards.schema import Card, load_card, parse_card
@@ -17,19 +22,25 @@ from gb300lane.cards.writeup import reproduce_writeup
 
 __all__ = [
     "ArmOps",
+    "Calibration",
     "Card",
+    "CardPlan",
     "ForeignCount",
+    "GateResult",
+    "GateTest",
     "LiveArmOps",
     "Receipts",
     "Registration",
     "Verdict",
     "VerdictRef",
     "all_receipts",
+    "calibrate",
     "compute_rescore",
     "find_receipts",
     "latest_verdict_for",
     "load_card",
     "parse_card",
+    "plan_for",
     "register",
     "render_report",
     "reproduce_writeup",
