@@ -7,13 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from gb300lane.bench.smoke import run_smoke
 from gb300lane.bench.window import run_window
+from gb300lane.lane import Died, HttpReady, wait_ready
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
 
@@ -32,26 +31,22 @@ def engine(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cache = tmp_path_factory.mktemp("vllm-cache")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name",
-         "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0",
-         "--speculative-config", json.dumps(SPEC)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
-    )
+    log = cache / "engine.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name",
+             "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0",
+             "--speculative-config", json.dumps(SPEC)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"embedded engine did not become healthy at {url} (exit {proc.poll()})")
-            time.sleep(0.2)
+        # The lane's own readiness wait: /health and the model listed, a death reported with the log tail.
+        wait_ready(
+            [HttpReady(url=url + "/health"), HttpReady(url=url + "/v1/models", contains='"deepseek-v4.1-flash"')],
+            timeout_s=60, poll_s=0.1, logs=lambda _c: log.read_text(errors="replace"),
+            watch=lambda: None if proc.poll() is None else Died(description=f"engine exited ({proc.returncode})"),
+        )  # fmt: skip
         yield url
     finally:
         proc.terminate()

@@ -19,8 +19,7 @@ import yaml
 
 from gb300lane import lane
 from gb300lane.errors import BootError, StateError
-from gb300lane.lane import ContainerDied, HttpReady, LogReady, Protected, ReadinessTimeout, wait_ready
-from gb300lane.lane.readiness import Died
+from gb300lane.lane import ContainerDied, Died, HttpReady, LogReady, Protected, ReadinessTimeout, wait_ready
 from gb300lane.runtime import ProcessRuntime
 
 

@@ -27,6 +27,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from gb300lane.bench.models import EngineTiming, RequestSpecDecode, TokenAttribution
+from gb300lane.models import format_validation_error
 
 #: Upper bound on an error body kept in a record.
 _ERROR_BODY_CHARS = 300
@@ -165,13 +166,17 @@ class _StreamState:
                 self.out.spec_decode = RequestSpecDecode.model_validate(
                     {k: sd.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")})
             except ValidationError as exc:
-                raise _StreamFault(f"malformed metrics.speculative_decoding: {exc.errors()[0]['msg']}") from None
+                raise _StreamFault(
+                    f"malformed metrics.speculative_decoding: {format_validation_error(exc, first_only=True)}"
+                ) from None
         ext = chunk.get("gb300lane")
         if isinstance(ext, dict):
             try:
                 self.out.engine = EngineTiming.model_validate(ext)
             except ValidationError as exc:
-                raise _StreamFault(f"malformed gb300lane timing extension: {exc.errors()[0]['msg']}") from None
+                raise _StreamFault(
+                    f"malformed gb300lane timing extension: {format_validation_error(exc, first_only=True)}"
+                ) from None
 
     def finish(self) -> None:
         """Turn chunk arrivals into per-token times once the total is known."""

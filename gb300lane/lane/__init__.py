@@ -28,7 +28,15 @@ from gb300lane.lane.manage import (
     stop_instance,
 )
 from gb300lane.lane.protect import NOTHING, Protected
-from gb300lane.lane.readiness import ContainerDied, HttpReady, LogReady, Readiness, ReadinessTimeout, wait_ready
+from gb300lane.lane.readiness import (
+    ContainerDied,
+    Died,
+    HttpReady,
+    LogReady,
+    Readiness,
+    ReadinessTimeout,
+    wait_ready,
+)
 from gb300lane.lane.report import BootReport
 
 __all__ = [
@@ -37,6 +45,7 @@ __all__ = [
     "BootReport",
     "CheckResult",
     "ContainerDied",
+    "Died",
     "HttpReady",
     "InstanceInfo",
     "InstanceStatus",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.fsio import sha256_bytes
 from gb300lane.lane.facts import Listener
@@ -91,7 +91,7 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
     )  # fmt: skip
 
 
-def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, Any]) -> CheckResult:
+def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, JsonValue]) -> CheckResult:
     """Each key's value in the container args must equal the recipe's (None: the flag must be absent)."""
     parsed = parse_argv(argv)
     rows = []

@@ -10,9 +10,7 @@ compares the recipe with the container and never with the rendered spec.
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.models import FrozenModel
 
@@ -35,16 +33,16 @@ class FlagReading(FrozenModel):
     key: str = Field(description="Dotted recipe key.")
     readable: bool = Field(description="False when the key does not render to a flag (env, volumes, ...).")
     present: bool = Field(description="The flag (or the JSON key inside its flag) appears in the args.")
-    value: Any = Field(default=None, description="The value in the args (decoded), None when absent.")
+    value: JsonValue = Field(default=None, description="The value in the args (decoded), None when absent.")
 
 
-def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, Any]:
+def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, JsonValue]:
     """{flag name without dashes: value}; a bare flag is True, `--no-x` is x = False.
 
     The first positional after `serve` is recorded as `model` (vLLM's
     `vllm serve MODEL`), unless `--model` is also given.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, JsonValue] = {}
     args = list(argv)
     positional: list[str] = []
     i = 0
@@ -69,9 +67,10 @@ def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, Any]:
         if after and "model" not in out:
             out["model"] = after[0]
     for name in _JSON_FLAGS:
-        if isinstance(out.get(name), str):
+        text = out.get(name)
+        if isinstance(text, str):
             try:
-                out[name] = json.loads(out[name])
+                out[name] = json.loads(text)
             except json.JSONDecodeError:
                 pass  # left as text: the comparison then fails with the raw value shown
     return out
@@ -97,7 +96,7 @@ def _flag_for(key: str) -> tuple[str, str | None] | None:
     return None
 
 
-def flag_value(parsed: dict[str, Any], key: str) -> FlagReading:
+def flag_value(parsed: dict[str, JsonValue], key: str) -> FlagReading:
     """What the parsed args say about one dotted recipe key."""
     where = _flag_for(key)
     if where is None:
@@ -108,7 +107,7 @@ def flag_value(parsed: dict[str, Any], key: str) -> FlagReading:
     value = parsed[flag]
     if inner is None:
         return FlagReading(key=key, readable=True, present=True, value=value)
-    node: Any = value
+    node: JsonValue = value
     for part in inner.split("."):
         if not isinstance(node, dict) or part not in node:
             return FlagReading(key=key, readable=True, present=False)
@@ -116,14 +115,15 @@ def flag_value(parsed: dict[str, Any], key: str) -> FlagReading:
     return FlagReading(key=key, readable=True, present=True, value=node)
 
 
-def same_value(expected: Any, actual: Any) -> bool:
+def same_value(expected: JsonValue, actual: JsonValue) -> bool:
     """Recipe value vs argv value: numbers, booleans and lists compare by meaning, not spelling."""
     if isinstance(actual, str) and not isinstance(expected, str):
+        text = actual
         try:
-            actual = json.loads(actual)
+            actual = json.loads(text)
         except json.JSONDecodeError:
             if isinstance(expected, bool):
-                return actual.lower() == str(expected).lower()
+                return text.lower() == str(expected).lower()
             return False
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         return len(expected) == len(actual) and all(same_value(e, a) for e, a in zip(expected, actual, strict=True))

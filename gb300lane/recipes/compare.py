@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.models import FrozenModel
 from gb300lane.recipes.loader import flatten, get_key
@@ -22,7 +22,7 @@ from gb300lane.recipes.schema import Recipe
 IDENTITY_KEYS = frozenset({"name", "description", "extends"})
 
 
-def hash_values(recipe: Recipe) -> dict[str, Any]:
+def hash_values(recipe: Recipe) -> dict[str, JsonValue]:
     """{hash input key: resolved value}, in the order the image lists them."""
     return {key: get_key(recipe, key) for key in recipe.image.hash_inputs}
 
@@ -42,8 +42,8 @@ class KeyChange(FrozenModel):
     """One changed leaf key."""
 
     key: str = Field(description="Dotted recipe key.")
-    old: Any = Field(description="Value in the first recipe (None when absent).")
-    new: Any = Field(description="Value in the second recipe (None when absent).")
+    old: JsonValue = Field(description="Value in the first recipe (None when absent).")
+    new: JsonValue = Field(description="Value in the second recipe (None when absent).")
     hash_input: bool = Field(description="Whether either recipe's image hashes this key.")
 
 
