@@ -242,3 +242,15 @@ def test_default_timeout_scales_with_the_engine_and_past_boots() -> None:
     assert default_timeout_s(local, None) == pytest.approx(60 + 2 * 1910 * 0.01)
     assert default_timeout_s(local, 100.0) == 300.0
     assert default_timeout_s(load_recipe("v27", SHIPPED), None) == 3600.0
+
+
+def test_dark_overrides_a_recipe_bind_of_all_interfaces_and_the_flag_check_agrees(recipes: Path) -> None:
+    # lane.bind differs from the parent, so the flag check verifies it: the container must run what
+    # --dark asked for (loopback), not the recipe's 0.0.0.0.
+    name = write_recipe(recipes, "t-open", lane={"port": _free_port(), "bind": "0.0.0.0"})
+    report = lane.up(name, dark=True, runtime="process")
+    checks = {c.name: c for c in report.checks}
+    assert checks["dark_bind"].status == "pass", checks["dark_bind"].summary
+    assert checks["flags"].status == "pass", checks["flags"].summary
+    assert "lane.bind" in json.dumps(checks["flags"].evidence)
+    lane.down(name)

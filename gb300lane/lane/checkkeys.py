@@ -13,6 +13,7 @@ from pydantic import JsonValue
 
 from gb300lane.errors import RecipeError
 from gb300lane.recipes import Recipe, diff_recipes, get_key, load_recipe
+from gb300lane.recipes.containers import LOOPBACK
 
 
 def default_check_keys(recipe: Recipe, baseline: str | None, *, recipes_dir: Path | None = None) -> list[str]:
@@ -27,10 +28,24 @@ def default_check_keys(recipe: Recipe, baseline: str | None, *, recipes_dir: Pat
     return [c.key for c in diff_recipes(base, recipe).changes]
 
 
-def expected_values(recipe: Recipe, keys: list[str]) -> dict[str, JsonValue]:
-    """{key: the recipe's value} for the flag check (None for a key the recipe does not have)."""
+def expected_values(
+    recipe: Recipe, keys: list[str], *, dark: bool = False, port: int | None = None
+) -> dict[str, JsonValue]:
+    """{key: the value the container must run with} for the flag check (None for a key the recipe does not have).
+
+    That is the recipe's value, except where the boot overrode it: a dark boot (`--dark` or `lane.dark`)
+    binds loopback whatever `lane.bind` says, and `--port` moves the main container off `lane.port`.
+    """
+    overrides: dict[str, JsonValue] = {}
+    if dark or recipe.lane.dark:
+        overrides["lane.bind"] = LOOPBACK
+    if port is not None:
+        overrides["lane.port"] = port
     out: dict[str, JsonValue] = {}
     for key in keys:
+        if key in overrides:
+            out[key] = overrides[key]
+            continue
         try:
             out[key] = get_key(recipe, key)
         except RecipeError:

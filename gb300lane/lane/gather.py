@@ -45,7 +45,7 @@ def check_booted(
     results = [
         *pre,
         checks.check_autotune(prediction, log_facts, boot_s),
-        checks.check_flags(info.argv, expected_values(recipe, list(rec.check_keys))),
+        checks.check_flags(info.argv, expected_values(recipe, list(rec.check_keys), dark=rec.dark, port=rec.port)),
         checks.check_env(
             info.env, expected_env,
             baseline_note=(
