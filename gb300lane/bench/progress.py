@@ -21,7 +21,7 @@ class RichWindowProgress:
 
     def __init__(self, console: Console | None = None) -> None:
         self._progress = Progress(
-            TextColumn("[bold]{task.fields[window]}[/]"),
+            TextColumn("{task.fields[window]}", style="bold", markup=False),  # a window name is user text
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("requests · cells {task.fields[cells]} · {task.fields[rate]} tok/s · {task.fields[errors]}"),

@@ -71,14 +71,14 @@ def decode_table(result: WindowResult, clock: Clock | None = None) -> Table:
         table.add_column(f"{label} r{rnd}", justify="right")
     by_key = {(c.cls, load_label(c), c.round): c for c in result.cells}
     for cls in classes:
-        row = []
+        row: list[str | Text] = []
         for _, label, rnd in columns:
             cell = by_key.get((cls, label, rnd))
             view = _view(cell, clock) if cell is not None else None
             if cell is None:
                 row.append("")
             elif not cell.valid:
-                row.append("[red]invalid[/]")
+                row.append(Text("invalid", style="red"))
             elif view is None or view.decode_tok_s is None:
                 row.append("—")
             else:

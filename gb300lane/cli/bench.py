@@ -155,7 +155,7 @@ def _print_smoke(report: SmokeReport) -> None:
         line.append(f" {gate.name} ({gate.kind}): {gate.reason}")  # reasons are plain text, never markup
         console.print(line, soft_wrap=True, highlight=False)
     if not report.gates:
-        console.print("[red]recipe has no smoke gates: nothing was checked[/]")
+        console.print("[red]recipe has no smoke gates: nothing was checked[/]", markup=True)
     console.print(f"report: {report.report_path}", soft_wrap=True)
 
 

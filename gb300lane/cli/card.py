@@ -96,7 +96,7 @@ def register_cmd(
         console.print(f"  planned power {reg.plan.power:.1%} at the gates' effects ({reg.plan.source})", highlight=False,
                       markup=False, soft_wrap=True)
     for w in warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False, soft_wrap=True)
 
 
 @card_app.command("plan", help="Power and size before any arm runs: requests per arm for 90% power at each "

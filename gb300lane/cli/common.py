@@ -10,8 +10,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-console = Console()
-err_console = Console(stderr=True)
+# Markup is off: what the consoles print (recipe descriptions, reasons, names, errors) is user text and is
+# printed as text. A line that wants colour passes `markup=True` and escapes every value it interpolates.
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 
 def print_json(obj: Any) -> None:

@@ -23,7 +23,7 @@ def _progress_bar(json_out: bool) -> tuple[Progress | None, Callable[[BootProgre
     if json_out:
         return None, None
     bar = Progress(
-        TextColumn("[bold]{task.fields[instance]}[/]"),
+        TextColumn("{task.fields[instance]}", style="bold", markup=False),
         BarColumn(),
         TextColumn("{task.fields[text]}"),
         console=err_console,
@@ -132,7 +132,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print the status
     if not st.ok:
         if not json_out:
             problem = st.ledger_error or st.ledger_read_only or ""
-            err_console.print(f"[bold red]error:[/] {escape(problem)}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {escape(problem)}", markup=True, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -166,15 +166,15 @@ def _print_status(st: LaneView) -> None:
         flight = prod.in_flight
         if flight is not None:
             colour = "red" if flight.crashed else "yellow"
-            console.print(f"[{colour}]{escape(flight.explanation)}[/]", highlight=False)
+            console.print(f"[{colour}]{escape(flight.explanation)}[/]", markup=True, highlight=False)
     else:
         console.print("production: none recorded", highlight=False)
     for rt, note in st.runtimes.items():
         if note != "reachable":
-            err_console.print(f"[yellow]{escape(rt)}:[/] {escape(note)}", highlight=False)
+            err_console.print(f"[yellow]{escape(rt)}:[/] {escape(note)}", markup=True, highlight=False)
     for line in st.quarantined:
         err_console.print(
-            f"[yellow]quarantined:[/] {escape(line)}; delete it once read", highlight=False, soft_wrap=True
+            f"[yellow]quarantined:[/] {escape(line)}; delete it once read", markup=True, highlight=False, soft_wrap=True
         )
 
 

@@ -30,7 +30,7 @@ class _Warnings(logging.Handler):
     """The library's warnings (a quarantined record, ...) as one yellow line each on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        err_console.print(f"[yellow]warning:[/] {escape(record.getMessage())}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {escape(record.getMessage())}", markup=True, highlight=False, soft_wrap=True)
 
 
 _LIBRARY_LOG = logging.getLogger("gb300lane")

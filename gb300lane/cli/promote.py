@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from gb300lane import promote as core
 from gb300lane.cli.common import console, fail, print_json
@@ -16,7 +17,7 @@ def _report(report: core.TransitionReport, as_json: bool) -> None:
         print_json(report.model_dump())
     else:
         colour = "green" if report.ok else "red"
-        console.print(f"[{colour}]{report.kind}:[/] {report.message}", highlight=False, soft_wrap=True)
+        console.print(f"[{colour}]{report.kind}:[/] {escape(report.message)}", markup=True, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 import yaml
-from rich.markup import escape
+from rich.text import Text
 from rich.table import Table
 
 from gb300lane.cli.common import console, fail, print_json
@@ -53,9 +53,9 @@ def _print_recipe_table(rows: list) -> None:
     table = Table("recipe", "extends", "engine", "description")
     for r in rows:
         if r.error:
-            table.add_row(f"[red]{r.name}[/]", "-", "-", f"[red]does not load: {escape(r.error)}[/]")
+            table.add_row(Text(r.name, style="red"), "-", "-", Text(f"does not load: {r.error}", style="red"))
         else:
-            table.add_row(r.name, r.extends or "-", r.engine, r.description)
+            table.add_row(Text(r.name), Text(r.extends or "-"), Text(r.engine or "-"), Text(r.description))
     console.print(table)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gb300lane.cli.common import console, print_json
@@ -60,7 +61,8 @@ def from_metrics(
     if not stats.a_p_exact:
         console.print(
             "[yellow]drafts had several lengths and the scrape has no drafts-by-length counter: "
-            "a_p is shown in vLLM's all-drafts convention[/]"
+            "a_p is shown in vLLM's all-drafts convention[/]",
+            markup=True,
         )
 
 
@@ -122,7 +124,7 @@ def advise_cmd(
     console.print(f"step time model: {m.intercept_ms:.2f} ms + {m.slope_ms:.3f} ms x k ({len(m.points)} points)")
     console.print(f"recommended k = {advice.recommended_k}")
     for w in advice.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}", markup=True)
 
 
 def register(app: typer.Typer) -> None:
