@@ -41,7 +41,7 @@ from gb300lane.cards.data import (
     window_data_from_result,
 )
 from gb300lane.cards.results import CardPlan
-from gb300lane.cards.schema import Card, GroupSequential, gates_hash, parse_card
+from gb300lane.cards.schema import Card, GroupSequential, gates_hash, parse_card, read_card_text
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.models import FrozenModel
@@ -132,7 +132,7 @@ class Receipts:
     def card(self) -> Card:
         if not self.card_file.is_file():
             raise CardError(f"{self.root}: no card.yaml; register the card first (gb300lane card register CARD)")
-        return parse_card(self.card_file.read_text(encoding="utf-8"), str(self.card_file))
+        return parse_card(read_card_text(self.card_file), str(self.card_file))
 
     def registration(self) -> Registration:
         if not self.registration_file.is_file():

@@ -17,7 +17,7 @@ from pathlib import Path
 from gb300lane.cards.receipts import Receipts, register
 from gb300lane.cards.report import ratio_rows, render_report
 from gb300lane.cards.run import ArmOps, run_card
-from gb300lane.cards.schema import load_card
+from gb300lane.cards.schema import load_card, read_card_text
 from gb300lane.cards.verdicts import score
 from gb300lane.cards.writeup import reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
@@ -49,7 +49,7 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
             f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
             f"{w.forced_tokens} forced tokens, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
             f"temperature {w.temperature}")
-    rec = register(card, path.read_text(encoding="utf-8"), base=base, fresh=True)
+    rec = register(card, read_card_text(path), base=base, fresh=True)
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)

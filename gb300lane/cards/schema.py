@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from gb300lane import paths
@@ -22,10 +21,12 @@ from gb300lane.cards.sequential import Spending
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes
 from gb300lane.models import FrozenModel, format_validation_error
+from gb300lane.names import CARD_SLUG_RE, MAX_NAME
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
+from gb300lane.recipes.yamlio import parse_mapping, read_text
 
-SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-ARM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+#: An arm name is letters and digits as the write-up spells it (A, B, A2, K9): it names receipt folders.
+ARM_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*", re.ASCII)
 
 
 class Arm(FrozenModel):
@@ -237,13 +238,13 @@ class Card(FrozenModel):
 
     @model_validator(mode="after")
     def _bracket(self) -> Card:
-        if not SLUG_RE.match(self.name):
-            raise ValueError(f"name {self.name!r} must be a slug (lowercase letters, digits, dashes)")
+        if not CARD_SLUG_RE.fullmatch(self.name) or len(self.name) > MAX_NAME:
+            raise ValueError(f"name {self.name!r} must be a slug (lowercase letters, digits, dashes; at most {MAX_NAME})")
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique: {names}")
         for a in self.arms:
-            if not ARM_RE.match(a.name):
+            if not ARM_RE.fullmatch(a.name) or len(a.name) > MAX_NAME:
                 raise ValueError(f"arm name {a.name!r} must be letters and digits (it names receipt folders)")
         roles = [a.role for a in self.arms]
         if roles.count("candidate") != 1:
@@ -353,20 +354,21 @@ def resolve_card_path(ref: str | os.PathLike[str]) -> Path:
 
 
 def parse_card(text: str, source: str) -> Card:
-    """Validate card YAML text; errors name the file and the dotted key."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CardError(f"{source}: not valid YAML ({exc}); fix the syntax") from exc
-    if not isinstance(data, dict):
-        raise CardError(f"{source}: a card file is a mapping with schema_version, name, arms, windows, gates")
+    """Validate card YAML text through the strict loader recipes use; errors name the file, the line or the key."""
+    data = parse_mapping(text, source, error=CardError,
+                         what="a card file is a mapping with schema_version, name, arms, windows, gates")
     try:
         return Card.model_validate(data)
     except ValidationError as exc:
-        raise CardError(format_validation_error(exc, source=source)) from exc
+        raise CardError(format_validation_error(exc, source=source)) from None
+
+
+def read_card_text(path: Path) -> str:
+    """A card file's text (UTF-8, at most the strict loader's size limit), else a one-line CardError."""
+    return read_text(path, str(path), error=CardError, what="card")
 
 
 def load_card(ref: str | os.PathLike[str]) -> tuple[Card, Path]:
     """Load and validate a card by path or name; returns the card and its file."""
     path = resolve_card_path(ref)
-    return parse_card(path.read_text(encoding="utf-8"), str(path)), path
+    return parse_card(read_card_text(path), str(path)), path

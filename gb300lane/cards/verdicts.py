@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from gb300lane import __version__
@@ -24,6 +23,7 @@ from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
 from gb300lane.models import FrozenModel, format_validation_error
+from gb300lane.recipes.yamlio import parse_value
 
 
 class GateChange(FrozenModel):
@@ -152,10 +152,7 @@ def parse_change(text: str) -> tuple[str, str, Any]:
         raise CardError(f"gate change {text!r}: write it as GATE.KEY=VALUE, e.g. env-equal.compare=set")
     lhs, raw = text.split("=", 1)
     gate, key = lhs.split(".", 1)
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise CardError(f"gate change {text!r}: the value is not valid YAML ({exc})") from exc
+    value = parse_value(raw, f"gate change {text!r}: the value", error=CardError)
     return gate, key, value
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from gb300lane.cli.common import console, err_console, print_json
 
@@ -52,7 +53,7 @@ def _pct(x: float | None) -> str:
 
 def _print_verdict(v: Verdict) -> None:
     look = f" (look {v.look} of {v.looks})" if v.looks > 1 else ""
-    console.print(f"verdict {v.number}: [bold]{v.verdict}[/]{look}", highlight=False)
+    console.print(f"verdict {v.number}: [bold]{v.verdict}[/]{escape(look)}", markup=True, highlight=False)
     if v.previous:
         console.print(f"  re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
@@ -80,10 +81,11 @@ def register_cmd(
 ) -> None:
     from gb300lane.cards import load_card, register
     from gb300lane.cards.plan import registration_plan, registration_warnings
+    from gb300lane.cards.schema import read_card_text
 
     loaded, path = load_card(card)
     plan = registration_plan(loaded)
-    rec = register(loaded, path.read_text(encoding="utf-8"), fresh=fresh, plan=plan)
+    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan)
     reg = rec.registration()
     warnings = registration_warnings(loaded, reg.plan)
     if as_json:

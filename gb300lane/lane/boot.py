@@ -31,6 +31,7 @@ from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.lane.readiness import Died, HttpReady, Readiness, wait_ready
 from gb300lane.lane.report import BootReport
 from gb300lane.models import FrozenModel
+from gb300lane.names import name_problem
 from gb300lane.recipes import ContainerSpec, Recipe, RenderedLane, load_recipe, render, requires_acknowledgement
 from gb300lane.recipes.loader import recipe_path, validate_raw
 from gb300lane.runtime import (
@@ -78,8 +79,12 @@ class BootPlan:
 
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
-    """`<lane>-<arm or recipe>`: the name `up` gives the instance it boots."""
-    return f"{recipe.lane.name}-{arm or recipe.name}"
+    """`<lane>-<arm or recipe>`: the name `up` gives the instance it boots; the arm must be a name, not a path."""
+    if arm is not None:
+        problem = name_problem(arm, "arm name")
+        if problem:
+            raise StateError(f"--name {problem}; the instance is named <lane>-<arm> and its files live in the state directory")
+    return instances.check_name(f"{recipe.lane.name}-{arm or recipe.name}")
 
 
 def plan_boot(

@@ -16,8 +16,10 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from gb300lane import paths
+from gb300lane.errors import StateError
 from gb300lane.fsio import atomic_write, dumps_json, quarantine
 from gb300lane.models import FrozenModel, format_validation_error
+from gb300lane.names import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,19 @@ def quarantine_dir() -> Path:
     return paths.state_dir() / "lane" / "quarantine"
 
 
+def check_name(name: str) -> str:
+    """`name` itself when it is an instance name; StateError otherwise (it becomes a file name in the state directory)."""
+    problem = name_problem(name, "instance name")
+    if problem:
+        raise StateError(problem)
+    return name
+
+
+def record_path(name: str) -> Path:
+    """Where an instance's record lives; the name is checked, so no path ever leaves the instances directory."""
+    return instances_dir() / f"{check_name(name)}.json"
+
+
 def save(
     rec: InstanceRecord, *, phase: InstancePhase | None = None, detail: str | None = None, report: str | None = None
 ) -> InstanceRecord:
@@ -70,7 +85,7 @@ def save(
     if report is not None:
         changes["report"] = report
     rec = rec.model_copy(update=changes)
-    atomic_write(instances_dir() / f"{rec.name}.json", dumps_json(rec.model_dump(mode="json")))
+    atomic_write(record_path(rec.name), dumps_json(rec.model_dump(mode="json")))
     return rec
 
 
@@ -80,9 +95,13 @@ def load(name: str) -> InstanceRecord | None:
     One bad record must not stop the commands that read the others: it is moved
     to the quarantine folder with a note, a warning says what was found and
     where it went, and the instance's containers (if any) are still found by
-    their labels as an unrecorded leftover.
+    their labels as an unrecorded leftover. A name that is not an instance name
+    never has a record (e.g. a leftover container labelled with a path): nothing
+    is read outside the instances directory.
     """
-    path = instances_dir() / f"{name}.json"
+    if name_problem(name) is not None:
+        return None
+    path = record_path(name)
     try:
         return InstanceRecord.model_validate_json(path.read_bytes())
     except FileNotFoundError:
@@ -122,8 +141,10 @@ def load_all() -> list[InstanceRecord]:
     folder = instances_dir()
     if not folder.is_dir():
         return []
-    return [rec for p in sorted(folder.glob("*.json")) if (rec := load(p.stem)) is not None]
+    names = [p.stem for p in sorted(folder.glob("*.json")) if name_problem(p.stem) is None]
+    return [rec for name in names if (rec := load(name)) is not None]
 
 
 def delete(name: str) -> None:
-    (instances_dir() / f"{name}.json").unlink(missing_ok=True)
+    if name_problem(name) is None:
+        record_path(name).unlink(missing_ok=True)

@@ -17,8 +17,9 @@ from gb300lane import paths
 from gb300lane.errors import RecipeError
 from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.recipes.engine_schema import validate_engine_keys
-from gb300lane.recipes.schema import NAME_RE, Recipe
-from gb300lane.recipes.yamlio import key_lines, parse_mapping
+from gb300lane.names import name_problem
+from gb300lane.recipes.schema import Recipe
+from gb300lane.recipes.yamlio import parse_document, read_text
 
 #: Extends chains deeper than this are almost certainly a mistake.
 MAX_EXTENDS_DEPTH = 16
@@ -41,11 +42,9 @@ def _dirs(recipes_dir: Path | None) -> tuple[Path, ...]:
 
 
 def _find(name: str, dirs: tuple[Path, ...]) -> Path:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise RecipeError(
-            f"recipe name {name!r} is not a recipe name: use letters, digits, '.', '_' or '-' "
-            "(a name, not a path; recipes live in the recipes directory)"
-        )
+    problem = name_problem(name, "recipe name")
+    if problem:
+        raise RecipeError(f"{problem} (a name, not a path; recipes live in the recipes directory)")
     for d in dirs:
         if (d / f"{name}.yaml").is_file():
             return d / f"{name}.yaml"
@@ -98,12 +97,7 @@ def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, 
             raise RecipeError(
                 f"{referrer}: extends = {current!r} but {source} does not exist; fix `extends` or add the parent recipe"
             )
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecipeError(f"{source}: cannot read ({exc}); a recipe is a UTF-8 YAML file") from exc
-        data = parse_mapping(text, source)
-        lines = key_lines(text)
+        data, lines = parse_document(read_text(path, source), source)
         declared = data.get("name")
         if declared is not None and declared != current:
             raise RecipeError(
@@ -111,7 +105,7 @@ def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, 
                 f"set name: {current} (a recipe's name is its file stem)"
             )
         parent = data.get("extends")
-        if parent is not None and (not isinstance(parent, str) or not NAME_RE.match(parent)):
+        if parent is not None and name_problem(parent) is not None:
             raise RecipeError(
                 f"{source}:{lines.get('extends', 1)}: extends = {parent!r} is not a recipe name; "
                 "name the parent recipe (no paths)"

@@ -17,9 +17,16 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gb300lane.models import FrozenModel
+from gb300lane.names import env_key_problem, image_ref_problem, name_problem
 
-#: A recipe name is a file stem in recipes/, never a path.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: Most drafts per verify step a recipe may ask for. vLLM sizes its draft buffers and CUDA-graph
+#: capture list by 1 + k, and the lane's checkpoints are trained on blocks of 5; the embedded
+#: engine drafts at most 32. A k past this is a typo, not an experiment.
+MAX_SPECULATIVE_TOKENS = 32
+#: Largest embedded-engine pacing factor (1.0 is modelled time; 100x slower is already unusable).
+MAX_TIME_SCALE = 100.0
+#: Largest KV pool a recipe may declare, in tokens (a GB300 holds a few million).
+MAX_KV_POOL_TOKENS = 1_000_000_000
 
 TranscriptClass = Literal["prose", "structured", "code", "shell_ops", "tool_json", "mixed"]
 JsonScalar = str | int | float | bool | None
@@ -34,8 +41,9 @@ class Lane(FrozenModel):
     @field_validator("name")
     @classmethod
     def _lane_name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"{v!r} is not a lane name (letters, digits, . _ -); it names containers")
+        problem = name_problem(v, "lane name")
+        if problem:
+            raise ValueError(f"{problem}; it names containers")
         return v
 
 
@@ -45,6 +53,14 @@ class Image(FrozenModel):
     hash_inputs: tuple[str, ...] = Field(
         description="Dotted recipe keys the image's autotune/compile hash depends on; the fingerprint covers exactly these."
     )
+
+    @field_validator("ref")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        problem = image_ref_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class Checkpoint(FrozenModel):
@@ -62,7 +78,7 @@ class Model(FrozenModel):
 class EngineArgs(FrozenModel):
     max_num_seqs: int = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
     max_model_len: int = Field(ge=1, description="--max-model-len: longest request in tokens.")
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, description="--gpu-memory-utilization.")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, description="--gpu-memory-utilization.")
     dtype: str | None = Field(default=None, description="--dtype of the weights and activations.")
     tensor_parallel_size: int | None = Field(default=None, ge=1, description="--tensor-parallel-size.")
     compilation_config: dict[str, Any] = Field(
@@ -71,7 +87,7 @@ class EngineArgs(FrozenModel):
     )
     seed: int | None = Field(default=None, description="--seed of the engine's sampler.")
     time_scale: float | None = Field(
-        default=None, ge=0, description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible."
+        default=None, ge=0, le=MAX_TIME_SCALE, allow_inf_nan=False, description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible."
     )
     extra_args: dict[str, Any] = Field(
         default_factory=dict,
@@ -123,6 +139,19 @@ def _source_syntax(source: str) -> str | None:
     if "$" in rest:
         return "`$` may only appear as ${NAME} or ${NAME:-default}"
     return None
+
+
+def _check_env(v: Any) -> Any:
+    """An env mapping: POSIX keys, string values (the values are checked as YAML gave them, before coercion)."""
+    if isinstance(v, dict):
+        for k in v:
+            problem = env_key_problem(k)
+            if problem:
+                raise ValueError(problem)
+        bad = [k for k, val in v.items() if not isinstance(val, str)]
+        if bad:
+            raise ValueError(f"env values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
+    return v
 
 
 class Volume(FrozenModel):
@@ -212,10 +241,33 @@ class Sidecar(FrozenModel):
         default="EXPERT_SIDECAR_URL", description="Env var through which the main container learns the sidecar URL."
     )
 
+    @field_validator("image")
+    @classmethod
+    def _reference(cls, v: str) -> str:
+        problem = image_ref_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        return _check_env(v)
+
+    @field_validator("connect_env")
+    @classmethod
+    def _connect_env(cls, v: str) -> str:
+        problem = env_key_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
 
 class Speculative(FrozenModel):
     method: str = Field(description="vLLM speculative method (dspark on this lane).")
-    num_speculative_tokens: int | None = Field(default=None, gt=0, description="k: drafts per verify step.")
+    num_speculative_tokens: int | None = Field(
+        default=None, gt=0, le=MAX_SPECULATIVE_TOKENS, description="k: drafts per verify step."
+    )
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
         default=None, description="k schedule: [range_start, range_end, k] by batch size, inclusive ranges."
     )
@@ -223,6 +275,15 @@ class Speculative(FrozenModel):
     rejection_sample_method: str | None = Field(default=None, description="standard (token by token) or block.")
     dspark_draft_topk: int | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
     enable_adaptive_verification: bool | None = Field(default=None, description="DSpark adaptive verification (a hash input).")
+
+    @field_validator("num_speculative_tokens_per_batch_size")
+    @classmethod
+    def _schedule_k(cls, v: tuple[tuple[int, int, int], ...] | None) -> tuple[tuple[int, int, int], ...] | None:
+        for row in v or ():
+            # Negative ks and range errors are lint's (rules.py, with their fix); a k past the bound is not a recipe.
+            if row[2] > MAX_SPECULATIVE_TOKENS:
+                raise ValueError(f"k = {row[2]} in {list(row)} exceeds {MAX_SPECULATIVE_TOKENS}; use at most that")
+        return v
 
     def config_json_dict(self) -> dict[str, Any]:
         """The keys the recipe sets, as `--speculative-config` carries them."""
@@ -279,7 +340,7 @@ class Recipe(FrozenModel):
     lane: Lane = Field(description="Where the lane serves.")
     image: Image = Field(description="The image and what its compile hash covers.")
     model: Model = Field(description="The model and its checkpoint facts.")
-    kv_pool_tokens: int | None = Field(default=None, ge=1, description="KV pool size the boot must report, in tokens.")
+    kv_pool_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_POOL_TOKENS, description="KV pool size the boot must report, in tokens.")
     engine_args: EngineArgs = Field(description="Engine arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the main container.")
     volumes: tuple[Volume, ...] = Field(default=(), description="Mounts of the main container (model, cache root).")
@@ -291,18 +352,15 @@ class Recipe(FrozenModel):
     @field_validator("name", "extends")
     @classmethod
     def _name_shape(cls, v: str | None) -> str | None:
-        if v is not None and not NAME_RE.match(v):
-            raise ValueError(f"{v!r} is not a recipe name (letters, digits, . _ -; no paths)")
+        problem = None if v is None else name_problem(v, "recipe name")
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env_strings(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            bad = [k for k, val in v.items() if not isinstance(val, str)]
-            if bad:
-                raise ValueError(f"env values must be strings (quote them in YAML): {', '.join(map(str, bad))}")
-        return v
+    def _env(cls, v: Any) -> Any:
+        return _check_env(v)
 
     @model_validator(mode="after")
     def _engine_rules(self) -> "Recipe":
