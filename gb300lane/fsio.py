@@ -40,11 +40,13 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> Path:
     return path
 
 
-def write_once(path: str | os.PathLike[str], data: str | bytes) -> Path:
+def write_once(path: str | os.PathLike[str], data: str | bytes, *, mode: int = 0o444) -> Path:
     """Write `path` only if it does not exist; raise ReceiptExists otherwise.
 
     The content is written to a temp file first and then hard-linked into
-    place, which fails atomically if the name is taken.
+    place, which fails atomically if the name is taken. The file is left
+    read-only (`mode`: everyone may read a receipt; 0o400 for what only the
+    owner should read).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,7 @@ def write_once(path: str | os.PathLike[str], data: str | bytes) -> Path:
             ) from exc
     finally:
         Path(tmp).unlink(missing_ok=True)
-    os.chmod(path, 0o444)
+    os.chmod(path, mode)
     return path
 
 

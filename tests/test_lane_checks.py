@@ -8,6 +8,7 @@ from pathlib import Path
 from gb300lane import paths
 from gb300lane.lane import checks, facts, ledger, logparse
 from gb300lane.lane.report import BootReport, latest_report, write_report
+from gb300lane.redact import is_secret, redact
 from gb300lane.spec.metrics import parse_request_counts
 
 DATA = Path(__file__).parent / "data" / "lane"
@@ -73,14 +74,14 @@ def test_secret_values_are_compared_by_hash_and_never_shown() -> None:
     expected = {"HF_TOKEN": token, "API_KEY": "k1"}
     assert checks.check_env({"HF_TOKEN": token, "API_KEY": "k1"}, expected).status == "pass"
     # A stored (redacted) expectation still compares equal to the live value.
-    stored = {k: checks.redact(k, v) for k, v in expected.items()}
-    assert stored["HF_TOKEN"].startswith("sha256:") and token not in stored["HF_TOKEN"]
+    stored = {k: redact(k, v) for k, v in expected.items()}
+    assert stored["HF_TOKEN"].startswith("hmac-sha256:") and token not in stored["HF_TOKEN"]
     assert checks.check_env({"HF_TOKEN": token, "API_KEY": "k1"}, stored).status == "pass"
     r = checks.check_env({"HF_TOKEN": "hf_other", "API_KEY": "k1"}, expected)
     assert r.status == "fail" and "HF_TOKEN" in r.summary
     dumped = json.dumps(r.model_dump())
     assert token not in dumped and "hf_other" not in dumped
-    assert checks.is_secret("db_password") and not checks.is_secret("PATH")
+    assert is_secret("db_password") and not is_secret("PATH")
 
 
 def test_kv_pool() -> None:
@@ -150,4 +151,35 @@ def test_secret_flag_values_never_reach_the_evidence() -> None:
     assert r.status == "pass"
     shown = json.dumps(r.evidence)
     assert "sk-live-123" not in shown and "hf_abc" not in shown
-    assert r.evidence["argv"][4].startswith("sha256:") and r.evidence["argv"][-1] == "1"
+    assert r.evidence["argv"][4].startswith("hmac-sha256:") and r.evidence["argv"][-1] == "1"
+
+
+def test_a_secret_under_an_innocuous_name_is_known_by_its_value() -> None:
+    value = "sk-live-" + "a1B2c3D4e5F6g7H8i9J0"
+    expected = {"GOOD": value, "PLAIN": "x"}
+    ok = checks.check_env(dict(expected), expected)
+    assert ok.status == "pass" and "GOOD" in ok.evidence["secret_names"]
+    bad = checks.check_env({"GOOD": "sk-live-" + "z" * 20, "PLAIN": "x"}, expected)
+    assert bad.status == "fail"
+    assert value not in json.dumps(bad.model_dump()) and "zzzz" not in json.dumps(bad.model_dump())
+    stored = {k: redact(k, v) for k, v in expected.items()}
+    assert stored["GOOD"].startswith("hmac-sha256:") and stored["PLAIN"] == "x"
+    assert checks.check_env(dict(expected), stored).status == "pass"
+    argv = ["x", "--served-model-name", "m", "--token-file=" + value, value]
+    shown = json.dumps(checks.check_flags(argv, {}).evidence)
+    assert value not in shown
+
+
+def test_stored_digests_are_keyed_with_the_state_key_not_bare_sha256(monkeypatch, tmp_path: Path) -> None:
+    import hashlib
+    import stat
+
+    from gb300lane import keyed
+
+    stored = redact("API_KEY", "k1")
+    assert hashlib.sha256(b"k1").hexdigest() not in stored
+    mode = stat.S_IMODE(keyed.key_path().stat().st_mode)
+    assert mode == 0o600
+    assert redact("API_KEY", "k1") == stored  # stable under one state directory
+    monkeypatch.setenv("GB300LANE_STATE_DIR", str(tmp_path / "other"))
+    assert redact("API_KEY", "k1") != stored  # another state directory, another key

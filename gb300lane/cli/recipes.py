@@ -12,10 +12,11 @@ import yaml
 from rich.text import Text
 from rich.table import Table
 
-from gb300lane.cli.common import console, fail, print_json
+from gb300lane.cli.common import console, err_console, fail, print_json
 from gb300lane.recipes import diff_recipes, fingerprint, hash_values, lint, list_recipes, load_recipe, render
 from gb300lane.recipes.formats import render_format, write_rendered
 from gb300lane.recipes.k8s import render_k8s, write_k8s
+from gb300lane.recipes.masking import mask_lane, mask_recipe, mask_recipe_data
 
 recipes_app = typer.Typer(
     help="Versioned lane recipes: list, show, diff, hash and lint them.",
@@ -28,6 +29,19 @@ class RenderFormat(str, enum.Enum):
     docker_run = "docker-run"
     json = "json"
     k8s = "k8s"
+
+
+_SHOW_SECRETS = typer.Option(
+    False, "--show-secrets", help="print secret values (by name or by value) instead of <secret>"
+)
+
+
+def _say_masked(masked: list[str]) -> None:
+    if masked:
+        err_console.print(
+            f"note: {len(masked)} secret value(s) shown as <secret> ({', '.join(masked)}); --show-secrets prints them",
+            highlight=False, soft_wrap=True,
+        )
 
 
 def _dir_option() -> Optional[Path]:
@@ -64,9 +78,13 @@ def show_cmd(
     name: str = typer.Argument(..., help="recipe name, e.g. v27"),
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
+    show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
     recipe = load_recipe(name, recipes_dir)
     data = recipe.model_dump(mode="json")
+    if not show_secrets:
+        data, masked = mask_recipe_data(data)
+        _say_masked(masked)
     if as_json:
         print_json(data)
     else:
@@ -142,15 +160,22 @@ def render_cmd(
     dark: bool = typer.Option(False, "--dark", help="render the lane dark: bind to 127.0.0.1 only"),
     port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
     recipes_dir: Optional[Path] = _dir_option(),
+    show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
     recipe = load_recipe(name, recipes_dir)
     if fmt is RenderFormat.k8s:
+        if not show_secrets:
+            recipe, masked = mask_recipe(recipe)
+            _say_masked(masked)
         if out is not None:
             typer.echo(str(write_k8s(recipe, out, dark=dark, port=port)))
         else:
             typer.echo(render_k8s(recipe, dark=dark, port=port), nl=False)
         return
     lane = render(recipe, dark=dark, port=port)
+    if not show_secrets:
+        lane, masked = mask_lane(lane)
+        _say_masked(masked)
     if out is not None:
         path = write_rendered(lane, fmt.value, out)
         typer.echo(str(path))

@@ -32,6 +32,7 @@ from gb300lane.lane.readiness import Died, HttpReady, Readiness, wait_ready
 from gb300lane.lane.report import BootReport
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
+from gb300lane.redact import redact
 from gb300lane.recipes import ContainerSpec, Recipe, RenderedLane, load_recipe, render, requires_acknowledgement
 from gb300lane.recipes.loader import recipe_path, validate_raw
 from gb300lane.runtime import (
@@ -182,9 +183,9 @@ def up(
 
 def _redacted_recipe(recipe: Recipe) -> dict[str, object]:
     data = recipe.model_dump(mode="json")
-    data["env"] = {k: checks.redact(k, v) for k, v in data.get("env", {}).items()}
+    data["env"] = {k: redact(k, v) for k, v in data.get("env", {}).items()}
     if data.get("sidecar"):
-        data["sidecar"]["env"] = {k: checks.redact(k, v) for k, v in data["sidecar"]["env"].items()}
+        data["sidecar"]["env"] = {k: redact(k, v) for k, v in data["sidecar"]["env"].items()}
     return data
 
 

@@ -6,8 +6,9 @@
 - kv_pool: the logged KV cache size against `kv_pool_tokens`
 - dark: bound to loopback only, and no requests the tool did not send
 
-Secret-looking env names are compared by sha256; their values never reach the
-evidence, the report or the screen.
+Secrets (by name or by value, `gb300lane.redact`) are compared by a digest keyed
+with the state directory's key; their values never reach the evidence, the
+report or the screen.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from gb300lane.fsio import sha256_bytes
+from gb300lane import keyed
+from gb300lane.redact import MASK, is_secret, redact
 from gb300lane.lane.facts import Listener
 from gb300lane.spec.metrics import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
 from gb300lane.models import FrozenModel
-from gb300lane.recipes.schema import is_secret
 
 CheckStatus = Literal["pass", "fail", "unknown"]
 
@@ -100,10 +101,11 @@ def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, JsonValue
         reading = flag_value(parsed, key)
         if not reading.readable:
             unreadable.append(key)
-            rows.append({"key": key, "expected": want, "present": None, "actual": None, "ok": None})
+            rows.append({"key": key, "expected": _masked_value(key, want), "present": None, "actual": None, "ok": None})
             continue
         ok = (not reading.present) if want is None else (reading.present and same_value(want, reading.value))
-        rows.append({"key": key, "expected": want, "present": int(reading.present), "actual": reading.value, "ok": ok})
+        rows.append({"key": key, "expected": _masked_value(key, want), "present": int(reading.present),
+                     "actual": _masked_value(key, reading.value), "ok": ok})
         if not ok:
             failed.append(key)
     evidence = {"keys": rows, "argv": redact_argv(argv)}
@@ -125,8 +127,15 @@ def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, JsonValue
     )
 
 
+def _masked_value(key: str, value: Any) -> Any:
+    """A flag value as evidence may hold it: `<secret>` when the key or the value says it is a secret."""
+    if isinstance(value, str) and is_secret(key.rsplit(".", 1)[-1], value):
+        return MASK
+    return value
+
+
 def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
-    """The args with the value of any secret-looking flag (`--api-key`) replaced by its sha256."""
+    """The args with every secret (a secret-named flag's value, or a value shaped like one) as its keyed digest."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -141,35 +150,33 @@ def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
                     out.append(f"--{name}={redact('KEY', value)}")
                     continue
                 hide_next = True
-        out.append(arg)
+            elif eq:
+                out.append(f"--{name}={redact(name, value)}")
+                continue
+        out.append(redact("", arg))
     return out
 
 
 def _shown(name: str, value: str | None) -> str | None:
     if value is None:
         return None
-    return "<secret: compared by sha256>" if is_secret(name) else value
-
-
-def redact(name: str, value: str) -> str:
-    """A secret-looking variable's value as `sha256:<hex>`, so it can be stored and still compared."""
-    if is_secret(name) and not value.startswith(_HASHED):
-        return _HASHED + sha256_bytes(value)
-    return value
-
-
-_HASHED = "sha256:"
+    return "<secret: compared by keyed digest>" if is_secret(name, value) else value
 
 
 def _same_env_value(name: str, expected: str, actual: str) -> bool:
-    if is_secret(name):
-        return redact(name, expected) == redact(name, actual)
+    if is_secret(name, expected) or is_secret(name, actual):
+        return keyed.same(redact("KEY", expected), redact("KEY", actual))
     return expected == actual
 
 
 def env_set_digest(env: dict[str, str]) -> str:
-    """Order-free digest of an environment, comparable across arms without showing values."""
-    return sha256_bytes("\n".join(f"{k}={v}" for k, v in sorted(env.items())))[:16]
+    """Order-free digest of an environment, comparable across arms of one state directory without showing values.
+
+    Keyed with the state key: an unkeyed hash of a set that holds a secret could be checked against guesses.
+    """
+    key = keyed.state_key()
+    assert key is not None  # created when absent
+    return keyed.mac(key, "env set", "\n".join(f"{k}={v}" for k, v in sorted(env.items())))[:16]
 
 
 def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note: str = "") -> CheckResult:
@@ -183,7 +190,9 @@ def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note
         "different": [{"name": k, "expected": _shown(k, expected[k]), "actual": _shown(k, actual[k])} for k in different],
         "count": len(actual),
         "expected_count": len(expected),
-        "secret_names": sorted(k for k in set(actual) | set(expected) if is_secret(k)),
+        "secret_names": sorted(
+            k for k in set(actual) | set(expected) if is_secret(k, actual.get(k)) or is_secret(k, expected.get(k))
+        ),
         "set_digest": env_set_digest(actual),
         "baseline": baseline_note,
     }

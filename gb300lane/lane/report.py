@@ -91,7 +91,8 @@ def write_report(report: BootReport) -> BootReport:
         n += 1
         path = boots_dir() / f"{stem}-{n}.json"
     stored = report.model_copy(update={"path": str(path)})
-    write_once(path, dumps_json(stored.model_dump(mode="json")))
+    # Owner-only: a report names the lane's env and args (secrets only as keyed digests, never values).
+    write_once(path, dumps_json(stored.model_dump(mode="json")), mode=0o400)
     return stored
 
 

@@ -10,7 +10,7 @@ The manifests are a view of the same containers every other format shows
   for the sidecar;
 - one ConfigMap with the speculative config (a `vllm serve --config` file,
   mounted into main) and every env var; env whose name looks like a
-  credential (`is_secret`) comes from a Secret instead and never appears in
+  credential (`gb300lane.redact.is_secret`: by name or by value) comes from a Secret instead and never appears in
   the ConfigMap;
 - one PersistentVolumeClaim per lane mounted at the compile cache root
   (`VLLM_CACHE_ROOT`): every recipe of the lane shares it, as they share the
@@ -56,7 +56,8 @@ from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, render
-from gb300lane.recipes.schema import LABEL_VALUE_RE, Recipe, is_secret
+from gb300lane.recipes.schema import LABEL_VALUE_RE, Recipe
+from gb300lane.redact import is_secret
 
 FILE_NAME = "k8s.yaml"
 #: The node label NVIDIA GPU feature discovery sets to the GPU's product name.
@@ -191,7 +192,7 @@ class _Lane:
                     f"recipe {self.recipe.name}: env name {name!r} cannot be a ConfigMap key; "
                     "use letters, digits, - _ and . only"
                 )
-            if is_secret(name):
+            if is_secret(name, value):
                 self.secret_data[key] = base64.b64encode(value.encode()).decode()
                 ref = {"secretKeyRef": {"name": self.base, "key": key}}
             else:

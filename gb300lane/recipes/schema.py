@@ -8,7 +8,6 @@ advice rather than impossibilities live in `lint`.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -124,15 +123,6 @@ def expand_source(source: str, environ: Mapping[str, str]) -> str:
 
 
 #: Env names whose values are credentials: compared by hash, kept out of reports, rendered into Secrets.
-SECRET_PATTERNS = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
-
-
-def is_secret(name: str) -> bool:
-    """Whether an env (or flag) name looks like it carries a credential."""
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pat) for pat in SECRET_PATTERNS)
-
-
 def _source_syntax(source: str) -> str | None:
     """Why a volume source is malformed, None when it is fine."""
     rest = _VAR_RE.sub("", source)
