@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 from gb300lane import paths
 from gb300lane.errors import StateError
@@ -93,3 +95,38 @@ def mac(key: bytes, label: str, data: str | bytes) -> str:
 def same(a: str, b: str) -> bool:
     """Constant-time comparison of two digests."""
     return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+def canonical(obj: object) -> str:
+    """The one byte form a seal covers: JSON, sorted keys, no spaces."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def seal(label: str, body: object) -> dict[str, str]:
+    """`{"key_id", "hmac_sha256"}` over the canonical JSON of `body`, under the state key (created when absent)."""
+    key = state_key()
+    assert key is not None  # created when absent
+    return {"key_id": key_id(key), "hmac_sha256": mac(key, label, canonical(body))}
+
+
+SealStatus = Literal["ok", "mismatch", "other_key", "unsealed", "no_key"]
+
+
+def check_seal(label: str, body: object, found: object) -> tuple[SealStatus, str]:
+    """Whether `found` (a seal as `seal` made it) seals `body`; and one line saying so.
+
+    `other_key`: made under another state directory's key, which this one cannot check.
+    """
+    if not isinstance(found, dict) or not isinstance(found.get("hmac_sha256"), str):
+        return "unsealed", "carries no seal"
+    key = state_key(create=False)
+    if key is None:
+        return "no_key", f"sealed with key {found.get('key_id')}, but this state directory has no key ({key_path()})"
+    if found.get("key_id") != key_id(key):
+        return "other_key", (
+            f"sealed by another state directory (key {found.get('key_id')}; this one's is {key_id(key)}), "
+            "so its seal cannot be checked here"
+        )
+    if not same(found["hmac_sha256"], mac(key, label, canonical(body))):
+        return "mismatch", "its seal does not match its content (edited after it was sealed)"
+    return "ok", f"sealed (key {key_id(key)})"

@@ -254,3 +254,26 @@ def test_dark_overrides_a_recipe_bind_of_all_interfaces_and_the_flag_check_agree
     assert checks["flags"].status == "pass", checks["flags"].summary
     assert "lane.bind" in json.dumps(checks["flags"].evidence)
     lane.down(name)
+
+
+def test_await_instance_takes_over_a_start_a_killed_process_began(recipes: Path) -> None:
+    name = write_recipe(recipes, "t-await")
+    first = lane.up(name, dark=True, runtime="process")
+    lane.stop_instance(first.instance)
+    rec = instances.load(first.instance)
+    assert rec is not None
+    # What a killed `rollback` leaves: the containers started, nobody waiting, the record not yet `up` again.
+    instances.save(rec, phase="booting", detail="started by a process that was killed")
+    rt = ProcessRuntime()
+    for container in reversed(rec.containers):
+        rt.start(container)
+    seen: list[float] = []
+    report = lane.await_instance(first.instance, progress=lambda p: seen.append(p.elapsed_s))
+    assert report.instance == first.instance and report.path and report.path != first.path
+    assert {c.name for c in report.checks} >= {"autotune", "flags", "env", "dark_bind"}
+    assert instances.load(first.instance).phase == "up"
+    # Already up: it only waits for readiness and returns the same report.
+    assert lane.await_instance(first.instance).path == report.path
+    lane.down(name)
+    with pytest.raises(StateError, match="no instance named"):
+        lane.await_instance(first.instance)

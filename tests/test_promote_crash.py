@@ -220,3 +220,50 @@ def test_sigkill_mid_boot_is_explained_and_reverted(lane: SimLane, cli_env: dict
     fixed = _cli(["rollback"], cli_env)
     assert fixed.returncode == 0, fixed.stderr
     _assert_consistent(lane, "local-v26")
+
+
+# -- repairs that wait for a booting instance ------------------------------------------------
+
+
+def _kill_when(proc: subprocess.Popen[bytes], lane: SimLane, op: list[str]) -> None:
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and op not in lane.operations():
+            time.sleep(0.05)
+        assert op in lane.operations(), f"never saw {op}"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
+    lane: SimLane, cli_env: dict[str, str]
+) -> None:
+    assert _cli(["promote", "local-v27"], cli_env).returncode == 0
+    lane.set_recipe("local-v26", boot_seconds=3)
+    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, lane, ["start", "lane-local-v26"])
+    _explained("rollback", "local-v26")
+    # Run at once: the pair is still booting. The repair waits for it instead of failing its smoke on a 503.
+    fixed = _cli(["rollback"], cli_env)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "rolled back to local-v26" in fixed.stdout
+    assert "waiting for lane-local-v26 to become ready" in fixed.stderr
+    assert ["await", "lane-local-v26"] in lane.operations()
+    _assert_consistent(lane, "local-v26")
+
+
+def test_a_resumed_promotion_waits_for_its_candidate_and_runs_the_boot_checks_it_skipped(
+    lane: SimLane, cli_env: dict[str, str]
+) -> None:
+    lane.set_recipe("local-v27", boot_seconds=3)
+    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, lane, ["boot", "lane-local-v27"])
+    fixed = _cli(["promote", "local-v27", "--resume"], cli_env)
+    assert fixed.returncode == 0, fixed.stderr
+    ops = lane.operations()
+    # waited for the candidate (with its boot checks) before its smoke, never a smoke on a booting instance
+    assert ops.index(["await", "lane-local-v27"]) < ops.index(["smoke", "local-v27"])
+    _assert_consistent(lane, "local-v27")

@@ -48,8 +48,10 @@ def test_a_verdict_reference_names_card_number_file_and_hash(monkeypatch: pytest
     monkeypatch.setattr(cards_pkg, "latest_verdict_for", lambda name: ref if name == "local-v27" else None)
     live = LiveOps()
     got = live.verdict("local-v27")
-    assert got.passed and got.rescored
+    assert got.rescored
     assert got.reference == f"card local-br1 verdict 2: PASS (/r/verdicts/verdict-2.json, sha256 {'ab' * 8})"
+    # Its receipts are not there to verify: a PASS that cannot be verified does not pass.
+    assert not got.passed and got.custody and got.custody.startswith("/r/registration.json")
     assert live.verdict("local-v26") is None
 
 

@@ -44,8 +44,13 @@ from gb300lane.cards.results import CardPlan
 from gb300lane.cards.schema import Card, GroupSequential, gates_hash, parse_card, read_card_text
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
+from gb300lane.keyed import seal
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir, writeup_receipts_dir
+
+
+#: What a manifest's seal is labelled with (a seal of one kind never verifies another).
+MANIFEST_SEAL = "card manifest"
 
 
 class RecipeRef(FrozenModel):
@@ -242,7 +247,16 @@ class Receipts:
             "transcribed": reg.transcribed,
             "files": {str(p.relative_to(self.root)): sha256_file(p) for p in self.files()},
         }
+        # The seal (HMAC under the state key) is what a hand edit, or a consistent rewrite without the key,
+        # cannot reproduce; `gb300lane.cards.custody` checks it before any receipt counts.
+        body["seal"] = seal(MANIFEST_SEAL, body)
         return self.write_json(self.root / name, body)
+
+    def manifests(self) -> list[Path]:
+        """manifest.json, then manifest-<stage>.json in the order they were written."""
+        first = [self.root / "manifest.json"] if (self.root / "manifest.json").is_file() else []
+        later = sorted(self.root.glob("manifest-*.json"), key=lambda p: (_written_at(p), p.name))
+        return first + later
 
     def verify_manifest(self, name: str = "manifest.json") -> list[str]:
         """Files whose sha256 no longer matches the manifest (empty when intact)."""
@@ -300,6 +314,13 @@ def merge_boots(boots: list[BootFacts]) -> BootFacts:
         "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
         "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
     })
+
+
+def _written_at(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8")).get("written_at", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:

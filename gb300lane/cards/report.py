@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from gb300lane.cards.custody import require_intact
 from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
 from gb300lane.cards.receipts import Receipts
 from gb300lane.cards.schema import Card
@@ -263,6 +264,7 @@ def render_report(rec: Receipts, number: int | None = None) -> Path:
     out = rec.report_dir(n)
     if (out / "card.md").exists():
         raise ReceiptExists(f"{out / 'card.md'}: the report of verdict {n} already exists; receipts are write-once")
+    require_intact(rec, "report")
     verdicts = [read_verdict(rec, k) for k in nums if k <= n]
     arms = rec.load_arms(card)
     rows = ratio_rows(card, arms)

@@ -136,10 +136,18 @@ def score(rec: Receipts, *, dry_run: bool = False) -> Verdict:
     if stage_count(card) > 1 and stopped_at(rec) is None:
         raise CardError(f"{rec.root}: the sequential card has not stopped yet (looks on record: "
                         f"{rec.look_numbers() or 'none'}); run `gb300lane card run {card.name}` to continue it")
+    _require_intact(rec, "score")
     v = compute_verdict(card, card.gates, rec)
     rec.write_json(rec.verdict_file(1), v.model_dump(mode="json"))
     rec.write_manifest("verdict-1")
     return v
+
+
+def _require_intact(rec: Receipts, action: str) -> None:
+    """Refuse to use receipts whose chain of custody is broken (the custody module re-scores with this one)."""
+    from gb300lane.cards.custody import require_intact  # custody imports this module: import it when used
+
+    require_intact(rec, action)
 
 
 def read_verdict(rec: Receipts, n: int) -> Verdict:
@@ -195,6 +203,7 @@ def compute_rescore(rec: Receipts, reason: str, changes: list[str]) -> tuple[Ver
     nums = rec.verdict_numbers()
     if not nums:
         raise CardError(f"{rec.root}: no verdict 1 yet; run `gb300lane card score {card.name}` first")
+    _require_intact(rec, "re-score")
     prev = read_verdict(rec, nums[-1])
     base = tuple(_GATE.validate_python(g) for g in prev.gates)
     gates, recorded = apply_changes(card, base, changes)

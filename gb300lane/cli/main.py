@@ -20,7 +20,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from gb300lane import __version__
-from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec
+from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec, verify
 from gb300lane.cli.common import err_console, fail
 from gb300lane.errors import LaneError
 from gb300lane.models import format_validation_error
@@ -67,7 +67,7 @@ def _root() -> None:
     """Run one LLM serving lane on evidence."""
 
 
-for module in (recipes, spec, engine, lane, bench, card, promote):
+for module in (recipes, spec, engine, lane, bench, card, promote, verify):
     module.register(app)
 
 

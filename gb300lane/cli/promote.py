@@ -8,8 +8,13 @@ import typer
 from rich.markup import escape
 
 from gb300lane import promote as core
-from gb300lane.cli.common import console, fail, print_json
+from gb300lane.cli.common import console, err_console, fail, print_json
 from gb300lane.cli.seams import crash_hook, promotion_ops
+
+
+def _progress(message: str) -> None:
+    """Progress of a wait (a repair waiting for a booting instance) on stderr: stdout stays the report."""
+    err_console.print(message, highlight=False, soft_wrap=True)
 
 
 def _report(report: core.TransitionReport, as_json: bool) -> None:
@@ -38,7 +43,7 @@ def promote_cmd(
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
     report = core.promote(
         recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run,
-        ops=promotion_ops(), crash_hook=crash_hook(),
+        ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress,
     )  # fmt: skip
     _report(report, as_json)
 
@@ -48,7 +53,7 @@ def rollback_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""
-    report = core.rollback(dry_run=dry_run, ops=promotion_ops(), crash_hook=crash_hook())
+    report = core.rollback(dry_run=dry_run, ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress)
     _report(report, as_json)
 
 

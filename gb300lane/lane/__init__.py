@@ -9,7 +9,7 @@ health, hashes) and never roles: which instance is production is the
 promotion layer's, which hands `up` and `down` the set they must protect.
 """
 
-from gb300lane.lane.boot import BootPlan, BootProgress, boot, plan_boot, start_instance, up
+from gb300lane.lane.boot import BootPlan, BootProgress, await_instance, boot, plan_boot, start_instance, up
 from gb300lane.lane.checkkeys import default_check_keys
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.foreign import foreign_clients
@@ -55,6 +55,7 @@ __all__ = [
     "Protected",
     "Readiness",
     "ReadinessTimeout",
+    "await_instance",
     "boot",
     "default_check_keys",
     "down",

@@ -29,7 +29,7 @@ from gb300lane.lane.gather import check_booted
 from gb300lane.lane.preconditions import check_preconditions
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.lane.readiness import Died, HttpReady, Readiness, wait_ready
-from gb300lane.lane.report import BootReport
+from gb300lane.lane.report import BootReport, latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
 from gb300lane.redact import redact
@@ -225,6 +225,34 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
     return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[])
 
 
+def await_instance(instance: str, *, timeout_s: float | None = None, progress: ProgressFn | None = None) -> BootReport:
+    """An instance whose containers already run (a boot or restart a killed process began): wait until it is ready
+    within the lane's boot limit (the time since its start counts), then run the boot checks and report.
+
+    An instance that finished its boot (phase `up`, with a report) only waits for readiness and returns that report.
+    """
+    rec = instances.load(instance)
+    if rec is None:
+        raise StateError(f"no instance named {instance}; see `gb300lane status` for the instances this host has")
+    rt = get_runtime(rec.runtime)
+    infos = [rt.inspect(c) for c in rec.containers]
+    if any(i.state != "running" for i in infos):
+        states = ", ".join(f"{i.name} {i.state}" for i in infos)
+        raise BootError(f"instance {instance} is not running ({states}); start it again instead of waiting for it")
+    if rec.phase == "up" and rec.report:
+        done = latest_report(instance)
+        if done is not None and done.path == rec.report:
+            recipe = validate_raw(rec.recipe_json, f"instance {instance}")
+            wait_ready(readiness_checks(rec), timeout_s=timeout_s or default_timeout_s(recipe, None),
+                       hint=f"`gb300lane logs {rec.recipe}` shows why it stopped answering")
+            return done
+    recipe = validate_raw(rec.recipe_json, f"instance {instance}")
+    rendered = render(recipe, dark=rec.dark, port=rec.port)
+    specs = [s.model_copy(update={"name": n}) for s, n in zip(rendered.containers, rec.containers, strict=True)]
+    started = infos[0].started_at or time.time()
+    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[], started_at=started)
+
+
 def default_timeout_s(recipe: Recipe, expected_s: float | None) -> float:
     """Readiness limit without --timeout: generous for a miss, and never under 3x what boots took here."""
     if recipe.engine == "embedded":
@@ -284,7 +312,9 @@ def _start(
     timeout_s: float | None,
     progress: ProgressFn | None,
     pre: list[checks.CheckResult],
+    started_at: float | None = None,
 ) -> BootReport:
+    """Start the containers (or, with `started_at`, take over ones already started then), wait, check, report."""
     recipe = validate_raw(rec.recipe_json, f"instance {rec.name}")
     main = specs[0]
     env_baseline = {**rt.image_env(main.image), **rt.base_env(main.name)}
@@ -293,19 +323,24 @@ def _start(
     pace = recipe.engine_args.time_scale if recipe.engine == "embedded" else None
     expected_s = ledger.expected_boot_seconds(rec.fingerprint, prediction.outcome, time_scale=pace)
     limit = timeout_s or default_timeout_s(recipe, expected_s)
-    started = time.time()
+    started = time.time() if started_at is None else started_at
+    # Time already spent booting counts against the limit (a boot taken over from a killed process).
+    waited = max(0.0, time.time() - started)
     names = rec.containers
     again = f"`gb300lane logs {rec.recipe}{' --name ' + rec.arm if rec.arm else ''}`"
     try:
-        for name in reversed(names):  # sidecar first: the main container connects to it
-            rt.start(name)
-        boot_s = wait_ready(
+        if started_at is None:
+            for name in reversed(names):  # sidecar first: the main container connects to it
+                rt.start(name)
+        boot_s = waited + wait_ready(
             readiness_checks(rec),
-            timeout_s=limit,
+            timeout_s=limit if started_at is None else max(1.0, limit - waited),
             logs=lambda container: rt.logs(container or names[0], since=started),
             watch=lambda: _death([rt.inspect(n) for n in names]),
             progress=None if progress is None else (
-                lambda e: progress(BootProgress(instance=rec.name, elapsed_s=e, expected_s=expected_s, timeout_s=limit))
+                lambda e: progress(
+                    BootProgress(instance=rec.name, elapsed_s=waited + e, expected_s=expected_s, timeout_s=limit)
+                )
             ),
             hint=f"a first boot (hash miss) compiles and takes longer, pass --timeout, and read {again}; "
                  "the containers are stopped and kept",

@@ -31,10 +31,11 @@ from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
-from gb300lane import paths
+from gb300lane import keyed, paths
 from gb300lane.errors import LedgerError, StateError
 from gb300lane.models import format_validation_error
 from gb300lane.promote.models import (
+    CustodyLinks,
     KeptInstance,
     LedgerEvent,
     NewEvent,
@@ -79,6 +80,17 @@ CREATE TABLE IF NOT EXISTS events (
     restore_seconds REAL, tool_seconds REAL, detail TEXT, transition_id INTEGER
 );
 """
+
+#: One custody row per event: its MAC (under the state key) covers the event as stored, what it rests on
+#: (`CustodyLinks`) and the previous row's MAC. Made on every writable open, so older ledgers gain it.
+_CUSTODY_TABLE = """CREATE TABLE IF NOT EXISTS custody (
+    event_id INTEGER PRIMARY KEY REFERENCES events(id),
+    record TEXT NOT NULL, prev TEXT NOT NULL, mac TEXT NOT NULL, key_id TEXT NOT NULL
+)"""
+_SCHEMA += _CUSTODY_TABLE + ";\n"
+#: The seal label of a ledger custody row, and the `prev` of the first row.
+CUSTODY_SEAL = "ledger custody"
+CUSTODY_ORIGIN = "origin"
 
 _TABLES = ("meta", "slots", "transitions", "journal", "kept", "events")
 _EVENT_FIELDS = (
@@ -253,6 +265,8 @@ class Ledger:
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.execute("PRAGMA foreign_keys=ON")
             self._verify()
+            if not readonly:
+                self._db.execute(_CUSTODY_TABLE)
         except sqlite3.OperationalError as exc:
             self._db.close()
             if _is_read_only(exc):
@@ -449,10 +463,12 @@ class Ledger:
         port: int | None = None,
         kept: list[tuple[Slot, str]] | None = None,
         event: NewEvent | None = None,
+        links: CustodyLinks | None = None,
     ) -> int | None:
         """Close a transition and apply its role changes in one transaction.
 
         `production` / `rollback` left at False are unchanged; None clears the role.
+        `links` (the verdict, boot report and recipe the event rests on) go into its custody row.
         Returns the id of the event written, if any.
         """
         with self.tx() as db:
@@ -464,7 +480,7 @@ class Ledger:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('port', ?)", (str(port),))
             for slot, why in kept or []:
                 self._keep(slot, why)
-            event_id = self._event(event, tid) if event else None
+            event_id = self._event(event, tid, links) if event else None
             db.execute(
                 "UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid)
             )
@@ -515,7 +531,7 @@ class Ledger:
 
     # -- history -----------------------------------------------------------------------------
 
-    def _event(self, event: NewEvent, tid: int | None) -> int:
+    def _event(self, event: NewEvent, tid: int | None, links: CustodyLinks | None = None) -> int:
         row = event.model_dump()
         row["at"] = row["at"] or utcnow()
         row["forced"] = 1 if row["forced"] else 0
@@ -524,11 +540,41 @@ class Ledger:
             f"VALUES ({', '.join('?' for _ in _EVENT_FIELDS)}, ?)",
             (*(row[k] for k in _EVENT_FIELDS), tid),
         )
-        return _rowid(cur)
+        event_id = _rowid(cur)
+        stored = {"id": event_id, **{k: row[k] for k in _EVENT_FIELDS}, "transition_id": tid}
+        self._custody(event_id, stored, links or CustodyLinks())
+        return event_id
 
-    def record(self, event: NewEvent, tid: int | None = None) -> int:
+    def _custody(self, event_id: int, stored: dict[str, JsonValue], links: CustodyLinks) -> None:
+        """Chain the event into the custody rows: each row's MAC covers the event, its links and the row before."""
+        last = self._db.execute("SELECT mac FROM custody ORDER BY event_id DESC LIMIT 1").fetchone()
+        prev = str(last["mac"]) if last else CUSTODY_ORIGIN
+        record = keyed.canonical({"event": stored, "links": links.model_dump(mode="json")})
+        key = keyed.state_key()
+        assert key is not None  # created when absent
+        self._db.execute(
+            "INSERT INTO custody (event_id, record, prev, mac, key_id) VALUES (?, ?, ?, ?, ?)",
+            (event_id, record, prev, keyed.mac(key, CUSTODY_SEAL, prev + "\n" + record), keyed.key_id(key)),
+        )
+
+    def custody_rows(self) -> list[CustodyRow]:
+        """The custody rows, oldest first (none in a ledger no writable command has opened since they began)."""
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='custody'").fetchone():
+            return []
+        rows = self._db.execute("SELECT event_id, record, prev, mac, key_id FROM custody ORDER BY event_id")
+        return [CustodyRow(int(r["event_id"]), str(r["record"]), str(r["prev"]), str(r["mac"]), str(r["key_id"]))
+                for r in rows.fetchall()]
+
+    def event_rows(self) -> list[dict[str, JsonValue]]:
+        """The events as stored (id, every field, transition_id), oldest first: what custody rows cover."""
+        rows = self._db.execute(
+            f"SELECT id, {', '.join(_EVENT_FIELDS)}, transition_id FROM events ORDER BY id"
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def record(self, event: NewEvent, tid: int | None = None, links: CustodyLinks | None = None) -> int:
         with self.tx():
-            return self._event(event, tid)
+            return self._event(event, tid, links)
 
     def events(self) -> list[LedgerEvent]:
         rows = self._db.execute(f"SELECT id, {', '.join(_EVENT_FIELDS)} FROM events ORDER BY id").fetchall()
@@ -536,6 +582,17 @@ class Ledger:
             return [LedgerEvent(**{**dict(r), "forced": bool(r["forced"])}) for r in rows]
         except ValidationError as exc:
             raise self._row_error("events", exc) from exc
+
+
+@dataclass(frozen=True)
+class CustodyRow:
+    """A custody row as stored: the event it covers, the canonical record, the previous MAC, its MAC and key id."""
+
+    event_id: int
+    record: str
+    prev: str
+    mac: str
+    key_id: str
 
 
 def read_ledger(path: Path | None = None) -> Ledger | None:

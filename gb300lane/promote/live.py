@@ -13,10 +13,12 @@ from pathlib import Path
 
 from gb300lane import cards, lane
 from gb300lane.bench import run_smoke
+from gb300lane.cards.custody import verify_receipts
 from gb300lane.errors import BootError
+from gb300lane.fsio import sha256_file
 from gb300lane.lane.facts import port_in_use
 from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
-from gb300lane.promote.ops import InstanceFact
+from gb300lane.promote.ops import InstanceFact, Progress
 from gb300lane.recipes import Recipe, fingerprint, load_recipe
 from gb300lane.runtime import LABEL_PORT
 
@@ -53,6 +55,16 @@ class LiveOps:
     def start_kept(self, instance: str) -> BootInfo:
         return boot_info(lane.start_instance(instance, timeout_s=self.timeout_s))
 
+    def await_ready(self, instance: str, *, progress: Progress | None = None) -> BootInfo:
+        say = _throttled(progress) if progress is not None else None
+        report = lane.await_instance(
+            instance, timeout_s=self.timeout_s,
+            progress=None if say is None else (lambda p: say(
+                f"waiting for {p.instance} to become ready: {p.elapsed_s:.0f} s of a {p.timeout_s:.0f} s limit"
+                + (f" (a boot of this hash takes about {p.expected_s:.0f} s)" if p.expected_s else ""))),
+        )  # fmt: skip
+        return boot_info(report)
+
     def remove(self, instance: str) -> None:
         lane.remove_instance(instance)
 
@@ -85,14 +97,35 @@ class LiveOps:
         if ref is None:
             return None
         reference = f"card {ref.card} verdict {ref.number}: {ref.verdict} ({ref.file}, sha256 {ref.sha256[:16]})"
+        # The verdict counts only if its whole chain holds: manifests, seals, boots, and a re-score that agrees.
+        rec = cards.Receipts(Path(ref.receipts))
+        broken = verify_receipts(rec).first_break
+        custody = None if broken is None else f"{rec.root / broken.file if broken.file else rec.root}: {broken.detail}"
+        manifests = rec.manifests()
+        head = manifests[-1] if manifests else None
         return VerdictInfo(
-            passed=ref.verdict == "PASS", verdict=ref.verdict, reference=reference, rescored=ref.number > 1
+            passed=ref.verdict == "PASS" and custody is None, verdict=ref.verdict, reference=reference,
+            rescored=ref.number > 1, custody=custody, file=ref.file, sha256=ref.sha256, receipts=ref.receipts,
+            manifest=str(head) if head else None, manifest_sha256=sha256_file(head) if head else None,
         )
 
     def port_free(self, port: int) -> bool:
         if any(f.running and f.port == port for f in self.instances()):
             return False
         return not port_in_use(port)
+
+
+def _throttled(say: Progress, every_s: float = 2.0) -> Progress:
+    """`say`, at most once every `every_s` seconds (readiness polls many times a second)."""
+    last = [float("-inf")]
+
+    def out(message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every_s:
+            last[0] = now
+            say(message)
+
+    return out
 
 
 def port_of(endpoint: str | None) -> int | None:
@@ -124,4 +157,6 @@ def boot_info(report: lane.BootReport) -> BootInfo:
         fingerprint=report.fingerprint,
         boot_seconds=float(report.boot_seconds),
         engine_seconds=report.engine_boot_seconds,
+        report=report.path,
+        report_sha256=sha256_file(report.path) if report.path and Path(report.path).is_file() else None,
     )

@@ -33,6 +33,36 @@ class Slot(FrozenModel):
     since: str = Field(description="UTC time (ISO 8601) the instance took this role.")
 
 
+class VerdictCustody(FrozenModel):
+    """The verdict a promotion rests on, as the ledger keeps it: the file and the manifest that seals it, hashed."""
+
+    file: str = Field(description="The verdict file (or what pins a transcribed verdict).")
+    sha256: str | None = Field(description="Its sha256 when the promotion read it.")
+    receipts: str | None = Field(description="The card's receipts directory.")
+    manifest: str | None = Field(description="The newest manifest of the receipts, which seals the verdict.")
+    manifest_sha256: str | None = Field(description="Its sha256 when the promotion read it.")
+    verdict: str = Field(description="What the verdict said (PASS, FAIL, INCONCLUSIVE).")
+
+
+class BootReportLink(FrozenModel):
+    """The boot report of the instance an event made production, hashed."""
+
+    file: str = Field(description="The boot report's file.")
+    sha256: str | None = Field(description="Its sha256 when the boot finished.")
+    instance: str = Field(description="The instance it reports on.")
+    fingerprint: str = Field(description="The fingerprint it booted.")
+
+
+class CustodyLinks(FrozenModel):
+    """What a ledger event rests on; its custody row's MAC covers these with the event."""
+
+    recipe: str | None = Field(default=None, description="The recipe the event made production.")
+    fingerprint: str | None = Field(default=None, description="Its fingerprint.")
+    verdict: VerdictCustody | None = Field(default=None, description="The verdict a promotion rests on.")
+    forced: bool = Field(default=False, description="A promotion forced past its verdict.")
+    boot_report: BootReportLink | None = Field(default=None, description="The boot report of what became production.")
+
+
 class PromotePlan(FrozenModel):
     """What a promotion will do, written to the ledger before it touches the lane (the repair reads it back)."""
 
@@ -46,6 +76,9 @@ class PromotePlan(FrozenModel):
     verdict: str | None = Field(description="The verdict reference the promotion rests on.")
     forced: bool = Field(description="True when forced past a missing or failing verdict.")
     reason: str | None = Field(description="The --reason of a forced promotion.")
+    verdict_custody: VerdictCustody | None = Field(
+        default=None, description="The verdict file and its sealing manifest, hashed when the plan was made."
+    )
 
 
 class RollbackPlan(FrozenModel):
@@ -154,6 +187,14 @@ class VerdictInfo(FrozenModel):
     verdict: str = Field(description="The verdict as written on the card, e.g. PASS.")
     reference: str = Field(description="Card id and verdict file the decision rests on.")
     rescored: bool = Field(default=False, description="True when the verdict is a re-score of an earlier one.")
+    custody: str | None = Field(
+        default=None, description="Why the verdict's chain of custody does not hold (file: what broke); None when it does."
+    )
+    file: str | None = Field(default=None, description="The verdict file (or what pins a transcribed verdict).")
+    sha256: str | None = Field(default=None, description="Its sha256 when the verdict was read.")
+    receipts: str | None = Field(default=None, description="The card's receipts directory.")
+    manifest: str | None = Field(default=None, description="The newest manifest, which seals the verdict file.")
+    manifest_sha256: str | None = Field(default=None, description="Its sha256 when the verdict was read.")
 
 
 class BootInfo(FrozenModel):
@@ -166,6 +207,8 @@ class BootInfo(FrozenModel):
     engine_seconds: float | None = Field(
         default=None, description="The engine's own logged init time (engine clock), where the log has it."
     )
+    report: str | None = Field(default=None, description="The boot report's file, where the lane wrote one.")
+    report_sha256: str | None = Field(default=None, description="Its sha256 when the boot finished.")
 
 
 class SmokeInfo(FrozenModel):

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from pydantic import Field
@@ -16,6 +17,10 @@ from pydantic import Field
 from gb300lane.errors import StateError
 from gb300lane.models import FrozenModel
 from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
+
+
+#: A one-line progress message (what is being waited for, how long, against which limit).
+Progress = Callable[[str], None]
 
 
 class InstanceFact(FrozenModel):
@@ -48,6 +53,10 @@ class PromotionOps(Protocol):
 
     def start_kept(self, instance: str) -> BootInfo:
         """Start a kept instance again and wait until it is ready (BootError otherwise)."""
+
+    def await_ready(self, instance: str, *, progress: Progress | None = None) -> BootInfo:
+        """An instance that already runs (a boot a killed process began): wait until it is ready within the lane's
+        boot limit, run the boot checks it may have skipped, and report (BootError otherwise)."""
 
     def remove(self, instance: str) -> None:
         """Remove a kept instance's containers."""

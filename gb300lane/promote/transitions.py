@@ -29,8 +29,19 @@ from pydantic import JsonValue
 from gb300lane.errors import LaneError, StateError
 from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
-from gb300lane.promote.models import BootInfo, NewEvent, PromotePlan, RollbackPlan, Slot, TransitionReport
-from gb300lane.promote.ops import PromotionOps, default_ops, wait_port_free
+from gb300lane.promote.models import (
+    BootInfo,
+    BootReportLink,
+    CustodyLinks,
+    NewEvent,
+    PromotePlan,
+    RollbackPlan,
+    Slot,
+    TransitionReport,
+    VerdictCustody,
+    VerdictInfo,
+)
+from gb300lane.promote.ops import Progress, PromotionOps, default_ops, wait_port_free
 from gb300lane.promote.state import explain, refuse_if_running
 
 CrashHook = Callable[[str], None]
@@ -58,11 +69,13 @@ class _Run:
     """One transition being driven: the ledger, the lane, the journal and the crash seam."""
 
     def __init__(
-        self, ledger: Ledger, ops: PromotionOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False
+        self, ledger: Ledger, ops: PromotionOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False,
+        progress: Progress | None = None,
     ) -> None:
         self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
         # True when this process picks up a transition a killed one began.
         self.resumed = resumed
+        self.progress = progress
         self.port = tr.plan.port if isinstance(tr.plan, (PromotePlan, RollbackPlan)) else 0
 
     def _point(self, name: str) -> None:
@@ -100,12 +113,14 @@ class _Run:
             wait_port_free(self.ops, self.port)
 
     def bring_up(self, slot: Slot | None, step: str) -> BootInfo | None:
-        """Start a kept instance unless it already runs; None when it was already running."""
+        """Start a kept instance, or wait for one that already runs (a start a killed process began) to be ready."""
         if slot is None:
             return None
         _, running = self.fact(slot.instance)
         if running:
-            return None
+            # It may still be booting: wait for readiness (and its boot checks) within the lane's boot limit.
+            with self.step(step, instance=slot.instance, awaited=True):
+                return self.ops.await_ready(slot.instance, progress=self.progress)
         self.free_port()
         with self.step(step, instance=slot.instance):
             return self.ops.start_kept(slot.instance)
@@ -129,6 +144,7 @@ def promote(
     dry_run: bool = False,
     ops: PromotionOps | None = None,
     crash_hook: CrashHook | None = None,
+    progress: Progress | None = None,
 ) -> TransitionReport:
     """Make `recipe` production: verdict gate, stop-and-keep production, boot, smoke, record.
 
@@ -143,7 +159,8 @@ def promote(
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
             if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
-                return _drive_promote(_Run(ledger, ops, open_tr, crash_hook, resumed=True), open_tr.plan)
+                run = _Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
+                return _drive_promote(run, open_tr.plan)
             text, _ = explain(ledger, open_tr, crashed=True)
             raise StateError(f"{ledger.path}: {text}")
         if resume:
@@ -161,6 +178,11 @@ def promote(
                     message=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
                 )
         verdict = ops.verdict(recipe)
+        if verdict is not None and verdict.custody and not force:
+            raise StateError(
+                f"refusing to promote {recipe}: its newest verdict ({verdict.reference}) does not verify: "
+                f"{verdict.custody}; `gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)"
+            )
         passed = bool(verdict and verdict.passed)
         if not passed and not force:
             found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict
@@ -182,7 +204,7 @@ def promote(
         plan = PromotePlan(
             recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=ops.plan_instance(recipe, tag),
             previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
-            reason=reason,
+            reason=reason, verdict_custody=_verdict_custody(verdict),
         )  # fmt: skip
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
@@ -194,7 +216,7 @@ def promote(
                         "run its smoke gates; record the promotion (dry run: nothing done)",
             )  # fmt: skip
         tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
-        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook), plan)
+        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
 
 def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
@@ -218,6 +240,11 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
             run.free_port()
             with run.step("start_candidate", instance=instance):
                 boot = run.ops.start_kept(instance)
+        else:
+            # Booted by the process that was killed, maybe still booting: wait for it and run the boot checks
+            # that process never got to, so no candidate becomes production unchecked.
+            with run.step("start_candidate", instance=instance, awaited=True):
+                boot = run.ops.await_ready(instance, progress=run.progress)
     except LaneError as exc:
         return _revert_promote(run, p, f"{recipe} failed to boot: {_first_line(exc)}", t0)
     endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p.port)
@@ -235,6 +262,8 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
     event_id = run.ledger.finish(
         run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
+        links=CustodyLinks(recipe=recipe, fingerprint=new_prod.fingerprint, verdict=p.verdict_custody,
+                           forced=p.forced, boot_report=_report_link(boot)),
         event=NewEvent(
             kind="promote", recipe=recipe, instance=instance, fingerprint=new_prod.fingerprint,
             previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=p.reason,
@@ -309,7 +338,8 @@ def _revert_promote(
 
 
 def rollback(
-    *, dry_run: bool = False, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None
+    *, dry_run: bool = False, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None,
+    progress: Progress | None = None,
 ) -> TransitionReport:
     """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
 
@@ -324,7 +354,7 @@ def rollback(
             return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
                                     message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
         if open_tr is not None:
-            run = _Run(ledger, ops, open_tr, crash_hook, resumed=True)
+            run = _Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
             if isinstance(open_tr.plan, PromotePlan):
                 text, _ = explain(ledger, open_tr, crashed=True)
                 return _revert_promote(run, open_tr.plan, text.split(";")[0], time.monotonic(), recovering=True)
@@ -345,7 +375,7 @@ def rollback(
                         "wait until ready; run its smoke gates; record the rollback (dry run: nothing done)",
             )  # fmt: skip
         tid = ledger.begin(pair.recipe, prod.recipe if prod else None, plan)
-        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook), plan)
+        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
 
 def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
@@ -379,6 +409,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
     event_id = run.ledger.finish(
         run.tr.id, "rolled_back", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if new_pair else [],
+        links=CustodyLinks(recipe=target.recipe, fingerprint=target.fingerprint, boot_report=_report_link(boot)),
         event=NewEvent(
             kind="rollback", recipe=target.recipe, instance=target.instance, fingerprint=target.fingerprint,
             previous=prev.recipe if prev else None,
@@ -435,6 +466,21 @@ def _open_or_close_prune(ledger: Ledger) -> Transition | None:
         ledger.finish(tr.id, "interrupted")
         return None
     return tr
+
+
+def _verdict_custody(verdict: VerdictInfo | None) -> VerdictCustody | None:
+    """What the ledger keeps of the verdict a promotion rests on: its file and the manifest that seals it, hashed."""
+    if verdict is None or verdict.file is None:
+        return None
+    return VerdictCustody(file=verdict.file, sha256=verdict.sha256, receipts=verdict.receipts,
+                          manifest=verdict.manifest, manifest_sha256=verdict.manifest_sha256, verdict=verdict.verdict)
+
+
+def _report_link(boot: BootInfo | None) -> BootReportLink | None:
+    if boot is None or boot.report is None:
+        return None
+    return BootReportLink(file=boot.report, sha256=boot.report_sha256, instance=boot.instance,
+                          fingerprint=boot.fingerprint)
 
 
 def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:

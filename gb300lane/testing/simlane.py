@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -107,11 +107,13 @@ class SimLane:
             if holders:
                 raise BootError(f"{name}: port {port} is already bound by {', '.join(holders)}")
             failed = bool(cfg.get("fail_boot"))
-            # A failed boot leaves a created-but-dead container behind, as a real runtime does.
-            st["instances"][name] = {"recipe": recipe, "port": port, "running": not failed, "fingerprint": fp}
+            secs = float(cfg.get("boot_seconds", 0.0))
+            # A failed boot leaves a created-but-dead container behind, as a real runtime does; a running one
+            # answers only once its boot is over (a process killed meanwhile leaves it booting).
+            st["instances"][name] = {"recipe": recipe, "port": port, "running": not failed, "fingerprint": fp,
+                                     "ready_at": time.time() + secs}
         if failed:
             raise BootError(f"{name}: engine exited during boot (simulated)", log_tail="simulated boot failure\n")
-        secs = float(cfg.get("boot_seconds", 0.0))
         time.sleep(secs)
         return BootInfo(instance=name, endpoint=f"http://127.0.0.1:{port}", fingerprint=fp,
                         boot_seconds=secs, engine_seconds=secs)
@@ -134,9 +136,26 @@ class SimLane:
                 raise BootError(f"{instance}: port {inst['port']} is already bound by {', '.join(holders)}")
             if cfg.get("fail_start"):
                 raise BootError(f"{instance}: engine exited during restart (simulated)")
+            secs = float(cfg.get("boot_seconds", 0.0))
             inst["running"] = True
-        secs = float(cfg.get("boot_seconds", 0.0))
+            inst["ready_at"] = time.time() + secs
         time.sleep(secs)
+        return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
+                        fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
+
+    def await_ready(self, instance: str, *, progress: Callable[[str], None] | None = None) -> BootInfo:
+        with self._state() as st:
+            inst = st["instances"].get(instance)
+            if inst is None or not inst["running"]:
+                raise BootError(f"{instance}: not running; start it again instead of waiting for it")
+            st["ops"].append(["await", instance])
+            cfg = self._cfg(st, inst["recipe"])
+        remaining = float(inst.get("ready_at", 0.0)) - time.time()
+        if remaining > 0:
+            if progress is not None:
+                progress(f"waiting for {instance} to become ready: {remaining:.1f} s to go")
+            time.sleep(remaining)
+        secs = float(cfg.get("boot_seconds", 0.0))
         return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
                         fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
 
@@ -161,6 +180,8 @@ class SimLane:
             st["ops"].append(["smoke", recipe])
         if not serving or serving[0]["recipe"] != recipe:
             return SmokeInfo(passed=False, summary=f"nothing of {recipe} answers on {endpoint}", seconds=0.0)
+        if time.time() < float(serving[0].get("ready_at", 0.0)):
+            return SmokeInfo(passed=False, summary=f"{endpoint} not ready (503); wait for gb300lane up", seconds=0.0)
         if cfg.get("fail_smoke"):
             return SmokeInfo(passed=False, summary="failing gates: parity-t0 (simulated)", seconds=0.0)
         return SmokeInfo(passed=True, summary="all 2 gates passed", seconds=0.0)

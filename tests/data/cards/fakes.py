@@ -18,6 +18,7 @@ from gb300lane.bench.stats import Percentiles
 from gb300lane.cards.run import ForeignCount
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.report import BootReport
+from gb300lane.recipes import fingerprint, load_recipe
 
 
 def _record(tid: str, cls: str, conc: int, rnd: int, rate: float, text: str = "x",
@@ -88,8 +89,9 @@ def boot_report(arm: str, recipe: str, *, hit: bool = True, rejection: str = "st
         CheckResult(name="kv_pool", status="pass", summary="s", evidence={"observed": kv, "expected": kv}),
         CheckResult(name="foreign_clients", status="pass", summary="s", evidence={"foreign_requests": foreign}),
     )
+    # The fingerprint the recipe has: the chain of custody checks that each arm booted what was registered.
     return BootReport(instance=f"local-{arm}", lane="local", recipe=recipe, arm=arm, run="r1", runtime="process",
-                      fingerprint="f" * 16, endpoint=f"http://127.0.0.1:1/{arm}", served_model="m", dark=True,
+                      fingerprint=fingerprint(load_recipe(recipe)), endpoint=f"http://127.0.0.1:1/{arm}", served_model="m", dark=True,
                       containers=(f"local-{arm}-main",), started_at=0.0, boot_seconds=1.0, checks=checks)
 
 

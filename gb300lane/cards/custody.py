@@ -1,0 +1,290 @@
+"""A card's chain of custody: registration -> recipe fingerprints -> boot reports -> receipts -> verdicts.
+
+Every file in a receipts directory is hashed into a manifest when a stage
+ends (the run, each verdict, each report), each manifest hashes the ones
+before it, and each is sealed with the state directory's key
+(`gb300lane.keyed`). `verify_receipts` walks the chain link by link:
+
+- registration.json is readable, card.yaml is the file it registered, the gates are the frozen ones;
+- every manifest's seal holds, every file it lists still has its sha256, and
+  one manifest (the newest) seals all the others: no file is outside the chain;
+- each arm's boot report booted the fingerprint registration recorded for its recipe;
+- each re-score points at the sha256 of the verdict it supersedes, and verdict 1
+  applied the registered gates;
+- each verdict is what its receipts score to now (re-scored, not trusted).
+
+`require_intact` is what `card score`, `rescore`, `report` and promotion call
+before a receipt counts: a broken link is a `CardError` naming the file.
+
+What this proves, and what it cannot: an edit to any one file (a verdict turned
+from FAIL to PASS, a window's numbers) breaks a sha256 or a seal, and a verdict
+that does not follow from its receipts fails the re-score. Someone who rewrites
+every file consistently must also reseal the manifests, which needs the state
+key; the re-score then still ties the verdict to the numbers in the receipts.
+Against someone who can read the key (the same user, root) the seals prove
+nothing, and fabricated numbers re-score to whatever they say. What is
+promoted is fixed at that moment: the ledger records the verdict file's and the
+head manifest's sha256 in a keyed chain of its own (`gb300lane.promote.custody`),
+so a later edit of the receipts still shows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from gb300lane import __version__
+from gb300lane.cards.receipts import MANIFEST_SEAL, Receipts
+from gb300lane.cards.schema import Card, Gate, gates_hash, gates_payload
+from gb300lane.cards.verdicts import Verdict, compute_verdict
+from gb300lane.errors import CardError, LaneError
+from gb300lane.fsio import sha256_file
+from gb300lane.keyed import check_seal
+from gb300lane.models import FrozenModel
+from gb300lane.paths import writeup_receipts_dir
+
+LinkStatus = Literal["ok", "broken", "note"]
+_GATE: TypeAdapter[Any] = TypeAdapter(Gate)
+
+
+class Link(FrozenModel):
+    """One link of a chain of custody, checked."""
+
+    kind: str = Field(description="registration, recipe, manifest, file, boot, verdict, rescore, ledger, promotion, ...")
+    file: str | None = Field(default=None, description="The file the link is about, where it is one.")
+    status: LinkStatus = Field(description="ok, broken (it does not hold), or note (holds nothing, says something).")
+    detail: str = Field(description="One line: what was checked and what was found.")
+
+    def line(self) -> str:
+        mark = {"ok": "ok    ", "broken": "BROKEN", "note": "note  "}[self.status]
+        where = f"{self.file}: " if self.file else ""
+        return f"{mark} {self.kind:<12} {where}{self.detail}"
+
+
+class Chain(FrozenModel):
+    """A whole chain, link by link; `ok` when no link is broken."""
+
+    subject: str = Field(description="What the chain is of: a card's receipts directory, or production.")
+    links: tuple[Link, ...] = Field(description="Every link checked, in chain order.")
+
+    @property
+    def ok(self) -> bool:
+        return self.first_break is None
+
+    @property
+    def first_break(self) -> Link | None:
+        return next((link for link in self.links if link.status == "broken"), None)
+
+    def to_text(self) -> str:
+        lines = [f"{self.subject}:"] + [f"  {link.line()}" for link in self.links]
+        br = self.first_break
+        lines.append(f"  chain intact ({len(self.links)} links)" if br is None
+                     else f"  chain breaks at {br.file or br.kind}: {br.detail}")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        br = self.first_break
+        return {"subject": self.subject, "ok": self.ok, "breaks_at": br.model_dump() if br else None,
+                "links": [link.model_dump() for link in self.links]}
+
+
+def _shipped(rec: Receipts) -> bool:
+    """The write-up's receipts, shipped inside the package: their manifest is unsealed (no user key made it)."""
+    try:
+        return rec.root.resolve().is_relative_to(writeup_receipts_dir().resolve())
+    except (OSError, LaneError):
+        return False
+
+
+def _rel(rec: Receipts, path: Path) -> str:
+    try:
+        return str(path.relative_to(rec.root))
+    except ValueError:
+        return str(path)
+
+
+def _json(path: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable ({type(exc).__name__}: {exc})"
+
+
+def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
+    """Check a card's receipts directory link by link (see the module docstring); never raises for a bad link."""
+    links: list[Link] = []
+    subject = f"card receipts {rec.root}"
+
+    def add(kind: str, status: LinkStatus, detail: str, file: str | None = None) -> None:
+        links.append(Link(kind=kind, file=file, status=status, detail=detail))
+
+    # -- registration, card file, frozen gates
+    try:
+        reg = rec.registration()
+    except (LaneError, ValueError) as exc:
+        add("registration", "broken", f"unreadable ({_first_line(exc)})", "registration.json")
+        return Chain(subject=subject, links=tuple(links))
+    subject = f"card {reg.card} ({rec.root})"
+    card: Card | None = None
+    if not rec.card_file.is_file():
+        add("registration", "broken", "card.yaml is missing", "card.yaml")
+    elif sha256_file(rec.card_file) != reg.card_sha256:
+        add("registration", "broken",
+            f"sha256 {sha256_file(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
+            "card.yaml")
+    else:
+        try:
+            card = rec.card()
+        except LaneError as exc:
+            add("registration", "broken", _first_line(exc), "card.yaml")
+    if card is not None:
+        if gates_hash(card) != reg.gates_sha256:
+            add("registration", "broken", "the gates differ from the registered gates sha256", "card.yaml")
+        else:
+            add("registration", "ok", f"card {reg.card} registered {reg.registered_at}, gates sha256 {reg.gates_sha256[:16]}",
+                "registration.json")
+    for arm_name, ref in sorted(reg.recipes.items()):
+        add("recipe", "note", f"arm {arm_name}: {ref.recipe} fingerprint {ref.fingerprint or 'not recorded'} at registration")
+
+    # -- manifests: seals, files, and one head that seals everything else
+    shipped = _shipped(rec)
+    manifests = rec.manifests()
+    covered: set[str] = set()
+    if not manifests:
+        add("manifest", "broken", "no manifest: the run has not finished, or manifest.json was removed", "manifest.json")
+    for path in manifests:
+        name = _rel(rec, path)
+        body, problem = _json(path)
+        if problem or not isinstance(body, dict) or not isinstance(body.get("files"), dict):
+            add("manifest", "broken", problem or "not a manifest (no files mapping)", name)
+            continue
+        found_seal = body.pop("seal", None)
+        if shipped and found_seal is None:
+            add("manifest", "note", "shipped with the package (the write-up's record; not sealed by a state key)", name)
+        else:
+            status, text = check_seal(MANIFEST_SEAL, body, found_seal)
+            add("manifest", "ok" if status == "ok" else "broken", text, name)
+        bad = 0
+        for rel, digest in sorted(body["files"].items()):
+            covered.add(rel)
+            p = rec.root / rel
+            if not p.is_file():
+                add("file", "broken", f"listed in {name} but missing", rel)
+                bad += 1
+            elif sha256_file(p) != digest:
+                add("file", "broken",
+                    f"sha256 {sha256_file(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
+                bad += 1
+        if not bad:
+            add("file", "ok", f"{len(body['files'])} files match {name}")
+    if manifests:
+        heads = [p for p in manifests if _rel(rec, p) not in covered]
+        for p in heads[:-1]:
+            add("manifest", "broken", "not sealed by the later manifests (a second chain head)", _rel(rec, p))
+        for p in rec.files():
+            rel = _rel(rec, p)
+            if rel not in covered and p not in manifests:
+                add("file", "broken", "not sealed by any manifest (written after the last one, or added by hand)", rel)
+
+    # -- boot reports: each arm booted what registration recorded
+    if card is not None:
+        for arm in card.arms:
+            if (rec.arm_dir(arm.name) / "transcribed.json").is_file():
+                add("boot", "note", f"arm {arm.name}: transcribed from the write-up (no boot report)")
+                continue
+            try:
+                n = rec.finished_attempt(arm.name)
+            except LaneError as exc:
+                add("boot", "broken", _first_line(exc), _rel(rec, rec.arm_dir(arm.name) / "done.json"))
+                continue
+            if n is None:
+                add("boot", "note", f"arm {arm.name}: not finished")
+                continue
+            boot_path = rec.attempt_dir(arm.name, n) / "boot.json"
+            boot, problem = _json(boot_path)
+            want = reg.recipes.get(arm.name)
+            if problem or not isinstance(boot, dict):
+                add("boot", "broken", problem or "not a boot report", _rel(rec, boot_path))
+            elif boot.get("recipe") != arm.recipe:
+                add("boot", "broken", f"booted recipe {boot.get('recipe')!r}, the arm is {arm.recipe}", _rel(rec, boot_path))
+            elif want is not None and want.fingerprint and boot.get("fingerprint") != want.fingerprint:
+                add("boot", "broken",
+                    f"booted fingerprint {boot.get('fingerprint')}, registration recorded {want.fingerprint} for {arm.recipe}",
+                    _rel(rec, boot_path))
+            else:
+                add("boot", "ok", f"arm {arm.name}: {arm.recipe} fingerprint {boot.get('fingerprint')}", _rel(rec, boot_path))
+
+    # -- verdicts: pointers between them, the registered gates, and a re-score
+    previous: tuple[int, str] | None = None
+    for n in rec.verdict_numbers():
+        path = rec.verdict_file(n)
+        name = _rel(rec, path)
+        data, problem = _json(path)
+        try:
+            verdict = Verdict.model_validate(data) if problem is None else None
+        except ValueError as exc:
+            problem = f"not a verdict ({_first_line(exc)})"
+            verdict = None
+        if verdict is None:
+            add("verdict", "broken", problem or "unreadable", name)
+            previous = (n, sha256_file(path))
+            continue
+        if n == 1 and card is not None and verdict.gates != gates_payload(card.gates):
+            add("verdict", "broken", "verdict 1 applied gates other than the registered ones", name)
+        if n > 1:
+            if verdict.previous is None or previous is None or verdict.previous.number != previous[0]:
+                add("rescore", "broken", f"does not point at verdict {n - 1}", name)
+            elif verdict.previous.sha256 != previous[1]:
+                add("rescore", "broken",
+                    f"points at verdict {previous[0]} with sha256 {verdict.previous.sha256[:16]}, "
+                    f"the file has {previous[1][:16]}", name)
+        if rescore and card is not None:
+            links.append(_rescored(rec, card, verdict, name))
+        previous = (n, sha256_file(path))
+    return Chain(subject=subject, links=tuple(links))
+
+
+def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str) -> Link:
+    """The verdict against what its own gates give over the receipts now."""
+    try:
+        gates = tuple(_GATE.validate_python(g) for g in verdict.gates)
+        again = compute_verdict(card, gates, rec, number=verdict.number)
+    except (LaneError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
+    said = {r.id: r.status for r in verdict.results}
+    now = {r.id: r.status for r in again.results}
+    if again.verdict == verdict.verdict and said == now:
+        return Link(kind="verdict", file=name, status="ok",
+                    detail=f"verdict {verdict.number} {verdict.verdict}: its receipts score the same, gate by gate")
+    differing = sorted(g for g in set(said) | set(now) if said.get(g) != now.get(g))
+    detail = (f"says {verdict.verdict}, its receipts score {again.verdict}"
+              + (f" (gates {', '.join(differing)})" if differing else ""))
+    if verdict.tool_version != __version__:
+        return Link(kind="verdict", file=name, status="note",
+                    detail=f"{detail}; scored by gb300lane {verdict.tool_version}, this is {__version__}: re-score to adopt")
+    return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)")
+
+
+def require_intact(rec: Receipts, action: str, *, rescore: bool = True) -> Chain:
+    """The chain, when no link is broken; CardError naming the first broken file otherwise."""
+    chain = verify_receipts(rec, rescore=rescore)
+    br = chain.first_break
+    if br is not None:
+        try:
+            card = rec.registration().card
+        except (LaneError, ValueError):
+            card = str(rec.root)
+        where = rec.root / br.file if br.file else rec.root
+        raise CardError(
+            f"{where}: {br.detail}; refusing to {action} on receipts whose chain of custody is broken "
+            f"(`gb300lane verify --card {card}` shows every link)"
+        )
+    return chain
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

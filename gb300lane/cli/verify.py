@@ -1,0 +1,41 @@
+"""CLI command `verify`: check a chain of custody (a card's receipts, production, or everything) and say where it breaks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from gb300lane.cli.common import console, fail, print_json
+
+
+def verify_cmd(
+    card: Annotated[
+        Optional[str], typer.Option("--card", help="A card name, file or receipts directory: check its receipts.")
+    ] = None,
+    production: Annotated[
+        bool, typer.Option("--production", help="Check production: ledger, promotion, verdict, boot report, recipe.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the chains as JSON.")] = False,
+) -> None:
+    """Check every link of a chain of custody (recipe -> boots -> receipts -> verdicts -> promotion); exit 1 where one breaks."""
+    from gb300lane.promote.custody import verify_card, verify_everything, verify_production
+
+    if card is not None and production:
+        fail("--card and --production check different chains; give one (or neither, for every chain)", 2)
+    chains = [verify_card(card)] if card is not None else [verify_production()] if production else verify_everything()
+    if as_json:
+        print_json([c.as_json() for c in chains])
+    else:
+        for chain in chains:
+            console.print(chain.to_text(), highlight=False, soft_wrap=True)
+    broken = [c for c in chains if not c.ok]
+    if broken:
+        if not as_json:
+            fail(f"{len(broken)} chain(s) broken: " + "; ".join(c.subject for c in broken))
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the command to the top-level app."""
+    app.command("verify")(verify_cmd)
