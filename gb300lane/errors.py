@@ -10,6 +10,7 @@
     ├── BenchError                 a window could not be run
     ├── CardError                  a card file, registration or receipt is wrong
     ├── ReceiptExists              a write-once file already exists
+    ├── StorageError               a file cannot be written: disk full, read-only file system, no permission
     └── StateError                 the lane state (ledger, lock) refuses a transition
         └── LedgerError            the promotion ledger cannot be read or written (corrupt, unreadable, read-only)
 
@@ -64,6 +65,19 @@ class CardError(LaneError):
 
 class ReceiptExists(LaneError):
     """A write-once receipt already exists and will not be overwritten."""
+
+
+class StorageError(LaneError):
+    """A file could not be written (no space, a read-only file system, no permission): names the file and the fix.
+
+    `why` is what the system said (e.g. "No space left on device"), `fix` what to do, for callers that
+    phrase their own message.
+    """
+
+    def __init__(self, message: str, *, why: str = "", fix: str = "") -> None:
+        super().__init__(message)
+        self.why = why
+        self.fix = fix
 
 
 class StateError(LaneError):

@@ -60,11 +60,26 @@ def _podman_problem() -> str | None:
     return _podman_state["problem"]
 
 
+def _mounts_problem() -> str | None:
+    """Whether this process may make a private mount namespace with a tmpfs (root, or CAP_SYS_ADMIN)."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    try:
+        probe = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if probe.returncode == 0 else (probe.stderr.strip() or f"exit {probe.returncode}")[-300:]
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
     "compose": ("GB300LANE_SKIP_COMPOSE", "install docker-compose (apt-get install docker-compose)", _compose_problem),
     "podman": ("GB300LANE_SKIP_PODMAN", "install Debian's podman and catatonit (bash .ci/run does)", _podman_problem),
+    "mounts": ("GB300LANE_SKIP_MOUNTS", "run as root (unshare -m and mount -t tmpfs)", _mounts_problem),
 }
 
 

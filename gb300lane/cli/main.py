@@ -23,6 +23,7 @@ from gb300lane import __version__
 from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec, verify
 from gb300lane.cli.common import err_console, fail
 from gb300lane.errors import LaneError
+from gb300lane.fsio import STORAGE_ERRNOS, storage_error
 from gb300lane.models import format_validation_error
 
 
@@ -50,6 +51,11 @@ class LaneGroup(TyperGroup):
             fail(str(exc), exc.exit_code)
         except ValidationError as exc:
             fail(format_validation_error(exc), 1)
+        except OSError as exc:
+            # A write the storage refused somewhere no library boundary translated it: still one line.
+            if exc.errno in STORAGE_ERRNOS:
+                fail(str(storage_error(None, exc)), 1)
+            raise
 
 
 app = typer.Typer(

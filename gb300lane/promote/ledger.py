@@ -32,7 +32,8 @@ from typing import Literal
 from pydantic import JsonValue, ValidationError
 
 from gb300lane import keyed, paths
-from gb300lane.errors import LedgerError, StateError
+from gb300lane.errors import LaneError, LedgerError, StateError
+from gb300lane.fsio import storage_error
 from gb300lane.models import format_validation_error
 from gb300lane.promote.models import (
     CustodyLinks,
@@ -356,13 +357,26 @@ class Ledger:
         if self._db.in_transaction:
             yield self._db
             return
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise self._write_error(exc) from exc
+
+    def _write_error(self, exc: sqlite3.OperationalError) -> LaneError:
+        """A write SQLite refused, as one line: a full disk or a read-only file system, with the fix."""
+        name = getattr(exc, "sqlite_errorname", "")
+        if name == "SQLITE_FULL" or "disk is full" in str(exc):
+            return storage_error(self.path, OSError(errno.ENOSPC, "database or disk is full", str(self.path)))
+        if _is_read_only(exc):
+            return read_only_error(self.path, str(exc))
+        return _unreadable(self.path, str(exc))
 
     def _row_error(self, table: str, exc: ValidationError | ValueError) -> LedgerError:
         detail = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gb300lane import paths
-from gb300lane.errors import StateError
+from gb300lane.errors import StateError, StorageError
 from gb300lane.fsio import atomic_write
 from gb300lane.locks import FileLock, is_locked
 from gb300lane.promote.ledger import utcnow
@@ -81,6 +81,8 @@ def _write_holder(path: Path, text: str) -> None:
         )
     try:
         atomic_write(path, text)
+    except StorageError as exc:
+        raise StateError(f"{path}: cannot write the lock holder ({exc.why}); {exc.fix}") from None
     except OSError as exc:
         raise StateError(
             f"{path}: cannot write the lock holder ({exc.strerror or exc}); check {path.parent} is writable"

@@ -26,7 +26,9 @@ from contextlib import contextmanager
 
 from pydantic import JsonValue
 
+from gb300lane import paths
 from gb300lane.errors import LaneError, StateError
+from gb300lane.fsio import require_free
 from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import (
@@ -215,6 +217,7 @@ def promote(
                 message=f"plan ({because}): {stop}boot {recipe} as {plan.instance} on port {lane_port}; "
                         "run its smoke gates; record the promotion (dry run: nothing done)",
             )  # fmt: skip
+        require_free(paths.state_dir(), action=f"promote {recipe}")
         tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
         return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
@@ -248,9 +251,13 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
     except LaneError as exc:
         return _revert_promote(run, p, f"{recipe} failed to boot: {_first_line(exc)}", t0)
     endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p.port)
-    with run.step("smoke_candidate", recipe=recipe) as out:
-        smoke = run.ops.smoke(recipe, endpoint)
-        out.update(passed=smoke.passed, summary=smoke.summary)
+    try:
+        with run.step("smoke_candidate", recipe=recipe) as out:
+            smoke = run.ops.smoke(recipe, endpoint)
+            out.update(passed=smoke.passed, summary=smoke.summary)
+    except LaneError as exc:
+        # A smoke that could not run or be recorded (a full disk) is not a pass: put production back.
+        return _revert_promote(run, p, f"{recipe}'s smoke could not be run or recorded: {_first_line(exc)}", t0)
     if not smoke.passed:
         return _revert_promote(run, p, f"{recipe} failed smoke: {smoke.summary}", t0)
     with run.step("record"):
@@ -374,6 +381,7 @@ def rollback(
                 message=f"plan: {stop}start the kept pair {pair.instance} ({pair.recipe}) on port {plan.port}; "
                         "wait until ready; run its smoke gates; record the rollback (dry run: nothing done)",
             )  # fmt: skip
+        require_free(paths.state_dir(), action="roll back")
         tid = ledger.begin(pair.recipe, prod.recipe if prod else None, plan)
         return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
@@ -393,9 +401,13 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
         return _revert_rollback(run, p, f"the kept pair {target.recipe} failed to start: {_first_line(exc)}")
     restore_s = time.monotonic() - t0
     endpoint = boot.endpoint if boot else target.endpoint
-    with run.step("smoke_pair", recipe=target.recipe) as out:
-        smoke = run.ops.smoke(target.recipe, endpoint)
-        out.update(passed=smoke.passed, summary=smoke.summary)
+    try:
+        with run.step("smoke_pair", recipe=target.recipe) as out:
+            smoke = run.ops.smoke(target.recipe, endpoint)
+            out.update(passed=smoke.passed, summary=smoke.summary)
+    except LaneError as exc:
+        return _revert_rollback(run, p, f"the kept pair {target.recipe}'s smoke could not be run or recorded: "
+                                f"{_first_line(exc)}")
     if not smoke.passed:
         return _revert_rollback(run, p, f"the kept pair {target.recipe} failed smoke: {smoke.summary}")
     # The tool's share: everything in the restore outside the pair's own start-to-ready.

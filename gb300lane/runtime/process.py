@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from gb300lane import paths
-from gb300lane.errors import BootError, StateError
+from gb300lane.errors import BootError, StateError, StorageError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.models import FrozenModel
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
@@ -319,7 +319,10 @@ class ProcessRuntime(Runtime):
             else f"pid {rec.pid} is gone (exited while no gb300lane command was watching; status unknown)"
         )
         rec = rec.model_copy(update={"state": "exited", "exit_code": code, "pid": None, "detail": detail})
-        return self._save(rec)
+        try:
+            return self._save(rec)
+        except StorageError:
+            return rec  # a read (status) on a full or read-only disk still reports; the record catches up later
 
     def _info(self, rec: ProcessRecord) -> ContainerInfo:
         argv, env = rec.argv, rec.env
