@@ -35,9 +35,9 @@ def format_validation_error(
     """
     parts = []
     for err in exc.errors()[:1] if first_only else exc.errors():
-        key = ".".join(str(x) for x in err.get("loc", ()))
+        key = ".".join(_key_part(x) for x in err.get("loc", ()))
         kind = err.get("type", "")
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        msg = " ".join(str(err.get("msg", "invalid")).removeprefix("Value error, ").split())
         place = where(key) if where is not None else source
         prefix = f"{place}: " if place else ""
         if kind == "extra_forbidden":
@@ -49,6 +49,12 @@ def format_validation_error(
         else:
             parts.append(f"{prefix}{key or '(top level)'}: {msg}")
     return "; ".join(parts)
+
+
+def _key_part(part: object) -> str:
+    """One part of a dotted key; a key with a newline or other control character is quoted, so the line stays one."""
+    text = str(part)
+    return text if text.isprintable() else repr(text)
 
 
 def _shown(value: object) -> str:

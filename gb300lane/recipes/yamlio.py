@@ -196,8 +196,9 @@ def _compose(text: str, source: str, error: type[LaneError]) -> tuple[Any, Any]:
     """(the composed root node, the value built from it) through the strict loader; one-line errors."""
     if len(text) > MAX_FILE_BYTES:
         raise error(f"{source}: larger than {MAX_FILE_BYTES // 1024} KiB; refusing to parse it")
-    loader = _StrictLoader(text, source, error)
+    loader: _StrictLoader | None = None
     try:
+        loader = _StrictLoader(text, source, error)  # its reader already refuses control characters
         root = loader.get_single_node()
         return root, (loader.construct_document(root) if root is not None else None)
     except LaneError:
@@ -205,13 +206,16 @@ def _compose(text: str, source: str, error: type[LaneError]) -> tuple[Any, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.reader.ReaderError):  # no mark: the reader counts characters
+            where = f":{text.count(chr(10), 0, exc.position) + 1}"
+        problem = getattr(exc, "problem", None) or _one_line(str(exc)).split(' in "<unicode string>"')[0]
         raise error(f"{source}{where}: invalid YAML ({_one_line(problem)}); fix the syntax at that line") from None
     except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError, RecursionError) as exc:
         # A value PyYAML cannot build (an explicit tag on the wrong text, e.g. `!!int abc`).
         raise error(f"{source}: invalid YAML value ({_one_line(str(exc)) or type(exc).__name__}); fix the value") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def parse_value(text: str, source: str, *, error: type[LaneError] = RecipeError) -> Any:
