@@ -125,3 +125,25 @@ def test_plan_runs_a_pilot_of_arm_a_when_there_is_no_data(tmp_path: Path) -> Non
     assert pilot_window.rounds == 2 and pilot_window.seed_base != 1000
     assert "pilot" in plan.source and plan.source_requests == 48
     assert (tmp_path / "results" / "pilots").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_aa_tokens_per_step_test_keeps_its_error_rate(tmp_path: Path, lane: InProcessLane) -> None:
+    """The instrument check of the tokens/step test on the engine: under A/A it rejects about 2 x 2.5% of the time.
+
+    A small card (24 transcripts, C1 and C4, 48 tokens), 100 replicates with
+    their own seeds and boots. Counting a transcript's C1 and C4 requests as
+    two units (they share a seed) made this about 16%; a correct test stays
+    near 5% (PASS and FAIL together; a skewed difference leans to FAIL).
+    """
+    path = tmp_path / "aa.yaml"
+    path.write_text((DATA / "aa.yaml").read_text().replace("seed_base: SEED", "seed_base: 1000"))
+    card, _ = load_card(path)
+    cal, outcomes = calibrate(card, 100, seed=3, lane=lane)
+    rejected = sum(1 for o in outcomes if o.gates["tokens-per-step"] != "INCONCLUSIVE")
+    from gb300lane.cards.stats import proportion
+
+    rate = proportion(rejected, len(outcomes))
+    assert rate.low <= 0.05, rate.describe()
+    assert cal.false_better.rate <= 0.05, cal.false_better

@@ -64,7 +64,8 @@ def test_a_real_effect_passes_with_its_estimate_interval_and_n() -> None:
     tps = _gate(v, "tokens-per-step")
     assert tps.status == "PASS" and len(tps.tests) == 1
     t = tps.tests[0]
-    assert (t.test, t.margin, t.alpha, t.n, t.requests_per_arm) == ("superiority", 0.0, 0.025, 80, 160)
+    # 40 units: 2 classes x 20 transcripts, each averaged over C1, C4 and two rounds (160 requests per arm)
+    assert (t.test, t.margin, t.alpha, t.n, t.requests_per_arm) == ("superiority", 0.0, 0.025, 40, 160)
     assert 0.0 < t.low < t.estimate < t.high and t.estimate == pytest.approx(0.03, abs=0.01)
     assert t.comparison == "B / mean(A, A2)" and t.level == pytest.approx(0.95)
     assert "shown" in tps.reasons[0] and "superiority" in tps.bar

@@ -1,7 +1,9 @@
 """The tested gates: paired per-transcript tests of B against the controls, and of A against A2.
 
-A unit is one transcript of one class x concurrency cell, its rounds
-averaged; every arm ran the same transcripts, so units pair across arms. B's
+A unit is one transcript, its requests averaged over the rounds and the
+concurrencies the test covers: within an arm a transcript's requests at
+every concurrency of a round share one seed, so only transcripts are
+independent. Every arm ran the same transcripts, so units pair across arms. B's
 unit is compared with the mean of the controls' units (A, A2). The test,
 margin and alpha are the gate's, registered before any arm ran; nothing here
 is derived from the data it judges. At a look of a group-sequential design,
@@ -77,8 +79,26 @@ def _seed(*parts: object) -> int:
     return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
 
 
-def _flatten(units: Units, keys: list[tuple[str, int]]) -> dict[str, float]:
-    return {f"{k[0]}/C{k[1]}/{t}": v for k in keys for t, v in units.get(k, {}).items()}
+def _by_transcript(units: Units, keys: list[tuple[str, int]]) -> dict[str, tuple[float, int]]:
+    """Transcript -> (mean over the cells `keys`, cells averaged).
+
+    A transcript is the independent unit: within an arm its requests at
+    every concurrency of a round carry the same seed, so they share their
+    random streams (identical where k is the same, correlated where it is
+    not), and counting them as separate units would understate the noise.
+    """
+    acc: dict[str, list[float]] = {}
+    for k in keys:
+        for t, v in units.get(k, {}).items():
+            acc.setdefault(f"{k[0]}/{t.split('#')[0]}", []).append(v)
+    return {u: (sum(vs) / len(vs), len(vs)) for u, vs in acc.items()}
+
+
+def _paired(subject: dict[str, tuple[float, int]], refs: list[dict[str, tuple[float, int]]]) -> tuple[
+        dict[str, float], list[dict[str, float]]]:
+    """Keep the units every arm measured in the same cells, so each pair compares like with like."""
+    common = [u for u in subject if all(u in r and r[u][1] == subject[u][1] for r in refs)]
+    return {u: subject[u][0] for u in common}, [{u: r[u][0] for u in common} for r in refs]
 
 
 def _pct(x: float | None) -> str:
@@ -116,7 +136,8 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
     tests: list[GateTest] = []
     for cell, ks in groups:
-        b, c = paired_units(_flatten(s_units, ks), [_flatten(r, ks) for r in r_units])
+        sub, ref = _paired(_by_transcript(s_units, ks), [_by_transcript(r, ks) for r in r_units])
+        b, c = paired_units(sub, ref)
         rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
                         seed=_seed(gate.id, cell, look.number), who=subject.arm)
         tests.append(GateTest(

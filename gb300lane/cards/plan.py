@@ -41,37 +41,73 @@ PILOT_TRANSCRIPTS = 8
 Cell = tuple[str, int]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One control request: where it ran, its transcript and round, and what it measured."""
+
+    source: str  # the arm (or pilot) window it came from
+    cls: str
+    concurrency: int
+    transcript: str
+    round: int
+    tokens_per_step: float | None
+    decode_tok_s: float | None
+
+
 @dataclass
 class Noise:
-    """Per cell and metric: within-transcript variance of one request, and the mean."""
+    """Control requests of the same lane, kept one by one so each test can form its own units."""
 
-    var: dict[str, dict[Cell, float]] = field(default_factory=dict)
-    mean: dict[str, dict[Cell, float]] = field(default_factory=dict)
-    df: dict[str, dict[Cell, int]] = field(default_factory=dict)
-    requests: int = 0
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return len(self.samples)
 
 
-def noise_from_windows(windows: list[WindowData]) -> Noise:
-    """Pool, per cell, every request's deviation from its transcript's mean (over rounds and arms)."""
-    values: dict[str, dict[Cell, dict[str, list[float]]]] = {"tokens_per_step": {}, "decode_tok_s": {}}
-    requests = 0
-    for w in windows:
+def noise_from_windows(windows: list[tuple[str, WindowData]]) -> Noise:
+    """Every request of the (source, window) pairs given."""
+    out = Noise()
+    for source, w in windows:
         for c in w.cells:
-            key = (c.cls, c.concurrency)
-            requests += len(c.per_transcript)
-            for metric, src in (("tokens_per_step", c.per_transcript_tps), ("decode_tok_s", c.per_transcript)):
-                for t, v in src.items():
-                    values[metric].setdefault(key, {}).setdefault(t, []).append(v)
-    out = Noise(requests=requests)
-    for metric, cells in values.items():
-        for key, per_t in cells.items():
-            ss = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs) for xs in per_t.values())
-            df = sum(len(xs) - 1 for xs in per_t.values())
-            allv = [x for xs in per_t.values() for x in xs]
-            if df > 0 and allv:
-                out.var.setdefault(metric, {})[key] = ss / df
-                out.df.setdefault(metric, {})[key] = df
-                out.mean.setdefault(metric, {})[key] = sum(allv) / len(allv)
+            for t in set(c.per_transcript) | set(c.per_transcript_tps):
+                out.samples.append(Sample(source=source, cls=c.cls, concurrency=c.concurrency,
+                                          transcript=t,
+                                          round=c.round or 0, tokens_per_step=c.per_transcript_tps.get(t),
+                                          decode_tok_s=c.per_transcript.get(t)))
+    return out
+
+
+def unit_noise(noise: Noise, metric: str, cells: list[Cell]) -> dict[str, tuple[float, float, int]] | None:
+    """Per class: (variance, mean, degrees of freedom) of one round's unit, a transcript averaged over `cells`.
+
+    A transcript's requests at the concurrencies of one round share a seed,
+    so they are averaged into one value first; the variance is then taken
+    across that transcript's rounds and arms (other seeds, other boots),
+    pooled over transcripts. None when a class has no repeated transcript.
+    """
+    wanted: dict[str, set[int]] = {}
+    for cls, conc in cells:
+        wanted.setdefault(cls, set()).add(conc)
+    by_round: dict[tuple[str, str, str, int], dict[int, float]] = {}
+    for smp in noise.samples:
+        v = smp.tokens_per_step if metric == "tokens_per_step" else smp.decode_tok_s
+        if v is None or smp.concurrency not in wanted.get(smp.cls, ()):
+            continue
+        by_round.setdefault((smp.source, smp.cls, smp.transcript.split("#")[0], smp.round), {})[smp.concurrency] = v
+    per_t: dict[tuple[str, str], list[float]] = {}
+    for (_, cls, tid, _), vals in by_round.items():
+        if set(vals) == wanted[cls]:
+            per_t.setdefault((cls, tid), []).append(sum(vals.values()) / len(vals))
+    out: dict[str, tuple[float, float, int]] = {}
+    for cls in wanted:
+        groups = [xs for (c, _), xs in per_t.items() if c == cls]
+        df = sum(len(xs) - 1 for xs in groups)
+        if df <= 0:
+            return None
+        ss = sum(sum((x - sum(xs) / len(xs)) ** 2 for x in xs) for xs in groups)
+        allv = [x for xs in groups for x in xs]
+        out[cls] = (ss / df, sum(allv) / len(allv), df)
     return out
 
 
@@ -96,20 +132,19 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float) -> tuple[list[f
     metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
         "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
     w = card.window(gate.window)
-    var, mean = noise.var.get(metric, {}), noise.mean.get(metric, {})
     cells = _gate_cells(card, gate)
-    missing = [c for c in cells if c not in var]
-    if missing:
-        return [], f"no control data for {', '.join(f'{c} C{n}' for c, n in missing)}"
     n_ctrl = len(card.controls)
     factor = 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / n_ctrl
     units = w.transcripts_per_class * scale
     groups = [cells] if gate.scope == "aggregate" else [[c] for c in cells]
     out = []
     for group in groups:
-        v = sum(units * factor * var[c] / w.rounds for c in group)
-        base = sum(units * mean[c] for c in group) / (units * len(group))
-        out.append(math.sqrt(v) / (units * len(group)) / base)
+        per_cls = unit_noise(noise, metric, group)
+        if per_cls is None:
+            return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
+        v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
+        base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
+        out.append(math.sqrt(v) / (units * len(per_cls)) / base)
     return out, ""
 
 
@@ -233,7 +268,7 @@ def _matches(card: Card, w: WindowSpec) -> bool:
 def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
     recipe = card.controls[0].recipe
-    windows: list[WindowData] = []
+    windows: list[tuple[str, WindowData]] = []
     sources: list[str] = []
     for rec in all_receipts(base):
         try:
@@ -246,7 +281,8 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
             arms = [a for a in rec.load_arms(other) if a.role == "control" and a.source == "measured"]
         except CardError:
             continue
-        got = [a.windows[other.primary_window] for a in arms if other.primary_window in a.windows]
+        got = [(f"{rec.root.name}/{a.arm}", a.windows[other.primary_window]) for a in arms
+               if other.primary_window in a.windows]
         if got:
             windows += got
             sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
@@ -254,7 +290,7 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     if not windows:
         return None
     noise = noise_from_windows(windows)
-    if not noise.var.get("tokens_per_step") and not noise.var.get("decode_tok_s"):
+    if not noise.samples:
         return None
     label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
     return noise, f"earlier control arms of {recipe}: {label}"
@@ -286,7 +322,7 @@ def _pilot_meta(d: Any) -> dict[str, Any]:
     return meta
 
 
-def _pilot_windows(card: Card, base: Any = None) -> list[WindowData]:
+def _pilot_windows(card: Card, base: Any = None) -> list[tuple[str, WindowData]]:
     import json
 
     from gb300lane.cards.data import window_data_from_result
@@ -294,7 +330,7 @@ def _pilot_windows(card: Card, base: Any = None) -> list[WindowData]:
     out = []
     for d in _pilot_dirs(card, base):
         data = json.loads((d / "window.json").read_text(encoding="utf-8"))
-        out.append(window_data_from_result(data, "pilot"))
+        out.append((d.name, window_data_from_result(data, "pilot")))
     return out
 
 
