@@ -50,7 +50,7 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
                    "kv-pool": "PASS", "foreign-clients": "PASS"}, [r.model_dump() for r in v.results]
     # each request's own spec-decode counters reached the receipts
     tested = next(r for r in v.results if r.id == "tokens-per-step-tested").tests[0]
-    assert tested.n == 3 and tested.requests_per_arm == 12  # 3 transcripts, their C1 and C2 requests averaged
+    assert tested.n == 6 and tested.requests_per_arm == 24  # 6 transcripts, their C1 and C2 requests averaged
     assert all(r["spec_decode"]["num_drafts"] > 0 for r in window["records"])
     md = render_report(rec)
     assert (md.parent / "fig4-accepted-at-position.png").is_file()

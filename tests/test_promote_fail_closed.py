@@ -32,9 +32,6 @@ from gb300lane.promote.ledger import Ledger, ledger_path
 from gb300lane.promote.view import protected_instances
 from gb300lane.testing.simlane import SimLane
 
-NOBODY = 65534
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -136,13 +133,19 @@ def test_a_damaged_ledger_refuses_everything_that_could_touch_production(
 
 
 def _as_nobody(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user for whom file modes apply (root ignores them)."""
+    """Run the CLI as a user for whom file modes apply.
+
+    Root ignores file modes through its capabilities: as root, the CLI runs
+    with an empty capability set, so the modes apply to it as the owner while
+    the Python environment (perhaps below a directory only root can enter)
+    stays reachable.
+    """
     cmd = [sys.executable, "-m", "gb300lane", *args]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
-            pytest.fail("running as root needs setpriv (util-linux) to test file permissions as another user")
-        cmd = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd]
+            pytest.fail("running as root needs setpriv (util-linux) to test file permissions without capabilities")
+        cmd = [setpriv, "--bounding-set=-all", "--inh-caps=-all", *cmd]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd="/")
 
 
@@ -156,9 +159,6 @@ def shared_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, dict[s
     sim = SimLane.create(top / "lane.json", {"local-v26": {}, "local-v27": {}})
     assert pm.promote("local-v26", force=True, reason="first", ops=sim).ok
     assert pm.promote("local-v27", force=True, reason="second", ops=sim).ok
-    if os.geteuid() == 0:
-        for p in [top, *top.rglob("*")]:
-            os.chown(p, NOBODY, NOBODY)
     env = {**os.environ, "GB300LANE_STATE_DIR": str(state), "GB300LANE_LANE_OPS": f"sim:{top / 'lane.json'}",
            "COLUMNS": "400", "HOME": str(top)}  # fmt: skip
     try:
