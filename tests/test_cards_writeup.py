@@ -99,3 +99,9 @@ def test_latest_verdict_for_v27_is_br1_rescore(monkeypatch) -> None:
     k9 = latest_verdict_for("k9")
     assert (k9.card, k9.number, k9.verdict) == ("br2-k-ladder-peerbench", 1, "FAIL")
     assert latest_verdict_for("v26") is None
+
+
+def test_headers_name_the_card_once() -> None:
+    for lines, tag in ((reproduce_br1(), "BR1"), (reproduce_br2(), "BR2")):
+        assert lines[0].startswith(f"{tag}: "), lines[0]
+        assert f"{tag} {tag}" not in _text(lines)

@@ -70,7 +70,7 @@ def reproduce_br1() -> list[str]:
     arms = {a.arm: a for a in rec.load_arms(card)}
     A, B, A2 = arms["A"].windows["primary"], arms["B"].windows["primary"], arms["A2"].windows["primary"]
     ca, cb, ca2 = merged_cells(A), merged_cells(B), merged_cells(A2)
-    out = [f"BR1 {card.title}", f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
+    out = [card.title, f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
     out.append("Decode tok/s, temp 1.0     C1 A    C1 A2    C1 B  B/ctrl      C8 A    C8 A2     C8 B  B/ctrl")
     worst = []
     for cls in card.window("primary").classes:
@@ -180,7 +180,7 @@ def reproduce_br2() -> list[str]:
     cc = merged_cells(arms[cand].windows["primary"])
     ctrl = [merged_cells(arms[a.name].windows["primary"]) for a in card.controls]
     classes = card.window("primary").classes
-    out = [f"BR2 {card.title}", f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
+    out = [card.title, f"receipts: {rec.root} (transcribed from the write-up; manifest verified)", ""]
     out.append(f"{cand} ÷ mean(A, A2), temp 1.0  " + "".join(f"{c:>11}" for c in classes))
     for conc in (1, 8):
         row = f"  C{conc:<27}"
