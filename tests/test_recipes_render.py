@@ -110,12 +110,12 @@ def test_labels_on_every_container() -> None:
         assert c.labels["gb300lane.lane"] == "gb300" and c.labels["gb300lane.tool-version"]
 
 
-def test_dark_binds_loopback_and_port_moves_main_only() -> None:
+def test_dark_binds_loopback_and_port_moves_the_whole_lane() -> None:
     lane = render(load_recipe("v27", RECIPES), dark=True, port=30016)
     main = lane.container("main")
     assert _flag(main.argv, "--host") == "127.0.0.1" and _flag(main.argv, "--port") == "30016"
     assert lane.endpoint == "http://127.0.0.1:30016" and main.health_url == "http://127.0.0.1:30016/health"
-    assert lane.container("sidecar").port == 30007
+    assert lane.container("sidecar").port == 30017  # 30006/30007 in the recipe: the sidecar moves as far as main
 
 
 def test_extra_args_render_as_flags() -> None:

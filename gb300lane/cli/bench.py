@@ -79,6 +79,7 @@ def bench_cmd(
         None, "--arrival-seed", help="open loop: seed base of the Poisson arrivals (default: the window's seed base)"
     ),
     classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
+    port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
     from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
@@ -89,6 +90,9 @@ def bench_cmd(
 
     if (endpoint is None) == (lane is None):
         raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
+    if port is not None and lane is None:
+        raise typer.BadParameter("--port goes with --lane RECIPE (with --endpoint, put the port in the URL)",
+                                 param_hint="--port")
     conc = _int_list(concurrency, "--concurrency")
     rates = _float_list(request_rate, "--request-rate")
     if rates is not None and conc is not None:
@@ -105,8 +109,8 @@ def bench_cmd(
         from gb300lane.recipes import load_recipe, render
 
         recipe = load_recipe(lane)
-        rendered = render(recipe)
-        endpoint, _ = lane_endpoint(recipe)
+        rendered = render(recipe, port=port)
+        endpoint = rendered.endpoint if port is not None else lane_endpoint(recipe)[0]
         fp = rendered.fingerprint
         model = model or rendered.served_model_name
     if out is not None and out.exists():
@@ -165,6 +169,7 @@ def smoke_cmd(
     reference: Optional[list[Path]] = typer.Option(
         None, "--reference", help="the control's parity window result; pass twice (A, A2) to use their flips as the floor"
     ),
+    port: Optional[int] = typer.Option(None, "--port", help="the lane moved to this port (`up --port`)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     from gb300lane.bench.catalog import lane_endpoint
@@ -173,12 +178,14 @@ def smoke_cmd(
     from gb300lane.recipes import load_recipe, render
 
     recipe = load_recipe(recipe_name)
-    rendered = render(recipe)
+    rendered = render(recipe, port=port)
+    if endpoint is not None and port is not None:
+        raise typer.BadParameter("pass --endpoint or --port, not both", param_hint="--port")
     if reference and len(reference) > 2:
         raise typer.BadParameter("pass at most two references (A and A2)", param_hint="--reference")
     report = run_smoke(
         recipe,
-        endpoint or lane_endpoint(recipe)[0],
+        endpoint or (rendered.endpoint if port is not None else lane_endpoint(recipe)[0]),
         reference=reference or None,
         model=rendered.served_model_name,
         fingerprint=rendered.fingerprint,

@@ -148,12 +148,16 @@ def plan_cmd(
 @card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it "
                   "stopped. A sequential card takes a look after each stage and stops at PASS or FAIL.")
 def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
-            receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
-    from gb300lane.cards import run_card
+            receipts: Path | None = _RECEIPTS,
+            port: int | None = typer.Option(None, "--port", help="Boot every arm's lane (main and sidecar) "
+                                            "moved to this port, beside whatever serves the recipe's ports."),
+            as_json: bool = _JSON) -> None:
+    from gb300lane.cards import LiveArmOps, run_card
     from gb300lane.promote.view import protected_instances
 
     rec = _receipts(card, receipts)
-    lines = run_card(rec, progress=_say(as_json), protected=protected_instances())
+    protected = protected_instances()
+    lines = run_card(rec, ops=LiveArmOps(protected, port=port), progress=_say(as_json), protected=protected)
     if as_json:
         print_json({"receipts": str(rec.root), "lines": lines, "looks": rec.look_numbers()})
         return

@@ -46,7 +46,9 @@ def up(
     dark: bool = typer.Option(False, "--dark", help="Bind to 127.0.0.1 only and check for foreign clients."),
     name: Optional[str] = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<ARM>."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="docker or process (default: the recipe's)."),
-    port: Optional[int] = typer.Option(None, "--port", help="Serve on this port instead of lane.port."),
+    port: Optional[int] = typer.Option(
+        None, "--port", help="Move the whole lane: main on this port, the sidecar as far from it as in the recipe."
+    ),
     check: Optional[list[str]] = typer.Option(
         None, "--check", help="Recipe key to verify in the container args (repeatable; default: keys that differ from production, else the parent)."
     ),

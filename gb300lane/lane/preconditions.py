@@ -44,7 +44,7 @@ def check_preconditions(
             )
     for spec in rendered.containers:
         if facts.port_in_use(spec.port):
-            where = "pass --port N" if spec.role == "main" else "change sidecar.port in the recipe"
+            where = "pass --port N (it moves the whole lane: main to N, the sidecar beside it)"
             raise BootError(f"port {spec.port} ({spec.role}) is in use by another process on this host; {where}")
     if rt.name == "docker":
         # Only a docker boot needs the image builder (and its imports).

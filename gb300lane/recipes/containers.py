@@ -134,13 +134,24 @@ def main_argv(recipe: Recipe, *, host: str, port: int) -> tuple[str, ...]:
     return tuple(argv + common_tail)
 
 
-def sidecar_argv(recipe: Recipe) -> tuple[str, ...]:
+def sidecar_argv(recipe: Recipe, port: int | None = None) -> tuple[str, ...]:
+    """The sidecar's command; `port` (default: sidecar.port) is where it listens on the embedded engine."""
     sc = recipe.sidecar
     if sc is None:
         raise RenderError(f"recipe {recipe.name}: has no sidecar section; add one or drop the sidecar container")
     if recipe.engine == "embedded":
-        return ("python3", "-m", "gb300lane.engine", "sidecar", "--host", LOOPBACK, "--port", str(sc.port), *sc.args)
-    return tuple(sc.args)
+        listen = sc.port if port is None else port
+        return ("python3", "-m", "gb300lane.engine", "sidecar", "--host", LOOPBACK, "--port", str(listen), *sc.args)
+    if port is None or port == sc.port:
+        return tuple(sc.args)
+    # The real sidecar names its port in its own args: move it with the lane.
+    args = list(sc.args)
+    for i, a in enumerate(args):
+        if a == "--port" and i + 1 < len(args) and args[i + 1] == str(sc.port):
+            args[i + 1] = str(port)
+        elif a == f"--port={sc.port}":
+            args[i] = f"--port={port}"
+    return tuple(args)
 
 
 def host_volumes(recipe: Recipe, environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -164,10 +175,28 @@ def host_volumes(recipe: Recipe, environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def lane_ports(recipe: Recipe, port: int | None = None) -> tuple[int, int | None]:
+    """(main port, sidecar port) of the lane; `port` moves the whole lane: main to `port`, the sidecar by as much.
+
+    Two lanes of the same recipe can then run side by side on one host (production on the recipe's ports,
+    a dark lane on `--port P`); the sidecar keeps its distance from main (30106/30107 -> P/P+1).
+    """
+    main = recipe.lane.port if port is None else port
+    sidecar = recipe.sidecar.port + (main - recipe.lane.port) if recipe.sidecar is not None else None
+    for role, value in (("main", main), ("sidecar", sidecar)):
+        if value is not None and not 1 <= value <= 65535:
+            raise RenderError(
+                f"recipe {recipe.name}: --port {port} puts the {role} container on port {value}, outside 1-65535 "
+                f"(the sidecar runs {0 if recipe.sidecar is None else recipe.sidecar.port - recipe.lane.port:+d} "
+                "from main); pick another --port"
+            )
+    return main, sidecar
+
+
 def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> RenderedLane:
-    """The lane's containers. `dark` binds to loopback; `port` moves the main container only."""
+    """The lane's containers. `dark` binds to loopback; `port` moves the whole lane (main and sidecar, see `lane_ports`)."""
     fp = fingerprint(recipe)
-    main_port = port if port is not None else recipe.lane.port
+    main_port, sidecar_port = lane_ports(recipe, port)
     host = LOOPBACK if dark or recipe.lane.dark else recipe.lane.bind
     real = recipe.engine == "vllm"
 
@@ -183,7 +212,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
     env = dict(recipe.env)
     sidecar = recipe.sidecar
     if sidecar is not None:
-        env[sidecar.connect_env] = f"http://{LOOPBACK}:{sidecar.port}"
+        env[sidecar.connect_env] = f"http://{LOOPBACK}:{sidecar_port}"
     volumes = host_volumes(recipe, os.environ)
     containers = [
         ContainerSpec(
@@ -203,7 +232,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
             port=main_port,
         )
     ]
-    if sidecar is not None:
+    if sidecar is not None and sidecar_port is not None:
         sc_env = dict(sidecar.env)
         if sidecar.device is not None:
             sc_env["EXPERT_SIDECAR_DEVICE"] = sidecar.device
@@ -212,7 +241,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
                 role="sidecar",
                 name=f"{recipe.lane.name}-{recipe.name}-sidecar",
                 image=sidecar.image,
-                argv=sidecar_argv(recipe),
+                argv=sidecar_argv(recipe, sidecar_port),
                 env=dict(sorted(sc_env.items())),
                 network_mode="host",
                 device_ids=recipe.gpus.sidecar,
@@ -221,8 +250,8 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
                 ulimits={"memlock": (-1, -1)} if real else {},
                 volumes=volumes if real else (),
                 labels=labels("sidecar"),
-                health_url=f"http://{LOOPBACK}:{sidecar.port}/health",
-                port=sidecar.port,
+                health_url=f"http://{LOOPBACK}:{sidecar_port}/health",
+                port=sidecar_port,
             )
         )
     return RenderedLane(
