@@ -60,7 +60,10 @@ def _summary(result: WindowResult, out: Path | None) -> dict:
 
 
 def bench_cmd(
-    window: str = typer.Option(..., "--window", help="window name (recipe gate, primary-t1, parity-t0) or a YAML/JSON file"),
+    ctx: typer.Context,
+    window: Optional[str] = typer.Option(
+        None, "--window", help="window name (recipe gate, primary-t1, parity-t0) or a YAML/JSON file"
+    ),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="base URL of the lane, e.g. http://127.0.0.1:30106"),
     lane: Optional[str] = typer.Option(None, "--lane", help="recipe whose rendered endpoint to measure"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the window result here (never overwrites)"),
@@ -88,6 +91,10 @@ def bench_cmd(
     from gb300lane.bench.store import save_result
     from gb300lane.bench.window import run_window
 
+    if ctx.invoked_subcommand is not None:
+        return  # `bench export ...`: the subcommand does the work
+    if window is None:
+        raise typer.BadParameter("pass --window NAME (or run a subcommand: export)", param_hint="--window")
     if (endpoint is None) == (lane is None):
         raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
     if port is not None and lane is None:
@@ -199,7 +206,35 @@ def smoke_cmd(
         raise typer.Exit(1)
 
 
+def export_cmd(
+    result: Path = typer.Argument(..., help="a window result file written by `gb300lane bench --out`"),
+    fmt: str = typer.Option(..., "--format", help="vllm (vllm bench serve --save-result keys, one JSON line per cell) "
+                            "or csv (one row per cell)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write here (never overwrites); default: standard output"),
+) -> None:
+    from gb300lane.bench.export import FORMATS, export
+    from gb300lane.bench.store import load_result
+    from gb300lane.fsio import write_once
+
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"{fmt!r}: expected one of {', '.join(FORMATS)}", param_hint="--format")
+    if out is not None and out.exists():
+        fail(f"{out} already exists; exports are never overwritten: pass another --out path")
+    text = export(load_result(result), fmt)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_once(out, text)
+        err_console.print(f"{fmt} export written to {out}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Attach `bench` and `smoke` to the top-level app."""
-    app.command("bench", help="Run a bench window against a lane and print the write-up's tables.")(bench_cmd)
+    """Attach `bench` (with `bench export`) and `smoke` to the top-level app."""
+    bench_app = typer.Typer(
+        invoke_without_command=True,
+        help="Run a bench window against a lane and print the write-up's tables; `bench export` converts a result.",
+    )
+    bench_app.callback()(bench_cmd)
+    bench_app.command("export", help="Write a window result as vllm bench serve JSON lines or a CSV of cells.")(export_cmd)
+    app.add_typer(bench_app, name="bench")
     app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(smoke_cmd)
