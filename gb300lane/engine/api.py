@@ -25,7 +25,8 @@ class ApiError(Exception):
         self.param = param
 
     def body(self) -> dict[str, Any]:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(self.status, "Error")
+        kind = {400: "BadRequestError", 404: "NotFoundError", 408: "RequestTimeoutError", 413: "RequestEntityTooLarge",
+                503: "ServiceUnavailableError"}.get(self.status, "Error")
         return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}
 
 
@@ -117,7 +118,8 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
     min_tokens = _number(body, "min_tokens", 0, lo=0, integer=True)
     if max_tokens is not None and min_tokens > max_tokens:
         raise ApiError(f"min_tokens ({min_tokens}) must be <= {key} ({max_tokens})", param="min_tokens")
-    seed = _number(body, "seed", None, integer=True)
+    # vLLM's bounds: a seed is a torch.long.
+    seed = _number(body, "seed", None, integer=True, lo=-(2**63), hi=2**63 - 1)
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise ApiError(f"ignore_eos must be a boolean; got {ignore_eos!r}", param="ignore_eos")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import Any, Literal
 
@@ -23,6 +24,9 @@ from gb300lane.models import FrozenModel
 
 DEFAULT_KV_POOL_TOKENS = 4_400_013
 DEFAULT_MAX_MODEL_LEN = 131_072
+#: Wall seconds per modelled second at most: a hash-hit boot (about 528 modelled s) then takes
+#: under 15 hours; anything slower is a typo, not a pace.
+MAX_TIME_SCALE = 100.0
 
 
 class EngineArgs(FrozenModel):
@@ -147,13 +151,17 @@ def _int(flag: str, value: str, minimum: int, fix: str = "") -> int:
     return out
 
 
-def _float(flag: str, value: str, minimum: float) -> float:
+def _float(flag: str, value: str, minimum: float, maximum: float = math.inf) -> float:
     try:
         out = float(value)
     except ValueError as exc:
         raise EngineError(f"{flag} {value!r}: not a number") from exc
+    if not math.isfinite(out):
+        raise EngineError(f"{flag} {value}: must be a finite number")
     if not out >= minimum:
         raise EngineError(f"{flag} {out}: must be >= {minimum}")
+    if out > maximum:
+        raise EngineError(f"{flag} {out}: must be <= {maximum:g}")
     return out
 
 
@@ -269,7 +277,7 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
     given = {key for key, value in vars(ns).items() if value != defaults_of(prog).get(key)}
     max_num_seqs = _int("--max-num-seqs", ns.max_num_seqs, 1)
     seed = _int("--seed", ns.seed, 0)
-    time_scale = _float("--time-scale", ns.time_scale, 0.0)
+    time_scale = _float("--time-scale", ns.time_scale, 0.0, MAX_TIME_SCALE)
     boot_seed = None if ns.boot_seed is None else _int("--boot-seed (or GB300LANE_BOOT_SEED)", ns.boot_seed, 0)
     jitter = _float("--numerics-jitter (or GB300LANE_NUMERICS_JITTER)", ns.numerics_jitter, 0.0)
     if not jitter <= 1.0:

@@ -35,6 +35,9 @@ UNMODELLED_KEYS = (
     "disable_log_stats", "suffix_decoding_max_tree_depth", "enforce_eager",
 )
 DEFAULT_DRAFT_TOPK = 32
+#: The most drafts per step the engine serves: a step holds (max_num_seqs, k, vocab) draft rows,
+#: and past the trained block every slot is extrapolated, so a larger k buys nothing but memory.
+MAX_SPECULATIVE_TOKENS = 64
 #: The builtin checkpoint's draft config, hashed as vLLM hashes the draft model config.
 DRAFT_CHECKPOINT = {"mtp_stages": MTP_STAGES, "dspark_block_size": DSPARK_BLOCK_SIZE, "vocab_size": VOCAB_SIZE}
 
@@ -96,6 +99,9 @@ def parse_spec_config(text: str | None) -> tuple[SpecConfig | None, list[str]]:
         raise _bad("num_speculative_tokens", None, "set an integer > 0 (mtp has no default)")
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise _bad("num_speculative_tokens", k, "must be an integer > 0")
+    if k > MAX_SPECULATIVE_TOKENS:
+        raise _bad("num_speculative_tokens", k,
+                   f"the embedded engine drafts at most {MAX_SPECULATIVE_TOKENS} tokens per step; pass a smaller k")
     schedule = _parse_schedule(raw.pop("num_speculative_tokens_per_batch_size", None), k, warnings)
     draft = raw.pop("draft_sample_method", "greedy")
     if draft not in ("greedy", "probabilistic"):

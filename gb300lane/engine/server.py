@@ -29,6 +29,14 @@ from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
 from gb300lane.errors import EngineError
 
 ENGINE_NAME = "gb300lane-embedded"
+#: Seconds a connection may take to send a whole request head (from connect, or from the end of
+#: its last response); also how long an idle keep-alive connection stays open. A client that
+#: trickles its headers is closed, as uvicorn's keep-alive timeout closes vLLM's.
+HEADER_READ_TIMEOUT_S = 15.0
+#: Seconds a request body may take to arrive once its head has; past it the answer is 408.
+BODY_READ_TIMEOUT_S = 60.0
+#: The largest request body, as vLLM's server accepts (bytes).
+MAX_BODY_BYTES = 64 * 2**20
 
 
 class _Stream:
@@ -66,8 +74,12 @@ class _Stream:
 class EngineServer:
     """One engine: core, metrics, tasks and the aiohttp app."""
 
-    def __init__(self, args: EngineArgs, *, log: VllmLog | None = None, model: BuiltinModel | None = None) -> None:
+    def __init__(
+        self, args: EngineArgs, *, log: VllmLog | None = None, model: BuiltinModel | None = None,
+        body_read_timeout_s: float = BODY_READ_TIMEOUT_S,
+    ) -> None:
         self.args = args
+        self.body_read_timeout_s = body_read_timeout_s
         self.log = log or VllmLog()
         self.model = model or load_model()
         self.tokenizer = self.model.tokenizer
@@ -94,7 +106,7 @@ class EngineServer:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_middleware], client_max_size=32 * 2**20)
+        app = web.Application(middlewares=[self._errors_middleware], client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/health", self.health)
         app.router.add_get("/ping", self.health)
         app.router.add_get("/v1/models", self.models)
@@ -105,6 +117,10 @@ class EngineServer:
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
+
+    def runner(self, *, header_read_timeout_s: float = HEADER_READ_TIMEOUT_S) -> web.AppRunner:
+        """The app's runner with the engine's connection limits (see HEADER_READ_TIMEOUT_S)."""
+        return web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=header_read_timeout_s)
 
     async def _on_startup(self, _: web.Application) -> None:
         self._tasks = [asyncio.create_task(self._boot()), asyncio.create_task(self._loop()),
@@ -295,9 +311,8 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    def _prepare(self, req: GenerateRequest) -> Sequence:
+    def _prepare(self, req: GenerateRequest, ids: list[int]) -> Sequence:
         vocab = self.tokenizer.vocab_size
-        ids = req.prompt_ids if req.prompt_ids is not None else self.tokenizer.encode(req.prompt_text or "")
         if not ids:
             raise ApiError("the prompt is empty; send at least one token", param="prompt")
         if req.prompt_ids is not None and (min(ids) < 0 or max(ids) >= vocab):
@@ -315,22 +330,46 @@ class EngineServer:
             )
         return Sequence(request_id=req.request_id, prompt_ids=list(ids), params=params)
 
+    async def _read_json(self, request: web.Request) -> Any:
+        """The request body as JSON: read within the body timeout, parsed off the event loop."""
+        try:
+            raw = await asyncio.wait_for(request.read(), self.body_read_timeout_s)
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB; send a shorter prompt",
+                           status=413) from None
+        except asyncio.TimeoutError:
+            raise ApiError(f"the request body did not arrive within {self.body_read_timeout_s:g} s; "
+                           "send the whole body at once", status=408) from None
+        return await asyncio.to_thread(parse_json_body, raw)
+
     async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         if not self.ready:
             raise ApiError("the engine is still starting; retry when /health answers 200", status=503)
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(f"the request body is not valid JSON: {exc}") from exc
+        body = await self._read_json(request)
         req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
-        seq = self._prepare(req)
+        # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
+        ids = req.prompt_ids if req.prompt_ids is not None else await asyncio.to_thread(
+            self.tokenizer.encode, req.prompt_text or "")
+        seq = self._prepare(req, ids)
         stream = _Stream(seq, req.stop)
+        try:
+            self.core.add(seq)
+        except EngineError as exc:
+            raise ApiError(str(exc)) from None
         self._streams[seq.request_id] = stream
-        self.core.add(seq)
         self._work.set()
         try:
             if req.stream:
-                return await self._stream_response(request, req, stream)
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                try:
+                    await resp.prepare(request)
+                    await self._stream_response(resp, req, stream)
+                except ConnectionResetError:
+                    # The client went away mid-stream: abort its request (finally below), one line, no traceback.
+                    self.log.info("serving_chat.py:1401" if req.chat else "serving_completion.py:402",
+                                  f"Request {seq.request_id} aborted: the client disconnected after "
+                                  f"{len(seq.output_ids)} tokens")
+                return resp
             while not stream.closed:
                 await stream.wake.wait()
                 stream.wake.clear()
@@ -345,14 +384,28 @@ class EngineServer:
                 self.core.abort(seq)
             self._streams.pop(seq.request_id, None)
 
-    async def _stream_response(self, request: web.Request, req: GenerateRequest, stream: _Stream) -> web.StreamResponse:
+    @web.middleware
+    async def _errors_middleware(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return web.json_response(exc.body(), status=exc.status)
+        except web.HTTPException:
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # a bug answers as vLLM's server does: JSON, 500, one log line
+            self.log.error("api_server.py:1102", f"{request.method} {request.path} failed: {type(exc).__name__}: {exc}")
+            body = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "InternalServerError",
+                              "param": None, "code": 500}}
+            return web.json_response(body, status=500)
+
+    async def _stream_response(self, resp: web.StreamResponse, req: GenerateRequest, stream: _Stream) -> None:
         """Write the SSE stream; each token's reported wall time is when its chunk is written.
 
         `sent` counts the tokens whose chunks have been written: per-chunk usage
         reports it, and a step with no text adds its tokens to the next chunk.
         """
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         name = self.args.served_model_name
         seq = stream.seq
         continuous = req.include_usage and req.continuous_usage
@@ -386,7 +439,7 @@ class EngineServer:
                                       "code": 500}})
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
-                return resp
+                return
             if text:
                 await send(with_usage(chunk(req, name, text, None, first=first), carry), carry)
                 first, carry = False, 0
@@ -413,19 +466,16 @@ class EngineServer:
         await send(last)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
 
-@web.middleware
-async def _errors_middleware(request: web.Request, handler):
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON, or the 400 vLLM gives a body that is not (too deep nesting included)."""
     try:
-        return await handler(request)
-    except ApiError as exc:
-        return web.json_response(exc.body(), status=exc.status)
-    except web.HTTPException:
-        raise
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError("the request body is not valid JSON: nested too deeply; send a flatter object") from None
 
 
 def log_start(args: EngineArgs, log: VllmLog) -> None:
@@ -451,7 +501,7 @@ def log_start(args: EngineArgs, log: VllmLog) -> None:
 
 async def _serve(args: EngineArgs, log: VllmLog) -> None:
     server = EngineServer(args, log=log)
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    runner = server.runner()
     await runner.setup()
     try:
         site = web.TCPSite(runner, args.host, args.port)
