@@ -64,7 +64,8 @@ def test_up_on_docker_with_an_unreachable_engine(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.docker
 def test_image_missing_is_refused_before_anything_is_created(engine_image: str, recipes: Path) -> None:
     name = write_recipe(recipes, "t-noimage", image={"ref": "gb300lane-engine:no-such-tag"})
-    with pytest.raises(BootError, match="gb300lane-engine:no-such-tag .* not present.*engine-image build.*--pull"):
+    # Not the engine's own tag, so `engine-image build` (which builds gb300lane-engine:local) is not the fix.
+    with pytest.raises(BootError, match="gb300lane-engine:no-such-tag .* not present.*docker pull gb300lane-engine:no-such-tag.*--pull"):
         lane.up(name)
     assert get_runtime("docker").list({"gb300lane.instance": "local-t-noimage"}) == []
 

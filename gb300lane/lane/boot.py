@@ -111,7 +111,8 @@ def plan_boot(
     rendered = render(recipe, dark=dark, port=port)
     instance = instance_name(recipe, arm)
     rt = get_runtime(runtime or recipe.runtime, pull=pull)
-    gpu_check = check_preconditions(rt, rendered, instance, rendered.containers[0].port, protected)
+    products = {"main": recipe.gpus.main_product, "sidecar": recipe.gpus.sidecar_product}
+    gpu_check = check_preconditions(rt, rendered, instance, rendered.containers[0].port, protected, products)
     keys = list(check_keys) if check_keys is not None else default_check_keys(recipe, baseline)
     return BootPlan(
         recipe=recipe, rendered=rendered, instance=instance, arm=arm, dark=dark, runtime=rt,

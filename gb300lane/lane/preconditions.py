@@ -12,11 +12,12 @@ from gb300lane.lane import facts, instances
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.protect import Protected
 from gb300lane.recipes import RenderedLane
-from gb300lane.runtime import LABEL_INSTANCE, LABEL_PORT, Runtime
+from gb300lane.runtime import LABEL_INSTANCE, LABEL_PORT, Runtime, image_fix
 
 
 def check_preconditions(
-    rt: Runtime, rendered: RenderedLane, instance: str, port: int, protected: Protected
+    rt: Runtime, rendered: RenderedLane, instance: str, port: int, protected: Protected,
+    products: dict[str, str | None] | None = None,
 ) -> CheckResult:
     """Raise if the instance cannot boot here now; return the GPU check."""
     existing = instances.load(instance)
@@ -36,16 +37,23 @@ def check_preconditions(
             f"instance {instance} exists and booting it again would replace it, but {why}; "
             "boot this recipe under another --name"
         )
+    # Everything else that is wrong is reported at once, each with the fix that applies to it.
+    problems: list[str] = []
     for info in rt.list({LABEL_PORT: str(port)}):
         if info.state == "running" and info.labels.get(LABEL_INSTANCE) != instance:
-            raise BootError(
-                f"port {port} is served by lane container {info.name} "
-                f"(instance {info.labels.get(LABEL_INSTANCE)}); take it down first or pass --port"
+            problems.append(
+                f"port {port} is served by lane container {info.name} (instance {info.labels.get(LABEL_INSTANCE)}); "
+                "take it down first, or pass --port N (it moves the whole lane: main and sidecar)"
             )
+            break
     for spec in rendered.containers:
+        if spec.port == port and problems:
+            continue  # already named above, with the lane container that serves it
         if facts.port_in_use(spec.port):
-            where = "pass --port N (it moves the whole lane: main to N, the sidecar beside it)"
-            raise BootError(f"port {spec.port} ({spec.role}) is in use by another process on this host; {where}")
+            problems.append(
+                f"port {spec.port} ({spec.role}) is in use by another process on this host; pass --port N "
+                "(it moves the whole lane: main to N, the sidecar beside it)"
+            )
     if rt.name == "docker":
         # Only a docker boot needs the image builder (and its imports).
         from gb300lane.runtime.image import ENGINE_IMAGE, ensure_engine_image
@@ -53,29 +61,55 @@ def check_preconditions(
         if any(spec.image == ENGINE_IMAGE for spec in rendered.containers):
             # Built from this host, never pulled; without this a changed source tree would boot yesterday's engine.
             ensure_engine_image()
+    for image, roles in _images(rendered).items():
+        if rt.image_present(image) is False and not rt.pull:
+            problems.append(f"image {image} ({', '.join(roles)}) is not present on the Docker engine; {image_fix(image)}")
+    gpu_check, gpu_problem = _gpus(rendered, products or {})
+    if gpu_problem is not None:
+        problems.append(gpu_problem)
+    if len(problems) == 1:
+        raise BootError(f"cannot boot {instance}: {problems[0]}")
+    if problems:
+        raise BootError(
+            f"cannot boot {instance}, {len(problems)} problems: "
+            + " ".join(f"({n}) {p};" for n, p in enumerate(problems, 1)).rstrip(";")
+        )
+    return gpu_check
+
+
+def _images(rendered: RenderedLane) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
     for spec in rendered.containers:
-        if rt.image_present(spec.image) is False and not rt.pull:
-            raise BootError(
-                f"image {spec.image} ({spec.role}) is not present on the Docker engine; build it with "
-                "`gb300lane engine-image build` (gb300lane-engine:local) or pass --pull"
-            )
-    return _gpus(rendered)
+        out.setdefault(spec.image, []).append(spec.role)
+    return out
 
 
-def _gpus(rendered: RenderedLane) -> CheckResult:
+def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[CheckResult, str | None]:
+    """The GPU check, and what is wrong (None when nothing is): requested GPUs that this host does not have."""
     wanted = sorted({d for spec in rendered.containers for d in spec.device_ids})
     if not wanted:
-        return CheckResult(name="gpus", status="pass", summary="no GPUs requested", evidence={"wanted": []})
+        return CheckResult(name="gpus", status="pass", summary="no GPUs requested", evidence={"wanted": []}), None
+    needs = " and ".join(
+        f"{spec.role} GPU {', '.join(spec.device_ids)}" + (f" ({product})" if (product := products.get(spec.role)) else "")
+        for spec in rendered.containers if spec.device_ids
+    )
     found = facts.discover_gpus()
     if found is None:
-        return CheckResult(
-            name="gpus", status="unknown", evidence={"wanted": wanted, "found": None},
-            summary=f"GPUs {', '.join(wanted)} requested; nvidia-smi is not available to confirm them",
+        check = CheckResult(
+            name="gpus", status="fail", evidence={"wanted": wanted, "found": None},
+            summary=f"GPUs {', '.join(wanted)} requested; no NVIDIA GPU found here (nvidia-smi is not available)",
         )  # fmt: skip
+        return check, (
+            f"the recipe needs {needs} and this host shows no NVIDIA GPU (nvidia-smi is not available); "
+            "boot it on the box that has them, or boot a local- recipe (no GPU)"
+        )
     missing = [d for d in wanted if d not in found]
     if missing:
-        raise BootError(
-            f"GPU(s) {', '.join(missing)} requested by the recipe do not exist here (found {sorted(found)}); "
-            "fix gpus.main / gpus.sidecar"
+        check = CheckResult(name="gpus", status="fail", evidence={"wanted": wanted, "found": sorted(found)},
+                            summary=f"GPU(s) {', '.join(missing)} missing")
+        return check, (
+            f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist here (found {sorted(found)}); "
+            "fix gpus.main / gpus.sidecar in the recipe"
         )
-    return CheckResult(name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted})
+    check = CheckResult(name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted})
+    return check, None

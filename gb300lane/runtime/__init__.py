@@ -17,8 +17,10 @@ from gb300lane.runtime.base import (
     LABEL_ROLE,
     LABEL_RUN,
     LABEL_STATE,
+    ENGINE_IMAGE,
     ContainerInfo,
     Runtime,
+    image_fix,
     state_label,
 )
 from gb300lane.runtime.process import ProcessRuntime
@@ -49,10 +51,12 @@ __all__ = sorted(
         "LABEL_RUN",
         "LABEL_STATE",
         "RUNTIMES",
+        "ENGINE_IMAGE",
         "ContainerInfo",
         "ProcessRuntime",
         "Runtime",
         "get_runtime",
+        "image_fix",
         "state_label",
     ]
 )

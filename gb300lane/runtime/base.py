@@ -35,6 +35,17 @@ LABEL_PORT = "gb300lane.port"
 LABEL_STATE = "gb300lane.state"
 
 
+#: The embedded engine's image: built on this host (`gb300lane engine-image build`), never pulled.
+ENGINE_IMAGE = "gb300lane-engine:local"
+
+
+def image_fix(image: str) -> str:
+    """What makes a missing image present: the embedded engine's is built here; any other image is pulled."""
+    if image == ENGINE_IMAGE:
+        return "build it with `gb300lane engine-image build`, or pass --pull"
+    return f"pull it with `docker pull {image}`, or pass --pull to have `gb300lane up` pull it"
+
+
 def state_label() -> str:
     """The value of LABEL_STATE for the current state directory."""
     from gb300lane import paths

@@ -26,6 +26,7 @@ from gb300lane.runtime.base import (
     ContainerInfo,
     Runtime,
     SpecLike,
+    image_fix,
     label_filter,
 )
 
@@ -97,7 +98,8 @@ class DockerRuntime(Runtime):
             if lookup:
                 raise
             if isinstance(exc, docker.errors.ImageNotFound):
-                raise BootError(f"{what}: image not found locally ({exc.explanation}); {self._image_hint()}") from exc
+                raise BootError(f"{what}: image not found locally ({exc.explanation}); pull it with `docker pull IMAGE` "
+                                "(the embedded engine's: `gb300lane engine-image build`), or pass --pull") from exc
             raise BootError(f"{what}: not found ({exc.explanation}); see `gb300lane status`") from exc
         except docker.errors.APIError as exc:
             raise BootError(f"{what}: the Docker engine refused: {exc.explanation or exc}") from exc
@@ -105,10 +107,6 @@ class DockerRuntime(Runtime):
             raise _unavailable(exc) from exc
         except docker.errors.DockerException as exc:
             raise BootError(f"{what}: {exc}") from exc
-
-    @staticmethod
-    def _image_hint() -> str:
-        return "build the embedded engine image with `gb300lane engine-image build`, or pass --pull to fetch it"
 
     def _get(self, name: str) -> Any | None:
         try:
@@ -185,7 +183,7 @@ class DockerRuntime(Runtime):
             if self.pull:
                 self.pull_image(spec.image)
             else:
-                raise BootError(f"image {spec.image} is not present on this Docker engine; {self._image_hint()}")
+                raise BootError(f"image {spec.image} is not present on this Docker engine; {image_fix(spec.image)}")
         argv = list(spec.argv)
         kwargs: dict[str, Any] = {
             "name": spec.name,

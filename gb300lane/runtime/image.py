@@ -34,8 +34,7 @@ from gb300lane import __version__, paths
 from gb300lane.errors import BootError
 from gb300lane.fsio import sha256_bytes
 from gb300lane.models import FrozenModel
-
-ENGINE_IMAGE = "gb300lane-engine:local"
+from gb300lane.runtime.base import ENGINE_IMAGE as ENGINE_IMAGE  # defined with the runtimes, re-exported here
 SOURCE_HASH_LABEL = "gb300lane.source-hash"
 PREFIX = "/opt/python"
 SRC_DIR = "/opt/gb300lane"
