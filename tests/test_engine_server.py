@@ -397,3 +397,27 @@ def test_stop_strings_keep_usage_exact_in_the_stream():
         total = chunks[-1]["usage"]["completion_tokens"]
         _check_continuous_usage(chunks, total)
         assert "\n" not in "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+
+
+def test_tokenize_and_detokenize_answer_as_vllm_does():
+    with engine() as (url, server, _log):
+        code, body = _post(url + "/tokenize", {"model": "lane", "prompt": "def parse(self, text):\n"})
+        assert code == 200 and set(body) == {"count", "max_model_len", "tokens", "token_strs"}
+        assert body["count"] == len(body["tokens"]) and body["max_model_len"] == server.args.max_model_len
+        assert body["token_strs"] is None
+        code, with_strs = _post(url + "/tokenize", {"prompt": "def parse(self, text):\n", "return_token_strs": True})
+        assert with_strs["tokens"] == body["tokens"] and "".join(with_strs["token_strs"]) == "def parse(self, text):\n"
+        # The ids are the ones a completion is charged for.
+        _, done = _post(url + "/v1/completions", {"prompt": "def parse(self, text):\n", "max_tokens": 2})
+        assert done["usage"]["prompt_tokens"] == body["count"]
+        messages = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Weather in Lisbon?"}]
+        _, chat = _post(url + "/tokenize", {"messages": messages})
+        _, done = _post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+        assert done["usage"]["prompt_tokens"] == chat["count"]
+        code, back = _post(url + "/detokenize", {"model": "lane", "tokens": body["tokens"]})
+        assert code == 200 and back == {"prompt": "def parse(self, text):\n"}
+        for bad, param in (({"tokens": [10**9]}, "tokens"), ({"tokens": "1 2"}, "tokens"), ({"prompt": 3}, "prompt"),
+                           ({"tokens": [1], "model": "other"}, "model")):
+            path = "/tokenize" if "prompt" in bad else "/detokenize"
+            code, err = _post(url + path, bad)
+            assert code in (400, 404) and err["error"]["param"] == param

@@ -153,6 +153,55 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
     )
 
 
+def _check_model(body: dict, served_model_name: str) -> None:
+    model = body.get("model")
+    if model is not None and model != served_model_name:
+        raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
+
+
+def _flag(body: dict, key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(f"{key} must be a boolean; got {value!r}", param=key)
+    return value
+
+
+def parse_tokenize(body: Any, *, served_model_name: str) -> tuple[str, bool]:
+    """A /tokenize body: (the text the generate routes would tokenize, whether to return token strings).
+
+    vLLM's two shapes: `{"prompt": str}` (a completion prompt) or `{"messages": [...]}`
+    (a chat, rendered as /v1/chat/completions renders it).
+    """
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    _check_model(body, served_model_name)
+    strs = _flag(body, "return_token_strs", False)
+    if "messages" in body:
+        if body.get("continue_final_message") and body.get("add_generation_prompt"):
+            raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        return _messages_text(body["messages"]), strs
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError("prompt must be a string (or send messages for a chat)", param="prompt")
+    return prompt, strs
+
+
+def parse_detokenize(body: Any, *, served_model_name: str, vocab_size: int) -> list[int]:
+    """A /detokenize body's token ids, each in the vocabulary."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    _check_model(body, served_model_name)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in tokens):
+        raise ApiError("tokens must be a list of integer token ids", param="tokens")
+    bad = [t for t in tokens if not 0 <= t < vocab_size]
+    if bad:
+        raise ApiError(f"token id {bad[0]} is out of vocabulary (ids lie in [0, {vocab_size}))", param="tokens")
+    return tokens
+
+
 def timing_extension(seq: Sequence) -> dict[str, Any]:
     """The per-response "gb300lane" extension: modelled and wall times since arrival."""
     times = seq.token_modelled

@@ -4,7 +4,8 @@ Owns the event loop side of the engine: the boot task (modelled boot, then
 the sidecar readiness wait), the step loop (continuous batching, pacing wall
 time to modelled time x --time-scale, delivering tokens to waiting
 responses), the periodic stats log, and the handlers for /health,
-/v1/models, /version, /metrics, /v1/completions and /v1/chat/completions.
+/v1/models, /version, /metrics, /v1/completions, /v1/chat/completions,
+/tokenize and /detokenize.
 /health is 503 until the boot finished and a configured sidecar answered.
 """
 
@@ -19,7 +20,18 @@ from typing import Any
 
 from aiohttp import web
 
-from gb300lane.engine.api import ApiError, GenerateRequest, chunk, final_body, parse_request, spec_metrics, timing_extension, usage
+from gb300lane.engine.api import (
+    ApiError,
+    GenerateRequest,
+    chunk,
+    final_body,
+    parse_detokenize,
+    parse_request,
+    parse_tokenize,
+    spec_metrics,
+    timing_extension,
+    usage,
+)
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
@@ -114,6 +126,8 @@ class EngineServer:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/tokenize", self.tokenize)
+        app.router.add_post("/detokenize", self.detokenize)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -304,6 +318,21 @@ class EngineServer:
     async def metrics_handler(self, _: web.Request) -> web.Response:
         self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
         return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /tokenize: a completion prompt or chat messages, as the generate routes tokenize them."""
+        body = await self._read_json(request)
+        text, strs = parse_tokenize(body, served_model_name=self.args.served_model_name)
+        ids = await asyncio.to_thread(self.tokenizer.encode, text)
+        out: dict[str, Any] = {"count": len(ids), "max_model_len": self.args.max_model_len, "tokens": ids,
+                               "token_strs": [self.tokenizer.pieces[i] for i in ids] if strs else None}
+        return web.json_response(out)
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        """vLLM's /detokenize: token ids back to text (special tokens skipped, as vLLM's default)."""
+        body = await self._read_json(request)
+        ids = parse_detokenize(body, served_model_name=self.args.served_model_name, vocab_size=self.tokenizer.vocab_size)
+        return web.json_response({"prompt": self.tokenizer.decode(ids)})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=False)
