@@ -99,8 +99,10 @@ def _recipe_ref(recipe: str) -> RecipeRef:
 class Receipts:
     """One card's receipts directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, reused: bool = False) -> None:
         self.root = Path(root)
+        #: True when `register` found these receipts already registered with the same gates.
+        self.reused = reused
 
     # layout
     @property
@@ -323,29 +325,32 @@ def _written_at(path: Path) -> str:
         return ""
 
 
-def _dated_dir(base: Path, card: Card, date: str, fresh: bool) -> Path:
-    root = base / f"{date}-{card.name}"
+def _dated_dir(base: Path, card: Card, date: str, fresh: bool, run: str | None = None) -> Path:
+    stem = f"{date}-{card.name}" + (f"-{run}" if run else "")
+    root = base / stem
     if not fresh:
         return root
     n = 1
     while root.exists():
         n += 1
-        root = base / f"{date}-{card.name}-run{n}"
+        root = base / f"{stem}-run{n}"
     return root
 
 
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
              date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
-             plan: CardPlan | None = None) -> Receipts:
+             plan: CardPlan | None = None, run: str | None = None) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once.
 
-    Registering the same gates again returns the existing receipts; different
-    gates for a card already registered that day are refused (a new day, or
-    `fresh`, starts a new directory).
+    Registering the same gates again returns the existing receipts (marked
+    `reused`; `receipts_state` says what they hold); different gates for a card
+    already registered that day are refused (a new day, or `fresh`, starts a
+    new directory). `run` names a run of its own (`reproduce`:
+    `<date>-<card>-reproduce`), which never shares a directory with `card register`.
     """
     base = base or results_dir()
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    rec = Receipts(_dated_dir(base, card, date, fresh))
+    rec = Receipts(_dated_dir(base, card, date, fresh, run))
     if rec.registration_file.exists():
         reg = rec.registration()
         if reg.gates_sha256 != gates_hash(card):
@@ -354,7 +359,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
                 f"(sha256 {reg.gates_sha256[:12]}); gates are frozen once registered: keep the registered "
                 "gates, change them through `gb300lane card rescore`, or register with --fresh for a new run"
             )
-        return rec
+        return Receipts(rec.root, reused=True)
     refs = {a.name: recipe_ref(a.recipe) for a in card.arms}
     write_once(rec.card_file, card_text)
     reg = Registration(
@@ -371,6 +376,55 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
     return rec
+
+
+class ReceiptsState(FrozenModel):
+    """What a registered receipts directory holds, and what to run next: `card register` says it when it reuses one."""
+
+    receipts: str = Field(description="The receipts directory.")
+    registered_at: str = Field(description="When its gates were frozen.")
+    state: Literal["registered", "partial", "finished", "scored"] = Field(
+        description="registered (no arm run), partial (some arms or stages), finished (every arm), scored (a verdict)."
+    )
+    finished: tuple[str, ...] = Field(description="Arms that finished.")
+    unfinished: tuple[str, ...] = Field(description="Arms not finished (an interrupted attempt resumes as a new one).")
+    verdicts: tuple[str, ...] = Field(description="Verdicts written, as `N VERDICT`.")
+    next: tuple[str, ...] = Field(description="Commands that apply, first the usual one.")
+
+    def describe(self) -> str:
+        """One line: what was found, and what to do."""
+        found = {
+            "registered": "no arm has run yet",
+            "partial": f"arms {', '.join(self.finished)} finished, {', '.join(self.unfinished)} not yet",
+            "finished": f"every arm finished ({', '.join(self.finished)}), not scored yet",
+            "scored": f"every arm finished and scored ({'; '.join(f'verdict {v}' for v in self.verdicts)})",
+        }[self.state]
+        return (f"already registered in {self.receipts} with the same gates ({self.registered_at}): {found}; "
+                + "; or ".join(f"`{c}`" for c in self.next))
+
+
+def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
+    """What `rec` holds (finished, partial, scored) and the commands that take it on from there."""
+    from gb300lane.cards.verdicts import read_verdict
+
+    card = rec.card()
+    ref = card_ref or card.name
+    finished = tuple(a.name for a in card.arms if rec.finished_attempt(a.name) is not None)
+    unfinished = tuple(a.name for a in card.arms if a.name not in finished)
+    verdicts = tuple(f"{n} {read_verdict(rec, n).verdict}" for n in rec.verdict_numbers())
+    fresh = f"gb300lane card register {ref} --fresh"
+    nxt: tuple[str, ...]
+    if verdicts:
+        state: Literal["registered", "partial", "finished", "scored"] = "scored"
+        nxt = (f"gb300lane card show {ref}", f"gb300lane card rescore {ref} --reason \"...\" --set GATE.KEY=VALUE", fresh)
+    elif not unfinished:
+        state, nxt = "finished", (f"gb300lane card score {ref}", fresh)
+    elif finished or any(rec.arm_dir(a.name).is_dir() for a in card.arms):
+        state, nxt = "partial", (f"gb300lane card run {ref}", fresh)
+    else:
+        state, nxt = "registered", (f"gb300lane card run {ref}",)
+    return ReceiptsState(receipts=str(rec.root), registered_at=rec.registration().registered_at, state=state,
+                         finished=finished, unfinished=unfinished, verdicts=verdicts, next=nxt)
 
 
 def find_receipts(card_name: str, base: Path | None = None) -> Receipts:

@@ -49,7 +49,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
             f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
             f"{w.forced_tokens} forced tokens, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
             f"temperature {w.temperature}")
-    rec = register(card, read_card_text(path), base=base, fresh=True)
+    # A run directory of its own (`<date>-<card>-reproduce[-runN]`): `card register CARD` never finds these receipts.
+    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce")
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)

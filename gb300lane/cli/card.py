@@ -81,6 +81,7 @@ def register_cmd(
 ) -> None:
     from gb300lane.cards import load_card, register
     from gb300lane.cards.plan import registration_plan, registration_warnings
+    from gb300lane.cards.receipts import receipts_state
     from gb300lane.cards.schema import read_card_text
 
     loaded, path = load_card(card)
@@ -88,10 +89,15 @@ def register_cmd(
     rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan)
     reg = rec.registration()
     warnings = registration_warnings(loaded, reg.plan)
+    found = receipts_state(rec, card) if rec.reused else None
     if as_json:
         print_json({"card": loaded.name, "receipts": str(rec.root), "gates_sha256": reg.gates_sha256,
                     "registered_at": reg.registered_at, "warnings": warnings,
-                    "plan": reg.plan.model_dump(mode="json") if reg.plan else None})
+                    "plan": reg.plan.model_dump(mode="json") if reg.plan else None,
+                    "existing": found.model_dump(mode="json") if found else None})
+        return
+    if found is not None:
+        console.print(f"{loaded.name}: {found.describe()}", highlight=False, markup=False, soft_wrap=True)
         return
     console.print(f"{loaded.name}: registered in {rec.root} (gates sha256 {reg.gates_sha256[:16]})", highlight=False)
     if reg.plan and reg.plan.power is not None:
@@ -162,6 +168,12 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
         print_json({"receipts": str(rec.root), "lines": lines, "looks": rec.look_numbers()})
         return
     console.print(f"receipts: {rec.root}", highlight=False)
+    if lines and all(line.endswith("; skipped") for line in lines):
+        from gb300lane.cards.receipts import receipts_state
+
+        state = receipts_state(rec, card)
+        console.print("every arm had finished earlier; " + "; or ".join(f"`{c}`" for c in state.next), highlight=False,
+                      markup=False, soft_wrap=True)
 
 
 @card_app.command("score", help="Write verdict 1: the registered gates over the receipts. Exits 0 on PASS, "
