@@ -176,18 +176,25 @@ def test_ctrl_c_during_a_docker_boot_stops_and_keeps_the_containers(engine_image
     import sys
     import time
 
-    name = write_recipe(recipes, "t-dslow", engine_args={"time_scale": 0.01})
+    # A slow modelled boot (a compile miss is minutes of modelled time): the interrupt must land while
+    # the engine is still booting, however loaded the machine is.
+    name = write_recipe(recipes, "t-dslow", engine_args={"time_scale": 0.05})
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane", "up", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ),
     )  # fmt: skip
     rt = get_runtime("docker")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while True:
         main = rt.inspect("local-t-dslow-main")
         if main.state == "running" and "API server version" in rt.logs("local-t-dslow-main"):
             break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"the engine never reached its boot log while `up` ran (exit {proc.returncode}): {err[-2000:]}")
         time.sleep(0.1)
+    assert proc.poll() is None, "the boot finished before the interrupt could land"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "interrupted" in err and "stopped and kept" in err
