@@ -74,12 +74,24 @@ def _mounts_problem() -> str | None:
     return None if probe.returncode == 0 else (probe.stderr.strip() or f"exit {probe.returncode}")[-300:]
 
 
+def _chromium_problem() -> str | None:
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        return "chromium is not installed"
+    return None
+
+
+def _prometheus_problem() -> str | None:
+    return None if shutil.which("prometheus") else "prometheus is not installed"
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
     "compose": ("GB300LANE_SKIP_COMPOSE", "install docker-compose (apt-get install docker-compose)", _compose_problem),
     "podman": ("GB300LANE_SKIP_PODMAN", "install Debian's podman and catatonit (bash .ci/run does)", _podman_problem),
     "mounts": ("GB300LANE_SKIP_MOUNTS", "run as root (unshare -m and mount -t tmpfs)", _mounts_problem),
+    "chromium": ("GB300LANE_SKIP_CHROMIUM", "install Debian's chromium (bash .ci/run does)", _chromium_problem),
+    "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
 }
 
 

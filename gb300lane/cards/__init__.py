@@ -14,7 +14,7 @@ from gb300lane.cards.calibrate import Calibration, calibrate
 from gb300lane.cards.plan import plan_for
 from gb300lane.cards.receipts import Receipts, Registration, all_receipts, find_receipts, register
 from gb300lane.cards.results import CardPlan, GateResult, GateTest
-from gb300lane.cards.report import render_report
+from gb300lane.cards.report import render_html, render_report
 from gb300lane.cards.run import ArmOps, ForeignCount, LiveArmOps, run_card
 from gb300lane.cards.schema import Card, load_card, parse_card
 from gb300lane.cards.verdicts import Verdict, VerdictRef, compute_rescore, latest_verdict_for, rescore, score
@@ -42,6 +42,7 @@ __all__ = [
     "parse_card",
     "plan_for",
     "register",
+    "render_html",
     "render_report",
     "reproduce_writeup",
     "rescore",

@@ -79,6 +79,37 @@ def _one_user_a_p(a: ArmData, window: str) -> tuple[tuple[float, ...] | None, st
 
 
 def fig_accepted(card: Card, arms: list[ArmData], path: Path) -> bool:
+    return _save_drawn(draw_accepted(card, arms), path)
+
+
+def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
+    return _save_drawn(draw_marginal(card, arms), path)
+
+
+def _save_drawn(fig: Figure | None, path: Path) -> bool:
+    if fig is None:
+        return False
+    _save(fig, path)
+    _pyplot().close(fig)
+    return True
+
+
+def svg_text(fig: Figure) -> str:
+    """The figure as an inline <svg> element: text kept as text (readable, searchable), no external reference."""
+    import io
+
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "gb300lane"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    _pyplot().close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
+    """The write-up's Figure 4: accepted at position per arm; None when no arm has a_p."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
@@ -95,12 +126,13 @@ def fig_accepted(card: Card, arms: list[ArmData], path: Path) -> bool:
         ax.set_ylabel("accepted ÷ drafts")
         ax.set_title(f"{card.name}: accepted at position per arm")
         ax.legend(fontsize=7)
-        _save(fig, path)
+        return fig
     plt.close(fig)
-    return drawn
+    return None
 
 
-def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
+def draw_marginal(card: Card, arms: list[ArmData]) -> Figure | None:
+    """The write-up's Figure 5: marginal acceptance per position; None when no arm has a_p."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
@@ -123,9 +155,9 @@ def fig_marginal(card: Card, arms: list[ArmData], path: Path) -> bool:
         ax.set_ylabel("marginal acceptance a_p / a_(p-1)")
         ax.set_title(f"{card.name}: marginal acceptance per position")
         ax.legend(fontsize=7)
-        _save(fig, path)
+        return fig
     plt.close(fig)
-    return drawn
+    return None
 
 
 @dataclass(frozen=True)
@@ -165,9 +197,14 @@ def ratio_rows(card: Card, arms: list[ArmData]) -> list[RatioRow]:
 
 
 def fig_ratio(card: Card, rows: list[RatioRow], path: Path) -> bool:
+    return _save_drawn(draw_ratio(card, rows), path)
+
+
+def draw_ratio(card: Card, rows: list[RatioRow]) -> Figure | None:
+    """B / ctrl per class and concurrency with the paired bootstrap CI; None when no cell has a ratio."""
     rows = [r for r in rows if r.ratio is not None]
     if not rows:
-        return False
+        return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     concs = sorted({r.concurrency for r in rows})
@@ -194,9 +231,7 @@ def fig_ratio(card: Card, rows: list[RatioRow], path: Path) -> bool:
     ax.set_ylabel(f"{card.candidate.name} ÷ mean(controls), decode tok/s")
     ax.set_title(f"{card.name}: {card.candidate.name} / ctrl per class (bars: paired bootstrap 95% CI)")
     ax.legend(fontsize=7)
-    _save(fig, path)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def _f(v: float | None, fmt: str = ",.1f") -> str:
@@ -252,8 +287,10 @@ def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verd
     return "\n".join(lines)
 
 
-def render_report(rec: Receipts, number: int | None = None) -> Path:
-    """Write report/verdict-<n>/card.md and its figures (write-once); returns the markdown path."""
+HTML = "card.html"
+
+
+def _reported(rec: Receipts, number: int | None) -> tuple[Card, int, list[int]]:
     card = rec.card()
     nums = rec.verdict_numbers()
     if not nums:
@@ -261,9 +298,27 @@ def render_report(rec: Receipts, number: int | None = None) -> Path:
     n = number or nums[-1]
     if n not in nums:
         raise CardError(f"{rec.root}: no verdict {n}; verdicts on record: {nums}")
+    return card, n, nums
+
+
+def _write_html(rec: Receipts, card: Card, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
+                path: Path) -> Path:
+    from gb300lane.cards.report_html import page
+
+    return write_once(path, page(card, rec, arms, verdicts, rows))
+
+
+def render_report(rec: Receipts, number: int | None = None, *, html: bool = True) -> Path:
+    """Write report/verdict-<n>/card.md, its figures and (unless html=False) card.html, write-once.
+
+    Returns the markdown path; the HTML page is `HTML` beside it.
+    """
+    card, n, nums = _reported(rec, number)
     out = rec.report_dir(n)
     if (out / "card.md").exists():
         raise ReceiptExists(f"{out / 'card.md'}: the report of verdict {n} already exists; receipts are write-once")
+    if html and (out / HTML).exists():
+        raise ReceiptExists(f"{out / HTML}: the page of verdict {n} already exists; receipts are write-once")
     require_intact(rec, "report")
     verdicts = [read_verdict(rec, k) for k in nums if k <= n]
     arms = rec.load_arms(card)
@@ -276,5 +331,21 @@ def render_report(rec: Receipts, number: int | None = None) -> Path:
     if fig_ratio(card, rows, out / FIG_RATIO):
         figures.append(FIG_RATIO)
     path = write_once(out / "card.md", markdown(card, rec, arms, verdicts, rows, figures))
+    if html:
+        _write_html(rec, card, arms, verdicts, rows, out / HTML)
     rec.write_manifest(f"report-{n}")
     return path
+
+
+def render_html(rec: Receipts, number: int | None = None) -> Path:
+    """Write report/verdict-<n>/card.html alone (for a report rendered before pages were; write-once)."""
+    card, n, nums = _reported(rec, number)
+    path = rec.report_dir(n) / HTML
+    if path.exists():
+        raise ReceiptExists(f"{path}: the page of verdict {n} already exists; receipts are write-once")
+    require_intact(rec, "report")
+    verdicts = [read_verdict(rec, k) for k in nums if k <= n]
+    arms = rec.load_arms(card)
+    written = _write_html(rec, card, arms, verdicts, ratio_rows(card, arms), path)
+    rec.write_manifest(f"report-{n}-html")
+    return written

@@ -208,20 +208,31 @@ def rescore_cmd(
     print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
 
 
-@card_app.command("report", help="Render the markdown card and PNG figures into the receipts.")
+@card_app.command("report", help="Render the card into the receipts: markdown, PNG figures and one self-contained HTML page.")
 def report_cmd(
     card: str = typer.Argument(..., help="Card name, file or receipts directory."),
     receipts: Path | None = _RECEIPTS,
     verdict: int | None = typer.Option(None, "--verdict", help="Verdict number to report (default: the newest)."),
+    html: bool = typer.Option(False, "--html", help="Print the HTML page's path; where the markdown report already "
+                              "exists, write the page alone."),
     as_json: bool = _JSON,
 ) -> None:
-    from gb300lane.cards import render_report
+    from gb300lane.cards import render_html, render_report
+    from gb300lane.cards.report import HTML
 
-    md = render_report(_receipts(card, receipts), verdict)
+    rec = _receipts(card, receipts)
+    if html and rec.verdict_numbers() and (rec.report_dir(verdict or rec.verdict_numbers()[-1]) / "card.md").exists():
+        page = render_html(rec, verdict)
+        md = page.parent / "card.md"
+    else:
+        md = render_report(rec, verdict)
+        page = md.parent / HTML
     if as_json:
-        print_json({"report": str(md), "files": sorted(str(p) for p in md.parent.iterdir())})
+        print_json({"report": str(md), "html": str(page), "files": sorted(str(p) for p in md.parent.iterdir())})
         return
-    console.print(f"report: {md}", highlight=False)
+    console.print(f"{'page' if html else 'report'}: {page if html else md}", highlight=False)
+    if not html:
+        console.print(f"page: {page}", highlight=False)
 
 
 @card_app.command("show", help="Show a card's registration, arms, looks and verdicts.")
