@@ -51,6 +51,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -110,12 +111,12 @@ def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_ro
 
 
 def _engine_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` (Linux /proc), or None where unavailable."""
+    """User + system CPU seconds of process `pid` (psutil), or None where unavailable."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system
 
 
 async def _loop_lag(stop: asyncio.Event, lags_ms: list[float]) -> None:

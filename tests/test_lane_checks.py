@@ -93,9 +93,9 @@ def test_kv_pool() -> None:
 
 
 def test_dark_bind_and_foreign_clients() -> None:
-    v4 = facts.parse_proc_net_tcp((DATA / "proc-net-tcp.txt").read_text())
-    assert checks.check_bind([l for l in v4 if l.port == 30106], 30106).status == "pass"
-    open_ = checks.check_bind([l for l in v4 if l.port == 30107], 30107)
+    loopback, everywhere = facts.Listener(address="127.0.0.1", port=30106), facts.Listener(address="0.0.0.0", port=30107)
+    assert checks.check_bind([loopback, loopback.model_copy(update={"address": "::1"})], 30106).status == "pass"
+    open_ = checks.check_bind([everywhere], 30107)
     assert open_.status == "fail" and "0.0.0.0" in open_.summary
     assert checks.check_bind([], 30106).status == "fail"
     assert checks.check_bind(None, 30106).status == "unknown"

@@ -1,8 +1,10 @@
-"""Boot facts from recorded text: vLLM 0.33 logs, /proc/net/tcp, /metrics, nvidia-smi, container args."""
+"""Boot facts from recorded text: vLLM 0.33 logs, listening sockets, /metrics, nvidia-smi, container args."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -66,16 +68,25 @@ def test_a_compile_after_loads_makes_the_boot_a_miss() -> None:
     assert logparse.parse(text).autotune == "miss"
 
 
-def test_proc_net_tcp_listeners() -> None:
-    v4 = facts.parse_proc_net_tcp(_read("proc-net-tcp.txt"))
-    assert [(l.address, l.port) for l in v4] == [("127.0.0.1", 30106), ("0.0.0.0", 30107)]
-    assert v4[0].loopback_only and not v4[1].loopback_only
-    v6 = facts.parse_proc_net_tcp(_read("proc-net-tcp6.txt"))
-    assert [(l.address, l.port, l.loopback_only) for l in v6] == [
-        ("::1", 30108, True),
-        ("::", 30109, False),
-        ("127.0.0.1", 30110, True),
+Addr = namedtuple("Addr", "ip port")
+Conn = namedtuple("Conn", "fd family type laddr raddr status pid")  # psutil.net_connections' rows
+
+
+def recorded_connections() -> list[Conn]:
+    rows = json.loads(_read("net-connections.json"))
+    return [Conn(**{**r, "laddr": Addr(*r["laddr"]) if r["laddr"] else (), "raddr": ()}) for r in rows]
+
+
+def test_listening_sockets_from_recorded_connections() -> None:
+    found = facts.listening(recorded_connections())
+    assert [(l.address, l.port, l.pid, l.loopback_only) for l in found] == [
+        ("127.0.0.1", 30106, 4242, True),
+        ("0.0.0.0", 30107, None, False),
+        ("::1", 30108, 4243, True),
+        ("::", 30109, 4243, False),
+        ("127.0.0.1", 30110, 4244, True),  # IPv4-mapped: the IPv4 address it maps
     ]
+    assert [l.address for l in facts.listening(recorded_connections(), 30106)] == ["127.0.0.1"]
 
 
 def test_live_listeners_see_a_socket_this_test_opens() -> None:
@@ -86,8 +97,9 @@ def test_live_listeners_see_a_socket_this_test_opens() -> None:
         s.listen()
         port = s.getsockname()[1]
         found = facts.listeners(port)
-        assert found is not None and [l.address for l in found] == ["127.0.0.1"]
+        assert found is not None and [(l.address, l.pid) for l in found] == [("127.0.0.1", os.getpid())]
         assert facts.port_in_use(port)
+        assert facts.port_holders(port).startswith(f"pid {os.getpid()} (") and "python" in facts.port_holders(port)
     assert not facts.port_in_use(port)
 
 

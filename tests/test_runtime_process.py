@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from gb300lane.errors import BootError, StateError
@@ -27,6 +29,13 @@ def _spec(name: str, **over: object) -> SimpleNamespace:
     )  # fmt: skip
     base.update(over)
     return SimpleNamespace(**base)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -58,7 +67,7 @@ def test_lifecycle_create_start_stop_keep_restart_remove(rt: ProcessRuntime) -> 
     assert set(live.env) == set(rt.base_env()) | {"GREETING", "HF_TOKEN"}
     stopped = rt.stop("t-a-main", timeout_s=5)
     assert stopped.state == "exited" and stopped.pid is None
-    assert not os.path.exists(f"/proc/{info.pid}") or open(f"/proc/{info.pid}/stat").read().split()[2] == "Z"
+    assert not psutil.pid_exists(info.pid) or psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE
     # Kept: a fresh runtime object (a later CLI call) still knows it and can start it again.
     later = ProcessRuntime()
     assert later.inspect("t-a-main").state == "exited"
@@ -95,6 +104,39 @@ def test_a_process_that_dies_unwatched_is_reported_exited(rt: ProcessRuntime) ->
     info = ProcessRuntime().inspect("t-a-main")
     assert info.state == "exited" and info.exit_code is None
     assert "gone" in info.detail and "status unknown" in info.detail
+
+
+def test_a_reused_pid_is_not_taken_for_the_container(rt: ProcessRuntime) -> None:
+    """A record whose pid now names a later process (here: this test's own) reads as exited, and stop leaves it be."""
+    rt.create(_spec("t-a-main"))
+    rt.start("t-a-main")
+    path = rt.root / "t-a-main.json"
+    rec = json.loads(path.read_text())
+    real = rec["pid"]
+    me = psutil.Process()
+    rec.update(pid=me.pid, pid_created=me.create_time() - 100.0)  # same pid, an earlier process's start
+    path.write_text(json.dumps(rec))
+    info = ProcessRuntime().inspect("t-a-main")
+    assert info.state == "exited" and f"pid {me.pid} is gone" in info.detail
+    assert ProcessRuntime().stop("t-a-main").state == "exited" and me.is_running()
+    os.killpg(real, signal.SIGKILL)
+    _CHILDREN.pop(real).wait(timeout=10)
+
+
+def test_stop_ends_descendants_that_left_the_process_group(rt: ProcessRuntime) -> None:
+    """A child in its own session is out of reach of the group signal; psutil's process tree still finds it."""
+    script = (
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "print('child', c.pid, flush=True); time.sleep(60)"
+    )
+    rt.create(_spec("t-a-main", argv=("python3", "-c", script)))
+    rt.start("t-a-main")
+    _wait_for(lambda: "child " in rt.logs("t-a-main"))
+    grandchild = psutil.Process(int(rt.logs("t-a-main").split()[1]))
+    assert os.getpgid(grandchild.pid) != os.getpgid(rt.inspect("t-a-main").pid or 0)
+    rt.stop("t-a-main", timeout_s=5)
+    _wait_for(lambda: _gone(grandchild))  # ended (a zombie until whoever adopted it reaps it)
 
 
 def test_exit_status_is_known_when_watched(rt: ProcessRuntime) -> None:

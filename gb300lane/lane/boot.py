@@ -222,7 +222,9 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
     if any(rt.inspect(c).state == "running" for c in rec.containers):
         raise StateError(f"instance {instance} is already running; stop it first (`gb300lane down` or stop_instance)")
     if facts.port_in_use(rec.port):
-        raise BootError(f"port {rec.port} is in use by another process; instance {instance} cannot start on it")
+        raise BootError(
+            f"port {rec.port} is in use by {facts.port_holders(rec.port)}; instance {instance} cannot start on it"
+        )
     return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[])
 
 

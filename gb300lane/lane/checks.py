@@ -230,7 +230,9 @@ def check_bind(found: list[Listener] | None, port: int) -> CheckResult:
     """Dark lanes listen on loopback only."""
     evidence: dict[str, Any] = {"port": port, "listeners": None if found is None else [l.address for l in found]}
     if found is None:
-        return CheckResult(name="dark_bind", status="unknown", evidence=evidence, summary="/proc/net/tcp is unreadable")
+        return CheckResult(
+            name="dark_bind", status="unknown", evidence=evidence, summary="this user may not list listening sockets here"
+        )
     if not found:
         return CheckResult(name="dark_bind", status="fail", evidence=evidence, summary=f"nothing listens on :{port}")
     open_to = sorted({l.address for l in found if not l.loopback_only})

@@ -1,23 +1,25 @@
-"""Facts gathered from the host: listening sockets (the dark-lane check) and GPUs.
+"""Facts gathered from the host: listening sockets (the dark-lane check, the port precondition) and GPUs.
 
-Gathering and parsing are apart: `parse_proc_net_tcp` and `parse_nvidia_smi`
-are pure functions tests feed recorded text; `listeners` reads /proc/net/tcp
-and /proc/net/tcp6 (host networking puts Docker containers' sockets there too).
-The request counters of the foreign-client check are read from /metrics by
-`gb300lane.spec.metrics`, the one Prometheus parser.
+Sockets come from psutil, so they are read wherever psutil runs (on Linux it
+reads the network namespace's socket tables, where host networking puts Docker
+containers' sockets too) and each carries the pid holding it where this user
+may see it. `listening` is the pure half tests feed with recorded connections;
+`parse_nvidia_smi` is the pure half of GPU discovery. The request counters of
+the foreign-client check are read from /metrics by `gb300lane.spec.metrics`,
+the one Prometheus parser.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
 
+import psutil
 from pydantic import Field
 
 from gb300lane.models import FrozenModel
-
-_LISTEN = "0A"
 
 
 class Listener(FrozenModel):
@@ -25,52 +27,44 @@ class Listener(FrozenModel):
 
     address: str = Field(description="Bound address (0.0.0.0 / :: mean every interface).")
     port: int = Field(description="Bound port.")
+    pid: int | None = Field(default=None, description="Process holding the socket; None where this user cannot see it.")
 
     @property
     def loopback_only(self) -> bool:
         return ipaddress.ip_address(self.address).is_loopback
 
 
-def _decode_address(hex_addr: str) -> str:
-    raw = bytes.fromhex(hex_addr)
-    if len(raw) == 4:
-        return str(ipaddress.IPv4Address(raw[::-1]))
-    # IPv6 is stored as four little-endian 32-bit words.
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-    addr = ipaddress.IPv6Address(words)
-    return str(addr.ipv4_mapped or addr)
+def _address(ip: str) -> str:
+    # An IPv4-mapped IPv6 address is the IPv4 address it maps (a dual-stack socket bound to 127.0.0.1).
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
 
 
-def parse_proc_net_tcp(text: str) -> list[Listener]:
-    """Listening sockets from the text of /proc/net/tcp or /proc/net/tcp6."""
+def listening(conns: Iterable[Any], port: int | None = None) -> list[Listener]:
+    """The listening sockets among psutil connection records (`psutil.net_connections` rows), on `port` if given."""
     out = []
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 4 or fields[3] != _LISTEN:
+    for conn in conns:
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
             continue
-        addr, _, port = fields[1].partition(":")
-        out.append(Listener(address=_decode_address(addr), port=int(port, 16)))
+        if port is not None and conn.laddr.port != port:
+            continue
+        out.append(Listener(address=_address(conn.laddr.ip), port=conn.laddr.port, pid=conn.pid))
     return out
 
 
 def listeners(port: int | None = None) -> list[Listener] | None:
-    """Listening sockets on this host (on `port` if given); None where /proc/net is unreadable."""
-    found: list[Listener] = []
-    readable = False
-    for name in ("tcp", "tcp6"):
-        try:
-            text = Path("/proc/net", name).read_text()
-        except OSError:
-            continue
-        readable = True
-        found.extend(parse_proc_net_tcp(text))
-    if not readable:
-        return None
-    return [lst for lst in found if port is None or lst.port == port]
+    """Listening TCP sockets on this host (on `port` if given); None where this user may not list them."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, PermissionError, NotImplementedError):
+        return None  # macOS without root, or a platform psutil cannot read sockets on
+    return listening(conns, port)
 
 
 def port_in_use(port: int) -> bool:
-    """True when something listens on `port` (or, without /proc, when binding it fails)."""
+    """True when something listens on `port` (or, where sockets cannot be listed, when binding it fails)."""
     found = listeners(port)
     if found is not None:
         return bool(found)
@@ -81,6 +75,29 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def describe_process(pid: int) -> str:
+    """`pid 123 (python3 -m http.server 8000)`: a process named for a message; just the pid where it cannot be read."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            argv = proc.cmdline() or [proc.name()]
+    except psutil.Error:
+        return f"pid {pid}"
+    text = " ".join(argv)
+    return f"pid {pid} ({text[:117] + '...' if len(text) > 120 else text})"
+
+
+def port_holders(port: int) -> str:
+    """Who listens on `port`, for an error message: `pid 123 (...)`, or why the holder cannot be named."""
+    found = listeners(port)
+    if found is None:
+        return "a process this user may not list sockets of"
+    pids = sorted({lst.pid for lst in found if lst.pid is not None})
+    if not pids:
+        return "a process this user cannot see (another user's, or a container's)" if found else "another process"
+    return ", ".join(describe_process(pid) for pid in pids)
 
 
 def parse_nvidia_smi(text: str) -> set[str]:

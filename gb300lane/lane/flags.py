@@ -1,7 +1,7 @@
 """Reading recipe keys back out of a running container's command line.
 
 `parse_argv` turns the argv a runtime reports (docker inspect Path + Args, or
-/proc/<pid>/cmdline) into {flag: value}, with `--speculative-config` and
+the process command line psutil reads) into {flag: value}, with `--speculative-config` and
 `--compilation-config` decoded from JSON; `flag_value` answers "what does the
 container actually run with for this dotted recipe key", so the flag check
 compares the recipe with the container and never with the rendered spec.

@@ -51,8 +51,8 @@ def check_preconditions(
             continue  # already named above, with the lane container that serves it
         if facts.port_in_use(spec.port):
             problems.append(
-                f"port {spec.port} ({spec.role}) is in use by another process on this host; pass --port N "
-                "(it moves the whole lane: main to N, the sidecar beside it)"
+                f"port {spec.port} ({spec.role}) is in use by {facts.port_holders(spec.port)} on this host; "
+                "pass --port N (it moves the whole lane: main to N, the sidecar beside it)"
             )
     if rt.name == "docker":
         # Only a docker boot needs the image builder (and its imports).

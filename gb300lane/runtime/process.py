@@ -10,9 +10,11 @@ naming a path under a target is handed to the process as the path under the
 source, and `host_path` maps the same way, so a recipe whose cache root is a
 mounted host directory uses that directory on either runtime.
 
-Liveness is decided honestly: a pid counts as ours only while `/proc/<pid>/stat`
-shows the same start time we recorded (pids get reused), and a zombie counts
-as exited.
+Process facts come from psutil, so the runtime works wherever psutil does.
+Liveness is decided honestly: a pid counts as ours only while its creation
+time is the one we recorded (pids get reused), and a zombie counts as exited.
+Stopping signals the session's process group and every descendant psutil can
+see (a child that left the group is not orphaned).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+import psutil
 from pydantic import Field, ValidationError
 
 from gb300lane import paths
@@ -93,30 +96,45 @@ class ProcessRecord(FrozenModel):
     log_path: str = Field(description="File receiving stdout and stderr.")
     state: Literal["created", "running", "exited"] = Field(description="Last known state.")
     pid: int | None = Field(default=None, description="Pid while running.")
-    pid_start_ticks: int | None = Field(default=None, description="/proc/<pid>/stat start time, guards pid reuse.")
+    pid_created: float | None = Field(
+        default=None, description="The pid's creation time (psutil, seconds since the epoch): guards pid reuse."
+    )
+    pid_start_ticks: int | None = Field(
+        default=None, description="Earlier records' start time in kernel ticks; read, no longer written or compared."
+    )
     started_at: float | None = Field(default=None, description="Unix time of the last start.")
     exit_code: int | None = Field(default=None, description="Exit status when it was observed.")
     starts: tuple[tuple[float, int], ...] = Field(default=(), description="(start time, log offset) per start.")
     detail: str = Field(default="", description="Why the state is what it is.")
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start ticks) of a live pid, None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name may contain spaces and parens: split after the last ')'.
-    rest = raw[raw.rindex(")") + 2 :].split()
-    return rest[0], int(rest[19])
+#: Two creation times closer than this are the same process (psutil derives them from clock ticks).
+_SAME_START_S = 0.05
 
 
-def _read_nul_file(path: Path) -> list[str] | None:
+def _live(pid: int, created: float | None = None) -> psutil.Process | None:
+    """The running process `pid` (created at `created`, when known); None when it is gone, a zombie or a later
+    process given the same pid."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        proc = psutil.Process(pid)
+        if created is not None and abs(proc.create_time() - created) > _SAME_START_S:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.NoSuchProcess:  # ZombieProcess included
         return None
-    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
+    except psutil.AccessDenied:
+        return None  # another user's process: not one this runtime started
+    return proc
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.AccessDenied:
+        return False
 
 
 class ProcessRuntime(Runtime):
@@ -218,13 +236,14 @@ class ProcessRuntime(Runtime):
             except OSError as exc:
                 raise BootError(f"{name}: cannot start {rec.argv[0]!r}: {exc}; check the recipe's argv") from exc
         _CHILDREN[proc.pid] = proc
-        stat = _proc_stat(proc.pid)
+        live = _live(proc.pid)
         now = time.time()
         rec = rec.model_copy(
             update={
                 "state": "running",
                 "pid": proc.pid,
-                "pid_start_ticks": stat[1] if stat else None,
+                "pid_created": live.create_time() if live else None,
+                "pid_start_ticks": None,
                 "started_at": now,
                 "exit_code": None,
                 "starts": (*rec.starts, (now, offset)),
@@ -238,23 +257,39 @@ class ProcessRuntime(Runtime):
         rec = self._refresh(self._require(name))
         if rec.state != "running" or rec.pid is None:
             return self._info(rec)
-        code = self._terminate(rec.pid, timeout_s)
+        code = self._terminate(rec.pid, rec.pid_created, timeout_s)
         rec = rec.model_copy(
             update={"state": "exited", "exit_code": code, "pid": None, "detail": "stopped by gb300lane"}
         )
         self._save(rec)
         return self._info(rec)
 
-    def _terminate(self, pid: int, timeout_s: float) -> int | None:
-        """SIGTERM the process group, SIGKILL after the timeout; the exit status when observable."""
-        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+    def _terminate(self, pid: int, created: float | None, timeout_s: float) -> int | None:
+        """SIGTERM the process group and every descendant, SIGKILL after the timeout; the exit status when observable."""
+        leader = _live(pid, created)
+        tree: list[psutil.Process] = []
+        if leader is not None:
             try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
+                tree = leader.children(recursive=True)
+            except psutil.Error:
+                tree = []
+        # A group outlives its leader, and its id is not given to a new process while it does: signal it unless
+        # the pid now names a later process.
+        group = leader is not None or not psutil.pid_exists(pid)
+        for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
+            if group:
+                try:
+                    os.killpg(pid, sig)  # start_new_session: the group id is the leader's pid
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for proc in tree:
+                try:
+                    proc.send_signal(sig)  # psutil checks it is still the same process
+                except psutil.Error:
+                    pass
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
-                if not self._alive(pid):
+                if not self._alive(pid, created) and all(_gone(p) for p in tree):
                     break
                 time.sleep(0.02)
             else:
@@ -268,12 +303,11 @@ class ProcessRuntime(Runtime):
                 return None
         return None
 
-    def _alive(self, pid: int) -> bool:
+    def _alive(self, pid: int, created: float | None) -> bool:
         child = _CHILDREN.get(pid)
         if child is not None:
             return child.poll() is None
-        stat = _proc_stat(pid)
-        return stat is not None and stat[0] != "Z"
+        return _live(pid, created) is not None
 
     def remove(self, name: str) -> None:
         rec = self._load(name)
@@ -307,10 +341,7 @@ class ProcessRuntime(Runtime):
             if gone:
                 _CHILDREN.pop(rec.pid, None)
         else:
-            stat = _proc_stat(rec.pid)
-            gone = stat is None or stat[0] == "Z" or (
-                rec.pid_start_ticks is not None and stat[1] != rec.pid_start_ticks
-            )
+            gone = _live(rec.pid, rec.pid_created) is None
         if not gone:
             return rec
         detail = (
@@ -328,12 +359,17 @@ class ProcessRuntime(Runtime):
         argv, env = rec.argv, rec.env
         if rec.state == "running" and rec.pid is not None:
             # The kernel's view is the evidence; the record is only the fallback.
-            live_argv = _read_nul_file(Path(f"/proc/{rec.pid}/cmdline"))
-            live_env = _read_nul_file(Path(f"/proc/{rec.pid}/environ"))
-            if live_argv:
-                argv = tuple(live_argv)
-            if live_env is not None:
-                env = dict(item.split("=", 1) for item in live_env if "=" in item)
+            proc = _live(rec.pid, rec.pid_created)
+            if proc is not None:
+                try:
+                    with proc.oneshot():
+                        live_argv, live_env = proc.cmdline(), proc.environ()
+                except psutil.Error:
+                    pass  # exited meanwhile, or a platform that hides the environment: keep the record's
+                else:
+                    if live_argv:
+                        argv = tuple(live_argv)
+                    env = dict(live_env)
         return ContainerInfo(
             name=rec.name,
             runtime=self.name,
