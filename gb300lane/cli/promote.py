@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from gb300lane import promote as core
 from gb300lane.cli.common import console, err_console, fail, print_json
 from gb300lane.cli.seams import crash_hook, promotion_ops
+
+if TYPE_CHECKING:  # the promotion layer is imported when a command runs, not for `--help`
+    from gb300lane import promote as core
 
 
 def _progress(message: str) -> None:
@@ -41,6 +43,8 @@ def promote_cmd(
     """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair."""
     if reason and not force:
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
+    from gb300lane import promote as core
+
     report = core.promote(
         recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run,
         ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress,
@@ -53,6 +57,8 @@ def rollback_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""
+    from gb300lane import promote as core
+
     report = core.rollback(dry_run=dry_run, ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress)
     _report(report, as_json)
 
@@ -61,6 +67,8 @@ def history_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the events as JSON.")] = False,
 ) -> None:
     """Promotions, rollbacks, forced actions, failures and prunes: when, what and why."""
+    from gb300lane import promote as core
+
     events = core.history()
     if as_json:
         print_json([e.model_dump() for e in events])
@@ -93,6 +101,8 @@ def prune_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Remove old kept instances; never production or the current rollback pair."""
+    from gb300lane import promote as core
+
     report = core.prune(keep=keep, dry_run=dry_run, ops=promotion_ops())
     if as_json:
         print_json(report.model_dump())

@@ -5,18 +5,14 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-import yaml
-from rich.text import Text
-from rich.table import Table
 
 from gb300lane.cli.common import console, err_console, fail, print_json
-from gb300lane.recipes import diff_recipes, fingerprint, hash_values, lint, list_recipes, load_recipe, render
-from gb300lane.recipes.formats import render_format, write_rendered
-from gb300lane.recipes.k8s import render_k8s, write_k8s
-from gb300lane.recipes.masking import mask_lane, mask_recipe, mask_recipe_data
+
+if TYPE_CHECKING:  # the recipe schemas are imported when a command runs, not for `--help`
+    from gb300lane.recipes import RecipeSummary
 
 recipes_app = typer.Typer(
     help="Versioned lane recipes: list, show, diff, hash and lint them.",
@@ -53,6 +49,8 @@ def list_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
+    from gb300lane.recipes import list_recipes
+
     rows = list_recipes(recipes_dir)
     if as_json:
         print_json([r.model_dump() for r in rows])
@@ -63,7 +61,10 @@ def list_cmd(
         fail(f"{len(broken)} recipe(s) do not load ({', '.join(broken)}); `gb300lane recipes show NAME` gives the error")
 
 
-def _print_recipe_table(rows: list) -> None:
+def _print_recipe_table(rows: list[RecipeSummary]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("recipe", "extends", "engine", "description")
     for r in rows:
         if r.error:
@@ -80,6 +81,11 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
     show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
+    import yaml
+
+    from gb300lane.recipes import load_recipe
+    from gb300lane.recipes.masking import mask_recipe_data
+
     recipe = load_recipe(name, recipes_dir)
     data = recipe.model_dump(mode="json")
     if not show_secrets:
@@ -98,6 +104,8 @@ def diff_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
+    from gb300lane.recipes import diff_recipes, load_recipe
+
     d = diff_recipes(load_recipe(a, recipes_dir), load_recipe(b, recipes_dir))
     if as_json:
         print_json({**d.model_dump(mode="json"), "prediction": d.prediction})
@@ -119,6 +127,8 @@ def hash_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print the fingerprint with its input values as JSON"),
 ) -> None:
+    from gb300lane.recipes import fingerprint, hash_values, load_recipe
+
     recipe = load_recipe(name, recipes_dir)
     fp = fingerprint(recipe)
     values = hash_values(recipe)
@@ -134,6 +144,8 @@ def lint_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
 ) -> None:
+    from gb300lane.recipes import lint, list_recipes, load_recipe
+
     names = [name] if name else [s.name for s in list_recipes(recipes_dir)]
     results = {}
     for n in names:
@@ -162,6 +174,11 @@ def render_cmd(
     recipes_dir: Optional[Path] = _dir_option(),
     show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
+    from gb300lane.recipes import load_recipe, render
+    from gb300lane.recipes.formats import render_format, write_rendered
+    from gb300lane.recipes.k8s import render_k8s, write_k8s
+    from gb300lane.recipes.masking import mask_lane, mask_recipe
+
     recipe = load_recipe(name, recipes_dir)
     if fmt is RenderFormat.k8s:
         if not show_secrets:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gb300lane.errors import StateError
-from gb300lane.promote import CrashHook, PromotionOps
-from gb300lane.testing.crash import hook_from_env
+
+if TYPE_CHECKING:
+    from gb300lane.promote import CrashHook, PromotionOps
 
 #: Environment variable selecting the lane operations (`sim:<path>` for a simulated lane).
 OPS_ENV = "GB300LANE_LANE_OPS"
@@ -33,4 +35,6 @@ def promotion_ops() -> PromotionOps | None:
 
 def crash_hook() -> CrashHook | None:
     """The kill-at-a-point hook GB300LANE_CRASH_AT asks for, if any."""
+    from gb300lane.testing.crash import hook_from_env
+
     return hook_from_env()

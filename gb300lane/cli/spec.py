@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -11,16 +11,9 @@ from rich.table import Table
 
 from gb300lane.cli.common import console, print_json
 from gb300lane.errors import LaneError, MetricsError
-from gb300lane.spec import (
-    AcceptanceCurve,
-    MetricsScrape,
-    StepTimePoint,
-    acceptance,
-    advise,
-    delta,
-    load_advisor_input,
-    parse_metrics_text,
-)
+
+if TYPE_CHECKING:  # the advisor pulls in numpy: imported when a command runs, not for `--help`
+    from gb300lane.spec import AcceptanceCurve, MetricsScrape, StepTimePoint
 
 spec_app = typer.Typer(
     help="Speculative decoding arithmetic: acceptance per position, tokens per step, which k to run.",
@@ -29,6 +22,8 @@ spec_app = typer.Typer(
 
 
 def _read_scrape(path: Path, model: str | None) -> MetricsScrape:
+    from gb300lane.spec import parse_metrics_text
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -43,6 +38,8 @@ def from_metrics(
     model: Optional[str] = typer.Option(None, "--model", help="model_name label to read, when the scrape has several"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
+    from gb300lane.spec import acceptance, delta
+
     scrape = _read_scrape(after, model)
     if before is not None:
         scrape = delta(_read_scrape(before, model), scrape)
@@ -67,6 +64,8 @@ def from_metrics(
 
 
 def _curve(text: str, k_kind: str) -> AcceptanceCurve:
+    from gb300lane.spec import AcceptanceCurve
+
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError as exc:
@@ -79,6 +78,8 @@ def _curve(text: str, k_kind: str) -> AcceptanceCurve:
 
 
 def _step(text: str) -> StepTimePoint:
+    from gb300lane.spec import StepTimePoint
+
     try:
         k, ms = text.split(":")
         return StepTimePoint(k=int(k), ms=float(ms))
@@ -99,6 +100,8 @@ def advise_cmd(
     k: list[int] = typer.Option([], "--k", help="candidate k to consider (default 1..longest curve)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
+    from gb300lane.spec import advise, load_advisor_input
+
     curves = [_curve(t, "a-p") for t in a_p] + [_curve(t, "marginal") for t in marginal]
     points = [_step(t) for t in step]
     block = trained_block

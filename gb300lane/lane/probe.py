@@ -5,19 +5,28 @@ speaks HTTP to the engine. The async functions take the caller's session (a
 bench window keeps one open for hours); the sync ones open their own. None
 raises for a bad server: each returns the status and body, or why there is
 none; `metrics_text` alone raises, for callers that need the text.
+
+aiohttp is imported by the calls that use it, not with the module: `status`
+asks each instance for `/health` with one plain stdlib GET and starts without
+an event loop or aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
-from typing import Any
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from pydantic import Field
 
 from gb300lane.errors import MetricsError
 from gb300lane.models import FrozenModel
+
+if TYPE_CHECKING:
+    import aiohttp
 
 class Scrape(FrozenModel):
     """One /metrics scrape: the text, or why there is none."""
@@ -33,6 +42,8 @@ def _why(url: str, exc: BaseException) -> str:
 
 async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | None = None) -> tuple[int | None, str]:
     """(HTTP status, body), or (None, why no response came)."""
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
     try:
         async with session.get(url, timeout=timeout) as resp:
@@ -73,13 +84,10 @@ async def get_status(session: aiohttp.ClientSession, url: str, *, timeout_s: flo
     return body if status is None else status
 
 
-async def _fetch(url: str, timeout_s: float) -> tuple[int | None, str]:
-    async with aiohttp.ClientSession() as session:
-        return await get(session, url, timeout_s=timeout_s)
-
-
 def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
     """The /metrics text; MetricsError naming the URL when it cannot be read."""
+
+    import aiohttp
 
     async def scrape() -> Scrape:
         async with aiohttp.ClientSession() as session:
@@ -93,7 +101,14 @@ def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
 
 def health(endpoint: str, *, timeout_s: float = 2.0) -> str:
     """`healthy`, `unhealthy (HTTP n)` or `unreachable` for status displays."""
-    status, _ = asyncio.run(_fetch(f"{endpoint}/health", timeout_s))
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as aiohttp: no proxy from the environment
+    try:
+        with direct.open(f"{endpoint}/health", timeout=timeout_s) as resp:
+            status: int | None = resp.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+        status = None
     if status == 200:
         return "healthy"
     return f"unhealthy (HTTP {status})" if status is not None else "unreachable"

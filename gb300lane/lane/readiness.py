@@ -17,14 +17,16 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import aiohttp
 from pydantic import Field
 
 from gb300lane.errors import BootError
 from gb300lane.lane.probe import get
 from gb300lane.models import FrozenModel
+
+if TYPE_CHECKING:  # aiohttp is imported when a wait starts, not with the lane package
+    import aiohttp
 
 #: Log lines a readiness error carries.
 LOG_TAIL_LINES = 40
@@ -110,6 +112,8 @@ async def _wait(
     progress: Callable[[float], None] | None,
 ) -> tuple[float, str, Readiness | None, Died | None]:
     """(elapsed, reason, the check that failed last, a death): reason '' means ready."""
+    import aiohttp
+
     start = time.monotonic()
     reason, failing = "not polled yet", checks[0] if checks else None
     per_get = max(1.0, min(5.0, poll_s * 20))

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import Field
 
 from gb300lane.errors import MetricsError
 from gb300lane.models import FrozenModel
 from gb300lane.spec.acceptance import SpecCounters
+
+if TYPE_CHECKING:  # prometheus-client is imported when a scrape is parsed: `status` and `--help` never pay for it
+    from prometheus_client.metrics_core import Metric
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -45,6 +47,8 @@ class MetricsScrape(FrozenModel):
 
 def _families(text: str, source: str) -> list[Metric]:
     """The one call into prometheus-client's parser; its bare errors become a MetricsError naming the source."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         return list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises bare ValueError/TypeError on bad lines

@@ -1,0 +1,46 @@
+"""`gb300lane --help` and `gb300lane status` start without the heavy libraries that only some commands use.
+
+A correctness check of what is imported (Python's own `-X importtime` list), not a timing test: the cold start
+itself is measured in benchmarks/cli.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+#: Loaded by the commands that need them (bench, cards, spec, the engine), never to print help or status.
+HEAVY = ("numpy", "matplotlib", "aiohttp", "prometheus_client")
+
+
+def imported_modules(*argv: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """Every module the command imported, from `python -X importtime -m gb300lane ARGV` in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gb300lane", *argv],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    names = {
+        line.split("|")[2].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2 and "imported package" not in line
+    }
+    return names, proc
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("status",), ("--version",)], ids=" ".join)
+def test_cold_start_imports_no_heavy_library(argv: tuple[str, ...]) -> None:
+    names, proc = imported_modules(*argv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert "gb300lane.cli.main" in names, "the importtime list was not read"
+    heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
+    assert not heavy, f"`gb300lane {' '.join(argv)}` imported {', '.join(heavy[:8])}"
+
+
+def test_the_check_sees_a_heavy_import() -> None:
+    # The same reading of the importtime list does see numpy where a command loads it.
+    names, proc = imported_modules("spec", "advise", "--a-p", "0.7,0.5", "--step", "1:10", "--step", "2:11")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "numpy" in names
