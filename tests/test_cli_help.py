@@ -49,3 +49,54 @@ def test_usage_errors_exit_2_and_lane_errors_exit_1() -> None:
     assert missing.returncode == 1
     assert missing.stderr.count("\n") == 1 and "no recipe named 'no-such-recipe'" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+_OWN_HELP = {("engine", "serve"), ("engine", "sidecar")}  # they hand --help to their vLLM-style parser
+_TYPE_METAVARS = ("<bool>", "<str>", "<int", "<float>", "<path>", "list[", "Optional")
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS if p not in _OWN_HELP], ids=lambda p: " ".join(p) or "gb300lane")
+def test_help_fits_80_columns_and_names_every_option_whole(path: tuple[str, ...]) -> None:
+    cmd = dict(COMMANDS)[path]
+    for columns in ("80", "200"):
+        result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": columns})
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        too_wide = [line for line in lines if len(line) > 80]
+        assert not too_wide, f"`gb300lane {' '.join(path)} --help` with COLUMNS={columns}: {too_wide}"
+        words = set(result.output.replace(",", " ").replace("/", " ").split())
+        for param in cmd.params:
+            for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]:
+                if opt.startswith("-"):
+                    assert opt in words, f"`gb300lane {' '.join(path)} --help` does not show {opt} whole"
+        shown = [m for m in _TYPE_METAVARS if m in result.output]
+        assert not shown, f"`gb300lane {' '.join(path)} --help` shows type metavars {shown}"
+
+
+def test_flags_take_no_metavar_and_values_are_named() -> None:
+    text = CliRunner().invoke(app, ["up", "--help"]).output
+    assert "--dark " in text and "--dark <" not in text and "--dark BOOL" not in text
+    assert "--port PORT" in text and "Usage: " in text and " up [OPTIONS] RECIPE" in text
+    assert "--format [compose|docker-run|json|k8s]" in CliRunner().invoke(app, ["render", "--help"]).output
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    import gb300lane
+    from gb300lane.cli.main import installed_version
+
+    out = CliRunner().invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output == f"gb300lane {installed_version()}\n"
+    assert installed_version() == gb300lane.__version__  # pyproject.toml and the package say the same version
+    as_json = CliRunner().invoke(app, ["version", "--json"])
+    assert as_json.exit_code == 0 and '"version": "' + gb300lane.__version__ + '"' in as_json.output
+
+
+def test_shell_completion_is_on() -> None:
+    runner = CliRunner()
+    script = runner.invoke(app, ["--show-completion", "bash"], prog_name="gb300lane")
+    assert script.exit_code == 0 and "_GB300LANE_COMPLETE" in script.output
+    env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": "gb300lane up --allow", "COMP_CWORD": "2"}
+    done = runner.invoke(app, [], prog_name="gb300lane", env=env)
+    assert done.output.split() == ["--allow-outside-trained-block"]
+    env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": "gb300lane car", "COMP_CWORD": "1"}
+    assert runner.invoke(app, [], prog_name="gb300lane", env=env).output.split() == ["card"]

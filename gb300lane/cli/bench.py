@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from gb300lane.cli.common import console, err_console, fail, print_json
@@ -149,9 +148,7 @@ def bench_cmd(
     if as_json:
         print_json(_summary(result, out))
     else:
-        # A table piped to a file should not wrap at rich's default 80 columns.
-        out_console = console if console.is_terminal else Console(width=160, highlight=False)
-        out_console.print(render_window(result))
+        console.print(render_window(result), highlight=False)
         if out is not None:
             console.print(f"window result written to {out}")
     if not result.valid:

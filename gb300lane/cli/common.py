@@ -7,13 +7,44 @@ import sys
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+
+#: Width of output that is not a terminal: wide enough that no line or table is ever wrapped.
+PIPE_WIDTH = 10_000
+
+
+class LaneConsole(Console):
+    """A console that wraps to the terminal it writes to, and not at all when its output is piped or redirected.
+
+    Rich would wrap a pipe at 80 columns (or at the width of a terminal on stdin); output read by a program, a
+    pager or an editor should keep its lines. Decided at each print, so a redirected stream is seen as one.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(PIPE_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+    @property
+    def soft_wrap(self) -> bool:
+        return self._soft_wrap or not self.is_terminal
+
+    @soft_wrap.setter
+    def soft_wrap(self, value: bool) -> None:
+        self._soft_wrap = value
+
 
 # Markup is off: what the consoles print (recipe descriptions, reasons, names, errors) is user text and is
 # printed as text. A line that wants colour passes `markup=True` and escapes every value it interpolates.
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+console = LaneConsole(markup=False)
+err_console = LaneConsole(stderr=True, markup=False)
 
 
 def print_json(obj: Any) -> None:

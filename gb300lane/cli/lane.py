@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
@@ -152,8 +151,7 @@ def _print_status(st: LaneView) -> None:
             i.compile_hash or "-", _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
         )  # fmt: skip
     if st.instances:
-        # Piped output has no terminal width to honour; do not squeeze the table into 80 columns.
-        (console if console.is_terminal else Console(width=160)).print(table)
+        console.print(table)
     else:
         console.print("no lane instances on this host", highlight=False)
     prod = st.production

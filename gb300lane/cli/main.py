@@ -7,6 +7,12 @@ becomes one red line on stderr and its `exit_code` (1); a pydantic
 `ValidationError` that escaped a loader becomes its dotted field paths.
 Usage errors stay typer's own (exit code 2). The library's warnings (logged
 on the `gb300lane` logger) become one yellow line each.
+
+Help is click's plain layout (it wraps to the terminal, at most 80 columns,
+and never cuts an option's name), with names rather than types as metavars:
+`--port PORT`, `up RECIPE`, and nothing after a flag. Every command module
+imports its library when the command runs, so `gb300lane --help` loads
+neither pydantic's models nor numpy.
 """
 
 from __future__ import annotations
@@ -15,16 +21,14 @@ import logging
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from gb300lane import __version__
 from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec, verify
 from gb300lane.cli.common import err_console, fail
 from gb300lane.errors import LaneError
 from gb300lane.fsio import STORAGE_ERRNOS, storage_error
-from gb300lane.models import format_validation_error
 
 
 class _Warnings(logging.Handler):
@@ -40,8 +44,56 @@ if not any(isinstance(h, _Warnings) for h in _LIBRARY_LOG.handlers):
     _LIBRARY_LOG.propagate = False
 
 
+class _Argument(TyperArgument):
+    """An argument shown by its name alone: `RECIPE`, `[RECIPE]` when optional; no `<str>` beside it."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def _tidy_help(command: Any) -> None:
+    """Name every value a command takes by what it is, not by its Python type, all the way down the tree."""
+    for param in getattr(command, "params", ()):
+        if isinstance(param, TyperArgument):
+            if param.metavar is None:
+                param.metavar = (param.name or "value").upper()
+            param.__class__ = _Argument
+        elif isinstance(param, TyperOption) and param.metavar is None and not (param.is_flag or param.count):
+            desc = param.type_descriptor
+            if desc.is_choice and desc.choices:
+                param.metavar = "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
+            else:
+                param.metavar = (param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            # click would cut the listing's line at the column's width ("..."); the first sentence, wrapped, reads whole.
+            first = sub.help.strip().split("\n\n", 1)[0]
+            sub.short_help = " ".join(first.split(". ", 1)[0].split()).rstrip(".") + "."
+        _tidy_help(sub)
+
+
+def _validation_error(exc: Exception) -> str | None:
+    """The dotted field paths of a pydantic ValidationError that escaped a loader (pydantic is loaded by then)."""
+    import sys
+
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is None or not isinstance(exc, pydantic.ValidationError):
+        return None
+    from gb300lane.models import format_validation_error
+
+    return format_validation_error(exc)
+
+
 class LaneGroup(TyperGroup):
     """The top-level group: runs a command and maps what the library raised to a message and an exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _tidy_help(self)
 
     # typer.Context is the click context of whichever click typer uses (vendored in recent typer).
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
@@ -49,13 +101,16 @@ class LaneGroup(TyperGroup):
             return super().invoke(ctx)
         except LaneError as exc:
             fail(str(exc), exc.exit_code)
-        except ValidationError as exc:
-            fail(format_validation_error(exc), 1)
         except OSError as exc:
             # A write the storage refused somewhere no library boundary translated it: still one line.
             if exc.errno in STORAGE_ERRNOS:
                 fail(str(storage_error(None, exc)), 1)
             raise
+        except Exception as exc:
+            message = _validation_error(exc)
+            if message is None:
+                raise
+            fail(message, 1)
 
 
 app = typer.Typer(
@@ -63,13 +118,34 @@ app = typer.Typer(
     cls=LaneGroup,
     help="Run one LLM serving lane on evidence: recipes, boot checks, bench windows, cards, promotion.",
     no_args_is_help=True,
-    add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 
 
+def installed_version() -> str:
+    """The version pip recorded for the installed distribution; the package's own where none is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gb300lane")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gb300lane {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: bool = typer.Option(
+        False, "--version", is_eager=True, expose_value=False, callback=_print_version,
+        help="Print the version and exit.",
+    ),
+) -> None:
     """Run one LLM serving lane on evidence."""
 
 
@@ -78,8 +154,13 @@ for module in (recipes, spec, engine, lane, bench, card, promote, verify):
 
 
 @app.command("version", help="Print the tool version.")
-def version() -> None:
-    typer.echo(__version__)
+def version(as_json: bool = typer.Option(False, "--json", help="Print the name and version as JSON.")) -> None:
+    if as_json:
+        from gb300lane.cli.common import print_json
+
+        print_json({"name": "gb300lane", "version": installed_version()})
+        return
+    typer.echo(installed_version())
 
 
 def main() -> None:
