@@ -1,0 +1,109 @@
+"""Benchmark: cold start of `gb300lane --help` and `gb300lane status`, next to bare Python in the same run.
+
+Each command runs `--runs` times (default 10) in a fresh process, round-robin
+with `python -c pass` so that machine load falls on all three alike; the first
+round is a warm-up (bytecode caches, disk cache) and is not counted. `status`
+runs against an empty state directory of its own, so it reports the host
+(runtimes reachable, no instances) and probes nothing.
+
+The floor: each command's median at most 0.3 s above bare Python's median.
+
+    python benchmarks/cli.py [--runs 10] [--out benchmarks/results/cli.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Seconds a command's median may exceed bare Python's.
+FLOOR_OVER_BARE_S = 0.3
+
+COMMANDS: dict[str, list[str]] = {
+    "python -c pass": [sys.executable, "-c", "pass"],
+    "gb300lane --help": [sys.executable, "-m", "gb300lane", "--help"],
+    "gb300lane status": [sys.executable, "-m", "gb300lane", "status"],
+}
+
+
+def run_once(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[1:])} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per command (median reported)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cli.json")
+    args = parser.parse_args()
+
+    from gb300lane import __version__
+    from gb300lane.fsio import atomic_write, dumps_json
+
+    with tempfile.TemporaryDirectory(prefix="gb300lane-cli-bench-") as tmp:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            "GB300LANE_STATE_DIR": str(Path(tmp) / "state"),
+            "GB300LANE_RESULTS_DIR": str(Path(tmp) / "results"),
+            "VLLM_CACHE_ROOT": str(Path(tmp) / "vllm-cache"),
+        }
+        times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+        for round_ in range(args.runs + 1):
+            for name, argv in COMMANDS.items():
+                t = run_once(argv, env)
+                if round_ > 0:  # round 0 warms the bytecode and disk caches
+                    times[name].append(t)
+
+    bare = statistics.median(times["python -c pass"])
+    rows = []
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        over = None if name == "python -c pass" else median - bare
+        rows.append({
+            "command": name, "runs": len(ts), "median_s": median, "min_s": min(ts), "max_s": max(ts),
+            "over_bare_s": over, "passed": over is None or over <= FLOOR_OVER_BARE_S, "times_s": ts,
+        })  # fmt: skip
+    passed = all(r["passed"] for r in rows)
+
+    print(f"cold start, median of {args.runs} runs each (round-robin, one warm-up round), same run")
+    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'over bare s':>12}  floor")
+    for r in rows:
+        over = "-" if r["over_bare_s"] is None else f"{r['over_bare_s']:+.3f}"
+        verdict = "-" if r["over_bare_s"] is None else ("ok" if r["passed"] else "MISSED")
+        print(f"{r['command']:<20} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {over:>12}  {verdict}")
+    print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python: {'passed' if passed else 'MISSED'}")
+
+    result = {
+        "schema_version": 1,
+        "benchmark": "cli",
+        "tool_version": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "floor_over_bare_s": FLOOR_OVER_BARE_S,
+        "passed": passed,
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.out, dumps_json(result))
+    print(f"wrote {args.out}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
