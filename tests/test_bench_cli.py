@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,7 @@ from gb300lane.errors import BenchError
 from gb300lane.paths import shipped
 from gb300lane.recipes import load_recipe
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
-import fake_lane  # noqa: E402
+from fakes import lane as fake_lane
 
 runner = CliRunner()
 WINDOW_FILE = Path(__file__).parent / "data" / "bench" / "quick-window.yaml"

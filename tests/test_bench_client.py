@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -15,8 +13,7 @@ from gb300lane.bench.client import SSEParser, stream_request
 from gb300lane.lane.probe import scrape_metrics
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
-import fake_lane  # noqa: E402
+from fakes import lane as fake_lane
 
 
 @pytest.fixture

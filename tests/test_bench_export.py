@@ -7,7 +7,6 @@ import importlib.util
 import io
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,8 @@ from gb300lane.bench.store import load_result
 from gb300lane.cli.main import app
 from gb300lane.paths import shipped
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
-import fake_lane  # noqa: E402
+from fakes import lane as fake_lane
+
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,8 @@ from gb300lane.errors import BenchError
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import SmokeGate, WindowSpec
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
-import fake_lane  # noqa: E402
+from fakes import lane as fake_lane
+
 
 PARITY = WindowSpec(
     name="t0", classes=["prose", "code"], transcripts_per_class=3, rounds=1, concurrency=[1, 2],

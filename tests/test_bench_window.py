@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import socket
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +12,7 @@ from gb300lane.bench.window import build_request, derive_seed, run_window
 from gb300lane.errors import BenchError
 from gb300lane.recipes.schema import WindowSpec
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "bench"))
-import fake_lane  # noqa: E402
+from fakes import lane as fake_lane
 
 
 @pytest.fixture

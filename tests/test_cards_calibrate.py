@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,10 +14,9 @@ from gb300lane.cards.plan import plan_for, registration_plan, registration_warni
 from gb300lane.cards.simulate import InProcessLane
 from gb300lane.cli.main import app
 
+from fakes import cards as fakes
+
 DATA = Path(__file__).parent / "data" / "cards"
-_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
 
 
 @pytest.fixture(autouse=True)

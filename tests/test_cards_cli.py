@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from gb300lane.cli.main import app
 from gb300lane.errors import CardError
 
+from fakes import cards as fakes
+
 runner = CliRunner()
 COMMANDS = ("register", "plan", "run", "score", "rescore", "report", "show", "list", "calibrate", "reproduce")
 
@@ -63,15 +65,11 @@ def test_register_then_show(tmp_path) -> None:
 @pytest.mark.parametrize(("factor", "noise", "verdict", "code"), [
     (1.04, 0.02, "PASS", 0), (0.9, 0.02, "FAIL", 1), (1.0, 0.02, "INCONCLUSIVE", 3)])
 def test_score_exit_code_is_the_verdict(factor: float, noise: float, verdict: str, code: int) -> None:
-    import importlib.util
     from pathlib import Path
 
     from gb300lane.cards import load_card, register, run_card
 
     data = Path(__file__).parent / "data" / "cards"
-    spec = importlib.util.spec_from_file_location("cards_fakes", data / "fakes.py")
-    fakes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fakes)
     card, path = load_card(data / "tested.yaml")
     rec = register(card, path.read_text())
     run_card(rec, ops=fakes.FakeLane(card, {"B": factor}, tps={"B": factor}, noise=noise, n_transcripts=20).ops())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -17,10 +16,9 @@ from gb300lane.errors import CardError, StateError
 from gb300lane.promote import promote
 from gb300lane.promote.live import LiveOps
 
+from fakes import cards as fakes
+
 DATA = Path(__file__).parent / "data" / "cards"
-_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
 
 runner = CliRunner()
 

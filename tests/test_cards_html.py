@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -21,10 +20,9 @@ from gb300lane.cards.verdicts import read_verdict
 from gb300lane.cli.main import app
 from gb300lane.fsio import sha256_file
 
+from fakes import cards as fakes
+
 DATA = Path(__file__).parent / "data" / "cards"
-_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
 runner = CliRunner()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,10 +11,9 @@ from gb300lane.cards import find_receipts, latest_verdict_for, load_card, regist
 from gb300lane.cards.verdicts import read_verdict
 from gb300lane.errors import CardError, ReceiptExists
 
+from fakes import cards as fakes
+
 DATA = Path(__file__).parent / "data" / "cards"
-_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
 
 
 @pytest.fixture(autouse=True)

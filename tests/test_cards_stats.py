@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,10 +10,9 @@ from gb300lane.cards.data import boot_facts_from_report, marginal, merged_cells,
 from gb300lane.cards.schema import load_card
 from gb300lane.cards.stats import paired_bootstrap, spread
 
+from fakes import cards as fakes
+
 DATA = Path(__file__).parent / "data" / "cards"
-_spec = importlib.util.spec_from_file_location("cards_fakes", DATA / "fakes.py")
-fakes = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fakes)
 
 
 def test_spread_is_one_minus_min_over_max() -> None:
