@@ -93,6 +93,38 @@ def test_card_commands_speak_json(command: list[str]) -> None:
     json.loads(res.stdout)
 
 
+def test_run_rescore_and_report_speak_json_and_rescore_keeps_the_verdict_exit_code_out() -> None:
+    """After a (fake) run: `card run` resumes nothing, `rescore` and `report` print one JSON document each."""
+    import importlib.util
+    from pathlib import Path
+
+    from gb300lane.cards import load_card, register, run_card
+
+    data = Path(__file__).parent / "data" / "cards"
+    spec = importlib.util.spec_from_file_location("cards_fakes", data / "fakes.py")
+    fakes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakes)
+    card, path = load_card(data / "tested.yaml")
+    rec = register(card, path.read_text())
+    run_card(rec, ops=fakes.FakeLane(card, {"B": 1.04}, tps={"B": 1.04}, noise=0.02, n_transcripts=20).ops())
+    res = runner.invoke(app, ["card", "run", str(rec.root), "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    assert body["receipts"] == str(rec.root) and all("finished earlier" in line for line in body["lines"])
+    res = runner.invoke(app, ["card", "score", str(rec.root), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["verdict"] == "PASS", res.output
+    gate = next(g.id for g in card.gates if g.kind == "tokens_per_step")
+    res = runner.invoke(app, ["card", "rescore", str(rec.root), "--reason", "a wider margin", "--set",
+                              f"{gate}.margin=0.5", "--json"])
+    assert res.exit_code == 0, res.output  # a re-score exits 0 once written, whatever its verdict
+    v = json.loads(res.stdout)
+    assert v["number"] == 2 and v["verdict"] in ("FAIL", "INCONCLUSIVE") and v["reason"] == "a wider margin"
+    res = runner.invoke(app, ["card", "report", str(rec.root), "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    assert Path(body["report"]).is_file() and body["report"] in body["files"]
+
+
 def test_library_errors_become_one_line_at_the_cli_boundary() -> None:
     res = runner.invoke(app, ["card", "score", "no-such-card"])
     assert res.exit_code == CardError.exit_code and not isinstance(res.exception, CardError)
