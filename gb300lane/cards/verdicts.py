@@ -287,3 +287,8 @@ def latest_verdict_for(recipe_name: str, base: Path | None = None) -> VerdictRef
             best = key
     return best[2] if best else None
 
+
+
+def newest_verdict(rec: Receipts) -> VerdictRef | None:
+    """A receipts directory's newest verdict (written-up cards: computed from their transcribed receipts)."""
+    return _newest_ref(rec, rec.card())

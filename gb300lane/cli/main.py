@@ -25,7 +25,7 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from gb300lane import __version__
-from gb300lane.cli import bench, card, engine, lane, promote, recipes, spec, verify
+from gb300lane.cli import bench, card, engine, lane, metrics, promote, recipes, spec, verify
 from gb300lane.cli.common import err_console, fail
 from gb300lane.errors import LaneError
 from gb300lane.fsio import STORAGE_ERRNOS, storage_error
@@ -149,7 +149,7 @@ def _root(
     """Run one LLM serving lane on evidence."""
 
 
-for module in (recipes, spec, engine, lane, bench, card, promote, verify):
+for module in (recipes, spec, engine, lane, bench, card, promote, verify, metrics):
     module.register(app)
 
 
