@@ -95,16 +95,11 @@ def test_card_commands_speak_json(command: list[str]) -> None:
 
 def test_run_rescore_and_report_speak_json_and_rescore_keeps_the_verdict_exit_code_out() -> None:
     """After a (fake) run: `card run` resumes nothing, `rescore` and `report` print one JSON document each."""
-    import importlib.util
     from pathlib import Path
 
     from gb300lane.cards import load_card, register, run_card
 
-    data = Path(__file__).parent / "data" / "cards"
-    spec = importlib.util.spec_from_file_location("cards_fakes", data / "fakes.py")
-    fakes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fakes)
-    card, path = load_card(data / "tested.yaml")
+    card, path = load_card(Path(__file__).parent / "data" / "cards" / "tested.yaml")
     rec = register(card, path.read_text())
     run_card(rec, ops=fakes.FakeLane(card, {"B": 1.04}, tps={"B": 1.04}, noise=0.02, n_transcripts=20).ops())
     res = runner.invoke(app, ["card", "run", str(rec.root), "--json"])
