@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,15 +38,10 @@ from rich.table import Table
 
 from gb300lane import __version__, paths
 from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.testing.ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "boot.json"
 FLOOR_OVERHEAD_S = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ready(endpoint: str, model: str) -> bool:
@@ -118,7 +112,7 @@ def main() -> None:
         shutil.copy(f, recipes / f.name)
     body = {
         "schema_version": 1, "name": "bench-boot", "extends": "local-v27", "description": "boot benchmark",
-        "lane": {"port": _free_port()}, "sidecar": {"port": _free_port(), "image": "gb300lane-engine:local"},
+        "lane": {"port": free_port()}, "sidecar": {"port": free_port(), "image": "gb300lane-engine:local"},
         "engine_args": {"time_scale": args.time_scale},
     }  # fmt: skip
     (recipes / "bench-boot.yaml").write_text(yaml.safe_dump(body))

@@ -42,7 +42,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,7 @@ from gb300lane import __version__
 from gb300lane.bench.window import run_window_async
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.recipes.schema import WindowSpec
+from gb300lane.testing.ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "client.json"
 SPEC_CONFIG = {
@@ -70,12 +70,6 @@ SPEC_CONFIG = {
 }
 FLOOR_RATIO_C8 = 5.0
 FLOOR_P99_MS = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pin(cpu: int | None) -> None:
@@ -220,7 +214,7 @@ async def _measure(endpoint: str, conc: int, tokens: int, requests: int, engine_
 
 def _phase(levels: list[int], tokens: int, per_stream: int, time_scale: float, args, cache_root: str,
            *, pin: bool, probe: bool) -> list[dict]:
-    port = _free_port()
+    port = free_port()
     engine_cpu = args.engine_cpu if pin and (os.cpu_count() or 1) > 1 else None
     _pin(args.client_cpu if pin else None)
     if not pin and hasattr(os, "sched_setaffinity"):

@@ -27,7 +27,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -37,25 +36,20 @@ from pathlib import Path
 import yaml
 
 from gb300lane.paths import shipped
+from gb300lane.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_recipes(dest: Path, time_scale: float) -> str:
     """local-v26 / local-v27 as shipped, on free ports, with a one-window smoke; returns the lane name."""
     dest.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    base["lane"]["port"] = _free_port()
+    base["lane"]["port"] = free_port()
     # A lane name of its own: Docker is shared, and cleanup removes only this lane's instances.
     base["lane"]["name"] = f"rollback-bench-{base['lane']['port']}"
     if base.get("sidecar"):
-        base["sidecar"]["port"] = _free_port()
+        base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = time_scale
     for gate in base["smoke"]["gates"]:
         window = gate["window"]

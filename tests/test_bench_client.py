@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import aiohttp
@@ -12,6 +11,7 @@ import pytest
 from gb300lane.bench.client import SSEParser, stream_request
 from gb300lane.lane.probe import scrape_metrics
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
+from gb300lane.testing.ports import free_port
 
 from fakes import lane as fake_lane
 
@@ -141,9 +141,7 @@ def test_short_output_is_reported_by_usage(lane):
 
 
 def test_unreachable_endpoint_is_an_error():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = _post(f"http://127.0.0.1:{port}/v1/completions", _body(4))
     assert not out.ok and "cannot connect" in out.error
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ from gb300lane.bench.window import run_window
 from gb300lane.lane import Died, HttpReady, wait_ready
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
+from gb300lane.testing.ports import free_port
 
 SPEC = {
     "method": "dspark",
@@ -27,9 +27,7 @@ SPEC = {
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cache = tmp_path_factory.mktemp("vllm-cache")
     log = cache / "engine.log"
     with log.open("wb") as out:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 
@@ -11,6 +10,7 @@ from gb300lane.bench.transcripts import BASE_CLASSES, load_transcripts, select_t
 from gb300lane.bench.window import build_request, derive_seed, run_window
 from gb300lane.errors import BenchError
 from gb300lane.recipes.schema import WindowSpec
+from gb300lane.testing.ports import free_port
 
 from fakes import lane as fake_lane
 
@@ -169,9 +169,7 @@ def test_metrics_without_spec_counters(lane):
 
 
 def test_unreachable_endpoint_is_one_clear_error():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(BenchError, match=r"cannot reach the lane at http://127\.0\.0\.1:\d+.*gb300lane up"):
         run_window(f"http://127.0.0.1:{port}", _window(), model="m")
 

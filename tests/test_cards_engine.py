@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from functools import partial
 from pathlib import Path
 
@@ -11,14 +10,9 @@ import pytest
 
 from gb300lane.cards import load_card, register, render_report, run_card, score
 from gb300lane.cards.run import LiveArmOps
+from gb300lane.testing.ports import free_port
 
 DATA = Path(__file__).parent / "data" / "cards"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -27,7 +21,7 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     card, path = load_card(DATA / "micro.yaml")
     rec = register(card, path.read_text())
-    ops = LiveArmOps(port=_free_port())
+    ops = LiveArmOps(port=free_port())
     try:
         lines = run_card(rec, ops=ops)
     finally:
@@ -110,7 +104,7 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
     runner = CliRunner()
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setattr(process, "BASE_ENV_NAMES", (*process.BASE_ENV_NAMES, "GB300LANE_BOOT_SEED"))
-    port = _free_port()
+    port = free_port()
     monkeypatch.setattr("gb300lane.cards.run.LiveArmOps", partial(_PinnedBootOps, port=port, env=monkeypatch))
     verdicts = []
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from gb300lane import promote as pm
 from gb300lane.errors import StorageError
 from gb300lane.promote.models import SmokeInfo
 from gb300lane.testing.simlane import SimLane
+from gb300lane.testing.ports import free_port
 
 COMMANDS = {
     "smoke": ["smoke", "t-disk"],
@@ -68,12 +68,6 @@ exit 0
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.mounts
 @pytest.mark.slow
 def test_full_and_read_only_disks_give_one_line_errors(tmp_path: Path) -> None:
@@ -83,7 +77,7 @@ def test_full_and_read_only_disks_give_one_line_errors(tmp_path: Path) -> None:
         (recipes / f.name).write_text(f.read_text())
     (recipes / "t-disk.yaml").write_text(yaml.safe_dump({
         "schema_version": 1, "name": "t-disk", "extends": "local-v27", "description": "disk test",
-        "lane": {"port": _free_port()}, "sidecar": {"port": _free_port(), "image": "gb300lane-engine:local"},
+        "lane": {"port": free_port()}, "sidecar": {"port": free_port(), "image": "gb300lane-engine:local"},
         "engine_args": {"time_scale": 0},
     }))  # fmt: skip
     sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}},

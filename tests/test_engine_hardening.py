@@ -23,19 +23,14 @@ from gb300lane.engine.args import parse_serve_args
 from gb300lane.engine.boot import VllmLog
 from gb300lane.engine.server import EngineServer
 from gb300lane.errors import EngineError
+from gb300lane.testing.ports import free_port
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def engine(*, header_read_timeout_s: float = 15.0, body_read_timeout_s: float = 60.0):
-    port = _free_port()
+    port = free_port()
     args = parse_serve_args(["--served-model-name", "lane", "--port", str(port), "--speculative-config", SPEC,
                              "--max-num-seqs", "8"])
     log = io.StringIO()

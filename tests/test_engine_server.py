@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -25,16 +24,11 @@ from gb300lane.engine.boot import VllmLog, plan_boot, run_boot
 from gb300lane.engine.server import EngineServer
 from gb300lane.engine.sidecar import build_sidecar_app
 from gb300lane.spec import parse_metrics_text, parse_spec_log_line
+from gb300lane.testing.ports import free_port
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
                    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
                    "draft_sample_method": "probabilistic", "rejection_sample_method": "block"})
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Background:
@@ -64,7 +58,7 @@ class _Background:
 
 @contextmanager
 def engine(*extra: str, wait_ready: bool = True):
-    port = _free_port()
+    port = free_port()
     args = parse_serve_args(["--model", "builtin", "--served-model-name", "lane", "--port", str(port),
                              "--speculative-config", SPEC, "--max-num-seqs", "8", "--seed", "3", *extra])
     log = io.StringIO()
@@ -189,7 +183,7 @@ def test_metrics_use_vllm_names_and_agree_with_the_responses():
 
 
 def test_readiness_waits_for_the_sidecar_and_lookups_are_counted():
-    sidecar_port = _free_port()
+    sidecar_port = free_port()
     with engine("--expert-sidecar-url", f"http://127.0.0.1:{sidecar_port}", wait_ready=False) as (url, server, log):
         _wait(lambda: "Waiting for the expert sidecar" in log.getvalue())
         assert _get(url + "/health")[0] == 503
@@ -291,7 +285,7 @@ def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
     import subprocess
     import sys
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--port", str(port),
          "--speculative-config", SPEC, "--time-scale", "0", "--enforce-eager"],

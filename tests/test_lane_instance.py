@@ -7,7 +7,6 @@ runtime with the embedded engine.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from gb300lane import lane
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import ContainerDied, Died, HttpReady, LogReady, Protected, ReadinessTimeout, wait_ready
 from gb300lane.runtime import ProcessRuntime
+from gb300lane.testing.ports import free_port
 
 
 class _Server:
@@ -89,9 +89,7 @@ def test_a_timeout_names_the_url_elapsed_limit_hint_and_log_tail(server: _Server
 
 
 def test_an_unreachable_url_says_why(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(ReadinessTimeout, match=rf"GET http://127.0.0.1:{port}/health: Client"):
         wait_ready([HttpReady(url=f"http://127.0.0.1:{port}/health")], timeout_s=0.2, poll_s=0.05)
 
@@ -119,11 +117,7 @@ def test_log_readiness_and_a_death_reported_at_once(tmp_path: Path) -> None:
 
 
 def _recipe(folder: Path, name: str, **over: object) -> str:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [free_port(), free_port()]
     body: dict[str, object] = {
         "schema_version": 1, "name": name, "extends": "local-v27", "description": f"test recipe {name}",
         "lane": {"port": ports[0]}, "sidecar": {"port": ports[1], "image": "gb300lane-engine:local"},

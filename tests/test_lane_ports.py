@@ -8,7 +8,6 @@ production lane on the recipes' own ports and both answer.
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 from pathlib import Path
 
@@ -21,12 +20,7 @@ from gb300lane.cli.main import app
 from gb300lane.errors import RenderError
 from gb300lane.paths import shipped
 from gb300lane.recipes import load_recipe, render
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from gb300lane.testing.ports import free_port
 
 
 def test_port_moves_main_and_sidecar_together() -> None:
@@ -57,7 +51,7 @@ def test_port_that_pushes_the_sidecar_out_of_range_is_one_line() -> None:
 
 def _recipes(dest: Path) -> tuple[int, int]:
     """local-v26 / local-v27 on free ports (their 'default' ports here), time scale 0, small smoke windows."""
-    port, sidecar = _free_port(), _free_port()
+    port, sidecar = free_port(), free_port()
     for name in ("local-v26", "local-v27"):
         body = yaml.safe_load((shipped("recipes") / f"{name}.yaml").read_text())
         if name == "local-v26":

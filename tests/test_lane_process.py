@@ -25,21 +25,16 @@ from gb300lane.errors import BootError, RecipeError, StateError
 from gb300lane.lane import instances
 from gb300lane.promote import view
 from gb300lane.runtime import ProcessRuntime
+from gb300lane.testing.ports import free_port
 
 SHIPPED = paths.shipped("recipes")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_recipe(folder: Path, name: str, *, time_scale: float = 0, extends: str = "local-v27", **over: object) -> str:
     body: dict[str, object] = {
         "schema_version": 1, "name": name, "extends": extends, "description": f"test recipe {name}",
-        "lane": {"port": _free_port()},
-        "sidecar": {"port": _free_port(), "image": "gb300lane-engine:local"},
+        "lane": {"port": free_port()},
+        "sidecar": {"port": free_port(), "image": "gb300lane-engine:local"},
         "engine_args": {"time_scale": time_scale},
     }  # fmt: skip
     body.update(over)
@@ -249,7 +244,7 @@ def test_default_timeout_scales_with_the_engine_and_past_boots() -> None:
 def test_dark_overrides_a_recipe_bind_of_all_interfaces_and_the_flag_check_agrees(recipes: Path) -> None:
     # lane.bind differs from the parent, so the flag check verifies it: the container must run what
     # --dark asked for (loopback), not the recipe's 0.0.0.0.
-    name = write_recipe(recipes, "t-open", lane={"port": _free_port(), "bind": "0.0.0.0"})
+    name = write_recipe(recipes, "t-open", lane={"port": free_port(), "bind": "0.0.0.0"})
     report = lane.up(name, dark=True, runtime="process")
     checks = {c.name: c for c in report.checks}
     assert checks["dark_bind"].status == "pass", checks["dark_bind"].summary

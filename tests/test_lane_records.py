@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,11 @@ from gb300lane import lane
 from gb300lane.cli.main import app
 from gb300lane.lane import instances
 from gb300lane.promote.live import LiveOps
+from gb300lane.testing.ports import free_port
 
 
 def _recipe(folder: Path, name: str) -> str:
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [free_port(), free_port()]
     body = {
         "schema_version": 1, "name": name, "extends": "local-v27", "description": f"test recipe {name}",
         "lane": {"port": ports[0]}, "sidecar": {"port": ports[1], "image": "gb300lane-engine:local"},

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from gb300lane.lane.facts import listeners
 from gb300lane.paths import shipped
 from gb300lane.promote import view
 from gb300lane.testing.crash import CRASH_ENV
+from gb300lane.testing.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -52,18 +52,12 @@ gates:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _write_recipes(dest: Path, runtime: str) -> int:
     base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = _free_port()
+    port = free_port()
     base["runtime"] = runtime
     base["lane"].update(port=port, name=f"pt{port}")
-    base["sidecar"]["port"] = _free_port()
+    base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = 0.0
     for gate in base["smoke"]["gates"]:
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,11 +30,7 @@ from gb300lane.paths import shipped
 from gb300lane.promote.ledger import Ledger, ledger_path
 from gb300lane.promote.view import protected_instances
 from gb300lane.testing.simlane import SimLane
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from gb300lane.testing.ports import free_port
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -49,9 +44,9 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = _free_port()
+    port = free_port()
     base["lane"].update(port=port, name=f"fc{port}")
-    base["sidecar"]["port"] = _free_port()
+    base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = 0.0
     for gate in base["smoke"]["gates"]:
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=8)

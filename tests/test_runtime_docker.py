@@ -16,21 +16,16 @@ import yaml
 from gb300lane import lane, paths
 from gb300lane.errors import BootError, RuntimeUnavailable
 from gb300lane.runtime import get_runtime
+from gb300lane.testing.ports import free_port
 
 SHIPPED = paths.shipped("recipes")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_recipe(folder: Path, name: str, **over: object) -> str:
     body: dict[str, object] = {
         "schema_version": 1, "name": name, "extends": "local-v27", "description": f"test recipe {name}",
-        "runtime": "docker", "lane": {"port": _free_port()},
-        "sidecar": {"port": _free_port(), "image": "gb300lane-engine:local"},
+        "runtime": "docker", "lane": {"port": free_port()},
+        "sidecar": {"port": free_port(), "image": "gb300lane-engine:local"},
         "engine_args": {"time_scale": 0}, "env": {"HF_TOKEN": "hf_secret_value", "VLLM_LOGGING_LEVEL": "INFO"},
     }  # fmt: skip
     body.update(over)

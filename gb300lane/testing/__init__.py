@@ -1,7 +1,8 @@
 """Test doubles and seams, kept apart from the code they stand in for.
 
 `simlane.SimLane` is a lane simulated in one JSON file (a `PromotionOps`);
-`crash` kills a transition at a named journal point like kill -9 would. The
+`crash` kills a transition at a named journal point like kill -9 would;
+`ports.free_port` gives tests and benchmarks ports for the servers they start. The
 CLI uses them only when `GB300LANE_LANE_OPS=sim:<file>` or
 `GB300LANE_CRASH_AT=<point>` ask for them (see `gb300lane.cli.seams`).
 """
