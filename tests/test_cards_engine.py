@@ -29,7 +29,7 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
 
         for arm in card.arms:
             try:
-                lane.remove_instance(f"local-{arm.name}")
+                lane.remove_instance(f"{arm.recipe}-{arm.name}")
             except Exception:  # noqa: BLE001 - cleanup of what the test created
                 pass
     assert lines == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
@@ -129,9 +129,5 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
     finally:
         from gb300lane import lane
 
-        for arm in AA_BOOT_SEEDS:
-            try:
-                lane.remove_instance(f"local-{arm}")
-            except Exception:  # noqa: BLE001 - cleanup of what the test created
-                pass
+        lane.down(all=True)
     assert all(v != "PASS" and "PASS" not in claims.values() for _, v, claims in verdicts), verdicts

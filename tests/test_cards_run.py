@@ -33,8 +33,8 @@ def test_run_boots_each_arm_dark_in_order_and_keeps_receipts() -> None:
     lines = run_card(rec, ops=lane.ops())
     assert lines == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
     assert [c for c in lane.calls if c[0] in ("up", "stop")] == [
-        ("up", "A", "local-v26"), ("stop", "local-A"), ("up", "B", "local-v27"), ("stop", "local-B"),
-        ("up", "A2", "local-v26"), ("stop", "local-A2")]
+        ("up", "A", "local-v26"), ("stop", "local-v26-A"), ("up", "B", "local-v27"), ("stop", "local-v27-B"),
+        ("up", "A2", "local-v26"), ("stop", "local-v26-A2")]
     for arm in ("A", "B", "A2"):
         adir = rec.attempt_dir(arm, 1)
         assert {p.name for p in adir.iterdir()} == {"attempt.json", "boot.json", "foreign.json", "windows"}
@@ -51,7 +51,7 @@ def test_interrupted_run_resumes_from_the_last_finished_arm() -> None:
     lane = fakes.FakeLane(card, {"B": 1.03}, fail_window_on="B")
     with pytest.raises(KeyboardInterrupt):
         run_card(rec, ops=lane.ops())
-    assert ("stop", "local-B") in lane.calls  # the arm is stopped even when interrupted
+    assert ("stop", "local-v27-B") in lane.calls  # the arm is stopped even when interrupted
     assert rec.finished_attempt("A") == 1 and rec.finished_attempt("B") is None
     lane.calls.clear()
     lines = run_card(rec, ops=lane.ops())

@@ -275,7 +275,7 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
         first = parse_boot_log(log.stdout + log.stderr)
         assert first.autotune == "miss", "a fresh claim must compile"
         assert first.cache_root == "/cache/vllm"
-        assert "Expert sidecar at http://local-local-v27-sidecar:30107 is healthy" in log.stdout + log.stderr
+        assert "Expert sidecar at http://local-v27-sidecar:30107 is healthy" in log.stdout + log.stderr
 
         smoke = pm.run([sys.executable, "-m", "gb300lane", "smoke", RECIPE, "--endpoint", lane.endpoint, "--json"],
                        timeout=300, check=False)

@@ -106,13 +106,13 @@ def test_second_boot_is_a_predicted_hit_and_a_flag_bracket_reads_0_1_0(recipes: 
     # The env is the same set on every arm.
     assert len({r.check("env").evidence["set_digest"] for r in (ra, ra2)}) == 1
     names = {i.name: i.state for i in lane.list_instances()}
-    assert names == {"local-A": "running", "local-B": "stopped"}
+    assert names == {"local-t-a-A": "running", "local-t-b-B": "stopped"}
 
 
 def test_second_up_of_a_running_instance_is_refused(recipes: Path) -> None:
     name = write_recipe(recipes, "t-v27")
     lane.up(name)
-    with pytest.raises(StateError, match="already up.*gb300lane down t-v27"):
+    with pytest.raises(StateError, match="already up.*gb300lane down local-t-v27"):
         lane.up(name)
     # Another arm of the same recipe on the same port is refused too, naming the holder.
     with pytest.raises(BootError, match="port .* served by lane container local-t-v27-main"):
@@ -149,7 +149,7 @@ def test_readiness_timeout_names_url_elapsed_limit_and_hint(recipes: Path) -> No
         lane.up(name, timeout_s=0.5)
     msg = str(exc.value)
     assert "not ready after" in msg and "(limit 0.5 s)" in msg and "/health: " in msg
-    assert "http://127.0.0.1:" in msg and "--timeout" in msg and "gb300lane logs t-slow" in msg
+    assert "http://127.0.0.1:" in msg and "--timeout" in msg and "gb300lane logs local-t-slow" in msg
     assert all(c.state == "exited" for c in ProcessRuntime().list())
 
 

@@ -150,7 +150,7 @@ def test_promote_after_a_pass_card_then_rollback(real_lane: int) -> None:
     # `down` leaves the ledger's instances alone: naming one is refused, --all passes them over.
     protected = view.protected_instances()
     with pytest.raises(StateError, match=r"it is the lane's rollback pair in the promotion ledger"):
-        lane.down("local-v26", protected=protected)
+        lane.down(f"pt{port}-local-v26", protected=protected)
     lane.down(all=True, protected=protected)
     assert {i.name for i in lane.list_instances()} >= {f"pt{port}-local-v26", f"pt{port}-local-v27"}
     assert _serving(port) == [f"pt{port}-local-v27"]

@@ -225,7 +225,7 @@ def test_the_compile_cache_outlives_docker_instances_as_on_a_real_lane(engine_im
     lane.stop_instance(ra.instance)
     rb = lane.up(b, arm="B")
     lane.stop_instance(rb.instance)
-    assert sorted(lane.down(all=True)) == ["local-A", "local-B"]
+    assert sorted(lane.down(all=True)) == ["local-t-ca-A", "local-t-cb-B"]
     ra2 = lane.up(a, arm="A2")
     reports = (ra, rb, ra2)
     auto = [r.check("autotune") for r in reports]

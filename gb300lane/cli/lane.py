@@ -43,7 +43,7 @@ def _progress_bar(json_out: bool) -> tuple[Progress | None, Callable[[BootProgre
 def up(
     recipe: str = typer.Argument(..., help="Recipe name (a file stem in recipes/)."),
     dark: bool = typer.Option(False, "--dark", help="Bind to 127.0.0.1 only and check for foreign clients."),
-    name: Optional[str] = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<ARM>."),
+    name: Optional[str] = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<recipe>-<ARM>."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="docker or process (default: the recipe's)."),
     port: Optional[int] = typer.Option(
         None, "--port", help="Move the whole lane: main on this port, the sidecar as far from it as in the recipe."
@@ -85,19 +85,22 @@ def up(
 
 
 def down(
-    recipe: Optional[str] = typer.Argument(None, help="Recipe whose instance to take down."),
+    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
     name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
-    all_: bool = typer.Option(False, "--all", help="Every instance on this host, leftovers included (not production or the rollback pair)."),
+    all_: bool = typer.Option(
+        False, "--all", help="Every instance TARGET matches (no TARGET: every one on this host), not production or the rollback pair."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Take down every instance TARGET matches without asking."),
     force: bool = typer.Option(False, "--force", help="Also take down production or the kept rollback pair."),
     json_out: bool = typer.Option(False, "--json", help="Print the removed instance names as JSON."),
 ) -> None:
-    """Stop and remove an instance's containers."""
+    """Stop and remove an instance's containers; several matches are listed, and taken down only with --all or --yes."""
     from gb300lane.lane import NOTHING, list_instances
     from gb300lane.lane import down as lane_down
     from gb300lane.promote.view import protected_instances
 
     protected = NOTHING if force else protected_instances()
-    removed = lane_down(recipe, arm=name, all=all_, protected=protected)
+    removed = lane_down(target, arm=name, all=all_, yes=yes, protected=protected)
     present = {i.name for i in list_instances()} if all_ and protected.instances else set()
     kept = {n: role for n, role in protected.instances.items() if n in present}
     if json_out:
@@ -118,7 +121,10 @@ def _uptime(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def status(json_out: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> None:
+def status(
+    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="Only the instances of this instance name, recipe or arm."),
+    json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+) -> None:
     """What runs where: health, hash, uptime, production or candidate, the rollback pair.
 
     Exits 1 when the promotion ledger cannot be read (the roles shown are then unknown) or written.
@@ -126,6 +132,11 @@ def status(json_out: bool = typer.Option(False, "--json", help="Print the status
     from gb300lane.promote.view import lane_view
 
     st = lane_view()
+    if target is not None:
+        from gb300lane.lane import resolve
+
+        wanted = set(resolve(target, command="status"))
+        st = st.model_copy(update={"instances": tuple(r for r in st.instances if r.info.name in wanted)})
     if json_out:
         print_json(st.model_dump(mode="json"))
     else:
@@ -179,7 +190,7 @@ def _print_status(st: LaneView) -> None:
 
 
 def logs(
-    recipe: Optional[str] = typer.Argument(None, help="Recipe whose instance's logs to show."),
+    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
     name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the container stops."),
     tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines."),
@@ -191,12 +202,12 @@ def logs(
     role = "sidecar" if sidecar else "main"
     if follow:
         try:
-            for line in lane.follow(recipe, arm=name, role=role, tail=tail):
+            for line in lane.follow(target, arm=name, role=role, tail=tail):
                 typer.echo(line)
         except KeyboardInterrupt:
             return
         return
-    typer.echo(lane.logs(recipe, arm=name, role=role, tail=tail), nl=False)
+    typer.echo(lane.logs(target, arm=name, role=role, tail=tail), nl=False)
 
 
 def image_build(

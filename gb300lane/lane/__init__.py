@@ -1,6 +1,6 @@
 """Booting and running lane instances: up / down / status / logs, readiness, the boot checks and the boot report.
 
-An instance is one booted recipe (main + sidecar) named `<lane>-<arm or recipe>`.
+An instance is one booted recipe (main + sidecar) named from its lane, recipe and arm (`instance_name`).
 `up` proves what booted (autotune hash, flags, env as a set, KV pool, dark
 lane); `instance()` is the same boot for the length of a `with` block;
 `foreign_clients` repeats the dark-lane request count on demand, for a card
@@ -9,7 +9,16 @@ health, hashes) and never roles: which instance is production is the
 promotion layer's, which hands `up` and `down` the set they must protect.
 """
 
-from gb300lane.lane.boot import BootPlan, BootProgress, await_instance, boot, plan_boot, start_instance, up
+from gb300lane.lane.boot import (
+    BootPlan,
+    BootProgress,
+    await_instance,
+    boot,
+    instance_name,
+    plan_boot,
+    start_instance,
+    up,
+)
 from gb300lane.lane.checkkeys import default_check_keys
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.foreign import foreign_clients
@@ -62,6 +71,7 @@ __all__ = [
     "follow",
     "foreign_clients",
     "instance",
+    "instance_name",
     "list_instances",
     "logs",
     "plan_boot",

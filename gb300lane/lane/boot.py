@@ -33,7 +33,15 @@ from gb300lane.lane.report import BootReport, latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
 from gb300lane.redact import redact
-from gb300lane.recipes import ContainerSpec, Recipe, RenderedLane, load_recipe, render, requires_acknowledgement
+from gb300lane.recipes import (
+    ContainerSpec,
+    Recipe,
+    RenderedLane,
+    lane_base_name,
+    load_recipe,
+    render,
+    requires_acknowledgement,
+)
 from gb300lane.recipes.loader import recipe_path, validate_raw
 from gb300lane.runtime import (
     LABEL_ARM,
@@ -80,12 +88,25 @@ class BootPlan:
 
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
-    """`<lane>-<arm or recipe>`: the name `up` gives the instance it boots; the arm must be a name, not a path."""
-    if arm is not None:
-        problem = name_problem(arm, "arm name")
-        if problem:
-            raise StateError(f"--name {problem}; the instance is named <lane>-<arm> and its files live in the state directory")
-    return instances.check_name(f"{recipe.lane.name}-{arm or recipe.name}")
+    """The name `up` gives the instance it boots: the lane, the recipe and the arm, no prefix said twice.
+
+    Recipe local-v27 on lane local is `local-v27` (not local-local-v27), its arm B `local-v27-B` (not local-B);
+    v27 on lane gb300 is `gb300-v27`, its arm B `gb300-v27-B`. An arm that already starts with the recipe or the
+    lane (a promotion's `local-v27-2`) is not prefixed again. The arm must be a name, not a path.
+    """
+    lane = recipe.lane.name
+    base = lane_base_name(recipe)
+    if arm is None or arm == recipe.name or arm == base:
+        return instances.check_name(base)
+    problem = name_problem(arm, "arm name")
+    if problem:
+        raise StateError(f"--name {problem}; it names the instance (<lane>-<recipe>-<arm>) and its files in the state "
+                         "directory")
+    if arm.startswith((f"{recipe.name}-", f"{base}-")):
+        name = arm if arm.startswith(f"{lane}-") else f"{lane}-{arm}"
+    else:
+        name = f"{base}-{arm}"
+    return instances.check_name(name)
 
 
 def plan_boot(
@@ -247,7 +268,7 @@ def await_instance(instance: str, *, timeout_s: float | None = None, progress: P
         if done is not None and done.path == rec.report:
             recipe = validate_raw(rec.recipe_json, f"instance {instance}")
             wait_ready(readiness_checks(rec), timeout_s=timeout_s or default_timeout_s(recipe, None),
-                       hint=f"`gb300lane logs {rec.recipe}` shows why it stopped answering")
+                       hint=f"`gb300lane logs {rec.name}` shows why it stopped answering")
             return done
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
     rendered = render(recipe, dark=rec.dark, port=rec.port)
@@ -330,7 +351,7 @@ def _start(
     # Time already spent booting counts against the limit (a boot taken over from a killed process).
     waited = max(0.0, time.time() - started)
     names = rec.containers
-    again = f"`gb300lane logs {rec.recipe}{' --name ' + rec.arm if rec.arm else ''}`"
+    again = f"`gb300lane logs {rec.name}`"
     try:
         if started_at is None:
             for name in reversed(names):  # sidecar first: the main container connects to it
@@ -355,7 +376,7 @@ def _start(
         raise BootError(
             f"boot of {rec.name} interrupted after {time.time() - started:.1f} s; containers "
             f"{', '.join(stopped)} stopped and kept (label gb300lane.instance={rec.name}); "
-            f"remove them with `gb300lane down {rec.recipe}{' --name ' + rec.arm if rec.arm else ''}`"
+            f"remove them with `gb300lane down {rec.name}`"
         ) from None
     except BaseException as exc:
         stop_all(rt, names)

@@ -166,39 +166,55 @@ def remove_instance(instance: str) -> None:
     instances.delete(instance)
 
 
-def resolve(recipe: str | None = None, *, arm: str | None = None, all: bool = False) -> list[str]:
-    """The instance names a `down` / `logs` argument designates."""
+def matches(info: InstanceInfo, target: str | None, arm: str | None = None) -> bool:
+    """True when `target` names the instance (its name, its recipe or its arm) and `arm` (if given) its arm."""
+    if target is not None and target not in (info.name, info.recipe, info.arm):
+        return False
+    return arm is None or arm in ((info.arm or info.recipe), info.name)
+
+
+def resolve(target: str | None = None, *, arm: str | None = None, all: bool = False, command: str = "down") -> list[str]:
+    """The instance names a `down` / `logs` / `status` argument designates: an instance, a recipe or an arm.
+
+    An instance's own name designates it alone (even when it is also another instance's recipe); a recipe or
+    an arm designates every instance of it. No argument designates the only instance, or with `all` every one.
+    """
     known = list_instances()
-    if all:
-        return [i.name for i in known]
-    if recipe is None and arm is None:
-        if len(known) == 1:
-            return [known[0].name]
-        if not known:
-            return []
+    if target is None and arm is None:
+        if all or len(known) <= 1:
+            return [i.name for i in known]
+        more = ", or pass --all for every one" if command == "down" else ""
         raise StateError(
-            f"{len(known)} instances exist ({', '.join(i.name for i in known)}); name a recipe, --name ARM, or pass --all"
+            f"{len(known)} instances exist ({', '.join(i.name for i in known)}); name one: an instance, a recipe "
+            f"or an arm (`gb300lane {command} {known[0].name}`){more}"
         )
-    hits = [
-        i.name for i in known
-        if (recipe is None or i.recipe == recipe) and (arm is None or (i.arm or i.recipe) == arm)
-    ]  # fmt: skip
+    if arm is None and any(i.name == target for i in known):
+        return [str(target)]
+    hits = [i.name for i in known if matches(i, target, arm)]
     if not hits:
-        what = " ".join(x for x in (recipe, f"--name {arm}" if arm else None) if x)
+        what = " ".join(x for x in (target, f"--name {arm}" if arm else None) if x)
         raise StateError(f"no instance matches {what}; `gb300lane status` lists the instances on this host")
     return hits
 
 
 def down(
-    recipe: str | None = None, *, arm: str | None = None, all: bool = False, protected: Protected = NOTHING
+    target: str | None = None, *, arm: str | None = None, all: bool = False, yes: bool = False,
+    protected: Protected = NOTHING,
 ) -> list[str]:
     """Stop and remove the designated instances; returns their names.
 
-    A `protected` instance (production and the rollback pair, as the promotion
-    layer says) is refused when named and passed over by `all`; when the
-    protected set is unknown, anything that would take an instance down is refused.
+    A target that designates several instances (a recipe booted as several arms) takes them all down only
+    with `all` or `yes`; otherwise the error lists them. A `protected` instance (production and the rollback
+    pair, as the promotion layer says) is refused when named and passed over by `all`; when the protected set
+    is unknown, anything that would take an instance down is refused.
     """
-    names = resolve(recipe, arm=arm, all=all)
+    names = resolve(target, arm=arm, all=all)
+    if len(names) > 1 and (target is not None or arm is not None) and not (all or yes):
+        what = " ".join(x for x in (target, f"--name {arm}" if arm else None) if x)
+        raise StateError(
+            f"{len(names)} instances match {what}: {', '.join(names)}; name one (`gb300lane down {names[0]}`), "
+            f"or pass --all (or --yes) to take down all {len(names)}"
+        )
     held = {n: why for n in names if (why := protected.why(n)) is not None}
     if held and (not all or protected.unknown is not None):
         n = next(iter(held))
@@ -216,20 +232,25 @@ def down(
     return names
 
 
-def logs(recipe: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> str:
-    rec, rt, names = _find(_one(recipe, arm))
+def logs(target: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> str:
+    rec, rt, names = _find(_one(target, arm))
     return rt.logs(_container(names, role), tail=tail)
 
 
-def follow(recipe: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> Iterator[str]:
-    rec, rt, names = _find(_one(recipe, arm))
+def follow(target: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> Iterator[str]:
+    rec, rt, names = _find(_one(target, arm))
     return rt.follow(_container(names, role), tail=tail)
 
 
-def _one(recipe: str | None, arm: str | None) -> str:
-    names = resolve(recipe, arm=arm)
+def _one(target: str | None, arm: str | None) -> str:
+    names = resolve(target, arm=arm, command="logs")
+    if not names:
+        raise StateError("no lane instances on this host; `gb300lane up RECIPE` boots one")
     if len(names) != 1:
-        raise StateError(f"{len(names)} instances match ({', '.join(names)}); add --name ARM to pick one")
+        raise StateError(
+            f"{len(names)} instances match {target or '--name ' + str(arm)} ({', '.join(names)}); name one of them "
+            f"(`gb300lane logs {names[0]}`)"
+        )
     return names[0]
 
 

@@ -27,15 +27,14 @@ def check_preconditions(
         if running:
             raise StateError(
                 f"instance {instance} is already up ({', '.join(running)} running since run {existing.run}); "
-                f"`gb300lane down {existing.recipe}{' --name ' + existing.arm if existing.arm else ''}` first, "
-                "or boot another arm with --name"
+                f"`gb300lane down {instance}` first, or boot another arm with --name ARM"
             )
     present = existing is not None or any(rt.inspect(n).state != "missing" for n in names)
     why = protected.why(instance) if present else None
     if why is not None:
         raise StateError(
             f"instance {instance} exists and booting it again would replace it, but {why}; "
-            "boot this recipe under another --name"
+            "boot this recipe under another --name ARM"
         )
     # Everything else that is wrong is reported at once, each with the fix that applies to it.
     problems: list[str] = []

@@ -38,7 +38,8 @@ class LiveOps:
         return fingerprint(r), int(r.lane.port)
 
     def plan_instance(self, recipe: str, tag: str) -> str:
-        return f"{self._recipe(recipe).lane.name}-{tag}"
+        # The name the boot below gives it (the lane's own naming: no doubled prefixes).
+        return lane.instance_name(self._recipe(recipe), None if tag == recipe else tag)
 
     def boot(self, recipe: str, *, port: int, tag: str, baseline: str | None = None) -> BootInfo:
         # The first production instance of a recipe carries the recipe's own name (no arm).

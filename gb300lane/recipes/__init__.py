@@ -6,7 +6,7 @@ package's public API.
 """
 
 from gb300lane.recipes.compare import KeyChange, RecipeDiff, diff_recipes, fingerprint, hash_values
-from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, render
+from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, lane_base_name, render
 from gb300lane.recipes.formats import render_compose, render_docker_run, render_json, write_rendered
 from gb300lane.recipes.loader import RecipeSummary, get_key, list_recipes, load_recipe, validate_raw
 from gb300lane.recipes.rules import LintFinding, effective_k, lint, requires_acknowledgement
@@ -28,6 +28,7 @@ __all__ = [
     "fingerprint",
     "get_key",
     "hash_values",
+    "lane_base_name",
     "lint",
     "list_recipes",
     "load_recipe",

@@ -33,7 +33,7 @@ class ContainerSpec(FrozenModel):
     """One container exactly as a runtime starts it."""
 
     role: Literal["main", "sidecar"] = Field(description="main serves the API; sidecar is the expert-sidecar hook.")
-    name: str = Field(description="Container name: <lane>-<recipe>-<role>.")
+    name: str = Field(description="Container name: <lane>-<recipe>-<role>, the lane not said twice (lane_base_name).")
     image: str = Field(description="Image reference.")
     argv: tuple[str, ...] = Field(description="Full command, program first.")
     env: dict[str, str] = Field(description="Environment variables.")
@@ -193,6 +193,13 @@ def lane_ports(recipe: Recipe, port: int | None = None) -> tuple[int, int | None
     return main, sidecar
 
 
+def lane_base_name(recipe: Recipe) -> str:
+    """The lane and the recipe as one name, the lane not said twice: local + local-v27 -> local-v27, gb300 + v27 ->
+    gb300-v27. Instances (`gb300lane.lane.instance_name`) and rendered containers are named from it."""
+    lane = recipe.lane.name
+    return recipe.name if recipe.name.startswith(f"{lane}-") else f"{lane}-{recipe.name}"
+
+
 def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> RenderedLane:
     """The lane's containers. `dark` binds to loopback; `port` moves the whole lane (main and sidecar, see `lane_ports`)."""
     fp = fingerprint(recipe)
@@ -217,7 +224,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
     containers = [
         ContainerSpec(
             role="main",
-            name=f"{recipe.lane.name}-{recipe.name}-main",
+            name=f"{lane_base_name(recipe)}-main",
             image=recipe.image.ref,
             argv=main_argv(recipe, host=host, port=main_port),
             env=dict(sorted(env.items())),
@@ -239,7 +246,7 @@ def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> Re
         containers.append(
             ContainerSpec(
                 role="sidecar",
-                name=f"{recipe.lane.name}-{recipe.name}-sidecar",
+                name=f"{lane_base_name(recipe)}-sidecar",
                 image=sidecar.image,
                 argv=sidecar_argv(recipe, sidecar_port),
                 env=dict(sorted(sc_env.items())),

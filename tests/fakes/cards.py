@@ -90,9 +90,9 @@ def boot_report(arm: str, recipe: str, *, hit: bool = True, rejection: str = "st
         CheckResult(name="foreign_clients", status="pass", summary="s", evidence={"foreign_requests": foreign}),
     )
     # The fingerprint the recipe has: the chain of custody checks that each arm booted what was registered.
-    return BootReport(instance=f"local-{arm}", lane="local", recipe=recipe, arm=arm, run="r1", runtime="process",
+    return BootReport(instance=f"{recipe}-{arm}", lane="local", recipe=recipe, arm=arm, run="r1", runtime="process",
                       fingerprint=fingerprint(load_recipe(recipe)), endpoint=f"http://127.0.0.1:1/{arm}", served_model="m", dark=True,
-                      containers=(f"local-{arm}-main",), started_at=0.0, boot_seconds=1.0, checks=checks)
+                      containers=(f"{recipe}-{arm}-main",), started_at=0.0, boot_seconds=1.0, checks=checks)
 
 
 class FakeLane:
