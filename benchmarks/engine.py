@@ -4,7 +4,9 @@ Runs the engine core in-process at --time-scale 0 (no server, no pacing) on
 prompts from every traffic class, temperature 1.0, probabilistic drafts and
 block verification, forced-length outputs. Prints a table, writes
 benchmarks/results/engine.json, and exits 1 if a floor is missed:
->= 10,000 output tokens per CPU second at k=5, C8, and <= 300 MB peak RSS.
+>= 10,000 output tokens per CPU second at k=5, C8, <= 300 MB peak RSS, and a
+model read back from its disk cache (what every engine process after the first
+does) in <= 2 CPU seconds.
 
     python benchmarks/engine.py [--tokens 256] [--requests 32]
 """
@@ -27,6 +29,7 @@ from gb300lane.fsio import atomic_write, dumps_json
 
 FLOOR_TOK_PER_CPU_S = 10_000
 FLOOR_RSS_MB = 300
+CEILING_CACHED_LOAD_CPU_S = 2.0
 OUT = Path(__file__).parent / "results" / "engine.json"
 
 
@@ -69,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.process_time()
     model = load_model()
     load_cpu_s = time.process_time() - t0
+    from gb300lane.engine import model as model_mod
+
+    model_mod._loaded.clear()  # forget the in-memory copy: the next load reads the cache file, as a new process does
+    t0 = time.process_time()
+    load_model()
+    cached_load_cpu_s = time.process_time() - t0
     cells = [run_cell(model, k, c, ns.tokens, ns.requests) for c in (1, 8) for k in (3, 5, 9)]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'tok/step':>9} {'modelled tok/s':>15}")
@@ -80,13 +89,17 @@ def main(argv: list[str] | None = None) -> int:
         "tok_per_cpu_s_k5_c8": {"floor": FLOOR_TOK_PER_CPU_S, "value": k5c8["tok_per_cpu_s"],
                                 "ok": k5c8["tok_per_cpu_s"] >= FLOOR_TOK_PER_CPU_S},
         "peak_rss_mb": {"ceiling": FLOOR_RSS_MB, "value": round(rss_mb, 1), "ok": rss_mb <= FLOOR_RSS_MB},
+        "cached_model_load_cpu_s": {"ceiling": CEILING_CACHED_LOAD_CPU_S, "value": round(cached_load_cpu_s, 3),
+                                    "ok": cached_load_cpu_s <= CEILING_CACHED_LOAD_CPU_S},
     }
-    print(f"peak RSS {rss_mb:.1f} MB (ceiling {FLOOR_RSS_MB}); model load {load_cpu_s:.2f} CPU s")
+    print(f"peak RSS {rss_mb:.1f} MB (ceiling {FLOOR_RSS_MB}); model load {load_cpu_s:.2f} CPU s, "
+          f"from the cache {cached_load_cpu_s:.2f} CPU s (ceiling {CEILING_CACHED_LOAD_CPU_S})")
     result = {
         "schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
         "platform": platform.platform(), "settings": {"tokens": ns.tokens, "requests": ns.requests,
                                                       "temperature": 1.0, "time_scale": 0},
-        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "model_load_cpu_s": round(load_cpu_s, 3), "floors": floors,
+        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "model_load_cpu_s": round(load_cpu_s, 3),
+        "cached_model_load_cpu_s": round(cached_load_cpu_s, 3), "floors": floors,
     }
     atomic_write(ns.out, dumps_json(result))
     failed = [name for name, f in floors.items() if not f["ok"]]
