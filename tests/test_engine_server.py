@@ -219,13 +219,19 @@ def test_boot_is_a_miss_then_a_hit_and_a_killed_miss_stays_a_miss():
 
     killed = parse_serve_args(["--speculative-config", SPEC, "--max-num-seqs", "7", "--time-scale", "0.001"])
 
-    async def kill_mid_compile():
-        task = asyncio.create_task(run_boot(killed, plan_boot(killed), VllmLog(io.StringIO())))
-        await asyncio.sleep(0.5)  # weights take 0.24 s scaled, the compile 1.08 s
+    async def kill_mid_compile() -> str:
+        text = io.StringIO()
+        task = asyncio.create_task(run_boot(killed, plan_boot(killed), VllmLog(text)))
+        # The cache directory line opens the compile (1.08 s scaled); kill the boot inside it, whatever the load.
+        while "for vLLM's torch.compile" not in text.getvalue():
+            assert not task.done(), text.getvalue()
+            await asyncio.sleep(0.01)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        return text.getvalue()
 
-    asyncio.run(kill_mid_compile())
+    killed_log = asyncio.run(kill_mid_compile())
+    assert "Compiling a graph" not in killed_log  # killed mid-compile, not after it
     assert not plan_boot(killed).hit
 
 
