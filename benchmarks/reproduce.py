@@ -47,7 +47,7 @@ def main() -> int:
         for _ in range(2):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-c", "from gb300lane.cli.main import main; main()", "card", "reproduce",
-                            which, "--part", "1"], check=True, capture_output=True, cwd=ROOT)
+                            which, "--part", "1"], check=True, capture_output=True, cwd=ROOT, timeout=600)
             cold.append(time.perf_counter() - t0)
         rows.append({"card": which, "part": 1, "runs": len(cold), "median_s": statistics.median(cold),
                      "max_s": max(cold), "floor_s": FLOORS["part1"], "what": "CLI, fresh process"})

@@ -156,7 +156,8 @@ def test_cli_engine_image_build_reports_the_source_hash(engine_image: str) -> No
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "gb300lane", "engine-image", "build", "--json"], capture_output=True, text=True
+        [sys.executable, "-m", "gb300lane", "engine-image", "build", "--json"], capture_output=True, text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

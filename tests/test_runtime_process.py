@@ -100,7 +100,7 @@ def test_a_process_that_dies_unwatched_is_reported_exited(rt: ProcessRuntime) ->
     # Forget the in-process handle, as a later CLI invocation would not have it.
     child = _CHILDREN.pop(pid)
     os.kill(pid, signal.SIGKILL)
-    child.wait()
+    child.wait(timeout=10)
     info = ProcessRuntime().inspect("t-a-main")
     assert info.state == "exited" and info.exit_code is None
     assert "gone" in info.detail and "status unknown" in info.detail

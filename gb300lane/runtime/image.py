@@ -193,7 +193,10 @@ def _shared_libraries(elf_files: list[Path], inside: Path) -> set[Path]:
     libs: set[Path] = set()
     for i in range(0, len(elf_files), 200):
         chunk = [str(p) for p in elf_files[i : i + 200]]
-        out = subprocess.run(["ldd", *chunk], capture_output=True, text=True, check=False).stdout
+        try:
+            out = subprocess.run(["ldd", *chunk], capture_output=True, text=True, check=False, timeout=300).stdout
+        except subprocess.TimeoutExpired as exc:
+            raise BootError(f"ldd did not answer within {exc.timeout:.0f} s for the engine image's libraries") from exc
         for line in out.splitlines():
             line = line.strip()
             target = line.split("=>", 1)[1].strip() if "=>" in line else line
