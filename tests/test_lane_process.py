@@ -186,9 +186,15 @@ def test_ctrl_c_during_boot_stops_and_keeps_the_labelled_containers(recipes: Pat
 @pytest.mark.slow
 def test_cli_up_status_logs_down(recipes: Path) -> None:
     name = write_recipe(recipes, "t-v27")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "gb300lane", *a], capture_output=True, text=True)  # noqa: E731
+    # In process: what is tested is the commands, not the console script (the Ctrl-C test crosses the process).
+    from typer.testing import CliRunner
+
+    from gb300lane.cli.main import app
+
+    runner = CliRunner()
+    run = lambda *a: runner.invoke(app, list(a))  # noqa: E731
     up = run("up", name, "--dark", "--json", "--check", "speculative.rejection_sample_method", "--check", "lane.port")
-    assert up.returncode == 0, up.stderr
+    assert up.exit_code == 0, up.output
     report = json.loads(up.stdout)
     assert report["instance"] == "local-t-v27"
     [flags] = [c for c in report["checks"] if c["name"] == "flags"]
@@ -199,9 +205,9 @@ def test_cli_up_status_logs_down(recipes: Path) -> None:
     st = run("status", "--json")
     assert '"state": "running"' in st.stdout and '"health": "healthy"' in st.stdout
     logs = run("logs", name, "--tail", "2")
-    assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
+    assert logs.exit_code == 0 and len(logs.stdout.splitlines()) == 2
     down = run("down", "--all")
-    assert down.returncode == 0 and "local-t-v27" in down.stdout
+    assert down.exit_code == 0 and "local-t-v27" in down.stdout
     assert run("down", "--all").stdout.strip() == "nothing to take down"
 
 
