@@ -14,7 +14,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from gb300lane.lane import ledger as hash_ledger
 from gb300lane.paths import shipped
 from gb300lane.recipes.schema import WindowSpec
 from gb300lane.testing.simlane import SimLane
+from gb300lane.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -45,12 +45,6 @@ def _builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_shipped_dashboard_is_what_the_builder_builds() -> None:
@@ -151,7 +145,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path: Pat
     files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=files.serve_forever, daemon=True).start()
 
-    engine_port, prom_port = _free_port(), _free_port()
+    engine_port, prom_port = free_port(), free_port()
     log = tmp_path / "engine.log"
     with log.open("wb") as out:
         engine = subprocess.Popen(
