@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import aiohttp  # noqa: F401  (the readiness wait loads it on first use: loaded here, the timings below time the wait)
 import pytest
 import yaml
 

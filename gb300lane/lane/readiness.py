@@ -112,9 +112,9 @@ async def _wait(
     progress: Callable[[float], None] | None,
 ) -> tuple[float, str, Readiness | None, Died | None]:
     """(elapsed, reason, the check that failed last, a death): reason '' means ready."""
+    start = time.monotonic()  # the caller's clock: loading the HTTP client is part of the wait
     import aiohttp
 
-    start = time.monotonic()
     reason, failing = "not polled yet", checks[0] if checks else None
     per_get = max(1.0, min(5.0, poll_s * 20))
     async with aiohttp.ClientSession() as session:
