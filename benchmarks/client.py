@@ -83,6 +83,8 @@ def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_ro
         "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
         "--time-scale", str(time_scale), "--max-num-seqs", str(max_seqs), "--seed", "0",
         "--speculative-config", json.dumps(SPEC_CONFIG),
+        # The mixed class carries tool_json's `tools`, which need a tool-call parser (as on the lane).
+        "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41",
     ]
     env = {**os.environ, "VLLM_CACHE_ROOT": cache_root}
     proc = subprocess.Popen(

@@ -34,7 +34,7 @@ def engine(tmp_path_factory):
         proc = subprocess.Popen(
             [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name",
              "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0",
-             "--speculative-config", json.dumps(SPEC)],
+             "--speculative-config", json.dumps(SPEC), "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
         )
     url = f"http://127.0.0.1:{port}"

@@ -13,21 +13,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from gb300lane.engine.api_errors import ApiError
 from gb300lane.engine.core import SamplingParams, Sequence
-
-
-class ApiError(Exception):
-    """An error the client caused; becomes `{"error": {...}}` with `status`."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 408: "RequestTimeoutError", 413: "RequestEntityTooLarge",
-                503: "ServiceUnavailableError"}.get(self.status, "Error")
-        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}
+from gb300lane.engine.tools import (
+    AutoToolStream,
+    ToolRequest,
+    parse_required,
+    parse_response_format,
+    parse_tool_calls,
+    parse_tools,
+    tool_call_id,
+)
 
 
 @dataclass
@@ -43,6 +39,18 @@ class GenerateRequest:
     continuous_usage: bool
     stop: list[str] = field(default_factory=list)
     request_id: str = ""
+    tools: ToolRequest = field(default_factory=lambda: ToolRequest("none"))
+    #: Decoding is held to JSON: `schema` (None with json_object: any JSON object).
+    json_constrained: bool = False
+    schema: dict[str, Any] | None = None
+
+    @property
+    def grammar_schema(self) -> tuple[bool, dict[str, Any] | None]:
+        """(constrained, schema) the request's decoding follows: a forced tool call's, else response_format's."""
+        forced = self.tools.schema()
+        if forced is not None:
+            return True, forced
+        return self.json_constrained, self.schema
 
 
 def _number(body: dict, key: str, default, *, lo=None, hi=None, lo_open=False, integer=False):
@@ -140,6 +148,11 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError("stop must be a non-empty string or a list of them", param="stop")
+    tools = parse_tools(body) if chat else ToolRequest("none")
+    constrained, schema = parse_response_format(body)
+    if constrained and tools.mode in ("required", "named"):
+        raise ApiError("You can only either use constraints for structured outputs or tools, not both.",
+                       param="response_format")
     params = SamplingParams(
         temperature=temperature, top_p=top_p, max_tokens=max_tokens or 0, min_tokens=min_tokens,
         ignore_eos=ignore_eos, seed=seed, top_k=top_k, min_p=min_p,
@@ -149,7 +162,7 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
         chat=chat, prompt_text=prompt_text, prompt_ids=prompt_ids, params=params, stream=stream,
         include_usage=bool(options.get("include_usage", False)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)), stop=stop,
-        request_id=f"{prefix}-{uuid.uuid4().hex}",
+        request_id=f"{prefix}-{uuid.uuid4().hex}", tools=tools, json_constrained=constrained, schema=schema,
     )
 
 
@@ -236,13 +249,19 @@ def usage(seq: Sequence, completion_tokens: int | None = None) -> dict[str, int]
     return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
 
-def chunk(req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False) -> dict:
+def chunk(
+    req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False,
+    fields: dict[str, Any] | None = None,
+) -> dict:
+    """One stream chunk; a chat chunk's delta carries `text` as content, or `fields` (tool_calls) instead."""
     created = int(time.time())
     if req.chat:
         delta: dict[str, Any] = {}
         if first:
             delta["role"] = "assistant"
-        if text is not None:
+        if fields is not None:
+            delta.update(fields)
+        elif text is not None:
             delta["content"] = text
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return {"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -251,11 +270,80 @@ def chunk(req: GenerateRequest, model: str, text: str | None, finish: str | None
     return {"id": req.request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
+def chat_message(req: GenerateRequest, text: str, finish: str | None) -> tuple[dict[str, Any], str | None]:
+    """(message, finish_reason) of a finished chat answer, tool calls parsed as vLLM's serving_chat does."""
+    mode = req.tools.mode
+    message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    if mode == "named":
+        message["content"] = ""
+        message["tool_calls"] = [{"id": tool_call_id(), "type": "function",
+                                  "function": {"name": req.tools.name, "arguments": text}}]
+    elif mode == "required":
+        calls = parse_required(text)
+        if calls is not None:
+            message["content"], message["tool_calls"] = "", calls
+            if finish == "stop":
+                finish = "tool_calls"
+    elif mode == "auto":
+        content, calls = parse_tool_calls(text)
+        if calls:
+            message["content"], message["tool_calls"] = content, calls
+            finish = "tool_calls"
+    return message, finish
+
+
+class ChatDeltas:
+    """A chat stream's text deltas as delta fields: content, or tool calls as the request's tool mode reads them."""
+
+    def __init__(self, req: GenerateRequest) -> None:
+        self.req = req
+        self._auto = AutoToolStream() if req.tools.mode == "auto" else None
+        self._named_started = False
+        self._held = ""
+        self.called = False
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        mode = self.req.tools.mode
+        if self._auto is not None:
+            return self._auto.feed(text)
+        if mode == "named":
+            if not text:
+                return []
+            call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+            if not self._named_started:
+                self._named_started = True
+                call = {"index": 0, "id": tool_call_id(), "type": "function",
+                        "function": {"name": self.req.tools.name, "arguments": text}}
+            return [{"tool_calls": [call]}]
+        if mode == "required":
+            self._held += text  # the calls go out whole, once the array closes
+            return []
+        return [{"content": text}] if text else []
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self._auto is not None:
+            out = self._auto.finish()
+            self.called = self._auto.called
+            return out
+        if self.req.tools.mode == "required" and self._held:
+            calls = parse_required(self._held)
+            if calls is None:
+                return [{"content": self._held}]
+            self.called = True
+            return [{"tool_calls": [dict(c, index=i) for i, c in enumerate(calls)]}]
+        return []
+
+    def finish_reason(self, finish: str | None) -> str | None:
+        if self.called and (self.req.tools.mode == "auto" or finish == "stop"):
+            return "tool_calls"
+        return finish
+
+
 def final_body(req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str) -> dict:
     created = int(time.time())
     if req.chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": seq.finish_reason, "stop_reason": None}
+        message, finish = chat_message(req, text, seq.finish_reason)
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
         body = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
                 "choices": [choice]}
     else:

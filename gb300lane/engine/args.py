@@ -52,6 +52,10 @@ class EngineArgs(FrozenModel):
     compilation_config: dict[str, Any] = Field(description="--compilation-config as a dict.")
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = Field(description="Per-response metrics.")
     expert_sidecar_url: str | None = Field(description="Expert sidecar base URL, or None.")
+    enable_auto_tool_choice: bool = Field(default=False, description="Parse tool calls from `auto` answers.")
+    tool_call_parser: str | None = Field(
+        default=None, description="vLLM's tool-call parser name; the builtin model's calls read with the engine's parser."
+    )
     dtype: str = Field(description="Model dtype (hashed, not modelled).")
     tensor_parallel_size: int = Field(description="Tensor parallel size (hashed, not modelled).")
     gpu_memory_utilization: float = Field(description="Fraction of GPU memory (logged, not modelled).")
@@ -77,6 +81,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--compilation-config", "-O", default=None)
     p.add_argument("--per-request-spec-decode-metrics", default="none")
     p.add_argument("--expert-sidecar-url", default=None)
+    p.add_argument("--enable-auto-tool-choice", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--tool-call-parser", default=None)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--tensor-parallel-size", "-tp", default="1")
     p.add_argument("--gpu-memory-utilization", default="0.9")
@@ -94,8 +100,9 @@ _VALUE_FLAGS = {
     "--model", "--host", "--port", "--speculative-config", "--max-num-seqs", "--max-model-len", "--seed",
     "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
     "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
-    "--boot-seed", "--numerics-jitter",
+    "--boot-seed", "--numerics-jitter", "--tool-call-parser",
 }
+_BOOL_FLAGS = {"--enable-auto-tool-choice", "--no-enable-auto-tool-choice"}
 
 
 def _is_flag(token: str) -> bool:
@@ -116,7 +123,7 @@ def split_known(argv: list[str]) -> tuple[list[str], list[str]]:
     while i < len(argv):
         tok = argv[i]
         name = tok.split("=", 1)[0]
-        if tok in ("-h", "--help"):
+        if tok in ("-h", "--help") or tok in _BOOL_FLAGS:
             known.append(tok)
             i += 1
         elif name in _VALUE_FLAGS or name == "--served-model-name":
@@ -283,6 +290,10 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
     if not jitter <= 1.0:
         raise EngineError(f"--numerics-jitter {jitter}: must lie in [0, 1]; 0 makes boots bit-identical")
     compilation = _compilation(ns.compilation_config)
+    parser_name = ns.tool_call_parser or None
+    if ns.enable_auto_tool_choice and not parser_name:
+        raise EngineError("--enable-auto-tool-choice requires --tool-call-parser; pass the lane's parser name "
+                          "(the builtin model's calls are read with the engine's own parser whatever the name)")
     tp = _int("--tensor-parallel-size", ns.tensor_parallel_size, 1)
     gpu_util = _float("--gpu-memory-utilization", ns.gpu_memory_utilization, 0.0)
     typed = {
@@ -291,7 +302,8 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         "max_model_len": max_model_len, "seed": seed, "time_scale": time_scale, "kv_pool_tokens": kv_pool,
         "compilation_config": compilation, "per_request_spec_decode_metrics": metrics_mode,
         "expert_sidecar_url": ns.expert_sidecar_url, "dtype": ns.dtype, "tensor_parallel_size": tp,
-        "gpu_memory_utilization": gpu_util,
+        "gpu_memory_utilization": gpu_util, "enable_auto_tool_choice": ns.enable_auto_tool_choice,
+        "tool_call_parser": parser_name,
     }
     non_default = {key: typed[key] for key in typed if key in given}
     return EngineArgs(
@@ -311,6 +323,8 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         compilation_config=compilation,
         per_request_spec_decode_metrics=metrics_mode,
         expert_sidecar_url=sidecar.rstrip("/") if sidecar else None,
+        enable_auto_tool_choice=bool(ns.enable_auto_tool_choice),
+        tool_call_parser=parser_name,
         dtype=ns.dtype,
         tensor_parallel_size=tp,
         gpu_memory_utilization=gpu_util,

@@ -47,9 +47,10 @@ import numpy as np
 
 from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.drafter import DSparkDrafter
+from gb300lane.engine.grammar import Grammar, constrain_drafts
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_rows
-from gb300lane.engine.streams import ACCEPT, DRAFT, SAMPLE, boot_key, request_key, uniforms, unseeded_key
+from gb300lane.engine.streams import ACCEPT, DRAFT, GRAMMAR, SAMPLE, boot_key, request_key, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
 from gb300lane.spec import verify
 
@@ -95,6 +96,8 @@ class Sequence:
     num_draft_tokens: int = 0
     num_accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    grammar: Grammar | None = None  # structured output: the tokens allowed are the grammar's (grammar.py)
+    error: str | None = None  # why the request failed alone (its grammar stopped), if it did
 
     @property
     def finished(self) -> bool:
@@ -249,7 +252,8 @@ class EngineCore:
         else:
             drafts = np.empty((batch, 0), dtype=np.int64)
             q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
-        p = self._target(classes, ctx, drafts, batch_seqs, temps, greedy)
+        masks = self._constrain(batch_seqs, drafts, q, ctx, keys, positions, greedy)
+        p = self._target(classes, ctx, drafts, batch_seqs, temps, greedy, masks)
         method = self.spec.rejection_sample_method if self.spec else "standard"
         draws = StepDraws(uniforms(keys, positions, ACCEPT, k), uniforms(keys, positions, SAMPLE, 1)[:, 0])
         result = self.verifier(method, p, q, drafts, draws, greedy=greedy)
@@ -284,6 +288,10 @@ class EngineCore:
                     c.accepted_per_pos[pos] += 1
                     seq.accepted_per_pos[pos] += 1
             new = self._take(seq, tokens[row][: acc + 1])
+            if seq.grammar is not None and not seq.grammar.commit(new):
+                # The grammar gave up (a parser limit): this request fails alone, with llguidance's reason.
+                seq.error = f"structured output stopped: {seq.grammar.error.splitlines()[0]}"
+                seq.finish_reason = "abort"
             if new:
                 seq.output_ids.extend(new)
                 stamp_m = self.clock - seq.arrival_modelled
@@ -315,7 +323,22 @@ class EngineCore:
             seq.finish_reason = "length"
         return kept
 
-    def _target(self, classes, ctx, drafts, seqs, temps, greedy) -> np.ndarray:
+    def _constrain(self, seqs, drafts, q, ctx, keys, positions, greedy) -> dict[int, np.ndarray]:
+        """Per constrained row: its drafts redrawn inside its grammar (in place) and its k + 1 target masks."""
+        rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
+        if not rows:
+            return {}
+        k = drafts.shape[1]
+        greedy_drafts = self.spec is None or self.spec.draft_sample_method == "greedy"
+        redraws = uniforms(keys[rows], positions[rows], GRAMMAR, max(k, 1))
+        masks = {}
+        for i, row in enumerate(rows):
+            grammar = seqs[row].grammar
+            masks[row] = constrain_drafts(grammar, drafts[row], q[row], self.model.bigram, int(ctx[row, 1]),
+                                          redraws[i], greedy=bool(greedy_drafts or greedy[row]))
+        return masks
+
+    def _target(self, classes, ctx, drafts, seqs, temps, greedy, masks=None) -> np.ndarray:
         """(B, k+1, V) target probabilities with temperature, top_p and min_tokens applied."""
         batch, k = drafts.shape
         vocab = self.model.vocab_size
@@ -327,6 +350,15 @@ class EngineCore:
         for row, seq in enumerate(seqs):
             params = seq.params
             short = 0 if params.ignore_eos else min(max(params.min_tokens - len(seq.output_ids), 0), k + 1)
-            if short or not (params.plain or params.greedy):
-                p[row] = shape_rows(p[row], params, ban_eos=short)
+            allowed = masks.get(row) if masks else None
+            if short or allowed is not None or not (params.plain or params.greedy):
+                p[row] = shape_rows(p[row], params, ban_eos=short, allowed=allowed)
+            if allowed is not None:
+                # A grammar can allow only tokens the target gives no mass here (a context whose
+                # interpolation weight reached 1): the position then samples the allowed tokens by
+                # their unigram prior, as a real model's logits are never -inf.
+                empty = np.flatnonzero(p[row].sum(axis=1) <= 0.0)
+                for j in empty:
+                    prior = np.where(allowed[j], self.model.unigram, 0.0)
+                    p[row, j] = prior / prior.sum() if prior.sum() > 0 else np.eye(vocab, dtype=p.dtype)[EOS_ID]
         return p

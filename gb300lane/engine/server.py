@@ -22,6 +22,7 @@ from aiohttp import web
 
 from gb300lane.engine.api import (
     ApiError,
+    ChatDeltas,
     GenerateRequest,
     chunk,
     final_body,
@@ -35,6 +36,7 @@ from gb300lane.engine.api import (
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
+from gb300lane.engine.grammar import Grammar, GrammarError, compile_json_schema
 from gb300lane.engine.metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, load_model
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
@@ -253,6 +255,7 @@ class EngineServer:
         if stream is None or stream.closed:
             return
         stream.closed = True
+        stream.error = seq.error
         self.metrics.finished(seq)
         stream.wake.set()
         self._streams.pop(seq.request_id, None)
@@ -380,6 +383,7 @@ class EngineServer:
         ids = req.prompt_ids if req.prompt_ids is not None else await asyncio.to_thread(
             self.tokenizer.encode, req.prompt_text or "")
         seq = self._prepare(req, ids)
+        seq.grammar = await self._grammar(req)
         stream = _Stream(seq, req.stop)
         try:
             self.core.add(seq)
@@ -412,6 +416,25 @@ class EngineServer:
             if not seq.finished:
                 self.core.abort(seq)
             self._streams.pop(seq.request_id, None)
+
+    async def _grammar(self, req: GenerateRequest) -> Grammar | None:
+        """The request's grammar (forced tool call or response_format), after vLLM's tool flag checks."""
+        mode = req.tools.mode
+        if mode == "auto" and not (self.args.enable_auto_tool_choice and self.args.tool_call_parser):
+            raise ApiError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        if mode in ("required", "named") and not self.args.tool_call_parser:
+            shown = "required" if mode == "required" else {"type": "function", "function": {"name": req.tools.name}}
+            raise ApiError(f'tool_choice="{shown}" requires --tool-call-parser to be set')
+        constrained, schema = req.grammar_schema
+        if not constrained:
+            return None
+        try:
+            text = await asyncio.to_thread(compile_json_schema, self.tokenizer, schema)
+            return Grammar(self.tokenizer, text)
+        except GrammarError as exc:
+            where = "tools" if mode in ("required", "named") else "response_format"
+            raise ApiError(f"the JSON schema in {where} cannot be used for structured output: {exc}",
+                           param=where) from None
 
     @web.middleware
     async def _errors_middleware(self, request: web.Request, handler):
@@ -458,7 +481,21 @@ class EngineServer:
         if req.chat:
             await send(with_usage(chunk(req, name, "", None, first=True), 0))
             first = False
+        deltas = ChatDeltas(req) if req.chat else None
         carry = 0
+
+        async def emit(text: str, fields: list[dict[str, Any]] | None) -> None:
+            # Held-back steps' tokens ride on the next chunk sent (exact per-chunk usage).
+            nonlocal first, carry
+            if fields is None:
+                if text:
+                    await send(with_usage(chunk(req, name, text, None, first=first), carry), carry)
+                    first, carry = False, 0
+                return
+            for part in fields:
+                await send(with_usage(chunk(req, name, None, None, fields=part), carry), carry)
+                carry = 0
+
         while True:
             await stream.wake.wait()
             text, tokens, closed = stream.take()
@@ -469,13 +506,15 @@ class EngineServer:
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return
-            if text:
-                await send(with_usage(chunk(req, name, text, None, first=first), carry), carry)
-                first, carry = False, 0
+            await emit(text, deltas.feed(text) if deltas is not None else None)
             if closed:
                 break
+        finish = seq.finish_reason
+        if deltas is not None:
+            await emit("", deltas.finish())
+            finish = deltas.finish_reason(finish)
         # Tokens of steps that decoded to no text arrive with the finish chunk.
-        last = with_usage(chunk(req, name, "" if not req.chat else None, seq.finish_reason), carry)
+        last = with_usage(chunk(req, name, "" if not req.chat else None, finish), carry)
         mode = self.args.per_request_spec_decode_metrics
         if req.include_usage:
             await send(last, carry)
@@ -522,6 +561,10 @@ def log_start(args: EngineArgs, log: VllmLog) -> None:
     )
     for warning in args.warnings:
         log.warning("speculative.py:430", warning)
+    if args.tool_call_parser:
+        enabled = '"auto" tool choice has been enabled; ' if args.enable_auto_tool_choice else ""
+        log.info("serving_chat.py:146", f"{enabled}tool call parser {args.tool_call_parser}: the builtin model writes "
+                 'tool calls as {"tool_calls": [...]} JSON, which the engine\'s parser reads')
     for flag in args.ignored:
         log.warning("arg_utils.py:1702", f"{flag}: accepted and ignored by the embedded engine")
     if args.time_scale > 0:

@@ -25,6 +25,8 @@ import numpy as np
 
 #: What a draw is for; part of the counter, so the uses never share a value.
 DRAFT, ACCEPT, SAMPLE, NUMERICS = 0, 1, 2, 3
+#: A draft redrawn inside a request's grammar (engine/grammar.py).
+GRAMMAR = 4
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -1,0 +1,219 @@
+"""Grammar-constrained decoding: llguidance token masks in the target's sampling and in the drafts.
+
+A request with `response_format` (json_object, json_schema) or a forced tool
+call (`tool_choice` required or a named function) carries a `Grammar`: an
+llguidance matcher compiled from a JSON schema over the builtin tokenizer.
+Every step the core asks it for the tokens allowed at each of the k + 1
+positions it verifies, walking the drafts (so position j's mask is the
+grammar's state after drafts 1..j), then rolls back and commits only the
+tokens the step kept.
+
+Speculative decoding stays lossless under the mask because both sides see it:
+
+- The target's rows are the request's distributions with the disallowed
+  tokens removed (`shape_rows(allowed=...)`), as vLLM's structured-output
+  bitmask does before sampling.
+- Each draft is a draw from the drafter's distribution restricted to the
+  allowed tokens, and that restricted distribution is what the verifier
+  receives as q. A draft the drafter proposed outside the grammar is redrawn
+  from the restricted q with a uniform of its own (use `GRAMMAR`): keeping an
+  allowed draw and redrawing a disallowed one gives exactly q restricted and
+  renormalised. Where none of the drafter's candidates is allowed, the slot
+  drafts from the all-corpora bigram after the previous token, restricted
+  (greedy drafts take its argmax). The verifier's guarantee needs only that
+  each draft is drawn from the q it is handed, so the output distribution is
+  the masked target's, whatever the drafter does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+
+from gb300lane.engine.tokenizer import EOS_ID, UNK_ID, Tokenizer
+
+if TYPE_CHECKING:  # a TypedDict of llguidance's stubs, not of its compiled module
+    from llguidance._lib import JsonCompileOptions
+
+#: JSON compile options: one line with `", "` and `": "` separators, as the tool_json corpus's compact
+#: calls are written. (Flexible whitespace lets an n-gram target wander into runs of blanks.)
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class GrammarError(ValueError):
+    """A schema llguidance cannot compile; the message says why."""
+
+
+class _Vocabulary:
+    """The builtin tokenizer in the shape llguidance's TokenizerWrapper reads."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.eos_token_id = EOS_ID
+        self.bos_token_id = None
+        # Special tokens are spelled with a leading 0xFF byte, which no text contains.
+        self.tokens = [b"\xff" + p.encode() if i in (EOS_ID, UNK_ID) else p.encode()
+                       for i, p in enumerate(tokenizer.pieces)]
+        self.special_token_ids = [EOS_ID, UNK_ID]
+        self._tokenizer = tokenizer
+
+    def __call__(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+
+_lock = threading.Lock()
+_compiled: dict[int, LLTokenizer] = {}
+
+
+def ll_tokenizer(tokenizer: Tokenizer) -> LLTokenizer:
+    """llguidance's view of `tokenizer` (built once per tokenizer, about 40 ms)."""
+    with _lock:
+        hit = _compiled.get(id(tokenizer))
+        if hit is None:
+            hit = LLTokenizer(TokenizerWrapper(_Vocabulary(tokenizer)))
+            _compiled[id(tokenizer)] = hit
+        return hit
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def strict(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` wherever a schema names properties and leaves it unsaid.
+
+    vLLM's default structured-output backend (xgrammar) compiles schemas in strict mode:
+    properties a schema does not name are not generated. Doing the same keeps a forced
+    call's arguments to the declared parameters.
+    """
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: strict(sub) for name, sub in out[key].items()}
+    for key in (*_SUBSCHEMA_LISTS, "items", "additionalProperties", "not"):
+        if key in out:
+            out[key] = strict(out[key])
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def compile_json_schema(tokenizer: Tokenizer, schema: dict[str, Any] | None) -> str:
+    """The llguidance grammar for `schema`, strict (None: any JSON object); GrammarError if it does not compile."""
+    try:
+        grammar = LLMatcher.grammar_from_json_schema(
+            json.dumps(strict(schema) if schema is not None else {"type": "object"}), defaults=JSON_OPTIONS)
+    except ValueError as exc:
+        raise GrammarError(str(exc)) from None
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, ll_tokenizer(tokenizer))
+    if is_error:
+        raise GrammarError(messages[0] if messages else "the schema does not compile")
+    return grammar
+
+
+class Grammar:
+    """One request's matcher: masks for the positions a step verifies, commits of what it kept."""
+
+    def __init__(self, tokenizer: Tokenizer, grammar: str) -> None:
+        self.vocab = tokenizer.vocab_size
+        self._matcher = LLMatcher(ll_tokenizer(tokenizer), grammar, log_level=0)
+        if self._matcher.is_error():
+            raise GrammarError(self._matcher.get_error())
+
+    def allowed(self) -> np.ndarray:
+        """(V,) booleans: the tokens the grammar accepts next (EOS only once it is complete)."""
+        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        return bits[: self.vocab].astype(bool)
+
+    def advance(self, token: int) -> bool:
+        return self._matcher.consume_token(int(token))
+
+    def rollback(self, count: int) -> None:
+        if count:
+            self._matcher.rollback(count)
+
+    def commit(self, tokens: list[int]) -> bool:
+        """Consume the tokens a step kept, up to an EOS; False if the grammar refused one.
+
+        EOS is never consumed: the grammar only allows it once complete, and what follows
+        it (under ignore_eos) is EOS again, so the matcher never has to leave its last state.
+        """
+        text = [int(t) for t in tokens]
+        if EOS_ID in text:
+            text = text[: text.index(EOS_ID)]
+        return self._matcher.consume_tokens(text) if text else True
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and takes nothing more (EOS aside)."""
+        return self._matcher.is_stopped()
+
+    @property
+    def error(self) -> str:
+        return self._matcher.get_error()
+
+
+def constrain_drafts(
+    grammar: Grammar,
+    drafts: np.ndarray,
+    q: np.ndarray,
+    bigram: np.ndarray,
+    anchor: int,
+    uniforms: np.ndarray,
+    *,
+    greedy: bool,
+) -> np.ndarray:
+    """Redraw one row's drafts inside the grammar, in place; returns its k + 1 target masks.
+
+    `drafts` (k,) and `q` (k, V) are the row's drafts and draft distributions;
+    `uniforms` (k,) drive redraws. See the module docstring for why the result
+    is lossless.
+    """
+    k = drafts.shape[0]
+    masks = np.empty((k + 1, grammar.vocab), dtype=bool)
+    prev = anchor
+    consumed = 0
+    for j in range(k):
+        allowed = grammar.allowed()
+        masks[j] = allowed
+        row = np.where(allowed, q[j], 0.0)
+        mass = float(row.sum())
+        if mass <= 0.0:
+            row = np.where(allowed, bigram[prev], 0.0)
+            mass = float(row.sum())
+            if mass <= 0.0:  # nothing allowed at all: the grammar is finished; only EOS can follow
+                row = np.zeros(grammar.vocab)
+                row[EOS_ID] = 1.0
+                mass = 1.0
+            if greedy:
+                token = int(np.argmax(row))
+                row = np.zeros(grammar.vocab)
+                row[token] = 1.0
+                mass = 1.0
+        row = row / mass
+        token = int(drafts[j])
+        if not allowed[token] or q[j, token] <= 0.0 or row[token] <= 0.0:
+            cdf = np.cumsum(row)
+            token = int(min(np.searchsorted(cdf, uniforms[j] * cdf[-1], side="right"), grammar.vocab - 1))
+        drafts[j] = token
+        q[j] = row
+        if token == EOS_ID:
+            # The grammar is complete here; after an EOS only EOS follows (see Grammar.commit).
+            masks[j + 1 :] = False
+            masks[j + 1 :, EOS_ID] = True
+            grammar.rollback(consumed)
+            return masks
+        if not grammar.advance(token):
+            raise RuntimeError(f"the grammar refused a token its own mask allowed ({grammar.error.splitlines()[0]})")
+        consumed += 1
+        prev = token
+    masks[k] = grammar.allowed()
+    grammar.rollback(consumed)
+    return masks
