@@ -51,7 +51,8 @@ def test_port_that_pushes_the_sidecar_out_of_range_is_one_line() -> None:
 
 def _recipes(dest: Path) -> tuple[int, int]:
     """local-v26 / local-v27 on free ports (their 'default' ports here), time scale 0, small smoke windows."""
-    port, sidecar = free_port(), free_port()
+    port = free_port()
+    sidecar = port + 1  # as in the shipped recipes: the sidecar beside main
     for name in ("local-v26", "local-v27"):
         body = yaml.safe_load((shipped("recipes") / f"{name}.yaml").read_text())
         if name == "local-v26":
@@ -81,7 +82,7 @@ def test_up_dark_with_port_boots_beside_production(tmp_path: Path, monkeypatch: 
     try:
         prod = lane.up("local-v26", runtime="process")
         assert prod.ok and prod.endpoint == f"http://127.0.0.1:{port}"
-        moved = port + 1000 if port < 60000 else port - 1000
+        moved = free_port()  # the sidecar follows to moved + 1
         # local-v27 extends local-v26: same ports as production; --port moves both of its containers away.
         res = CliRunner().invoke(app, ["up", "local-v27", "--dark", "--port", str(moved), "--json"])
         assert res.exit_code == 0, res.output

@@ -19,6 +19,7 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
 if TYPE_CHECKING:  # the cards package is imported when a card command runs
     from gb300lane.cards import Receipts, Verdict
+    from gb300lane.promote import TransitionReport
 
 card_app = typer.Typer(
     help="Bracketed A -> B -> A2 cards: pre-registered tests, receipts, verdicts and re-scores.",
@@ -157,15 +158,29 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
             receipts: Path | None = _RECEIPTS,
             port: int | None = typer.Option(None, "--port", help="Boot every arm's lane (main and sidecar) "
                                             "moved to this port, beside whatever serves the recipe's ports."),
+            take_lane: bool = typer.Option(False, "--take-lane", help="Take the lane from production for the "
+                                           "bracket: stop production (kept), run the arms, restart production "
+                                           "afterwards, also when an arm fails or on Ctrl-C."),
             as_json: bool = _JSON) -> None:
     from gb300lane.cards import LiveArmOps, run_card
     from gb300lane.promote.view import protected_instances
 
     rec = _receipts(card, receipts)
-    protected = protected_instances()
-    lines = run_card(rec, ops=LiveArmOps(protected, port=port), progress=_say(as_json), protected=protected)
+    say = _say(as_json)
+    given = None
+    if take_lane and port is not None:
+        raise typer.BadParameter("--take-lane runs the arms on the production lane; --port runs them beside it: "
+                                 "pass one", param_hint="--take-lane")
+    if not take_lane:
+        protected = protected_instances()
+        lines = run_card(rec, ops=LiveArmOps(protected, port=port), progress=say, protected=protected)
+    else:
+        lines, given = _run_taking_the_lane(rec, say)
+        if given is not None and not given.ok:
+            raise typer.Exit(1)
     if as_json:
-        print_json({"receipts": str(rec.root), "lines": lines, "looks": rec.look_numbers()})
+        print_json({"receipts": str(rec.root), "lines": lines, "looks": rec.look_numbers(),
+                    "lane": given.model_dump(mode="json") if take_lane and given else None})
         return
     console.print(f"receipts: {rec.root}", highlight=False)
     if lines and all(line.endswith("; skipped") for line in lines):
@@ -174,6 +189,33 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
         state = receipts_state(rec, card)
         console.print("every arm had finished earlier; " + "; or ".join(f"`{c}`" for c in state.next), highlight=False,
                       markup=False, soft_wrap=True)
+
+
+def _run_taking_the_lane(rec: Receipts, say: Callable[[str], None]) -> tuple[list[str], TransitionReport | None]:
+    """`card run --take-lane`: the bracket inside `promote.take_lane`; what the give-back did is said even when an
+    arm failed or Ctrl-C stopped the run (the error then goes on up)."""
+    from gb300lane.cards import LiveArmOps, run_card
+    from gb300lane.cli.seams import crash_hook, promotion_ops
+    from gb300lane.promote.lanetake import LaneTake, take_lane
+    from gb300lane.promote.view import protected_instances
+
+    holder: list[LaneTake] = []
+    try:
+        with take_lane(rec.registration().card, ops=promotion_ops(), crash_hook=crash_hook(), progress=say) as taken:
+            holder.append(taken)
+            prod = taken.production
+            say(f"took the lane: production {prod.recipe} ({prod.instance}) stopped and kept; it is restarted when "
+                "the bracket ends" if prod else "no production recorded: nothing to take; the arms run on the lane")
+            protected = protected_instances()
+            lines = run_card(rec, ops=LiveArmOps(protected), progress=say, protected=protected)
+    finally:
+        given = holder[0].report if holder else None
+        if given is not None and given.ok:
+            say(given.message)
+        elif given is not None:
+            err_console.print(f"[bold red]error:[/] {escape(given.message)}", markup=True, highlight=False,
+                              soft_wrap=True)
+    return lines, given
 
 
 @card_app.command("score", help="Write verdict 1: the registered gates over the receipts. Exits 0 on PASS, "

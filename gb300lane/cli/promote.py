@@ -83,7 +83,9 @@ def history_cmd(
 def _event_line(e: core.LedgerEvent) -> str:
     """One history line: id, when, what (forced), from -> to, timings, why."""
     what = e.kind + (" (forced)" if e.forced else "")
-    move = f" {e.previous or '-'} -> {e.recipe or '-'}" if e.kind != "prune" else ""
+    move = f" {e.previous or '-'} -> {e.recipe or '-'}" if e.kind not in ("prune", "take_lane") else ""
+    if e.kind == "take_lane":
+        move = f" production {e.recipe} stopped and restarted"
     if e.kind in ("promote_failed", "rollback_failed", "recover"):
         move += f" (production stays {e.previous})" if e.previous else " (nothing serves production)"
     timing = ""

@@ -44,6 +44,7 @@ from gb300lane.promote.models import (
     PrunePlan,
     RollbackPlan,
     Slot,
+    TakeLanePlan,
     TransitionKind,
     TransitionPlan,
 )
@@ -98,8 +99,8 @@ _EVENT_FIELDS = (
     "at", "kind", "recipe", "instance", "fingerprint", "previous", "verdict",
     "forced", "reason", "restore_seconds", "tool_seconds", "detail",
 )  # fmt: skip
-_PLANS: dict[str, type[PromotePlan] | type[RollbackPlan] | type[PrunePlan]] = {
-    "promote": PromotePlan, "rollback": RollbackPlan, "prune": PrunePlan,
+_PLANS: dict[str, type[PromotePlan] | type[RollbackPlan] | type[PrunePlan] | type[TakeLanePlan]] = {
+    "promote": PromotePlan, "rollback": RollbackPlan, "prune": PrunePlan, "take_lane": TakeLanePlan,
 }  # fmt: skip
 
 Phase = Literal["intent", "done", "failed"]

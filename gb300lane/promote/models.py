@@ -12,7 +12,7 @@ from pydantic import Field
 
 from gb300lane.models import FrozenModel
 
-TransitionKind = Literal["promote", "rollback", "prune"]
+TransitionKind = Literal["promote", "rollback", "prune", "take_lane"]
 EventKind = Literal[
     "promote",
     "promote_failed",
@@ -20,6 +20,7 @@ EventKind = Literal[
     "rollback_failed",
     "recover",
     "prune",
+    "take_lane",
 ]
 
 
@@ -95,7 +96,15 @@ class PrunePlan(FrozenModel):
     remove: tuple[str, ...] = Field(description="Kept instances it removes.")
 
 
-TransitionPlan = PromotePlan | RollbackPlan | PrunePlan
+class TakeLanePlan(FrozenModel):
+    """A card taking the lane from production for its bracket: stop production (kept), run the arms, restore it."""
+
+    card: str = Field(description="The card whose arms run on the lane meanwhile.")
+    production: Slot = Field(description="Production when the card took the lane: what is restored.")
+    port: int = Field(description="The production port.")
+
+
+TransitionPlan = PromotePlan | RollbackPlan | PrunePlan | TakeLanePlan
 
 
 class KeptInstance(FrozenModel):
@@ -245,7 +254,7 @@ class LedgerEvent(FrozenModel):
 class TransitionReport(FrozenModel):
     """What `promote`, `rollback` or a repair did, for the CLI to print."""
 
-    kind: Literal["promote", "rollback", "recover"] = Field(description="The command's transition.")
+    kind: Literal["promote", "rollback", "recover", "take_lane"] = Field(description="The command's transition.")
     ok: bool = Field(description="True when production is the recipe the command aimed for.")
     production: str | None = Field(description="Recipe serving production afterwards.")
     rollback_pair: str | None = Field(description="Recipe kept as the rollback pair afterwards.")

@@ -17,7 +17,7 @@ import psutil
 from gb300lane.errors import StateError
 from gb300lane.promote import lock as lock_mod
 from gb300lane.promote.ledger import Ledger, Transition, ledger_path, read_ledger, read_only_error, write_problem
-from gb300lane.promote.models import InFlight, ProductionState
+from gb300lane.promote.models import InFlight, ProductionState, TakeLanePlan
 
 # step -> (while it runs, once it is done); {recipe} is the target, {previous} what production was.
 _STEP_WORDS: dict[str, tuple[str, str]] = {
@@ -34,6 +34,9 @@ _STEP_WORDS: dict[str, tuple[str, str]] = {
     "stop_stray": ("while stopping an instance left on the production port", "after stopping an instance left on the production port"),
     "remove": ("while removing a kept instance", "after removing a kept instance"),
     "record": ("while recording the result", "while recording the result"),
+    "restore_production": ("while restarting production {previous}", "after restarting production {previous}"),
+    "stop_arm": ("while stopping a card arm left on the production port",
+                 "after stopping a card arm left on the production port"),
 }
 
 
@@ -54,6 +57,15 @@ def describe_progress(ledger: Ledger, tr: Transition) -> tuple[str | None, str]:
 def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tuple[str, ...]]:
     """One sentence on where the transition stopped, and the commands that finish or revert it."""
     step, where = describe_progress(ledger, tr)
+    plan = tr.plan
+    if isinstance(plan, TakeLanePlan):
+        if not crashed:
+            return (f"card {plan.card} holds the lane (pid {tr.pid}, {where}): production {tr.previous} is stopped "
+                    "and kept, and is restored when the card's bracket ends"), ()
+        return (
+            f"card {plan.card} took the lane from production {tr.previous} and was interrupted {where}; "
+            f"run `gb300lane rollback` to restart {tr.previous} as production"
+        ), ("gb300lane rollback",)
     if not crashed:
         return f"{tr.kind} of {tr.recipe or 'kept instances'} in progress (pid {tr.pid}, {where})", ()
     if tr.kind == "promote":

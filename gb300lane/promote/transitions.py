@@ -39,6 +39,7 @@ from gb300lane.promote.models import (
     PromotePlan,
     RollbackPlan,
     Slot,
+    TakeLanePlan,
     TransitionReport,
     VerdictCustody,
     VerdictInfo,
@@ -55,6 +56,7 @@ def crash_points() -> dict[str, tuple[str, ...]]:
     failure = ("stop_candidate", "restore_previous")
     rollback = ("stop_production", "check_port", "start_pair", "smoke_pair", "record")
     rb_failure = ("stop_pair", "restore_previous")
+    take = ("stop_production", "stop_arm", "check_port", "restore_production", "record")
 
     def both(kind: str, steps: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(p for s in steps for p in (f"{kind}.{s}", f"{kind}.{s}:after"))
@@ -64,6 +66,7 @@ def crash_points() -> dict[str, tuple[str, ...]]:
         "promote_failure": both("promote", failure),
         "rollback": both("rollback", rollback),
         "rollback_failure": both("rollback", rb_failure),
+        "take_lane": both("take_lane", take),
     }
 
 
@@ -78,7 +81,7 @@ class _Run:
         # True when this process picks up a transition a killed one began.
         self.resumed = resumed
         self.progress = progress
-        self.port = tr.plan.port if isinstance(tr.plan, (PromotePlan, RollbackPlan)) else 0
+        self.port = tr.plan.port if isinstance(tr.plan, (PromotePlan, RollbackPlan, TakeLanePlan)) else 0
 
     def _point(self, name: str) -> None:
         if self.hook is not None:
@@ -357,7 +360,8 @@ def rollback(
         open_tr = ledger.open_transition() if dry_run else _open_or_close_prune(ledger)
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
-            action = f"restore {open_tr.previous or 'nothing'}" if open_tr.kind == "promote" else "complete it"
+            action = (f"restore {open_tr.previous or 'nothing'}" if open_tr.kind in ("promote", "take_lane")
+                      else "complete it")
             return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
                                     message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
         if open_tr is not None:
@@ -367,6 +371,10 @@ def rollback(
                 return _revert_promote(run, open_tr.plan, text.split(";")[0], time.monotonic(), recovering=True)
             if isinstance(open_tr.plan, RollbackPlan):
                 return _drive_rollback(run, open_tr.plan)
+            if isinstance(open_tr.plan, TakeLanePlan):
+                from gb300lane.promote.lanetake import give_back
+
+                return give_back(run, open_tr.plan, held_s=None)
         prod, pair = ledger.production(), ledger.rollback_pair()
         if pair is None:
             raise StateError(
