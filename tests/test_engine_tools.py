@@ -296,3 +296,23 @@ def test_the_bench_clients_tool_json_requests_run_and_record_tool_calls(lane):
         assert out.output_tokens == 48 and len(out.token_times_s) == 48
     # The forced call's arguments are the recorded text, and they fit the tool's declared parameters.
     jsonschema.validate(json.loads(called.text), strict(transcript.tools[0]["function"]["parameters"]))
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call():
+    from gb300lane.engine.api import chat_message, parse_request
+
+    two = ('[{"name": "get_weather", "parameters": {"city": "Lisbon"}}, '
+           '{"name": "search_flights", "parameters": {"origin": "LIS", "destination": "OPO", "passengers": 1}}]')
+    for parallel, count in ((None, 2), (True, 2), (False, 1)):
+        body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
+        req = parse_request(body, chat=True, served_model_name="lane")
+        message, finish = chat_message(req, two, "stop")
+        assert len(message["tool_calls"]) == count and finish == "tool_calls"
+    auto = AutoToolStream(parallel=False)
+    text = ('{"tool_calls": [{"function": {"name": "a", "arguments": {}}}, '
+            '{"function": {"name": "b", "arguments": {}}}]}')
+    assert [c["function"]["name"] for c in auto.feed(text)[0]["tool_calls"]] == ["a"]
+    with pytest.raises(Exception, match="parallel_tool_calls must be a boolean"):
+        parse_request({"messages": MESSAGES, "parallel_tool_calls": "no"}, chat=True, served_model_name="lane")

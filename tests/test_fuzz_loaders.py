@@ -34,6 +34,8 @@ from hypothesis import strategies as st
 
 from gb300lane.cards.schema import load_card
 from gb300lane.engine.api import ApiError, parse_request
+from gb300lane.engine.grammar import GrammarError, compile_json_schema
+from gb300lane.engine.model import load_model
 from gb300lane.errors import LaneError
 from gb300lane.paths import shipped
 from gb300lane.recipes import load_recipe
@@ -221,7 +223,15 @@ COMPLETION = {"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0
               "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n"], "min_tokens": 1}
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 8,
         "temperature": 0.0, "top_k": 5, "min_p": 0.1, "ignore_eos": True}
-bodies = st.one_of(json_values, mutated(COMPLETION), mutated(CHAT))
+TOOL_CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 8,
+             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                 "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 9}},
+                 "required": ["city"]}}}],
+             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": False}
+FORMATTED = {"model": "m", "prompt": "{", "max_tokens": 8, "response_format": {"type": "json_schema", "json_schema": {
+    "name": "x", "schema": {"type": "object", "properties": {"a": {"enum": [1, "b"]}, "b": {"type": "array",
+                                                                                          "items": {"type": "number"}}}}}}}
+bodies = st.one_of(json_values, mutated(COMPLETION), mutated(CHAT), mutated(TOOL_CHAT), mutated(FORMATTED))
 
 
 def _api_error(exc: BaseException) -> bool:
@@ -236,5 +246,12 @@ def test_the_engine_request_parser_answers_400_never_a_traceback(body: Any, chat
         # What it accepts is usable: finite sampling values, in range.
         assert math.isfinite(req.params.temperature) and req.params.temperature >= 0
         assert math.isfinite(req.params.top_p) and 0 < req.params.top_p <= 1
+        # A schema it accepts compiles to a grammar or is refused with GrammarError (the server's 400).
+        constrained, schema = req.grammar_schema
+        if constrained:
+            try:
+                compile_json_schema(load_model().tokenizer, schema)
+            except GrammarError as exc:
+                assert "\n" not in str(exc).strip(), str(exc)
 
     _check("engine request parser", call, ApiError, _api_error)

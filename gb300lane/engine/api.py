@@ -281,13 +281,13 @@ def chat_message(req: GenerateRequest, text: str, finish: str | None) -> tuple[d
     elif mode == "required":
         calls = parse_required(text)
         if calls is not None:
-            message["content"], message["tool_calls"] = "", calls
+            message["content"], message["tool_calls"] = "", req.tools.keep(calls)
             if finish == "stop":
                 finish = "tool_calls"
     elif mode == "auto":
         content, calls = parse_tool_calls(text)
         if calls:
-            message["content"], message["tool_calls"] = content, calls
+            message["content"], message["tool_calls"] = content, req.tools.keep(calls)
             finish = "tool_calls"
     return message, finish
 
@@ -297,7 +297,7 @@ class ChatDeltas:
 
     def __init__(self, req: GenerateRequest) -> None:
         self.req = req
-        self._auto = AutoToolStream() if req.tools.mode == "auto" else None
+        self._auto = AutoToolStream(req.tools.parallel) if req.tools.mode == "auto" else None
         self._named_started = False
         self._held = ""
         self.called = False
@@ -330,7 +330,7 @@ class ChatDeltas:
             if calls is None:
                 return [{"content": self._held}]
             self.called = True
-            return [{"tool_calls": [dict(c, index=i) for i, c in enumerate(calls)]}]
+            return [{"tool_calls": [dict(c, index=i) for i, c in enumerate(self.req.tools.keep(calls))]}]
         return []
 
     def finish_reason(self, finish: str | None) -> str | None:

@@ -38,6 +38,10 @@ class ToolRequest:
     mode: ToolMode
     functions: tuple[dict[str, Any], ...] = ()
     name: str | None = None
+    parallel: bool = True  # parallel_tool_calls: False keeps only the first call, as vLLM filters
+
+    def keep(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return calls if self.parallel else calls[:1]
 
     def schema(self) -> dict[str, Any] | None:
         """The JSON schema decoding is held to: None unless a call is forced."""
@@ -70,20 +74,24 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest:
             if params is not None and not isinstance(params, dict):
                 raise ApiError(f"tools[{i}].function.parameters must be a JSON schema object", param="tools")
             functions.append(fn)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ApiError(f"parallel_tool_calls must be a boolean; got {parallel!r}", param="parallel_tool_calls")
+    parallel = parallel is not False
     choice = body.get("tool_choice")
     if choice is None and "tool_choice" not in body and tools:
         choice = "auto"
     if choice is None or choice == "none":
-        return ToolRequest("none", tuple(functions))
+        return ToolRequest("none", tuple(functions), parallel=parallel)
     if tools is None:
         raise ApiError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
     if choice not in ("auto", "required") and not isinstance(choice, dict):
         raise ApiError(f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", \"auto\" or "
                        "\"required\" are supported.", param="tool_choice")
     if choice == "required" and not functions:
-        return ToolRequest("none")
+        return ToolRequest("none", parallel=parallel)
     if choice in ("auto", "required"):
-        return ToolRequest(choice, tuple(functions))
+        return ToolRequest(choice, tuple(functions), parallel=parallel)
     fn = choice.get("function")
     if not isinstance(fn, dict):
         raise ApiError(f"Invalid value for `function`: `{fn}` in `tool_choice`! {_CORRECT_USAGE}", param="tool_choice")
@@ -96,7 +104,7 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest:
     if not any(f["name"] == name for f in functions):
         raise ApiError("The tool specified in `tool_choice` does not match any of the specified `tools`",
                        param="tool_choice")
-    return ToolRequest("named", tuple(functions), name)
+    return ToolRequest("named", tuple(functions), name, parallel=parallel)
 
 
 def parse_response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
@@ -193,7 +201,8 @@ class AutoToolStream:
     text goes out as content and later text streams as it comes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, parallel: bool = True) -> None:
+        self._parallel = parallel
         self._held = ""
         self._state: Literal["undecided", "content"] = "undecided"
         self.called = False
@@ -215,6 +224,7 @@ class AutoToolStream:
             calls = _calls_from(obj)
             if calls:
                 self.called, self._state, self._held = True, "content", ""
+                calls = calls if self._parallel else calls[:1]
                 out: list[dict[str, Any]] = [{"tool_calls": [_call(n, a, i) for i, (n, a) in enumerate(calls)]}]
                 rest = body[end:]
                 return out + ([{"content": rest}] if rest else [])
