@@ -44,3 +44,29 @@ def test_the_check_sees_a_heavy_import() -> None:
     names, proc = imported_modules("spec", "advise", "--a-p", "0.7,0.5", "--step", "1:10", "--step", "2:11")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "numpy" in names
+
+
+def test_lazy_package_names_are_the_objects_even_after_their_submodule_loads() -> None:
+    # A fresh interpreter: the submodule of the same name is imported before the package name is first read.
+    code = """
+import inspect, types
+import gb300lane.lane.boot, gb300lane.lane.instance, gb300lane.spec.acceptance
+from gb300lane.lane import boot, instance
+from gb300lane.spec import acceptance
+import gb300lane.lane, gb300lane.promote, gb300lane.spec
+assert inspect.isfunction(boot) and inspect.isfunction(acceptance) and not isinstance(instance, types.ModuleType)
+assert gb300lane.lane.boot is boot
+for pkg in (gb300lane.lane, gb300lane.promote, gb300lane.spec):
+    assert set(pkg.__all__) <= set(dir(pkg))
+    for name in pkg.__all__:
+        assert not isinstance(getattr(pkg, name), types.ModuleType), (pkg.__name__, name)
+try:
+    gb300lane.lane.no_such_name
+except AttributeError as exc:
+    assert "no_such_name" in str(exc)
+else:
+    raise AssertionError("an unknown name resolved")
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

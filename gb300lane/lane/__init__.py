@@ -7,46 +7,95 @@ lane); `instance()` is the same boot for the length of a `with` block;
 to call right before its first window. The lane reports facts (instances,
 health, hashes) and never roles: which instance is production is the
 promotion layer's, which hands `up` and `down` the set they must protect.
+
+Each name loads its submodule when first used (`gb300lane.lazy`): `status`
+reads instances without loading the boot, its checks or the recipe schemas.
 """
 
-from gb300lane.lane.boot import (
-    BootPlan,
-    BootProgress,
-    await_instance,
-    boot,
-    instance_name,
-    plan_boot,
-    start_instance,
-    up,
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gb300lane.lazy import attach
+
+if TYPE_CHECKING:
+    from gb300lane.lane.boot import (
+        BootPlan,
+        BootProgress,
+        await_instance,
+        boot,
+        instance_name,
+        plan_boot,
+        start_instance,
+        up,
+    )
+    from gb300lane.lane.checkkeys import default_check_keys
+    from gb300lane.lane.checks import CheckResult
+    from gb300lane.lane.foreign import foreign_clients
+    from gb300lane.lane.instance import instance
+    from gb300lane.lane.manage import (
+        InstanceInfo,
+        InstanceStatus,
+        LaneStatus,
+        down,
+        follow,
+        list_instances,
+        logs,
+        remove_instance,
+        resolve,
+        status,
+        stop_instance,
+    )
+    from gb300lane.lane.protect import NOTHING, Protected
+    from gb300lane.lane.readiness import (
+        ContainerDied,
+        Died,
+        HttpReady,
+        LogReady,
+        Readiness,
+        ReadinessTimeout,
+        wait_ready,
+    )
+    from gb300lane.lane.report import BootReport
+
+__getattr__, __dir__ = attach(
+    __name__,
+    {
+        "BootPlan": "boot",
+        "BootProgress": "boot",
+        "await_instance": "boot",
+        "boot": "boot",
+        "instance_name": "boot",
+        "plan_boot": "boot",
+        "start_instance": "boot",
+        "up": "boot",
+        "default_check_keys": "checkkeys",
+        "CheckResult": "checks",
+        "foreign_clients": "foreign",
+        "instance": "instance",
+        "InstanceInfo": "manage",
+        "InstanceStatus": "manage",
+        "LaneStatus": "manage",
+        "down": "manage",
+        "follow": "manage",
+        "list_instances": "manage",
+        "logs": "manage",
+        "remove_instance": "manage",
+        "resolve": "manage",
+        "status": "manage",
+        "stop_instance": "manage",
+        "NOTHING": "protect",
+        "Protected": "protect",
+        "ContainerDied": "readiness",
+        "Died": "readiness",
+        "HttpReady": "readiness",
+        "LogReady": "readiness",
+        "Readiness": "readiness",
+        "ReadinessTimeout": "readiness",
+        "wait_ready": "readiness",
+        "BootReport": "report",
+    },
 )
-from gb300lane.lane.checkkeys import default_check_keys
-from gb300lane.lane.checks import CheckResult
-from gb300lane.lane.foreign import foreign_clients
-from gb300lane.lane.instance import instance
-from gb300lane.lane.manage import (
-    InstanceInfo,
-    InstanceStatus,
-    LaneStatus,
-    down,
-    follow,
-    list_instances,
-    logs,
-    remove_instance,
-    resolve,
-    status,
-    stop_instance,
-)
-from gb300lane.lane.protect import NOTHING, Protected
-from gb300lane.lane.readiness import (
-    ContainerDied,
-    Died,
-    HttpReady,
-    LogReady,
-    Readiness,
-    ReadinessTimeout,
-    wait_ready,
-)
-from gb300lane.lane.report import BootReport
 
 __all__ = [
     "BootPlan",

@@ -13,7 +13,6 @@ an event loop or aiohttp.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import urllib.error
@@ -42,6 +41,8 @@ def _why(url: str, exc: BaseException) -> str:
 
 async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | None = None) -> tuple[int | None, str]:
     """(HTTP status, body), or (None, why no response came)."""
+    import asyncio
+
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
@@ -86,6 +87,8 @@ async def get_status(session: aiohttp.ClientSession, url: str, *, timeout_s: flo
 
 def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
     """The /metrics text; MetricsError naming the URL when it cannot be read."""
+
+    import asyncio
 
     import aiohttp
 

@@ -6,25 +6,63 @@ old production stopped as the rollback pair; `rollback()` restores that pair
 the ledger; `current_production()` is the ledger's production state, and
 `view` (imported on its own: it loads the lane) adds roles to the lane's facts
 and says which instances lane commands must protect.
+
+Each name loads its submodule when first used (`gb300lane.lazy`): `status`
+reads the ledger without loading the transitions.
 """
 
-from gb300lane.promote.housekeeping import history, prune
-from gb300lane.promote.ledger import Ledger, ledger_path
-from gb300lane.promote.lock import TransitionLock
-from gb300lane.promote.models import (
-    BootInfo,
-    InFlight,
-    LedgerEvent,
-    ProductionState,
-    PruneReport,
-    SmokeInfo,
-    Slot,
-    TransitionReport,
-    VerdictInfo,
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gb300lane.lazy import attach
+
+if TYPE_CHECKING:
+    from gb300lane.promote.housekeeping import history, prune
+    from gb300lane.promote.ledger import Ledger, ledger_path
+    from gb300lane.promote.lock import TransitionLock
+    from gb300lane.promote.models import (
+        BootInfo,
+        InFlight,
+        LedgerEvent,
+        ProductionState,
+        PruneReport,
+        SmokeInfo,
+        Slot,
+        TransitionReport,
+        VerdictInfo,
+    )
+    from gb300lane.promote.ops import InstanceFact, PromotionOps, default_ops
+    from gb300lane.promote.state import current_production
+    from gb300lane.promote.transitions import CrashHook, crash_points, promote, rollback
+
+__getattr__, __dir__ = attach(
+    __name__,
+    {
+        "history": "housekeeping",
+        "prune": "housekeeping",
+        "Ledger": "ledger",
+        "ledger_path": "ledger",
+        "TransitionLock": "lock",
+        "BootInfo": "models",
+        "InFlight": "models",
+        "LedgerEvent": "models",
+        "ProductionState": "models",
+        "PruneReport": "models",
+        "Slot": "models",
+        "SmokeInfo": "models",
+        "TransitionReport": "models",
+        "VerdictInfo": "models",
+        "InstanceFact": "ops",
+        "PromotionOps": "ops",
+        "default_ops": "ops",
+        "current_production": "state",
+        "CrashHook": "transitions",
+        "crash_points": "transitions",
+        "promote": "transitions",
+        "rollback": "transitions",
+    },
 )
-from gb300lane.promote.ops import InstanceFact, PromotionOps, default_ops
-from gb300lane.promote.state import current_production
-from gb300lane.promote.transitions import CrashHook, crash_points, promote, rollback
 
 __all__ = [
     "BootInfo",

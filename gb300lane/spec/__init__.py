@@ -5,31 +5,28 @@ expected acceptance for small vocabularies, the counters-to-rates arithmetic
 in both conventions, parsing of vLLM's `/metrics` text and `SpecDecoding
 metrics:` log line, and the k advisor.
 
-The numpy-backed names (the advisor, the verification kernels in
-`spec.verification`) are loaded on first use (PEP 562): `lane` imports this
-package for the metrics parser, and neither `gb300lane status` nor `--help`
-should pay for numpy to start.
+Each name loads its submodule when first used (`gb300lane.lazy`): `lane` imports
+the metrics parser, and neither `gb300lane status` nor `--help` loads numpy
+(the advisor, the verification kernels in `spec.verification`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from gb300lane.spec.acceptance import (
-    AcceptanceStats,
-    SpecCounters,
-    a_p_from_marginals,
-    acceptance,
-    marginals,
-    ratio_to_control_mean,
-    tokens_per_second,
-    tokens_per_step_from_a_p,
-)
-from gb300lane.spec.expectation import expected_accepted
-from gb300lane.spec.metrics import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
+from gb300lane.lazy import attach
 
 if TYPE_CHECKING:
+    from gb300lane.spec.acceptance import (
+        AcceptanceStats,
+        SpecCounters,
+        a_p_from_marginals,
+        acceptance,
+        marginals,
+        ratio_to_control_mean,
+        tokens_per_second,
+        tokens_per_step_from_a_p,
+    )
     from gb300lane.spec.advisor import (
         AcceptanceCurve,
         Advice,
@@ -41,31 +38,43 @@ if TYPE_CHECKING:
         fit_step_time,
         load_advisor_input,
     )
+    from gb300lane.spec.expectation import expected_accepted
+    from gb300lane.spec.metrics import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
     from gb300lane.spec.verification import VERIFY_METHODS, VerifyResult, block_verify, token_verify, verify
 
-#: Names loaded on first use -> the submodule that defines them.
-_LAZY = {
-    **dict.fromkeys(
-        ("AcceptanceCurve", "Advice", "AdvisorInput", "KPrediction", "StepTimeModel", "StepTimePoint", "advise",
-         "fit_step_time", "load_advisor_input"),
-        "advisor",
-    ),
-    **dict.fromkeys(("VERIFY_METHODS", "VerifyResult", "block_verify", "token_verify", "verify"), "verification"),
-}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = attach(
+    __name__,
+    {
+        "AcceptanceStats": "acceptance",
+        "SpecCounters": "acceptance",
+        "a_p_from_marginals": "acceptance",
+        "acceptance": "acceptance",
+        "marginals": "acceptance",
+        "ratio_to_control_mean": "acceptance",
+        "tokens_per_second": "acceptance",
+        "tokens_per_step_from_a_p": "acceptance",
+        "AcceptanceCurve": "advisor",
+        "Advice": "advisor",
+        "AdvisorInput": "advisor",
+        "KPrediction": "advisor",
+        "StepTimeModel": "advisor",
+        "StepTimePoint": "advisor",
+        "advise": "advisor",
+        "fit_step_time": "advisor",
+        "load_advisor_input": "advisor",
+        "expected_accepted": "expectation",
+        "MetricsScrape": "metrics",
+        "SpecLogLine": "metrics",
+        "delta": "metrics",
+        "parse_metrics_text": "metrics",
+        "parse_spec_log_line": "metrics",
+        "VERIFY_METHODS": "verification",
+        "VerifyResult": "verification",
+        "block_verify": "verification",
+        "token_verify": "verification",
+        "verify": "verification",
+    },
+)
 
 __all__ = [
     "AcceptanceCurve",
