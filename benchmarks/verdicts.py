@@ -9,6 +9,13 @@ verification). For each: replicates, false "B better" (A/A PASS), false FAIL
 (A/A FAIL), power (as-written PASS) with 95% Clopper-Pearson intervals, and
 the mean primary-window requests per arm.
 
+Each design's calibration is written as receipts under results/calibrations/.
+A calibration repeats from its seed, so receipts of the same card (gates hash),
+seed, replicates and engine (`engine_sha256`: the engine's and verifier's files
+and the recipes) are that run: the benchmark reuses them (e.g. those of
+`gb300lane card calibrate local-br1 --replicates 200`) and says so, unless
+--no-reuse.
+
 Floors: each design keeps false "B better" <= 2.5%, false FAIL <= 5% and
 power >= 90% (point estimates), and the sequential design uses at least 25%
 fewer requests per arm on average than the fixed one when the effect is real.
@@ -25,7 +32,7 @@ import time
 from pathlib import Path
 
 from gb300lane import __version__
-from gb300lane.cards.calibrate import calibrate, default_workers
+from gb300lane.cards.calibrate import calibrate, default_workers, find_calibration, write_calibration
 from gb300lane.cards.schema import load_card
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.paths import shipped
@@ -45,26 +52,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=default_workers())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--no-reuse", action="store_true", help="run every calibration even if its receipts exist")
     ns = ap.parse_args(argv)
 
     rows = []
     cals = {}
+    sources: dict[str, str] = {}
     for design, path in CARDS.items():
         card, _ = load_card(path)
         t0 = time.perf_counter()
-        cal, _outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers,
-                                   progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
+        found = None if ns.no_reuse else find_calibration(card, ns.replicates, ns.seed)
+        if found is not None:
+            cal, receipts = found
+            source = f"reused receipts {receipts} (same gates, seed, replicates and engine)"
+        else:
+            cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers,
+                                      progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
+            receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)
+            source = f"ran here; receipts {receipts}"
+        print(f"{design}: {card.name}: {source}", file=sys.stderr)
+        sources[design] = source
         cals[design] = cal
-        wall = time.perf_counter() - t0
+        wall = None if found is not None else round(time.perf_counter() - t0, 1)
         rows.append({"design": design, "card": card.name, "scenario": "A/A", "replicates": cal.replicates,
                      "false_better": cal.false_better.model_dump(), "false_fail": cal.false_fail.model_dump(),
                      "power": None, "mean_requests_per_arm": cal.mean_requests_per_arm_aa,
-                     "max_requests_per_arm": cal.requests_per_arm, "wall_s": round(wall, 1),
+                     "max_requests_per_arm": cal.requests_per_arm, "wall_s": wall,
                      "cpu_s": cal.cpu_seconds})
         rows.append({"design": design, "card": card.name, "scenario": "known effect", "replicates": cal.replicates,
                      "false_better": None, "false_fail": cal.fail_when_real.model_dump(),
                      "power": cal.power.model_dump(), "mean_requests_per_arm": cal.mean_requests_per_arm_card,
-                     "max_requests_per_arm": cal.requests_per_arm, "wall_s": round(wall, 1),
+                     "max_requests_per_arm": cal.requests_per_arm, "wall_s": wall,
                      "cpu_s": cal.cpu_seconds})
 
     print(f"{'design':<11} {'scenario':<13} {'reps':>5} {'false B better':>22} {'false FAIL':>22} {'power':>22} "
@@ -93,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
               "platform": platform.platform(), "settings": {"replicates": ns.replicates, "seed": ns.seed,
                                                             "workers": ns.workers},
+              "sources": sources, "engine_sha256": {k: v.engine_sha256 for k, v in cals.items()},
               "rows": rows, "sequential_saving": round(saving, 4), "sequential_saving_aa": round(saving_aa, 4),
               "calibrations": {k: v.model_dump(mode="json") for k, v in cals.items()}, "floors": checks}
     atomic_write(ns.out, dumps_json(result))

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card
-from gb300lane.cards.calibrate import aa_card, calibrate
+from gb300lane.cards.calibrate import aa_card, calibrate, find_calibration
 from gb300lane.cards.plan import plan_for, registration_plan, registration_warnings
 from gb300lane.cards.simulate import InProcessLane
 from gb300lane.cli.main import app
@@ -75,6 +75,15 @@ def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_pa
     assert (d / "calibration.json").is_file() and (d / "card.yaml").is_file()
     lines = (d / "replicates.jsonl").read_text().splitlines()
     assert len(lines) == 6 and {json.loads(x)["scenario"] for x in lines} == {"aa", "card"}
+    # the receipts name the engine they measured, and are found again only for the same run
+    card, _ = load_card(DATA / "tested.yaml")
+    assert len(body["calibration"]["engine_sha256"]) == 64
+    found = find_calibration(card, 3, 0)
+    assert found is not None and found[1] == d and found[0].model_dump(mode="json") == body["calibration"]
+    assert find_calibration(card, 3, 1) is None and find_calibration(card, 4, 0) is None
+    wider = card.model_copy(update={"gates": tuple(g.model_copy(update={"margin": 0.5}) if g.id == "decode-no-loss"
+                                                   else g for g in card.gates)})
+    assert find_calibration(wider, 3, 0) is None
 
 
 def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane) -> None:

@@ -50,7 +50,7 @@ from gb300lane.cards.schema import (
     TokensPerStepTest,
     gates_hash,
 )
-from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded
+from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded, engine_fingerprint
 from gb300lane.cards.stats import proportion
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, write_once
@@ -91,6 +91,9 @@ class Calibration(FrozenModel):
     gates_sha256: str = Field(description="The card's registered-gates hash (what was calibrated).")
     written_at: str = Field(description="UTC time it finished.")
     tool_version: str = Field(description="gb300lane version.")
+    engine_sha256: str = Field(default="", description="sha256 of the engine and verifier files and the card's "
+                               "recipes (cards.simulate.engine_fingerprint): same card hash, seed, replicates and "
+                               "engine give the same outcomes.")
     replicates: int = Field(description="Replicates per scenario.")
     seed: int = Field(description="Calibration seed: replicate r's seed base is a hash of (card, seed, r).")
     design: str = Field(description="The card's design.")
@@ -215,7 +218,7 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
     return Calibration(
         schema_version=1, card=card.name, gates_sha256=gates_hash(card), written_at=utc_now(),
-        tool_version=__version__, replicates=replicates, seed=seed, design=design,
+        tool_version=__version__, engine_sha256=engine_fingerprint(card), replicates=replicates, seed=seed, design=design,
         candidate_recipe=card.candidate.recipe, control_recipe=card.controls[0].recipe, requests_per_arm=n_arm,
         mean_requests_per_arm_aa=sum(o.requests_per_arm for o in aa) / max(1, len(aa)),
         mean_requests_per_arm_card=sum(o.requests_per_arm for o in real) / max(1, len(real)),
@@ -275,9 +278,30 @@ def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: li
     return d
 
 
+def find_calibration(card: Card, replicates: int, seed: int, base: Path | None = None) -> tuple[Calibration, Path] | None:
+    """The newest calibration receipts of this card's registered gates, seed, replicates and engine, if any.
+
+    A calibration repeats from its seed, so such receipts are the run itself
+    (`benchmarks/verdicts.py` reuses them rather than spending the CPU again).
+    """
+    root = (base or results_dir()) / "calibrations"
+    if not root.is_dir():
+        return None
+    want = (gates_hash(card), engine_fingerprint(card), __version__)
+    for d in sorted(root.glob(f"*-{card.name}-calibrate*"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            cal = Calibration.model_validate_json((d / "calibration.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (cal.card == card.name and cal.replicates == replicates and cal.seed == seed
+                and (cal.gates_sha256, cal.engine_sha256, cal.tool_version) == want):
+            return cal, d
+    return None
+
+
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-__all__ = ["Calibration", "ReplicateOutcome", "aa_card", "calibrate", "default_workers", "run_replicate",
-           "summarize", "with_seed", "write_calibration"]
+__all__ = ["Calibration", "ReplicateOutcome", "aa_card", "calibrate", "default_workers", "find_calibration",
+           "run_replicate", "summarize", "with_seed", "write_calibration"]

@@ -40,6 +40,28 @@ DIFFERENCES = (
 )
 
 
+def engine_fingerprint(card: Card) -> str:
+    """sha256 over what decides a fast-path run's numbers: the engine's and the verifier's files, and the
+    card's recipes as loaded. Two calibrations with the same card hash, seed and fingerprint are the same run."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    import gb300lane.engine as engine_pkg
+    import gb300lane.spec as spec_pkg
+    from gb300lane.recipes import load_recipe
+
+    h = hashlib.sha256()
+    for pkg in (engine_pkg, spec_pkg):
+        root = Path(str(pkg.__file__)).parent
+        for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f"{pkg.__name__}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    for name in sorted({a.recipe for a in card.arms}):
+        h.update(json.dumps(load_recipe(name).model_dump(mode="json"), sort_keys=True).encode())
+    return h.hexdigest()
+
+
 def check_embedded(card: Card) -> None:
     """Refuse a card whose arms do not all run on the embedded engine (the fast path drives only that)."""
     from gb300lane.errors import CardError
