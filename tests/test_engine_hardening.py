@@ -136,8 +136,20 @@ def test_a_client_that_disconnects_mid_stream_is_one_log_line_and_its_request_is
         while server.core.has_work or server._streams:
             assert time.monotonic() < end, "the abandoned requests are still running"
             time.sleep(0.05)
+        # A non-streamed request whose client leaves is aborted too, long before its max_tokens.
+        body = json.dumps({"model": "lane", "prompt": "import os\n", "max_tokens": 100_000, "ignore_eos": True}).encode()
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            while not server.core.has_work:
+                time.sleep(0.01)
+        end = time.monotonic() + 30
+        while server.core.has_work or server._streams:
+            assert time.monotonic() < end, "the abandoned request is still running"
+            time.sleep(0.05)
+        assert server.core.counters.generation_tokens < 100_000
     lines = [line for line in log.getvalue().splitlines() if "client disconnected" in line]
-    assert len(lines) == 3 and all(line.startswith("INFO ") for line in lines)
+    assert len(lines) == 4 and all(line.startswith("INFO ") for line in lines)
     assert "Traceback" not in log.getvalue()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 

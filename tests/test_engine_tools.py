@@ -316,3 +316,26 @@ def test_parallel_tool_calls_false_keeps_the_first_call():
     assert [c["function"]["name"] for c in auto.feed(text)[0]["tool_calls"]] == ["a"]
     with pytest.raises(Exception, match="parallel_tool_calls must be a boolean"):
         parse_request({"messages": MESSAGES, "parallel_tool_calls": "no"}, chat=True, served_model_name="lane")
+
+
+def test_structured_outputs_choice_regex_and_json_hold_the_text(lane):
+    import re
+
+    _, url, _server, _log = lane
+    for seed in range(3):
+        code, body = _post(url + "/v1/completions", {"prompt": '{"ok": ', "max_tokens": 20, "seed": seed,
+                                                     "structured_outputs": {"choice": ["true", "false", "null"]}})
+        assert code == 200 and body["choices"][0]["text"] in ("true", "false", "null")
+        code, body = _post(url + "/v1/completions", {"prompt": '"call_', "max_tokens": 30, "seed": seed,
+                                                     "structured_outputs": {"regex": "call_[0-9]{2,6}"}})
+        assert code == 200 and re.fullmatch("call_[0-9]{2,6}", body["choices"][0]["text"]), body
+        code, body = _post(url + "/v1/chat/completions", {
+            "messages": MESSAGES, "max_tokens": 200, "seed": seed,
+            "structured_outputs": {"json": json.dumps(WEATHER)}})
+        assert code == 200
+        jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), strict(WEATHER))
+    for bad, needle in (({"choice": ["a"], "regex": "a"}, "You can only use one kind of constraints"),
+                        ({"regex": "("}, "cannot be used for structured output"),
+                        ({"choice": []}, "non-empty list of strings"), ({"json": "{"}, "not valid JSON")):
+        code, body = _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "structured_outputs": bad})
+        assert code == 400 and needle in body["error"]["message"], body

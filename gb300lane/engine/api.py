@@ -17,9 +17,10 @@ from gb300lane.engine.api_errors import ApiError
 from gb300lane.engine.core import SamplingParams, Sequence
 from gb300lane.engine.tools import (
     AutoToolStream,
+    Constraint,
     ToolRequest,
+    parse_constraint,
     parse_required,
-    parse_response_format,
     parse_tool_calls,
     parse_tools,
     tool_call_id,
@@ -40,17 +41,16 @@ class GenerateRequest:
     stop: list[str] = field(default_factory=list)
     request_id: str = ""
     tools: ToolRequest = field(default_factory=lambda: ToolRequest("none"))
-    #: Decoding is held to JSON: `schema` (None with json_object: any JSON object).
-    json_constrained: bool = False
-    schema: dict[str, Any] | None = None
+    #: What response_format / structured_outputs hold decoding to, if anything.
+    constraint: Constraint | None = None
 
     @property
-    def grammar_schema(self) -> tuple[bool, dict[str, Any] | None]:
-        """(constrained, schema) the request's decoding follows: a forced tool call's, else response_format's."""
+    def decoding_constraint(self) -> Constraint | None:
+        """The constraint decoding follows: a forced tool call's schema, else the request's own."""
         forced = self.tools.schema()
         if forced is not None:
-            return True, forced
-        return self.json_constrained, self.schema
+            return Constraint("json", forced, "tools")
+        return self.constraint
 
 
 def _number(body: dict, key: str, default, *, lo=None, hi=None, lo_open=False, integer=False):
@@ -149,8 +149,8 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
         raise ApiError("stop must be a non-empty string or a list of them", param="stop")
     tools = parse_tools(body) if chat else ToolRequest("none")
-    constrained, schema = parse_response_format(body)
-    if constrained and tools.mode in ("required", "named"):
+    constraint = parse_constraint(body)
+    if constraint is not None and tools.mode in ("required", "named"):
         raise ApiError("You can only either use constraints for structured outputs or tools, not both.",
                        param="response_format")
     params = SamplingParams(
@@ -162,7 +162,7 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
         chat=chat, prompt_text=prompt_text, prompt_ids=prompt_ids, params=params, stream=stream,
         include_usage=bool(options.get("include_usage", False)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)), stop=stop,
-        request_id=f"{prefix}-{uuid.uuid4().hex}", tools=tools, json_constrained=constrained, schema=schema,
+        request_id=f"{prefix}-{uuid.uuid4().hex}", tools=tools, constraint=constraint,
     )
 
 

@@ -32,7 +32,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper, grammar_from
 
 from gb300lane.engine.tokenizer import EOS_ID, UNK_ID, Tokenizer
 
@@ -107,14 +107,33 @@ def strict(schema: Any) -> Any:
 
 def compile_json_schema(tokenizer: Tokenizer, schema: dict[str, Any] | None) -> str:
     """The llguidance grammar for `schema`, strict (None: any JSON object); GrammarError if it does not compile."""
+    return compile_constraint(tokenizer, "json" if schema is not None else "json_object", schema)
+
+
+def compile_constraint(tokenizer: Tokenizer, kind: str, value: Any) -> str:
+    """The llguidance grammar for one of vLLM's structured-output kinds; GrammarError if it does not compile.
+
+    json (a schema, compiled strict), json_object (any object), regex, choice (one
+    of the strings), grammar (Lark or GBNF, as llguidance reads them).
+    """
     try:
-        grammar = LLMatcher.grammar_from_json_schema(
-            json.dumps(strict(schema) if schema is not None else {"type": "object"}), defaults=JSON_OPTIONS)
-    except ValueError as exc:
-        raise GrammarError(str(exc)) from None
+        if kind == "json":
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps(strict(value)), defaults=JSON_OPTIONS)
+        elif kind == "json_object":
+            grammar = LLMatcher.grammar_from_json_schema(json.dumps({"type": "object"}), defaults=JSON_OPTIONS)
+        elif kind == "regex":
+            grammar = LLMatcher.grammar_from_regex(value)
+        elif kind == "choice":
+            grammar = grammar_from("choice", json.dumps(value))
+        elif kind == "grammar":
+            grammar = grammar_from("grammar", value)
+        else:
+            raise GrammarError(f"unknown structured-output kind {kind!r}")
+    except (ValueError, RecursionError) as exc:
+        raise GrammarError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, ll_tokenizer(tokenizer))
     if is_error:
-        raise GrammarError(messages[0] if messages else "the schema does not compile")
+        raise GrammarError(messages[0].strip().splitlines()[0] if messages else "the constraint does not compile")
     return grammar
 
 

@@ -36,7 +36,7 @@ from gb300lane.engine.api import (
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
-from gb300lane.engine.grammar import Grammar, GrammarError, compile_json_schema
+from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
 from gb300lane.engine.metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, load_model
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
@@ -406,6 +406,12 @@ class EngineServer:
             while not stream.closed:
                 await stream.wake.wait()
                 stream.wake.clear()
+                if request.transport is None or request.transport.is_closing():
+                    # Gone before its answer: stop generating for it (finally below), as vLLM aborts it.
+                    self.log.info("serving_chat.py:1401" if req.chat else "serving_completion.py:402",
+                                  f"Request {seq.request_id} aborted: the client disconnected after "
+                                  f"{len(seq.output_ids)} tokens")
+                    return web.Response(status=499)
             if stream.error is not None:
                 return web.json_response(
                     {"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
@@ -425,16 +431,15 @@ class EngineServer:
         if mode in ("required", "named") and not self.args.tool_call_parser:
             shown = "required" if mode == "required" else {"type": "function", "function": {"name": req.tools.name}}
             raise ApiError(f'tool_choice="{shown}" requires --tool-call-parser to be set')
-        constrained, schema = req.grammar_schema
-        if not constrained:
+        constraint = req.decoding_constraint
+        if constraint is None:
             return None
         try:
-            text = await asyncio.to_thread(compile_json_schema, self.tokenizer, schema)
+            text = await asyncio.to_thread(compile_constraint, self.tokenizer, constraint.kind, constraint.value)
             return Grammar(self.tokenizer, text)
         except GrammarError as exc:
-            where = "tools" if mode in ("required", "named") else "response_format"
-            raise ApiError(f"the JSON schema in {where} cannot be used for structured output: {exc}",
-                           param=where) from None
+            raise ApiError(f"the {constraint.kind} constraint in {constraint.source} cannot be used for structured "
+                           f"output: {exc}", param=constraint.source) from None
 
     @web.middleware
     async def _errors_middleware(self, request: web.Request, handler):

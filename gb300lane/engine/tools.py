@@ -25,6 +25,19 @@ from typing import Any, Literal
 from gb300lane.engine.api_errors import ApiError
 
 ToolMode = Literal["none", "auto", "required", "named"]
+ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar"]
+
+
+_EXPLICIT_KINDS: tuple[ConstraintKind, ...] = ("json", "regex", "choice", "grammar")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What decoding is held to (vLLM's StructuredOutputsParams, one kind), and which field asked for it."""
+
+    kind: ConstraintKind
+    value: Any
+    source: str  # "response_format", "structured_outputs" or "tools"
 
 _DECODER = json.JSONDecoder()
 _CALLS_KEY = '"tool_calls"'
@@ -105,6 +118,41 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest:
         raise ApiError("The tool specified in `tool_choice` does not match any of the specified `tools`",
                        param="tool_choice")
     return ToolRequest("named", tuple(functions), name, parallel=parallel)
+
+
+def parse_constraint(body: dict[str, Any]) -> Constraint | None:
+    """The decoding constraint `response_format` or vLLM's `structured_outputs` asks for (response_format wins)."""
+    constrained, schema = parse_response_format(body)
+    if constrained:
+        return Constraint("json" if schema is not None else "json_object", schema, "response_format")
+    spec = body.get("structured_outputs")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ApiError("structured_outputs must be an object such as {\"json\": {...}}", param="structured_outputs")
+    kinds = [k for k in _EXPLICIT_KINDS if spec.get(k) is not None]
+    if len([k for k in kinds if k != "grammar"]) > 1:
+        raise ApiError("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
+                       param="structured_outputs")
+    if not kinds:
+        if spec.get("json_object"):
+            return Constraint("json_object", None, "structured_outputs")
+        return None
+    kind = kinds[0]
+    value = spec[kind]
+    if kind == "json" and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            raise ApiError("structured_outputs.json is not valid JSON", param="structured_outputs") from None
+    if kind == "json" and not isinstance(value, dict):
+        raise ApiError("structured_outputs.json must be a JSON schema object", param="structured_outputs")
+    if kind in ("regex", "grammar") and not isinstance(value, str):
+        raise ApiError(f"structured_outputs.{kind} must be a string", param="structured_outputs")
+    if kind == "choice" and (not isinstance(value, list) or not value
+                             or not all(isinstance(c, str) for c in value)):
+        raise ApiError("structured_outputs.choice must be a non-empty list of strings", param="structured_outputs")
+    return Constraint(kind, value, "structured_outputs")
 
 
 def parse_response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
