@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from gb300lane.cli.common import console, err_console, print_json
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from gb300lane.lane import BootProgress
     from gb300lane.promote.view import LaneView
 
@@ -21,6 +22,8 @@ def _progress_bar(json_out: bool) -> tuple[Progress | None, Callable[[BootProgre
     """A progress callback drawing elapsed against expected boot time on stderr (None with --json)."""
     if json_out:
         return None, None
+    from rich.progress import BarColumn, Progress, TextColumn
+
     bar = Progress(
         TextColumn("{task.fields[instance]}", style="bold", markup=False),
         BarColumn(),
