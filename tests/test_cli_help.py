@@ -97,3 +97,23 @@ def test_shell_completion_is_on() -> None:
     assert done.output.split() == ["--allow-outside-trained-block"]
     env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": "gb300lane car", "COMP_CWORD": "1"}
     assert runner.invoke(app, [], prog_name="gb300lane", env=env).output.split() == ["card"]
+
+
+#: Commands whose output is not data a program reads, or is already a machine format: why they have no --json.
+NO_JSON = {
+    ("render",): "prints the rendered files; `--format json` is the JSON rendering",
+    ("logs",): "a container's own log text",
+    ("metrics",): "Prometheus text exposition, for node_exporter",
+    ("engine", "serve"): "a server",
+    ("engine", "sidecar"): "a server",
+    ("bench", "export"): "converts a window result to vLLM's JSON or CSV",
+}
+
+
+def test_every_command_whose_output_is_data_takes_json() -> None:
+    leaves = [p for p, c in COMMANDS if p and not getattr(c, "commands", None)]
+    without = {p for p in leaves if "--json" not in {o for param in dict(COMMANDS)[p].params for o in param.opts}}
+    assert without == set(NO_JSON), (
+        f"without --json and not exempted: {sorted(without - set(NO_JSON))}; "
+        f"exempted but has --json (or gone): {sorted(set(NO_JSON) - without)}"
+    )
