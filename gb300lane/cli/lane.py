@@ -102,17 +102,30 @@ def down(
     from gb300lane.lane import down as lane_down
     from gb300lane.promote.view import protected_instances
 
-    protected = NOTHING if force else protected_instances()
-    removed = lane_down(target, arm=name, all=all_, yes=yes, protected=protected)
+    recorded: list[str] = []
+    if force:
+        from gb300lane.promote import remove_recorded
+
+        # Production or the rollback pair taken down is recorded in the ledger, so status, rollback and history
+        # say what is true afterwards.
+        removed, recorded = remove_recorded(
+            lambda: lane_down(target, arm=name, all=all_, yes=yes, protected=NOTHING), why="gb300lane down --force"
+        )
+        protected = NOTHING
+    else:
+        protected = protected_instances()
+        removed = lane_down(target, arm=name, all=all_, yes=yes, protected=protected)
     present = {i.name for i in list_instances()} if all_ and protected.instances else set()
     kept = {n: role for n, role in protected.instances.items() if n in present}
     if json_out:
-        print_json({"removed": removed, "kept": kept})
+        print_json({"removed": removed, "kept": kept, "recorded": recorded})
         return
     if removed:
         console.print("removed " + ", ".join(removed), highlight=False)
     else:
         console.print("nothing to take down", highlight=False)
+    for line in recorded:
+        console.print(f"recorded in the promotion ledger: {line}", highlight=False, soft_wrap=True)
     for inst, role in sorted(kept.items()):
         console.print(f"kept {inst} ({role}; --force to take it down)", highlight=False)
 

@@ -86,6 +86,8 @@ def _event_line(e: core.LedgerEvent) -> str:
     move = f" {e.previous or '-'} -> {e.recipe or '-'}" if e.kind not in ("prune", "take_lane") else ""
     if e.kind == "take_lane":
         move = f" production {e.recipe} stopped and restarted"
+    elif e.kind == "removed":
+        move = ""
     if e.kind in ("promote_failed", "rollback_failed", "recover"):
         move += f" (production stays {e.previous})" if e.previous else " (nothing serves production)"
     timing = ""

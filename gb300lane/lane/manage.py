@@ -224,7 +224,7 @@ def down(
         )
         raise StateError(
             f"refusing to take down {n}: {held[n]}; {fix}. Pass --force to take it down anyway "
-            "(status will then show the ledger pointing at a removed instance)"
+            "(the promotion ledger then records that it was removed)"
         )
     names = [n for n in names if n not in held]
     for name in names:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from gb300lane.lazy import attach
 
 if TYPE_CHECKING:
-    from gb300lane.promote.housekeeping import history, prune
+    from gb300lane.promote.housekeeping import history, prune, remove_recorded
     from gb300lane.promote.ledger import Ledger, ledger_path
     from gb300lane.promote.lock import TransitionLock
     from gb300lane.promote.models import (
@@ -41,6 +41,7 @@ __getattr__, __dir__ = attach(
     {
         "history": "housekeeping",
         "prune": "housekeeping",
+        "remove_recorded": "housekeeping",
         "Ledger": "ledger",
         "ledger_path": "ledger",
         "TransitionLock": "lock",
@@ -86,5 +87,6 @@ __all__ = [
     "ledger_path",
     "promote",
     "prune",
+    "remove_recorded",
     "rollback",
 ]

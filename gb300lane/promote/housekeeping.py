@@ -1,4 +1,5 @@
-"""History and prune: reading the ledger's events, and removing old kept instances.
+"""History, prune and forced removals: reading the ledger's events, removing old kept instances, and recording
+production or the rollback pair removed by `down --force`.
 
 Prune is the only operation that removes a kept instance. It never touches
 production or the current rollback pair, and it does not run while a
@@ -7,6 +8,8 @@ resume it).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from gb300lane.errors import StateError
 from gb300lane.promote.ledger import Ledger, read_ledger
@@ -77,3 +80,31 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
                            detail=f"removed {', '.join(remove) if remove else 'nothing'}"),
         )
         return PruneReport(removed=tuple(remove), kept=tuple(leave), dry_run=False)
+
+
+def remove_recorded(remove: Callable[[], list[str]], *, why: str) -> tuple[list[str], list[str]]:
+    """Run `remove` (which takes instances down, production or the rollback pair among them) under the transition
+    lock, then record in the ledger every role whose instance it removed; returns (removed, what was recorded).
+
+    Afterwards production or the pair is none, as `status` shows; `history` says when and why, and `rollback`
+    offers no plan that would start a removed instance. With no ledger there is nothing to record.
+    """
+    if read_ledger() is None:
+        return remove(), []
+    with TransitionLock(why), Ledger() as ledger:
+        open_tr = ledger.open_transition()
+        if open_tr is not None:
+            refuse_if_running(ledger, open_tr)
+        prod, pair = ledger.production(), ledger.rollback_pair()
+        removed = remove()
+        gone = set(removed)
+        events = [
+            NewEvent(kind="removed", recipe=slot.recipe, instance=slot.instance, fingerprint=slot.fingerprint,
+                     previous=slot.recipe, reason=why,
+                     detail=f"{role} {slot.recipe} ({slot.instance}) removed; "
+                            + ("nothing serves production" if role == "production" else "no rollback pair"))
+            for role, slot in (("production", prod), ("rollback pair", pair))
+            if slot is not None and slot.instance in gone
+        ]  # fmt: skip
+        ledger.forget(gone, events)
+        return removed, [e.detail or "" for e in events]

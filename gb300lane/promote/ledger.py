@@ -540,6 +540,19 @@ class Ledger:
         except ValidationError as exc:
             raise self._row_error("kept", exc) from exc
 
+    def forget(self, removed: set[str], events: list[NewEvent]) -> None:
+        """Instances removed outside a transition (`down --force`): clear the roles they held, mark them removed
+        among the kept, and write `events`, in one transaction, so the ledger never names an instance that is gone."""
+        with self.tx() as db:
+            for role in ("production", "rollback"):
+                slot = self.slot(role)
+                if slot is not None and slot.instance in removed:
+                    self._set_slot(role, None)
+            for name in removed:
+                db.execute("UPDATE kept SET removed_at=? WHERE instance=? AND removed_at IS NULL", (utcnow(), name))
+            for event in events:
+                self._event(event, None)
+
     def mark_removed(self, instance: str) -> None:
         with self.tx() as db:
             db.execute("UPDATE kept SET removed_at=? WHERE instance=?", (utcnow(), instance))

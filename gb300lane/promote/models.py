@@ -21,6 +21,7 @@ EventKind = Literal[
     "recover",
     "prune",
     "take_lane",
+    "removed",
 ]
 
 

@@ -381,6 +381,15 @@ def rollback(
                 f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
                 "a pair is kept by `gb300lane promote` when it replaces a production recipe"
             )
+        if not _fact(ops, pair.instance)[0]:
+            # A plan is offered only when it can run: the pair's containers must still exist to be started.
+            raise StateError(
+                f"{ledger.path}: the rollback pair {pair.recipe} ({pair.instance}) no longer exists on this host "
+                "(removed outside gb300lane); there is nothing to roll back to: `gb300lane promote "
+                f"{pair.recipe} --force --reason \"...\"` boots it again as production"
+            )
+        if prod is not None and not _fact(ops, prod.instance)[0]:
+            prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
         plan = RollbackPlan(target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1])
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
