@@ -231,4 +231,4 @@ def test_a_drifted_signature_is_caught() -> None:
     assert problems("down(recipe=None, *, all=False, arm=None, protected=NOTHING) -> list[str]")  # order
     assert problems("down(recipe=None, *, arm=None, protected=NOTHING) -> list[str]")  # `all` left out
     assert problems("down(recipe=None, *, arm=None, all=True, protected=NOTHING) -> list[str]")  # default
-    assert problems("down(recipe=None, *, arm=None, all=False, protected=NOTHING) -> list[str]") == []
+    assert problems("down(target=None, *, arm=None, all=False, yes=False, protected=NOTHING) -> list[str]") == []
