@@ -11,6 +11,7 @@
     ├── CardError                  a card file, registration or receipt is wrong
     ├── ReceiptExists              a write-once file already exists
     ├── StorageError               a file cannot be written: disk full, read-only file system, no permission
+    ├── InventoryError             the hosts inventory (lanes.yaml) is wrong, or names no such host or lane
     └── StateError                 the lane state (ledger, lock) refuses a transition
         └── LedgerError            the promotion ledger cannot be read or written (corrupt, unreadable, read-only)
 
@@ -78,6 +79,10 @@ class StorageError(LaneError):
         super().__init__(message)
         self.why = why
         self.fix = fix
+
+
+class InventoryError(LaneError):
+    """The hosts inventory file, a key in it, or a --host / --lane that names nothing in it."""
 
 
 class StateError(LaneError):

@@ -33,7 +33,7 @@ _KEY_HEX = 64
 
 
 def key_path() -> Path:
-    return paths.state_dir() / KEY_FILE
+    return paths.state_root() / KEY_FILE
 
 
 def _read(path: Path) -> bytes | None:

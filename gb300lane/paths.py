@@ -16,6 +16,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from gb300lane import placement
 from gb300lane.errors import StateError
 
 #: The package that holds the shipped data files.
@@ -71,7 +72,19 @@ def writeup_receipts_dir() -> Path:
 
 
 def state_dir() -> Path:
-    """`GB300LANE_STATE_DIR`, else `$XDG_STATE_HOME/gb300lane` (default `~/.local/state/gb300lane`)."""
+    """The state of the lane the tool acts on: the state root, or `hosts/<host>/<lane>/` under it for an inventory lane.
+
+    Instances, boot reports, the hash ledger, smoke results and the promotion
+    ledger all live below it, so two lanes' state is never mixed.
+    """
+    return placement.state_subdir(state_root(), placement.current())
+
+
+def state_root() -> Path:
+    """`GB300LANE_STATE_DIR`, else `$XDG_STATE_HOME/gb300lane` (default `~/.local/state/gb300lane`).
+
+    What belongs to the installation rather than to one lane (the digest key, scratch space) lives here.
+    """
     env = os.environ.get("GB300LANE_STATE_DIR")
     if env:
         return Path(env)

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from gb300lane.bench.models import EngineTiming, RequestSpecDecode, TokenAttribution
 from gb300lane.models import format_validation_error
+from gb300lane.runtime import ssh
 
 #: Upper bound on an error body kept in a record.
 _ERROR_BODY_CHARS = 300
@@ -273,7 +274,7 @@ async def stream_request(
     t0 = time.perf_counter()
     try:
         async with session.post(
-            url, json=payload, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout_s)
+            ssh.reach(url), json=payload, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout_s)
         ) as resp:
             out.http_status = resp.status
             if resp.status != 200:

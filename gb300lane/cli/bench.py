@@ -11,6 +11,7 @@ import typer
 from rich.text import Text
 
 from gb300lane.cli.common import console, err_console, fail, print_json
+from gb300lane.cli.hosts import acts_on_host
 
 if TYPE_CHECKING:  # the bench package pulls in aiohttp and numpy: import it when a command runs
     from gb300lane.bench.models import WindowResult
@@ -231,7 +232,7 @@ def register(app: typer.Typer) -> None:
         invoke_without_command=True,
         help="Run a bench window against a lane and print the write-up's tables; `bench export` converts a result.",
     )
-    bench_app.callback()(bench_cmd)
+    bench_app.callback()(acts_on_host(bench_cmd))
     bench_app.command("export", help="Write a window result as vllm bench serve JSON lines or a CSV of cells.")(export_cmd)
     app.add_typer(bench_app, name="bench")
-    app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(smoke_cmd)
+    app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(acts_on_host(smoke_cmd))

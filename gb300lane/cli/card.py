@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from gb300lane.cli.common import console, err_console, print_json
+from gb300lane.cli.hosts import acts_on_host
 
 VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
@@ -154,6 +155,7 @@ def plan_cmd(
 
 @card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it "
                   "stopped. A sequential card takes a look after each stage and stops at PASS or FAIL.")
+@acts_on_host
 def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
             receipts: Path | None = _RECEIPTS,
             port: int | None = typer.Option(None, "--port", help="Boot every arm's lane (main and sidecar) "

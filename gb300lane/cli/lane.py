@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from gb300lane.cli.common import console, err_console, print_json
+from gb300lane.cli.common import console, err_console, fail, print_json
+from gb300lane.cli.hosts import acts_on_host
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -140,12 +141,18 @@ def _uptime(seconds: float | None) -> str:
 def status(
     target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="Only the instances of this instance name, recipe or arm."),
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+    fleet: bool = typer.Option(False, "--fleet", help="Every lane of the hosts inventory (lanes.yaml) in one table."),
 ) -> None:
     """What runs where: health, hash, uptime, production or candidate, the rollback pair.
 
-    Exits 1 when the promotion ledger cannot be read (the roles shown are then unknown) or written.
+    Exits 1 when the promotion ledger cannot be read (the roles shown are then unknown) or written; with --fleet,
+    when a lane cannot be read or a fleet rollout is unfinished.
     """
     from gb300lane.promote.view import lane_view
+
+    if fleet:
+        _fleet_status(json_out)
+        return
 
     st = lane_view()
     if target is not None:
@@ -161,6 +168,39 @@ def status(
         if not json_out:
             problem = st.ledger_error or st.ledger_read_only or ""
             err_console.print(f"[bold red]error:[/] {escape(problem)}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def _fleet_status(json_out: bool) -> None:
+    from rich.table import Table
+
+    from gb300lane import placement
+    from gb300lane.promote.fleet import fleet_view
+
+    if placement.current() is not None:
+        fail("--host names one lane and --fleet every lane; pass one of them", 2)
+    view = fleet_view()
+    if json_out:
+        print_json(view.model_dump(mode="json"))
+    else:
+        table = Table(show_edge=False, header_style="bold", box=None)
+        for col in ("host", "lane", "production", "fingerprint", "health", "rollback pair", "last verdict", "in flight"):
+            table.add_column(col)
+        for r in view.lanes:
+            table.add_row(
+                r.host, r.lane, r.production or "-", r.fingerprint or "-", r.health if r.error is None else "unknown",
+                r.rollback_pair or "-", r.last_verdict or "-", r.in_flight or "-",
+            )  # fmt: skip
+        console.print(table)
+        for r in view.lanes:
+            if r.error is not None:
+                err_console.print(f"[bold red]{escape(r.lane)}:[/] {escape(r.error)}", markup=True, highlight=False,
+                                  soft_wrap=True)  # fmt: skip
+        if view.rollout is not None:
+            colour = "red" if view.rollout.crashed else "yellow"
+            console.print(f"[{colour}]{escape(view.rollout.explanation)}[/]", markup=True, highlight=False,
+                          soft_wrap=True)  # fmt: skip
+    if not view.ok:
         raise typer.Exit(1)
 
 
@@ -244,10 +284,10 @@ def image_build(
 
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
-    app.command("up")(up)
-    app.command("down")(down)
-    app.command("status")(status)
-    app.command("logs")(logs)
+    app.command("up")(acts_on_host(up))
+    app.command("down")(acts_on_host(down))
+    app.command("status")(acts_on_host(status))
+    app.command("logs")(acts_on_host(logs))
     image = typer.Typer(help="The local image of the embedded engine.", no_args_is_help=True)
     image.command("build")(image_build)
     app.add_typer(image, name="engine-image")

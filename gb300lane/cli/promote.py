@@ -8,10 +8,12 @@ import typer
 from rich.markup import escape
 
 from gb300lane.cli.common import console, err_console, fail, print_json
+from gb300lane.cli.hosts import acts_on_host, current_placement
 from gb300lane.cli.seams import crash_hook, promotion_ops
 
 if TYPE_CHECKING:  # the promotion layer is imported when a command runs, not for `--help`
     from gb300lane import promote as core
+    from gb300lane.promote.rollout import FleetReport
 
 
 def _progress(message: str) -> None:
@@ -39,10 +41,41 @@ def promote_cmd(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the verdict and show the plan; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    lanes: Annotated[
+        Optional[str], typer.Option("--lanes", help="Roll out to these inventory lanes in order, a,b,c (a is the canary).")
+    ] = None,
+    fleet: Annotated[bool, typer.Option("--fleet", help="Roll out to every lane of the inventory, in its order.")] = False,
+    keep_going: Annotated[
+        bool, typer.Option("--keep-going", help="Fleet: move the other lanes when one fails (else roll back all).")
+    ] = False,
 ) -> None:
-    """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair."""
+    """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair.
+
+    With --lanes or --fleet, one lane at a time, each with its boot checks and smoke gates; the first failure
+    rolls back the lanes already moved, so the fleet ends all-old or all-new (unless --keep-going).
+    """
     if reason and not force:
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
+    if lanes is not None or fleet:
+        if lanes is not None and fleet:
+            fail("--lanes and --fleet both name the lanes; pass one of them", 2)
+        if current_placement() is not None:
+            fail("--host names one lane; --lanes and --fleet name the lanes of a rollout themselves", 2)
+        if resume or dry_run or port is not None:
+            fail("--resume, --dry-run and --port act on one lane; a fleet rollout is repaired with `rollback --fleet`", 2)
+        from gb300lane.promote.rollout import rollout
+
+        names = None if fleet else [x.strip() for x in (lanes or "").split(",") if x.strip()]
+        if names is not None and not names:
+            fail("--lanes needs at least one lane name, e.g. --lanes a,b,c", 2)
+        _fleet_report(
+            rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason,
+                    crash_hook=crash_hook(), progress=_progress),
+            as_json,
+        )  # fmt: skip
+        return
+    if keep_going:
+        fail("--keep-going goes with --lanes or --fleet", 2)
     from gb300lane import promote as core
 
     report = core.promote(
@@ -52,11 +85,37 @@ def promote_cmd(
     _report(report, as_json)
 
 
+def _fleet_report(report: FleetReport, as_json: bool) -> None:
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        colour = "green" if report.ok else "red"
+        console.print(f"[{colour}]fleet {report.outcome}:[/] {escape(report.message)}", markup=True, highlight=False,
+                      soft_wrap=True)  # fmt: skip
+        for m in report.lanes:
+            console.print(f"  {m.lane} ({m.host}): {m.status}", highlight=False, soft_wrap=True)
+        console.print(f"journal: {report.journal}", highlight=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def rollback_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be done; change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    fleet: Annotated[
+        bool, typer.Option("--fleet", help="Repair an unfinished fleet rollout: every lane it touched back to its old recipe.")
+    ] = False,
 ) -> None:
     """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""
+    if fleet:
+        if current_placement() is not None:
+            fail("--host names one lane; `rollback --fleet` repairs every lane of the unfinished rollout", 2)
+        if dry_run:
+            fail("--dry-run acts on one lane; `gb300lane status --fleet` shows what `rollback --fleet` would repair", 2)
+        from gb300lane.promote.rollout import repair
+
+        _fleet_report(repair(crash_hook=crash_hook(), progress=_progress), as_json)
+        return
     from gb300lane import promote as core
 
     report = core.rollback(dry_run=dry_run, ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress)
@@ -119,7 +178,7 @@ def prune_cmd(
 
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
-    app.command("promote")(promote_cmd)
-    app.command("rollback")(rollback_cmd)
-    app.command("history")(history_cmd)
-    app.command("prune")(prune_cmd)
+    app.command("promote")(acts_on_host(promote_cmd))
+    app.command("rollback")(acts_on_host(rollback_cmd))
+    app.command("history")(acts_on_host(history_cmd))
+    app.command("prune")(acts_on_host(prune_cmd))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gb300lane.lane.checkkeys import default_check_keys
     from gb300lane.lane.checks import CheckResult
     from gb300lane.lane.foreign import foreign_clients
+    from gb300lane.lane.hosts import on_lane
     from gb300lane.lane.instance import instance
     from gb300lane.lane.manage import (
         InstanceInfo,
@@ -66,6 +67,7 @@ __getattr__, __dir__ = attach(
         "await_instance": "boot",
         "boot": "boot",
         "instance_name": "boot",
+        "on_lane": "hosts",
         "plan_boot": "boot",
         "start_instance": "boot",
         "up": "boot",
@@ -123,6 +125,7 @@ __all__ = [
     "instance_name",
     "list_instances",
     "logs",
+    "on_lane",
     "plan_boot",
     "remove_instance",
     "resolve",

@@ -23,7 +23,8 @@ from pathlib import Path
 from pydantic import Field
 
 from gb300lane.errors import BootError, LaneError, RecipeError, StateError
-from gb300lane.lane import checks, facts, instances, ledger
+from gb300lane import placement
+from gb300lane.lane import checks, facts, hosts, instances, ledger
 from gb300lane.lane.checkkeys import default_check_keys
 from gb300lane.lane.gather import check_booted
 from gb300lane.lane.preconditions import check_preconditions
@@ -94,8 +95,8 @@ def instance_name(recipe: Recipe, arm: str | None) -> str:
     v27 on lane gb300 is `gb300-v27`, its arm B `gb300-v27-B`. An arm that already starts with the recipe or the
     lane (a promotion's `local-v27-2`) is not prefixed again. The arm must be a name, not a path.
     """
-    lane = recipe.lane.name
-    base = lane_base_name(recipe)
+    lane = hosts.instance_prefix(recipe)
+    base = lane_base_name(recipe, lane)
     if arm is None or arm == recipe.name or arm == base:
         return instances.check_name(base)
     problem = name_problem(arm, "arm name")
@@ -129,9 +130,12 @@ def plan_boot(
     if findings and not allow_outside_trained_block:
         f = findings[0]
         raise RecipeError(f"{_recipe_file(recipe)}: {f.message}; {f.fix}")
-    rendered = render(recipe, dark=dark, port=port)
+    place = placement.current()
+    if port is None and place is not None:
+        port = place.port
+    rendered = _render(recipe, dark=dark, port=port)
     instance = instance_name(recipe, arm)
-    rt = get_runtime(runtime or recipe.runtime, pull=pull)
+    rt = get_runtime(runtime or (place.runtime if place else None) or recipe.runtime, pull=pull)
     products = {"main": recipe.gpus.main_product, "sidecar": recipe.gpus.sidecar_product}
     gpu_check = check_preconditions(rt, rendered, instance, rendered.containers[0].port, protected, products)
     keys = list(check_keys) if check_keys is not None else default_check_keys(recipe, baseline)
@@ -139,6 +143,15 @@ def plan_boot(
         recipe=recipe, rendered=rendered, instance=instance, arm=arm, dark=dark, runtime=rt,
         check_keys=tuple(keys), gpu_check=gpu_check,
     )  # fmt: skip
+
+
+def _render(recipe: Recipe, *, dark: bool, port: int | None) -> RenderedLane:
+    """Render for the acting lane: its sidecar port, and its box's address as the endpoint of a lane not dark."""
+    place = placement.current()
+    rendered = render(recipe, dark=dark, port=port, sidecar_port=place.sidecar_port if place else None)
+    main_port = rendered.containers[0].port
+    reached = hosts.endpoint(rendered.endpoint, main_port, dark=dark or recipe.lane.dark)
+    return rendered if reached == rendered.endpoint else rendered.model_copy(update={"endpoint": reached})
 
 
 def boot(plan: BootPlan, *, timeout_s: float | None = None, progress: ProgressFn | None = None) -> BootReport:
@@ -238,7 +251,7 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
     if any(rt.inspect(c).state == "missing" for c in rec.containers):
         raise StateError(f"instance {instance} lost a container ({', '.join(rec.containers)}); boot it again with `gb300lane up`")
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
-    rendered = render(recipe, dark=rec.dark, port=rec.port)
+    rendered = _render(recipe, dark=rec.dark, port=rec.port)
     specs = [s.model_copy(update={"name": n}) for s, n in zip(rendered.containers, rec.containers, strict=True)]
     if any(rt.inspect(c).state == "running" for c in rec.containers):
         raise StateError(f"instance {instance} is already running; stop it first (`gb300lane down` or stop_instance)")
@@ -271,7 +284,7 @@ def await_instance(instance: str, *, timeout_s: float | None = None, progress: P
                        hint=f"`gb300lane logs {rec.name}` shows why it stopped answering")
             return done
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
-    rendered = render(recipe, dark=rec.dark, port=rec.port)
+    rendered = _render(recipe, dark=rec.dark, port=rec.port)
     specs = [s.model_copy(update={"name": n}) for s, n in zip(rendered.containers, rec.containers, strict=True)]
     started = infos[0].started_at or time.time()
     return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[], started_at=started)

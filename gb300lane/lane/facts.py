@@ -7,6 +7,12 @@ may see it. `listening` is the pure half tests feed with recorded connections;
 `parse_nvidia_smi` is the pure half of GPU discovery. The request counters of
 the foreign-client check are read from /metrics by `gb300lane.spec.metrics`,
 the one Prometheus parser.
+
+On a lane of a remote host the sockets and GPUs are that box's: its
+/proc/net/tcp and tcp6 and its nvidia-smi are read over SSH
+(`parse_proc_net_tcp` is the pure half), so a dark lane's loopback bind and a
+free port are checked where the lane runs. A tcp:// host gives no shell, so
+its facts are unknown there, never this machine's.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from typing import Any
 import psutil
 from pydantic import Field
 
+from gb300lane import placement
 from gb300lane.models import FrozenModel
+from gb300lane.runtime import ssh
 
 
 class Listener(FrozenModel):
@@ -54,8 +62,47 @@ def listening(conns: Iterable[Any], port: int | None = None) -> list[Listener]:
     return out
 
 
+_LISTEN = "0A"
+
+
+def _decode_address(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    # IPv6 is stored as four little-endian 32-bit words.
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return _address(str(ipaddress.IPv6Address(words)))
+
+
+def parse_proc_net_tcp(text: str) -> list[Listener]:
+    """Listening sockets from the text of /proc/net/tcp and /proc/net/tcp6 (a box's, read over SSH).
+
+    Header lines (one per file when both are read together) are skipped; the holder's pid is not in these files.
+    """
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != _LISTEN or ":" not in fields[1]:
+            continue
+        addr, _, port = fields[1].partition(":")
+        out.append(Listener(address=_decode_address(addr), port=int(port, 16)))
+    return out
+
+
+def _remote_listeners(place: placement.Placement, port: int | None) -> list[Listener] | None:
+    if place.ssh is None:
+        return None
+    _code, text = ssh.run(place, "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
+    if not text.strip():
+        return None
+    return [lst for lst in parse_proc_net_tcp(text) if port is None or lst.port == port]
+
+
 def listeners(port: int | None = None) -> list[Listener] | None:
-    """Listening TCP sockets on this host (on `port` if given); None where this user may not list them."""
+    """Listening TCP sockets on the acting lane's host (on `port` if given); None where they cannot be listed."""
+    place = placement.current()
+    if place is not None and place.remote:
+        return _remote_listeners(place, port)
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.AccessDenied, PermissionError, NotImplementedError):
@@ -68,6 +115,9 @@ def port_in_use(port: int) -> bool:
     found = listeners(port)
     if found is not None:
         return bool(found)
+    place = placement.current()
+    if place is not None and place.remote:
+        return False  # no shell on the box to ask; its engine refuses a taken port when the container starts
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -111,9 +161,16 @@ def parse_nvidia_smi(text: str) -> set[str]:
 
 
 def discover_gpus() -> set[str] | None:
-    """GPU ids on this host; None where they cannot be discovered (no nvidia-smi, or it failed)."""
+    """GPU ids on the acting lane's host; None where they cannot be discovered (no nvidia-smi, or it failed)."""
     import shutil
     import subprocess
+
+    place = placement.current()
+    if place is not None and place.remote:
+        if place.ssh is None:
+            return None
+        code, text = ssh.run(place, "nvidia-smi --query-gpu=index,uuid --format=csv,noheader")
+        return parse_nvidia_smi(text) if code == 0 else None
 
     exe = shutil.which("nvidia-smi")
     if exe is None:

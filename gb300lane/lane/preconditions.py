@@ -7,6 +7,7 @@ is returned as the boot report's first check.
 
 from __future__ import annotations
 
+from gb300lane import placement
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import facts, instances
 from gb300lane.lane.checks import CheckResult
@@ -50,7 +51,7 @@ def check_preconditions(
             continue  # already named above, with the lane container that serves it
         if facts.port_in_use(spec.port):
             problems.append(
-                f"port {spec.port} ({spec.role}) is in use by {facts.port_holders(spec.port)} on this host; "
+                f"port {spec.port} ({spec.role}) is in use by {facts.port_holders(spec.port)} on {_where()}; "
                 "pass --port N (it moves the whole lane: main to N, the sidecar beside it)"
             )
     if rt.name == "docker":
@@ -63,9 +64,9 @@ def check_preconditions(
     for image, roles in _images(rendered).items():
         if rt.image_present(image) is False and not rt.pull:
             problems.append(f"image {image} ({', '.join(roles)}) is not present on the Docker engine; {image_fix(image)}")
+    declared = _declared_gpus(rendered, products or {})
     gpu_check, gpu_problem = _gpus(rendered, products or {})
-    if gpu_problem is not None:
-        problems.append(gpu_problem)
+    problems.extend(declared or ([gpu_problem] if gpu_problem is not None else []))
     if len(problems) == 1:
         raise BootError(f"cannot boot {instance}: {problems[0]}")
     if problems:
@@ -74,6 +75,40 @@ def check_preconditions(
             + " ".join(f"({n}) {p};" for n, p in enumerate(problems, 1)).rstrip(";")
         )
     return gpu_check
+
+
+def _where() -> str:
+    """`this host`, or `host NAME` for a lane of the inventory."""
+    place = placement.current()
+    return f"host {place.host}" if place is not None else "this host"
+
+
+def _norm_product(product: str) -> str:
+    return "-".join(product.split()).lower()
+
+
+def _declared_gpus(rendered: RenderedLane, products: dict[str, str | None]) -> list[str]:
+    """What the inventory already says the lane's host cannot hold: GPU ids it does not list, or another product."""
+    place = placement.current()
+    if place is None or place.gpu_ids is None:
+        return []
+    out = []
+    for spec in rendered.containers:
+        missing = [d for d in spec.device_ids if d not in place.gpu_ids]
+        if missing:
+            out.append(
+                f"host {place.host} has no GPU {', '.join(missing)} for the {spec.role} container ({place.inventory} "
+                f"lists {', '.join(place.gpu_ids) or 'none'}); fix the recipe's gpus.{spec.role} or boot it on another --host"
+            )
+        want = products.get(spec.role)
+        for d in spec.device_ids:
+            have = place.gpu_products.get(d)
+            if want and have and _norm_product(want) != _norm_product(have):
+                out.append(
+                    f"host {place.host}: GPU {d} is {have} and the recipe's {spec.role} needs {want} "
+                    f"(gpus.{spec.role}_product); pick the right device id or boot it on another --host"
+                )
+    return out
 
 
 def _images(rendered: RenderedLane) -> dict[str, list[str]]:
@@ -99,7 +134,7 @@ def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[Chec
             summary=f"GPUs {', '.join(wanted)} requested; no NVIDIA GPU found here (nvidia-smi is not available)",
         )  # fmt: skip
         return check, (
-            f"the recipe needs {needs} and this host shows no NVIDIA GPU (nvidia-smi is not available); "
+            f"the recipe needs {needs} and {_where()} shows no NVIDIA GPU (nvidia-smi is not available); "
             "boot it on the box that has them, or boot a local- recipe (no GPU)"
         )
     missing = [d for d in wanted if d not in found]
@@ -107,7 +142,7 @@ def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[Chec
         check = CheckResult(name="gpus", status="fail", evidence={"wanted": wanted, "found": sorted(found)},
                             summary=f"GPU(s) {', '.join(missing)} missing")
         return check, (
-            f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist here (found {sorted(found)}); "
+            f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist on {_where()} (found {sorted(found)}); "
             "fix gpus.main / gpus.sidecar in the recipe"
         )
     check = CheckResult(name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted})

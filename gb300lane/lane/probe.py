@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from gb300lane.errors import MetricsError
+from gb300lane.errors import LaneError, MetricsError
 from gb300lane.models import FrozenModel
+from gb300lane.runtime import ssh
 
 if TYPE_CHECKING:
     import aiohttp
@@ -47,7 +48,12 @@ async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | No
 
     timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
     try:
-        async with session.get(url, timeout=timeout) as resp:
+        # A loopback URL on a remote box goes through an SSH forward; everything else as given.
+        target = ssh.reach(url)
+    except LaneError as exc:
+        return None, f"GET {url} failed: {exc}"
+    try:
+        async with session.get(target, timeout=timeout) as resp:
             return resp.status, await resp.text(errors="replace")
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return None, _why(url, exc)

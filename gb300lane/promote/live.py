@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gb300lane import cards, lane
+from gb300lane import cards, lane, placement
 from gb300lane.bench import run_smoke
 from gb300lane.cards.custody import verify_receipts
 from gb300lane.errors import BootError
@@ -35,7 +35,9 @@ class LiveOps:
 
     def describe(self, recipe: str) -> tuple[str, int]:
         r = self._recipe(recipe)
-        return fingerprint(r), int(r.lane.port)
+        place = placement.current()
+        # An inventory lane serves on its own port; the recipe's lane.port otherwise.
+        return fingerprint(r), int(place.port if place is not None and place.port else r.lane.port)
 
     def plan_instance(self, recipe: str, tag: str) -> str:
         # The name the boot below gives it (the lane's own naming: no doubled prefixes).

@@ -89,6 +89,7 @@ class RollbackPlan(FrozenModel):
     target: Slot = Field(description="The kept rollback pair that becomes production.")
     previous: Slot | None = Field(description="Production when the rollback began.")
     port: int = Field(description="The production port.")
+    reason: str | None = Field(default=None, description="Why, when a caller says (a fleet rollout putting a lane back).")
 
 
 class PrunePlan(FrozenModel):

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from gb300lane.errors import StateError
+from gb300lane.placement import scope_suffix
 from gb300lane.promote import lock as lock_mod
 from gb300lane.promote.ledger import Ledger, Transition, ledger_path, read_ledger, read_only_error, write_problem
 from gb300lane.promote.models import InFlight, ProductionState, TakeLanePlan
@@ -68,17 +69,18 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
         ), ("gb300lane rollback",)
     if not crashed:
         return f"{tr.kind} of {tr.recipe or 'kept instances'} in progress (pid {tr.pid}, {where})", ()
+    on = scope_suffix()  # the lane of an inventory is named on every command that repairs it
     if tr.kind == "promote":
         restore = f"restore {tr.previous}" if tr.previous else f"stop {tr.recipe} (there was no production before it)"
         text = (
-            f"promotion of {tr.recipe} interrupted {where}; run `gb300lane rollback` to {restore} "
-            f"or `gb300lane promote {tr.recipe} --resume` to complete it"
+            f"promotion of {tr.recipe} interrupted {where}; run `gb300lane rollback{on}` to {restore} "
+            f"or `gb300lane promote {tr.recipe} --resume{on}` to complete it"
         )
-        return text, ("gb300lane rollback", f"gb300lane promote {tr.recipe} --resume")
+        return text, (f"gb300lane rollback{on}", f"gb300lane promote {tr.recipe} --resume{on}")
     if tr.kind == "rollback":
-        text = f"rollback to {tr.recipe} interrupted {where}; run `gb300lane rollback` to complete it"
-        return text, ("gb300lane rollback",)
-    return f"prune interrupted {where}; run `gb300lane prune` again to finish it", ("gb300lane prune",)
+        text = f"rollback to {tr.recipe} interrupted {where}; run `gb300lane rollback{on}` to complete it"
+        return text, (f"gb300lane rollback{on}",)
+    return f"prune interrupted {where}; run `gb300lane prune{on}` again to finish it", (f"gb300lane prune{on}",)
 
 
 def process_alive(tr: Transition) -> bool:

@@ -349,11 +349,11 @@ def _revert_promote(
 
 def rollback(
     *, dry_run: bool = False, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, reason: str | None = None,
 ) -> TransitionReport:
     """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
 
-    `dry_run` returns what it would do without touching the lane.
+    `dry_run` returns what it would do without touching the lane; `reason` is recorded with the rollback.
     """
     ops = ops or default_ops()
     with TransitionLock("rollback"), Ledger() as ledger:
@@ -390,7 +390,9 @@ def rollback(
             )
         if prod is not None and not _fact(ops, prod.instance)[0]:
             prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
-        plan = RollbackPlan(target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1])
+        plan = RollbackPlan(
+            target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1], reason=reason
+        )
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
             return TransitionReport(
@@ -442,7 +444,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
         event=NewEvent(
             kind="rollback", recipe=target.recipe, instance=target.instance, fingerprint=target.fingerprint,
             previous=prev.recipe if prev else None,
-            reason="completed an interrupted rollback" if run.resumed else "rollback",
+            reason=(p.reason or "rollback") + (" (completed after an interruption)" if run.resumed else ""),
             restore_seconds=restore_s, tool_seconds=tool_s, detail=f"smoke: {smoke.summary}",
         ),
     )  # fmt: skip

@@ -193,17 +193,25 @@ def lane_ports(recipe: Recipe, port: int | None = None) -> tuple[int, int | None
     return main, sidecar
 
 
-def lane_base_name(recipe: Recipe) -> str:
+def lane_base_name(recipe: Recipe, lane: str | None = None) -> str:
     """The lane and the recipe as one name, the lane not said twice: local + local-v27 -> local-v27, gb300 + v27 ->
-    gb300-v27. Instances (`gb300lane.lane.instance_name`) and rendered containers are named from it."""
-    lane = recipe.lane.name
+    gb300-v27. Instances (`gb300lane.lane.instance_name`) and rendered containers are named from it.
+
+    `lane` replaces the recipe's lane.name (an inventory lane's name: two lanes on one engine never share a name)."""
+    lane = lane or recipe.lane.name
     return recipe.name if recipe.name.startswith(f"{lane}-") else f"{lane}-{recipe.name}"
 
 
-def render(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> RenderedLane:
-    """The lane's containers. `dark` binds to loopback; `port` moves the whole lane (main and sidecar, see `lane_ports`)."""
+def render(
+    recipe: Recipe, *, dark: bool = False, port: int | None = None, sidecar_port: int | None = None
+) -> RenderedLane:
+    """The lane's containers. `dark` binds to loopback; `port` moves the whole lane (main and sidecar, see `lane_ports`).
+
+    `sidecar_port` puts the sidecar on a port of its own instead (an inventory lane names both of its ports).
+    """
     fp = fingerprint(recipe)
-    main_port, sidecar_port = lane_ports(recipe, port)
+    main_port, moved_sidecar = lane_ports(recipe, port)
+    sidecar_port = sidecar_port if sidecar_port is not None else moved_sidecar
     host = LOOPBACK if dark or recipe.lane.dark else recipe.lane.bind
     real = recipe.engine == "vllm"
 

@@ -6,6 +6,7 @@ imported lazily so nothing else ever loads the `docker` SDK.
 
 from __future__ import annotations
 
+from gb300lane import placement
 from gb300lane.errors import LaneError
 from gb300lane.runtime.base import (
     LABEL_ARM,
@@ -31,6 +32,12 @@ RUNTIMES = ("docker", "process")
 def get_runtime(name: str, *, pull: bool = False) -> Runtime:
     """The runtime called `name`; `RuntimeUnavailable` when it cannot be reached."""
     if name == "process":
+        place = placement.current()
+        if place is not None and place.remote:
+            raise LaneError(
+                f"lane {place.lane} is on host {place.host} ({place.docker}), and the process runtime runs on this "
+                f"machine only; set runtime: docker for lane {place.lane} in {place.inventory}"
+            )
         return ProcessRuntime()
     if name == "docker":
         from gb300lane.runtime.docker import DockerRuntime

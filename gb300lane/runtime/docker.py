@@ -17,10 +17,13 @@ from typing import Any
 
 import docker
 import docker.errors
+import docker.tls
 import docker.types
 import requests.exceptions
 
+from gb300lane import placement as placement_mod
 from gb300lane.errors import BootError, RuntimeUnavailable
+from gb300lane.placement import Placement
 from gb300lane.runtime.base import (
     LABEL_PREFIX,
     ContainerInfo,
@@ -37,7 +40,12 @@ def _docker_host() -> str:
     return os.environ.get("DOCKER_HOST") or _DEFAULT_HOST
 
 
-def _unavailable(exc: BaseException) -> RuntimeUnavailable:
+def _unavailable(exc: BaseException, place: Placement | None = None) -> RuntimeUnavailable:
+    if place is not None and place.remote:
+        return RuntimeUnavailable(
+            f"host {place.host}: the Docker engine at {place.docker} does not answer ({type(exc).__name__}: {exc}); "
+            f"start Docker on the box, or fix hosts.{place.host}.docker in {place.inventory}"
+        )
     return RuntimeUnavailable(
         f"the Docker engine does not answer at DOCKER_HOST={_docker_host()} ({type(exc).__name__}: {exc}); "
         "start it (systemctl start docker), point DOCKER_HOST at a running engine, or pass --runtime process"
@@ -81,13 +89,29 @@ class DockerRuntime(Runtime):
 
     name = "docker"
 
-    def __init__(self, *, pull: bool = False, timeout_s: float = 30.0) -> None:
+    def __init__(self, *, pull: bool = False, timeout_s: float = 30.0, placement: Placement | None = None) -> None:
         self.pull = pull
+        #: The host whose engine this is (None: this machine's, from DOCKER_HOST).
+        self.place = placement if placement is not None else placement_mod.current()
+        place = self.place
         try:
-            self.client = docker.from_env(timeout=int(timeout_s))
+            if place is None or not place.remote:
+                self.client = docker.from_env(timeout=int(timeout_s))
+            elif place.docker.startswith("ssh://"):
+                from gb300lane.runtime import ssh
+
+                # The box's engine socket, forwarded by the ssh the inventory describes (key, known hosts).
+                self.client = docker.DockerClient(base_url=ssh.docker_socket(place), timeout=int(timeout_s))
+            else:
+                tls = None
+                if place.tls is not None:
+                    tls = docker.tls.TLSConfig(
+                        client_cert=(place.tls.cert, place.tls.key), ca_cert=place.tls.ca, verify=True
+                    )
+                self.client = docker.DockerClient(base_url=place.docker, tls=tls, timeout=int(timeout_s))
             self.client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, place) from exc
 
     # -- translation boundary -------------------------------------------------
     def _call(self, what: str, fn: Any, *args: Any, lookup: bool = False, **kwargs: Any) -> Any:
@@ -104,7 +128,7 @@ class DockerRuntime(Runtime):
         except docker.errors.APIError as exc:
             raise BootError(f"{what}: the Docker engine refused: {exc.explanation or exc}") from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise _unavailable(exc) from exc
+            raise _unavailable(exc, self.place) from exc
         except docker.errors.DockerException as exc:
             raise BootError(f"{what}: {exc}") from exc
 
@@ -159,6 +183,11 @@ class DockerRuntime(Runtime):
             lines = "".join(str(c.get("stream", c.get("error", ""))) for c in exc.build_log)[-4000:]
             raise BootError(f"build {tag} failed: {exc.msg}\n{lines}") from exc
         return str(image.id)
+
+    def load_image(self, chunks: Iterator[bytes]) -> list[str]:
+        """Load a `docker save` stream into this engine (`docker load`); returns the tags it now has."""
+        images = self._call("load image", self.client.images.load, chunks)  # requests streams it in chunks
+        return [t for img in images for t in img.tags]
 
     def save_image(self, image: str) -> Iterator[bytes]:
         """The image as `docker save` writes it (a tar stream, in chunks), to load into another engine."""

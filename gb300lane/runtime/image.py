@@ -26,15 +26,20 @@ import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 from pydantic import Field
 
-from gb300lane import __version__, paths
-from gb300lane.errors import BootError
+from gb300lane import __version__, paths, placement
+from gb300lane.errors import BootError, RuntimeUnavailable
 from gb300lane.fsio import sha256_bytes
 from gb300lane.models import FrozenModel
 from gb300lane.runtime.base import ENGINE_IMAGE as ENGINE_IMAGE  # defined with the runtimes, re-exported here
+
+if TYPE_CHECKING:
+    from gb300lane.runtime.docker import DockerRuntime
+
 SOURCE_HASH_LABEL = "gb300lane.source-hash"
 PREFIX = "/opt/python"
 SRC_DIR = "/opt/gb300lane"
@@ -51,6 +56,9 @@ class EngineImage(FrozenModel):
     tag: str = Field(description="Image reference.")
     source_hash: str = Field(description="Hash of the project source and Python build the image was built from.")
     built: bool = Field(description="True when this call built it; False when the cached image matched.")
+    sent_from: str | None = Field(
+        default=None, description="Where the image came from when it was loaded rather than built (docker save | load)."
+    )
     image_id: str = Field(default="", description="Docker image id (empty when not built by this call).")
 
 
@@ -273,6 +281,10 @@ def ensure_engine_image(
     labels = runtime.image_labels(tag)
     if not force and labels is not None and labels.get(SOURCE_HASH_LABEL) == want:
         return EngineImage(tag=tag, source_hash=want, built=False)
+    if not force and runtime.place is not None and runtime.place.remote:
+        sent = _send_local_image(runtime, tag, want, log)
+        if sent is not None:
+            return sent
     with tempfile.TemporaryDirectory(prefix="gb300lane-image-", dir=scratch or _scratch_dir()) as tmp:
         ctx = Path(tmp)
         if log:
@@ -291,9 +303,33 @@ def ensure_engine_image(
     return EngineImage(tag=tag, source_hash=want, built=True, image_id=image_id)
 
 
+def _send_local_image(
+    remote: DockerRuntime, tag: str, want: str, log: Callable[[str], None] | None
+) -> EngineImage | None:
+    """Load this machine's image of the current source into a remote host's engine (docker save | docker load).
+
+    None when this machine's engine has no such image (or does not answer): the image is then built on the box.
+    """
+    from gb300lane.runtime.docker import DockerRuntime
+
+    host = remote.place.host if remote.place is not None else "?"
+    try:
+        with placement.placed(None):
+            local = DockerRuntime()
+            labels = local.image_labels(tag)
+            if labels is None or labels.get(SOURCE_HASH_LABEL) != want:
+                return None
+            if log:
+                log(f"sending {tag} to host {host} (docker save | docker load)")
+            remote.load_image(local.save_image(tag))
+    except RuntimeUnavailable:
+        return None
+    return EngineImage(tag=tag, source_hash=want, built=False, sent_from="this machine's Docker engine")
+
+
 def _scratch_dir() -> str | None:
     """A temp dir on the same filesystem as the Python prefix, so files can be hard-linked."""
-    candidate = paths.state_dir() / "tmp"
+    candidate = paths.state_root() / "tmp"
     try:
         candidate.mkdir(parents=True, exist_ok=True)
         if os.stat(candidate).st_dev == os.stat(sys.base_prefix).st_dev:
