@@ -41,6 +41,11 @@ _STEP_WORDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _on_lane(command: str) -> str:
+    """`command`, with the `--host` that names the acting lane of an inventory (as it is, on this machine's lane)."""
+    return command + scope_suffix()
+
+
 def describe_progress(ledger: Ledger, tr: Transition) -> tuple[str | None, str]:
     """(last step label, 'after stopping local-v26' / 'before anything changed')."""
     entries = ledger.entries(tr.id)
@@ -63,24 +68,23 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
         if not crashed:
             return (f"card {plan.card} holds the lane (pid {tr.pid}, {where}): production {tr.previous} is stopped "
                     "and kept, and is restored when the card's bracket ends"), ()
+        rollback = _on_lane("gb300lane rollback")
         return (
             f"card {plan.card} took the lane from production {tr.previous} and was interrupted {where}; "
-            f"run `gb300lane rollback` to restart {tr.previous} as production"
-        ), ("gb300lane rollback",)
+            f"run `{rollback}` to restart {tr.previous} as production"
+        ), (rollback,)
     if not crashed:
         return f"{tr.kind} of {tr.recipe or 'kept instances'} in progress (pid {tr.pid}, {where})", ()
-    on = scope_suffix()  # the lane of an inventory is named on every command that repairs it
+    rollback, prune = _on_lane("gb300lane rollback"), _on_lane("gb300lane prune")
     if tr.kind == "promote":
+        resume = _on_lane(f"gb300lane promote {tr.recipe} --resume")
         restore = f"restore {tr.previous}" if tr.previous else f"stop {tr.recipe} (there was no production before it)"
-        text = (
-            f"promotion of {tr.recipe} interrupted {where}; run `gb300lane rollback{on}` to {restore} "
-            f"or `gb300lane promote {tr.recipe} --resume{on}` to complete it"
-        )
-        return text, (f"gb300lane rollback{on}", f"gb300lane promote {tr.recipe} --resume{on}")
+        text = f"promotion of {tr.recipe} interrupted {where}; run `{rollback}` to {restore} or `{resume}` to complete it"
+        return text, (rollback, resume)
     if tr.kind == "rollback":
-        text = f"rollback to {tr.recipe} interrupted {where}; run `gb300lane rollback{on}` to complete it"
-        return text, (f"gb300lane rollback{on}",)
-    return f"prune interrupted {where}; run `gb300lane prune{on}` again to finish it", (f"gb300lane prune{on}",)
+        text = f"rollback to {tr.recipe} interrupted {where}; run `{rollback}` to complete it"
+        return text, (rollback,)
+    return f"prune interrupted {where}; run `{prune}` again to finish it", (prune,)
 
 
 def process_alive(tr: Transition) -> bool:
