@@ -112,7 +112,11 @@ def health(endpoint: str, *, timeout_s: float = 2.0) -> str:
     """`healthy`, `unhealthy (HTTP n)` or `unreachable` for status displays."""
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as aiohttp: no proxy from the environment
     try:
-        with direct.open(f"{endpoint}/health", timeout=timeout_s) as resp:
+        url = ssh.reach(f"{endpoint}/health")  # a dark lane on a remote box: through an SSH forward
+    except LaneError:
+        return "unreachable"
+    try:
+        with direct.open(url, timeout=timeout_s) as resp:
             status: int | None = resp.status
     except urllib.error.HTTPError as exc:
         status = exc.code
