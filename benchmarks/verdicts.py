@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from gb300lane import __version__
-from gb300lane.cards.calibrate import calibrate, default_workers, find_calibration, write_calibration
+from gb300lane.cards.calibrate import (calibrate, default_workers, find_calibration, progress_file,
+                                       write_calibration)
 from gb300lane.cards.schema import load_card
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.paths import shipped
@@ -66,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             cal, receipts = found
             source = f"reused receipts {receipts} (same gates, seed, replicates and engine)"
         else:
-            cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers,
+            keep = progress_file(card, ns.replicates, ns.seed)
+            cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers, resume=keep,
                                       progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
             receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)
+            keep.unlink(missing_ok=True)
             source = f"ran here; receipts {receipts}"
         print(f"{design}: {card.name}: {source}", file=sys.stderr)
         sources[design] = source

@@ -95,6 +95,26 @@ def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane) -> None:
     assert {o.seed_base for o in c}.isdisjoint({o.seed_base for o in a})
 
 
+def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicates(
+        lane: InProcessLane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    cal_mod = importlib.import_module("gb300lane.cards.calibrate")  # the package's `calibrate` is the function
+
+    card, _ = load_card(DATA / "tested.yaml")
+    keep = cal_mod.progress_file(card, 2, 5)
+    full, outcomes = calibrate(card, 2, seed=5, lane=lane, resume=keep)
+    lines = keep.read_text().splitlines()
+    assert len(lines) == 2  # one line per finished batch (one replicate each here)
+    keep.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second
+    ran: list[int] = []
+    real = cal_mod.run_replicate
+    monkeypatch.setattr(cal_mod, "run_replicate", lambda ln, c, s, r: ran.append(r) or real(ln, c, s, r))
+    again, outcomes2 = calibrate(card, 2, seed=5, lane=lane, resume=keep)
+    assert ran == [1] and outcomes2 == outcomes and again.power == full.power
+    assert cal_mod.progress_file(card, 2, 6) != keep and cal_mod.progress_file(card, 3, 5) != keep
+
+
 def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessLane) -> None:
     card, _ = load_card(DATA / "sequential.yaml")
     cal, outcomes = calibrate(card, 2, seed=1, lane=lane)

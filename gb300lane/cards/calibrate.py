@@ -229,34 +229,90 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         fast_path=DIFFERENCES, cpu_seconds=round(cpu, 1), workers=workers)
 
 
+def _so_far(outcomes: list[ReplicateOutcome]) -> str:
+    aa = [o.verdict for o in outcomes if o.scenario == "aa"]
+    real = [o.verdict for o in outcomes if o.scenario == "card"]
+    return (f"so far: false 'B better' {aa.count('PASS')}/{len(aa)}, false FAIL {aa.count('FAIL')}/{len(aa)}, "
+            f"power {real.count('PASS')}/{len(real)}")
+
+
+def progress_file(card: Card, replicates: int, seed: int, base: Path | None = None) -> Path:
+    """Where a calibration keeps the replicates it has finished, so an interrupted one resumes (same engine only)."""
+    key = f"{card.name}-seed{seed}-n{replicates}-{gates_hash(card)[:12]}-{engine_fingerprint(card)[:12]}"
+    return (base or results_dir()) / "calibrations" / "in-progress" / f"{key}.jsonl"
+
+
+def _load_progress(path: Path) -> tuple[list[ReplicateOutcome], float]:
+    """Finished replicates (both scenarios present) and their CPU seconds; a torn last line is dropped."""
+    if not path.is_file():
+        return [], 0.0
+    rows: list[ReplicateOutcome] = []
+    cpu = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            cpu += float(rec["cpu_s"])
+            rows += [ReplicateOutcome.model_validate(o) for o in rec["outcomes"]]
+        except (ValueError, KeyError, TypeError):
+            break
+    return rows, cpu
+
+
+def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"cpu_s": round(cpu, 3), "outcomes": [o.model_dump(mode="json") for o in outcomes]},
+                      sort_keys=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
               progress: Callable[[str], None] | None = None,
-              lane: InProcessLane | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
-    """Run `replicates` replicates of both scenarios; returns the summary and every outcome."""
+              lane: InProcessLane | None = None, resume: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
+    """Run `replicates` replicates of both scenarios; returns the summary and every outcome.
+
+    With `resume` (a `progress_file`), each finished batch of replicates is
+    appended there and replicates already there are not run again: they are
+    the same computation (a replicate's seeds derive from the card, the seed
+    and its number, and the file is keyed by the engine's fingerprint).
+    """
     if replicates < 1:
         raise CardError("--replicates must be at least 1")
     if not window_gates(card):
         raise CardError(f"card {card.name} has no gates the fast path can score (tested, parity or ratio gates)")
     say = progress or (lambda _m: None)
     check_embedded(card)
-    outcomes: list[ReplicateOutcome] = []
-    cpu = 0.0
-    chunk = max(1, min(10, replicates // max(1, workers * 4)))
-    batches = [list(range(i, min(i + chunk, replicates))) for i in range(0, replicates, chunk)]
+    outcomes, cpu = _load_progress(resume) if resume is not None else ([], 0.0)
+    done = {o.replicate for o in outcomes}
+    outcomes = [o for o in outcomes if o.replicate in done and o.replicate < replicates]
+    if done:
+        say(f"resuming: {len(done)} of {replicates} replicates already run ({resume}); {_so_far(outcomes)}")
+    todo = [r for r in range(replicates) if r not in done]
+    chunk = max(1, min(10, len(todo) // max(1, workers * 4)))
+    batches = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
     t0 = time.perf_counter()
+
+    def finished(got: list[ReplicateOutcome], c: float) -> None:
+        nonlocal cpu
+        outcomes.extend(got)
+        cpu += c
+        if resume is not None:
+            _append_progress(resume, got, c)
+        say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s); {_so_far(outcomes)}")
+
     if workers <= 1:
-        own = lane or InProcessLane()
+        own = (lane or InProcessLane()) if batches else None
         for b in batches:
             c0 = time.process_time()
-            outcomes += [o for r in b for o in run_replicate(own, card, seed, r)]
-            cpu += time.process_time() - c0
-            say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s)")
-    else:
+            assert own is not None
+            got = [o for r in b for o in run_replicate(own, card, seed, r)]
+            finished(got, time.process_time() - c0)
+    elif batches:
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
             for got, c in pool.map(_worker, [(card, seed, b) for b in batches]):
-                outcomes += got
-                cpu += c
-                say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s)")
+                finished(got, c)
     outcomes.sort(key=lambda o: (o.replicate, o.scenario))
     return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers)), outcomes
 
@@ -304,4 +360,4 @@ def default_workers() -> int:
 
 
 __all__ = ["Calibration", "ReplicateOutcome", "aa_card", "calibrate", "default_workers", "find_calibration",
-           "run_replicate", "summarize", "with_seed", "write_calibration"]
+           "progress_file", "run_replicate", "summarize", "with_seed", "write_calibration"]

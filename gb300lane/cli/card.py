@@ -337,15 +337,22 @@ def calibrate_cmd(
     replicates: int = typer.Option(200, "--replicates", help="Replicates per scenario."),
     seed: int = typer.Option(0, "--seed", help="Calibration seed (replicate seed bases derive from it)."),
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished replicates as they finish and "
+                                "skip those an interrupted run of the same card, seed, replicates and engine kept."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.calibrate import calibrate, default_workers, write_calibration
+    from gb300lane.cards.calibrate import calibrate, default_workers, progress_file, write_calibration
 
     loaded, path = load_card(card)
     say = _say(as_json)
-    cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say)
+    keep = progress_file(loaded, replicates, seed)
+    if not resume:
+        keep.unlink(missing_ok=True)
+    cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
+                              resume=keep)
     d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)
+    keep.unlink(missing_ok=True)
     if as_json:
         def ci(r: Any) -> list[float]:
             return [r.low, r.high]
