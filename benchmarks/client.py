@@ -17,6 +17,12 @@ concurrency level (C1, C8, C64) through the real client code path
   the engine's core (the engine's write wakes it), where it waits out the
   engine's next step; measured, that roughly doubles the p99.
 
+On a shared host, `--timing-realtime PRIO` runs the timing phase's engine and
+client under SCHED_FIFO at that priority (root): they are paced and mostly
+asleep, so this takes little CPU from anyone, and what the phase measures is
+the client's own per-chunk work rather than other tenants' load. The table's
+title and the JSON say when it was used.
+
 Timing error, per token: the client's receive time (the arrival of the chunk
 that carried it, attributed by per-chunk usage) minus the engine-reported
 send time of the same token (`wall_token_times_s`: when the engine wrote
@@ -77,7 +83,16 @@ def _pin(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_root: str) -> subprocess.Popen:
+def _realtime(priority: int | None) -> None:
+    """SCHED_FIFO at `priority` for this process, or back to the default scheduler with None."""
+    if priority is None:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    else:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+
+
+def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_root: str,
+          realtime: int | None = None) -> subprocess.Popen:
     argv = [
         sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin",
         "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
@@ -89,7 +104,7 @@ def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_ro
     env = {**os.environ, "VLLM_CACHE_ROOT": cache_root}
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-        preexec_fn=(lambda: _pin(cpu)) if cpu is not None else None,
+        preexec_fn=(lambda: (_pin(cpu), realtime is not None and _realtime(realtime))),
     )
     # A cached boot is ~530 modelled seconds, slept at the time scale.
     deadline = time.monotonic() + 120 + 600 * time_scale
@@ -215,22 +230,27 @@ async def _measure(endpoint: str, conc: int, tokens: int, requests: int, engine_
 
 
 def _phase(levels: list[int], tokens: int, per_stream: int, time_scale: float, args, cache_root: str,
-           *, pin: bool, probe: bool) -> list[dict]:
+           *, pin: bool, probe: bool, realtime: int | None = None) -> list[dict]:
     port = free_port()
     engine_cpu = args.engine_cpu if pin and (os.cpu_count() or 1) > 1 else None
     _pin(args.client_cpu if pin else None)
     if not pin and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    proc = _boot(port, engine_cpu, max(levels), time_scale, cache_root)
+    proc = _boot(port, engine_cpu, max(levels), time_scale, cache_root, realtime)
+    if realtime is not None:
+        _realtime(realtime)
     try:
         rows = [
             asyncio.run(_measure(f"http://127.0.0.1:{port}", conc, tokens, min(200, conc * per_stream), proc.pid, probe))
             for conc in levels
         ]
         for row in rows:
-            row.update(phase="capacity" if time_scale == 0 else "timing", time_scale=time_scale, pinned=pin)
+            row.update(phase="capacity" if time_scale == 0 else "timing", time_scale=time_scale, pinned=pin,
+                       realtime_priority=realtime)
         return rows
     finally:
+        if realtime is not None:
+            _realtime(None)
         proc.terminate()
         try:
             proc.wait(10)
@@ -249,6 +269,9 @@ def main() -> None:
     ap.add_argument("--timing-unpinned", action="store_true",
                     help="leave engine and client unpinned in the timing phase (the kernel may then run the "
                          "client on the engine's core, behind its step)")
+    ap.add_argument("--timing-realtime", type=int, default=None, metavar="PRIO",
+                    help="run the timing phase's engine and client under SCHED_FIFO at PRIO (root; a shared host)")
+    ap.add_argument("--timing-only", action="store_true", help="skip the capacity phase (comparisons of timing alone)")
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--engine-cpu", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -260,9 +283,16 @@ def main() -> None:
         raise SystemExit("--timing-time-scale must be > 0 (the timing phase is the paced one); e.g. 0.1")
     with tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-") as cache_root:
         # Throughput at time scale 0; this boot also fills the compile cache so the paced boot is a hit.
-        rows = _phase(levels, args.tokens, args.requests_per_stream, 0.0, args, cache_root, pin=True, probe=False)
+        if args.timing_only:
+            # No measurement, but the compile cache filled as the capacity phase's boot would, so the paced boot hits.
+            warm = _boot(free_port(), None, max(levels), 0.0, cache_root)
+            warm.terminate()
+            warm.wait(10)
+            rows = []
+        else:
+            rows = _phase(levels, args.tokens, args.requests_per_stream, 0.0, args, cache_root, pin=True, probe=False)
         paced = _phase(levels, args.timing_tokens, args.timing_requests_per_stream, args.timing_time_scale, args,
-                       cache_root, pin=not args.timing_unpinned, probe=True)
+                       cache_root, pin=not args.timing_unpinned, probe=True, realtime=args.timing_realtime)
     c8 = next((r for r in rows if r["concurrency"] == 8), None)
     floors = {
         "c8_client_over_modelled_min": FLOOR_RATIO_C8,
@@ -285,6 +315,7 @@ def main() -> None:
         "timing_tokens": args.timing_tokens,
         "timing_time_scale": args.timing_time_scale,
         "timing_pinned": not args.timing_unpinned,
+        "timing_realtime_priority": args.timing_realtime,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "speculative_config": SPEC_CONFIG,
         "rows": rows,
@@ -293,9 +324,12 @@ def main() -> None:
     }
     atomic_write(args.out, dumps_json(out))
     console = Console(width=max(Console().width, 150))
-    console.print(_table(f"capacity phase, time scale 0: {args.tokens} tokens/request, engine and client pinned", rows))
+    if rows:
+        console.print(_table(f"capacity phase, time scale 0: {args.tokens} tokens/request, engine and client pinned", rows))
+    rt = f", SCHED_FIFO {args.timing_realtime}" if args.timing_realtime is not None else ""
     console.print(_table(f"timing phase, time scale {args.timing_time_scale:g} (paced): {args.timing_tokens} "
-                         f"tokens/request, {'unpinned' if args.timing_unpinned else 'pinned'}", paced))
+                         f"tokens/request, {'unpinned' if args.timing_unpinned else 'pinned'}{rt}; "
+                         f"load average {os.getloadavg()[0]:.1f}", paced))
     verdict = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
     console.print(
         f"floor C8 client >= {FLOOR_RATIO_C8:g}x modelled: {verdict(floors['c8_ratio_pass'])}; "

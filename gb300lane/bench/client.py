@@ -7,6 +7,10 @@ event, a stream that ends without `[DONE]`, an error event mid-stream, a
 missing usage chunk) becomes an `error` string on the outcome; nothing here
 raises for a bad server.
 
+Events are parsed once the body has ended (see `_BodyTap`), so a malformed
+or error event is reported when the stream ends or stalls, not the moment it
+arrives.
+
 Token attribution: a chunk may carry several tokens (a speculative verify
 step emits all its accepted tokens at once). With per-chunk cumulative usage
 (`continuous_usage_stats`) each chunk's token count is exact, and all of the
@@ -19,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,8 @@ from gb300lane.bench.models import EngineTiming, RequestSpecDecode, TokenAttribu
 from gb300lane.models import format_validation_error
 from gb300lane.runtime import ssh
 
+#: Body pieces (about one SSE event each) parsed between yields to the event loop once a stream has ended.
+_PARSE_SLICE = 4
 #: Upper bound on an error body kept in a record.
 _ERROR_BODY_CHARS = 300
 
@@ -202,57 +207,143 @@ class _StreamFault(Exception):
     """A protocol fault inside one stream; becomes the outcome's error."""
 
 
-class _ReceiptHook:
-    """Wraps a connection protocol's `data_received` to stamp each socket read before it is parsed.
+class _BodyTap:
+    """Takes one response body's bytes from inside the connection's `data_received`, stamping each read.
 
-    A coroutine that stamps a chunk when it resumes is late by everything the
-    event loop ran first: with many streams, every other stream's chunk of the
-    same engine step. The transport calls `data_received` as soon as the
-    socket is read, so the stamp taken here is the bytes' arrival. It stays on
-    the connection (keep-alive reuses it) and records for whichever body
-    `target` watches; between requests it records nothing.
+    A coroutine that reads a chunk when it resumes is late by everything the
+    event loop ran first: with many streams, every other stream's chunk of
+    the same engine step, each with a task wake-up and a parse. Here the
+    connection protocol's `data_received` is wrapped: right after aiohttp has
+    decoded a socket read into the body's `StreamReader`, the tap stamps it
+    and takes the new bytes with the public `read_nowait()`, nothing more.
+    The request's coroutine waits only for the body's end (`wait_eof()`) and
+    then parses the stamped pieces, so while a stream runs a chunk costs no
+    task wake-up and no parse, and the reader's buffer never fills (aiohttp
+    never pauses reading). The wrapper stays on the connection (keep-alive
+    reuses it) and feeds whichever body `target` names; between requests it
+    does nothing.
     """
 
     __slots__ = ("inner", "target")
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.target: _Receipts | None = None
+        self.target: _Body | None = None
 
     def __call__(self, data: bytes) -> None:
         t = time.perf_counter()
         self.inner(data)
         target = self.target
         if target is not None:
-            n = target.reader.total_bytes
-            if n != target.marks[-1][0]:
-                target.marks.append((n, t))
+            target.take(t)
 
 
-class _Receipts:
-    """When each byte of one response body arrived: marks of (body bytes received so far, perf_counter)."""
+class _Body:
+    """One response body: its bytes as (piece, arrival) pairs, then SSE events folded into the stream state."""
 
-    __slots__ = ("reader", "marks", "hook")
+    __slots__ = ("reader", "state", "parser", "t0", "pieces", "tap", "taking", "last")
 
-    def __init__(self, reader: aiohttp.StreamReader, protocol: Any) -> None:
+    def __init__(self, reader: aiohttp.StreamReader, protocol: Any, state: _StreamState, t0: float) -> None:
         self.reader = reader
-        # Bytes buffered before the hook watched this body arrived no later than now.
-        self.marks: deque[tuple[int, float]] = deque([(reader.total_bytes, time.perf_counter())])
-        hook = getattr(protocol, "data_received", None)
-        if protocol is not None and not isinstance(hook, _ReceiptHook):
+        self.state = state
+        self.parser = SSEParser()
+        self.t0 = t0
+        self.pieces: list[tuple[bytes, float]] = []
+        self.taking = False
+        self.last = t0  # perf_counter of the newest piece
+        tap = getattr(protocol, "data_received", None)
+        if protocol is not None and not isinstance(tap, _BodyTap):
             try:
-                hook = _ReceiptHook(protocol.data_received)
-                protocol.data_received = hook
+                tap = _BodyTap(protocol.data_received)
+                protocol.data_received = tap
             except AttributeError:
-                # A protocol that cannot be wrapped: every read is stamped when the coroutine sees it.
-                hook = None
-        self.hook = hook if isinstance(hook, _ReceiptHook) else None
-        if self.hook is not None:
-            self.hook.target = self
+                tap = None  # a protocol that cannot be wrapped: the coroutine reads and stamps (see consume)
+        self.tap = tap if isinstance(tap, _BodyTap) else None
+
+    def feed(self, data: bytes, at: float) -> None:
+        """Parse `data` that arrived at perf_counter `at`; a protocol fault raises _StreamFault."""
+        for event in self.parser.feed(data):
+            self.state.event(event, at - self.t0)
+
+    def take(self, at: float) -> None:
+        """Keep what the reader holds now, stamped `at` (never raises into aiohttp's protocol).
+
+        Taking bytes can make aiohttp resume reading and hand over bytes it
+        held back, re-entering the tap: the nested call returns at once and
+        this loop takes them next.
+        """
+        if self.taking:
+            return
+        self.taking = True
+        try:
+            while True:
+                try:
+                    data = self.reader.read_nowait()
+                except Exception:  # noqa: BLE001 - the reader's own error; the waiting coroutine raises it
+                    return
+                if not data:
+                    return
+                self.pieces.append((data, at))
+                self.last = at
+        finally:
+            self.taking = False
+
+    async def consume(self, idle_limit_s: float) -> None:
+        """Until the body ends: through the tap where there is one, else by reading in this coroutine.
+
+        No data for `idle_limit_s` raises asyncio.TimeoutError. The tap path
+        checks that with one timer per `idle_limit_s`, where aiohttp's
+        `sock_read` would re-arm a timer on every socket read.
+        """
+        reader = self.reader
+        if self.tap is None:
+            while data := await asyncio.wait_for(reader.readany(), idle_limit_s):
+                self.feed(data, time.perf_counter())
+            return
+        self.tap.target = self
+        self.last = time.perf_counter()
+        self.take(self.last)  # bytes buffered before the tap watched arrived no later than now
+        if (exc := reader.exception()) is not None:
+            raise exc  # already failed: no one would wake wait_eof()
+        eof = asyncio.ensure_future(reader.wait_eof())
+        try:
+            while not eof.done():
+                idle = time.perf_counter() - self.last
+                if idle >= idle_limit_s:
+                    raise asyncio.TimeoutError
+                await asyncio.wait((eof,), timeout=idle_limit_s - idle)
+            eof.result()
+        except BaseException as exc:
+            eof.cancel()
+            # A stall or a cut still leaves what did arrive on the record; a malformed or error event
+            # in it is the better reason (the server may have gone quiet after sending it).
+            self.close()
+            try:
+                self._parse_pieces()
+            except _StreamFault as fault:
+                if not isinstance(exc, asyncio.CancelledError):
+                    raise fault from None
+            raise
+        self.close()
+        self.take(time.perf_counter())
+        # Parsed a few pieces at a time, letting the loop run in between: one stream's whole body parsed
+        # at once would hold up every other stream's reads (and so their stamps) for that long.
+        pieces, self.pieces = self.pieces, []
+        for i in range(0, len(pieces), _PARSE_SLICE):
+            if i:
+                await asyncio.sleep(0)
+            for data, at in pieces[i : i + _PARSE_SLICE]:
+                self.feed(data, at)
+        await asyncio.sleep(0)  # the caller's own work on the outcome (a record, the next request) in a slice of its own
+
+    def _parse_pieces(self) -> None:
+        pieces, self.pieces = self.pieces, []
+        for data, at in pieces:
+            self.feed(data, at)
 
     def close(self) -> None:
-        if self.hook is not None and self.hook.target is self:
-            self.hook.target = None
+        if self.tap is not None and self.tap.target is self:
+            self.tap.target = None
 
 
 async def stream_request(
@@ -265,50 +356,27 @@ async def stream_request(
     """POST `payload` to `url` and consume its SSE stream; never raises for server faults.
 
     Each event is timed by the socket read that completed it (see
-    `_ReceiptHook`), not by when this coroutine got to parse it.
+    `_BodyTap`), not by when this coroutine got to parse it.
     """
     state = _StreamState()
     out = state.out
-    parser = SSEParser()
-    receipts: _Receipts | None = None
+    body: _Body | None = None
     t0 = time.perf_counter()
     try:
-        async with session.post(
-            ssh.reach(url), json=payload, timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout_s)
-        ) as resp:
+        # The response's head within read_timeout_s; the body's idle limit is the body's own (see _Body.consume).
+        async with asyncio.timeout(read_timeout_s):
+            resp = await session.post(ssh.reach(url), json=payload,
+                                      timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        async with resp:
             out.http_status = resp.status
             if resp.status != 200:
-                body = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
-                out.error = f"HTTP {resp.status} from {url}: {body.strip()}"
+                body_text = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
+                out.error = f"HTTP {resp.status} from {url}: {body_text.strip()}"
                 return out
             conn = resp.connection
-            receipts = _Receipts(resp.content, conn.protocol if conn is not None else None)
-            marks = receipts.marks
-            consumed = 0  # body bytes handed to the parser
-            content = resp.content
-            while True:
-                # readany() directly: iter_any() adds a coroutine frame per read and nothing else.
-                data = await content.readany()
-                if not data:
-                    break
-                size = len(data)
-                pos = 0
-                while pos < size:
-                    while marks and marks[0][0] <= consumed:
-                        marks.popleft()
-                    if marks:
-                        # The slice one read delivered, timed by that read.
-                        upto, at = marks[0]
-                        take = min(upto - consumed, size - pos)
-                        now = at - t0
-                    else:
-                        take = size - pos
-                        now = time.perf_counter() - t0
-                    piece = data if take == size else data[pos : pos + take]
-                    for event in parser.feed(piece):
-                        state.event(event, now)
-                    pos += take
-                    consumed += take
+            body = _Body(resp.content, conn.protocol if conn is not None else None, state, t0)
+            await body.consume(read_timeout_s)
+            parser = body.parser
             out.done_s = time.perf_counter() - t0
             tail = parser.pending.decode("utf-8", errors="replace").strip()
             if tail and not state.done:
@@ -328,8 +396,8 @@ async def stream_request(
     except aiohttp.ClientError as exc:
         out.error = f"{type(exc).__name__} talking to {url}: {exc}"
     finally:
-        if receipts is not None:
-            receipts.close()
+        if body is not None:
+            body.close()
     state.finish()
     if out.error is None:
         if not state.done:
