@@ -76,10 +76,15 @@ def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path,
     monkeypatch.delenv("GB300LANE_CARDS_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     assert resolve_card_path("local-br1") == paths.shipped("cards") / "local-br1.yaml"
+    # `cards/NAME.yaml` with no such file here is the shipped card of that name
+    assert resolve_card_path("cards/local-br1.yaml") == paths.shipped("cards") / "local-br1.yaml"
+    with pytest.raises(CardError, match="card file not found"):
+        resolve_card_path("cards/no-such-card.yaml")
     (tmp_path / "cards").mkdir()
     mine = tmp_path / "cards" / "local-br1.yaml"
     mine.write_text((paths.shipped("cards") / "local-br1.yaml").read_text())
     assert resolve_card_path("local-br1") == mine
+    assert resolve_card_path("cards/local-br1.yaml") == Path("cards/local-br1.yaml")
     assert {p.stem for p in known_cards()} >= {"local-br1", "local-br2", "br1-block-verification"}
     with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, local-br1"):
         resolve_card_path("no-such-card")

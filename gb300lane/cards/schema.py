@@ -337,9 +337,17 @@ def known_cards() -> list[Path]:
 
 
 def resolve_card_path(ref: str | os.PathLike[str]) -> Path:
-    """A card argument is a path to a YAML file, or a card name in ./cards or the shipped cards."""
+    """A card argument is a path to a YAML file, or a card name in ./cards or the shipped cards.
+
+    `cards/NAME.yaml` that is not a file here names the card NAME in those
+    folders (the shipped cards are the package's `cards/`).
+    """
     p = Path(ref)
     where = " or ".join(str(d) for d in paths.card_dirs())
+    if not p.exists() and p.suffix in (".yaml", ".yml") and p.parent == Path("cards"):
+        for d in paths.card_dirs():
+            if (d / p.name).is_file():
+                return d / p.name
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise CardError(f"{p}: card file not found; pass a path to a card YAML or a card name in {where}")
