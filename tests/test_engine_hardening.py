@@ -213,3 +213,21 @@ def test_unservable_boot_values_are_refused_before_anything_binds(argv, needle):
     with pytest.raises(EngineError) as info:
         parse_serve_args(argv)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_long_prompt_is_tokenized_in_slices_to_the_same_ids_and_counted_past_the_limit(monkeypatch):
+    import random
+
+    import gb300lane.engine.server as server_mod
+    from gb300lane.engine.model import load_model
+
+    tok = load_model().tokenizer
+    monkeypatch.setattr(server_mod, "ENCODE_SLICE_CHARS", 40)
+    rng = random.Random(0)
+    alphabet = ["a", "b", " ", "  ", "\t", "\n", "1", ".", "<|endoftext|>", "word", " x", "é", "\r\n", "=="]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 150)))
+        full = tok.encode(text)
+        assert server_mod.encode_within(tok, text, 10**9) == full, repr(text)
+        bounded = server_mod.encode_within(tok, text, 5)
+        assert (bounded == len(full) > 5) if isinstance(bounded, int) else bounded == full

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -343,8 +344,15 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    def _prepare(self, req: GenerateRequest, ids: list[int]) -> Sequence:
+    def _prepare(self, req: GenerateRequest, ids: list[int] | int) -> Sequence:
+        """The request's Sequence; `ids` is the prompt's ids, or only their count when it is over the limit."""
         vocab = self.tokenizer.vocab_size
+        if isinstance(ids, int):
+            count, max_tokens = ids, req.params.max_tokens or 1
+            raise ApiError(
+                f"This model's maximum context length is {self.args.max_model_len} tokens. However, you requested "
+                f"{count + max_tokens} tokens ({count} in the messages, {max_tokens} in the completion). Please "
+                "reduce the length of the messages or completion.", param="max_tokens")
         if not ids:
             raise ApiError("the prompt is empty; send at least one token", param="prompt")
         if req.prompt_ids is not None and (min(ids) < 0 or max(ids) >= vocab):
@@ -381,7 +389,7 @@ class EngineServer:
         req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
         # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
         ids = req.prompt_ids if req.prompt_ids is not None else await asyncio.to_thread(
-            self.tokenizer.encode, req.prompt_text or "")
+            encode_within, self.tokenizer, req.prompt_text or "", self.args.max_model_len)
         seq = self._prepare(req, ids)
         seq.grammar = await self._grammar(req)
         stream = _Stream(seq, req.stop)
@@ -539,6 +547,45 @@ class EngineServer:
         await send(last)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
+
+
+#: Characters tokenized per slice of a long prompt (see `encode_within`).
+ENCODE_SLICE_CHARS = 1 << 20
+
+
+def encode_within(tokenizer: Any, text: str, limit: int) -> list[int] | int:
+    """`text`'s token ids, or (for a text longer than one slice) only their count when there are more than `limit`.
+
+    A long text is cut into slices of about ENCODE_SLICE_CHARS at newlines (a
+    newline is always a piece of its own, so the ids are the same as for the
+    whole text) and only counted once past the limit: a 30 MB prompt never
+    becomes a 20-million-element list whose growth would hold the interpreter.
+    """
+    if len(text) <= ENCODE_SLICE_CHARS:
+        return tokenizer.encode(text)
+    ids: list[int] = []
+    count = 0
+    start = 0
+    while start < len(text):
+        end = _piece_boundary(text, start + ENCODE_SLICE_CHARS)
+        part = tokenizer.encode(text[start:end])
+        count += len(part)
+        if count <= limit:
+            ids.extend(part)
+        start = end
+    return ids if count <= limit else count
+
+
+#: A place no piece spans: after a newline, or before a space that follows a non-blank and starts a word.
+_BOUNDARY_RE = re.compile(r"(?<=\n)|(?<=[^ \t])(?= \S)")
+
+
+def _piece_boundary(text: str, at: int) -> int:
+    """The first index at or after `at` where the tokenizer's pieces are cut (the end of text if none)."""
+    if at >= len(text):
+        return len(text)
+    match = _BOUNDARY_RE.search(text, at, min(len(text), at + ENCODE_SLICE_CHARS))
+    return match.start() if match and match.start() > 0 else len(text)
 
 
 def parse_json_body(raw: bytes) -> Any:
