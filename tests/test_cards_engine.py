@@ -48,6 +48,9 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     assert all(r["spec_decode"]["num_drafts"] > 0 for r in window["records"])
     md = render_report(rec)
     assert (md.parent / "fig4-accepted-at-position.png").is_file()
+    page = (md.parent / "card.html").read_text()  # the HTML card of a real local run
+    assert f'id="verdict" data-verdict="{v.verdict}" data-number="1"' in page
+    assert f'data-field="estimate" data-value="{tested.estimate!r}"' in page
     assert rec.verify_manifest("manifest-report-1.json") == []
 
 
