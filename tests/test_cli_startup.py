@@ -39,6 +39,14 @@ def test_cold_start_imports_no_heavy_library(argv: tuple[str, ...]) -> None:
     assert not heavy, f"`gb300lane {' '.join(argv)}` imported {', '.join(heavy[:8])}"
 
 
+def test_help_loads_no_model_library_either() -> None:
+    # Help is the commands' names and options: no pydantic models, YAML, process table or Docker SDK behind it.
+    names, proc = imported_modules("--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = sorted({n.split(".")[0] for n in names} & {"pydantic", "yaml", "psutil", "docker"})
+    assert not loaded, f"`gb300lane --help` imported {', '.join(loaded)}"
+
+
 def test_the_check_sees_a_heavy_import() -> None:
     # The same reading of the importtime list does see numpy where a command loads it.
     names, proc = imported_modules("spec", "advise", "--a-p", "0.7,0.5", "--step", "1:10", "--step", "2:11")

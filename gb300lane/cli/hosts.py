@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Optional, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Optional, ParamSpec, TypeVar
 
 import typer
 
-from gb300lane.placement import current as current_placement
+if TYPE_CHECKING:
+    from gb300lane.placement import Placement
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,6 +25,13 @@ __all__ = ["acts_on_host", "current_placement"]
 
 HOST_HELP = "Act on this inventory host's lane (lanes.yaml): HOST, or HOST/LANE on a host with several lanes."
 _PARAM = "on_host"
+
+
+def current_placement() -> Placement | None:
+    """The lane placement the running command acts on (None: this machine's own lane)."""
+    from gb300lane.placement import current  # pydantic's models load when a command runs, not for `--help`
+
+    return current()
 
 
 def acts_on_host(fn: Callable[P, R]) -> Callable[..., R]:
