@@ -18,6 +18,7 @@ neither pydantic's models nor numpy.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import typer
@@ -55,12 +56,17 @@ class _Argument(TyperArgument):
         return name + ("..." if self.nargs != 1 else "")
 
 
+#: The end of a sentence: a full stop before a capital (not "e.g. v27").
+_SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
+
+
 def _tidy_help(command: Any) -> None:
     """Name every value a command takes by what it is, not by its Python type, all the way down the tree."""
     for param in getattr(command, "params", ()):
         if isinstance(param, TyperArgument):
             if param.metavar is None:
                 param.metavar = (param.name or "value").upper()
+            # typer builds the argument objects itself; how one shows in help (`<str>`, `{name}`) is its class's.
             param.__class__ = _Argument
         elif isinstance(param, TyperOption) and param.metavar is None and not (param.is_flag or param.count):
             desc = param.type_descriptor
@@ -71,8 +77,8 @@ def _tidy_help(command: Any) -> None:
     for sub in getattr(command, "commands", {}).values():
         if sub.short_help is None and sub.help:
             # click would cut the listing's line at the column's width ("..."); the first sentence, wrapped, reads whole.
-            first = sub.help.strip().split("\n\n", 1)[0]
-            sub.short_help = " ".join(first.split(". ", 1)[0].split()).rstrip(".") + "."
+            first = _SENTENCE_END.split(sub.help.strip().split("\n\n", 1)[0], maxsplit=1)[0]
+            sub.short_help = " ".join(first.split()).rstrip(".") + "."
         _tidy_help(sub)
 
 
