@@ -339,3 +339,23 @@ def test_structured_outputs_choice_regex_and_json_hold_the_text(lane):
                         ({"choice": []}, "non-empty list of strings"), ({"json": "{"}, "not valid JSON")):
         code, body = _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "structured_outputs": bad})
         assert code == 400 and needle in body["error"]["message"], body
+
+
+def test_a_conversation_carries_earlier_tool_calls_in_the_models_own_format(lane):
+    client, url, server, _log = lane
+    first = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                           max_tokens=300, seed=4)
+    call = first.choices[0].message.tool_calls[0]
+    history = [{"role": "user", "content": "Weather in Lisbon?"},
+               {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+               {"role": "tool", "tool_call_id": call.id, "content": '{"ok": true}'}]
+    code, tokens = _post(url + "/tokenize", {"messages": history, "return_token_strs": True})
+    text = "".join(tokens["token_strs"])
+    rendered = json.loads(text.split("\n\n")[1])
+    assert rendered["tool_calls"][0]["function"] == {"name": call.function.name,
+                                                     "arguments": json.loads(call.function.arguments)}
+    resp = client.chat.completions.create(model="lane", messages=history, max_tokens=5, seed=1)
+    assert resp.usage.prompt_tokens == tokens["count"]
+    code, body = _post(url + "/v1/chat/completions", {"messages": [
+        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}], "max_tokens": 2})
+    assert code == 400 and "arguments is not valid JSON" in body["error"]["message"]

@@ -23,6 +23,7 @@ from gb300lane.engine.tools import (
     parse_required,
     parse_tool_calls,
     parse_tools,
+    render_tool_calls,
     tool_call_id,
 )
 
@@ -75,6 +76,9 @@ def _messages_text(messages: Any) -> str:
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
             raise ApiError(f"messages[{i}] must be an object with a string role", param="messages")
         content = msg.get("content")
+        if msg.get("tool_calls") is not None:
+            # An earlier answer's calls, written back the way the builtin model writes them.
+            parts.append(render_tool_calls(msg["tool_calls"], where=f"messages[{i}].tool_calls"))
         if content is None:
             continue
         if isinstance(content, list):

@@ -177,6 +177,26 @@ def parse_response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | 
     return True, schema
 
 
+def render_tool_calls(calls: Any, *, where: str) -> str:
+    """An assistant message's `tool_calls` as the builtin model writes calls: `{"tool_calls": [...]}`."""
+    if not isinstance(calls, list):
+        raise ApiError(f"{where} must be a list of tool calls", param="messages")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(f"{where}[{j}] must be {{\"function\": {{\"name\", \"arguments\"}}}}", param="messages")
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except (json.JSONDecodeError, RecursionError):
+                raise ApiError(f"{where}[{j}].function.arguments is not valid JSON", param="messages") from None
+        out.append({"id": call.get("id") or f"call_{j}", "type": "function",
+                    "function": {"name": fn["name"], "arguments": args}})
+    return json.dumps({"tool_calls": out}, ensure_ascii=False)
+
+
 def tool_call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().hex}"
 
