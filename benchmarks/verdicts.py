@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             cal, receipts = found
             source = f"reused receipts {receipts} (same gates, seed, replicates and engine)"
         else:
-            keep = progress_file(card, ns.replicates, ns.seed)
+            keep = progress_file(card, ns.seed)
             cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers, resume=keep,
                                       progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
             receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)

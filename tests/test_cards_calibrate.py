@@ -102,17 +102,21 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
     cal_mod = importlib.import_module("gb300lane.cards.calibrate")  # the package's `calibrate` is the function
 
     card, _ = load_card(DATA / "tested.yaml")
-    keep = cal_mod.progress_file(card, 2, 5)
+    keep = cal_mod.progress_file(card, 5)
     full, outcomes = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     lines = keep.read_text().splitlines()
-    assert len(lines) == 2  # one line per finished batch (one replicate each here)
+    assert len(lines) == 2  # one line per finished replicate
     keep.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second
     ran: list[int] = []
     real = cal_mod.run_replicate
     monkeypatch.setattr(cal_mod, "run_replicate", lambda ln, c, s, r: ran.append(r) or real(ln, c, s, r))
     again, outcomes2 = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     assert ran == [1] and outcomes2 == outcomes and again.power == full.power
-    assert cal_mod.progress_file(card, 2, 6) != keep and cal_mod.progress_file(card, 3, 5) != keep
+    assert [json.loads(x)["outcomes"][0]["replicate"] for x in keep.read_text().splitlines()] == [0, 1]
+    # fewer replicates take the first ones kept, and run nothing
+    one, outcomes1 = calibrate(card, 1, seed=5, lane=lane, resume=keep)
+    assert ran == [1] and outcomes1 == [o for o in outcomes if o.replicate == 0] and one.replicates == 1
+    assert cal_mod.progress_file(card, 6) != keep
 
 
 def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessLane) -> None:

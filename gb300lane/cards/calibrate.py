@@ -53,7 +53,7 @@ from gb300lane.cards.schema import (
 from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded, engine_fingerprint
 from gb300lane.cards.stats import proportion
 from gb300lane.errors import CardError
-from gb300lane.fsio import dumps_json, write_once
+from gb300lane.fsio import atomic_write, dumps_json, write_once
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
@@ -236,26 +236,40 @@ def _so_far(outcomes: list[ReplicateOutcome]) -> str:
             f"power {real.count('PASS')}/{len(real)}")
 
 
-def progress_file(card: Card, replicates: int, seed: int, base: Path | None = None) -> Path:
-    """Where a calibration keeps the replicates it has finished, so an interrupted one resumes (same engine only)."""
-    key = f"{card.name}-seed{seed}-n{replicates}-{gates_hash(card)[:12]}-{engine_fingerprint(card)[:12]}"
+def progress_file(card: Card, seed: int, base: Path | None = None) -> Path:
+    """Where a calibration keeps the replicates it has finished, so an interrupted one resumes (same engine only).
+
+    Replicate r does not depend on how many replicates were asked for, so a
+    run of N replicates takes the first N kept by any run of the same card
+    gates, seed and engine.
+    """
+    key = f"{card.name}-seed{seed}-{gates_hash(card)[:12]}-{engine_fingerprint(card)[:12]}"
     return (base or results_dir()) / "calibrations" / "in-progress" / f"{key}.jsonl"
 
 
 def _load_progress(path: Path) -> tuple[list[ReplicateOutcome], float]:
-    """Finished replicates (both scenarios present) and their CPU seconds; a torn last line is dropped."""
+    """Finished replicates and their CPU seconds. A line torn by a kill is dropped and the file rewritten
+    without it, so what is appended next starts on a line of its own."""
     if not path.is_file():
         return [], 0.0
-    rows: list[ReplicateOutcome] = []
-    cpu = 0.0
-    for line in path.read_text(encoding="utf-8").splitlines():
+    rows: dict[int, list[ReplicateOutcome]] = {}
+    cpu: dict[int, float] = {}
+    good: list[str] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for line in lines:
         try:
             rec = json.loads(line)
-            cpu += float(rec["cpu_s"])
-            rows += [ReplicateOutcome.model_validate(o) for o in rec["outcomes"]]
+            got = [ReplicateOutcome.model_validate(o) for o in rec["outcomes"]]
+            c = float(rec["cpu_s"])
         except (ValueError, KeyError, TypeError):
-            break
-    return rows, cpu
+            continue
+        for r in {o.replicate for o in got}:
+            rows[r] = [o for o in got if o.replicate == r]
+            cpu[r] = c / len({o.replicate for o in got})
+        good.append(line)
+    if len(good) < len(lines):
+        atomic_write(path, "".join(x + "\n" for x in good))
+    return [o for r in sorted(rows) for o in rows[r]], sum(cpu.values())
 
 
 def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -> None:
@@ -284,14 +298,15 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
         raise CardError(f"card {card.name} has no gates the fast path can score (tested, parity or ratio gates)")
     say = progress or (lambda _m: None)
     check_embedded(card)
-    outcomes, cpu = _load_progress(resume) if resume is not None else ([], 0.0)
+    kept, cpu = _load_progress(resume) if resume is not None else ([], 0.0)
+    outcomes = [o for o in kept if o.replicate < replicates]
+    if kept and len(outcomes) < len(kept):  # CPU seconds of the replicates used, pro rata
+        cpu *= len(outcomes) / len(kept)
     done = {o.replicate for o in outcomes}
-    outcomes = [o for o in outcomes if o.replicate in done and o.replicate < replicates]
     if done:
         say(f"resuming: {len(done)} of {replicates} replicates already run ({resume}); {_so_far(outcomes)}")
-    todo = [r for r in range(replicates) if r not in done]
-    chunk = max(1, min(10, len(todo) // max(1, workers * 4)))
-    batches = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
+    # one replicate per task: each is tens of CPU seconds, and every finished one is kept at once
+    batches = [[r] for r in range(replicates) if r not in done]
     t0 = time.perf_counter()
 
     def finished(got: list[ReplicateOutcome], c: float) -> None:

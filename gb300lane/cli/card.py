@@ -337,8 +337,8 @@ def calibrate_cmd(
     replicates: int = typer.Option(200, "--replicates", help="Replicates per scenario."),
     seed: int = typer.Option(0, "--seed", help="Calibration seed (replicate seed bases derive from it)."),
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished replicates as they finish and "
-                                "skip those an interrupted run of the same card, seed, replicates and engine kept."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep replicates as they finish, and take those "
+                                "an interrupted run of the same card gates, seed and engine kept."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
@@ -346,7 +346,7 @@ def calibrate_cmd(
 
     loaded, path = load_card(card)
     say = _say(as_json)
-    keep = progress_file(loaded, replicates, seed)
+    keep = progress_file(loaded, seed)
     if not resume:
         keep.unlink(missing_ok=True)
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
