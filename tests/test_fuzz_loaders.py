@@ -223,7 +223,11 @@ COMPLETION = {"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0
               "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n"], "min_tokens": 1}
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 8,
         "temperature": 0.0, "top_k": 5, "min_p": 0.1, "ignore_eos": True}
-TOOL_CHAT = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 8,
+TOOL_CHAT = {"model": "m", "messages": [
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"}], "max_tokens": 8,
              "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
                  "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 9}},
                  "required": ["city"]}}}],
