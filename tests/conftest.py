@@ -132,3 +132,21 @@ def recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
     yield folder
     lane.down(all=True)
+
+
+@pytest.fixture
+def ssh_server(tmp_path_factory: pytest.TempPathFactory):
+    """An sshd on a loopback port with a generated key: `ssh://root@127.0.0.1:PORT` reaches this machine."""
+    import sshd
+
+    why = sshd.problem()
+    if why:
+        if os.environ.get("GB300LANE_SKIP_DOCKER") == "1":
+            pytest.skip(f"GB300LANE_SKIP_DOCKER=1 and {why}")
+        pytest.fail(f"this test needs an OpenSSH server: {why}", pytrace=False)
+    server, proc = sshd.start(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
