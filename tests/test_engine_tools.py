@@ -359,3 +359,38 @@ def test_a_conversation_carries_earlier_tool_calls_in_the_models_own_format(lane
     code, body = _post(url + "/v1/chat/completions", {"messages": [
         {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}], "max_tokens": 2})
     assert code == 400 and "arguments is not valid JSON" in body["error"]["message"]
+
+
+def test_text_held_for_a_possible_call_still_reports_its_tokens_as_they_come():
+    """With continuous usage, tokens the auto parser holds back go out in empty-delta chunks, in step order."""
+
+    class CallOpening:
+        """The engine's tokenizer, with its first decoded delta opening a tool call (which never closes)."""
+
+        def __init__(self, inner) -> None:
+            self.inner, self.calls = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def decode(self, ids, **kw):
+            self.calls += 1
+            text = self.inner.decode(ids, **kw)
+            return ('{"tool_calls": [{"id": "c", "arguments": "' + text) if self.calls == 1 else text.replace('"', "'")
+
+    with engine(*TOOLS_FLAGS) as (url, server, _log):
+        server.tokenizer = CallOpening(server.tokenizer)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        stream = client.chat.completions.create(
+            model="lane", messages=MESSAGES, tools=TOOLS, max_tokens=40, seed=3, stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+            extra_body={"ignore_eos": True, "min_tokens": 40})
+        chunks = [c for c in stream if c.choices]
+    held = [c for c in chunks if c.usage.completion_tokens and not c.choices[0].delta.content]
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 40
+    assert len(held) > 3 and len(set(counts)) > 3  # the held tokens arrived over many chunks, not all at the end
+    # The call never closed, so the held text ends as content (the answer is not a call).
+    contents = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert len(contents) == 1 and contents[0].startswith('{"tool_calls"')
+    assert chunks[-1].choices[0].finish_reason == "length" and not chunks[-1].choices[0].delta.tool_calls

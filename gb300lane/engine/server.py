@@ -505,6 +505,10 @@ class EngineServer:
                     await send(with_usage(chunk(req, name, text, None, first=first), carry), carry)
                     first, carry = False, 0
                 return
+            if not fields and text and continuous:
+                # Text the tool parser holds back (a call still being written): its tokens go out now in
+                # a chunk with an empty delta, so per-chunk usage keeps each token's arrival time.
+                fields = [{}]
             for part in fields:
                 await send(with_usage(chunk(req, name, None, None, fields=part), carry), carry)
                 carry = 0
