@@ -97,6 +97,14 @@ def test_shell_completion_is_on() -> None:
     assert done.output.split() == ["--allow-outside-trained-block"]
     env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": "gb300lane car", "COMP_CWORD": "1"}
     assert runner.invoke(app, [], prog_name="gb300lane", env=env).output.split() == ["card"]
+    # Recipe and card names complete too (the shipped ones here).
+    from gb300lane import paths
+
+    cards = sorted({p.stem for d in paths.card_dirs() for p in d.glob("local-br*.yaml")})
+    assert "local-br1" in cards
+    for words, expected in (("gb300lane up local-v2", ["local-v26", "local-v27"]), ("gb300lane card run local-br", cards)):
+        env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
+        assert runner.invoke(app, [], prog_name="gb300lane", env=env).output.split() == expected
 
 
 #: Commands whose output is not data a program reads, or is already a machine format: why they have no --json.

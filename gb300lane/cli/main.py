@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -60,8 +61,39 @@ class _Argument(TyperArgument):
 _SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
 
 
-def _tidy_help(command: Any) -> None:
-    """Name every value a command takes by what it is, not by its Python type, all the way down the tree."""
+def _stems(dirs: tuple[Path, ...], incomplete: str) -> list[str]:
+    return sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.yaml") if p.stem.startswith(incomplete)})
+
+
+def _complete_recipe(_ctx: Any, _param: Any, incomplete: str) -> list[str]:
+    """Shell completion: the recipe names here and shipped (file stems; nothing is loaded)."""
+    from gb300lane import paths
+
+    return _stems(paths.recipe_dirs(), incomplete)
+
+
+def _complete_card(_ctx: Any, _param: Any, incomplete: str) -> list[str]:
+    """Shell completion: the card names here and shipped."""
+    from gb300lane import paths
+
+    return _stems(paths.card_dirs(), incomplete)
+
+
+def _completion_for(path: tuple[str, ...], param: Any) -> Any:
+    """Which names complete a parameter: recipes for a RECIPE (and `render`'s, `recipes`' and `--lane`), cards for a CARD."""
+    if param.metavar == "CARD":
+        return _complete_card
+    takes_recipe = isinstance(param, TyperArgument) and path[:1] in (("render",), ("recipes",))
+    if param.metavar == "RECIPE" or takes_recipe or "--lane" in getattr(param, "opts", ()):
+        return _complete_recipe
+    return None
+
+
+def _tidy_help(command: Any, path: tuple[str, ...] = ()) -> None:
+    """Name every value a command takes by what it is, not by its Python type, all the way down the tree.
+
+    Recipe and card parameters also complete in the shell (typer's completion hook, set where none is).
+    """
     for param in getattr(command, "params", ()):
         if isinstance(param, TyperArgument):
             if param.metavar is None:
@@ -74,12 +106,15 @@ def _tidy_help(command: Any) -> None:
                 param.metavar = "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
             else:
                 param.metavar = (param.name or "value").upper()
-    for sub in getattr(command, "commands", {}).values():
+        complete = _completion_for(path, param) if isinstance(param, (TyperArgument, TyperOption)) else None
+        if complete is not None and getattr(param, "_custom_shell_complete", None) is None:
+            param._custom_shell_complete = complete
+    for name, sub in getattr(command, "commands", {}).items():
         if sub.short_help is None and sub.help:
             # click would cut the listing's line at the column's width ("..."); the first sentence, wrapped, reads whole.
             first = _SENTENCE_END.split(sub.help.strip().split("\n\n", 1)[0], maxsplit=1)[0]
             sub.short_help = " ".join(first.split()).rstrip(".") + "."
-        _tidy_help(sub)
+        _tidy_help(sub, (*path, name))
 
 
 def _validation_error(exc: Exception) -> str | None:
