@@ -38,7 +38,8 @@ h3 { font-size: 1.05rem; margin: 1.2rem 0 .4rem; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; font-size: .9rem; }
 th, td { border: 1px solid var(--line); padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tr.reason td { color: var(--muted); font-size: .85rem; border-top: none; }
+tr.reason td { color: var(--muted); font-size: .85rem; border-top: none; padding-left: 1.5rem; }
+.small { font-size: .82rem; } table.gates { width: 100%; } tr.gate td { background: #fbfcfd; }
 figure { margin: 1rem 0; break-inside: avoid; } figure svg { max-width: 100%; height: auto; }
 figcaption { color: var(--muted); font-size: .85rem; }
 .banner { background: #fff8c5; border: 1px solid #d4a72c; padding: .5rem .8rem; border-radius: 6px; }
@@ -82,39 +83,42 @@ def _test_rows(gate: GateResult) -> list[str]:
     for t in gate.tests:
         where = "window" if t.cls is None else f"{t.cls} C{t.concurrency}" if t.concurrency else t.cls
         interval = "—" if t.low is None or t.high is None else f"[{t.low:+.2%}, {t.high:+.2%}] ({t.level:.0%})"
+        units = f"n={t.n}, {t.requests_per_arm} req/arm" + (f", p={t.p_value:.3g}" if t.p_value is not None else "")
         rows.append(
             f'<tr class="test" data-decision="{t.decision}" data-gate="{escape(gate.id)}">'
-            + _td(f"{gate.id} · {where}")
-            + _td(f"{t.test} ({t.method}), {t.comparison}, {t.metric}")
+            f'<td>{escape(where)}<br><span class="muted small">{escape(t.test)} ({escape(t.method)}), '
+            f"{escape(t.comparison)}, {escape(t.metric)}</span></td>"
             + _td(_pct(t.estimate), num=True, field="estimate", value=t.estimate)
             + _td(interval, num=True, field="interval", low=t.low, high=t.high, level=t.level)
             + _td(_margin(t), num=True, field="margin", value=t.margin)
-            + _td(f"n={t.n}, {t.requests_per_arm} req/arm" + (f", p={t.p_value:.3g}" if t.p_value is not None else ""),
-                  num=True, field="n", value=t.n)
+            + f'<td class="small" data-field="n" data-value="{t.n}">{escape(units)}</td>'
             + f'<td class="{t.decision}" data-field="decision" data-value="{t.decision}"><b>{t.decision}</b></td></tr>'
-            + f'<tr class="reason"><td></td><td colspan="6">{escape(t.reason)}</td></tr>'
+            + f'<tr class="reason"><td colspan="6">{escape(t.reason)}</td></tr>'
         )
     return rows
 
 
 def _gates_table(v: Verdict) -> str:
-    head = ("<tr><th>gate</th><th>test</th><th>estimate</th><th>interval</th><th>margin</th><th>units</th>"
+    head = ("<tr><th>gate · test</th><th>estimate</th><th>interval</th><th>margin</th><th>units</th>"
             "<th>decision</th></tr>")
     rows = []
     for g in v.results:
         kind = g.kind + ("" if g.decides else ", diagnostic (not in the verdict)")
         rows.append(
             f'<tr class="gate" data-gate="{escape(g.id)}" data-status="{g.status}">'
-            + _td(g.id) + _td(kind) + _td(g.observed, field="observed") + _td(g.bar, field="bar")
-            + _td(g.noise_floor, field="noise-floor") + _td("")
-            + f'<td class="{g.status}" data-field="status" data-value="{g.status}"><b>{g.status}</b></td></tr>'
+            f'<td><b>{escape(g.id)}</b><br><span class="muted small">{escape(kind)}</span></td>'
+            f'<td colspan="4"><span data-field="observed">{escape(g.observed)}</span><br>'
+            f'<span class="muted small">bar: <span data-field="bar">{escape(g.bar)}</span>; noise floor: '
+            f'<span data-field="noise-floor">{escape(g.noise_floor)}</span></span></td>'
+            f'<td class="{g.status}" data-field="status" data-value="{g.status}"><b>{g.status}</b></td></tr>'
         )
         rows += _test_rows(g)
+        said = {t.reason for t in g.tests}
         for reason in g.reasons:
-            rows.append(f'<tr class="reason"><td></td><td colspan="6">↳ {escape(reason)}</td></tr>')
+            if reason not in said:
+                rows.append(f'<tr class="reason"><td colspan="6">↳ {escape(reason)}</td></tr>')
     return (f'<div class="scroll"><table class="gates" data-verdict-number="{v.number}">'
-            f"<thead>{head}<tr><th></th><th>kind</th><th>observed</th><th>bar</th><th>noise floor</th><th></th>"
-            f"<th>status</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+            f"<thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _verdict_section(rec: Receipts, v: Verdict) -> str:
