@@ -85,14 +85,14 @@ def bench_cmd(
     port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
+    if ctx.invoked_subcommand is not None:
+        return  # `bench export ...`: the subcommand does the work
     from gb300lane.bench.catalog import lane_endpoint, resolve_window, with_overrides
     from gb300lane.bench.models import LoadSpec
     from gb300lane.bench.report import render_window
     from gb300lane.bench.store import save_result
     from gb300lane.bench.window import run_window
 
-    if ctx.invoked_subcommand is not None:
-        return  # `bench export ...`: the subcommand does the work
     if window is None:
         raise typer.BadParameter("pass --window NAME (or run a subcommand: export)", param_hint="--window")
     if (endpoint is None) == (lane is None):
