@@ -5,11 +5,12 @@ PYTHON ?= python3
 install:
 	$(PYTHON) -m pip install -e '.[test]'
 
+# In parallel (pytest-xdist): one worker per core; Docker and podman tests each keep to one worker (tests/conftest.py).
 test:
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto --dist loadgroup
 
 test-fast:
-	GB300LANE_SKIP_DOCKER=1 $(PYTHON) -m pytest -q -m "not slow"
+	GB300LANE_SKIP_DOCKER=1 $(PYTHON) -m pytest -q -n auto -m "not slow"
 
 reproduce-br1:
 	$(PYTHON) -m gb300lane card reproduce br1

@@ -7,6 +7,11 @@ tests marked `compose` need `docker compose` or `docker-compose`, tests marked
 that says so, unless the skip variable (GB300LANE_SKIP_DOCKER=1,
 GB300LANE_SKIP_COMPOSE=1, GB300LANE_SKIP_PODMAN=1) is set, in which case they
 are skipped.
+
+`make test` runs the tests in parallel (pytest-xdist, `--dist loadgroup`): Docker
+tests run one at a time on one worker, podman tests likewise; every other test
+owns its state directory, its ports (`gb300lane.testing.ports.free_port`) and its
+files, so it may run beside any other.
 """
 
 from __future__ import annotations
@@ -93,6 +98,19 @@ _COMPONENTS = {
     "chromium": ("GB300LANE_SKIP_CHROMIUM", "install Debian's chromium (bash .ci/run does)", _chromium_problem),
     "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
 }
+
+
+#: Markers whose tests share something machine-wide (Docker's container names and host ports, podman's
+#: network namespaces and images): under pytest-xdist (`--dist loadgroup`) each set runs on one worker, in order.
+_SERIAL_GROUPS = {"docker": "docker", "podman": "podman"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, group in _SERIAL_GROUPS.items():
+            if item.get_closest_marker(marker) is not None and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
