@@ -240,16 +240,29 @@ def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
     lane: SimLane, cli_env: dict[str, str]
 ) -> None:
     assert _cli(["promote", "local-v27"], cli_env).returncode == 0
-    lane.set_recipe("local-v26", boot_seconds=3)
+    lane.set_recipe("local-v26", hold=True)  # the pair boots until the test releases it
     proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _kill_when(proc, lane, ["start", "lane-local-v26"])
     _explained("rollback", "local-v26")
-    # Run at once: the pair is still booting. The repair waits for it instead of failing its smoke on a 503.
-    fixed = _cli(["rollback"], cli_env)
-    assert fixed.returncode == 0, fixed.stderr
-    assert "rolled back to local-v26" in fixed.stdout
-    assert "waiting for lane-local-v26 to become ready" in fixed.stderr
+    # The pair is still booting. The repair waits for it instead of failing its smoke on a 503.
+    repair = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert repair.stderr is not None
+        waiting = ""
+        while "waiting for lane-local-v26 to become ready" not in waiting:
+            line = repair.stderr.readline()
+            assert line, f"the repair never said it waits: {waiting}"
+            waiting += line
+        lane.release("lane-local-v26")
+        out, err = repair.communicate(timeout=120)
+    finally:
+        if repair.poll() is None:
+            repair.kill()
+            repair.wait(timeout=10)
+    assert repair.returncode == 0, waiting + err
+    assert "rolled back to local-v26" in out
     assert ["await", "lane-local-v26"] in lane.operations()
     _assert_consistent(lane, "local-v26")
 

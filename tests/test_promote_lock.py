@@ -59,6 +59,7 @@ def _booting(lane: SimLane) -> bool:
 
 
 def test_deleting_the_holder_file_neither_interrupts_nor_unlocks(lane: SimLane, env: dict[str, str]) -> None:
+    lane.set_recipe("local-v27", hold=True)  # its boot lasts until released below
     running = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -73,6 +74,7 @@ def test_deleting_the_holder_file_neither_interrupts_nor_unlocks(lane: SimLane, 
         raced = _cli(["rollback"], env)
         assert raced.returncode == 1 and "the lane is locked by another process" in raced.stderr, raced.stderr
         assert "Traceback" not in raced.stderr
+        lane.release("lane-local-v27")  # the candidate's boot ends only now, however slow the commands above were
         out, err = running.communicate(timeout=60)
     finally:
         if running.poll() is None:

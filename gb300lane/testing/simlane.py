@@ -6,7 +6,9 @@ kept until removed, a kept instance restarts on its own port. Because its
 state is a file, a CLI process can be killed mid-transition (`kill -9`) and the
 next process sees the lane exactly as it was left. Outcomes are set per
 recipe (`fail_boot`, `fail_smoke`, `fail_start`), so every path of the state
-machine can be driven. Select it with `GB300LANE_LANE_OPS=sim:<file>`.
+machine can be driven. A boot lasts `boot_seconds`, or with `hold` until a test
+calls `release(instance)`: a test that must act while an instance boots does so
+whatever the machine's load. Select it with `GB300LANE_LANE_OPS=sim:<file>`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class SimLane:
         recipes: dict[str, dict[str, Any]],
         verdicts: dict[str, dict[str, Any]] | None = None,
     ) -> SimLane:
-        """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds}."""
+        """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds, hold}."""
         state = {
             "recipes": {name: {"port": 30106, **cfg} for name, cfg in recipes.items()},
             "verdicts": verdicts or {},
@@ -111,10 +113,10 @@ class SimLane:
             # A failed boot leaves a created-but-dead container behind, as a real runtime does; a running one
             # answers only once its boot is over (a process killed meanwhile leaves it booting).
             st["instances"][name] = {"recipe": recipe, "port": port, "running": not failed, "fingerprint": fp,
-                                     "ready_at": time.time() + secs}
+                                     "ready_at": None if cfg.get("hold") else time.time() + secs}
         if failed:
             raise BootError(f"{name}: engine exited during boot (simulated)", log_tail="simulated boot failure\n")
-        time.sleep(secs)
+        self._until_ready(name)
         return BootInfo(instance=name, endpoint=f"http://127.0.0.1:{port}", fingerprint=fp,
                         boot_seconds=secs, engine_seconds=secs)
 
@@ -138,8 +140,8 @@ class SimLane:
                 raise BootError(f"{instance}: engine exited during restart (simulated)")
             secs = float(cfg.get("boot_seconds", 0.0))
             inst["running"] = True
-            inst["ready_at"] = time.time() + secs
-        time.sleep(secs)
+            inst["ready_at"] = None if cfg.get("hold") else time.time() + secs
+        self._until_ready(instance)
         return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
                         fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
 
@@ -150,14 +152,30 @@ class SimLane:
                 raise BootError(f"{instance}: not running; start it again instead of waiting for it")
             st["ops"].append(["await", instance])
             cfg = self._cfg(st, inst["recipe"])
-        remaining = float(inst.get("ready_at", 0.0)) - time.time()
-        if remaining > 0:
+        ready_at = inst.get("ready_at", 0.0)
+        if ready_at is None or ready_at > time.time():
             if progress is not None:
-                progress(f"waiting for {instance} to become ready: {remaining:.1f} s to go")
-            time.sleep(remaining)
+                to_go = "held until released" if ready_at is None else f"{ready_at - time.time():.1f} s to go"
+                progress(f"waiting for {instance} to become ready: {to_go}")
+            self._until_ready(instance)
         secs = float(cfg.get("boot_seconds", 0.0))
         return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
                         fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
+
+    def release(self, instance: str) -> None:
+        """A held boot of `instance` is over: it answers from now on."""
+        with self._state() as st:
+            st["instances"][instance]["ready_at"] = time.time()
+
+    def _until_ready(self, instance: str) -> None:
+        """Wait until the instance's boot is over (read from the file, so another process may release it)."""
+        while True:
+            with self._state(write=False) as st:
+                inst = st["instances"].get(instance)
+                ready_at = None if inst is None else inst.get("ready_at", 0.0)
+            if inst is None or (ready_at is not None and ready_at <= time.time()):
+                return
+            time.sleep(min(0.05, ready_at - time.time()) if ready_at is not None else 0.05)
 
     def remove(self, instance: str) -> None:
         with self._state() as st:
@@ -180,7 +198,8 @@ class SimLane:
             st["ops"].append(["smoke", recipe])
         if not serving or serving[0]["recipe"] != recipe:
             return SmokeInfo(passed=False, summary=f"nothing of {recipe} answers on {endpoint}", seconds=0.0)
-        if time.time() < float(serving[0].get("ready_at", 0.0)):
+        ready_at = serving[0].get("ready_at", 0.0)
+        if ready_at is None or time.time() < float(ready_at):
             return SmokeInfo(passed=False, summary=f"{endpoint} not ready (503); wait for gb300lane up", seconds=0.0)
         if cfg.get("fail_smoke"):
             return SmokeInfo(passed=False, summary="failing gates: parity-t0 (simulated)", seconds=0.0)
