@@ -228,7 +228,10 @@ def test_a_drifted_signature_is_caught() -> None:
     assert problems("stop_instance(instance: str) -> None") == []
     assert problems("stop_instance(name: str) -> None")
     assert problems("stop_instance(instance: str) -> int")
-    assert problems("down(recipe=None, *, all=False, arm=None, protected=NOTHING) -> list[str]")  # order
-    assert problems("down(recipe=None, *, arm=None, protected=NOTHING) -> list[str]")  # `all` left out
-    assert problems("down(recipe=None, *, arm=None, all=True, protected=NOTHING) -> list[str]")  # default
-    assert problems("down(target=None, *, arm=None, all=False, yes=False, protected=NOTHING) -> list[str]") == []
+    assert problems("stop_instance(instance: str, *, timeout_s=10.0) -> None")  # a parameter the code lacks
+    assert problems("start_instance(instance, *, progress=None, timeout_s=None) -> BootReport")  # order
+    assert problems("start_instance(instance, *, timeout_s=None) -> BootReport")  # progress left out
+    assert problems("start_instance(instance, timeout_s=None, progress=None) -> BootReport")  # keyword-only
+    assert problems("start_instance(instance, *, timeout_s=1.0, progress=None) -> BootReport")  # default
+    assert problems("start_instance(instance, *, timeout_s=None, ...) -> BootReport") == []
+    assert problems("start_instance(instance, *, timeout_s=None, progress=None) -> BootReport") == []
