@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,6 +104,26 @@ _COMPONENTS = {
 #: Markers whose tests share something machine-wide (Docker's container names and host ports, podman's
 #: network namespaces and images): under pytest-xdist (`--dist loadgroup`) each set runs on one worker, in order.
 _SERIAL_GROUPS = {"docker": "docker", "podman": "podman"}
+
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment (set by the terminal library
+# in the worker, not by the user); the CLI's consoles read COLUMNS, so a worker would see a terminal that is
+# not there. Each worker gets the controller's values back.
+_TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:  # xdist, on the controller
+    node.workerinput["gb300lane_terminal_env"] = {k: os.environ.get(k) for k in _TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = getattr(config, "workerinput", {}).get("gb300lane_terminal_env")
+    for key, value in (given or {}).items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
