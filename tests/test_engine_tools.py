@@ -394,3 +394,32 @@ def test_text_held_for_a_possible_call_still_reports_its_tokens_as_they_come():
     contents = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
     assert len(contents) == 1 and contents[0].startswith('{"tool_calls"')
     assert chunks[-1].choices[0].finish_reason == "length" and not chunks[-1].choices[0].delta.tool_calls
+
+
+def test_a_grammar_that_gives_up_fails_its_own_request_not_the_batch(monkeypatch):
+    model = load_model()
+    tok = model.tokenizer
+    grammar = compile_json_schema(tok, WEATHER)
+    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5}))
+    core = EngineCore(model, spec, boot_seed=3)
+    prompt = tok.encode(MESSAGES[1]["content"])
+    broken, fine, free = (Sequence(request_id=n, prompt_ids=list(prompt), params=SamplingParams(max_tokens=60, seed=1))
+                          for n in ("broken", "fine", "free"))
+    broken.grammar, fine.grammar = Grammar(tok, grammar), Grammar(tok, grammar)
+    free.params.ignore_eos = True
+    calls = {"n": 0}
+    original = Grammar.advance
+
+    def flaky(self, token):
+        if self is broken.grammar:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                self._matcher.consume_token(1)  # UNK: never allowed, leaves the matcher in error
+                return False
+        return original(self, token)
+
+    monkeypatch.setattr(Grammar, "advance", flaky)
+    _run(core, [broken, fine, free])
+    assert broken.finish_reason == "abort" and broken.error.startswith("structured output stopped")
+    assert fine.error is None and free.error is None and fine.finish_reason in ("stop", "length")
+    assert len(free.output_ids) == 60

@@ -230,7 +230,10 @@ def constrain_drafts(
             grammar.rollback(consumed)
             return masks
         if not grammar.advance(token):
-            raise RuntimeError(f"the grammar refused a token its own mask allowed ({grammar.error.splitlines()[0]})")
+            # The matcher gave up (a parser limit) on a token its own mask allowed: it stays in error,
+            # so the step's commit fails and that request alone ends with llguidance's reason.
+            masks[j + 1 :] = masks[j]
+            return masks
         consumed += 1
         prev = token
     masks[k] = grammar.allowed()
