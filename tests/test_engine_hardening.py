@@ -1,13 +1,11 @@
 """The engine under bad input and bad clients: JSON 400s, disconnects, slow clients, huge prompts, bad boots.
 
 Each test serves a real engine on a free 127.0.0.1 port from its own event loop
-thread (as tests/test_engine_server.py does) and talks to it over sockets.
+thread (tests/engines.py) and talks to it over sockets.
 """
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import logging
 import socket
@@ -20,45 +18,19 @@ from contextlib import contextmanager
 import pytest
 
 from gb300lane.engine.args import parse_serve_args
-from gb300lane.engine.boot import VllmLog
-from gb300lane.engine.server import EngineServer
 from gb300lane.errors import EngineError
-from gb300lane.testing.ports import free_port
+
+from engines import running_engine
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5})
 
 
 @contextmanager
 def engine(*, header_read_timeout_s: float = 15.0, body_read_timeout_s: float = 60.0):
-    port = free_port()
-    args = parse_serve_args(["--served-model-name", "lane", "--port", str(port), "--speculative-config", SPEC,
-                             "--max-num-seqs", "8"])
-    log = io.StringIO()
-    server = EngineServer(args, log=VllmLog(log), body_read_timeout_s=body_read_timeout_s)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    runner = server.runner(header_read_timeout_s=header_read_timeout_s)
-
-    async def start() -> None:
-        from aiohttp import web
-
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-
-    asyncio.run_coroutine_threadsafe(start(), loop).result(30)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 30
-        while _get(url + "/health")[0] != 200:
-            assert time.monotonic() < end, "the engine did not become ready"
-            time.sleep(0.05)
-        yield url, port, server, log
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    flags = ["--served-model-name", "lane", "--speculative-config", SPEC, "--max-num-seqs", "8"]
+    with running_engine(flags, header_read_timeout_s=header_read_timeout_s,
+                        body_read_timeout_s=body_read_timeout_s) as eng:  # fmt: skip
+        yield eng.url, eng.port, eng.server, eng.log
 
 
 def _get(url: str) -> tuple[int, bytes]:

@@ -1,7 +1,7 @@
 """The embedded engine over HTTP: the OpenAI client, errors, metrics, readiness, boot lines, pacing.
 
 Each test starts a real server on a free 127.0.0.1 port in a background
-thread (time-scale 0 unless a test says otherwise) and stops it after.
+thread (tests/engines.py; time-scale 0 unless a test says otherwise) and stops it after.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from aiohttp import web
 
 from gb300lane.engine.args import parse_serve_args
 from gb300lane.engine.boot import VllmLog, plan_boot, run_boot
-from gb300lane.engine.server import EngineServer
 from gb300lane.engine.sidecar import build_sidecar_app
 from gb300lane.spec import parse_metrics_text, parse_spec_log_line
 from gb300lane.testing.ports import free_port
+
+from engines import running_engine
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
                    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
@@ -58,19 +59,10 @@ class _Background:
 
 @contextmanager
 def engine(*extra: str, wait_ready: bool = True):
-    port = free_port()
-    args = parse_serve_args(["--model", "builtin", "--served-model-name", "lane", "--port", str(port),
-                             "--speculative-config", SPEC, "--max-num-seqs", "8", "--seed", "3", *extra])
-    log = io.StringIO()
-    server = EngineServer(args, log=VllmLog(log))
-    bg = _Background(server.app(), port)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        if wait_ready:
-            _wait(lambda: _get(url + "/health")[0] == 200)
-        yield url, server, log
-    finally:
-        bg.close()
+    flags = ["--model", "builtin", "--served-model-name", "lane", "--speculative-config", SPEC, "--max-num-seqs", "8",
+             "--seed", "3", *extra]  # fmt: skip
+    with running_engine(flags, wait_ready=wait_ready) as eng:
+        yield eng.url, eng.server, eng.log
 
 
 def _wait(cond, timeout: float = 20.0) -> None:
