@@ -9,6 +9,7 @@ the host and the fix.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -111,3 +112,30 @@ def test_a_lane_on_the_ssh_host(tmp_path: Path, ssh_server: sshd.SshServer, monk
         assert rows["remote"]["health"] == "healthy"
     finally:
         cli("down", "--all", "--force", "--host", "ssh-test", env=env)
+
+
+def test_an_image_goes_to_the_box_with_docker_save_and_load(ssh_server: sshd.SshServer, tmp_path: Path) -> None:
+    """What `ensure_engine_image` does for a box without the image: this engine's `docker save`, the box's `load`."""
+    from gb300lane.placement import placed
+    from gb300lane.runtime.image import ENGINE_IMAGE, ensure_engine_image
+
+    inv = tmp_path / "lanes.yaml"
+    inv.write_text(yaml.safe_dump({"schema_version": 1, "hosts": {
+        "ssh-test": sshd.inventory_host(ssh_server, [{"name": "remote", "runtime": "docker"}])}}))  # fmt: skip
+    tag = f"gb300lane-fleet-send:{os.getpid()}"
+    with placed(None):
+        ensure_engine_image()
+        local = get_runtime("docker")
+        local.client.images.get(ENGINE_IMAGE).tag(tag)
+        stream = local.save_image(tag)
+        first = next(stream)  # the engine has begun writing the archive
+        local.client.images.remove(tag)
+        assert local.image_present(tag) is False
+    try:
+        with lane.on_lane(placement("ssh-test", path=inv)):
+            remote = get_runtime("docker")
+            assert tag in remote.load_image(itertools.chain([first], stream))
+            assert remote.image_present(tag) is True
+    finally:
+        with placed(None):
+            get_runtime("docker").client.images.remove(tag)

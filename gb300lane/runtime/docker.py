@@ -193,7 +193,8 @@ class DockerRuntime(Runtime):
         """The image as `docker save` writes it (a tar stream, in chunks), to load into another engine."""
         img = self._call(f"image {image}", self.client.images.get, image)
         try:
-            yield from self._call(f"save {image}", img.save, named=True)
+            # Name the archive by the tag asked for: the SDK's named=True takes the image's first tag, maybe another one.
+            yield from self._call(f"save {image}", img.save, named=image if image in img.tags else True)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise BootError(f"save {image}: the Docker engine's stream broke ({exc})") from exc
 

@@ -1,0 +1,88 @@
+"""Remote hosts without a Docker engine: the box's facts parsed from recorded text, ssh's failures as one line
+naming the host and the fix, an unreachable box, and GPUs the inventory says a host does not have."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gb300lane import lane
+from gb300lane.errors import BootError, LaneError, RuntimeUnavailable
+from gb300lane.lane.facts import parse_proc_net_tcp
+from gb300lane.lane.inventory import placement
+from gb300lane.placement import Placement, SshAccess
+from gb300lane.runtime import get_runtime, ssh
+
+# /proc/net/tcp then /proc/net/tcp6 of a box, read together: a dark lane on 127.0.0.1:30106, sshd on 0.0.0.0:22,
+# a dual-stack server on [::]:30107, and an established connection (not a listener).
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:759A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100007F:759A 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when
+   0: 00000000000000000000000000000000:759B 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000
+"""
+
+
+def test_a_boxs_listening_sockets_from_its_proc_net_tcp() -> None:
+    found = {(x.address, x.port, x.loopback_only) for x in parse_proc_net_tcp(PROC_NET_TCP)}
+    assert found == {("127.0.0.1", 30106, True), ("0.0.0.0", 22, False), ("::", 30107, False)}
+
+
+ACCESS = SshAccess(user="ops", host="station-a", port=2222, identity="/keys/id", known_hosts="/keys/known")
+
+
+@pytest.mark.parametrize(("stderr", "fix"), [
+    ("ops@station-a: Permission denied (publickey).", "the key was refused: put the key the box accepts in hosts.box.ssh_key"),
+    ("Host key verification failed.", "add it to hosts.box.known_hosts"),
+    ("ssh: Could not resolve hostname station-a: Name or service not known", "fix hosts.box.docker"),
+    ("ssh: connect to host station-a port 2222: Connection refused", "the box does not answer"),
+])  # fmt: skip
+def test_ssh_failures_name_the_host_and_the_fix(stderr: str, fix: str) -> None:
+    text = ssh._fix("box", ACCESS, stderr)
+    assert text.startswith("host box (ops@station-a): ") and fix in text and "\n" not in text
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _place(**over: object) -> Placement:
+    base: dict[str, object] = dict(
+        host="box", lane="l1", docker=f"ssh://root@127.0.0.1:{_closed_port()}", address="127.0.0.1",
+        ssh=SshAccess(user="root", host="127.0.0.1", port=_closed_port()), inventory="lanes.yaml", selector="box",
+    )  # fmt: skip
+    base.update(over)
+    return Placement.model_validate(base)
+
+
+def test_an_unreachable_box_is_one_line_naming_the_host() -> None:
+    with lane.on_lane(_place()), pytest.raises(RuntimeUnavailable) as err:
+        get_runtime("docker")
+    text = str(err.value)
+    assert text.startswith("host box (root@127.0.0.1): ") and "Connection refused" in text and "\n" not in text
+    assert ssh.open_forwards() == []
+
+
+def test_the_process_runtime_is_refused_on_a_remote_box() -> None:
+    with lane.on_lane(_place()), pytest.raises(LaneError, match="process runtime runs on this machine only"):
+        get_runtime("process")
+
+
+def test_a_host_without_the_recipes_gpus(tmp_path: Path, recipes: Path) -> None:
+    inv = tmp_path / "lanes.yaml"
+    inv.write_text(yaml.safe_dump({"schema_version": 1, "hosts": {"gpu-box": {
+        "docker": "local", "gpus": [{"product": "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition", "ids": ["0"]}],
+        "lanes": [{"name": "g", "runtime": "process", "port": _closed_port(), "sidecar_port": _closed_port()}],
+    }}}))  # fmt: skip
+    with lane.on_lane(placement("gpu-box", path=inv)), pytest.raises(BootError) as err:
+        lane.plan_boot("v26")
+    text = str(err.value)
+    assert "host gpu-box has no GPU 1 for the sidecar container" in text
+    assert "host gpu-box: GPU 0 is NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition and the recipe's main needs NVIDIA-GB300" in text
