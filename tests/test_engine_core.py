@@ -284,16 +284,16 @@ def test_the_markov_fix_up_raises_acceptance_inside_the_block(model):
 
     prompts = _prompts(model, "tool_json", 16)
     rates = {}
-    for weight in (0.0, 1.0):
+    for weight in (False, True):
         core = _core(model, _spec(5, "block"))
-        core.drafter = DSparkDrafter(model, topk=32, block_size=5, markov_weight=weight)
+        core.drafter = DSparkDrafter(model, topk=32, block_size=5, markov=weight)
         for i, ids in enumerate(prompts):
             core.add(Sequence(f"r{i}", ids, SamplingParams(max_tokens=96, ignore_eos=True, seed=i)))
         while core.has_work:
             core.step()
         acc = core.counters.accepted_per_pos
         rates[weight] = sum(acc[1:]) / max(1, sum(acc[:-1]))
-    assert rates[1.0] > rates[0.0], rates
+    assert rates[True] > rates[False], rates
 
 
 @pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"top_p": 1e-300}, {"min_p": 0.999999}, {"min_p": 1.0}])

@@ -49,6 +49,7 @@ def test_public_api_is_pinned():
         "tokens_per_second",
         "tokens_per_step_from_a_p",
         "verify",
+        "verify_support",
     ]
     assert spec.__all__ == sorted(spec.__all__)
     assert all(hasattr(spec, name) for name in spec.__all__)

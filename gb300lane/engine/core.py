@@ -2,8 +2,14 @@
 
 Requests join the running batch between steps (up to `max_num_seqs`) and
 leave when they finish; each step takes k from the speculative schedule for
-the batch size it runs at, drafts, builds the target's distributions at the
-k + 1 positions, and verifies through `gb300lane.spec.verify`. The core is
+the batch size it runs at, drafts, and verifies. A plain random row
+(temperature 1, nothing truncated) is verified on the draft's support
+(`gb300lane.spec.verify_support`): the drafter hands over its candidates with
+q and the target's probabilities there, and the target's full row is built
+only at the one position whose token the target samples itself. Greedy and
+shaped rows, and every row with `support=False` or a wrapped verifier, get
+the target's full rows at all k + 1 positions and `gb300lane.spec.verify`
+(the reference path: same tokens, more arithmetic). The core is
 synchronous and knows no HTTP: the server drives it, the benchmark calls it
 directly.
 
@@ -53,10 +59,11 @@ from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_
 from gb300lane.engine.streams import ACCEPT, DRAFT, GRAMMAR, SAMPLE, boot_key, request_key, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
 from gb300lane.spec import verify
+from gb300lane.spec.verification import verify_support
 
 #: Relative move of the target's interpolation weights between boots (see the module docstring);
 #: sized so that seeded controls on two boots differ as the write-up's do (about 0.5% in
-#: tokens/step at its window sizes; benchmarks/fidelity.py measures it).
+#: tokens/step at its window sizes).
 NUMERICS_JITTER = 0.01
 
 
@@ -177,6 +184,7 @@ class EngineCore:
         verifier=verify,
         boot_seed: int | None = None,
         numerics_jitter: float = NUMERICS_JITTER,
+        support: bool = True,
     ) -> None:
         if not (np.isfinite(numerics_jitter) and 0.0 <= numerics_jitter <= 1.0):
             raise ValueError(f"numerics_jitter must lie in [0, 1]; got {numerics_jitter}")
@@ -191,6 +199,9 @@ class EngineCore:
         self.step_model = step_model or StepTimeModel()
         # The verify seam: `gb300lane.spec.verify` unless a caller wraps it to observe steps.
         self.verifier = verifier
+        # Verify on the draft support where the math allows (plain random rows, DSpark drafts);
+        # False, or a wrapped verifier, verifies every row on full-vocabulary rows (the reference path).
+        self.support = support
         self.drafter = (
             DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp")
             if spec else None
@@ -244,19 +255,56 @@ class EngineCore:
         positions = np.array([len(s.output_ids) for s in batch_seqs], dtype=np.int64)
         ctx = np.array([s.last_two() for s in batch_seqs], dtype=np.int64)
         classes = np.array([s.cls for s in batch_seqs], dtype=np.int64)
+        block = None
+        q = None
         if k > 0 and self.drafter is not None and self.spec is not None:  # k > 0 only with a speculative config
-            drafts, q = self.drafter.draft(
-                classes, ctx[:, 0], ctx[:, 1], k, temps, uniforms(keys, positions, DRAFT, k),
-                probabilistic=self.spec.draft_sample_method == "probabilistic",
-            )
+            probabilistic = self.spec.draft_sample_method == "probabilistic"
+            draft_u = uniforms(keys, positions, DRAFT, k)
+            if self.drafter.markov and not self.drafter.serial:
+                block = self.drafter.draft_block(classes, ctx[:, 0], ctx[:, 1], k, temps, draft_u,
+                                                 probabilistic=probabilistic, numerics=self._numerics)
+                drafts = block.tokens
+            else:
+                drafts, q = self.drafter.draft(classes, ctx[:, 0], ctx[:, 1], k, temps, draft_u,
+                                               probabilistic=probabilistic, numerics=self._numerics)
         else:
             drafts = np.empty((batch, 0), dtype=np.int64)
             q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
+        if block is not None and any(seq.grammar is not None for seq in batch_seqs):
+            q = block.dense_q(self.model.vocab_size)  # a grammar redraws drafts and q in place
         masks = self._constrain(batch_seqs, drafts, q, ctx, keys, positions, greedy)
-        p = self._target(classes, ctx, drafts, batch_seqs, temps, greedy, masks)
         method = self.spec.rejection_sample_method if self.spec else "standard"
-        draws = StepDraws(uniforms(keys, positions, ACCEPT, k), uniforms(keys, positions, SAMPLE, 1)[:, 0])
-        result = self.verifier(method, p, q, drafts, draws, greedy=greedy)
+        u_accept = uniforms(keys, positions, ACCEPT, k)
+        u_sample = uniforms(keys, positions, SAMPLE, 1)[:, 0]
+        on_support = np.zeros(batch, dtype=bool)
+        if block is not None and self.support and self.verifier is verify and self.spec is not None \
+                and self.spec.draft_sample_method == "probabilistic":
+            on_support = np.array([s.grammar is None and s.params.plain
+                                   and (s.params.ignore_eos or s.params.min_tokens <= len(s.output_ids))
+                                   for s in batch_seqs], dtype=bool)
+        accepted_arr = np.zeros(batch, dtype=np.int64)
+        tokens_arr = np.full((batch, k + 1), -1, dtype=np.int64)
+        sup = np.flatnonzero(on_support)
+        if sup.size and block is not None:
+            full = np.concatenate([ctx, drafts], axis=1)
+
+            def rows_at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+                at = sup[rows]
+                return self.model.target_probs(classes[at], full[at, pos], full[at, pos + 1], self._numerics)
+
+            res = verify_support(method, block.p[sup], block.q[sup], block.cand[sup], block.choice[sup],
+                                 u_accept[sup], u_sample[sup], rows_at)
+            accepted_arr[sup], tokens_arr[sup] = res.accepted, res.tokens
+        dense = np.flatnonzero(~on_support)
+        if dense.size:
+            d_seqs = [batch_seqs[i] for i in dense]
+            d_masks = {j: masks[i] for j, i in enumerate(dense.tolist()) if i in masks}
+            p = self._target(classes[dense], ctx[dense], drafts[dense], d_seqs, temps[dense], greedy[dense], d_masks)
+            q_d = q[dense] if q is not None else block.dense_q(self.model.vocab_size, dense) if block is not None \
+                else np.empty((dense.size, 0, self.model.vocab_size), dtype=np.float32)
+            draws = StepDraws(u_accept[dense], u_sample[dense])
+            res = self.verifier(method, p, q_d, drafts[dense], draws, greedy=greedy[dense])
+            accepted_arr[dense], tokens_arr[dense] = res.accepted, res.tokens
 
         context_tokens = sum(s.context_len for s in batch_seqs)
         seconds = self.step_model.step_seconds(batch, k, context_tokens, prefill)
@@ -267,8 +315,8 @@ class EngineCore:
         now_wall = time.monotonic()
         emitted: list[tuple[Sequence, list[int]]] = []
         finished: list[Sequence] = []
-        accepted = result.accepted.tolist()
-        tokens = result.tokens.tolist()
+        accepted = accepted_arr.tolist()
+        tokens = tokens_arr.tolist()
         if k > 0:
             c.num_drafts += batch
             c.num_draft_tokens += batch * k

@@ -1,37 +1,84 @@
 """The DSpark drafter: one parallel pass over k slots, then the Markov fix-up.
 
-Parallel pass: slot i (0-based) proposes the token i + 1 places after the
-anchor from the anchor state alone (the anchor pair's rows when the
-checkpoint has them, else the anchor token's), reading the table for offset
-i + 1; the slots never see each other. Only the top `dspark_draft_topk`
-candidates of each slot's base logits are scored.
+The checkpoint is a compressed copy of the target (MTP shares the target's
+weights): slot i scores the candidates of the drafted prefix (the anchor
+pair's offset-1 rows when the checkpoint has them, else the last token's;
+the top `dspark_draft_topk`) with
 
-Markov fix-up: walking the slots left to right, slot i's candidate logits get
-`markov_weight * (log P(x | t_{i-1}) - log P(x))`, the pointwise mutual
-information of each candidate with the token sampled one slot earlier, so
-the block recovers some of the dependency the parallel pass cannot see.
-The slot's distribution is a softmax over its candidates, scattered into
-target-vocabulary columns (zero elsewhere), which is what the verifier needs
-on the probabilistic path; greedy drafts hand the verifier a one-hot.
+    logit(x) = sharpness * log p_target(x | class, prefix) + error(x),
 
-Past the trained block (offset > dspark_block_size) the checkpoint has
-nothing: no table for the offset, and no trained transition into the slot
-(the Markov head holds one per slot pair of the trained block, slot i-1 to
-slot i). Such a slot's logits decay to the unigram prior, scored over its
-own top-k candidates. That is where the k=9 cliff comes from; nothing here knows
-an acceptance rate.
+where the error is the checkpoint's own: fixed per (class, context,
+candidate, slot), N(0, sigma^2) once and for all (`calibration.py`). The
+Markov fix-up is what makes the prefix the drafted one: walking the slots
+left to right, each slot reads the tokens sampled before it, so the
+drafter's quality is flat through the trained block.
+
+Outside the trained shape the error grows: with k above `dspark_block_size`
+every slot's error scales by 1 + omega (the query block the drafter reads
+is not the one it was trained on, slot 1 included), and each slot past the
+block by another (1 + kappa) per position (the cliff). omega is per class,
+sigma and kappa are the checkpoint's; all are fitted by scripts/fit_engine.py
+against the write-up's curves. Nothing here knows an acceptance rate: how
+often a draft survives is decided by the verifier against the target.
+
+`markov=False` is the parallel pass alone: slot i reads the offset-(i + 1)
+table from the anchor state and never sees the drafted prefix (past the
+trained block it has only the unigram prior). `serial=True` is an MTP chain:
+each slot reads the offset-1 table at the previous slot's token, no error.
+
+The slot's distribution is a softmax over its candidates: `draft_block`
+returns it on the support (candidates, q, and the target's probabilities
+there); `draft` scatters it into target-vocabulary columns.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+from scipy.special import ndtri
 
-from gb300lane.engine.model import BuiltinModel
+from gb300lane.engine.model import MIXED, BuiltinModel
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE
+from gb300lane.engine.streams import uniforms_at
 
-#: Weight of the Markov bias. 1.0 makes the fixed-up slot the product of the
-#: two experts (anchor table and bigram) with the shared unigram counted once.
-MARKOV_WEIGHT = 1.0
+#: Key of the checkpoint's fixed errors (a constant: the drafter is one checkpoint).
+_ERROR_KEY = np.array([0xD5A4_C0DE_2026_0005], dtype=np.uint64)
+_MISS_KEY = np.array([0xD5A4_C0DE_2026_0006], dtype=np.uint64)
+
+
+#: (corpus hash, top-k, slot) -> the checkpoint's errors at every anchor pair's candidates.
+_PAIR_ERRORS: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _errors(classes, prev2, prev, cand, slot: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint's unit errors (R, K) at (class, context, candidate, slot), and its miss uniform (R,)."""
+    cls64 = classes.astype(np.int64)
+    ctx_words = (((cls64 * vocab + prev2) * vocab + prev) << 4) | slot
+    words = (ctx_words[:, None] - slot) * vocab + (cand << 4) + slot
+    z = ndtri(np.clip(uniforms_at(_ERROR_KEY, words.astype(np.uint64)), 1e-12, 1.0 - 1e-12))
+    return z, uniforms_at(_MISS_KEY, ctx_words[:, None].astype(np.uint64))[:, 0]
+
+
+@dataclass
+class DraftBlock:
+    """A step's drafts on their support: tokens (B, k), candidates (B, k, K), q and p there."""
+
+    tokens: np.ndarray
+    cand: np.ndarray
+    q: np.ndarray  # (B, k, K) float32 draft probabilities over the candidates
+    p: np.ndarray  # (B, k, K) float32 target probabilities there (temperature 1, the boot's numerics)
+    choice: np.ndarray  # (B, k) index of the drafted candidate
+
+    def dense_q(self, vocab: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """q scattered into target-vocabulary columns (zero off the support), for `rows` (all by default)."""
+        cand, qv = (self.cand, self.q) if rows is None else (self.cand[rows], self.q[rows])
+        batch, k = cand.shape[:2]
+        q = np.zeros((batch, k, vocab), dtype=np.float32)
+        if k and batch:
+            np.put_along_axis(q.reshape(batch * k, vocab), cand.reshape(batch * k, -1),
+                              qv.reshape(batch * k, -1), axis=1)
+        return q
 
 
 class DSparkDrafter:
@@ -43,7 +90,7 @@ class DSparkDrafter:
         *,
         topk: int,
         block_size: int,
-        markov_weight: float = MARKOV_WEIGHT,
+        markov: bool = True,
         serial: bool = False,
     ) -> None:
         trained = model.draft_ids.shape[0]
@@ -54,7 +101,16 @@ class DSparkDrafter:
         self.model = model
         self.topk = topk
         self.block_size = block_size
-        self.markov_weight = markov_weight
+        self.markov = markov
+        cal = model.calibration
+        self.noise = cal.drafter.noise
+        self.sharpness = cal.drafter.sharpness
+        self.cliff = cal.drafter.cliff
+        self.miss = np.array([cal.for_class(i).miss for i in range(MIXED + 1)], dtype=np.float64)
+        self.miss_noise = cal.drafter.miss_noise
+        self._pair_tab: dict | None = None
+        self._pair_numerics: tuple[int, float] | None = None
+        self.wide_block = np.array([cal.for_class(i).wide_block for i in range(MIXED + 1)], dtype=np.float64)
         self.vocab = model.vocab_size
         self.log_unigram = np.log(model.unigram)
         order = np.argsort(-model.unigram, kind="stable")[:topk]
@@ -75,8 +131,141 @@ class DSparkDrafter:
         uniforms: np.ndarray,
         *,
         probabilistic: bool,
+        numerics: tuple[int, float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Draft tokens (B, k) int64 and draft probabilities q (B, k, V) float32.
+        """Draft tokens (B, k) int64 and draft probabilities q (B, k, V) float32 (see `draft_block`)."""
+        if self.markov and not self.serial:
+            block = self.draft_block(classes, anchor_prev, anchors, k, temperatures, uniforms,
+                                     probabilistic=probabilistic, numerics=numerics)
+            return block.tokens, block.dense_q(self.vocab)
+        return self._draft_tables(classes, anchor_prev, anchors, k, temperatures, uniforms, probabilistic=probabilistic)
+
+    def slot_error_scale(self, classes: np.ndarray, k: int, slot: int, miss_u: np.ndarray) -> np.ndarray:
+        """(B,) s.d. of slot `slot`'s (0-based) error in a k-slot block, per row's class and context.
+
+        A context the checkpoint knows gets the small error `noise`; one it
+        misses gets `miss_noise` (a confident wrong guess). The chance of a
+        miss is `miss`, raised by the wide-block and cliff terms.
+        """
+        keep = 1.0 - self.miss[classes]
+        if k > self.block_size:
+            keep *= 1.0 - self.wide_block[classes]
+        past = slot + 1 - self.block_size
+        if past > 0:
+            keep *= (1.0 - self.cliff) ** past
+        return np.where(miss_u < keep, self.noise, self.miss_noise)
+
+    def _contexts(self, classes, prev2, prev, slot, numerics):
+        """Per row: candidates, log p_target there, p_target there, unit errors, and the miss uniform.
+
+        Contexts with their own drafter rows (the frequent anchor pairs) have
+        all of these tabulated once per boot and slot (`_pair_tables`); the
+        rest are computed as they come, by the same arithmetic.
+        """
+        model, topk, vocab = self.model, self.topk, self.vocab
+        pair = model.pair_rows(classes, prev2, prev)
+        tab = self._pair_tables(numerics, slot)
+        idx = np.maximum(pair, 0)
+        cand, logp, p, z, miss_u = (a[idx] for a in (tab["cand"], tab["logp"], tab["p"], tab[slot], tab[("miss", slot)]))
+        if (pair < 0).any():
+            m = np.flatnonzero(pair < 0)
+            c_m = model.draft_ids[0, prev[m], :topk].astype(np.int64)
+            cand[m] = c_m
+            p[m] = model.target_at(classes[m], prev2[m], prev[m], c_m, numerics)
+            logp[m] = np.log(np.maximum(p[m], 1e-30).astype(np.float64))
+            z[m], miss_u[m] = _errors(classes[m], prev2[m], prev[m], c_m, slot, vocab)
+        return cand, logp, p, z, miss_u
+
+    def _pair_tables(self, numerics, slot):
+        if self._pair_numerics != numerics or self._pair_tab is None:
+            model, vocab = self.model, self.vocab
+            keys = model.pair_keys
+            cand = model.pair_ids[0, :, : self.topk].astype(np.int64)
+            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, cand, numerics)
+            self._pair_tab = {"cand": cand, "p": p, "logp": np.log(np.maximum(p, 1e-30).astype(np.float64))}
+            self._pair_numerics = numerics
+        tab = self._pair_tab
+        if slot not in tab:
+            # The errors belong to the checkpoint, not to a boot or a calibration: shared by every engine.
+            key = (self.model.corpus_hash, self.topk, slot)
+            if key not in _PAIR_ERRORS:
+                keys = self.model.pair_keys
+                vocab = self.vocab
+                _PAIR_ERRORS[key] = _errors(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab,
+                                            tab["cand"], slot, vocab)
+            tab[slot], tab[("miss", slot)] = _PAIR_ERRORS[key]
+        return tab
+
+    def draft_block(
+        self,
+        classes: np.ndarray,
+        anchor_prev: np.ndarray,
+        anchors: np.ndarray,
+        k: int,
+        temperatures: np.ndarray,
+        uniforms: np.ndarray,
+        *,
+        probabilistic: bool,
+        numerics: tuple[int, float] | None = None,
+    ) -> DraftBlock:
+        """Drafts on their support; `numerics` is the boot's, so `p` is the target's own values there."""
+        batch = anchors.shape[0]
+        topk = self.topk
+        tokens = np.empty((batch, k), dtype=np.int64)
+        cand_all = np.empty((batch, k, topk), dtype=np.int64)
+        q_all = np.empty((batch, k, topk), dtype=np.float32)
+        p_all = np.empty((batch, k, topk), dtype=np.float32)
+        choice_all = np.zeros((batch, k), dtype=np.int64)
+        if k == 0 or batch == 0:
+            return DraftBlock(tokens, cand_all, q_all, p_all, choice_all)
+        greedy_rows = temperatures < GREEDY_TEMPERATURE
+        inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
+        rows = np.arange(batch)
+        prev2, prev = anchor_prev.astype(np.int64), anchors.astype(np.int64)
+        for slot in range(k):
+            cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
+            logits = self.sharpness * logp
+            scale = self.slot_error_scale(classes, k, slot, miss_u)
+            if np.any(scale > 0.0):
+                logits += scale[:, None] * z
+            logits *= inv_t
+            logits -= logits.max(axis=1, keepdims=True)
+            probs = np.exp(logits)
+            probs /= probs.sum(axis=1, keepdims=True)
+            choice = probs.argmax(axis=1)
+            if probabilistic:
+                cdf = np.cumsum(probs, axis=1)
+                sampled = np.minimum((cdf < uniforms[:, slot, None] * cdf[:, -1:]).sum(axis=1), topk - 1)
+                choice = np.where(greedy_rows, choice, sampled)
+                qv = probs.astype(np.float32)
+                g = np.flatnonzero(greedy_rows)
+                if g.size:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
+                    qv[g] = 0.0
+                    qv[g, choice[g]] = 1.0
+            else:
+                qv = np.zeros((batch, topk), dtype=np.float32)
+                qv[rows, choice] = 1.0
+            token = cand[rows, choice]
+            tokens[:, slot] = token
+            cand_all[:, slot] = cand
+            q_all[:, slot] = qv
+            p_all[:, slot] = p
+            choice_all[:, slot] = choice
+            prev2, prev = prev, token
+        return DraftBlock(tokens, cand_all, q_all, p_all, choice_all)
+
+    def _draft_tables(
+        self,
+        classes: np.ndarray,
+        anchor_prev: np.ndarray,
+        anchors: np.ndarray,
+        k: int,
+        temperatures: np.ndarray,
+        uniforms: np.ndarray,
+        *,
+        probabilistic: bool,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The parallel pass alone (`markov=False`) or the MTP chain (`serial=True`), from the tables.
 
         The anchor state is the request's class and its last two accepted tokens.
         `temperatures` (B,) below 1e-5 mean greedy rows (argmax drafts);
@@ -114,9 +303,6 @@ class DSparkDrafter:
                 logits = np.where(
                     has_pair, model.pair_logp[table, pidx, :topk], model.draft_logp[table, source, :topk]
                 ).astype(np.float64)
-            if prev is not None and self.markov_weight and not self.serial and slot < self.block_size:
-                link = model.bigram[prev[:, None], cand]
-                logits += self.markov_weight * (np.log(link) - self.log_unigram[cand])
             logits *= inv_t
             logits -= logits.max(axis=1, keepdims=True)
             probs = np.exp(logits)

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
+from gb300lane.engine.calibration import Calibration, shipped_calibration
+from gb300lane.engine.intent import read_intent
 from gb300lane.engine.streams import uniforms_at
 from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
 from gb300lane.fsio import sha256_bytes
@@ -52,6 +54,8 @@ TOPK_MAX = 128
 #: drafts.
 MIN_PAIR_COUNT = 4
 _BUILD_VERSION = "3"
+#: Nats per token by which a prompt must read as one corpus over the next to be taken as that corpus's text.
+CONTENT_MARGIN = 0.25
 
 
 def corpus_texts() -> dict[str, str]:
@@ -116,16 +120,33 @@ class BuiltinModel:
     pair_keys: np.ndarray  # (M,) int64 sorted (class * V + c2) * V + c1 with their own drafter rows
     pair_ids: np.ndarray  # (DSPARK_BLOCK_SIZE, M, TOPK_MAX) int32
     pair_logp: np.ndarray  # (DSPARK_BLOCK_SIZE, M, TOPK_MAX) float32
+    calibration: Calibration = field(default_factory=shipped_calibration)
+    bi_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # sorted ctx_index * V + col
+    tri_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    built: dict[str, np.ndarray] | None = None  # lambdas and ML rows as built, before any calibration
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
     def classify(self, prompt_ids: list[int]) -> int:
-        """The class a prompt reads as (naive Bayes over class unigrams); MIXED for an empty prompt."""
+        """The class a prompt reads as; MIXED for an empty prompt or a conversation across classes.
+
+        Text that reads as one corpus (its per-token log-likelihood ratio to the
+        all-corpora unigram leads the runner-up's by `CONTENT_MARGIN` nats) is
+        that corpus's class; an instruction, which reads as plain English to
+        every corpus, is the class it asks for (`intent.py`); with no cue either
+        way, naive Bayes over the class unigrams decides.
+        """
         if not prompt_ids:
             return MIXED
         ids = np.asarray(prompt_ids[-512:], dtype=np.int64)
+        ratio = (self.class_log_unigram[:, ids] - np.log(self.unigram[ids])).mean(axis=1)
+        top2 = np.sort(ratio)[-2:]
+        if top2[1] - top2[0] < CONTENT_MARGIN:
+            asked = read_intent(self.tokenizer.decode(ids.tolist()), mixed=MIXED)
+            if asked is not None:
+                return asked
         return int(self.class_log_unigram[:, ids].sum(axis=1).argmax())
 
     def _keys3(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
@@ -161,6 +182,41 @@ class BuiltinModel:
             jit = _jitter(numerics, tri_keys[rows], 1)
             _interpolate(probs, rows, ctx[rows], self.tri_indptr, self.tri_cols, self.tri_ml, self.tri_lambda, jit)
         return probs
+
+    def target_at(
+        self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, cols: np.ndarray,
+        numerics: tuple[int, float] | None = None,
+    ) -> np.ndarray:
+        """(R, K) float32: `target_probs(cls, c2, c1, numerics)[r, cols[r]]`, bit for bit, without the rows.
+
+        The same float32 operations in the same order on K columns instead of V:
+        what verifying and drafting on a draft's support need.
+        """
+        cols = np.asarray(cols, dtype=np.int64)
+        vals = self.bigram[c1[:, None], cols]
+        vocab = self.vocab_size
+        for keys, table, entries, indptr, ml, lam, layer in (
+            (cls.astype(np.int64) * vocab + c1, self.bi_keys, self.bi_entries, self.bi_indptr, self.bi_ml,
+             self.bi_lambda, 0),
+            (self._keys3(cls, c2, c1), self.tri_keys, self.tri_entries, self.tri_indptr, self.tri_ml,
+             self.tri_lambda, 1),
+        ):
+            ctx = _csr_lookup(keys, table)
+            rows = np.flatnonzero(ctx >= 0)
+            if not rows.size:
+                continue
+            lam_r = lam[ctx[rows]]
+            jit = _jitter(numerics, keys[rows], layer)
+            if jit is not None:
+                scale, u = jit
+                lam_r = np.clip(lam_r * (1.0 + scale * (2.0 * u - 1.0)), 0.0, 1.0).astype(np.float32)
+            sub = vals[rows]
+            sub *= (1.0 - lam_r)[:, None]
+            at = _csr_lookup(ctx[rows, None] * vocab + cols[rows], entries)
+            hit = at >= 0
+            sub[hit] += (lam_r[:, None] * ml[np.maximum(at, 0)])[hit]
+            vals[rows] = sub
+        return vals
 
 
 def _jitter(numerics: tuple[int, float] | None, keys: np.ndarray, layer: int):
@@ -287,11 +343,48 @@ _FIELDS = (
 
 
 def _from_arrays(arrays) -> BuiltinModel:
-    return BuiltinModel(
+    model = BuiltinModel(
         tokenizer=Tokenizer([str(p) for p in arrays["pieces"]]),
         corpus_hash=str(arrays["corpus_hash"]),
         **{name: arrays[name] for name in _FIELDS},
     )
+    return with_calibration(model, shipped_calibration())
+
+
+def _entries(keys: np.ndarray, indptr: np.ndarray, cols: np.ndarray, vocab: int) -> np.ndarray:
+    """Sorted ctx_index * V + col for every stored (context, column) of a CSR layer."""
+    return np.repeat(np.arange(keys.size, dtype=np.int64), np.diff(indptr)) * vocab + cols
+
+
+def with_calibration(model: BuiltinModel, calibration: Calibration) -> BuiltinModel:
+    """The model under `calibration`: each class's layers at its predictability rho.
+
+    A context's weight on its seen continuations lambda -> lambda ** rho, and
+    those continuations ML -> ML ** (1 / rho), renormalised over the context's
+    row: rho < 1 trusts and sharpens what the class's text does next (more
+    predictable), rho > 1 backs off and flattens. rho = 1 is the model as
+    built. Always from the built arrays, so recalibrating never compounds.
+    """
+    vocab = model.vocab_size
+    built = model.built or {
+        "bi_lambda": model.bi_lambda, "tri_lambda": model.tri_lambda, "bi_ml": model.bi_ml, "tri_ml": model.tri_ml,
+    }
+    rho = np.array([calibration.for_class(i).predictability for i in range(MIXED + 1)], dtype=np.float64)
+    arrays: dict[str, np.ndarray] = {}
+    for layer, keys, indptr, cls_div in (("bi", model.bi_keys, model.bi_indptr, vocab),
+                                         ("tri", model.tri_keys, model.tri_indptr, vocab * vocab)):
+        r = rho[keys // cls_div]
+        arrays[f"{layer}_lambda"] = np.power(built[f"{layer}_lambda"].astype(np.float64), r).astype(np.float32)
+        lengths = np.diff(indptr)
+        sharp = np.power(built[f"{layer}_ml"].astype(np.float64), np.repeat(1.0 / r, lengths))
+        sums = np.add.reduceat(sharp, indptr[:-1]) if sharp.size else sharp
+        arrays[f"{layer}_ml"] = (sharp / np.repeat(sums, lengths)).astype(np.float32)
+    entries = model.bi_entries if model.bi_entries.size else _entries(model.bi_keys, model.bi_indptr, model.bi_cols, vocab)
+    tri_entries = (model.tri_entries if model.tri_entries.size
+                   else _entries(model.tri_keys, model.tri_indptr, model.tri_cols, vocab))
+    return replace(model, calibration=calibration, bi_entries=entries, tri_entries=tri_entries, built=built,
+                   bi_lambda=arrays["bi_lambda"], tri_lambda=arrays["tri_lambda"], bi_ml=arrays["bi_ml"],
+                   tri_ml=arrays["tri_ml"])
 
 
 _lock = threading.Lock()

@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     )
     from gb300lane.spec.expectation import expected_accepted
     from gb300lane.spec.metrics import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
-    from gb300lane.spec.verification import VERIFY_METHODS, VerifyResult, block_verify, token_verify, verify
+    from gb300lane.spec.verification import (
+        VERIFY_METHODS,
+        VerifyResult,
+        block_verify,
+        token_verify,
+        verify,
+        verify_support,
+    )
 
 __getattr__, __dir__ = attach(
     __name__,
@@ -73,6 +80,7 @@ __getattr__, __dir__ = attach(
         "block_verify": "verification",
         "token_verify": "verification",
         "verify": "verification",
+        "verify_support": "verification",
     },
 )
 
@@ -105,4 +113,5 @@ __all__ = [
     "tokens_per_second",
     "tokens_per_step_from_a_p",
     "verify",
+    "verify_support",
 ]

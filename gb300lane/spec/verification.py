@@ -491,3 +491,77 @@ def verify(
             f"use one of {', '.join(VERIFY_METHODS)}"
         )
     return _run(method, p, q, draft_tokens, rng, greedy)
+
+
+def verify_support(
+    method: str,
+    p_sup: np.ndarray,
+    q_sup: np.ndarray,
+    cand: np.ndarray,
+    choice: np.ndarray,
+    u_accept: np.ndarray,
+    u_sample: np.ndarray,
+    target_rows,
+) -> VerifyResult:
+    """`verify` for drafts given on their support: the same rule, the same draws, O(K) per position.
+
+    The draft at slot i has mass only on its candidates `cand[:, i]` (B, k, K),
+    with probabilities `q_sup` and the target's temperature-1 probabilities
+    `p_sup` there; `choice` (B, k) indexes the drafted candidate. The accept
+    test needs p and q at the drafted tokens; block verification's residual
+    mass at a position is prefix_joint * (1 - sum_sup p) + sum_sup max(0,
+    prefix_joint * p - q), since q is zero off its support. Only the one token
+    the target samples itself needs a full row: `target_rows(rows, positions)`
+    returns the (n, V) target distributions at those positions, and the
+    residual is formed from it exactly as `verify` forms it (same float32
+    operations), so a row's token is the dense rule's whenever its accepted
+    length is. Random rows only (temperature 1, nothing truncated); greedy
+    and shaped rows take `verify`.
+    """
+    if method not in VERIFY_METHODS:
+        raise EngineError(
+            f"speculative.rejection_sample_method = {method!r} cannot be verified losslessly here; "
+            f"use one of {', '.join(VERIFY_METHODS)}"
+        )
+    batch, k, _ = p_sup.shape
+    rows = np.arange(batch)
+    drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0].astype(np.int64)
+    px = np.take_along_axis(p_sup, choice[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+    qx = np.take_along_axis(q_sup, choice[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+    scale = None
+    if method == "block" and k > 0:
+        joint = _prefix_joint(px, qx)
+        pj = joint[:, 1:]
+        passed = np.zeros((batch, k), dtype=bool)
+        if k > 1:
+            # Residual mass at positions 2..k for the prefix joint after 1..k-1 drafts.
+            pj_open = pj[:, : k - 1, None]
+            p_next = p_sup[:, 1:].astype(np.float64)
+            outside = np.maximum(1.0 - p_next.sum(axis=2), 0.0)
+            resid = pj_open[:, :, 0] * outside + np.maximum(pj_open * p_next - q_sup[:, 1:], 0.0).sum(axis=2)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                h = np.where(pj[:, : k - 1] >= 1.0, 1.0, resid / (resid + 1.0 - pj[:, : k - 1]))
+            passed[:, : k - 1] = (pj[:, : k - 1] >= 1.0) | (
+                (pj[:, : k - 1] > 0.0) & (u_accept[:, : k - 1] <= pj[:, : k - 1]) & (u_accept[:, : k - 1] <= h)
+            )
+        passed[:, k - 1] = (u_accept[:, k - 1] <= pj[:, k - 1]) & (pj[:, k - 1] > 0.0)
+        # The accepted length is the last passing position.
+        tau = np.where(passed.any(axis=1), k - np.argmax(passed[:, ::-1], axis=1), 0).astype(np.int64)
+        scale = joint[rows, tau]
+    else:
+        tau = _leading_true((px > 0.0) & (u_accept * qx <= px))
+    dist = np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32)
+    has_draft = tau < k
+    if scale is not None:
+        scaled = np.flatnonzero(scale != 1.0)
+        if scaled.size:
+            dist[scaled] *= scale[scaled, None]
+    if np.any(has_draft):
+        r = np.flatnonzero(has_draft)
+        cols = cand[r, tau[r]]
+        sub = np.take_along_axis(dist[r], cols, axis=1) - q_sup[r, tau[r]]
+        np.maximum(sub, 0.0, out=sub)
+        dist[r[:, None], cols] = sub
+    # A residual with no mass falls back to the target's row itself, as `verify` does.
+    final = _sample_rows(dist, u_sample, lambda empty: np.asarray(target_rows(rows[empty], tau[empty])))
+    return VerifyResult(accepted=tau, tokens=_emit(drafts, tau, final))
