@@ -122,7 +122,7 @@ def test_public_api_is_sorted_and_pinned() -> None:
     assert set(recipes_pkg.__all__) == {
         "ContainerSpec", "KeyChange", "LintFinding", "Recipe", "RecipeDiff", "RecipeSummary", "RenderedLane",
         "SmokeGate", "WindowSpec", "compact_json", "diff_recipes", "effective_k", "fingerprint", "get_key",
-        "hash_values", "lint", "list_recipes", "load_recipe", "render", "render_compose", "render_docker_run",
+        "hash_values", "lane_base_name", "lint", "list_recipes", "load_recipe", "render", "render_compose", "render_docker_run",
         "render_json", "requires_acknowledgement", "validate_raw", "write_rendered",
     }
     for name in recipes_pkg.__all__:
