@@ -164,7 +164,7 @@ class DSparkDrafter:
         """
         model, topk, vocab = self.model, self.topk, self.vocab
         pair = model.pair_rows(classes, prev2, prev)
-        tab = self._pair_tables(numerics, slot)
+        tab = self._pair_tables(numerics, slot, pair)
         idx = np.maximum(pair, 0)
         cand, logp, p, z, miss_u = (a[idx] for a in (tab["cand"], tab["logp"], tab["p"], tab[slot], tab[("miss", slot)]))
         if (pair < 0).any():
@@ -176,14 +176,25 @@ class DSparkDrafter:
             z[m], miss_u[m] = _errors(classes[m], prev2[m], prev[m], c_m, slot, vocab)
         return cand, logp, p, z, miss_u
 
-    def _pair_tables(self, numerics, slot):
+    def _pair_tables(self, numerics, slot, pair):
+        """The anchor pairs' tables, the target's values filled in for the pairs in `pair` (lazily, per boot)."""
+        model, vocab = self.model, self.vocab
         if self._pair_numerics != numerics or self._pair_tab is None:
-            model, vocab = self.model, self.vocab
-            keys = model.pair_keys
-            cand = model.pair_ids[0, :, : self.topk].astype(np.int64)
-            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, cand, numerics)
-            self._pair_tab = {"cand": cand, "p": p, "logp": np.log(np.maximum(p, 1e-30).astype(np.float64))}
+            size = model.pair_keys.size
+            self._pair_tab = {"cand": model.pair_ids[0, :, : self.topk].astype(np.int64),
+                              "p": np.zeros((size, self.topk), dtype=np.float32),
+                              "logp": np.zeros((size, self.topk), dtype=np.float64),
+                              "have": np.zeros(size, dtype=bool)}
             self._pair_numerics = numerics
+        tab = self._pair_tab
+        wanted = pair[pair >= 0]
+        todo = np.unique(wanted[~tab["have"][wanted]])
+        if todo.size:
+            keys = model.pair_keys[todo]
+            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, tab["cand"][todo], numerics)
+            tab["p"][todo] = p
+            tab["logp"][todo] = np.log(np.maximum(p, 1e-30).astype(np.float64))
+            tab["have"][todo] = True
         tab = self._pair_tab
         if slot not in tab:
             # The errors belong to the checkpoint, not to a boot or a calibration: shared by every engine.
