@@ -155,3 +155,9 @@ def test_parity_gate_counts_flips_against_the_controls_floor(tmp_path: Path) -> 
     # a re-score that tolerates the four flips passes, with verdict 1 kept
     v2 = rescore(rec, "tolerate the four flips of one transcript", ["parity.max_extra_flips=4"])
     assert next(r for r in v2.results if r.id == "parity").status == "PASS"
+    # as a diagnostic the same flips are printed but never decide the verdict
+    assert v.verdict == "FAIL"
+    v3 = rescore(rec, "greedy outputs depend on the boot: parity as a diagnostic",
+                 ["parity.max_extra_flips=0", "parity.decides=false"])
+    p3 = next(r for r in v3.results if r.id == "parity")
+    assert p3.status == "FAIL" and not p3.decides and v3.verdict == "PASS"

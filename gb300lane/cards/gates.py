@@ -255,7 +255,8 @@ def _eval_parity(ctx: _Ctx, gate: ParityGate) -> GateResult:
     bar = f"flips {ctx.card.candidate.name} vs {ctx.ctrls[0].arm} <= flips between the controls + {gate.max_extra_flips}"
     if not common:
         return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="no outputs recorded",
-                          bar=bar, noise_floor="-", reasons=("the window recorded no outputs on the arms",))
+                          bar=bar, noise_floor="-", reasons=("the window recorded no outputs on the arms",),
+                          decides=gate.decides)
     flips = [k for k in common if cand[k] != ref[k]]
     floor_keys = sorted(set(ref) & set(other))
     floor = sum(1 for k in floor_keys if ref[k] != other[k])
@@ -266,7 +267,7 @@ def _eval_parity(ctx: _Ctx, gate: ParityGate) -> GateResult:
         + [f"{c} C{n} r{r} {t}" for c, n, r, t in flips[:5]])
     return GateResult(id=gate.id, kind=gate.kind, status="PASS" if ok else "FAIL", observed=observed, bar=bar,
                       noise_floor=f"A vs A2 {floor} of {len(floor_keys)} flips" if floor_keys else "A vs A2 n/a",
-                      reasons=reasons)
+                      reasons=reasons, decides=gate.decides)
 
 
 def _per_arm(ctx: _Ctx, gate: Gate, values: Mapping[str, object], ok: bool | None, observed: str, bar: str,

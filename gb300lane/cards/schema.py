@@ -151,6 +151,10 @@ class ParityGate(_WindowGate):
         description="Outputs of the candidate equal the first control's, request by request, up to the controls' own flips."
     )
     max_extra_flips: int = Field(default=0, ge=0, description="Flips tolerated beyond those between A and A2.")
+    decides: bool = Field(
+        default=True, description="false: a diagnostic, printed but never part of the verdict (where greedy outputs "
+        "depend on the boot, three boots cannot tell a change from a reboot)."
+    )
 
 
 class HashHitGate(_Gate):
