@@ -71,7 +71,7 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]
     (recipes / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     (recipes / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
     (cards / "small.yaml").write_text(CARD.format(name="small", transcripts=2, tokens=16))
-    (cards / "long.yaml").write_text(CARD.format(name="long", transcripts=80, tokens=512))  # B outlasts a status call
+    (cards / "long.yaml").write_text(CARD.format(name="long", transcripts=40, tokens=1024))  # B outlasts a status call
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     monkeypatch.setenv("GB300LANE_CARDS_DIR", str(cards))
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(results))
