@@ -9,18 +9,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from fakes.dockerd import ping_only_engine
+
+from gb300lane.runtime import dockerhost
 
 #: Loaded by the commands that need them (bench, cards, spec, the engine), never to print help or status.
 HEAVY = ("numpy", "matplotlib", "aiohttp", "prometheus_client")
 
 
-def imported_modules(*argv: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+def imported_modules(*argv: str, **env: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
     """Every module the command imported, from `python -X importtime -m gb300lane ARGV` in a fresh process."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "gb300lane", *argv],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
     )  # fmt: skip
     names = {
         line.split("|")[2].strip()
@@ -45,6 +49,26 @@ def test_help_loads_no_model_library_either() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = sorted({n.split(".")[0] for n in names} & {"pydantic", "yaml", "psutil", "docker"})
     assert not loaded, f"`gb300lane --help` imported {', '.join(loaded)}"
+
+
+def test_status_loads_the_docker_sdk_only_when_a_container_of_ours_may_exist(tmp_path: Path) -> None:
+    # No instance on Docker: an engine that does not answer is reported without the SDK ...
+    dead = tmp_path / "dead.sock"
+    names, proc = imported_modules("status", DOCKER_HOST=f"unix://{dead}")
+    assert proc.returncode == 0 and "does not answer" in proc.stderr, proc.stderr[-2000:]
+    assert "docker" not in names and "requests" not in names
+    sock = tmp_path / "docker.sock"
+    with ping_only_engine(sock) as requests:
+        # ... an engine that answers, on which no container of this state directory was created, too ...
+        dockerhost.record_none(dockerhost.epoch(), sock)
+        names, proc = imported_modules("status", DOCKER_HOST=f"unix://{sock}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "docker" not in names and "requests" not in names
+        assert requests == ["GET /_ping HTTP/1.0\r\n"]
+        # ... and once one may have been created since, the SDK asks the engine for it.
+        dockerhost.new_epoch()
+        names, proc = imported_modules("status", DOCKER_HOST=f"unix://{sock}")
+        assert "docker" in names and len(requests) > 2, proc.stderr[-2000:]
 
 
 def test_the_check_sees_a_heavy_import() -> None:

@@ -15,7 +15,8 @@ import yaml
 
 from gb300lane import lane, paths
 from gb300lane.errors import BootError, RuntimeUnavailable
-from gb300lane.runtime import get_runtime
+from gb300lane.lane import instances
+from gb300lane.runtime import dockerhost, get_runtime
 from gb300lane.testing.ports import free_port
 
 SHIPPED = paths.shipped("recipes")
@@ -239,3 +240,21 @@ def test_the_compile_cache_outlives_docker_instances_as_on_a_real_lane(engine_im
     host_dir = Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / str(ra.compile_hash)
     assert host_dir.is_dir() and auto[2].evidence["cache_dir"].startswith("/cache/vllm/")  # type: ignore[union-attr]
     assert ra2.check("env").status == "pass"  # type: ignore[union-attr]
+
+
+@pytest.mark.docker
+def test_a_leftover_is_reported_after_status_recorded_none(engine_image: str, recipes: Path) -> None:
+    sock = dockerhost.local_socket()
+    assert sock is not None, "the docker tests use the local engine"
+    assert lane.status().instances == ()
+    assert dockerhost.known_none(sock)  # from now on status does not load the SDK ...
+    report = lane.up(write_recipe(recipes, "t-left"))
+    try:
+        # ... until a container is created: the instance's record is then lost, as a crash or a quarantine loses it.
+        instances.delete(report.instance)
+        rows = [row.info for row in lane.status().instances]
+        assert [(i.name, i.recorded, i.runtime) for i in rows] == [(report.instance, False, "docker")]
+    finally:
+        lane.down(report.instance, yes=True)
+    assert lane.status().instances == ()
+    assert dockerhost.known_none(sock)

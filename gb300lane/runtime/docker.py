@@ -9,7 +9,6 @@ spec carries. Images are never pulled unless asked (`pull=True`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -24,6 +23,7 @@ import requests.exceptions
 from gb300lane import placement as placement_mod
 from gb300lane.errors import BootError, RuntimeUnavailable
 from gb300lane.placement import Placement
+from gb300lane.runtime import dockerhost
 from gb300lane.runtime.base import (
     LABEL_PREFIX,
     ContainerInfo,
@@ -33,23 +33,13 @@ from gb300lane.runtime.base import (
     label_filter,
 )
 
-_DEFAULT_HOST = "unix:///var/run/docker.sock"
-
-
-def _docker_host() -> str:
-    return os.environ.get("DOCKER_HOST") or _DEFAULT_HOST
-
-
 def _unavailable(exc: BaseException, place: Placement | None = None) -> RuntimeUnavailable:
     if place is not None and place.remote:
         return RuntimeUnavailable(
             f"host {place.host}: the Docker engine at {place.docker} does not answer ({type(exc).__name__}: {exc}); "
             f"start Docker on the box, or fix hosts.{place.host}.docker in {place.inventory}"
         )
-    return RuntimeUnavailable(
-        f"the Docker engine does not answer at DOCKER_HOST={_docker_host()} ({type(exc).__name__}: {exc}); "
-        "start it (systemctl start docker), point DOCKER_HOST at a running engine, or pass --runtime process"
-    )
+    return RuntimeUnavailable(dockerhost.unavailable_message(f"{type(exc).__name__}: {exc}"))
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -235,7 +225,9 @@ class DockerRuntime(Runtime):
             kwargs["device_requests"] = [
                 docker.types.DeviceRequest(device_ids=[str(d) for d in spec.device_ids], capabilities=[["gpu"]])
             ]
+        dockerhost.new_epoch()  # before the container exists: a crash after this leaves it findable
         container = self._call(f"create {spec.name}", self.client.containers.create, spec.image, **kwargs)
+        dockerhost.new_epoch()  # and after: a listing that began before the container existed is outdated too
         return self._info(container)
 
     def start(self, name: str) -> ContainerInfo:
