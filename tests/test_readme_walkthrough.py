@@ -1,0 +1,98 @@
+"""The README as a test: its walkthrough, top to bottom, in a fresh state directory, right after
+`make reproduce-br1`'s own command, every command exit 0.
+
+The blocks that are the walkthrough carry a `<!-- walkthrough -->` line right
+before their fence; each line of such a block is one command (an end-of-line
+`# ...` is a comment). The `make reproduce-br1` line is read from the Makefile,
+so the test runs what `make` runs. Commands run as the README shows them (no
+shell: a line that needs one fails the test), with `gb300lane` as this
+checkout's `python -m gb300lane`, from an empty working directory (so the
+shipped recipes and cards are the ones found) with the lane's default ports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gb300lane import lane
+from gb300lane.lane.facts import port_in_use
+from gb300lane.recipes import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+MARK = "<!-- walkthrough -->"
+SHELL = re.compile(r"[|&;<>$`]")
+
+
+def walkthrough(readme: str) -> list[list[str]]:
+    """The commands of the marked blocks, in order, each as an argv."""
+    lines = readme.splitlines()
+    out: list[list[str]] = []
+    for i, line in enumerate(lines):
+        if line.strip() != MARK:
+            continue
+        assert lines[i + 1].startswith("```sh"), f"README.md:{i + 2}: {MARK} must come right before a ```sh fence"
+        for n, text in enumerate(lines[i + 2:], start=i + 3):
+            if text.startswith("```"):
+                break
+            argv = shlex.split(text, comments=True)
+            if not argv:
+                continue
+            assert not SHELL.search(shlex.join(argv)), f"README.md:{n}: {text!r} needs a shell; keep it one command"
+            out.append(argv)
+    return out
+
+
+def make_command(target: str) -> list[str]:
+    """The command a Makefile target runs (one line, `$(PYTHON)` as this interpreter)."""
+    rules = (ROOT / "Makefile").read_text().split("\n\n")
+    rule = next(r for r in rules if re.search(rf"^{re.escape(target)}:", r, re.M))
+    [recipe] = [ln.strip() for ln in rule.splitlines() if ln.startswith("\t")]
+    return shlex.split(recipe.replace("$(PYTHON)", shlex.quote(sys.executable)))
+
+
+def test_the_marked_blocks_are_the_walkthrough() -> None:
+    commands = walkthrough((ROOT / "README.md").read_text())
+    assert len(commands) >= 10 and all(c[0] == "gb300lane" for c in commands), commands
+    names = [" ".join(c[1:3]) for c in commands]
+    for step in ("up local-v27", "card register", "card run", "card score", "promote local-v27", "rollback"):
+        assert any(n.startswith(step) for n in names), (step, names)
+    assert make_command("reproduce-br1")[1:] == ["-m", "gb300lane", "card", "reproduce", "br1"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("GB300LANE_RECIPES_DIR", "GB300LANE_CARDS_DIR", "GB300LANE_LANE_OPS", "GB300LANE_CRASH_AT"):
+        monkeypatch.delenv(var, raising=False)
+    recipe = load_recipe("local-v27")
+    ports = [recipe.lane.port] + ([recipe.sidecar.port] if recipe.sidecar else [])
+    busy = [p for p in ports if port_in_use(p)]
+    assert not busy, f"the walkthrough uses the lane's default ports {ports}; {busy} in use here"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "200"}
+    steps = [make_command("reproduce-br1")] + [
+        [sys.executable, "-m", "gb300lane", *argv[1:]] for argv in walkthrough((ROOT / "README.md").read_text())
+    ]
+    log = []
+    try:
+        for argv in steps:
+            t0 = time.monotonic()
+            done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+            shown = shlex.join(["gb300lane", *argv[3:]])
+            log.append(f"{shown}: exit {done.returncode} in {time.monotonic() - t0:.1f} s")
+            assert done.returncode == 0, (
+                f"README walkthrough: `{shown}` exited {done.returncode}\n" + "\n".join(log)
+                + f"\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+            )
+    finally:
+        print("\n".join(log))
+        lane.down(all=True, yes=True)
