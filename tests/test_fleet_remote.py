@@ -86,3 +86,41 @@ def test_a_host_without_the_recipes_gpus(tmp_path: Path, recipes: Path) -> None:
     text = str(err.value)
     assert "host gpu-box has no GPU 1 for the sidecar container" in text
     assert "host gpu-box: GPU 0 is NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition and the recipe's main needs NVIDIA-GB300" in text
+
+
+_KILLED_CLIENT = """
+import os, signal, sys
+from gb300lane.placement import Placement, SshAccess
+from gb300lane.runtime import ssh
+place = Placement(host="box", lane="l1", docker="ssh://root@127.0.0.1", address="127.0.0.1", inventory="-",
+                  selector="box", ssh=SshAccess(user="root", host="127.0.0.1", port=int(sys.argv[1]),
+                                                identity=sys.argv[2], known_hosts=sys.argv[3]))
+ssh.forward_port(place, int(sys.argv[4]))
+print(ssh._OPEN[("box", "tcp:" + sys.argv[4])][0].proc.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_forward_ends_with_a_killed_tool(ssh_server, tmp_path: Path) -> None:
+    """kill -9 of the tool (a crash mid-rollout) leaves no `ssh -N` forward behind."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        done = subprocess.run(
+            [sys.executable, "-c", _KILLED_CLIENT, str(ssh_server.port), str(ssh_server.key),
+             str(ssh_server.known_hosts), str(held.getsockname()[1])],
+            capture_output=True, text=True, timeout=60, env={**os.environ},
+        )  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"ssh forward {pid} outlived the killed tool"
+        time.sleep(0.1)

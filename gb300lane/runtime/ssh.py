@@ -22,10 +22,13 @@ the operator chose. Failures become one line naming the host and the fix.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +41,7 @@ from gb300lane.placement import Placement, SshAccess
 
 #: Seconds ssh may take to connect and authenticate.
 CONNECT_TIMEOUT_S = 10
+_PR_SET_PDEATHSIG = 1
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
@@ -119,6 +123,20 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """In the forward's ssh, before exec: end when the tool's process ends, even by kill -9 (Linux PR_SET_PDEATHSIG).
+
+    Without it a killed command (a crash mid-rollout) would leave `ssh -N` forwards behind for good.
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # no prctl: the forward then ends when the box drops the connection
+
+
 class Forward:
     """One `ssh -N -L LOCAL:REMOTE` to a box, up until `close`."""
 
@@ -132,7 +150,7 @@ class Forward:
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._err, env=_env(),
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         try:
             self._wait(access, ready)
