@@ -124,3 +124,26 @@ def test_a_forward_ends_with_a_killed_tool(ssh_server, tmp_path: Path) -> None:
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"ssh forward {pid} outlived the killed tool"
         time.sleep(0.1)
+
+
+def test_a_tcp_engine_with_tls_that_does_not_answer(tmp_path: Path) -> None:
+    """tcp:// is spoken only with the inventory's TLS files (relative to the inventory); a closed port is one line."""
+    import subprocess
+
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(certs / "key.pem"),
+                    "-out", str(certs / "cert.pem"), "-days", "1", "-subj", "/CN=gb300lane-test"],
+                   check=True, capture_output=True)  # fmt: skip
+    port = _closed_port()
+    inv = tmp_path / "lanes.yaml"
+    inv.write_text(yaml.safe_dump({"schema_version": 1, "hosts": {"tls-box": {
+        "docker": f"tcp://127.0.0.1:{port}", "tls": {"ca": "certs/cert.pem", "cert": "certs/cert.pem", "key": "certs/key.pem"},
+        "lanes": [{"name": "t", "runtime": "docker"}]}}}))  # fmt: skip
+    place = placement("tls-box", path=inv)
+    assert place.tls is not None and place.tls.key == str(certs / "key.pem")
+    with lane.on_lane(place), pytest.raises(RuntimeUnavailable) as err:
+        get_runtime("docker")
+    text = str(err.value)
+    assert text.startswith(f"host tls-box: the Docker engine at tcp://127.0.0.1:{port} does not answer")
+    assert f"fix hosts.tls-box.docker in {inv}" in text and "\n" not in text
