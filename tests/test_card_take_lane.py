@@ -136,12 +136,16 @@ def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path
                             env={**os.environ, "COLUMNS": "400"})
     try:
         deadline = time.monotonic() + 240
-        while not list(results.glob("*-long/arms/B/attempt-1/boot.json")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "arm B never booted"
-            time.sleep(0.1)
-        # Arm B is booted and measuring: while it runs, status shows the card holding the lane.
-        # In process: a second interpreter's start-up on a loaded machine could outlast arm B.
+
+        def wait_for(arm: str) -> None:
+            while not list(results.glob(f"*-long/arms/{arm}/attempt-1/boot.json")):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, f"arm {arm} never booted"
+                time.sleep(0.05)
+
+        wait_for("A")
+        # While the bracket runs, status shows the card holding the lane (asked during arm A, so that the
+        # interrupt below follows B's boot at once). In process: a second interpreter's start-up is slow when loaded.
         from typer.testing import CliRunner
 
         from gb300lane.cli.main import app
@@ -149,6 +153,7 @@ def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path
         st = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
         flight = st["production"]["in_flight"]
         assert flight["kind"] == "take_lane" and not flight["crashed"] and "card long holds the lane" in flight["explanation"]
+        wait_for("B")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
