@@ -20,6 +20,6 @@ reproduce-br2:
 
 # Every benchmark runs even when one misses its floor; the exit code says whether any did.
 bench:
-	@status=0; for b in verify engine engine_api boot client reproduce rollback verdicts cli remote; do \
+	@status=0; for b in verify engine engine_api fidelity boot client reproduce rollback verdicts cli remote; do \
 		echo "== benchmarks/$$b.py"; $(PYTHON) benchmarks/$$b.py || status=1; \
 	done; exit $$status

@@ -92,3 +92,11 @@ def test_verifying_on_the_draft_support_emits_what_full_rows_emit(model, method)
         runs.append(([s.output_ids for s in seqs], core.counters.num_accepted, tuple(core.counters.accepted_per_pos)))
     assert runs[0] == runs[1]
     assert runs[1][1] > 0
+
+
+def test_the_shipped_transcripts_read_as_the_class_they_ask_for(model):
+    from gb300lane.bench.fidelity import FIDELITY_CLASSES, class_prompts
+
+    for index, cls in enumerate(FIDELITY_CLASSES):
+        read = [model.classify(ids) for ids in class_prompts(model, cls, 40)]
+        assert sum(r == index for r in read) >= 38, (cls, read)
