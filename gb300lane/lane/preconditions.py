@@ -83,6 +83,11 @@ def _where() -> str:
     return f"host {place.host}" if place is not None else "this host"
 
 
+def _here() -> str:
+    """`here`, or `on host NAME` for a lane of the inventory."""
+    return "here" if placement.current() is None else f"on {_where()}"
+
+
 def _norm_product(product: str) -> str:
     return "-".join(product.split()).lower()
 
@@ -142,7 +147,7 @@ def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[Chec
         check = CheckResult(name="gpus", status="fail", evidence={"wanted": wanted, "found": sorted(found)},
                             summary=f"GPU(s) {', '.join(missing)} missing")
         return check, (
-            f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist on {_where()} (found {sorted(found)}); "
+            f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist {_here()} (found {sorted(found)}); "
             "fix gpus.main / gpus.sidecar in the recipe"
         )
     check = CheckResult(name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted})
