@@ -6,11 +6,15 @@ round is a warm-up (bytecode caches, disk cache) and is not counted. `status`
 runs against an empty state directory of its own, so it reports the host
 (runtimes reachable, no instances) and probes nothing.
 
-The floor: each command's median at most 0.3 s above bare Python's median
-(wall clock). The CPU seconds each process used (user + system, from the
-kernel's accounting of the child) are reported beside it: on a shared,
-loaded machine they show the tool's own cost where the wall clock also
-shows the wait for a core.
+The floor: each command's median at most 0.3 s above bare Python's median.
+Both clocks are reported: the wall clock, and the CPU seconds each process
+used (user + system, from the kernel's accounting of the child). On an idle
+machine the floor is judged on the wall clock. On a loaded one (the load
+average, read before and after, at or above the number of CPUs) the wall
+clock also counts the wait for a core, so it is shown but not judged; the
+floor is then judged on CPU seconds over bare Python's, which is what the
+command itself costs and a lower bound of its idle wall clock (a pass there
+is necessary, not sufficient: rerun on an idle machine to judge the wall).
 
     python benchmarks/cli.py [--runs 10] [--out benchmarks/results/cli.json]
 """
@@ -56,6 +60,10 @@ def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return elapsed, _children_cpu() - cpu0
 
 
+def _load() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="timed runs per command (median reported)")
@@ -65,6 +73,7 @@ def main() -> int:
     from gb300lane import __version__
     from gb300lane.fsio import atomic_write, dumps_json
 
+    load_before = _load()
     with tempfile.TemporaryDirectory(prefix="gb300lane-cli-bench-") as tmp:
         env = {
             **os.environ,
@@ -82,43 +91,61 @@ def main() -> int:
                     times[name].append(wall)
                     cpus[name].append(cpu)
 
+    load = max(load_before, _load())
+    cpus_n = os.cpu_count() or 1
+    loaded = not load < cpus_n  # NaN (no load average) counts as loaded: the wall is then not judged either
+    judged_on = "cpu" if loaded else "wall"
     bare = statistics.median(times["python -c pass"])
     bare_cpu = statistics.median(cpus["python -c pass"])
     rows = []
     for name, ts in times.items():
         median, cpu = statistics.median(ts), statistics.median(cpus[name])
         over = None if name == "python -c pass" else median - bare
+        cpu_over = None if over is None else cpu - bare_cpu
+        wall_ok = over is None or over <= FLOOR_OVER_BARE_S
+        cpu_ok = cpu_over is None or cpu_over <= FLOOR_OVER_BARE_S
         rows.append({
             "command": name, "runs": len(ts), "median_s": median, "min_s": min(ts), "max_s": max(ts),
-            "over_bare_s": over, "cpu_median_s": cpu,
-            "cpu_over_bare_s": None if over is None else cpu - bare_cpu,
-            "passed": over is None or over <= FLOOR_OVER_BARE_S, "times_s": ts, "cpu_s": cpus[name],
+            "over_bare_s": over, "cpu_median_s": cpu, "cpu_over_bare_s": cpu_over,
+            "passed_wall": wall_ok, "passed_cpu": cpu_ok, "passed": cpu_ok if loaded else wall_ok,
+            "times_s": ts, "cpu_s": cpus[name],
         })  # fmt: skip
     passed = all(r["passed"] for r in rows)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+    def verdict(ok: bool, judged: bool) -> str:
+        return ("ok" if ok else "MISSED") if judged else ("(ok)" if ok else "(missed)")
 
     print(f"cold start, median of {args.runs} runs each (round-robin, one warm-up round), same run; "
-          f"load average {load:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'over bare s':>12} {'cpu s':>7} "
-          f"{'cpu over bare':>14}  floor")
+          f"load average {load:.1f} on {cpus_n} CPUs (bare Python's wall/CPU {bare / max(bare_cpu, 1e-9):.1f}x)")
+    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'over bare s':>12} {'floor':>8} {'cpu s':>7} "
+          f"{'cpu over bare':>14} {'floor':>8}")
     for r in rows:
         over = "-" if r["over_bare_s"] is None else f"{r['over_bare_s']:+.3f}"
         cpu_over = "-" if r["cpu_over_bare_s"] is None else f"{r['cpu_over_bare_s']:+.3f}"
-        verdict = "-" if r["over_bare_s"] is None else ("ok" if r["passed"] else "MISSED")
-        print(f"{r['command']:<20} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {over:>12} "
-              f"{r['cpu_median_s']:7.3f} {cpu_over:>14}  {verdict}")
-    print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python (wall): "
-          f"{'passed' if passed else 'MISSED'}")
+        bare_row = r["over_bare_s"] is None
+        wall_v = "-" if bare_row else verdict(r["passed_wall"], not loaded)
+        cpu_v = "-" if bare_row else verdict(r["passed_cpu"], loaded)
+        print(f"{r['command']:<20} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {over:>12} {wall_v:>8} "
+              f"{r['cpu_median_s']:7.3f} {cpu_over:>14} {cpu_v:>8}")
+    if loaded:
+        print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on CPU seconds: "
+              f"{'passed' if passed else 'MISSED'}; the wall clock (in brackets) is not judged: load {load:.1f} on "
+              f"{cpus_n} CPUs, each process also waits for a core; rerun on an idle machine to judge it")
+    else:
+        print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on the wall clock: "
+              f"{'passed' if passed else 'MISSED'} (load {load:.1f} on {cpus_n} CPUs)")
 
     result = {
-        "schema_version": 1,
+        "schema_version": 2,
         "benchmark": "cli",
         "tool_version": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_judged": load,
         "floor_over_bare_s": FLOOR_OVER_BARE_S,
+        "judged_on": judged_on,
         "passed": passed,
         "rows": rows,
     }

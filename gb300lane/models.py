@@ -8,9 +8,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class FrozenModel(BaseModel):
-    """A value object: immutable once built, and an unknown key is an error, never ignored."""
+    """A value object: immutable once built, and an unknown key is an error, never ignored.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Each model's validator is built when it is first used, not when its module is imported (`defer_build`): a
+    command pays only for the models it touches. Until then `inspect.signature(Model)` is `(**data)`;
+    `Model.model_rebuild()` builds it now.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 #: pydantic error types whose fix is another value (the message then shows the value given).

@@ -20,7 +20,6 @@ from pydantic import Field
 from gb300lane.errors import LaneError, StateError
 from gb300lane.lane import instances, probe
 from gb300lane.lane.protect import NOTHING, Protected
-from gb300lane.lane.report import latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.runtime import dockerhost
 from gb300lane.runtime import LABEL_INSTANCE, LABEL_LANE, LABEL_STATE, ContainerInfo, Runtime, get_runtime, state_label
@@ -107,6 +106,8 @@ def _state(infos: list[ContainerInfo], phase: str) -> InstanceState:
 
 
 def _info(rec: instances.InstanceRecord, rt: Runtime | None) -> InstanceInfo:
+    from gb300lane.lane.report import latest_report  # the boot checks' models: only where an instance is recorded
+
     infos = [rt.inspect(c) if rt else ContainerInfo(name=c, runtime=rec.runtime, state="missing") for c in rec.containers]
     report = latest_report(rec.name)
     return InstanceInfo(

@@ -8,22 +8,19 @@ none; `metrics_text` alone raises, for callers that need the text.
 
 aiohttp is imported by the calls that use it, not with the module: `status`
 asks each instance for `/health` with one plain stdlib GET and starts without
-an event loop or aiohttp.
+an event loop or aiohttp (and, with no instance running, without the HTTP
+client or the SSH forwarder at all).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from gb300lane.errors import LaneError, MetricsError
 from gb300lane.models import FrozenModel
-from gb300lane.runtime import ssh
 
 if TYPE_CHECKING:
     import aiohttp
@@ -45,6 +42,8 @@ async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | No
     import asyncio
 
     import aiohttp
+
+    from gb300lane.runtime import ssh
 
     timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
     try:
@@ -110,6 +109,12 @@ def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
 
 def health(endpoint: str, *, timeout_s: float = 2.0) -> str:
     """`healthy`, `unhealthy (HTTP n)` or `unreachable` for status displays."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    from gb300lane.runtime import ssh
+
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as aiohttp: no proxy from the environment
     try:
         url = ssh.reach(f"{endpoint}/health")  # a dark lane on a remote box: through an SSH forward
