@@ -1,5 +1,7 @@
 """Benchmark: cold start of `gb300lane --help` and `gb300lane status`, next to bare Python in the same run.
 
+`gb300lane version` runs beside them: the cost of invoking any command at all.
+
 Each command runs `--runs` times (default 10) in a fresh process, round-robin
 with `python -c pass` so that machine load falls on all three alike; the first
 round is a warm-up (bytecode caches, disk cache) and is not counted. `status`
@@ -40,6 +42,8 @@ FLOOR_OVER_BARE_S = 0.3
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "gb300lane --help": [sys.executable, "-m", "gb300lane", "--help"],
+    # The least a command costs (typer coerces its parameters through pydantic): what `status` adds is above it.
+    "gb300lane version": [sys.executable, "-m", "gb300lane", "version"],
     "gb300lane status": [sys.executable, "-m", "gb300lane", "status"],
 }
 
