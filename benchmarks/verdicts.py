@@ -71,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
             cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers, resume=keep,
                                       progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
             receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)
-            keep.unlink(missing_ok=True)
             source = f"ran here; receipts {receipts}"
         print(f"{design}: {card.name}: {source}", file=sys.stderr)
         sources[design] = source

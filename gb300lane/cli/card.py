@@ -351,8 +351,7 @@ def calibrate_cmd(
         keep.unlink(missing_ok=True)
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
                               resume=keep)
-    d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)
-    keep.unlink(missing_ok=True)
+    d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)  # `keep` stays for longer runs
     if as_json:
         def ci(r: Any) -> list[float]:
             return [r.low, r.high]
