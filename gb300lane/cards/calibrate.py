@@ -218,7 +218,8 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
     return Calibration(
         schema_version=1, card=card.name, gates_sha256=gates_hash(card), written_at=utc_now(),
-        tool_version=__version__, engine_sha256=engine_fingerprint(card), replicates=replicates, seed=seed, design=design,
+        tool_version=__version__, engine_sha256=engine_fingerprint(card), replicates=replicates, seed=seed,
+        design=design,
         candidate_recipe=card.candidate.recipe, control_recipe=card.controls[0].recipe, requests_per_arm=n_arm,
         mean_requests_per_arm_aa=sum(o.requests_per_arm for o in aa) / max(1, len(aa)),
         mean_requests_per_arm_card=sum(o.requests_per_arm for o in real) / max(1, len(real)),
@@ -284,7 +285,8 @@ def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -
 
 def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
               progress: Callable[[str], None] | None = None,
-              lane: InProcessLane | None = None, resume: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
+              lane: InProcessLane | None = None,
+              resume: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
     """Run `replicates` replicates of both scenarios; returns the summary and every outcome.
 
     With `resume` (a `progress_file`), each finished batch of replicates is
@@ -349,7 +351,8 @@ def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: li
     return d
 
 
-def find_calibration(card: Card, replicates: int, seed: int, base: Path | None = None) -> tuple[Calibration, Path] | None:
+def find_calibration(card: Card, replicates: int, seed: int,
+                     base: Path | None = None) -> tuple[Calibration, Path] | None:
     """The newest calibration receipts of this card's registered gates, seed, replicates and engine, if any.
 
     A calibration repeats from its seed, so such receipts are the run itself
