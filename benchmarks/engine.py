@@ -9,7 +9,9 @@ rows at every position and full-vocabulary verification, the algorithm the
 engine used before); both emit the same tokens, so their ratio is the speedup.
 Prints a table, writes benchmarks/results/engine.json, and exits 1 if a
 floor is missed: >= 10,000 output tokens per CPU second at k=5, C8, the
-support path >= 3x the reference there, and <= 300 MB peak RSS.
+support path >= 3x the reference there, <= 300 MB peak RSS, and the model read
+back from its disk cache (what every engine process after the first does) in
+<= 2 CPU seconds.
 
     python benchmarks/engine.py [--tokens 256] [--requests 32]
 """
@@ -33,6 +35,7 @@ from gb300lane.fsio import atomic_write, dumps_json
 FLOOR_TOK_PER_CPU_S = 10_000
 FLOOR_SPEEDUP = 3.0
 FLOOR_RSS_MB = 300
+CEILING_CACHED_LOAD_CPU_S = 2.0
 OUT = Path(__file__).parent / "results" / "engine.json"
 
 
@@ -82,6 +85,13 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(next(x for x in pair if x["path"] == "support"))
             refs.append(next(x for x in pair if x["path"] == "reference"))
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from gb300lane.engine import model as model_mod
+
+    # After the peak RSS is read (a second copy of the model is not the engine's footprint).
+    model_mod._loaded.clear()  # forget the in-memory copy: the next load reads the cache file, as a new process does
+    t0 = time.process_time()
+    load_model()
+    cached_load_cpu_s = time.process_time() - t0
     print(f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'reference':>10} {'speedup':>8} {'same tokens':>11} "
           f"{'tok/step':>9} {'modelled tok/s':>15}")
     for cell, ref in zip(cells, refs):
@@ -97,13 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                                 "ok": k5c8["tok_per_cpu_s"] >= FLOOR_TOK_PER_CPU_S},
         "speedup_k5_c8": {"floor": FLOOR_SPEEDUP, "value": k5c8["speedup"], "ok": k5c8["speedup"] >= FLOOR_SPEEDUP},
         "peak_rss_mb": {"ceiling": FLOOR_RSS_MB, "value": round(rss_mb, 1), "ok": rss_mb <= FLOOR_RSS_MB},
+        "cached_model_load_cpu_s": {"ceiling": CEILING_CACHED_LOAD_CPU_S, "value": round(cached_load_cpu_s, 3),
+                                    "ok": cached_load_cpu_s <= CEILING_CACHED_LOAD_CPU_S},
     }
-    print(f"peak RSS {rss_mb:.1f} MB (ceiling {FLOOR_RSS_MB}); model load {load_cpu_s:.2f} CPU s")
+    print(f"peak RSS {rss_mb:.1f} MB (ceiling {FLOOR_RSS_MB}); model load {load_cpu_s:.2f} CPU s, "
+          f"from the cache {cached_load_cpu_s:.2f} CPU s (ceiling {CEILING_CACHED_LOAD_CPU_S})")
     result = {
         "schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
         "platform": platform.platform(), "settings": {"tokens": ns.tokens, "requests": ns.requests,
                                                       "temperature": 1.0, "time_scale": 0},
-        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "model_load_cpu_s": round(load_cpu_s, 3), "floors": floors,
+        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "model_load_cpu_s": round(load_cpu_s, 3),
+        "cached_model_load_cpu_s": round(cached_load_cpu_s, 3), "floors": floors,
     }
     atomic_write(ns.out, dumps_json(result))
     failed = [name for name, f in floors.items() if not f["ok"]]
