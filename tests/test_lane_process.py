@@ -167,7 +167,7 @@ def test_k_outside_the_trained_block_needs_acknowledgement(recipes: Path) -> Non
 def test_ctrl_c_during_boot_stops_and_keeps_the_labelled_containers(recipes: Path) -> None:
     # A slow modelled boot (a compile miss is minutes of modelled time): the interrupt must land while
     # the engine is still booting, however loaded the machine is.
-    name = write_recipe(recipes, "t-slow", time_scale=0.05)
+    name = write_recipe(recipes, "t-slow", time_scale=0.2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane", "up", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ),

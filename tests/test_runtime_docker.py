@@ -175,7 +175,7 @@ def test_ctrl_c_during_a_docker_boot_stops_and_keeps_the_containers(engine_image
 
     # A slow modelled boot (a compile miss is minutes of modelled time): the interrupt must land while
     # the engine is still booting, however loaded the machine is.
-    name = write_recipe(recipes, "t-dslow", engine_args={"time_scale": 0.05})
+    name = write_recipe(recipes, "t-dslow", engine_args={"time_scale": 0.2})
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane", "up", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ),
