@@ -82,13 +82,27 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
     steps = [make_command("reproduce-br1")] + [
         [sys.executable, "-m", "gb300lane", *argv[1:]] for argv in walkthrough((ROOT / "README.md").read_text())
     ]
-    log = []
+    log: list[str] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        t0 = time.monotonic()
+        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+        log.append(f"{shlex.join(['gb300lane', *argv[3:]])}: exit {done.returncode} in {time.monotonic() - t0:.1f} s")
+        return done
+
+    retried = False
     try:
         for argv in steps:
-            t0 = time.monotonic()
-            done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+            done = run(argv)
             shown = shlex.join(["gb300lane", *argv[3:]])
-            log.append(f"{shown}: exit {done.returncode} in {time.monotonic() - t0:.1f} s")
+            if argv[3:5] == ["card", "score"] and done.returncode == 3 and not retried:
+                # The README's own recovery for the INCONCLUSIVE run in fifty its 98%-power card allows: once.
+                retried = True
+                card = argv[5]
+                for again in (["card", "register", card, "--fresh"], ["card", "run", card], ["card", "score", card]):
+                    done = run([sys.executable, "-m", "gb300lane", *again])
+                    if done.returncode != 0:
+                        break
             assert done.returncode == 0, (
                 f"README walkthrough: `{shown}` exited {done.returncode}\n" + "\n".join(log)
                 + f"\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
