@@ -108,7 +108,9 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setattr(process, "BASE_ENV_NAMES", (*process.BASE_ENV_NAMES, "GB300LANE_BOOT_SEED"))
     port = free_port()
-    monkeypatch.setattr("gb300lane.cards.run.LiveArmOps", partial(_PinnedBootOps, port=port, env=monkeypatch))
+    pinned = partial(_PinnedBootOps, port=port, env=monkeypatch)
+    for where in ("gb300lane.cards.run.LiveArmOps", "gb300lane.cards.LiveArmOps"):  # wherever `card run` finds it
+        monkeypatch.setattr(where, pinned)
     verdicts = []
     try:
         for seed in (1000, 2000, 3000):
