@@ -9,11 +9,12 @@ machine's, reached the way a remote box is: through ssh.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gb300lane.testing.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -31,9 +32,7 @@ class SshServer:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: an ssh forward's own port can never take it
 
 
 def problem() -> str | None:

@@ -8,6 +8,8 @@ tokens per verify step Prometheus computes must be the bench's own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import http.server
 import importlib.util
 import json
@@ -126,6 +128,18 @@ def _query(prom: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def _await(prom: str, expr: str, ok: Callable[[float], bool], timeout_s: float = 90) -> None:
+    """Wait until the single value `expr` returns satisfies `ok` (Prometheus scrapes on its own clock)."""
+    deadline = time.monotonic() + timeout_s
+    rows: list[dict] = []
+    while time.monotonic() < deadline:
+        rows = _query(prom, expr)
+        if rows and ok(float(rows[0]["value"][1])):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus never satisfied {expr} within {timeout_s:.0f} s: {rows}")
+
+
 @pytest.mark.prometheus
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -178,12 +192,20 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path: Pat
         wait_ready([HttpReady(url=prom + "/-/ready")], timeout_s=60, poll_s=0.2,
                    logs=lambda _c: prom_log.read_text(errors="replace"),
                    watch=lambda: None if prom_proc.poll() is None else Died(description=f"prometheus exited ({prom_proc.returncode})"))
-        time.sleep(3)  # a few scrapes before the load, so every counter starts from a sample
+        # One request first, so the per-request series exist, then a few scrapes before the load: every
+        # counter and bucket starts from a sample, however slow the machine.
+        warm = urllib.request.Request(url + "/v1/completions", method="POST", headers={"Content-Type": "application/json"},
+                                      data=json.dumps({"model": "lane", "prompt": "warm", "max_tokens": 8}).encode())
+        with urllib.request.urlopen(warm, timeout=60) as resp:
+            assert resp.status == 200
+        warmed = time.time()
+        _await(prom, 'timestamp(up{job="engine"})', lambda v: v > warmed + 1)
         window = WindowSpec(name="dash", classes=("prose", "code"), transcripts_per_class=3, rounds=1,
                             concurrency=(1, 3), temperature=1.0, top_p=1.0, seed_base=7, forced_tokens=48)
         result = run_window(url, window, model="lane")
         assert result.valid, [c.invalid_reasons for c in result.cells]
-        time.sleep(4)  # the last counters scraped
+        loaded = time.time()
+        _await(prom, 'timestamp(up{job="engine"})', lambda v: v > loaded + 1)  # the last counters scraped
 
         targets = _query(prom, "up")
         assert {t["metric"]["job"]: t["value"][1] for t in targets} == {"engine": "1", "gb300lane": "1"}

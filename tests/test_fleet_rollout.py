@@ -10,13 +10,13 @@ explained by `status --fleet` and repaired by `rollback --fleet`.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
+from gb300lane.testing.ports import free_port
 
 import sshd
 from test_fleet_ssh import cli, write_recipes
@@ -25,9 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: an ssh forward's own port can never take it
 
 
 def _hammer(port: int, stop: threading.Event) -> None:

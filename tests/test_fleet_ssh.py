@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,14 +25,13 @@ from gb300lane.errors import RuntimeUnavailable
 from gb300lane.lane.inventory import placement
 from gb300lane.paths import shipped
 from gb300lane.runtime import get_runtime, ssh
+from gb300lane.testing.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # below the ephemeral range: an ssh forward's own port can never take it
 
 
 def write_recipes(dest: Path, runtime: str = "docker") -> None:
