@@ -205,13 +205,20 @@ def test_an_ambiguous_instance_hint_names_only_options_of_its_command(two_instan
 def test_a_busy_port_hint_names_only_options_of_up(recipes: Path) -> None:
     import socket
 
-    from gb300lane.recipes import load_recipe
+    import yaml
 
-    port = load_recipe("local-v26").lane.port
+    from gb300lane.testing.ports import free_port
+
+    # Ports of its own: the shipped recipes' ports may be serving another test's lane.
+    port = free_port()
+    (recipes / "t-busy.yaml").write_text(yaml.safe_dump({
+        "schema_version": 1, "name": "t-busy", "extends": "local-v26", "description": "a lane whose port is taken",
+        "lane": {"port": port}, "sidecar": {"port": free_port()},
+    }))  # fmt: skip
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         busy.bind(("127.0.0.1", port))
         busy.listen()
-        result = CliRunner().invoke(app, ["up", "local-v26", "--runtime", "process", "--dark"])
+        result = CliRunner().invoke(app, ["up", "t-busy", "--runtime", "process", "--dark"])
     assert result.exit_code == 1 and f"port {port}" in result.output, result.output
     assert "--port" in result.output and not _printed_problems(("up",), result.output), result.output
