@@ -6,10 +6,12 @@ the batch size it runs at, drafts, and verifies. A plain random row
 (temperature 1, nothing truncated) is verified on the draft's support
 (`gb300lane.spec.verify_support`): the drafter hands over its candidates with
 q and the target's probabilities there, and the target's full row is built
-only at the one position whose token the target samples itself. Greedy and
-shaped rows, and every row with `support=False` or a wrapped verifier, get
-the target's full rows at all k + 1 positions and `gb300lane.spec.verify`
-(the reference path: same tokens, more arithmetic). The core is
+only at the one position whose token the target samples itself; the
+drafter gathers frequent anchor pairs' slot distributions from tables built
+once per boot. Greedy and shaped rows, and every row with `support=False` or
+a wrapped verifier, get the target's full rows at all k + 1 positions and
+`gb300lane.spec.verify`; `support=False` also drafts step by step without the
+boot tables (the reference path: same tokens, more arithmetic). The core is
 synchronous and knows no HTTP: the server drives it, the benchmark calls it
 directly.
 
@@ -203,7 +205,8 @@ class EngineCore:
         # False, or a wrapped verifier, verifies every row on full-vocabulary rows (the reference path).
         self.support = support
         self.drafter = (
-            DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp")
+            DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp",
+                          tabulate=support)
             if spec else None
         )
         self.waiting: deque[Sequence] = deque()

@@ -92,6 +92,7 @@ class DSparkDrafter:
         block_size: int,
         markov: bool = True,
         serial: bool = False,
+        tabulate: bool = True,
     ) -> None:
         trained = model.draft_ids.shape[0]
         if not 1 <= topk <= model.draft_ids.shape[2]:
@@ -119,6 +120,11 @@ class DSparkDrafter:
         # MTP chains one stage per slot: each slot reads the next-token table at the
         # previous slot's token, so there is no parallel pass and no Markov bias.
         self.serial = serial
+        # Tabulate every anchor pair's slot distributions once per boot (`_slot_table`), so a
+        # step's pair rows are a gather; False computes them step by step (the reference path).
+        self.tabulate = tabulate
+        self._tables: dict | None = None
+        self._tables_numerics: tuple[int, float] | None = None
 
 
     def draft(
@@ -207,6 +213,81 @@ class DSparkDrafter:
             tab[slot], tab[("miss", slot)] = _PAIR_ERRORS[key]
         return tab
 
+    def _boot_tables(self, numerics) -> dict:
+        """Every anchor pair's candidates and the target's values there under this boot's numerics.
+
+        One vectorised pass over all pairs (`target_at` is row by row the same
+        arithmetic, so each value is what a step computing its rows alone gets).
+        """
+        if self._tables is None or self._tables_numerics != numerics:
+            model, vocab = self.model, self.vocab
+            keys = model.pair_keys
+            cand = model.pair_ids[0, :, : self.topk].astype(np.int64)
+            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, cand, numerics)
+            self._tables = {"cand": cand, "p": p, "logp": np.log(np.maximum(p, 1e-30).astype(np.float64)),
+                            "classes": keys // (vocab * vocab)}
+            self._tables_numerics = numerics
+        return self._tables
+
+    def _slot_table(self, numerics, k: int, slot: int) -> np.ndarray:
+        """(M, K) float64: each anchor pair's draft distribution at `slot` of a k-slot block, temperature 1.
+
+        The softmax of `draft_block`'s logits, computed once for all pairs:
+        the same float64 operations row by row, so a step gathers them instead.
+        """
+        tables = self._boot_tables(numerics)
+        if (k, slot) not in tables:
+            key = (self.model.corpus_hash, self.topk, slot)
+            if key not in _PAIR_ERRORS:
+                keys, vocab = self.model.pair_keys, self.vocab
+                _PAIR_ERRORS[key] = _errors(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab,
+                                            tables["cand"], slot, vocab)
+            z, miss_u = _PAIR_ERRORS[key]
+            tables[(k, slot)] = self._softmax(tables["logp"], z, self.slot_error_scale(tables["classes"], k, slot, miss_u))
+        return tables[(k, slot)]
+
+    def _softmax(self, logp, z, scale, inv_t=None) -> np.ndarray:
+        logits = self.sharpness * logp
+        if np.any(scale > 0.0):
+            logits += scale[:, None] * z
+        if inv_t is not None:
+            logits *= inv_t
+        logits -= logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        probs /= probs.sum(axis=1, keepdims=True)
+        return probs
+
+    def _slot_from_tables(self, classes, prev2, prev, k, slot, numerics, own, inv_t):
+        """Candidates, target values and draft probabilities at `slot` for every row, from the boot tables.
+
+        Rows in `own` (no pair rows, or a temperature other than 1) are computed
+        as `draft_block` computes them; the rest are gathered.
+        """
+        model, topk, vocab = self.model, self.topk, self.vocab
+        pair = model.pair_rows(classes, prev2, prev)
+        tables = self._boot_tables(numerics)
+        probs_tab = self._slot_table(numerics, k, slot)
+        idx = np.maximum(pair, 0)
+        cand, p, probs = tables["cand"][idx], tables["p"][idx], probs_tab[idx]
+        odd = own | (pair < 0)
+        if odd.any():
+            m = np.flatnonzero(odd)
+            c_m, p_m, logp_m = cand[m], p[m], tables["logp"][idx[m]]
+            z_m, miss_m = _PAIR_ERRORS[(model.corpus_hash, topk, slot)]
+            z_m, miss_m = z_m[idx[m]], miss_m[idx[m]]
+            miss = np.flatnonzero(pair[m] < 0)
+            if miss.size:
+                n = m[miss]
+                c_n = model.draft_ids[0, prev[n], :topk].astype(np.int64)
+                c_m[miss] = c_n
+                p_m[miss] = model.target_at(classes[n], prev2[n], prev[n], c_n, numerics)
+                logp_m[miss] = np.log(np.maximum(p_m[miss], 1e-30).astype(np.float64))
+                z_m[miss], miss_m[miss] = _errors(classes[n], prev2[n], prev[n], c_n, slot, vocab)
+            scale = self.slot_error_scale(classes[m], k, slot, miss_m)
+            cand[m], p[m] = c_m, p_m
+            probs[m] = self._softmax(logp_m, z_m, scale, inv_t[m])
+        return cand, p, probs
+
     def draft_block(
         self,
         classes: np.ndarray,
@@ -233,27 +314,26 @@ class DSparkDrafter:
         inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
         rows = np.arange(batch)
         prev2, prev = anchor_prev.astype(np.int64), anchors.astype(np.int64)
+        # A temperature-1 or greedy row's logits are multiplied by exactly 1: the tables hold them.
+        own = (inv_t[:, 0] != 1.0) if self.tabulate else None
+        any_greedy = bool(greedy_rows.any())
         for slot in range(k):
-            cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
-            logits = self.sharpness * logp
-            scale = self.slot_error_scale(classes, k, slot, miss_u)
-            if np.any(scale > 0.0):
-                logits += scale[:, None] * z
-            logits *= inv_t
-            logits -= logits.max(axis=1, keepdims=True)
-            probs = np.exp(logits)
-            probs /= probs.sum(axis=1, keepdims=True)
-            choice = probs.argmax(axis=1)
+            if own is not None:
+                cand, p, probs = self._slot_from_tables(classes, prev2, prev, k, slot, numerics, own, inv_t)
+            else:
+                cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
+                probs = self._softmax(logp, z, self.slot_error_scale(classes, k, slot, miss_u), inv_t)
             if probabilistic:
                 cdf = np.cumsum(probs, axis=1)
-                sampled = np.minimum((cdf < uniforms[:, slot, None] * cdf[:, -1:]).sum(axis=1), topk - 1)
-                choice = np.where(greedy_rows, choice, sampled)
+                choice = np.minimum((cdf < uniforms[:, slot, None] * cdf[:, -1:]).sum(axis=1), topk - 1)
                 qv = probs.astype(np.float32)
-                g = np.flatnonzero(greedy_rows)
-                if g.size:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
+                if any_greedy:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
+                    g = np.flatnonzero(greedy_rows)
+                    choice[g] = probs[g].argmax(axis=1)
                     qv[g] = 0.0
                     qv[g, choice[g]] = 1.0
             else:
+                choice = probs.argmax(axis=1)
                 qv = np.zeros((batch, topk), dtype=np.float32)
                 qv[rows, choice] = 1.0
             token = cand[rows, choice]
