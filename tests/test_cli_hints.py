@@ -184,7 +184,11 @@ def _printed_problems(path: tuple[str, ...], output: str) -> list[str]:
 
 @pytest.fixture
 def two_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gb300lane import lane
     from gb300lane.lane import InstanceInfo, manage
+
+    # The package's name is bound before the patch, so the fake never becomes `lane.list_instances` for later tests.
+    assert lane.list_instances is manage.list_instances
 
     def fake() -> list[InstanceInfo]:  # only what resolving a name reads
         return [
