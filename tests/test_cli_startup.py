@@ -6,14 +6,18 @@ itself is measured in benchmarks/cli.py.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import typer
+import typer.main
 from fakes.dockerd import ping_only_engine
 
+from gb300lane.cli.main import GROUPS, app, app_for
 from gb300lane.runtime import dockerhost
 
 #: Loaded by the commands that need them (bench, cards, spec, the engine), never to print help or status.
@@ -49,6 +53,42 @@ def test_help_loads_no_model_library_either() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = sorted({n.split(".")[0] for n in names} & {"pydantic", "yaml", "psutil", "docker"})
     assert not loaded, f"`gb300lane --help` imported {', '.join(loaded)}"
+
+
+def test_a_command_without_models_loads_no_pydantic() -> None:
+    # typer would convert `--json` through a pydantic TypeAdapter; the CLI converts by click's rules instead.
+    names, proc = imported_modules("version", "--json")
+    assert proc.returncode == 0 and '"version"' in proc.stdout, proc.stderr[-2000:]
+    assert not {n for n in names if n.split(".")[0] in ("pydantic", "pydantic_core")}
+
+
+def test_a_command_loads_only_its_own_command_module() -> None:
+    # sys.modules at exit (importlib.import_module, which loads a command module, is not in the importtime list).
+    code = (
+        "import sys\nfrom gb300lane.cli.main import main\nsys.argv = ['gb300lane', 'status']\n"
+        "try:\n    main()\nfinally:\n    print(' '.join(sys.modules), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "production:" in proc.stdout, proc.stderr[-2000:]
+    loaded = proc.stderr.split()
+    commands = {n.removeprefix("gb300lane.cli.") for n in loaded if n.startswith("gb300lane.cli.")}
+    assert "lane" in commands and not commands & (set(GROUPS) - {"lane"}), sorted(commands)
+
+
+def test_the_module_of_each_command_is_the_one_that_registers_it() -> None:
+    for module, names in GROUPS.items():
+        one = typer.Typer()
+        importlib.import_module(f"gb300lane.cli.{module}").register(one)
+        registered = {c.name for c in one.registered_commands} | {g.name for g in one.registered_groups}
+        assert registered == set(names), module
+    top = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert set(top) == {n for names in GROUPS.values() for n in names} | {"version"}
+    for argv in (["status", "--json"], ["card", "run", "x"], ["engine-image", "build"], ["version"]):
+        sub = typer.main.get_command(app_for(argv)).commands  # type: ignore[attr-defined]
+        assert argv[0] in sub and len(sub) < len(top)
+        assert sub[argv[0]].params.__len__() == top[argv[0]].params.__len__()
+    for argv in ([], ["--version"], ["--help"], ["stauts"], ["--install-completion"]):
+        assert app_for(argv) is app
 
 
 def test_status_loads_the_docker_sdk_only_when_a_container_of_ours_may_exist(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ def acts_on_host(fn: Callable[P, R]) -> Callable[..., R]:
     # Evaluated annotations: a __signature__ is taken as it is, so `Annotated[...]` must not stay a string.
     sig = inspect.signature(fn, eval_str=True)
     option = inspect.Parameter(
-        _PARAM, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--host", help=HOST_HELP),
+        _PARAM, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--host", metavar="HOST", help=HOST_HELP),
         annotation=Optional[str],
     )  # fmt: skip
 

@@ -13,22 +13,32 @@ and never cuts an option's name), with names rather than types as metavars:
 `--port PORT`, `up RECIPE`, and nothing after a flag. Every command module
 imports its library when the command runs, so `gb300lane --help` loads
 neither pydantic's models nor numpy.
+
+Start-up: the console script builds only the command module its command
+line names (`GROUPS`; `gb300lane status` never imports the card or bench
+commands), and parameter values convert by click's rules
+(`gb300lane.cli.params`) rather than through pydantic. `app` is every
+command, for tests and tools.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
 import re
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
-from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperOption
 
 from gb300lane import __version__
-from gb300lane.cli import bench, card, engine, lane, metrics, promote, recipes, spec, verify
 from gb300lane.cli.common import err_console, fail
+from gb300lane.cli.params import ConvertingGroup, convert_with_click_rules
 from gb300lane.errors import LaneError
 from gb300lane.fsio import STORAGE_ERRNOS, storage_error
 
@@ -53,7 +63,8 @@ class _Argument(TyperArgument):
         return None
 
     def _usage_display_name(self) -> str:
-        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        raw = self.display_name_raw.strip("[]")  # a metavar given as `[TARGET]` is bracketed once, not twice
+        name = raw if self.required else f"[{raw}]"
         return name + ("..." if self.nargs != 1 else "")
 
 
@@ -129,12 +140,17 @@ def _validation_error(exc: Exception) -> str | None:
     return format_validation_error(exc)
 
 
-class LaneGroup(TyperGroup):
+class LaneGroup(ConvertingGroup):
     """The top-level group: runs a command and maps what the library raised to a message and an exit code."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _tidy_help(self)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # typer appends the completion options after building the group: every parameter is here by now.
+        convert_with_click_rules(self)
+        return super().main(*args, **kwargs)
 
     # typer.Context is the click context of whichever click typer uses (vendored in recent typer).
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
@@ -154,14 +170,19 @@ class LaneGroup(TyperGroup):
             fail(message, 1)
 
 
-app = typer.Typer(
-    name="gb300lane",
-    cls=LaneGroup,
-    help="Run one LLM serving lane on evidence: recipes, boot checks, bench windows, cards, promotion.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-)
+#: Each command module (`gb300lane.cli.<module>`), in the order its commands are listed, and the top-level
+#: commands and groups it registers. A command line that names one of them loads that module alone.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "recipes": ("render", "recipes"),
+    "spec": ("spec",),
+    "engine": ("engine",),
+    "lane": ("up", "down", "status", "logs", "engine-image"),
+    "bench": ("smoke", "bench"),
+    "card": ("card",),
+    "promote": ("promote", "rollback", "history", "prune"),
+    "verify": ("verify",),
+    "metrics": ("metrics",),
+}
 
 
 def installed_version() -> str:
@@ -180,7 +201,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     _version: bool = typer.Option(
         False, "--version", is_eager=True, expose_value=False, callback=_print_version,
@@ -190,11 +210,6 @@ def _root(
     """Run one LLM serving lane on evidence."""
 
 
-for module in (recipes, spec, engine, lane, bench, card, promote, verify, metrics):
-    module.register(app)
-
-
-@app.command("version", help="Print the tool version.")
 def version(as_json: bool = typer.Option(False, "--json", help="Print the name and version as JSON.")) -> None:
     if as_json:
         from gb300lane.cli.common import print_json
@@ -204,6 +219,62 @@ def version(as_json: bool = typer.Option(False, "--json", help="Print the name a
     typer.echo(installed_version())
 
 
+def build_app(modules: Iterable[str] = tuple(GROUPS)) -> typer.Typer:
+    """The `gb300lane` app with the commands of these modules (of GROUPS), and `version`."""
+    built = typer.Typer(
+        name="gb300lane",
+        cls=LaneGroup,
+        help="Run one LLM serving lane on evidence: recipes, boot checks, bench windows, cards, promotion.",
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+    )
+    built.callback()(_root)
+    for module in modules:
+        importlib.import_module(f"gb300lane.cli.{module}").register(built)
+    built.command("version", help="Print the tool version.")(version)
+    return built
+
+
+_FULL: list[typer.Typer] = []
+
+
+def full_app() -> typer.Typer:
+    """Every command (built once): the app tests and tools import as `gb300lane.cli.main.app`."""
+    if not _FULL:
+        _FULL.append(build_app())
+    return _FULL[0]
+
+
+if TYPE_CHECKING:
+    app: typer.Typer
+else:
+
+    def __getattr__(name: str) -> typer.Typer:
+        if name == "app":
+            return full_app()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def app_for(argv: Sequence[str]) -> typer.Typer:
+    """The app that runs `argv`: the one module its command is in, or `version` alone; every command otherwise.
+
+    What a command does, prints and exits with is the same either way (its usage line and help included); the
+    top-level help, a misspelt command's suggestions and shell completion see every command.
+    """
+    word = argv[0] if argv else ""
+    if word == "version":
+        return build_app(())
+    for module, names in GROUPS.items():
+        if word in names:
+            return build_app((module,))
+    return full_app()
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    # pydantic looks for third-party plugins the first time it builds a model, by reading the entry points of
+    # every installed distribution: tens of milliseconds of each command. The tool's models run none; a value
+    # the user set (some plugins disabled, or none) is theirs.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    app_for(sys.argv[1:])()

@@ -12,8 +12,6 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-import psutil
-
 from gb300lane.errors import StateError
 from gb300lane.placement import scope_suffix
 from gb300lane.promote import lock as lock_mod
@@ -89,6 +87,8 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
 
 def process_alive(tr: Transition) -> bool:
     """True when the process that began `tr` still runs (the same process: not a later one given its pid)."""
+    import psutil  # only an unfinished transition is looked at: `status` of a settled lane never loads it
+
     try:
         proc = psutil.Process(tr.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:

@@ -26,9 +26,8 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import psutil
 from pydantic import Field, ValidationError
 
 from gb300lane import paths
@@ -36,6 +35,9 @@ from gb300lane.errors import BootError, StateError, StorageError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.models import FrozenModel
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
+
+if TYPE_CHECKING:  # psutil loads when a process is looked at: `status` with no process instance never does
+    import psutil
 
 #: Names passed through from the invoking environment: the process runtime's
 #: equivalent of an image's default env (PATH and friends). Everything else
@@ -115,6 +117,8 @@ _SAME_START_S = 0.05
 def _live(pid: int, created: float | None = None) -> psutil.Process | None:
     """The running process `pid` (created at `created`, when known); None when it is gone, a zombie or a later
     process given the same pid."""
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if created is not None and abs(proc.create_time() - created) > _SAME_START_S:
@@ -129,6 +133,8 @@ def _live(pid: int, created: float | None = None) -> psutil.Process | None:
 
 
 def _gone(proc: psutil.Process) -> bool:
+    import psutil
+
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -266,6 +272,8 @@ class ProcessRuntime(Runtime):
 
     def _terminate(self, pid: int, created: float | None, timeout_s: float) -> int | None:
         """SIGTERM the process group and every descendant, SIGKILL after the timeout; the exit status when observable."""
+        import psutil
+
         leader = _live(pid, created)
         tree: list[psutil.Process] = []
         if leader is not None:
@@ -356,6 +364,8 @@ class ProcessRuntime(Runtime):
             return rec  # a read (status) on a full or read-only disk still reports; the record catches up later
 
     def _info(self, rec: ProcessRecord) -> ContainerInfo:
+        import psutil
+
         argv, env = rec.argv, rec.env
         if rec.state == "running" and rec.pid is not None:
             # The kernel's view is the evidence; the record is only the fallback.
