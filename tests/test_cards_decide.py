@@ -118,3 +118,49 @@ def test_sequential_power_and_expected_size() -> None:
     assert power < 0.9  # the same maximum as the fixed design loses power ...
     power, used = power_and_stop(b, drift * 1.178 ** 0.5)  # ... which an 18% larger maximum restores
     assert power == pytest.approx(0.9, abs=0.005) and used * 1.178 < 0.72
+
+
+def _aa_boots(rng: np.random.Generator, n: int, boot_sd: float, sd: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """A/A with each arm its own boot: B and two controls, every arm's units shifted by its boot."""
+    base = 3.0 * (1 + 0.3 * rng.standard_normal(n))
+    arms = [base * (1 + boot_sd * rng.standard_normal()) * (1 + sd * rng.standard_normal(n)) for _ in range(3)]
+    return arms[1], (arms[0] + arms[2]) / 2
+
+
+def test_a_registered_boot_sd_keeps_the_aa_error_rate_that_the_units_alone_miss() -> None:
+    """Boots shift whole arms by 0.4%; 200 units see 0.35% of sampling noise. The units-only test calls A/A
+    significant far beyond 5%; with the boot component in its variance it keeps alpha on both tails."""
+    from gb300lane.cards.stats import BootVariance
+
+    rng = np.random.default_rng(11)
+    plain = {"PASS": 0, "FAIL": 0, "INCONCLUSIVE": 0}
+    booted = dict(plain)
+    trials = 1500
+    for _ in range(trials):
+        b, c = _aa_boots(rng, 200, 0.004)
+        plain[ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025).decision] += 1
+        booted[ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025,
+                          boot=BootVariance(sd=0.004)).decision] += 1
+    assert (plain["PASS"] + plain["FAIL"]) / trials > 0.15
+    for tail in ("PASS", "FAIL"):
+        assert booted[tail] / trials == pytest.approx(0.025, abs=0.013), booted
+
+
+def test_boot_component_widens_the_interval_and_satterthwaite_counts_its_df() -> None:
+    from gb300lane.cards.stats import BootVariance
+
+    b, c = _pair(np.random.default_rng(12), 300, 0.02)
+    plain = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025)
+    known = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025, boot=BootVariance(sd=0.01))
+    few = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025, boot=BootVariance(sd=0.01, df=5))
+    assert plain.df == 299 and known.df is not None and known.df > 299 and few.df is not None and few.df < 40
+    assert plain.low is not None and known.low is not None and few.low is not None
+    assert few.low < known.low < plain.low and plain.estimate == known.estimate
+    assert "boot sd 1.00% (taken as known)" in known.reason and "df 5" in few.reason
+    # more boots per arm (stages) shrink the component; the interval stays the set of margins the test keeps
+    staged = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025,
+                        boot=BootVariance(sd=0.01, boots=4))
+    assert staged.low is not None and known.low < staged.low < plain.low
+    for m in (staged.low - 1e-4, staged.low + 1e-4):
+        d = ratio_test(b, c, test="superiority", margin=m, level_one_sided=0.025, boot=BootVariance(sd=0.01, boots=4))
+        assert (d.decision == "INCONCLUSIVE") == (m > staged.low)

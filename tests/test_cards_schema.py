@@ -88,3 +88,15 @@ def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path,
     assert {p.stem for p in known_cards()} >= {"local-br1", "local-br2", "br1-block-verification"}
     with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, local-br1"):
         resolve_card_path("no-such-card")
+
+
+def test_boot_sd_is_registered_with_the_gate_and_checked() -> None:
+    card, _ = load_card(Path(__file__).parent / "data" / "cards" / "tested.yaml")
+    gate = card.gate("tokens-per-step")
+    with_boot = card.model_copy(update={"gates": tuple(
+        g.model_copy(update={"boot_sd": 0.002, "boot_df": 50}) if g.id == gate.id else g for g in card.gates)})
+    assert gates_hash(with_boot) != gates_hash(card)
+    for bad, why in (({"boot_df": 10}, "boot_df is set without boot_sd"),
+                     ({"boot_sd": 0.002, "interval": "bca"}, "boot_sd needs interval t")):
+        with pytest.raises(ValueError, match=why):
+            type(gate).model_validate({**gate.model_dump(), **bad})

@@ -9,6 +9,10 @@ margin and alpha are the gate's, registered before any arm ran; nothing here
 is derived from the data it judges. At a look of a group-sequential design,
 the one-sided level is the one the design's alpha spending allows there.
 
+A gate's registered `boot_sd` adds each arm's boot-to-boot shift to the
+test's variance (`cards.stats`): an arm boots once per stage, so at look s
+its data spans s boots, and the component is divided by s.
+
 Verdict mapping: a superiority or non-inferiority test decides the gate
 (PASS, FAIL, or INCONCLUSIVE when the interval straddles the margin). The
 controls' equivalence test never makes a card FAIL: controls that are not
@@ -25,7 +29,7 @@ from gb300lane.cards.data import ArmData, merged_cells
 from gb300lane.cards.results import GateResult, GateTest, Metric, Status, combine
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, TokensPerStepTest
 from gb300lane.cards.sequential import Spending, nominal_level
-from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_units, ratio_test
+from gb300lane.cards.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
 
 TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
 
@@ -138,8 +142,9 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
     for cell, ks in groups:
         sub, ref = _paired(_by_transcript(s_units, ks), [_by_transcript(r, ks) for r in r_units])
         b, c = paired_units(sub, ref)
+        boot = BootVariance(sd=gate.boot_sd, df=gate.boot_df, refs=len(refs), boots=look.number)
         rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
-                        seed=_seed(gate.id, cell, look.number), who=subject.arm)
+                        seed=_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
         tests.append(GateTest(
             metric=metric,
             cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,
@@ -172,6 +177,9 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         observed = f"{len(tests)} cells, {comparison} {span}; lowest bound {_describe(worst)}"
     noise = (f"paired by transcript, {METRIC_LABEL[metric]}; "
              f"{sum(requests.get(k, 0) for k in keys)} requests per arm")
+    if gate.boot_sd > 0:
+        noise += (f"; plus a boot sd of {gate.boot_sd:.2%} per arm ("
+                  + ("taken as known" if gate.boot_df is None else f"df {gate.boot_df}") + f", {look.number} boot(s) each)")
     if status == "PASS":
         reasons = tuple([tests[0].reason] if len(tests) == 1 else
                         [f"all {len(tests)} cells: {tests[0].reason.split(':')[0]}"])

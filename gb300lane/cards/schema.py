@@ -93,6 +93,27 @@ class _TestedGate(_WindowGate):
     decides: bool = Field(
         default=True, description="false: a diagnostic, printed with its test but never part of the verdict."
     )
+    boot_sd: float = Field(
+        default=0.0, ge=0, lt=0.5,
+        description="Relative SD of one boot's mean of the metric beyond its requests' own noise (a boot's "
+        "numerics shift a whole arm): added to the test's variance for every arm (cards.stats). Measure it with "
+        "`gb300lane card plan CARD --boots N`, which prints the value and its df; registered and hashed with the gate.",
+    )
+    boot_df: int | None = Field(
+        default=None, ge=1,
+        description="Degrees of freedom of boot_sd's estimate (card plan prints them); the test's df is then "
+        "Welch-Satterthwaite's. Absent: boot_sd is taken as known.",
+    )
+
+    @model_validator(mode="after")
+    def _boot(self) -> _TestedGate:
+        if self.boot_sd > 0 and self.interval == "bca":
+            raise ValueError(f"gate {self.id}: boot_sd needs interval t (the BCa bootstrap resamples requests, "
+                             "never boots); set interval: t or drop boot_sd")
+        if self.boot_df is not None and self.boot_sd <= 0:
+            raise ValueError(f"gate {self.id}: boot_df is set without boot_sd; set boot_sd (card plan --boots "
+                             "measures it) or drop boot_df")
+        return self
 
 
 class TokensPerStepTest(_TestedGate):

@@ -9,6 +9,20 @@ interval printed beside it is Fieller's, the set of margins that test does
 not reject, so the interval and the decision always agree. `method: bca`
 uses scipy's BCa bootstrap interval instead and decides from it.
 
+Boots. Each arm is one boot (one per stage), and a boot has its own
+numerics, so an arm's mean can sit off the lane's by a shift its own
+requests cannot show: the paired units' spread does not contain it. A gate
+that registers `boot_sd` (sigma_b, the relative SD of a boot's mean beyond
+its requests' noise, measured by `card plan --boots`) has it added to the
+variance of each arm's mean: Var(mean b) += sigma_b^2 mean(b)^2 / S and
+Var(mean c) += sigma_b^2 mean(c)^2 / (S k), with k reference arms and S
+boots (stages) per arm. Under A/A the test's variance is then
+V_n + (1 + 1/k) sigma_b^2 / S (1.5 sigma_b^2 for B against two controls'
+mean, 2 sigma_b^2 for A against A2). The test stays a t-test: Fieller's
+interval on the enlarged variances, with Welch-Satterthwaite degrees of
+freedom from the units' n - 1 and the registered `boot_df` of sigma_b
+(none: sigma_b taken as known).
+
 Legacy helpers for the write-up's point-ratio gates (`spread`,
 `paired_bootstrap`) stay here for the cards that use them.
 """
@@ -97,24 +111,82 @@ class RatioTest:
     reason: str
 
 
-def _t_at(b: np.ndarray, c: np.ndarray, margin: float) -> float:
-    """The paired t statistic of e = b - (1 + margin) c against 0 (+-inf when e has no spread)."""
-    e = b - (1.0 + margin) * c
-    mean = float(e.mean())
-    sd = float(e.std(ddof=1))
-    if sd <= 1e-12 * max(1.0, abs(mean), float(np.abs(c).mean())):
-        if abs(mean) <= 1e-12 * max(1.0, float(np.abs(c).mean())):
-            return math.nan  # an exact tie: no evidence either way
-        return math.copysign(math.inf, mean)
-    return mean / (sd / math.sqrt(len(e)))
+@dataclass(frozen=True)
+class BootVariance:
+    """The between-boot component a gate registered: sigma_b (relative), its degrees of freedom, the arms' boots.
+
+    `refs` is the number of reference arms whose mean is compared (2 for B
+    against mean(A, A2), 1 for A against A2); `boots` the boots (stages)
+    each arm's data spans.
+    """
+
+    sd: float = 0.0
+    df: int | None = None
+    refs: int = 2
+    boots: int = 1
+
+    def extra(self, mb: float, mc: float) -> tuple[float, float]:
+        """Added variance of mean(b) and of mean(c) (absolute units)."""
+        v = self.sd * self.sd / max(1, self.boots)
+        return v * mb * mb, v * mc * mc / max(1, self.refs)
+
+    def describe(self) -> str:
+        known = "taken as known" if self.df is None else f"df {self.df}"
+        return f"boot sd {self.sd:.2%} ({known}), {self.boots} boot(s) per arm"
 
 
-def fieller(b: np.ndarray, c: np.ndarray, tcrit: float) -> tuple[float | None, float | None]:
-    """Fieller's interval for mean(b)/mean(c) - 1: the margins the paired t-test at `tcrit` does not reject."""
+NO_BOOT = BootVariance()
+
+
+def _moments(b: np.ndarray, c: np.ndarray, boot: BootVariance) -> tuple[float, float, float, float, float, float, float]:
+    """(mean b, mean c, Var mean b, Cov, Var mean c, and the units' parts of the two variances)."""
     n = len(b)
     mb, mc = float(b.mean()), float(c.mean())
     cov = np.cov(np.vstack([b, c]), ddof=1)
     sbb, sbc, scc = float(cov[0, 0]) / n, float(cov[0, 1]) / n, float(cov[1, 1]) / n
+    eb, ec = boot.extra(mb, mc)
+    return mb, mc, sbb + eb, sbc, scc + ec, sbb, scc
+
+
+def satterthwaite(b: np.ndarray, c: np.ndarray, ratio: float, boot: BootVariance) -> int:
+    """Welch-Satterthwaite degrees of freedom of mean(b) - ratio mean(c): the units' part on n - 1, the
+    boots' part on the registered df of sigma_b (infinite when it is taken as known); rounded down."""
+    n = len(b)
+    if boot.sd <= 0:
+        return n - 1
+    mb, mc, _, sbc, _, sbb, scc = _moments(b, c, boot)
+    eb, ec = boot.extra(mb, mc)
+    v_units = max(0.0, sbb - 2 * ratio * sbc + ratio * ratio * scc)
+    v_boot = eb + ratio * ratio * ec
+    den = v_units * v_units / (n - 1) + (0.0 if boot.df is None else v_boot * v_boot / boot.df)
+    if den <= 0:
+        return n - 1
+    return max(1, int(math.floor((v_units + v_boot) ** 2 / den)))
+
+
+def _t_at(b: np.ndarray, c: np.ndarray, margin: float, boot: BootVariance = NO_BOOT) -> float:
+    """The paired t statistic of e = b - (1 + margin) c against 0 (+-inf when e has no spread), its variance
+    enlarged by the registered boot component."""
+    x = 1.0 + margin
+    e = b - x * c
+    mean = float(e.mean())
+    sd = float(e.std(ddof=1))
+    scale = max(1.0, float(np.abs(c).mean()))
+    var = sd * sd / len(e)
+    if boot.sd > 0:
+        eb, ec = boot.extra(float(b.mean()), float(c.mean()))
+        var += eb + x * x * ec
+    if math.sqrt(var) <= 1e-12 * max(scale, abs(mean)):
+        if abs(mean) <= 1e-12 * scale:
+            return math.nan  # an exact tie: no evidence either way
+        return math.copysign(math.inf, mean)
+    return mean / math.sqrt(var)
+
+
+def fieller(b: np.ndarray, c: np.ndarray, tcrit: float,
+            boot: BootVariance = NO_BOOT) -> tuple[float | None, float | None]:
+    """Fieller's interval for mean(b)/mean(c) - 1: the margins the paired t-test at `tcrit` does not reject."""
+    mb, mc, sbb, sbc, scc, _, _ = _moments(b, c, boot)
     t2 = tcrit * tcrit
     qa = mc * mc - t2 * scc
     qb = -2.0 * (mb * mc - t2 * sbc)
@@ -153,7 +225,8 @@ def _bca(b: np.ndarray, c: np.ndarray, level: float, seed: int) -> tuple[float |
 
 
 def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, level_one_sided: float,
-               method: IntervalMethod = "t", seed: int = BOOTSTRAP_SEED, who: str = "B") -> RatioTest:
+               method: IntervalMethod = "t", seed: int = BOOTSTRAP_SEED, who: str = "B",
+               boot: BootVariance = NO_BOOT) -> RatioTest:
     """Test mean(b)/mean(c) - 1 against `margin` at one-sided level `level_one_sided`.
 
     superiority: PASS when r > margin is shown, FAIL when r < margin is shown.
@@ -161,6 +234,8 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
     equivalence (TOST): PASS when -margin < r < margin is shown (both one-sided
     tests reject), FAIL when the interval lies wholly outside the band.
     Anything else is INCONCLUSIVE: a tie never passes superiority.
+    With `boot` (a registered sigma_b > 0) the variance carries the boots' shift (module docstring); the
+    BCa interval resamples units only, so a bca gate with a boot component is refused at registration.
     """
     from scipy import stats as sps
 
@@ -174,18 +249,18 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
         return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
                          baseline=base, decision="INCONCLUSIVE", reason="the reference mean is not positive")
     est = float(b.mean()) / base - 1.0
-    df = n - 1
+    df = satterthwaite(b, c, 1.0 + est, boot)
     level = 1.0 - 2.0 * level_one_sided
     tcrit = float(sps.t.ppf(1.0 - level_one_sided, df))
     if method == "bca":
         low, high = _bca(b, c, level, seed)
     else:
-        low, high = fieller(b, c, tcrit)
-    iv = _interval_text(low, high, level)
+        low, high = fieller(b, c, tcrit, boot)
+    iv = _interval_text(low, high, level) + ("" if boot.sd <= 0 else f" with {boot.describe()}")
     bound = margin if test == "superiority" else -margin
 
     if test == "equivalence":
-        t_lo, t_hi = _t_at(b, c, -margin), _t_at(b, c, margin)
+        t_lo, t_hi = _t_at(b, c, -margin, boot), _t_at(b, c, margin, boot)
         p = max(float(sps.t.sf(t_lo, df)), float(sps.t.cdf(t_hi, df))) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
         stat = min(t_lo, -t_hi) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
         if method == "bca":
@@ -204,7 +279,7 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
         return RatioTest(n, est, low, high, stat, df, p, base, "INCONCLUSIVE",
                          f"equivalence not shown: {iv} is not inside {band}")
 
-    stat = _t_at(b, c, bound)
+    stat = _t_at(b, c, bound, boot)
     if math.isnan(stat):
         return RatioTest(n, est, low, high, None, df, None, base, "INCONCLUSIVE",
                          f"an exact tie at the margin {_pct(bound)}: no evidence either way")
