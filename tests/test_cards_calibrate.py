@@ -109,7 +109,7 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
     keep.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second
     ran: list[int] = []
     real = cal_mod.run_replicate
-    monkeypatch.setattr(cal_mod, "run_replicate", lambda ln, c, s, r: ran.append(r) or real(ln, c, s, r))
+    monkeypatch.setattr(cal_mod, "run_replicate", lambda ln, c, s, r, *a: ran.append(r) or real(ln, c, s, r, *a))
     again, outcomes2 = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     assert ran == [1] and outcomes2 == outcomes and again.power == full.power
     assert [json.loads(x)["outcomes"][0]["replicate"] for x in keep.read_text().splitlines()] == [0, 1]
@@ -178,3 +178,56 @@ def test_aa_tokens_per_step_test_keeps_its_error_rate(tmp_path: Path, lane: InPr
     rate = proportion(rejected, len(outcomes))
     assert rate.low <= 0.05, rate.describe()
     assert cal.false_better.rate <= 0.05, cal.false_better
+
+
+def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
+        lane: InProcessLane, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    cal_mod = importlib.import_module("gb300lane.cards.calibrate")
+    card, _ = load_card(DATA / "tested.yaml")
+    raw = cal_mod.raw_file(card, 5)
+    first, outcomes = calibrate(card, 2, seed=5, lane=lane, raw=raw)
+    assert len(cal_mod.load_raw(raw)) == 8  # A, A2, B as written and A as B, per replicate
+    assert set(first.boot_check) == {"tokens-per-step", "decode-no-loss", "decode-per-class", "controls-agree"}
+    assert first.boot_check["tokens-per-step"].boots == 6 and first.reused_arm_stages == 0
+    booted = card.model_copy(update={"gates": tuple(
+        g.model_copy(update={"boot_sd": 0.05, "boot_df": 40}) if g.id == "tokens-per-step" else g
+        for g in card.gates)})
+    assert cal_mod.raw_file(booted, 5) == raw and cal_mod.progress_file(booted, 5) != cal_mod.progress_file(card, 5)
+
+    def no_engine(*_a: object, **_k: object) -> None:
+        raise AssertionError("the engine ran")
+
+    monkeypatch.setattr(InProcessLane, "run_arm", no_engine)
+    again, rescored = calibrate(booted, 2, seed=5, lane=lane, raw=raw)
+    assert again.reused_arm_stages == 8 and again.boot_check["tokens-per-step"].registered_sd == 0.05
+    # the same arms, a wider test: every estimate is the same and a 5% boot sd leaves nothing decided
+    assert [o.estimates["tokens-per-step"] for o in rescored] == [o.estimates["tokens-per-step"] for o in outcomes]
+    assert {o.gates["tokens-per-step"] for o in rescored} == {"INCONCLUSIVE"}
+    same, same_outcomes = calibrate(card, 2, seed=5, lane=lane, raw=raw)
+    assert same_outcomes == outcomes
+
+
+def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_leaves_it_out() -> None:
+    from gb300lane.cards.plan import earlier_boots, run_boot_study
+
+    card, path = load_card(DATA / "tested.yaml")
+    rec = register(card, path.read_text())
+    run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.05, n_transcripts=6).ops())
+    d = run_boot_study(card, 4)
+    assert len(list(d.glob("boot-*.json"))) == 4 and (d / "boots.json").is_file()
+    found = earlier_boots(card)
+    assert found is not None and len(found[0]) == 4
+    plan = plan_for(card, pilot=False)
+    tps = next(g for g in plan.gates if g.gate == "tokens-per-step")
+    assert tps.boot_sd_measured is not None and tps.boot_f_ratio is not None and plan.boot_source.startswith("4 boots")
+    assert tps.boot_sd == tps.boot_sd_measured and tps.boot_sd_registered == 0.0
+    # a registered boot sd is what the power uses, and a large one costs power the requests cannot buy back
+    big = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.03}) if g.id == "tokens-per-step"
+                                                 else g for g in card.gates)})
+    bp = next(g for g in plan_for(big, pilot=False).gates if g.gate == "tokens-per-step")
+    assert bp.boot_sd == 0.03 and bp.power is not None and tps.power is not None and bp.power < tps.power
+    assert bp.requests_per_arm_for_target is None and "boots" in bp.note
+    if tps.boot_sd_measured > 0:
+        assert any("leaves the boots' shift out" in w for w in registration_warnings(card, registration_plan(card)))

@@ -16,6 +16,16 @@ and the same gate code as `card score`. The rates are:
 each with a 95% Clopper-Pearson interval. Boot gates are not exercised (there
 is no boot); the output says so. Results are receipts under
 `results/calibrations/`.
+
+What the engine measured is kept apart from what the gates made of it: every
+arm-stage a replicate runs (its windows' per-transcript values, counters and
+output digests) is appended to a raw file keyed by what runs (the card
+without its gates, the seed and the engine's fingerprint), so a calibration
+of changed gates (another alpha, margin or boot_sd) re-scores the same
+replicates without running the engine again. The arms' boot shifts are
+measured from the same raw data (`boot_check`): each replicate has three
+boots of the control recipe (A, A2 and A-as-B), which is a check of the
+boot_sd the card registered, never an input to it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -33,10 +44,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import __version__
-from gb300lane.cards.data import ArmData, BootFacts
+from gb300lane.cards.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.gates import evaluate
 from gb300lane.cards.looks import decide, design_look
-from gb300lane.cards.receipts import stage_count, utc_now
+from gb300lane.cards.receipts import merge_stages, stage_count, utc_now
 from gb300lane.cards.results import Status
 from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
 from gb300lane.cards.schema import (
@@ -53,7 +64,7 @@ from gb300lane.cards.schema import (
 from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded, engine_fingerprint
 from gb300lane.cards.stats import proportion
 from gb300lane.errors import CardError
-from gb300lane.fsio import atomic_write, dumps_json, write_once
+from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes, write_once
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
@@ -73,6 +84,8 @@ class ReplicateOutcome(FrozenModel):
     requests_per_arm: int = Field(description="Primary-window requests per arm until it stopped.")
     gates: dict[str, Status] = Field(description="Gate id -> status at the stopping look.")
     estimates: dict[str, float | None] = Field(default_factory=dict, description="Aggregate tested gates: estimate.")
+    statistics: dict[str, float | None] = Field(default_factory=dict,
+                                                description="Aggregate tested gates: t at the margin.")
 
 
 class RateCI(FrozenModel):
@@ -81,6 +94,18 @@ class RateCI(FrozenModel):
     high: float = Field(description="95% Clopper-Pearson upper bound.")
     events: int = Field(description="Replicates with the event.")
     replicates: int = Field(description="Replicates.")
+
+
+class BootCheck(FrozenModel):
+    """A gate's registered boot sd against what the calibration's control boots show."""
+
+    registered_sd: float = Field(description="boot_sd the gate registered.")
+    measured_sd: float = Field(description="Relative between-boot SD from the replicates' control boots (0 when "
+                               "the estimate is negative).")
+    measured_sd_signed: float = Field(description="The same, signed: sqrt(|s2|) with the sign of the estimate.")
+    df: float | None = Field(description="Satterthwaite degrees of freedom of the estimate.")
+    f_ratio: float = Field(description="Between-boot over within mean square (1 when there is no boot effect).")
+    boots: int = Field(description="Control boots used.")
 
 
 class Calibration(FrozenModel):
@@ -109,6 +134,10 @@ class Calibration(FrozenModel):
     gates_exercised: tuple[str, ...] = Field(description="Gates scored in the fast path.")
     gates_not_exercised: tuple[str, ...] = Field(description="Boot gates: no boot happens in the fast path.")
     fast_path: str = Field(description="How the fast path differs from a full card run.")
+    boot_check: dict[str, BootCheck] = Field(
+        default_factory=dict, description="Tested gate id -> the boot sd the control boots of the replicates show, "
+        "beside the one the gate registered (a check, never an input).")
+    reused_arm_stages: int = Field(default=0, description="Arm-stages taken from the raw file instead of run.")
     cpu_seconds: float = Field(description="CPU seconds of the replicates (all workers).")
     workers: int = Field(description="Processes that ran replicates.")
 
@@ -137,8 +166,81 @@ def window_gates(card: Card) -> tuple[Any, ...]:
     return tuple(g for g in card.gates if isinstance(g, WINDOW_GATES))
 
 
-def run_replicate(lane: InProcessLane, card: Card, seed: int, replicate: int) -> list[ReplicateOutcome]:
-    """Both scenarios of one replicate; a sequential card stops each scenario at its own look."""
+class ArmStage(FrozenModel):
+    """What one arm measured in one stage of one replicate (a line of the raw file)."""
+
+    replicate: int = Field(description="Replicate number.")
+    key: str = Field(description="A, A2 (controls), B:card (B as written) or B:aa (the control recipe as B).")
+    stage: int = Field(description="Stage (1 for a fixed design).")
+    recipe: str = Field(description="Recipe the arm booted.")
+    boot_seed: int = Field(description="The arm's boot seed (its numerics).")
+    cpu_s: float = Field(description="CPU seconds it took.")
+    windows: dict[str, WindowData] = Field(description="Window name -> what the arm measured in this stage.")
+
+
+#: (replicate, key, stage) -> a raw line (parsed only when used)
+RawStore = dict[tuple[int, str, int], str]
+_HEAD = re.compile(r'^\{"boot_seed": (\d+), "cpu_s": [^,]+, "key": "([^"]+)", "recipe": "[^"]*", '
+                   r'"replicate": (\d+), "stage": (\d+), "windows": ')
+
+
+def run_hash(card: Card) -> str:
+    """sha256 of what a replicate runs, not how it is judged: the card without its gates."""
+    payload = card.model_dump(mode="json", exclude={"gates", "name", "title", "description"})
+    return sha256_bytes(dumps_json(payload))
+
+
+def raw_file(card: Card, seed: int, base: Path | None = None) -> Path:
+    """Where the arm-stages of a card's runs (any gates) are kept, keyed by what runs, the seed and the engine."""
+    key = f"{card.name}-seed{seed}-{run_hash(card)[:12]}-{engine_fingerprint(card)[:12]}"
+    return (base or results_dir()) / "calibrations" / "raw" / f"{key}.jsonl"
+
+
+def load_raw(path: Path | None) -> RawStore:
+    """The arm-stages kept, by (replicate, key, stage); a line torn by a kill (no newline) is left out."""
+    out: RawStore = {}
+    if path is None or not path.is_file():
+        return out
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            m = _HEAD.match(line)
+            if m is None or not line.endswith("}\n"):
+                continue
+            out[(int(m.group(3)), m.group(2), int(m.group(4)))] = line
+    return out
+
+
+def _raw_line(a: ArmStage) -> str:
+    d = a.model_dump(mode="json")
+    windows = d.pop("windows")
+    head = json.dumps(d, sort_keys=True)
+    return head[:-1] + ', "windows": ' + json.dumps(windows, sort_keys=True, separators=(",", ":")) + "}\n"
+
+
+def _append_raw(path: Path, lines: list[str]) -> None:
+    if not lines:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+", encoding="utf-8") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:  # a line torn by a kill: start on a line of our own
+            f.seek(f.tell() - 1)
+            if f.read(1) != "\n":
+                f.write("\n")
+        f.write("".join(lines))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: int,
+                  raw: RawStore | None = None, new: list[str] | None = None) -> list[ReplicateOutcome]:
+    """Both scenarios of one replicate; a sequential card stops each scenario at its own look.
+
+    Arm-stages found in `raw` are not run again; those run are added to it
+    and to `new` (as raw lines). `lane` may be None when `raw` holds every
+    arm-stage the scoring reads (one is started otherwise).
+    """
+    raw = raw if raw is not None else {}
     seed_base = replicate_seed(card, seed, replicate)
     base = with_seed(card, seed_base)
     scenarios: dict[Scenario, Card] = {"card": base, "aa": aa_card(base)}
@@ -154,10 +256,23 @@ def run_replicate(lane: InProcessLane, card: Card, seed: int, replicate: int) ->
         if open_["aa"]:
             runs["B:aa"] = (cand, base.controls[0].recipe)
         for key, (arm, recipe) in runs.items():
-            windows = [arm_window(base, w, arm, stage) for w in stage_windows(base, stage)]
             boot = arm_seed_base(seed_base, f"boot:{key}", stage)
-            arm_data = lane.run_arm(base, arm, windows, recipe=recipe, previous=data.get(key), boot_seed=boot)
-            data[key] = arm_data.windows
+            line = raw.get((replicate, key, stage))
+            if line is not None:
+                got = ArmStage.model_validate_json(line).windows
+            else:
+                if lane is None:
+                    lane = InProcessLane()
+                windows = [arm_window(base, w, arm, stage) for w in stage_windows(base, stage)]
+                c0 = time.process_time()
+                got = lane.run_arm(base, arm, windows, recipe=recipe, boot_seed=boot).windows
+                line = _raw_line(ArmStage(replicate=replicate, key=key, stage=stage, recipe=recipe, boot_seed=boot,
+                                          cpu_s=round(time.process_time() - c0, 3), windows=got))
+                raw[(replicate, key, stage)] = line
+                if new is not None:
+                    new.append(line)
+            prev = data.get(key) or {}
+            data[key] = {**prev, **{n: merge_stages([prev[n], w]) if n in prev else w for n, w in got.items()}}
         look = design_look(card, stage)
         for scenario, sc in scenarios.items():
             if not open_[scenario]:
@@ -174,7 +289,8 @@ def run_replicate(lane: InProcessLane, card: Card, seed: int, replicate: int) ->
             out.append(ReplicateOutcome(
                 replicate=replicate, scenario=scenario, seed_base=seed_base, verdict=verdict, look=stage,
                 requests_per_arm=requests, gates={r.id: r.status for r in results},
-                estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1}))
+                estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1},
+                statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1}))
         if not any(open_.values()):
             break
     return out
@@ -188,12 +304,33 @@ def _worker_init() -> None:
     _LANE = InProcessLane()
 
 
-def _worker(args: tuple[Card, int, list[int]]) -> tuple[list[ReplicateOutcome], float]:
-    card, seed, reps = args
+def _worker(args: tuple[Card, int, list[int], RawStore]) -> tuple[list[ReplicateOutcome], float, list[str]]:
+    card, seed, reps, raw = args
     assert _LANE is not None
     t0 = time.process_time()
-    out = [o for r in reps for o in run_replicate(_LANE, card, seed, r)]
-    return out, time.process_time() - t0
+    new: list[str] = []
+    out = [o for r in reps for o in run_replicate(_LANE, card, seed, r, dict(raw), new)]
+    return out, time.process_time() - t0, new
+
+
+def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootCheck]:
+    """Per tested gate: the boot sd the replicates' control boots show (stage 1 of A, A2 and A-as-B)."""
+    from gb300lane.cards.boots import estimate_boot_sd
+
+    boots = []
+    for (r, key, stage), line in sorted(raw.items()):
+        if r < replicates and stage == 1 and key in ("A", "A2", "B:aa"):
+            a = ArmStage.model_validate_json(line)
+            boots.append(ArmData(arm=key, recipe=a.recipe, role="control", source="measured", windows=a.windows))
+    out: dict[str, BootCheck] = {}
+    for g in card.gates:
+        if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+            est = estimate_boot_sd(g, boots)
+            if est is not None:
+                out[g.id] = BootCheck(registered_sd=g.boot_sd, measured_sd=est.sd, measured_sd_signed=est.signed,
+                                      df=None if est.df is None else round(est.df, 1),
+                                      f_ratio=round(est.f_ratio, 4), boots=est.boots)
+    return out
 
 
 def _rate(events: int, n: int) -> RateCI:
@@ -202,7 +339,7 @@ def _rate(events: int, n: int) -> RateCI:
 
 
 def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replicates: int, cpu: float,
-              workers: int) -> Calibration:
+              workers: int, boots: dict[str, BootCheck] | None = None, reused: int = 0) -> Calibration:
     by: dict[str, list[ReplicateOutcome]] = {"aa": [], "card": []}
     for o in outcomes:
         by[o.scenario].append(o)
@@ -227,7 +364,8 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         power=_rate(count(real, "PASS"), len(real)), fail_when_real=_rate(count(real, "FAIL"), len(real)),
         gates_exercised=tuple(g.id for g in exercised),
         gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
-        fast_path=DIFFERENCES, cpu_seconds=round(cpu, 1), workers=workers)
+        fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),
+        workers=workers)
 
 
 def _so_far(outcomes: list[ReplicateOutcome]) -> str:
@@ -286,13 +424,15 @@ def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -
 def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
               progress: Callable[[str], None] | None = None,
               lane: InProcessLane | None = None,
-              resume: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
+              resume: Path | None = None, raw: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
     """Run `replicates` replicates of both scenarios; returns the summary and every outcome.
 
     With `resume` (a `progress_file`), each finished batch of replicates is
     appended there and replicates already there are not run again: they are
     the same computation (a replicate's seeds derive from the card, the seed
     and its number, and the file is keyed by the engine's fingerprint).
+    With `raw` (a `raw_file`), every arm-stage run is kept there, and one
+    kept there (by a run of any gates) is scored instead of run again.
     """
     if replicates < 1:
         raise CardError("--replicates must be at least 1")
@@ -307,31 +447,56 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
     done = {o.replicate for o in outcomes}
     if done:
         say(f"resuming: {len(done)} of {replicates} replicates already run ({resume}); {_so_far(outcomes)}")
-    # one replicate per task: each is tens of CPU seconds, and every finished one is kept at once
-    batches = [[r] for r in range(replicates) if r not in done]
+    store = load_raw(raw)
+    had = set(store)
+    keys = ("A", "A2", "B:card", "B:aa")
+    todo = [r for r in range(replicates) if r not in done]
+    # replicates whose arms are all kept are scored here; the others run, one replicate per task (each is
+    # seconds to tens of CPU seconds, and every finished one is kept at once)
+    kept_here = [r for r in todo if all((r, k, 1) in store for k in keys)]
+    batches = [[r] for r in todo if r not in kept_here]
+    if kept_here:
+        say(f"scoring {len(kept_here)} replicates from the arms kept in {raw}")
     t0 = time.perf_counter()
 
-    def finished(got: list[ReplicateOutcome], c: float) -> None:
+    def finished(got: list[ReplicateOutcome], c: float, new: list[str]) -> None:
         nonlocal cpu
+        if raw is not None:
+            _append_raw(raw, new)
         outcomes.extend(got)
         cpu += c
         if resume is not None:
             _append_progress(resume, got, c)
         say(f"{len(outcomes) // 2} of {replicates} replicates ({time.perf_counter() - t0:.0f} s); {_so_far(outcomes)}")
 
+    own = lane
+    for r in kept_here:
+        c0 = time.process_time()
+        new: list[str] = []
+        got = run_replicate(own, card, seed, r, store, new)
+        finished(got, time.process_time() - c0, new)
     if workers <= 1:
-        own = (lane or InProcessLane()) if batches else None
+        if batches and own is None:
+            own = InProcessLane()
         for b in batches:
             c0 = time.process_time()
-            assert own is not None
-            got = [o for r in b for o in run_replicate(own, card, seed, r)]
-            finished(got, time.process_time() - c0)
+            new = []
+            got = [o for r in b for o in run_replicate(own, card, seed, r, store, new)]
+            finished(got, time.process_time() - c0, new)
     elif batches:
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-            for got, c in pool.map(_worker, [(card, seed, b) for b in batches]):
-                finished(got, c)
+            tasks = [(card, seed, b, {k: v for k, v in store.items() if k[0] in b}) for b in batches]
+            for got, c, new in pool.map(_worker, tasks):
+                for line in new:
+                    head = _HEAD.match(line)
+                    if head is not None:
+                        store[(int(head.group(3)), head.group(2), int(head.group(4)))] = line
+                finished(got, c, new)
     outcomes.sort(key=lambda o: (o.replicate, o.scenario))
-    return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers)), outcomes
+    boots = boot_check(card, store, replicates) if store else {}
+    reused = sum(1 for k in had if k[0] < replicates)
+    return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers),
+                     boots=boots, reused=reused), outcomes
 
 
 def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: list[ReplicateOutcome],
@@ -377,5 +542,6 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-__all__ = ["Calibration", "ReplicateOutcome", "aa_card", "calibrate", "default_workers", "find_calibration",
-           "progress_file", "run_replicate", "summarize", "with_seed", "write_calibration"]
+__all__ = ["ArmStage", "BootCheck", "Calibration", "ReplicateOutcome", "aa_card", "boot_check", "calibrate",
+           "default_workers", "find_calibration", "load_raw", "progress_file", "raw_file", "run_hash", "run_replicate",
+           "summarize", "with_seed", "write_calibration"]

@@ -13,6 +13,18 @@ with the same temperature and forced length, or else a short pilot of arm A
 and the normal approximation of the one-sided test gives the power at the
 gate's `mde` (0 where none is set: B no better, the conservative case for a
 non-inferiority gate), and the requests per arm that reach the target power.
+
+Each arm is a boot, and a boot shifts its arm's mean as a whole
+(`cards.boots`): that variance does not shrink with requests, so it is added
+to each test's as the test adds it (`cards.stats`),
+
+    + (1 + 1/controls) sigma_b^2 / boots per arm                (2 sigma_b^2 for A against A2)
+
+with sigma_b the gate's registered `boot_sd`, or, where it registers none,
+what a boot study measured (`card plan --boots N`: N boots of the control
+recipe, each its own seeds, in process on the embedded engine; receipts
+under results/pilots/). Past the point where the boots dominate, more
+requests buy no power: `plan` then says the target is unreachable.
 A group-sequential design needs its maximum inflated by the factor that
 keeps the power (`cards.sequential`); its expected size at the mde is shown
 beside it. The card's power is the product over deciding gates (treated as
@@ -27,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.data import WindowData
+from gb300lane.cards.boots import BootEstimate, estimate_boot_sd
+from gb300lane.cards.data import ArmData, WindowData
 from gb300lane.cards.results import CardPlan, GatePlan
 from gb300lane.cards.receipts import all_receipts
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
@@ -127,8 +140,13 @@ def _gate_cells(card: Card, gate: Any) -> list[Cell]:
             if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
 
 
-def _tests_se(card: Card, gate: Any, noise: Noise, scale: float) -> tuple[list[float], str]:
-    """The relative standard error of each of the gate's tests when the window is `scale` times as large."""
+def _boots_per_arm(card: Card) -> int:
+    return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
+    """The relative standard error of each of the gate's tests when the window is `scale` times as large,
+    with the boots' component at `boot_sd` (relative) per arm."""
     metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
         "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
     w = card.window(gate.window)
@@ -144,7 +162,8 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float) -> tuple[list[f
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
         base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
-        out.append(math.sqrt(v) / (units * len(per_cls)) / base)
+        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / _boots_per_arm(card)
+        out.append(math.sqrt(rel2))
     return out, ""
 
 
@@ -179,8 +198,9 @@ def _solve_scale(power_at: Callable[[float], float], target: float) -> float | N
 
 
 def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
-              effect: float | None = None) -> CardPlan:
-    """Planning figures for every tested gate and the card (see the module docstring)."""
+              effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "") -> CardPlan:
+    """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
+    study's arms (each one boot of the control recipe), from which each gate's boot sd is measured."""
     primary = card.window(card.primary_window)
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
@@ -209,21 +229,36 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 
     rows: list[GatePlan] = []
     per_gate_power: dict[str, Callable[[float], float]] = {}
+    measured: dict[str, BootEstimate | None] = {g.id: estimate_boot_sd(g, boots) if boots else None for g in gates}
+
+    def sd_of(g: Any) -> float:
+        m = measured[g.id]
+        return float(g.boot_sd) if g.boot_sd > 0 else (m.sd if m is not None else 0.0)
+
+    def boot_fields(g: Any) -> dict[str, Any]:
+        m = measured[g.id]
+        return {"boot_sd": sd_of(g), "boot_sd_registered": float(g.boot_sd),
+                "boot_sd_measured": None if m is None else m.sd,
+                "boot_df_measured": None if m is None or m.df is None else int(m.df),
+                "boot_f_ratio": None if m is None else m.f_ratio}
+
     for g in gates:
-        ses, why = _tests_se(card, g, noise, 1.0)
+        ses, why = _tests_se(card, g, noise, 1.0, sd_of(g))
         if not ses:
             rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
-                                 effect=eff(g), se=None, power=None, requests_per_arm_for_target=None, note=why))
+                                 effect=eff(g), se=None, power=None, requests_per_arm_for_target=None, note=why,
+                                 **boot_fields(g)))
             continue
 
         def power_at(scale: float, g: Any = g) -> float:
-            s, _ = _tests_se(card, g, noise, scale / inflation)
+            s, _ = _tests_se(card, g, noise, scale / inflation, sd_of(g))
             return _gate_power(g, s, g.alpha, eff(g))
 
         if g.test == "superiority" and eff(g) <= g.margin:
             rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
                                  effect=eff(g), se=max(ses), power=None, requests_per_arm_for_target=None,
-                                 note="no mde above the margin: give the gate an mde to plan its power"))
+                                 note="no mde above the margin: give the gate an mde to plan its power",
+                                 **boot_fields(g)))
             continue
         per_gate_power[g.id] = power_at
         scale = _solve_scale(power_at, target)
@@ -231,7 +266,9 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
                              effect=eff(g), se=max(ses),
                              power=power_at(1.0), requests_per_arm_for_target=None if scale is None else
                              math.ceil(n_arm * scale),
-                             note="" if scale is not None else "unreachable at this effect and margin"))
+                             note="" if scale is not None else "unreachable at this effect and margin"
+                             + (" (the boots' shift alone is too large)" if scale is None and sd_of(g) > 0 else ""),
+                             **boot_fields(g)))
     deciding = [per_gate_power[r.gate] for r in rows if r.decides and r.gate in per_gate_power]
     card_power = None
     card_n = None
@@ -245,7 +282,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     expected = None
     if seq and card_n is not None:
         primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
-        ses, _ = _tests_se(card, primary_gate, noise, 1.0)
+        ses, _ = _tests_se(card, primary_gate, noise, 1.0, sd_of(primary_gate))
         if ses:
             norm = _norm()
             bounds = boundaries(primary_gate.alpha, seq.looks, seq.spending)
@@ -254,7 +291,8 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
             expected = used * n_arm
     return CardPlan(card=card.name, source=source, source_requests=noise.requests, requests_per_arm=n_arm,
                     target_power=target, design=design, gates=tuple(rows), power=card_power,
-                    requests_per_arm_for_target=card_n, expected_requests_per_arm=expected, inflation=inflation)
+                    requests_per_arm_for_target=card_n, expected_requests_per_arm=expected, inflation=inflation,
+                    boot_source=boot_source)
 
 
 # ---------------------------------------------------------------- where the noise comes from
@@ -380,10 +418,91 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     return d
 
 
+def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
+    """Boot studies of the card's control recipe with the primary window's temperature and length."""
+    root = _pilot_root(base)
+    if not root.is_dir():
+        return []
+    out = []
+    for d in sorted(root.iterdir()):
+        f = d / "boots.json"
+        if not f.is_file():
+            continue
+        meta = _read_json(f)
+        if meta.get("recipe") == card.controls[0].recipe and _matches(card, WindowSpec.model_validate(meta["window"])):
+            out.append(d)
+    return out
+
+
+def _read_json(path: Any) -> dict[str, Any]:
+    import json
+
+    got: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return got
+
+
+def earlier_boots(card: Card, base: Any = None) -> tuple[list[ArmData], str] | None:
+    """The boots of every boot study of the card's control recipe and window (each boot one arm)."""
+    arms: list[ArmData] = []
+    names = []
+    for d in _boot_dirs(card, base):
+        for f in sorted(d.glob("boot-*.json")):
+            w = WindowData.model_validate(_read_json(f))
+            arms.append(ArmData(arm=f"{d.name}/{f.stem}", recipe=card.controls[0].recipe, role="control",
+                                source="measured", windows={card.primary_window: w}))
+        names.append(d.name)
+    if len(arms) < 3:
+        return None
+    return arms, f"{len(arms)} boots of {card.controls[0].recipe} ({'; '.join(names)})"
+
+
+def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callable[[str], None] | None = None,
+                   lane: Any = None) -> Any:
+    """`boots` boots of the control recipe in process on the embedded engine, each its own boot seed and seed
+    base, over the primary window as the card sizes it; receipts under results/pilots/<date>-<card>-boots/."""
+    import secrets
+    from datetime import datetime, timezone
+
+    from gb300lane.cards.run import arm_seed_base
+    from gb300lane.cards.simulate import InProcessLane, check_embedded
+    from gb300lane.fsio import dumps_json, write_once
+
+    if boots < 3:
+        raise CardError("--boots must be at least 3 (the between-boot variance needs boots to compare)")
+    check_embedded(card)
+    say = progress or (lambda _m: None)
+    arm = card.controls[0]
+    primary = card.window(card.primary_window)
+    study = secrets.randbits(31)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    root = _pilot_root(base)
+    d = root / f"{date}-{card.name}-boots"
+    n = 1
+    while d.exists():
+        n += 1
+        d = root / f"{date}-{card.name}-boots-run{n}"
+    lane = lane or InProcessLane()
+    say(f"boot study: {boots} boots of {arm.recipe} in process, {_window_requests(primary)} requests each "
+        f"(study seed {study})")
+    for i in range(boots):
+        w = primary.model_copy(update={"seed_base": arm_seed_base(study, f"boots:{i}", 1)})
+        got = lane.run_arm(card, arm, [w], boot_seed=arm_seed_base(study, f"boot:{i}", 1))
+        write_once(d / f"boot-{i:03d}.json", dumps_json(got.windows[w.name].model_dump(mode="json")))
+        say(f"boot study: {i + 1} of {boots} boots")
+    write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
+                                             "boots": boots, "study_seed": study,
+                                             "window": primary.model_dump(mode="json")}))
+    say(f"boot study: receipts in {d}")
+    return d
+
+
 def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
-             target: float = TARGET_POWER) -> CardPlan:
-    """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True)."""
+             target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
+    """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
+    with `boots`, a boot study of that many boots first (embedded engine, in process)."""
+    if boots:
+        run_boot_study(card, boots, base=base, progress=progress)
     found = None if pilot else earlier_noise(card, base)
     if found is None:
         if pilot is False:
@@ -395,7 +514,9 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
         if found is None:
             raise CardError(f"card {card.name}: the pilot recorded no usable per-request data")
     noise, source = found
-    return plan_card(card, noise, source, target=target, effect=effect)
+    study = earlier_boots(card, base)
+    return plan_card(card, noise, source, target=target, effect=effect, boots=study[0] if study else None,
+                     boot_source=study[1] if study else "")
 
 
 
@@ -404,7 +525,11 @@ def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
     if not any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates):
         return None
     found = earlier_noise(card, base)
-    return None if found is None else plan_card(card, found[0], found[1])
+    if found is None:
+        return None
+    study = earlier_boots(card, base)
+    return plan_card(card, found[0], found[1], boots=study[0] if study else None,
+                     boot_source=study[1] if study else "")
 
 
 def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
@@ -419,6 +544,13 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
     if plan is None:
         out.append(f"power not known: no earlier control receipts of {card.controls[0].recipe} with this window's "
                    f"temperature and length; run `gb300lane card plan {card.name}` (it boots a short pilot of arm A)")
+    for g in plan.gates if plan is not None else ():
+        if g.decides and g.boot_sd_registered == 0 and g.boot_sd_measured:
+            out.append(f"gate {g.gate}: a boot study measured a boot sd of {g.boot_sd_measured:.3%} (df "
+                       f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
+                       "set boot_sd and boot_df as `card plan` prints them")
+    if plan is None:
+        pass
     elif plan.power is None:
         out.append("power not known: " + "; ".join(g.note for g in plan.gates if g.note))
     elif plan.power < plan.target_power:

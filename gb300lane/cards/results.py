@@ -106,6 +106,12 @@ class GatePlan(FrozenModel):
     power: float | None = Field(description="Power of the gate as written at `effect` (all of its cells).")
     requests_per_arm_for_target: int | None = Field(description="Requests per arm for the target power at `effect`.")
     note: str = Field(default="", description="Why a figure is missing, when it is.")
+    boot_sd: float = Field(default=0.0, description="Boot sd (relative) the figures include: the registered one, "
+                           "else the boot study's.")
+    boot_sd_registered: float = Field(default=0.0, description="boot_sd the gate registers.")
+    boot_sd_measured: float | None = Field(default=None, description="What a boot study measured (card plan --boots).")
+    boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
+    boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")
 
 
 class CardPlan(FrozenModel):
@@ -125,3 +131,4 @@ class CardPlan(FrozenModel):
         default=None, description="Sequential designs: expected requests per arm at the mde if the design stops early."
     )
     inflation: float = Field(default=1.0, description="Sequential designs: maximum size over the fixed size at equal power.")
+    boot_source: str = Field(default="", description="The boot study the measured boot sds come from, if any.")

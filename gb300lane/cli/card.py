@@ -120,6 +120,9 @@ def plan_cmd(
     effect: float | None = typer.Option(None, "--effect", help="Plan the tokens/step gate at this relative effect "
                                         "instead of its mde (0.02 = 2%)."),
     power: float = typer.Option(0.9, "--power", help="Target power."),
+    boots: int = typer.Option(0, "--boots", help="First run a boot study: this many boots of the control recipe "
+                              "in process on the embedded engine, to measure each gate's boot sd (kept as receipts "
+                              "under results/pilots/; later plans pool every study)."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
@@ -129,22 +132,31 @@ def plan_cmd(
 
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances()) if pilot is not False else None
-    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops)
+    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
     if as_json:
         print_json(p.model_dump(mode="json"))
         return
     out = _say(False)
     out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
     out(f"  noise from {p.source} ({p.source_requests} requests)")
-    out(f"  {'gate':<30} {'test':<16} {'alpha':>6} {'margin':>7} {'effect':>7} {'se':>7} {'power':>7} "
-        f"{'req/arm for ' + format(p.target_power, '.0%'):>16}")
+    out(f"  boot sd from {p.boot_source or 'the gates as registered (no boot study: card plan --boots N runs one)'}")
+    out(f"  {'gate':<30} {'test':<16} {'alpha':>6} {'margin':>7} {'effect':>7} {'boot sd':>8} {'se':>7} "
+        f"{'power':>7} {'req/arm for ' + format(p.target_power, '.0%'):>16}")
     for g in p.gates:
         se = f"{g.se:.2%}" if g.se is not None else "-"
         pw = f"{g.power:.1%}" if g.power is not None else "-"
         need = str(g.requests_per_arm_for_target) if g.requests_per_arm_for_target is not None else "-"
         name = g.gate if g.decides else f"{g.gate} (diagnostic)"
-        out(f"  {name:<30} {g.test:<16} {g.alpha:>6.1%} {g.margin:>7.1%} {g.effect:>+7.1%} {se:>7} {pw:>7} "
-            f"{need:>16}" + (f"  {g.note}" if g.note else ""))
+        out(f"  {name:<30} {g.test:<16} {g.alpha:>6.1%} {g.margin:>7.1%} {g.effect:>+7.1%} {g.boot_sd:>8.3%} "
+            f"{se:>7} {pw:>7} {need:>16}" + (f"  {g.note}" if g.note else ""))
+    for g in p.gates:
+        if g.boot_sd_measured is not None:
+            df = "-" if g.boot_df_measured is None else str(g.boot_df_measured)
+            out(f"  {g.gate}: the boot study measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
+                f"{g.boot_f_ratio:.2f}); registered {g.boot_sd_registered:.3%}"
+                + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {df}"
+                   if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
+                   else ""))
     if p.power is not None:
         out(f"  card (deciding gates together): power {p.power:.1%} as written; "
             f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}")
@@ -338,19 +350,21 @@ def calibrate_cmd(
     seed: int = typer.Option(0, "--seed", help="Calibration seed (replicate seed bases derive from it)."),
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: up to 2)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep replicates as they finish, and take those "
-                                "an interrupted run of the same card gates, seed and engine kept."),
+                                "an interrupted run of the same card gates, seed and engine kept; arms a run of any "
+                                "gates kept (same windows, arms, seed and engine) are re-scored, not run again."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.calibrate import calibrate, default_workers, progress_file, write_calibration
+    from gb300lane.cards.calibrate import calibrate, default_workers, progress_file, raw_file, write_calibration
 
     loaded, path = load_card(card)
     say = _say(as_json)
-    keep = progress_file(loaded, seed)
+    keep, raw = progress_file(loaded, seed), raw_file(loaded, seed)
     if not resume:
         keep.unlink(missing_ok=True)
+        raw.unlink(missing_ok=True)
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
-                              resume=keep)
+                              resume=keep, raw=raw)
     d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)  # `keep` stays for longer runs
     if as_json:
         def ci(r: Any) -> list[float]:
@@ -364,6 +378,7 @@ def calibrate_cmd(
             "fail_when_real_rate": cal.fail_when_real.rate, "fail_when_real_ci": ci(cal.fail_when_real),
             "mean_requests_per_arm_aa": cal.mean_requests_per_arm_aa,
             "mean_requests_per_arm_card": cal.mean_requests_per_arm_card,
+            "boot_check": {k: v.model_dump(mode="json") for k, v in cal.boot_check.items()},
             "interval": "95% Clopper-Pearson", "fast_path": cal.fast_path, "receipts": str(d),
             "calibration": cal.model_dump(mode="json")})
         return
@@ -380,6 +395,10 @@ def calibrate_cmd(
         console.print(line(name, r), highlight=False, markup=False)
     console.print(f"  mean requests per arm: A/A {cal.mean_requests_per_arm_aa:.0f}, as written "
                   f"{cal.mean_requests_per_arm_card:.0f}", highlight=False, markup=False)
+    for gid, b in cal.boot_check.items():
+        df = "-" if b.df is None else f"{b.df:.0f}"
+        console.print(f"  boot sd {gid}: registered {b.registered_sd:.2%}; the {b.boots} control boots show "
+                      f"{b.measured_sd_signed:+.3%} (df {df}, F {b.f_ratio:.2f})", highlight=False, markup=False)
     console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
