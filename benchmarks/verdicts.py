@@ -14,7 +14,9 @@ A calibration repeats from its seed, so receipts of the same card (gates hash),
 seed, replicates and engine (`engine_sha256`: the engine's and verifier's files
 and the recipes) are that run: the benchmark reuses them (e.g. those of
 `gb300lane card calibrate local-br1 --replicates 200`) and says so, unless
---no-reuse.
+--no-reuse. Where only the gates changed, the arms a calibration kept in its
+raw file (`results/calibrations/raw/`, keyed by what runs, the seed and the
+engine) are re-scored instead of run again; the output counts them.
 
 Floors: each design keeps false "B better" <= 2.5%, false FAIL <= 5% and
 power >= 90% (point estimates), and the sequential design uses at least 25%
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 from gb300lane import __version__
-from gb300lane.cards.calibrate import (calibrate, default_workers, find_calibration, progress_file,
+from gb300lane.cards.calibrate import (calibrate, default_workers, find_calibration, progress_file, raw_file,
                                        write_calibration)
 from gb300lane.cards.schema import load_card
 from gb300lane.fsio import atomic_write, dumps_json
@@ -69,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             keep = progress_file(card, ns.seed)
             cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers, resume=keep,
+                                      raw=raw_file(card, ns.seed),
                                       progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
             receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)
-            source = f"ran here; receipts {receipts}"
+            source = (f"ran here ({cal.reused_arm_stages} arm-stages re-scored from the raw file, the rest run); "
+                      f"receipts {receipts}")
         print(f"{design}: {card.name}: {source}", file=sys.stderr)
         sources[design] = source
         cals[design] = cal

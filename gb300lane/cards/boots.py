@@ -13,7 +13,8 @@ and the two-way analysis of variance (boots x transcripts) gives
     E[MS_boot] = sigma_e^2 + n sigma_b^2,    E[MS_res] = sigma_e^2
     sigma_b^2  = (MS_boot - MS_res) / n      (relative: over the grand mean squared)
 
-with Satterthwaite's degrees of freedom for that difference. A per-cell
+with Satterthwaite's degrees of freedom for that difference, and a one-sided
+95% upper bound from the chi-square law of MS_boot. A per-cell
 gate pools its cells' estimates (the mean of the per-cell sigma_b^2). The
 estimate is what `card plan --boots N` prints for the card to register as
 `boot_sd` / `boot_df`, and what `card calibrate` reports from its control
@@ -41,11 +42,12 @@ class BootEstimate:
     f_ratio: float  # MS_boot / MS_res: about 1 when boots add nothing
     boots: int
     units: int  # transcripts per boot (the smallest group's)
+    upper: float  # one-sided 95% upper confidence bound of sigma_b (chi-square on the boots' mean square)
 
     def describe(self) -> str:
         df = "-" if self.df is None else f"{self.df:.0f}"
-        return (f"boot sd {self.sd:.3%} (signed {self.signed:+.3%}, df {df}, F {self.f_ratio:.2f}, "
-                f"{self.boots} boots x {self.units} transcripts)")
+        return (f"boot sd {self.sd:.3%} (signed {self.signed:+.3%}, df {df}, 95% upper bound {self.upper:.3%}, "
+                f"F {self.f_ratio:.2f}, {self.boots} boots x {self.units} transcripts)")
 
 
 def metric_of(gate: TestedGate) -> str:
@@ -65,12 +67,14 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
     """sigma_b of `gate`'s units over `boots` (each one boot of the same recipe); None with fewer than 3 boots
     or no transcript common to them."""
     import numpy as np
+    from scipy.stats import chi2
 
     if len(boots) < 3:
         return None
     per_boot = [_groups(a, gate) for a in boots]
     names = set(per_boot[0]).intersection(*[set(p) for p in per_boot[1:]])
     s2s: list[float] = []
+    uppers: list[float] = []
     var_terms: list[float] = []
     fs: list[float] = []
     units = 0
@@ -90,6 +94,8 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
         ms_b = n * float(((bm - 1.0) ** 2).sum()) / df_b
         ms_r = float((res ** 2).sum()) / df_r
         s2s.append((ms_b - ms_r) / n)
+        # E[MS_boot] = sigma_e^2 + n sigma_b^2 and MS_boot ~ E chi2(df_b) / df_b; sigma_e^2 is pinned by df_r
+        uppers.append((ms_b * df_b / float(chi2.ppf(0.05, df_b)) - ms_r) / n)
         var_terms.append(2 * (ms_b / n) ** 2 / df_b + 2 * (ms_r / n) ** 2 / df_r)
         fs.append(ms_b / ms_r if ms_r > 0 else math.inf)
         units = n if units == 0 else min(units, n)
@@ -99,7 +105,8 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
     var = sum(var_terms) / len(s2s) ** 2
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
     return BootEstimate(sd=math.sqrt(max(0.0, s2)), signed=math.copysign(math.sqrt(abs(s2)), s2), df=df,
-                        f_ratio=sum(fs) / len(fs), boots=len(boots), units=units)
+                        f_ratio=sum(fs) / len(fs), boots=len(boots), units=units,
+                        upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))))
 
 
 __all__ = ["BootEstimate", "estimate_boot_sd", "metric_of"]

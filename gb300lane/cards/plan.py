@@ -240,6 +240,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         return {"boot_sd": sd_of(g), "boot_sd_registered": float(g.boot_sd),
                 "boot_sd_measured": None if m is None else m.sd,
                 "boot_df_measured": None if m is None or m.df is None else int(m.df),
+                "boot_sd_upper": None if m is None else m.upper,
                 "boot_f_ratio": None if m is None else m.f_ratio}
 
     for g in gates:
@@ -325,6 +326,10 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
             windows += got
             sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
     windows += _pilot_windows(card, base)
+    study = earlier_boots(card, base)
+    if study is not None:
+        windows += [(a.arm, a.windows[card.primary_window]) for a in study[0]]
+        sources.append(f"boot study: {study[1]}")
     if not windows:
         return None
     noise = noise_from_windows(windows)

@@ -111,6 +111,7 @@ class GatePlan(FrozenModel):
     boot_sd_registered: float = Field(default=0.0, description="boot_sd the gate registers.")
     boot_sd_measured: float | None = Field(default=None, description="What a boot study measured (card plan --boots).")
     boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
+    boot_sd_upper: float | None = Field(default=None, description="One-sided 95% upper bound of the measured boot sd.")
     boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")
 
 

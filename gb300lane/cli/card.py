@@ -152,8 +152,9 @@ def plan_cmd(
     for g in p.gates:
         if g.boot_sd_measured is not None:
             df = "-" if g.boot_df_measured is None else str(g.boot_df_measured)
+            up = "-" if g.boot_sd_upper is None else f"{g.boot_sd_upper:.3%}"
             out(f"  {g.gate}: the boot study measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
-                f"{g.boot_f_ratio:.2f}); registered {g.boot_sd_registered:.3%}"
+                f"{g.boot_f_ratio:.2f}, one-sided 95% upper bound {up}); registered {g.boot_sd_registered:.3%}"
                 + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {df}"
                    if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
                    else ""))
