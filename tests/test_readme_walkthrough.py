@@ -96,7 +96,7 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
             done = run(argv)
             shown = shlex.join(["gb300lane", *argv[3:]])
             if argv[3:5] == ["card", "score"] and done.returncode == 3 and not retried:
-                # The README's own recovery for the INCONCLUSIVE run in fifty its 98%-power card allows: once.
+                # The README's own recovery for the INCONCLUSIVE run in forty its 97.5%-power card allows: once.
                 retried = True
                 card = argv[5]
                 for again in (["card", "register", card, "--fresh"], ["card", "run", card], ["card", "score", card]):

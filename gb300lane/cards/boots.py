@@ -56,7 +56,12 @@ def metric_of(gate: TestedGate) -> str:
     return "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s"
 
 
-def _groups(arm: ArmData, gate: TestedGate) -> dict[Any, dict[str, float]]:
+BootUnits = dict[Any, dict[str, float]]
+
+
+def boot_units(gate: TestedGate, arm: ArmData) -> BootUnits:
+    """One boot's units for `gate`: per test group (None for an aggregate gate, the cell otherwise),
+    transcript -> value."""
     units, _ = _units(arm, gate, metric_of(gate))
     keys = sorted(units, key=lambda k: (k[1], k[0]))
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
@@ -66,12 +71,16 @@ def _groups(arm: ArmData, gate: TestedGate) -> dict[Any, dict[str, float]]:
 def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | None:
     """sigma_b of `gate`'s units over `boots` (each one boot of the same recipe); None with fewer than 3 boots
     or no transcript common to them."""
+    return estimate_from_units([boot_units(gate, a) for a in boots])
+
+
+def estimate_from_units(per_boot: list[BootUnits]) -> BootEstimate | None:
+    """sigma_b from each boot's units (`boot_units`)."""
     import numpy as np
     from scipy.stats import chi2
 
-    if len(boots) < 3:
+    if len(per_boot) < 3:
         return None
-    per_boot = [_groups(a, gate) for a in boots]
     names = set(per_boot[0]).intersection(*[set(p) for p in per_boot[1:]])
     s2s: list[float] = []
     uppers: list[float] = []
@@ -105,8 +114,8 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
     var = sum(var_terms) / len(s2s) ** 2
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
     return BootEstimate(sd=math.sqrt(max(0.0, s2)), signed=math.copysign(math.sqrt(abs(s2)), s2), df=df,
-                        f_ratio=sum(fs) / len(fs), boots=len(boots), units=units,
+                        f_ratio=sum(fs) / len(fs), boots=len(per_boot), units=units,
                         upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))))
 
 
-__all__ = ["BootEstimate", "estimate_boot_sd", "metric_of"]
+__all__ = ["BootEstimate", "BootUnits", "boot_units", "estimate_boot_sd", "estimate_from_units", "metric_of"]

@@ -103,6 +103,7 @@ class BootCheck(FrozenModel):
     measured_sd: float = Field(description="Relative between-boot SD from the replicates' control boots (0 when "
                                "the estimate is negative).")
     measured_sd_signed: float = Field(description="The same, signed: sqrt(|s2|) with the sign of the estimate.")
+    upper: float = Field(default=0.0, description="One-sided 95% upper confidence bound of the boot sd.")
     df: float | None = Field(description="Satterthwaite degrees of freedom of the estimate.")
     f_ratio: float = Field(description="Between-boot over within mean square (1 when there is no boot effect).")
     boots: int = Field(description="Control boots used.")
@@ -315,21 +316,23 @@ def _worker(args: tuple[Card, int, list[int], RawStore]) -> tuple[list[Replicate
 
 def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootCheck]:
     """Per tested gate: the boot sd the replicates' control boots show (stage 1 of A, A2 and A-as-B)."""
-    from gb300lane.cards.boots import estimate_boot_sd
+    from gb300lane.cards.boots import BootUnits, boot_units, estimate_from_units
 
-    boots = []
+    tested = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    units: dict[str, list[BootUnits]] = {g.id: [] for g in tested}
     for (r, key, stage), line in sorted(raw.items()):
         if r < replicates and stage == 1 and key in ("A", "A2", "B:aa"):
-            a = ArmStage.model_validate_json(line)
-            boots.append(ArmData(arm=key, recipe=a.recipe, role="control", source="measured", windows=a.windows))
+            a = ArmStage.model_validate_json(line)  # one at a time: only each boot's units are kept
+            arm = ArmData(arm=key, recipe=a.recipe, role="control", source="measured", windows=a.windows)
+            for g in tested:
+                units[g.id].append(boot_units(g, arm))
     out: dict[str, BootCheck] = {}
-    for g in card.gates:
-        if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
-            est = estimate_boot_sd(g, boots)
-            if est is not None:
-                out[g.id] = BootCheck(registered_sd=g.boot_sd, measured_sd=est.sd, measured_sd_signed=est.signed,
-                                      df=None if est.df is None else round(est.df, 1),
-                                      f_ratio=round(est.f_ratio, 4), boots=est.boots)
+    for g in tested:
+        est = estimate_from_units(units[g.id])
+        if est is not None:
+            out[g.id] = BootCheck(registered_sd=g.boot_sd, measured_sd=est.sd, measured_sd_signed=est.signed,
+                                  upper=est.upper, df=None if est.df is None else round(est.df, 1),
+                                  f_ratio=round(est.f_ratio, 4), boots=est.boots)
     return out
 
 

@@ -72,6 +72,8 @@ class Noise:
     """Control requests of the same lane, kept one by one so each test can form its own units."""
 
     samples: list[Sample] = field(default_factory=list)
+    _per_class: dict[tuple[str, tuple[Cell, ...]], dict[str, tuple[float, float, int]] | None] = field(
+        default_factory=dict, repr=False)
 
     @property
     def requests(self) -> int:
@@ -157,7 +159,10 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float 
     groups = [cells] if gate.scope == "aggregate" else [[c] for c in cells]
     out = []
     for group in groups:
-        per_cls = unit_noise(noise, metric, group)
+        memo = (metric, tuple(group))
+        if memo not in noise._per_class:  # the same for every size tried
+            noise._per_class[memo] = unit_noise(noise, metric, group)
+        per_cls = noise._per_class[memo]
         if per_cls is None:
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
@@ -239,7 +244,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         m = measured[g.id]
         return {"boot_sd": sd_of(g), "boot_sd_registered": float(g.boot_sd),
                 "boot_sd_measured": None if m is None else m.sd,
-                "boot_df_measured": None if m is None or m.df is None else int(m.df),
+                "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
                 "boot_sd_upper": None if m is None else m.upper,
                 "boot_f_ratio": None if m is None else m.f_ratio}
 

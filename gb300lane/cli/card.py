@@ -155,7 +155,7 @@ def plan_cmd(
             up = "-" if g.boot_sd_upper is None else f"{g.boot_sd_upper:.3%}"
             out(f"  {g.gate}: the boot study measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
                 f"{g.boot_f_ratio:.2f}, one-sided 95% upper bound {up}); registered {g.boot_sd_registered:.3%}"
-                + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {df}"
+                + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {max(1, g.boot_df_measured)}"
                    if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
                    else ""))
     if p.power is not None:
@@ -398,8 +398,9 @@ def calibrate_cmd(
                   f"{cal.mean_requests_per_arm_card:.0f}", highlight=False, markup=False)
     for gid, b in cal.boot_check.items():
         df = "-" if b.df is None else f"{b.df:.0f}"
-        console.print(f"  boot sd {gid}: registered {b.registered_sd:.2%}; the {b.boots} control boots show "
-                      f"{b.measured_sd_signed:+.3%} (df {df}, F {b.f_ratio:.2f})", highlight=False, markup=False)
+        console.print(f"  boot sd {gid}: registered {b.registered_sd:.3%}; the {b.boots} control boots show "
+                      f"{b.measured_sd_signed:+.3%} (df {df}, F {b.f_ratio:.2f}, 95% upper bound {b.upper:.3%})",
+                      highlight=False, markup=False)
     console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
