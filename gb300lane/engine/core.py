@@ -58,7 +58,7 @@ from gb300lane.engine.drafter import DSparkDrafter
 from gb300lane.engine.grammar import Grammar, constrain_drafts
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_rows
-from gb300lane.engine.streams import ACCEPT, DRAFT, GRAMMAR, SAMPLE, boot_key, request_key, uniforms, unseeded_key
+from gb300lane.engine.streams import GRAMMAR, boot_key, request_key, step_uniforms, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
 from gb300lane.spec import verify
 from gb300lane.spec.verification import verify_support
@@ -209,6 +209,11 @@ class EngineCore:
                           tabulate=support)
             if spec else None
         )
+        if self.drafter is not None and spec is not None:
+            # The boot's drafter tables are built at boot, before the first request, as model loading is.
+            schedule = spec.num_speculative_tokens_per_batch_size or ()
+            ks = {spec.num_speculative_tokens} | {min(k, spec.num_speculative_tokens) for _, _, k in schedule}
+            self.drafter.prepare(self._numerics, sorted(ks))
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.counters = EngineCounters()
@@ -251,18 +256,22 @@ class EngineCore:
         batch_seqs = self.running
         batch = len(batch_seqs)
         k = self.spec.k_for_batch(batch) if self.spec else 0
-        params = [s.params for s in batch_seqs]
-        temps = np.array([p.temperature for p in params], dtype=np.float64)
+        # One pass over the batch for what the step reads of each request.
+        rows_info = [(s.params.temperature, s.stream_key, len(s.output_ids), s.cls, s.grammar is None, *s.last_two())
+                     for s in batch_seqs]
+        temps_l, keys_l, positions_l, classes_l, free_l, c2_l, c1_l = zip(*rows_info)
+        temps = np.array(temps_l, dtype=np.float64)
         greedy = temps < GREEDY_TEMPERATURE
-        keys = np.array([s.stream_key for s in batch_seqs], dtype=np.uint64)
-        positions = np.array([len(s.output_ids) for s in batch_seqs], dtype=np.int64)
-        ctx = np.array([s.last_two() for s in batch_seqs], dtype=np.int64)
-        classes = np.array([s.cls for s in batch_seqs], dtype=np.int64)
+        keys = np.array(keys_l, dtype=np.uint64)
+        positions = np.array(positions_l, dtype=np.int64)
+        ctx = np.array([c2_l, c1_l], dtype=np.int64).T
+        classes = np.array(classes_l, dtype=np.int64)
+        any_grammar = not all(free_l)
+        draft_u, u_accept, u_sample = step_uniforms(keys, positions, k)
         block = None
         q = None
         if k > 0 and self.drafter is not None and self.spec is not None:  # k > 0 only with a speculative config
             probabilistic = self.spec.draft_sample_method == "probabilistic"
-            draft_u = uniforms(keys, positions, DRAFT, k)
             if self.drafter.markov and not self.drafter.serial:
                 block = self.drafter.draft_block(classes, ctx[:, 0], ctx[:, 1], k, temps, draft_u,
                                                  probabilistic=probabilistic, numerics=self._numerics)
@@ -273,12 +282,10 @@ class EngineCore:
         else:
             drafts = np.empty((batch, 0), dtype=np.int64)
             q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
-        if block is not None and any(seq.grammar is not None for seq in batch_seqs):
+        if block is not None and any_grammar:
             q = block.dense_q(self.model.vocab_size)  # a grammar redraws drafts and q in place
         masks = self._constrain(batch_seqs, drafts, q, ctx, keys, positions, greedy)
         method = self.spec.rejection_sample_method if self.spec else "standard"
-        u_accept = uniforms(keys, positions, ACCEPT, k)
-        u_sample = uniforms(keys, positions, SAMPLE, 1)[:, 0]
         on_support = np.zeros(batch, dtype=bool)
         if block is not None and self.support and self.verifier is verify and self.spec is not None \
                 and self.spec.draft_sample_method == "probabilistic":
@@ -291,12 +298,18 @@ class EngineCore:
         if sup.size and block is not None:
             full = np.concatenate([ctx, drafts], axis=1)
 
+            every = sup.size == batch  # the common case: no copies
+
             def rows_at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-                at = sup[rows]
+                at = rows if every else sup[rows]
                 return self.model.target_probs(classes[at], full[at, pos], full[at, pos + 1], self._numerics)
 
-            res = verify_support(method, block.p[sup], block.q[sup], block.cand[sup], block.choice[sup],
-                                 u_accept[sup], u_sample[sup], rows_at)
+            if every:
+                res = verify_support(method, block.p, block.q, block.cand, block.choice, u_accept, u_sample, rows_at,
+                                     drafts=block.tokens)
+            else:
+                res = verify_support(method, block.p[sup], block.q[sup], block.cand[sup], block.choice[sup],
+                                     u_accept[sup], u_sample[sup], rows_at, drafts=block.tokens[sup])
             accepted_arr[sup], tokens_arr[sup] = res.accepted, res.tokens
         dense = np.flatnonzero(~on_support)
         if dense.size:

@@ -33,12 +33,13 @@ there); `draft` scatters it into target-vocabulary columns.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtri
 
-from gb300lane.engine.model import MIXED, BuiltinModel
+from gb300lane.engine.model import MIXED, BuiltinModel, _csr_lookup
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE
 from gb300lane.engine.streams import uniforms_at
 
@@ -49,6 +50,82 @@ _MISS_KEY = np.array([0xD5A4_C0DE_2026_0006], dtype=np.uint64)
 
 #: (corpus hash, top-k, slot) -> the checkpoint's errors at every anchor pair's candidates.
 _PAIR_ERRORS: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+class _BootTables:
+    """One boot's drafter tables over every anchor pair (the drafter's frequent contexts).
+
+    Candidates, the target's values there under the boot's numerics, the pair
+    each candidate leads to (class, anchor, candidate), and per (wide block,
+    slot) the temperature-1 draft distribution: the softmax `draft_block`
+    computes, done once for all pairs with the same float64 operations row by
+    row, so a step gathers instead of computing. About 25 MB, and 3.5 MB per
+    slot, at the default top-k.
+    """
+
+    def __init__(self, drafter: DSparkDrafter, numerics: tuple[int, float] | None) -> None:
+        model, vocab = drafter.model, drafter.vocab
+        keys = model.pair_keys
+        self.drafter = drafter  # holds the model, so the cache key's id(model) stays this model's
+        self.classes = keys // (vocab * vocab)
+        anchor = keys % vocab
+        self.cand = model.pair_ids[0, :, : drafter.topk].astype(np.int32)
+        self.p = _chunked(lambda lo, hi: model.target_at(self.classes[lo:hi], (keys[lo:hi] // vocab) % vocab,
+                                                         anchor[lo:hi], self.cand[lo:hi], numerics), keys.size)
+        self.next = _chunked(lambda lo, hi: model.pair_rows(self.classes[lo:hi, None], anchor[lo:hi, None],
+                                                            self.cand[lo:hi]).astype(np.int32), keys.size)
+        self._slots: dict[tuple[bool, int], np.ndarray] = {}
+        # Every other context drafts from the anchor token's candidates: the target there per
+        # trigram context the model has, and per (class, anchor) where it has none.
+        topk, tri = drafter.topk, model.tri_keys
+        self.tri_p = _chunked(lambda lo, hi: model.target_at(
+            tri[lo:hi] // (vocab * vocab), (tri[lo:hi] // vocab) % vocab, tri[lo:hi] % vocab,
+            model.draft_ids[0, tri[lo:hi] % vocab, :topk], numerics), tri.size)
+        cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
+        self.bi_p = _chunked(lambda lo, hi: model.target_at(
+            cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
+
+    def other_p(self, classes: np.ndarray, prev2: np.ndarray, prev: np.ndarray) -> np.ndarray:
+        """(n, K) the target at the anchor token's candidates, for contexts without pair rows."""
+        model, vocab = self.drafter.model, self.drafter.vocab
+        tri = _csr_lookup(model._keys3(classes, prev2, prev), model.tri_keys)
+        p = self.bi_p[classes * vocab + prev]
+        have = np.flatnonzero(tri >= 0)
+        if have.size:
+            p[have] = self.tri_p[tri[have]]
+        return p
+
+    def slot(self, wide: bool, slot: int) -> np.ndarray:
+        """(M, K) float64 draft probabilities at `slot` of a block wider than the trained one, or not."""
+        probs = self._slots.get((wide, slot))
+        if probs is None:
+            d = self.drafter
+            key = (d.model.corpus_hash, d.topk, slot)
+            if key not in _PAIR_ERRORS:
+                keys, vocab = d.model.pair_keys, d.vocab
+                _PAIR_ERRORS[key] = _errors(self.classes, (keys // vocab) % vocab, keys % vocab, self.cand, slot, vocab)
+            z, miss_u = _PAIR_ERRORS[key]
+            # slot_error_scale reads k only as "wider than the trained block, or not".
+            k = d.block_size + 1 if wide else d.block_size
+            logp = np.log(np.maximum(self.p, 1e-30).astype(np.float64))
+            probs = d._softmax(logp, z, d.slot_error_scale(self.classes, k, slot, miss_u))
+            self._slots[(wide, slot)] = probs
+        return probs
+
+    def keep(self, wide: set[bool]) -> None:
+        """Drop the slot tables of block widths not in `wide` (they are rebuilt if asked for again)."""
+        for key in [key for key in self._slots if key[0] not in wide]:
+            del self._slots[key]
+
+
+def _chunked(build, rows: int, chunk: int = 4096) -> np.ndarray:
+    """`build(lo, hi)` over row blocks, stacked: a table's temporaries stay a block's size."""
+    return np.concatenate([build(lo, min(lo + chunk, rows)) for lo in range(0, rows, chunk)])
+
+
+#: The boot tables last drafted with, by (model, top-k, block size, numerics): one boot's at a time.
+_BOOT: dict[tuple, _BootTables] = {}
+_BOOT_LOCK = threading.Lock()
 
 
 def _errors(classes, prev2, prev, cand, slot: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
@@ -213,38 +290,24 @@ class DSparkDrafter:
             tab[slot], tab[("miss", slot)] = _PAIR_ERRORS[key]
         return tab
 
-    def _boot_tables(self, numerics) -> dict:
-        """Every anchor pair's candidates and the target's values there under this boot's numerics.
+    def prepare(self, numerics: tuple[int, float] | None, ks) -> None:
+        """Build this boot's tables for blocks of every k in `ks` now, as a boot does before serving."""
+        if self.tabulate and self.markov and not self.serial:
+            tables = self._tables_for(numerics)
+            # Only the block widths this engine drafts at keep their tables (3.5 MB a slot).
+            tables.keep({k > self.block_size for k in ks})
+            for k in ks:
+                for slot in range(k):
+                    tables.slot(k > self.block_size, slot)
 
-        One vectorised pass over all pairs (`target_at` is row by row the same
-        arithmetic, so each value is what a step computing its rows alone gets).
-        """
-        if self._tables is None or self._tables_numerics != numerics:
-            model, vocab = self.model, self.vocab
-            keys = model.pair_keys
-            cand = model.pair_ids[0, :, : self.topk].astype(np.int64)
-            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, cand, numerics)
-            self._tables = {"cand": cand, "p": p, "logp": np.log(np.maximum(p, 1e-30).astype(np.float64)),
-                            "classes": keys // (vocab * vocab)}
-            self._tables_numerics = numerics
-        return self._tables
-
-    def _slot_table(self, numerics, k: int, slot: int) -> np.ndarray:
-        """(M, K) float64: each anchor pair's draft distribution at `slot` of a k-slot block, temperature 1.
-
-        The softmax of `draft_block`'s logits, computed once for all pairs:
-        the same float64 operations row by row, so a step gathers them instead.
-        """
-        tables = self._boot_tables(numerics)
-        if (k, slot) not in tables:
-            key = (self.model.corpus_hash, self.topk, slot)
-            if key not in _PAIR_ERRORS:
-                keys, vocab = self.model.pair_keys, self.vocab
-                _PAIR_ERRORS[key] = _errors(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab,
-                                            tables["cand"], slot, vocab)
-            z, miss_u = _PAIR_ERRORS[key]
-            tables[(k, slot)] = self._softmax(tables["logp"], z, self.slot_error_scale(tables["classes"], k, slot, miss_u))
-        return tables[(k, slot)]
+    def _tables_for(self, numerics: tuple[int, float] | None) -> _BootTables:
+        key = (id(self.model), self.topk, self.block_size, numerics)
+        with _BOOT_LOCK:
+            tables = _BOOT.get(key)
+            if tables is None:
+                _BOOT.clear()  # one boot's tables at a time: they are tens of MB
+                tables = _BOOT[key] = _BootTables(self, numerics)
+            return tables
 
     def _softmax(self, logp, z, scale, inv_t=None) -> np.ndarray:
         logits = self.sharpness * logp
@@ -257,36 +320,84 @@ class DSparkDrafter:
         probs /= probs.sum(axis=1, keepdims=True)
         return probs
 
-    def _slot_from_tables(self, classes, prev2, prev, k, slot, numerics, own, inv_t):
-        """Candidates, target values and draft probabilities at `slot` for every row, from the boot tables.
+    def _draft_tabulated(self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms,
+                         probabilistic, numerics) -> DraftBlock:
+        """`draft_block` with the pair rows gathered from the boot tables, slot by slot.
 
-        Rows in `own` (no pair rows, or a temperature other than 1) are computed
-        as `draft_block` computes them; the rest are gathered.
+        Rows without pair rows, and rows at a temperature other than 1 (their
+        logits are scaled), are computed as `draft_block` computes them; the
+        rest read the tables, which hold the same values. The next slot's pair
+        is the table's next pair at the drafted candidate.
         """
         model, topk, vocab = self.model, self.topk, self.vocab
+        batch = prev.shape[0]
+        wide = k > self.block_size
         pair = model.pair_rows(classes, prev2, prev)
-        tables = self._boot_tables(numerics)
-        probs_tab = self._slot_table(numerics, k, slot)
-        idx = np.maximum(pair, 0)
-        cand, p, probs = tables["cand"][idx], tables["p"][idx], probs_tab[idx]
-        odd = own | (pair < 0)
-        if odd.any():
-            m = np.flatnonzero(odd)
-            c_m, p_m, logp_m = cand[m], p[m], tables["logp"][idx[m]]
-            z_m, miss_m = _PAIR_ERRORS[(model.corpus_hash, topk, slot)]
-            z_m, miss_m = z_m[idx[m]], miss_m[idx[m]]
-            miss = np.flatnonzero(pair[m] < 0)
-            if miss.size:
-                n = m[miss]
-                c_n = model.draft_ids[0, prev[n], :topk].astype(np.int64)
-                c_m[miss] = c_n
-                p_m[miss] = model.target_at(classes[n], prev2[n], prev[n], c_n, numerics)
-                logp_m[miss] = np.log(np.maximum(p_m[miss], 1e-30).astype(np.float64))
-                z_m[miss], miss_m[miss] = _errors(classes[n], prev2[n], prev[n], c_n, slot, vocab)
-            scale = self.slot_error_scale(classes[m], k, slot, miss_m)
-            cand[m], p[m] = c_m, p_m
-            probs[m] = self._softmax(logp_m, z_m, scale, inv_t[m])
-        return cand, p, probs
+        own = inv_t[:, 0] != 1.0
+        any_own, any_greedy = bool(own.any()), bool(greedy_rows.any())
+        rows = np.arange(batch)
+        slot_tables = [tables.slot(wide, slot) for slot in range(k)]
+        u_slots = uniforms.T[:, :, None]
+        # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end.
+        pairs, choices, tokens, dists = [], [], [], []
+        computed = []
+        for slot in range(k):
+            probs = slot_tables[slot][pair]
+            m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
+            if m is not None:
+                at = pair[m]
+                if any_own:
+                    c_m, p_m = tables.cand[at], tables.p[at]
+                    z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
+                    n: np.ndarray | None = np.flatnonzero(at < 0)
+                    rn = m[n]
+                else:  # every odd row is a context without pair rows
+                    n, rn = None, m
+                if rn.size:
+                    c_n = model.draft_ids[0, prev[rn], :topk].astype(np.int64)
+                    p_n = tables.other_p(classes[rn], prev2[rn], prev[rn])
+                    z_n, miss_n = _errors(classes[rn], prev2[rn], prev[rn], c_n, slot, vocab)
+                    if n is not None:
+                        c_m[n], p_m[n], z_m[n], miss_m[n] = c_n, p_n, z_n, miss_n
+                    else:
+                        c_m, p_m, z_m, miss_m = c_n, p_n, z_n, miss_n
+                logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
+                probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(classes[m], k, slot, miss_m), inv_t[m])
+            if probabilistic:
+                cdf = np.add.accumulate(probs, axis=1)  # np.cumsum's arithmetic, less dispatch
+                # u < 1, so u * total never exceeds the total: the count is at most K - 1.
+                choice = np.add.reduce(cdf < u_slots[slot] * cdf[:, -1:], axis=1, dtype=np.int64)
+                if any_greedy:
+                    g = np.flatnonzero(greedy_rows)
+                    choice[g] = probs[g].argmax(axis=1)
+            else:
+                choice = probs.argmax(axis=1)
+            token = tables.cand[pair, choice]
+            nxt = tables.next[pair, choice]
+            if m is not None:
+                token[m] = c_m[np.arange(m.size), choice[m]]
+                nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
+                computed.append((slot, m, c_m, p_m))
+            pairs.append(pair)
+            choices.append(choice)
+            tokens.append(token)
+            dists.append(probs)
+            prev2, prev, pair = prev, token, nxt
+        pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
+        cand_all, p_all = tables.cand[pair_all], tables.p[pair_all]
+        for slot, m, c_m, p_m in computed:
+            cand_all[m, slot] = c_m
+            p_all[m, slot] = p_m
+        if probabilistic:
+            q_all = np.array(dists).transpose(1, 0, 2).astype(np.float32, order="C")
+            if any_greedy:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
+                g = np.flatnonzero(greedy_rows)
+                q_all[g] = 0.0
+                q_all[g[:, None], np.arange(k)[None, :], choice_all[g]] = 1.0
+        else:
+            q_all = np.zeros((batch, k, topk), dtype=np.float32)
+            q_all[rows[:, None], np.arange(k)[None, :], choice_all] = 1.0
+        return DraftBlock(np.array(tokens, dtype=np.int64).T.copy(), cand_all, q_all, p_all, choice_all)
 
     def draft_block(
         self,
@@ -314,26 +425,23 @@ class DSparkDrafter:
         inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
         rows = np.arange(batch)
         prev2, prev = anchor_prev.astype(np.int64), anchors.astype(np.int64)
-        # A temperature-1 or greedy row's logits are multiplied by exactly 1: the tables hold them.
-        own = (inv_t[:, 0] != 1.0) if self.tabulate else None
-        any_greedy = bool(greedy_rows.any())
+        if self.tabulate:
+            return self._draft_tabulated(self._tables_for(numerics), classes, prev2, prev, k, inv_t, greedy_rows,
+                                         uniforms, probabilistic, numerics)
         for slot in range(k):
-            if own is not None:
-                cand, p, probs = self._slot_from_tables(classes, prev2, prev, k, slot, numerics, own, inv_t)
-            else:
-                cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
-                probs = self._softmax(logp, z, self.slot_error_scale(classes, k, slot, miss_u), inv_t)
+            cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
+            probs = self._softmax(logp, z, self.slot_error_scale(classes, k, slot, miss_u), inv_t)
+            choice = probs.argmax(axis=1)
             if probabilistic:
                 cdf = np.cumsum(probs, axis=1)
-                choice = np.minimum((cdf < uniforms[:, slot, None] * cdf[:, -1:]).sum(axis=1), topk - 1)
+                sampled = np.minimum((cdf < uniforms[:, slot, None] * cdf[:, -1:]).sum(axis=1), topk - 1)
+                choice = np.where(greedy_rows, choice, sampled)
                 qv = probs.astype(np.float32)
-                if any_greedy:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
-                    g = np.flatnonzero(greedy_rows)
-                    choice[g] = probs[g].argmax(axis=1)
+                g = np.flatnonzero(greedy_rows)
+                if g.size:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
                     qv[g] = 0.0
                     qv[g, choice[g]] = 1.0
             else:
-                choice = probs.argmax(axis=1)
                 qv = np.zeros((batch, topk), dtype=np.float32)
                 qv[rows, choice] = 1.0
             token = cand[rows, choice]

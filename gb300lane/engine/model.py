@@ -76,26 +76,6 @@ def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
     return np.where(table_keys[slot] == keys, slot, -1)
 
 
-def _interpolate(probs, rows, ctx, indptr, cols, ml, lam, jitter=None) -> None:
-    """probs[rows] = (1 - lam) * probs[rows] + lam * ML, for the sparse ML rows `ctx` (in place).
-
-    `jitter` (relative scale, per-row uniforms in [0, 1)) moves each row's weight by up to
-    the scale either way: a boot's numerics (see `target_probs`).
-    """
-    lam_r = lam[ctx]
-    if jitter is not None:
-        scale, u = jitter
-        lam_r = np.clip(lam_r * (1.0 + scale * (2.0 * u - 1.0)), 0.0, 1.0).astype(np.float32)
-    probs[rows] *= (1.0 - lam_r)[:, None]
-    starts = indptr[ctx]
-    lengths = indptr[ctx + 1] - starts
-    total = int(lengths.sum())
-    # One flat gather over every context's sparse row.
-    row_of = np.repeat(np.arange(rows.size), lengths)
-    flat = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
-    probs[rows[row_of], cols[flat]] += lam_r[row_of] * ml[flat]
-
-
 @dataclass(frozen=True)
 class BuiltinModel:
     """Arrays of the builtin target and drafter (read-only after load)."""
@@ -168,39 +148,64 @@ class BuiltinModel:
         what changes between boots is the order of near-tied tokens, as batch-
         variant kernels change the last bits of a real lane's logits.
         """
+        vocab = self.vocab_size
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
-        bi_keys = cls.astype(np.int64) * self.vocab_size + c1
-        ctx = _csr_lookup(bi_keys, self.bi_keys)
-        rows = np.flatnonzero(ctx >= 0)
-        if rows.size:
-            jit = _jitter(numerics, bi_keys[rows], 0)
-            _interpolate(probs, rows, ctx[rows], self.bi_indptr, self.bi_cols, self.bi_ml, self.bi_lambda, jit)
-        tri_keys = self._keys3(cls, c2, c1)
-        ctx = _csr_lookup(tri_keys, self.tri_keys)
-        rows = np.flatnonzero(ctx >= 0)
-        if rows.size:
-            jit = _jitter(numerics, tri_keys[rows], 1)
-            _interpolate(probs, rows, ctx[rows], self.tri_indptr, self.tri_cols, self.tri_ml, self.tri_lambda, jit)
+        n = probs.shape[0]
+        base = cls.astype(np.int64) * vocab
+        kb, kt = base + c1, (base + c2) * vocab + c1  # the bigram and trigram layers' context keys
+        cb, ct = _csr_lookup(kb, self.bi_keys), _csr_lookup(kt, self.tri_keys)
+        rb, rt = np.flatnonzero(cb >= 0), np.flatnonzero(ct >= 0)
+        nb, nt = rb.size, rt.size
+        if nb < n:
+            kb, cb = kb[rb], cb[rb]
+        if nt < n:
+            kt, ct = kt[rt], ct[rt]
+        # Both layers at once where the arithmetic is per context: weights, jitter, sparse-row indices.
+        lam = np.concatenate([self.bi_lambda[cb], self.tri_lambda[ct]])
+        if numerics is not None and numerics[1] != 0.0:
+            _key, scale = numerics
+            lam = _jittered(lam, _jitter_uniforms(numerics, np.concatenate([kb, kt]), nb), scale)
+        starts = np.concatenate([self.bi_indptr[cb], self.tri_indptr[ct]])
+        lengths = np.concatenate([self.bi_indptr[cb + 1], self.tri_indptr[ct + 1]]) - starts
+        ends = np.cumsum(lengths)
+        row_of = np.repeat(np.arange(nb + nt), lengths)
+        flat = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if ends.size else 0)
+        keep = 1.0 - lam
+        split = int(ends[nb - 1]) if nb else 0
+        # probs[rows] = (1 - lam) * probs[rows] + lam * ML, bigram layer then trigram layer.
+        for rows, lo, hi, cols, ml in ((rb, 0, split, self.bi_cols, self.bi_ml),
+                                       (rt, split, flat.size, self.tri_cols, self.tri_ml)):
+            if not rows.size:
+                continue
+            first = 0 if lo == 0 else nb
+            w = keep[first : first + rows.size, None]
+            if rows.size == n:
+                probs *= w
+            else:
+                probs[rows] *= w
+            r, f = row_of[lo:hi], flat[lo:hi]
+            probs[r - first if rows.size == n else rows[r - first], cols[f]] += lam[r] * ml[f]
         return probs
 
     def target_at(
         self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, cols: np.ndarray,
-        numerics: tuple[int, float] | None = None,
+        numerics: tuple[int, float] | None = None, *, trigram: bool = True,
     ) -> np.ndarray:
         """(R, K) float32: `target_probs(cls, c2, c1, numerics)[r, cols[r]]`, bit for bit, without the rows.
 
         The same float32 operations in the same order on K columns instead of V:
-        what verifying and drafting on a draft's support need.
+        what verifying and drafting on a draft's support need. `trigram=False`
+        leaves the trigram layer out (what a context the trigram tables lack gets).
         """
         cols = np.asarray(cols, dtype=np.int64)
         vals = self.bigram[c1[:, None], cols]
         vocab = self.vocab_size
-        for keys, table, entries, indptr, ml, lam, layer in (
-            (cls.astype(np.int64) * vocab + c1, self.bi_keys, self.bi_entries, self.bi_indptr, self.bi_ml,
-             self.bi_lambda, 0),
-            (self._keys3(cls, c2, c1), self.tri_keys, self.tri_entries, self.tri_indptr, self.tri_ml,
-             self.tri_lambda, 1),
-        ):
+        layers = [(cls.astype(np.int64) * vocab + c1, self.bi_keys, self.bi_entries, self.bi_indptr, self.bi_ml,
+                   self.bi_lambda, 0)]
+        if trigram:
+            layers.append((self._keys3(cls, c2, c1), self.tri_keys, self.tri_entries, self.tri_indptr, self.tri_ml,
+                           self.tri_lambda, 1))
+        for keys, table, entries, indptr, ml, lam, layer in layers:
             ctx = _csr_lookup(keys, table)
             rows = np.flatnonzero(ctx >= 0)
             if not rows.size:
@@ -208,8 +213,7 @@ class BuiltinModel:
             lam_r = lam[ctx[rows]]
             jit = _jitter(numerics, keys[rows], layer)
             if jit is not None:
-                scale, u = jit
-                lam_r = np.clip(lam_r * (1.0 + scale * (2.0 * u - 1.0)), 0.0, 1.0).astype(np.float32)
+                lam_r = _jittered(lam_r, jit[1], jit[0])
             sub = vals[rows]
             sub *= (1.0 - lam_r)[:, None]
             at = _csr_lookup(ctx[rows, None] * vocab + cols[rows], entries)
@@ -219,12 +223,27 @@ class BuiltinModel:
         return vals
 
 
-def _jitter(numerics: tuple[int, float] | None, keys: np.ndarray, layer: int):
-    """(scale, uniforms) for the rows of one layer under a boot's numerics, None when exact."""
+def _jitter_uniforms(numerics: tuple[int, float], keys: np.ndarray, bigram_rows: int) -> np.ndarray:
+    """`_jitter`'s uniforms for keys of which the first `bigram_rows` are bigram contexts, the rest trigram."""
+    words = keys.astype(np.uint64) << np.uint64(2)
+    words[bigram_rows:] |= np.uint64(1)
+    return uniforms_at(np.array([numerics[0]], dtype=np.uint64), words[None, :])[0]
+
+
+def _jittered(lam: np.ndarray, u: np.ndarray, scale: float) -> np.ndarray:
+    """Interpolation weights moved by up to `scale` (relative) either way: a boot's numerics (see `target_probs`)."""
+    return np.minimum(np.maximum(lam * (1.0 + scale * (2.0 * u - 1.0)), 0.0), 1.0).astype(np.float32)
+
+
+def _jitter(numerics: tuple[int, float] | None, keys: np.ndarray, layer):
+    """(scale, uniforms) for rows of a layer (0 bigram, 1 trigram; per row or one for all) under a boot's numerics.
+
+    None when exact.
+    """
     if numerics is None or numerics[1] == 0.0:
         return None
     key, scale = numerics
-    words = (keys.astype(np.uint64) << np.uint64(2)) | np.uint64(layer)
+    words = (keys.astype(np.uint64) << np.uint64(2)) | np.asarray(layer).astype(np.uint64)
     return scale, uniforms_at(np.array([key], dtype=np.uint64), words[None, :])[0]
 
 

@@ -92,3 +92,20 @@ def uniforms_at(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
 def uniforms(keys: np.ndarray, positions: np.ndarray, use: int, count: int) -> np.ndarray:
     """(B, count) uniforms for slots 0..count-1 of `use` at each row's output position."""
     return uniforms_at(keys, counters(positions, use, count))
+
+
+def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A verify step's draws in one pass: DRAFT (B, k), ACCEPT (B, k) and SAMPLE (B,) at each row's position.
+
+    The same values as three `uniforms` calls (the same counter words), for a
+    step's fixed cost.
+    """
+    if k >= _MAX_SLOT:
+        raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {k}")
+    slots = np.arange(k, dtype=np.int64)
+    low = np.concatenate([(DRAFT << 8) | slots, (ACCEPT << 8) | slots, [SAMPLE << 8]])
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
+        raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
+    u = uniforms_at(keys, ((pos[:, None] << 16) | low[None, :]).astype(np.uint64))
+    return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]

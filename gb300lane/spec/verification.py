@@ -111,14 +111,14 @@ def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
     """
     # The CDF accumulates in float64 whatever the input precision: a float32 running sum
     # over a 129k vocabulary would bias the tail of the distribution.
-    cdf = np.cumsum(dist, axis=1, dtype=np.float64)
+    # (Widened first, then summed: the same float64 running sum as cumsum(dtype=float64), cast faster.)
+    cdf = np.cumsum(dist.astype(np.float64), axis=1)
     empty = np.flatnonzero(~(cdf[:, -1] > 0.0))
     if empty.size:
         cdf[empty] = np.cumsum(fallback(empty), axis=1)
-    out = np.empty(dist.shape[0], dtype=np.int64)
-    for row in range(dist.shape[0]):
-        out[row] = np.searchsorted(cdf[row], u[row] * cdf[row, -1], side="right")
-    return np.minimum(out, dist.shape[1] - 1)
+    last = dist.shape[1] - 1
+    out = [min(int(np.searchsorted(row, t, side="right")), last) for row, t in zip(cdf, u * cdf[:, -1])]
+    return np.array(out, dtype=np.int64)
 
 
 def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
@@ -502,6 +502,7 @@ def verify_support(
     u_accept: np.ndarray,
     u_sample: np.ndarray,
     target_rows,
+    drafts: np.ndarray | None = None,
 ) -> VerifyResult:
     """`verify` for drafts given on their support: the same rule, the same draws, O(K) per position.
 
@@ -525,41 +526,43 @@ def verify_support(
         )
     batch, k, _ = p_sup.shape
     rows = np.arange(batch)
-    drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0].astype(np.int64)
-    px = np.take_along_axis(p_sup, choice[:, :, None], axis=2)[:, :, 0].astype(np.float64)
-    qx = np.take_along_axis(q_sup, choice[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+    at = (rows[:, None], np.arange(k)[None, :], choice)
+    drafts = (cand[at] if drafts is None else drafts).astype(np.int64, copy=False)
+    px = p_sup[at].astype(np.float64)
+    qx = q_sup[at].astype(np.float64)
     scale = None
     if method == "block" and k > 0:
         joint = _prefix_joint(px, qx)
         pj = joint[:, 1:]
-        passed = np.zeros((batch, k), dtype=bool)
+        u = u_accept
+        # A position passes when prefix_joint = 1, or when u <= prefix_joint and u <= h.
+        passed = pj >= 1.0
+        last = k - 1
+        passed[:, last] = (u[:, last] <= pj[:, last]) & (pj[:, last] > 0.0)
         if k > 1:
             # Residual mass at positions 2..k for the prefix joint after 1..k-1 drafts.
-            pj_open = pj[:, : k - 1, None]
+            pj_open = pj[:, :last]
             p_next = p_sup[:, 1:].astype(np.float64)
             outside = np.maximum(1.0 - p_next.sum(axis=2), 0.0)
-            resid = pj_open[:, :, 0] * outside + np.maximum(pj_open * p_next - q_sup[:, 1:], 0.0).sum(axis=2)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                h = np.where(pj[:, : k - 1] >= 1.0, 1.0, resid / (resid + 1.0 - pj[:, : k - 1]))
-            passed[:, : k - 1] = (pj[:, : k - 1] >= 1.0) | (
-                (pj[:, : k - 1] > 0.0) & (u_accept[:, : k - 1] <= pj[:, : k - 1]) & (u_accept[:, : k - 1] <= h)
-            )
-        passed[:, k - 1] = (u_accept[:, k - 1] <= pj[:, k - 1]) & (pj[:, k - 1] > 0.0)
+            resid = pj_open * outside + np.maximum(pj_open[:, :, None] * p_next - q_sup[:, 1:], 0.0).sum(axis=2)
+            # h = resid / (resid + 1 - prefix_joint) where prefix_joint < 1 (it passes outright at 1).
+            h = np.divide(resid, resid + 1.0 - pj_open, out=np.ones_like(resid), where=pj_open < 1.0)
+            passed[:, :last] |= (pj_open > 0.0) & (u[:, :last] <= pj_open) & (u[:, :last] <= h)
         # The accepted length is the last passing position.
-        tau = np.where(passed.any(axis=1), k - np.argmax(passed[:, ::-1], axis=1), 0).astype(np.int64)
+        tau = k - np.argmax(passed[:, ::-1], axis=1)
+        tau[~passed.any(axis=1)] = 0
         scale = joint[rows, tau]
     else:
         tau = _leading_true((px > 0.0) & (u_accept * qx <= px))
     dist = np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32)
-    has_draft = tau < k
     if scale is not None:
         scaled = np.flatnonzero(scale != 1.0)
         if scaled.size:
             dist[scaled] *= scale[scaled, None]
-    if np.any(has_draft):
-        r = np.flatnonzero(has_draft)
+    r = np.flatnonzero(tau < k)
+    if r.size:
         cols = cand[r, tau[r]]
-        sub = np.take_along_axis(dist[r], cols, axis=1) - q_sup[r, tau[r]]
+        sub = dist[r[:, None], cols] - q_sup[r, tau[r]]
         np.maximum(sub, 0.0, out=sub)
         dist[r[:, None], cols] = sub
     # A residual with no mass falls back to the target's row itself, as `verify` does.
