@@ -7,6 +7,8 @@ production: afterwards `status --json` shows local-v26 serving production on
 its port, and `history` records the take. Ctrl-C (SIGINT) during arm B stops
 the arm and restores production too. A process killed mid-bracket leaves the
 transition open: `status` explains it and `rollback` restores production.
+After the card's PASS, `promote local-v27 --from-card CARD` starts the B arm
+the card kept as production (no fresh boot), and `rollback` gives local-v26 back.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import yaml
 
 from gb300lane import lane
 from gb300lane import promote as pm
+from gb300lane.cards import find_receipts
+from gb300lane.lane import instances
 from gb300lane.paths import shipped
 from gb300lane.testing.crash import CRASH_ENV
 from gb300lane.testing.ports import free_port
@@ -125,6 +129,36 @@ def test_card_run_take_lane_end_to_end_gives_production_back(production: int) ->
     again = _cli("card", "register", "small")  # the receipts are found scored, with what to do next
     text = " ".join(again.stdout.split())
     assert again.returncode == 0 and "scored (verdict 1 PASS)" in text and "card rescore" in text and "--fresh" in text
+
+
+def test_after_a_pass_the_kept_candidate_is_promoted_without_a_fresh_boot(production: int) -> None:
+    port = production
+    assert _cli("card", "register", "small").returncode == 0
+    ran = _cli("card", "run", "small", "--take-lane")
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "`gb300lane promote local-v27 --from-card small` starts the kept B arm" in " ".join(ran.stdout.split())
+    early = _cli("promote", "local-v27", "--from-card", "small")  # before the verdict
+    assert early.returncode == 1 and "the card has no verdict yet" in " ".join(early.stderr.split()), early.stderr
+    assert _cli("card", "score", "small").returncode == 0
+    rec = find_receipts("small")
+    measured = rec.read_json(rec.attempt_dir("B", 1) / "boot.json")
+    done = _cli("promote", "local-v27", "--from-card", "small")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "started local-v27-B, the candidate card small kept (no fresh boot)" in " ".join(done.stdout.split())
+    view = json.loads(_cli("status", "--json").stdout)
+    prod = view["production"]
+    assert prod["recipe"] == "local-v27" and prod["instance"] == "local-v27-B" and prod["port"] == port, prod
+    assert prod["rollback_pair"]["recipe"] == "local-v26"
+    row = next(r for r in view["instances"] if r["info"]["name"] == "local-v27-B")
+    assert row["role"] == "production" and row["info"]["state"] == "running" and row["health"] == "healthy", row
+    # The very instance the card measured: the same boot (run), started again, not booted afresh.
+    kept = instances.load("local-v27-B")
+    assert kept is not None and kept.run == measured["run"] and kept.fingerprint == measured["fingerprint"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+        assert json.loads(r.read())["data"][0]["id"] == "deepseek-v4.1-flash"
+    back = _cli("rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    _production_serves(port)
 
 
 def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from gb300lane.cards.data import (
     window_data_from_result,
 )
 from gb300lane.cards.results import CardPlan
-from gb300lane.cards.schema import Card, GroupSequential, gates_hash, parse_card, read_card_text
+from gb300lane.cards.schema import Card, GroupSequential, gates_hash, load_card, parse_card, read_card_text
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
@@ -436,6 +436,15 @@ def find_receipts(card_name: str, base: Path | None = None) -> Receipts:
             f"run `gb300lane card register {card_name}` first"
         )
     return found[-1]
+
+
+def receipts_for(ref: str) -> Receipts:
+    """A card's receipts from what a command line names: a receipts directory, or a card name or file (its newest)."""
+    p = Path(ref)
+    if p.is_dir() and (p / "registration.json").is_file():
+        return Receipts(p)
+    card, _ = load_card(ref)
+    return find_receipts(card.name)
 
 
 def all_receipts(base: Path | None = None, card_name: str | None = None) -> list[Receipts]:

@@ -32,15 +32,10 @@ _JSON = typer.Option(False, "--json", help="Print the result as JSON (nothing el
 
 
 def _receipts(card: str, receipts: Path | None) -> Receipts:
-    from gb300lane.cards import Receipts, find_receipts, load_card
+    from gb300lane.cards import Receipts
+    from gb300lane.cards.receipts import receipts_for
 
-    if receipts is not None:
-        return Receipts(receipts)
-    p = Path(card)
-    if p.is_dir() and (p / "registration.json").is_file():
-        return Receipts(p)
-    loaded, _ = load_card(card)
-    return find_receipts(loaded.name)
+    return Receipts(receipts) if receipts is not None else receipts_for(card)
 
 
 def _say(as_json: bool) -> Callable[[str], None]:
@@ -227,6 +222,10 @@ def _run_taking_the_lane(rec: Receipts, say: Callable[[str], None]) -> tuple[lis
         given = holder[0].report if holder else None
         if given is not None and given.ok:
             say(given.message)
+            card = rec.card()
+            say(f"the arms are kept on the lane; after a PASS (`gb300lane card score {card.name}`), "
+                f"`gb300lane promote {card.candidate.recipe} --from-card {card.name}` starts the kept "
+                f"{card.candidate.name} arm as production without a fresh boot")
         elif given is not None:
             err_console.print(f"[bold red]error:[/] {escape(given.message)}", markup=True, highlight=False,
                               soft_wrap=True)

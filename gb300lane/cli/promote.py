@@ -48,21 +48,33 @@ def promote_cmd(
     keep_going: Annotated[
         bool, typer.Option("--keep-going", help="Fleet: move the other lanes when one fails (else roll back all).")
     ] = False,
+    from_card: Annotated[
+        Optional[str],
+        typer.Option("--from-card", metavar="CARD", help="Start the candidate this card's run kept on the lane "
+                     "(`card run --take-lane`) as production instead of booting RECIPE afresh; needs the card's PASS."),
+    ] = None,
 ) -> None:
     """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair.
+
+    With --from-card, the candidate instance the card's run kept (stopped) on the production port becomes production
+    without a fresh boot: only on that card's PASS, and only while the lane holds the very instance the card measured.
 
     With --lanes or --fleet, one lane at a time, each with its boot checks and smoke gates; the first failure
     rolls back the lanes already moved, so the fleet ends all-old or all-new (unless --keep-going).
     """
     if reason and not force:
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
+    if from_card is not None and (force or resume):
+        fail("--from-card promotes on the card's own PASS; --force (no PASS) and --resume (an interrupted promotion, "
+             "as it was planned) do not go with it", 2)
     if lanes is not None or fleet:
         if lanes is not None and fleet:
             fail("--lanes and --fleet both name the lanes; pass one of them", 2)
         if current_placement() is not None:
             fail("--host names one lane; --lanes and --fleet name the lanes of a rollout themselves", 2)
-        if resume or dry_run or port is not None:
-            fail("--resume, --dry-run and --port act on one lane; a fleet rollout is repaired with `rollback --fleet`", 2)
+        if resume or dry_run or port is not None or from_card is not None:
+            fail("--resume, --dry-run, --port and --from-card act on one lane; a fleet rollout is repaired with "
+                 "`rollback --fleet`", 2)
         from gb300lane.promote.rollout import rollout
 
         names = None if fleet else [x.strip() for x in (lanes or "").split(",") if x.strip()]
@@ -79,7 +91,7 @@ def promote_cmd(
     from gb300lane import promote as core
 
     report = core.promote(
-        recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run,
+        recipe, force=force, reason=reason, resume=resume, port=port, dry_run=dry_run, from_card=from_card,
         ops=promotion_ops(), crash_hook=crash_hook(), progress=_progress,
     )  # fmt: skip
     _report(report, as_json)

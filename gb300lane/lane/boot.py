@@ -262,6 +262,29 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
     return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[])
 
 
+def kept_problem(instance: str, run: str) -> str | None:
+    """Why the lane's `instance` is not boot `run`'s kept instance, able to start as production as it stands.
+
+    None when it is. Otherwise what is wrong, as a phrase about the instance: it is gone, was booted again since
+    (another run), lost a container, or was booted dark on a recipe that serves production on another address (a
+    kept instance keeps the address it was created with).
+    """
+    rec = instances.load(instance)
+    if rec is None:
+        return "is no longer on the lane (removed since)"
+    if rec.run != run:
+        return f"was booted again since (run {rec.run}, not {run})"
+    rt = get_runtime(rec.runtime)
+    lost = [c for c in rec.containers if rt.inspect(c).state == "missing"]
+    if lost:
+        return f"lost {', '.join(lost)}"
+    recipe = validate_raw(rec.recipe_json, f"instance {instance}")
+    if _render(recipe, dark=rec.dark, port=rec.port) != _render(recipe, dark=False, port=rec.port):
+        return (f"was booted dark and listens on loopback only, while {recipe.name} serves production on "
+                f"{recipe.lane.bind} (a kept instance keeps the address it was created with)")
+    return None
+
+
 def await_instance(instance: str, *, timeout_s: float | None = None, progress: ProgressFn | None = None) -> BootReport:
     """An instance whose containers already run (a boot or restart a killed process began): wait until it is ready
     within the lane's boot limit (the time since its start counts), then run the boot checks and report.

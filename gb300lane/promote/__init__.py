@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gb300lane.promote.models import (
         BootInfo,
         InFlight,
+        KeptCandidate,
         LedgerEvent,
         ProductionState,
         PruneReport,
@@ -47,6 +48,7 @@ __getattr__, __dir__ = attach(
         "TransitionLock": "lock",
         "BootInfo": "models",
         "InFlight": "models",
+        "KeptCandidate": "models",
         "LedgerEvent": "models",
         "ProductionState": "models",
         "PruneReport": "models",
@@ -70,6 +72,7 @@ __all__ = [
     "CrashHook",
     "InFlight",
     "InstanceFact",
+    "KeptCandidate",
     "Ledger",
     "LedgerEvent",
     "ProductionState",

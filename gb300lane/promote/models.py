@@ -81,6 +81,27 @@ class PromotePlan(FrozenModel):
     verdict_custody: VerdictCustody | None = Field(
         default=None, description="The verdict file and its sealing manifest, hashed when the plan was made."
     )
+    from_card: str | None = Field(
+        default=None,
+        description="The card whose kept candidate `instance` is: started as production, not booted afresh.",
+    )
+
+
+class KeptCandidate(FrozenModel):
+    """The instance a card's candidate arm left on the lane, as the card's receipts and the lane record it."""
+
+    card: str = Field(description="The card's name.")
+    receipts: str = Field(description="Its receipts directory.")
+    arm: str = Field(description="The candidate arm's name, e.g. B.")
+    recipe: str = Field(description="The candidate arm's recipe.")
+    verdict: str | None = Field(description="The card's newest verdict (PASS, FAIL, INCONCLUSIVE); None before scoring.")
+    instance: str | None = Field(description="The instance the arm's last finished boot created; None if none finished.")
+    port: int | None = Field(description="The port it serves on, where known.")
+    fingerprint: str | None = Field(description="The recipe fingerprint it was booted with.")
+    problem: str | None = Field(
+        description="Why the lane's instance is not the one the card measured or cannot serve production as it "
+        "stands (gone, booted again, another address), with the fix; None when it can."
+    )
 
 
 class RollbackPlan(FrozenModel):

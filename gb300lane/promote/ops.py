@@ -16,7 +16,7 @@ from pydantic import Field
 
 from gb300lane.errors import StateError
 from gb300lane.models import FrozenModel
-from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
+from gb300lane.promote.models import BootInfo, KeptCandidate, SmokeInfo, VerdictInfo
 
 
 #: A one-line progress message (what is being waited for, how long, against which limit).
@@ -72,6 +72,12 @@ class PromotionOps(Protocol):
 
     def port_free(self, port: int) -> bool:
         """True when nothing listens on the production port."""
+
+    def kept_candidate(self, card: str) -> KeptCandidate:
+        """The instance a card's candidate arm left kept on the lane, and whether it can serve production as it stands.
+
+        `card` is a card name, file or receipts directory; CardError when it has no receipts.
+        """
 
 
 def wait_port_free(ops: PromotionOps, port: int, *, timeout_s: float = 15.0) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from pydantic import JsonValue
 
@@ -35,6 +36,7 @@ from gb300lane.promote.models import (
     BootInfo,
     BootReportLink,
     CustodyLinks,
+    KeptCandidate,
     NewEvent,
     PromotePlan,
     RollbackPlan,
@@ -53,6 +55,7 @@ CrashHook = Callable[[str], None]
 def crash_points() -> dict[str, tuple[str, ...]]:
     """Every crash point, by transition kind (the tests walk all of them)."""
     promote = ("stop_production", "check_port", "boot_candidate", "smoke_candidate", "record")
+    from_card = ("stop_production", "check_port", "start_candidate", "smoke_candidate", "record")  # a kept candidate
     failure = ("stop_candidate", "restore_previous")
     rollback = ("stop_production", "check_port", "start_pair", "smoke_pair", "record")
     rb_failure = ("stop_pair", "restore_previous")
@@ -63,6 +66,7 @@ def crash_points() -> dict[str, tuple[str, ...]]:
 
     return {
         "promote": both("promote", promote),
+        "promote_from_card": both("promote", from_card),
         "promote_failure": both("promote", failure),
         "rollback": both("rollback", rollback),
         "rollback_failure": both("rollback", rb_failure),
@@ -147,6 +151,7 @@ def promote(
     resume: bool = False,
     port: int | None = None,
     dry_run: bool = False,
+    from_card: str | None = None,
     ops: PromotionOps | None = None,
     crash_hook: CrashHook | None = None,
     progress: Progress | None = None,
@@ -156,10 +161,21 @@ def promote(
     A candidate that fails to boot or fails smoke is stopped and kept, the
     previous production is restarted, and the report says so with ok=False.
     `dry_run` checks the gate and returns the plan without touching the lane.
+
+    `from_card` promotes the candidate that card's run kept on the lane (its
+    candidate arm's instance, stopped) instead of booting the recipe afresh:
+    only on that card's PASS, the recipe's newest verdict, and only when the
+    lane still holds the very instance the card measured, on the production
+    port and serving as production would. It is started like a rollback pair
+    and smoke-tested, journaled and repaired like any promotion.
     """
     ops = ops or default_ops()
     if force and not (reason and reason.strip()):
         raise StateError("promote --force needs --reason \"...\": a forced promotion is recorded with why")
+    if force and from_card is not None:
+        raise StateError(
+            f"--from-card promotes on card {from_card}'s own PASS; --force promotes without one: pass one of them"
+        )
     with TransitionLock(f"promote {recipe}"), Ledger() as ledger:
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
@@ -188,6 +204,7 @@ def promote(
                 f"refusing to promote {recipe}: its newest verdict ({verdict.reference}) does not verify: "
                 f"{verdict.custody}; `gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)"
             )
+        kept = _kept(ops.kept_candidate(from_card), recipe, fingerprint, verdict) if from_card is not None else None
         passed = bool(verdict and verdict.passed)
         if not passed and not force:
             found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict
@@ -201,24 +218,37 @@ def promote(
                 f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first promotion"
             )
         lane_port = ledger.port() or port or recipe_port
-        taken = {f.name for f in ops.instances()}
-        tag, n = recipe, 1
-        while ops.plan_instance(recipe, tag) in taken:
-            n += 1
-            tag = f"{recipe}-{n}"
+        if kept is not None:
+            if kept.port != lane_port:
+                raise StateError(
+                    f"refusing to promote {recipe} from card {kept.card}: its kept candidate {kept.instance} serves "
+                    f"on port {kept.port} and production on {lane_port} (the card ran beside production, not with "
+                    f"--take-lane); a kept instance keeps its port: `gb300lane promote {recipe}` boots it on "
+                    f"{lane_port}"
+                )
+            tag, instance = kept.arm, str(kept.instance)
+        else:
+            taken = {f.name for f in ops.instances()}
+            tag, n = recipe, 1
+            while ops.plan_instance(recipe, tag) in taken:
+                n += 1
+                tag = f"{recipe}-{n}"
+            instance = ops.plan_instance(recipe, tag)
         plan = PromotePlan(
-            recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=ops.plan_instance(recipe, tag),
+            recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=instance,
             previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
-            reason=reason, verdict_custody=_verdict_custody(verdict),
+            reason=reason, verdict_custody=_verdict_custody(verdict), from_card=kept.card if kept else None,
         )  # fmt: skip
         if dry_run:
             stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
             because = f"forced: {reason}" if not passed else str(verdict.reference if verdict else "")
+            bring = (f"start {instance}, the candidate card {plan.from_card} kept, on port {lane_port} (no fresh "
+                     "boot)" if plan.from_card else f"boot {recipe} as {plan.instance} on port {lane_port}")
             return TransitionReport(
                 kind="promote", ok=True, production=prod.recipe if prod else None,
                 rollback_pair=pair.recipe if pair else None,
-                message=f"plan ({because}): {stop}boot {recipe} as {plan.instance} on port {lane_port}; "
-                        "run its smoke gates; record the promotion (dry run: nothing done)",
+                message=f"plan ({because}): {stop}{bring}; run its smoke gates; record the promotion "
+                        "(dry run: nothing done)",
             )  # fmt: skip
         require_free(paths.state_dir(), action=f"promote {recipe}")
         tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
@@ -269,6 +299,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
     fingerprint = boot.fingerprint if boot and boot.fingerprint else p.fingerprint
     new_prod = Slot(recipe=recipe, instance=instance, fingerprint=fingerprint, endpoint=endpoint, since=now)
     new_pair = _since(prev, now) if prev else p.pair
+    kept_txt = f"started {instance}, the candidate card {p.from_card} kept (no fresh boot); " if p.from_card else ""
     event_id = run.ledger.finish(
         run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
@@ -277,7 +308,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
         event=NewEvent(
             kind="promote", recipe=recipe, instance=instance, fingerprint=new_prod.fingerprint,
             previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=p.reason,
-            detail=f"smoke: {smoke.summary}",
+            detail=f"{kept_txt}smoke: {smoke.summary}",
         ),
     )  # fmt: skip
     pair_txt = (f"{prev.recipe} ({prev.instance}) stopped and kept as the rollback pair" if prev
@@ -285,7 +316,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
     forced = " (forced: " + str(p.reason) + ")" if p.forced else ""
     return TransitionReport(
         kind="promote", ok=True, production=recipe, rollback_pair=new_pair.recipe if new_pair else None,
-        message=f"promoted {recipe} to production on {endpoint}{forced}; smoke: {smoke.summary}; {pair_txt}",
+        message=f"promoted {recipe} to production on {endpoint}{forced}; {kept_txt}smoke: {smoke.summary}; {pair_txt}",
         smoke_seconds=smoke.seconds, event_id=event_id,
     )
 
@@ -497,6 +528,40 @@ def _open_or_close_prune(ledger: Ledger) -> Transition | None:
         ledger.finish(tr.id, "interrupted")
         return None
     return tr
+
+
+def _kept(kc: KeptCandidate, recipe: str, fingerprint: str, verdict: VerdictInfo | None) -> KeptCandidate:
+    """The card's kept candidate, when it may become production as it stands; StateError saying why not otherwise."""
+    who = f"refusing to promote {recipe} from card {kc.card}"
+    if kc.recipe != recipe:
+        raise StateError(f"{who}: its candidate arm {kc.arm} runs {kc.recipe}, not {recipe}; "
+                         f"run `gb300lane promote {kc.recipe} --from-card {kc.card}`")
+    if kc.verdict is None:
+        raise StateError(f"{who}: the card has no verdict yet ({kc.receipts}); run `gb300lane card score {kc.card}`: "
+                         "promoting its kept candidate needs its PASS")
+    if kc.verdict != "PASS":
+        again = f"`gb300lane card register {kc.card} --fresh`, `gb300lane card run {kc.card} --take-lane`"
+        raise StateError(f"{who}: its verdict is {kc.verdict} ({kc.receipts}), and promoting its kept candidate needs "
+                         f"a PASS; run the card again: {again}, then `gb300lane card score {kc.card}`")
+    mine = verdict is not None and verdict.receipts is not None and _same_dir(verdict.receipts, kc.receipts)
+    if not mine:
+        newest = verdict.reference if verdict is not None else "none"
+        raise StateError(f"{who}: the card's PASS ({kc.receipts}) is not {recipe}'s newest verdict ({newest}); "
+                         f"promotion rests on the newest: `gb300lane promote {recipe}` boots it afresh on that one")
+    if kc.instance is None:
+        raise StateError(f"{who}: its arm {kc.arm} has no finished boot in {kc.receipts}; "
+                         f"run `gb300lane card run {kc.card} --take-lane` first")
+    if kc.problem is not None:
+        raise StateError(f"{who}: {kc.problem}")
+    if kc.fingerprint != fingerprint:
+        raise StateError(f"{who}: its kept candidate {kc.instance} was booted with fingerprint {kc.fingerprint}, and "
+                         f"{recipe}'s is now {fingerprint} (the recipe changed since the card ran); run the card "
+                         f"again, or `gb300lane promote {recipe}` boots the recipe as it is now")
+    return kc
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
 
 
 def _verdict_custody(verdict: VerdictInfo | None) -> VerdictCustody | None:

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gb300lane.errors import BootError, RecipeError, StateError
+from gb300lane.errors import BootError, CardError, RecipeError, StateError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
 from gb300lane.locks import FileLock
-from gb300lane.promote.models import BootInfo, SmokeInfo, VerdictInfo
+from gb300lane.promote.models import BootInfo, KeptCandidate, SmokeInfo, VerdictInfo
 from gb300lane.promote.ops import InstanceFact
 
 LANE_NAME = "lane"
@@ -67,9 +67,20 @@ class SimLane:
         with self._state() as st:
             st["recipes"].setdefault(name, {"port": 30106}).update(cfg)
 
-    def set_verdict(self, recipe: str, verdict: str, reference: str, *, rescored: bool = False) -> None:
+    def set_verdict(
+        self, recipe: str, verdict: str, reference: str, *, rescored: bool = False, receipts: str | None = None
+    ) -> None:
         with self._state() as st:
-            st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored}
+            st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored,
+                                      "receipts": receipts}
+
+    def set_card(self, card: str, **fields: Any) -> None:
+        """A card's candidate as its receipts record it (KeptCandidate's fields; `problem` None unless given).
+
+        The lane's side is the file's: an instance that is gone or not on the card's port is seen as such.
+        """
+        with self._state() as st:
+            st.setdefault("cards", {})[card] = {"card": card, "problem": None, **fields}
 
     def operations(self) -> list[list[str]]:
         """Every side effect performed, in order: [op, instance]."""
@@ -211,7 +222,18 @@ class SimLane:
         if v is None:
             return None
         return VerdictInfo(passed=v["verdict"] == "PASS", verdict=v["verdict"], reference=v["reference"],
-                           rescored=bool(v.get("rescored")))
+                           rescored=bool(v.get("rescored")), receipts=v.get("receipts"))
+
+    def kept_candidate(self, card: str) -> KeptCandidate:
+        with self._state(write=False) as st:
+            fields = st.get("cards", {}).get(card)
+            if fields is None:
+                raise CardError(f"card {card}: no registered receipts; run `gb300lane card register {card}` first")
+            kept = st["instances"].get(fields.get("instance"))
+        problem = fields.get("problem")
+        if problem is None and fields.get("instance") is not None and kept is None:
+            problem = f"its kept candidate {fields['instance']} is no longer on the lane (removed since)"
+        return KeptCandidate.model_validate({**fields, "problem": problem})
 
     def port_free(self, port: int) -> bool:
         return not self.running_on(port)
