@@ -41,10 +41,11 @@ class LaneConsole(Console):
         self._soft_wrap = value
 
 
-# Markup is off: what the consoles print (recipe descriptions, reasons, names, errors) is user text and is
-# printed as text. A line that wants colour passes `markup=True` and escapes every value it interpolates.
-console = LaneConsole(markup=False)
-err_console = LaneConsole(stderr=True, markup=False)
+# Markup and emoji codes are off: what the consoles print (recipe descriptions, reasons, names, errors) is user
+# text and is printed as text (`:fire:` stays `:fire:`). A line that wants colour passes `markup=True` and escapes
+# every value it interpolates.
+console = LaneConsole(markup=False, emoji=False)
+err_console = LaneConsole(stderr=True, markup=False, emoji=False)
 
 
 def print_json(obj: Any) -> None:

@@ -205,19 +205,19 @@ def _fleet_status(json_out: bool) -> None:
 
 
 def _print_status(st: LaneView) -> None:
-    from rich.table import Table
-
     unknown = st.ledger_error is not None
-    table = Table(show_edge=False, header_style="bold", box=None)
-    for col in ("instance", "recipe", "role", "runtime", "state", "health", "hash", "uptime", "endpoint"):
-        table.add_column(col, no_wrap=col in ("instance", "endpoint"))
-    for row in st.instances:
-        i = row.info
-        table.add_row(
-            i.name, i.recipe, "unknown" if unknown else row.role, i.runtime, i.state, row.health,
-            i.compile_hash or "-", _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
-        )  # fmt: skip
     if st.instances:
+        from rich.table import Table
+
+        table = Table(show_edge=False, header_style="bold", box=None)
+        for col in ("instance", "recipe", "role", "runtime", "state", "health", "hash", "uptime", "endpoint"):
+            table.add_column(col, no_wrap=col in ("instance", "endpoint"))
+        for row in st.instances:
+            i = row.info
+            table.add_row(
+                i.name, i.recipe, "unknown" if unknown else row.role, i.runtime, i.state, row.health,
+                i.compile_hash or "-", _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
+            )  # fmt: skip
         console.print(table)
     else:
         console.print("no lane instances on this host", highlight=False)
