@@ -72,7 +72,8 @@ def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
     """Row index of each key in sorted `table_keys`, -1 where absent."""
     if table_keys.size == 0:
         return np.full(keys.shape, -1, dtype=np.int64)
-    slot = np.minimum(np.searchsorted(table_keys, keys), table_keys.size - 1)
+    slot = table_keys.searchsorted(keys)
+    np.minimum(slot, table_keys.size - 1, out=slot)
     return np.where(table_keys[slot] == keys, slot, -1)
 
 

@@ -103,22 +103,32 @@ def _leading_true(mask: np.ndarray) -> np.ndarray:
 def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
     """Draw one index per row of non-negative `dist` by inverse CDF.
 
-    The search is per row because a binary search is O(log V) where a
-    vectorised comparison would be another pass over V.
+    Large batches search per row, because a binary search is O(log V)
+    where a vectorised comparison is another pass over V; small ones
+    (`_COUNT_ELEMENTS`) count in one vectorised pass, where numpy's per-call
+    cost outweighs the pass.
     A column of zero mass is never chosen: its CDF equals its left
     neighbour's, so a threshold below it picks the neighbour first. Rows with
     no mass take `fallback(row_indices)` instead.
     """
     # The CDF accumulates in float64 whatever the input precision: a float32 running sum
     # over a 129k vocabulary would bias the tail of the distribution.
-    # (Widened first, then summed: the same float64 running sum as cumsum(dtype=float64), cast faster.)
+    # Widened first, then summed: the same running sum as cumsum(dtype=float64), with a faster cast.
     cdf = np.cumsum(dist.astype(np.float64), axis=1)
     empty = np.flatnonzero(~(cdf[:, -1] > 0.0))
     if empty.size:
         cdf[empty] = np.cumsum(fallback(empty), axis=1)
-    last = dist.shape[1] - 1
-    out = [min(int(np.searchsorted(row, t, side="right")), last) for row, t in zip(cdf, u * cdf[:, -1])]
-    return np.array(out, dtype=np.int64)
+    threshold = u * cdf[:, -1]
+    if cdf.size <= _COUNT_ELEMENTS:
+        # A CDF never decreases, so the entries at or below the threshold are searchsorted's "right" index.
+        out = np.add.reduce(cdf <= threshold[:, None], axis=1, dtype=np.int64)
+    else:
+        out = np.array([row.searchsorted(t, side="right") for row, t in zip(cdf, threshold)], dtype=np.int64)
+    return np.minimum(out, dist.shape[1] - 1)
+
+
+#: Rows x vocabulary up to which a batch samples by one vectorised count rather than a search per row.
+_COUNT_ELEMENTS = 1 << 15
 
 
 def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
@@ -153,12 +163,24 @@ def _correction(p, q, rows, tau, scale, u, known: list[tuple[np.ndarray, np.ndar
     accept test, as (local row indices, rows of mass), so they are not
     recomputed. A residual with no mass (the draft covered the target
     exactly, or rounding left nothing) falls back to p_tau itself, which is
-    what the residual is proportional to in that limit.
+    what the residual is proportional to in that limit. Small batches copy
+    the known rows into the one matrix they sample from (they were formed
+    by `_residuals`, the same arithmetic as `_residual_rows`, so the same
+    values); large ones sample them where they lie.
     """
     if not known or rows.size * p.shape[2] <= _MERGE_ELEMENTS:
-        # Small rows are recomputed with the rest (the same arithmetic, so the same values):
-        # one pass and one sampling call cost less than splicing the known ones in.
-        dist = _residual_rows(p, q, rows, tau, scale)
+        if known:
+            dist = np.empty((rows.size, p.shape[2]), dtype=p.dtype)
+            need = np.ones(rows.size, dtype=bool)
+            for idx, mass in known:
+                dist[idx] = mass
+                need[idx] = False
+            todo = np.flatnonzero(need)
+            if todo.size:
+                dist[todo] = _residual_rows(p, q, rows[todo], tau[todo], None if scale is None else scale[todo])
+        else:
+            # Recomputed with the rest: one pass and one sampling call.
+            dist = _residual_rows(p, q, rows, tau, scale)
         return _sample_rows(dist, u, lambda empty: p[rows[empty], tau[empty]])
     need = np.ones(rows.size, dtype=bool)
     # Sampled chunk by chunk: merging into one matrix would cost a copy of every known row.
@@ -442,6 +464,7 @@ def _residual_mass(p, q, row: int, pos: int, joint: float) -> np.ndarray:
 def _block_accept_scalar(p, q, rows, px, qx, u):
     """`_block_accept` for small batches, row by row: the same rule and the same pruning."""
     n, k = px.shape
+    wide = n * p.shape[2] > _MERGE_ELEMENTS
     tau = np.zeros(n, dtype=np.int64)
     at_tau = np.ones(n)
     known: list[tuple[np.ndarray, np.ndarray]] = []
@@ -465,7 +488,8 @@ def _block_accept_scalar(p, q, rows, px, qx, u):
                 residual = float(mass.sum())
                 if ur[i - 1] <= residual / (residual + 1.0 - pj):
                     tau[r] = i
-                    known.append((np.array([r]), mass[None, :]))
+                    if wide:  # small batches recompute the correction's residuals (`_correction`)
+                        known.append((np.array([r]), mass[None, :]))
                     break
         at_tau[r] = joints[tau[r]]
     return tau, at_tau, known
