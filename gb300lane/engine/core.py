@@ -257,9 +257,13 @@ class EngineCore:
         batch = len(batch_seqs)
         k = self.spec.k_for_batch(batch) if self.spec else 0
         # One pass over the batch for what the step reads of each request.
-        rows_info = [(s.params.temperature, s.stream_key, len(s.output_ids), s.cls, s.grammar is None, *s.last_two())
+        # "Plain" rows may verify on the draft support: no grammar, temperature-1 sampling, EOS allowed.
+        rows_info = [(s.params.temperature, s.stream_key, len(s.output_ids), s.cls, s.grammar is None, *s.last_two(),
+                      s.grammar is None and s.params.plain
+                      and (s.params.ignore_eos or s.params.min_tokens <= len(s.output_ids)),
+                      len(s.prompt_ids) + len(s.output_ids))
                      for s in batch_seqs]
-        temps_l, keys_l, positions_l, classes_l, free_l, c2_l, c1_l = zip(*rows_info)
+        temps_l, keys_l, positions_l, classes_l, free_l, c2_l, c1_l, plain_l, context_l = zip(*rows_info)
         temps = np.array(temps_l, dtype=np.float64)
         greedy = temps < GREEDY_TEMPERATURE
         keys = np.array(keys_l, dtype=np.uint64)
@@ -289,16 +293,14 @@ class EngineCore:
         on_support = np.zeros(batch, dtype=bool)
         if block is not None and self.support and self.verifier is verify and self.spec is not None \
                 and self.spec.draft_sample_method == "probabilistic":
-            on_support = np.array([s.grammar is None and s.params.plain
-                                   and (s.params.ignore_eos or s.params.min_tokens <= len(s.output_ids))
-                                   for s in batch_seqs], dtype=bool)
-        accepted_arr = np.zeros(batch, dtype=np.int64)
-        tokens_arr = np.full((batch, k + 1), -1, dtype=np.int64)
+            on_support = np.array(plain_l, dtype=bool)
         sup = np.flatnonzero(on_support)
+        every = sup.size == batch  # the common case: every row on the support, no copies
+        if not every:
+            accepted_arr = np.zeros(batch, dtype=np.int64)
+            tokens_arr = np.full((batch, k + 1), -1, dtype=np.int64)
         if sup.size and block is not None:
             full = np.concatenate([ctx, drafts], axis=1)
-
-            every = sup.size == batch  # the common case: no copies
 
             def rows_at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
                 at = rows if every else sup[rows]
@@ -307,11 +309,12 @@ class EngineCore:
             if every:
                 res = verify_support(method, block.p, block.q, block.cand, block.choice, u_accept, u_sample, rows_at,
                                      drafts=block.tokens)
+                accepted_arr, tokens_arr = res.accepted, res.tokens
             else:
                 res = verify_support(method, block.p[sup], block.q[sup], block.cand[sup], block.choice[sup],
                                      u_accept[sup], u_sample[sup], rows_at, drafts=block.tokens[sup])
-            accepted_arr[sup], tokens_arr[sup] = res.accepted, res.tokens
-        dense = np.flatnonzero(~on_support)
+                accepted_arr[sup], tokens_arr[sup] = res.accepted, res.tokens
+        dense = np.flatnonzero(~on_support) if not every else sup[:0]
         if dense.size:
             d_seqs = [batch_seqs[i] for i in dense]
             d_masks = {j: masks[i] for j, i in enumerate(dense.tolist()) if i in masks}
@@ -322,7 +325,7 @@ class EngineCore:
             res = self.verifier(method, p, q_d, drafts[dense], draws, greedy=greedy[dense])
             accepted_arr[dense], tokens_arr[dense] = res.accepted, res.tokens
 
-        context_tokens = sum(s.context_len for s in batch_seqs)
+        context_tokens = sum(context_l)
         seconds = self.step_model.step_seconds(batch, k, context_tokens, prefill)
         self.clock += seconds
         c = self.counters

@@ -41,7 +41,7 @@ from scipy.special import ndtri
 
 from gb300lane.engine.model import MIXED, BuiltinModel, _csr_lookup
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE
-from gb300lane.engine.streams import uniforms_at
+from gb300lane.engine.streams import uniforms_by_column
 
 #: Key of the checkpoint's fixed errors (a constant: the drafter is one checkpoint).
 _ERROR_KEY = np.array([0xD5A4_C0DE_2026_0005], dtype=np.uint64)
@@ -84,6 +84,7 @@ class _BootTables:
         cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
         self.bi_p = _chunked(lambda lo, hi: model.target_at(
             cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
+        self.anchor_next = _anchor_next(model, topk)
 
     def other_p(self, classes: np.ndarray, prev2: np.ndarray, prev: np.ndarray) -> np.ndarray:
         """(n, K) the target at the anchor token's candidates, for contexts without pair rows."""
@@ -118,6 +119,25 @@ class _BootTables:
             del self._slots[key]
 
 
+#: Per (model, top-k): the pair each anchor token's candidate leads to, by class (boot-independent).
+_ANCHOR_NEXT: dict[tuple[int, int], tuple[BuiltinModel, np.ndarray]] = {}
+
+
+def _anchor_next(model: BuiltinModel, topk: int) -> np.ndarray:
+    """((MIXED + 1) * V, K) int32: the pair row of (class, anchor, candidate) for the anchor token's candidates."""
+    key = (id(model), topk)
+    hit = _ANCHOR_NEXT.get(key)
+    if hit is None or hit[0] is not model:
+        vocab = model.vocab_size
+        cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
+        table = _chunked(lambda lo, hi: model.pair_rows(cls[lo:hi, None], c1[lo:hi, None],
+                                                        model.draft_ids[0, c1[lo:hi], :topk]).astype(np.int32),
+                         cls.size)
+        _ANCHOR_NEXT.clear()
+        hit = _ANCHOR_NEXT[key] = (model, table)
+    return hit[1]
+
+
 def _chunked(build, rows: int, chunk: int = 4096) -> np.ndarray:
     """`build(lo, hi)` over row blocks, stacked: a table's temporaries stay a block's size."""
     return np.concatenate([build(lo, min(lo + chunk, rows)) for lo in range(0, rows, chunk)])
@@ -133,8 +153,11 @@ def _errors(classes, prev2, prev, cand, slot: int, vocab: int) -> tuple[np.ndarr
     cls64 = classes.astype(np.int64)
     ctx_words = (((cls64 * vocab + prev2) * vocab + prev) << 4) | slot
     words = (ctx_words[:, None] - slot) * vocab + (cand << 4) + slot
-    z = ndtri(np.clip(uniforms_at(_ERROR_KEY, words.astype(np.uint64)), 1e-12, 1.0 - 1e-12))
-    return z, uniforms_at(_MISS_KEY, ctx_words[:, None].astype(np.uint64))[:, 0]
+    # Both streams in one pass: the candidates' error words, then the context's miss word.
+    width = words.shape[1]
+    u = uniforms_by_column(np.array([_ERROR_KEY[0]] * width + [_MISS_KEY[0]], dtype=np.uint64),
+                           np.concatenate([words, ctx_words[:, None]], axis=1).astype(np.uint64))
+    return ndtri(np.clip(u[:, :width], 1e-12, 1.0 - 1e-12)), u[:, width]
 
 
 @dataclass
@@ -375,8 +398,12 @@ class DSparkDrafter:
             token = tables.cand[pair, choice]
             nxt = tables.next[pair, choice]
             if m is not None:
-                token[m] = c_m[np.arange(m.size), choice[m]]
-                nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
+                pick = choice[m]
+                token[m] = c_m[np.arange(m.size), pick]
+                if any_own:
+                    nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
+                else:  # every odd row drafted from its anchor token's candidates
+                    nxt[m] = tables.anchor_next[classes[m] * vocab + prev[m], pick]
                 computed.append((slot, m, c_m, p_m))
             pairs.append(pair)
             choices.append(choice)

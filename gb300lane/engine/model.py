@@ -72,8 +72,7 @@ def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
     """Row index of each key in sorted `table_keys`, -1 where absent."""
     if table_keys.size == 0:
         return np.full(keys.shape, -1, dtype=np.int64)
-    slot = table_keys.searchsorted(keys)
-    np.minimum(slot, table_keys.size - 1, out=slot)
+    slot = np.minimum(table_keys.searchsorted(keys), table_keys.size - 1)
     return np.where(table_keys[slot] == keys, slot, -1)
 
 

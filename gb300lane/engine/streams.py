@@ -109,3 +109,14 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
         raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
     u = uniforms_at(keys, ((pos[:, None] << 16) | low[None, :]).astype(np.uint64))
     return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+
+
+def uniforms_by_column(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """`uniforms_at` with one stream key per column: (B, S) doubles for keys (S,) at words (B, S).
+
+    Column j holds `uniforms_at(keys[j:j+1], words[:, j:j+1])`: draws from
+    several streams in one pass.
+    """
+    k = np.asarray(keys, dtype=np.uint64).reshape(1, -1)
+    bits = _mix(k + words * _GAMMA) >> _S11
+    return bits.astype(np.float64) * (1.0 / (1 << 53))

@@ -581,7 +581,9 @@ def verify_support(
     dist = np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32)
     if scale is not None:
         scaled = np.flatnonzero(scale != 1.0)
-        if scaled.size:
+        if scaled.size == batch:
+            dist *= scale[:, None]
+        elif scaled.size:
             dist[scaled] *= scale[scaled, None]
     r = np.flatnonzero(tau < k)
     if r.size:
