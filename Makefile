@@ -1,16 +1,19 @@
 PYTHON ?= python3
 
-.PHONY: install test test-fast bench reproduce-br1 reproduce-br2
+.PHONY: install test test-integration bench reproduce-br1 reproduce-br2
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
 
-# In parallel (pytest-xdist): one worker per core; Docker and podman tests each keep to one worker (tests/conftest.py).
+# Two tiers, in parallel (pytest-xdist, one worker per core). `test` needs nothing but Python and takes
+# seconds; `test-integration` is every test that needs a component (Docker, docker compose, podman, mounts,
+# Chromium, Prometheus, an OpenSSH server) and the end-to-end runs (`slow`). tests/conftest.py marks them
+# `integration`; Docker and podman tests each keep to one worker. CI runs both.
 test:
-	$(PYTHON) -m pytest -q -n auto --dist loadgroup
+	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m "not integration"
 
-test-fast:
-	GB300LANE_SKIP_DOCKER=1 $(PYTHON) -m pytest -q -n auto -m "not slow"
+test-integration:
+	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m integration
 
 reproduce-br1:
 	$(PYTHON) -m gb300lane card reproduce br1

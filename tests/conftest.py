@@ -8,10 +8,15 @@ that says so, unless the skip variable (GB300LANE_SKIP_DOCKER=1,
 GB300LANE_SKIP_COMPOSE=1, GB300LANE_SKIP_PODMAN=1) is set, in which case they
 are skipped.
 
-`make test` runs the tests in parallel (pytest-xdist, `--dist loadgroup`): Docker
-tests run one at a time on one worker, podman tests likewise; every other test
-owns its state directory, its ports (`gb300lane.testing.ports.free_port`) and its
-files, so it may run beside any other.
+Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`,
+seconds). `make test-integration` runs the rest (`-m integration`): this file adds the `integration`
+marker to every test that carries a component marker (docker, compose, podman, mounts, chromium,
+prometheus), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
+`slow`. CI runs both.
+
+Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
+worker, podman tests likewise; every other test owns its state directory, its ports
+(`gb300lane.testing.ports.free_port`) and its files, so it may run beside any other.
 """
 
 from __future__ import annotations
@@ -126,8 +131,18 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[key] = value
 
 
+#: What puts a test in the integration tier (`make test-integration`): a component marker, an OpenSSH
+#: server (the `ssh_server` fixture), or `slow` (an end-to-end run). Everything else needs only Python.
+_INTEGRATION_MARKERS = (*_COMPONENTS, "slow")
+_INTEGRATION_FIXTURES = ("ssh_server",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if any(item.get_closest_marker(m) is not None for m in _INTEGRATION_MARKERS) or any(
+            f in getattr(item, "fixturenames", ()) for f in _INTEGRATION_FIXTURES
+        ):
+            item.add_marker(pytest.mark.integration)
         for marker, group in _SERIAL_GROUPS.items():
             if item.get_closest_marker(marker) is not None and item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(group))
