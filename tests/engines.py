@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import threading
 import time
 import urllib.error
@@ -80,3 +81,25 @@ def running_engine(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    """GET `url`: (status, body); an HTTP error is its own status and body, a refused connection is (0, b"")."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+def http_post(url: str, body: object) -> tuple[int, dict]:
+    """POST `body` (bytes as given, anything else as JSON) to `url`: (status, the JSON answer), errors included."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())

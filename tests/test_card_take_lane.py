@@ -24,15 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gb300lane import lane
 from gb300lane import promote as pm
 from gb300lane.cards import find_receipts
 from gb300lane.lane import instances
-from gb300lane.paths import shipped
 from gb300lane.testing.crash import CRASH_ENV
-from gb300lane.testing.ports import free_port
+
+from production import in_production
 
 pytestmark = pytest.mark.slow
 
@@ -62,31 +61,14 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """local-v26 promoted to production on a free port (the recipes' own port); yields the port."""
-    recipes, cards, results = tmp_path / "recipes", tmp_path / "cards", tmp_path / "results"
-    for d in (recipes, cards):
-        d.mkdir()
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = free_port()
-    base["lane"]["port"] = port
-    base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (recipes / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (recipes / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
+    cards = tmp_path / "cards"
+    cards.mkdir()
     (cards / "small.yaml").write_text(CARD.format(name="small", transcripts=2, tokens=16))
     (cards / "long.yaml").write_text(CARD.format(name="long", transcripts=40, tokens=1024))  # B outlasts a status call
-    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     monkeypatch.setenv("GB300LANE_CARDS_DIR", str(cards))
-    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(results))
-    monkeypatch.delenv("GB300LANE_LANE_OPS", raising=False)
-    monkeypatch.delenv(CRASH_ENV, raising=False)
-    first = pm.promote("local-v26", force=True, reason="production before the card")
-    assert first.ok, first.message
-    try:
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
+    with in_production(tmp_path / "recipes", monkeypatch, ["local-v26"], reason="production before the card") as port:
         yield port
-    finally:
-        lane.down(all=True, yes=True)
 
 
 def _production_serves(port: int) -> dict:

@@ -11,8 +11,6 @@ import logging
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from contextlib import contextmanager
 
 import pytest
@@ -20,7 +18,7 @@ import pytest
 from gb300lane.engine.args import parse_serve_args
 from gb300lane.errors import EngineError
 
-from engines import running_engine
+from engines import http_get, http_post, running_engine
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5})
 
@@ -33,32 +31,12 @@ def engine(*, header_read_timeout_s: float = 15.0, body_read_timeout_s: float = 
         yield eng.url, eng.port, eng.server, eng.log
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
-def _post(url: str, body) -> tuple[int, dict]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_seeds_take_vllms_range_and_out_of_range_is_a_400():
     with engine() as (url, _, server, _log):
-        assert _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": -1})[0] == 200
-        assert _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": 2**63 - 1})[0] == 200
+        assert http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": -1})[0] == 200
+        assert http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": 2**63 - 1})[0] == 200
         for seed in (2**63, -(2**63) - 1, 10**30):
-            code, body = _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": seed})
+            code, body = http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "seed": seed})
             assert code == 400 and body["error"]["param"] == "seed" and body["error"]["type"] == "BadRequestError"
         assert server._streams == {} and not server.core.has_work
 
@@ -67,9 +45,9 @@ def test_a_deep_json_body_is_a_json_400_and_leaks_nothing():
     with engine() as (url, _, server, log):
         deep = b"[" * 100_000 + b"]" * 100_000
         for path in ("/v1/completions", "/v1/chat/completions"):
-            code, body = _post(url + path, deep)
+            code, body = http_post(url + path, deep)
             assert code == 400 and "nested too deeply" in body["error"]["message"]
-        code, body = _post(url + "/v1/completions", b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")
+        code, body = http_post(url + "/v1/completions", b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")
         assert code == 400
         assert server._streams == {} and not server.core.has_work
         assert "Traceback" not in log.getvalue()
@@ -84,7 +62,7 @@ def test_an_unexpected_failure_is_a_json_500_and_one_log_line():
 
     with engine() as (url, _, server, log):
         server.tokenizer = Broken()
-        code, body = _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3})
+        code, body = http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3})
         assert code == 500 and body["error"]["type"] == "InternalServerError"
         assert "tokenizer exploded" in body["error"]["message"]
         lines = [line for line in log.getvalue().splitlines() if "tokenizer exploded" in line]
@@ -132,7 +110,7 @@ def test_health_answers_while_a_large_prompt_is_tokenized():
         done: dict[str, float] = {}
 
         def big() -> None:
-            code, _ = _post(url + "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+            code, _ = http_post(url + "/v1/completions", {"prompt": prompt, "max_tokens": 1})
             done["big"] = time.monotonic()
             done["code"] = code
 
@@ -140,7 +118,7 @@ def test_health_answers_while_a_large_prompt_is_tokenized():
         thread.start()
         try:
             time.sleep(0.3)  # the body is in and tokenization under way
-            assert _get(url + "/health")[0] == 200
+            assert http_get(url + "/health")[0] == 200
             health_at = time.monotonic()
         finally:
             thread.join(120)

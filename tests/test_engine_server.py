@@ -11,7 +11,6 @@ import io
 import json
 import threading
 import time
-import urllib.error
 import urllib.request
 from contextlib import contextmanager
 
@@ -25,7 +24,7 @@ from gb300lane.engine.sidecar import build_sidecar_app
 from gb300lane.spec import parse_metrics_text, parse_spec_log_line
 from gb300lane.testing.ports import free_port
 
-from engines import running_engine
+from engines import http_get, http_post, running_engine
 
 SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
                    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
@@ -74,26 +73,6 @@ def _wait(cond, timeout: float = 20.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
-def _post(url: str, body) -> tuple[int, dict]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_the_openai_client_streams_a_chat_completion():
     with engine() as (url, _, _log):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
@@ -116,9 +95,9 @@ def test_completions_are_deterministic_and_carry_modelled_times():
     with engine("--per-request-spec-decode-metrics", "detailed") as (url, _, _log):
         body = {"model": "lane", "prompt": "def parse(self, text):\n", "max_tokens": 40, "seed": 11,
                 "temperature": 1.0, "ignore_eos": True}
-        status, first = _post(url + "/v1/completions", body)
+        status, first = http_post(url + "/v1/completions", body)
         assert status == 200
-        _, second = _post(url + "/v1/completions", body)
+        _, second = http_post(url + "/v1/completions", body)
         assert first["choices"][0]["text"] == second["choices"][0]["text"]
         assert first["usage"]["completion_tokens"] == 40
         times = first["gb300lane"]["modelled_token_times_s"]
@@ -126,7 +105,7 @@ def test_completions_are_deterministic_and_carry_modelled_times():
         spec = first["metrics"]["speculative_decoding"]
         assert spec["num_draft_tokens"] == 5 * spec["num_drafts"]
         assert sum(spec["num_accepted_tokens_per_pos"]) == spec["num_accepted_tokens"]
-        assert _get(url + "/version")[1] == b'{"version": "0.33.0", "engine": "gb300lane-embedded", "time_scale": 0.0}'
+        assert http_get(url + "/version")[1] == b'{"version": "0.33.0", "engine": "gb300lane-embedded", "time_scale": 0.0}'
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [
@@ -146,12 +125,12 @@ def test_completions_are_deterministic_and_carry_modelled_times():
 ])
 def test_bad_parameters_are_openai_style_errors_never_500(body, status, param):
     with engine() as (url, _, _log):
-        code, payload = _post(url + "/v1/completions", body)
+        code, payload = http_post(url + "/v1/completions", body)
         assert code == status
         assert payload["error"]["param"] == param and payload["error"]["code"] == status
-        code, payload = _post(url + "/v1/completions", b"{not json")
+        code, payload = http_post(url + "/v1/completions", b"{not json")
         assert code == 400 and "not valid JSON" in payload["error"]["message"]
-        code, payload = _post(url + "/v1/chat/completions", {"messages": "hi"})
+        code, payload = http_post(url + "/v1/chat/completions", {"messages": "hi"})
         assert code == 400 and payload["error"]["param"] == "messages"
 
 
@@ -159,10 +138,10 @@ def test_metrics_use_vllm_names_and_agree_with_the_responses():
     with engine() as (url, _, _log):
         generated = 0
         for seed in range(3):
-            _, body = _post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 30, "seed": seed,
+            _, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 30, "seed": seed,
                                                       "ignore_eos": True})
             generated += body["usage"]["completion_tokens"]
-        text = _get(url + "/metrics")[1].decode()
+        text = http_get(url + "/metrics")[1].decode()
         scrape = parse_metrics_text(text)
         assert scrape.generation_tokens == generated
         assert scrape.spec.num_drafts > 0
@@ -178,15 +157,15 @@ def test_readiness_waits_for_the_sidecar_and_lookups_are_counted():
     sidecar_port = free_port()
     with engine("--expert-sidecar-url", f"http://127.0.0.1:{sidecar_port}", wait_ready=False) as (url, server, log):
         _wait(lambda: "Waiting for the expert sidecar" in log.getvalue())
-        assert _get(url + "/health")[0] == 503
-        assert _post(url + "/v1/completions", {"prompt": "x"})[0] == 503
+        assert http_get(url + "/health")[0] == 503
+        assert http_post(url + "/v1/completions", {"prompt": "x"})[0] == 503
         sidecar = _Background(build_sidecar_app(), sidecar_port)
         try:
-            _wait(lambda: _get(url + "/health")[0] == 200)
-            assert _post(url + "/v1/completions", {"prompt": "ls", "max_tokens": 20})[0] == 200
-            _wait(lambda: "gb300lane_engine_sidecar_calls_total" in (t := _get(url + "/metrics")[1].decode())
+            _wait(lambda: http_get(url + "/health")[0] == 200)
+            assert http_post(url + "/v1/completions", {"prompt": "ls", "max_tokens": 20})[0] == 200
+            _wait(lambda: "gb300lane_engine_sidecar_calls_total" in (t := http_get(url + "/metrics")[1].decode())
                   and parse_metrics_text(t).extras.get("gb300lane_engine_sidecar_calls_total", 0) >= 1)
-            assert b"gb300lane_sidecar_lookups_total 1.0" in _get(f"http://127.0.0.1:{sidecar_port}/metrics")[1]
+            assert b"gb300lane_sidecar_lookups_total 1.0" in http_get(f"http://127.0.0.1:{sidecar_port}/metrics")[1]
         finally:
             sidecar.close()
 
@@ -230,7 +209,7 @@ def test_boot_is_a_miss_then_a_hit_and_a_killed_miss_stays_a_miss():
 def test_the_stats_line_reports_spec_decoding(monkeypatch):
     monkeypatch.setenv("VLLM_LOG_STATS_INTERVAL", "0.2")
     with engine() as (url, _, log):
-        _post(url + "/v1/completions", {"prompt": "import os\n", "max_tokens": 40, "ignore_eos": True})
+        http_post(url + "/v1/completions", {"prompt": "import os\n", "max_tokens": 40, "ignore_eos": True})
         _wait(lambda: "SpecDecoding metrics:" in log.getvalue())
         line = next(x for x in log.getvalue().splitlines() if "SpecDecoding metrics:" in x)
         parsed = parse_spec_log_line(line)
@@ -242,7 +221,7 @@ def test_time_scale_paces_wall_time_to_modelled_time():
     with engine() as (url, server, _log):
         server.args = server.args.model_copy(update={"time_scale": 1.0})
         start = time.monotonic()
-        _, body = _post(url + "/v1/completions", {"prompt": "The", "max_tokens": 30, "ignore_eos": True})
+        _, body = http_post(url + "/v1/completions", {"prompt": "The", "max_tokens": 30, "ignore_eos": True})
         wall = time.monotonic() - start
         modelled = body["gb300lane"]["modelled_e2e_s"]
         assert modelled > 0.05
@@ -252,7 +231,7 @@ def test_time_scale_paces_wall_time_to_modelled_time():
 
 def test_stop_strings_end_a_completion_at_the_string():
     with engine() as (url, _, _log):
-        _, body = _post(url + "/v1/completions", {"prompt": "$ docker ps\n", "max_tokens": 200, "stop": ["\n"],
+        _, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps\n", "max_tokens": 200, "stop": ["\n"],
                                                   "seed": 1, "min_tokens": 0})
         choice = body["choices"][0]
         assert "\n" not in choice["text"]
@@ -290,8 +269,8 @@ def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
         stdout=open(tmp_path / "engine.log", "w"), stderr=subprocess.STDOUT, env=dict(os.environ),
     )
     try:
-        _wait(lambda: _get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=60)
-        assert _post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x", "max_tokens": 4})[0] == 200
+        _wait(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=60)
+        assert http_post(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "x", "max_tokens": 4})[0] == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
@@ -361,7 +340,7 @@ def test_continuous_usage_counts_each_chunks_own_tokens(chat):
         assert max(counts) > 1  # speculative steps put several tokens in one chunk
         text = "".join((c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text") or "")
                        for c in chunks if c["choices"])
-        _, plain = _post(url + "/v1/completions" if not chat else url + "/v1/chat/completions",
+        _, plain = http_post(url + "/v1/completions" if not chat else url + "/v1/chat/completions",
                          {k: v for k, v in body.items() if k not in ("stream", "stream_options")})
         assert text == (plain["choices"][0]["text"] if not chat else plain["choices"][0]["message"]["content"])
 
@@ -393,23 +372,23 @@ def test_stop_strings_keep_usage_exact_in_the_stream():
 
 def test_tokenize_and_detokenize_answer_as_vllm_does():
     with engine() as (url, server, _log):
-        code, body = _post(url + "/tokenize", {"model": "lane", "prompt": "def parse(self, text):\n"})
+        code, body = http_post(url + "/tokenize", {"model": "lane", "prompt": "def parse(self, text):\n"})
         assert code == 200 and set(body) == {"count", "max_model_len", "tokens", "token_strs"}
         assert body["count"] == len(body["tokens"]) and body["max_model_len"] == server.args.max_model_len
         assert body["token_strs"] is None
-        code, with_strs = _post(url + "/tokenize", {"prompt": "def parse(self, text):\n", "return_token_strs": True})
+        code, with_strs = http_post(url + "/tokenize", {"prompt": "def parse(self, text):\n", "return_token_strs": True})
         assert with_strs["tokens"] == body["tokens"] and "".join(with_strs["token_strs"]) == "def parse(self, text):\n"
         # The ids are the ones a completion is charged for.
-        _, done = _post(url + "/v1/completions", {"prompt": "def parse(self, text):\n", "max_tokens": 2})
+        _, done = http_post(url + "/v1/completions", {"prompt": "def parse(self, text):\n", "max_tokens": 2})
         assert done["usage"]["prompt_tokens"] == body["count"]
         messages = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Weather in Lisbon?"}]
-        _, chat = _post(url + "/tokenize", {"messages": messages})
-        _, done = _post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+        _, chat = http_post(url + "/tokenize", {"messages": messages})
+        _, done = http_post(url + "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
         assert done["usage"]["prompt_tokens"] == chat["count"]
-        code, back = _post(url + "/detokenize", {"model": "lane", "tokens": body["tokens"]})
+        code, back = http_post(url + "/detokenize", {"model": "lane", "tokens": body["tokens"]})
         assert code == 200 and back == {"prompt": "def parse(self, text):\n"}
         for bad, param in (({"tokens": [10**9]}, "tokens"), ({"tokens": "1 2"}, "tokens"), ({"prompt": 3}, "prompt"),
                            ({"tokens": [1], "model": "other"}, "model")):
             path = "/tokenize" if "prompt" in bad else "/detokenize"
-            code, err = _post(url + path, bad)
+            code, err = http_post(url + path, bad)
             assert code in (400, 404) and err["error"]["param"] == param

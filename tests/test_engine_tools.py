@@ -25,7 +25,9 @@ from gb300lane.engine.sampling import SamplingParams
 from gb300lane.engine.tools import AutoToolStream, parse_required, parse_tool_calls
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_engine_server import _post, engine  # noqa: E402
+from test_engine_server import engine  # noqa: E402
+
+from engines import http_post  # noqa: E402
 
 TOOLS_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41", "--boot-seed", "7")
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"], "type": "string"}},
@@ -159,22 +161,22 @@ def test_streamed_forced_calls_carry_the_same_calls_and_exact_usage(lane):
 ])
 def test_what_vllm_refuses_is_a_400(lane, body, message):
     _, url, server, _log = lane
-    code, payload = _post(url + "/v1/chat/completions", {"model": "lane", "messages": MESSAGES, "max_tokens": 5, **body})
+    code, payload = http_post(url + "/v1/chat/completions", {"model": "lane", "messages": MESSAGES, "max_tokens": 5, **body})
     assert code == 400 and message in payload["error"]["message"], payload
     assert server._streams == {}
 
 
 def test_tools_without_the_parser_flags_get_vllms_400():
     with engine() as (url, _server, _log):
-        code, payload = _post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5})
+        code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5})
         assert code == 400
         assert payload["error"]["message"] == ('"auto" tool choice requires --enable-auto-tool-choice and '
                                                "--tool-call-parser to be set")
-        code, payload = _post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
+        code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
                                                               "tool_choice": "required"})
         assert code == 400 and "requires --tool-call-parser to be set" in payload["error"]["message"]
         # tool_choice none needs no parser: the answer is text.
-        code, payload = _post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
+        code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
                                                               "tool_choice": "none"})
         assert code == 200 and payload["choices"][0]["message"]["tool_calls"] == []
 
@@ -323,13 +325,13 @@ def test_structured_outputs_choice_regex_and_json_hold_the_text(lane):
 
     _, url, _server, _log = lane
     for seed in range(3):
-        code, body = _post(url + "/v1/completions", {"prompt": '{"ok": ', "max_tokens": 20, "seed": seed,
+        code, body = http_post(url + "/v1/completions", {"prompt": '{"ok": ', "max_tokens": 20, "seed": seed,
                                                      "structured_outputs": {"choice": ["true", "false", "null"]}})
         assert code == 200 and body["choices"][0]["text"] in ("true", "false", "null")
-        code, body = _post(url + "/v1/completions", {"prompt": '"call_', "max_tokens": 30, "seed": seed,
+        code, body = http_post(url + "/v1/completions", {"prompt": '"call_', "max_tokens": 30, "seed": seed,
                                                      "structured_outputs": {"regex": "call_[0-9]{2,6}"}})
         assert code == 200 and re.fullmatch("call_[0-9]{2,6}", body["choices"][0]["text"]), body
-        code, body = _post(url + "/v1/chat/completions", {
+        code, body = http_post(url + "/v1/chat/completions", {
             "messages": MESSAGES, "max_tokens": 200, "seed": seed,
             "structured_outputs": {"json": json.dumps(WEATHER)}})
         assert code == 200
@@ -337,7 +339,7 @@ def test_structured_outputs_choice_regex_and_json_hold_the_text(lane):
     for bad, needle in (({"choice": ["a"], "regex": "a"}, "You can only use one kind of constraints"),
                         ({"regex": "("}, "cannot be used for structured output"),
                         ({"choice": []}, "non-empty list of strings"), ({"json": "{"}, "not valid JSON")):
-        code, body = _post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "structured_outputs": bad})
+        code, body = http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "structured_outputs": bad})
         assert code == 400 and needle in body["error"]["message"], body
 
 
@@ -349,14 +351,14 @@ def test_a_conversation_carries_earlier_tool_calls_in_the_models_own_format(lane
     history = [{"role": "user", "content": "Weather in Lisbon?"},
                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                {"role": "tool", "tool_call_id": call.id, "content": '{"ok": true}'}]
-    code, tokens = _post(url + "/tokenize", {"messages": history, "return_token_strs": True})
+    code, tokens = http_post(url + "/tokenize", {"messages": history, "return_token_strs": True})
     text = "".join(tokens["token_strs"])
     rendered = json.loads(text.split("\n\n")[1])
     assert rendered["tool_calls"][0]["function"] == {"name": call.function.name,
                                                      "arguments": json.loads(call.function.arguments)}
     resp = client.chat.completions.create(model="lane", messages=history, max_tokens=5, seed=1)
     assert resp.usage.prompt_tokens == tokens["count"]
-    code, body = _post(url + "/v1/chat/completions", {"messages": [
+    code, body = http_post(url + "/v1/chat/completions", {"messages": [
         {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}], "max_tokens": 2})
     assert code == 400 and "arguments is not valid JSON" in body["error"]["message"]
 

@@ -15,13 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gb300lane import lane
 from gb300lane import promote as pm
-from gb300lane.paths import shipped
-from gb300lane.testing.crash import CRASH_ENV
-from gb300lane.testing.ports import free_port
+
+from production import in_production
 
 pytestmark = pytest.mark.slow
 
@@ -34,27 +32,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def promoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """local-v27 in production over local-v26 (the rollback pair); yields the production port."""
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = free_port()
-    base["lane"]["port"] = port
-    base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (recipes / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (recipes / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
-    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
-    monkeypatch.delenv("GB300LANE_LANE_OPS", raising=False)
-    monkeypatch.delenv(CRASH_ENV, raising=False)
-    for recipe in ("local-v26", "local-v27"):
-        report = pm.promote(recipe, force=True, reason="test lane")
-        assert report.ok, report.message
-    try:
+    with in_production(tmp_path / "recipes", monkeypatch, ["local-v26", "local-v27"]) as port:
         yield port
-    finally:
-        lane.down(all=True, yes=True)
 
 
 def _status() -> dict:
