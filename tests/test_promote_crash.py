@@ -23,6 +23,8 @@ from gb300lane.errors import StateError
 from gb300lane.testing.crash import CRASH_ENV
 from gb300lane.testing.simlane import SimLane
 
+from clirun import cli
+
 PORT = 30106
 POINTS = pm.crash_points()
 
@@ -153,6 +155,7 @@ def test_a_crashed_first_promotion_can_be_undone(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:
+    """The CLI as a process of its own, for the runs a crash point kills (the others run in this process)."""
     return subprocess.run([sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True,
                           text=True, timeout=60, **kw)
 
@@ -180,20 +183,20 @@ def test_cli_killed_during_promote_recovers_with_one_command(
     assert killed.returncode == 137, killed.stderr
     assert len(lane.running_on(PORT)) <= 1
     _explained("promote", "local-v27")
-    blocked = _cli(["promote", "local-v27"], cli_env)
+    blocked = cli("promote", "local-v27", env=cli_env)
     assert blocked.returncode == 1 and "promotion of local-v27 interrupted" in blocked.stderr
-    fixed = _cli(recovery, cli_env)
+    fixed = cli(*recovery, env=cli_env)
     assert fixed.returncode == 0, fixed.stderr
     _assert_consistent(lane, "local-v26" if recovery == ["rollback"] else "local-v27")
 
 
 @pytest.mark.parametrize("point", ["rollback.start_pair"])
 def test_cli_killed_during_rollback_recovers_with_rollback(lane: SimLane, cli_env: dict[str, str], point: str) -> None:
-    assert _cli(["promote", "local-v27"], cli_env).returncode == 0
+    assert cli("promote", "local-v27", env=cli_env).returncode == 0
     killed = _cli(["rollback"], {**cli_env, CRASH_ENV: point})
     assert killed.returncode == 137, killed.stderr
     _explained("rollback", "local-v26")
-    fixed = _cli(["rollback"], cli_env)
+    fixed = cli("rollback", env=cli_env)
     assert fixed.returncode == 0 and "rolled back to local-v26" in fixed.stdout
     _assert_consistent(lane, "local-v26")
 
@@ -217,7 +220,7 @@ def test_sigkill_mid_boot_is_explained_and_reverted(lane: SimLane, cli_env: dict
     flight = _explained("promote", "local-v27")
     assert "while booting local-v27" in flight.explanation
     lane.set_recipe("local-v27", boot_seconds=0)
-    fixed = _cli(["rollback"], cli_env)
+    fixed = cli("rollback", env=cli_env)
     assert fixed.returncode == 0, fixed.stderr
     _assert_consistent(lane, "local-v26")
 
@@ -239,7 +242,7 @@ def _kill_when(proc: subprocess.Popen[bytes], lane: SimLane, op: list[str]) -> N
 def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
     lane: SimLane, cli_env: dict[str, str]
 ) -> None:
-    assert _cli(["promote", "local-v27"], cli_env).returncode == 0
+    assert cli("promote", "local-v27", env=cli_env).returncode == 0
     lane.set_recipe("local-v26", hold=True)  # the pair boots until the test releases it
     proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -274,7 +277,7 @@ def test_a_resumed_promotion_waits_for_its_candidate_and_runs_the_boot_checks_it
     proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _kill_when(proc, lane, ["boot", "lane-local-v27"])
-    fixed = _cli(["promote", "local-v27", "--resume"], cli_env)
+    fixed = cli("promote", "local-v27", "--resume", env=cli_env)
     assert fixed.returncode == 0, fixed.stderr
     ops = lane.operations()
     # waited for the candidate (with its boot checks) before its smoke, never a smoke on a booting instance

@@ -1,8 +1,9 @@
 """The transition lock cannot be deleted from under a running transition, and a live holder is never 'interrupted'.
 
 A real CLI promotion runs in the background on a simulated lane whose boot
-takes seconds; meanwhile the test deletes `promote.lock`, asks `status` and
-tries a `rollback`.
+lasts until the test releases it; meanwhile the test deletes `promote.lock`,
+asks `status` and tries a `rollback` (in this process: the lock is held by
+another).
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from gb300lane.promote.ledger import Ledger
 from gb300lane.promote.lock import HOLDER_FILE, holder
 from gb300lane.testing.simlane import SimLane
 
-BOOT_S = 6.0
-
+from clirun import Ran, cli
 
 @pytest.fixture
 def lane(tmp_path: Path) -> SimLane:
     sim = SimLane.create(
         tmp_path / "lane.json",
-        {"local-v26": {}, "local-v27": {"boot_seconds": BOOT_S}},
+        {"local-v26": {}, "local-v27": {}},
         {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}},
     )
     assert pm.promote("local-v26", force=True, reason="first production", ops=sim).ok
@@ -42,9 +42,8 @@ def env(lane: SimLane) -> dict[str, str]:
     return {**os.environ, "GB300LANE_LANE_OPS": f"sim:{lane.path}", "COLUMNS": "400"}
 
 
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+def _cli(args: list[str], env: dict[str, str]) -> Ran:
+    return cli(*args, env=env)
 
 
 def _wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
