@@ -30,6 +30,15 @@ def lane() -> InProcessLane:
     return InProcessLane()
 
 
+def _quick(name: str, folder: Path) -> Path:
+    """DATA's card `name` with 16 forced tokens a request instead of 64: the same requests, seeds, looks and
+    receipts at a quarter of the decoding, for the tests of calibration's bookkeeping (not of its rates)."""
+    text = (DATA / name).read_text()
+    assert text.count("forced_tokens: 64") == 1
+    (folder / name).write_text(text.replace("forced_tokens: 64", "forced_tokens: 16"))
+    return folder / name
+
+
 def test_one_user_requests_side_by_side_get_what_they_get_alone(lane: InProcessLane) -> None:
     """The fast path's C1 shortcut: the same tokens, counters and modelled times as one request at a time."""
     card, _ = load_card(DATA / "tested.yaml")
@@ -58,7 +67,8 @@ def test_aa_card_boots_the_control_recipe_as_b() -> None:
 
 
 def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["card", "calibrate", str(DATA / "tested.yaml"), "--replicates", "3",
+    path = _quick("tested.yaml", tmp_path)
+    res = CliRunner().invoke(app, ["card", "calibrate", str(path), "--replicates", "3",
                                    "--workers", "1", "--json"])
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
@@ -76,7 +86,7 @@ def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_pa
     lines = (d / "replicates.jsonl").read_text().splitlines()
     assert len(lines) == 6 and {json.loads(x)["scenario"] for x in lines} == {"aa", "card"}
     # the receipts name the engine they measured, and are found again only for the same run
-    card, _ = load_card(DATA / "tested.yaml")
+    card, _ = load_card(path)
     assert len(body["calibration"]["engine_sha256"]) == 64
     found = find_calibration(card, 3, 0)
     assert found is not None and found[1] == d and found[0].model_dump(mode="json") == body["calibration"]
@@ -86,8 +96,8 @@ def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_pa
     assert find_calibration(wider, 3, 0) is None
 
 
-def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane) -> None:
-    card, _ = load_card(DATA / "tested.yaml")
+def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane, tmp_path: Path) -> None:
+    card, _ = load_card(_quick("tested.yaml", tmp_path))
     first, a = calibrate(card, 2, seed=5, lane=lane)
     second, b = calibrate(card, 2, seed=5, lane=lane)
     assert a == b and first.power == second.power
@@ -101,7 +111,7 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
 
     cal_mod = importlib.import_module("gb300lane.cards.calibrate")  # the package's `calibrate` is the function
 
-    card, _ = load_card(DATA / "tested.yaml")
+    card, _ = load_card(_quick("tested.yaml", tmp_path))
     keep = cal_mod.progress_file(card, 5)
     full, outcomes = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     lines = keep.read_text().splitlines()
@@ -119,8 +129,8 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
     assert cal_mod.progress_file(card, 6) != keep
 
 
-def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessLane) -> None:
-    card, _ = load_card(DATA / "sequential.yaml")
+def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessLane, tmp_path: Path) -> None:
+    card, _ = load_card(_quick("sequential.yaml", tmp_path))
     cal, outcomes = calibrate(card, 2, seed=1, lane=lane)
     assert cal.design.startswith("group_sequential, 4 looks")
     for o in outcomes:
