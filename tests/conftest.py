@@ -1,7 +1,8 @@
 """Test isolation and the component markers.
 
 Every test gets its own state directory, results directory and vLLM cache root,
-so no test sees another's lane. Tests marked `docker` need a Docker engine,
+so no test sees another's lane; a test of the fast tier also gets a DOCKER_HOST
+where nothing answers, so it never sees this machine's containers. Tests marked `docker` need a Docker engine,
 tests marked `compose` need `docker compose` or `docker-compose`, tests marked
 `podman` need podman: where the component is missing they fail with a message
 that says so, unless the skip variable (GB300LANE_SKIP_DOCKER=1,
@@ -167,11 +168,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_lane(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     base = tmp_path_factory.mktemp("lane")
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(base / "state"))
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(base / "vllm-cache"))
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(base / "results"))
+    if request.node.get_closest_marker("integration") is None:
+        # The fast tier needs no Docker, and must not see this machine's: the lane lists every labelled
+        # container the engine answers for, so a lane someone runs here would show up in every status.
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{base / 'no-docker.sock'}")
 
 
 @pytest.fixture
