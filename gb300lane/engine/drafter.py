@@ -74,7 +74,8 @@ class _BootTables:
                                                          anchor[lo:hi], self.cand[lo:hi], numerics), keys.size)
         self.next = _chunked(lambda lo, hi: model.pair_rows(self.classes[lo:hi, None], anchor[lo:hi, None],
                                                             self.cand[lo:hi]).astype(np.int32), keys.size)
-        self._slots: dict[tuple[bool, int], np.ndarray] = {}
+        self._slots: dict[int, np.ndarray] = {}
+        self._wide: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # Every other context drafts from the anchor token's candidates: the target there per
         # trigram context the model has, and per (class, anchor) where it has none.
         topk, tri = drafter.topk, model.tri_keys
@@ -96,27 +97,53 @@ class _BootTables:
             p[have] = self.tri_p[tri[have]]
         return p
 
-    def slot(self, wide: bool, slot: int) -> np.ndarray:
-        """(M, K) float64 draft probabilities at `slot` of a block wider than the trained one, or not."""
-        probs = self._slots.get((wide, slot))
-        if probs is None:
-            d = self.drafter
-            key = (d.model.corpus_hash, d.topk, slot)
-            if key not in _PAIR_ERRORS:
-                keys, vocab = d.model.pair_keys, d.vocab
-                _PAIR_ERRORS[key] = _errors(self.classes, (keys // vocab) % vocab, keys % vocab, self.cand, slot, vocab)
-            z, miss_u = _PAIR_ERRORS[key]
-            # slot_error_scale reads k only as "wider than the trained block, or not".
-            k = d.block_size + 1 if wide else d.block_size
-            logp = np.log(np.maximum(self.p, 1e-30).astype(np.float64))
-            probs = d._softmax(logp, z, d.slot_error_scale(self.classes, k, slot, miss_u))
-            self._slots[(wide, slot)] = probs
-        return probs
+    def errors(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """The checkpoint's errors and miss uniforms at `slot` for every pair (shared by every engine)."""
+        d = self.drafter
+        key = (d.model.corpus_hash, d.topk, slot)
+        if key not in _PAIR_ERRORS:
+            keys, vocab = d.model.pair_keys, d.vocab
+            parts = [_errors(self.classes[lo:hi], (keys[lo:hi] // vocab) % vocab, keys[lo:hi] % vocab,
+                             self.cand[lo:hi].astype(np.int64), slot, vocab)
+                     for lo, hi in _blocks(keys.size)]
+            _PAIR_ERRORS[key] = (np.concatenate([z for z, _ in parts]), np.concatenate([u for _, u in parts]))
+        return _PAIR_ERRORS[key]
 
-    def keep(self, wide: set[bool]) -> None:
-        """Drop the slot tables of block widths not in `wide` (they are rebuilt if asked for again)."""
-        for key in [key for key in self._slots if key[0] not in wide]:
-            del self._slots[key]
+    def slot(self, wide: bool, slot: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
+        """Every pair's temperature-1 draft distribution at `slot`: (table, remap, overrides).
+
+        `table` (M, K) float64 is the trained-width block's; a wider block
+        differs only where the wide-block term turns a pair's small error into
+        a miss, and those rows are `overrides[remap[pair]]` (remap -1
+        elsewhere). None past the trained block: a block that long is outside
+        the checkpoint's shape, and its slots are computed step by step rather
+        than held (3.5 MB a slot).
+        """
+        d = self.drafter
+        if slot >= d.block_size:
+            self.errors(slot)
+            return None
+        table = self._slots.get(slot)
+        if table is None:
+            z, miss_u = self.errors(slot)
+            scale = d.slot_error_scale(self.classes, d.block_size, slot, miss_u)
+            table = self._slots[slot] = _chunked(
+                lambda lo, hi: d._softmax(np.log(np.maximum(self.p[lo:hi], 1e-30).astype(np.float64)), z[lo:hi],
+                                          scale[lo:hi]), self.p.shape[0])
+        if not wide:
+            return table, None, None
+        over = self._wide.get(slot)
+        if over is None:
+            z, miss_u = self.errors(slot)
+            # slot_error_scale reads k only as "wider than the trained block, or not".
+            narrow = d.slot_error_scale(self.classes, d.block_size, slot, miss_u)
+            scale = d.slot_error_scale(self.classes, d.block_size + 1, slot, miss_u)
+            rows = np.flatnonzero(scale != narrow)
+            remap = np.full(self.p.shape[0], -1, dtype=np.int32)
+            remap[rows] = np.arange(rows.size, dtype=np.int32)
+            logp = np.log(np.maximum(self.p[rows], 1e-30).astype(np.float64))
+            over = self._wide[slot] = (remap, d._softmax(logp, z[rows], scale[rows]))
+        return table, over[0], over[1]
 
 
 #: Per (model, top-k): the pair each anchor token's candidate leads to, by class (boot-independent).
@@ -138,9 +165,13 @@ def _anchor_next(model: BuiltinModel, topk: int) -> np.ndarray:
     return hit[1]
 
 
-def _chunked(build, rows: int, chunk: int = 4096) -> np.ndarray:
+def _blocks(rows: int, chunk: int = 4096) -> list[tuple[int, int]]:
+    return [(lo, min(lo + chunk, rows)) for lo in range(0, rows, chunk)]
+
+
+def _chunked(build, rows: int) -> np.ndarray:
     """`build(lo, hi)` over row blocks, stacked: a table's temporaries stay a block's size."""
-    return np.concatenate([build(lo, min(lo + chunk, rows)) for lo in range(0, rows, chunk)])
+    return np.concatenate([build(lo, hi) for lo, hi in _blocks(rows)])
 
 
 #: The boot tables last drafted with, by (model, top-k, block size, numerics): one boot's at a time.
@@ -317,8 +348,6 @@ class DSparkDrafter:
         """Build this boot's tables for blocks of every k in `ks` now, as a boot does before serving."""
         if self.tabulate and self.markov and not self.serial:
             tables = self._tables_for(numerics)
-            # Only the block widths this engine drafts at keep their tables (3.5 MB a slot).
-            tables.keep({k > self.block_size for k in ks})
             for k in ks:
                 for slot in range(k):
                     tables.slot(k > self.block_size, slot)
@@ -365,11 +394,22 @@ class DSparkDrafter:
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
         for slot in range(k):
-            probs = slot_tables[slot][pair]
-            m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
+            entry = slot_tables[slot]
+            m: np.ndarray | None
+            if entry is None:  # past the trained block: every row computed
+                probs, m, mixed = np.empty((batch, topk)), rows, True
+            else:
+                table, remap, over = entry
+                probs, mixed = table[pair], any_own
+                if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
+                    o = remap[pair]
+                    hit = np.flatnonzero(o >= 0)
+                    if hit.size:
+                        probs[hit] = over[o[hit]]
+                m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
             if m is not None:
                 at = pair[m]
-                if any_own:
+                if mixed:
                     c_m, p_m = tables.cand[at], tables.p[at]
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
                     n: np.ndarray | None = np.flatnonzero(at < 0)
@@ -400,7 +440,7 @@ class DSparkDrafter:
             if m is not None:
                 pick = choice[m]
                 token[m] = c_m[np.arange(m.size), pick]
-                if any_own:
+                if mixed:
                     nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
                 else:  # every odd row drafted from its anchor token's candidates
                     nxt[m] = tables.anchor_next[classes[m] * vocab + prev[m], pick]
