@@ -109,33 +109,30 @@ class _BootTables:
             _PAIR_ERRORS[key] = (np.concatenate([z for z, _ in parts]), np.concatenate([u for _, u in parts]))
         return _PAIR_ERRORS[key]
 
-    def slot(self, wide: bool, slot: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
+    def slot(self, wide: bool, slot: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Every pair's temperature-1 draft distribution at `slot`: (table, remap, overrides).
 
-        `table` (M, K) float64 is the trained-width block's; a wider block
-        differs only where the wide-block term turns a pair's small error into
-        a miss, and those rows are `overrides[remap[pair]]` (remap -1
-        elsewhere). None past the trained block: a block that long is outside
-        the checkpoint's shape, and its slots are computed step by step rather
-        than held (3.5 MB a slot).
+        `table` (M, K) float64 is the trained-width block's (3.5 MB at the
+        default top-k); inside the trained block a wider block differs only
+        where the wide-block term turns a pair's small error into a miss, and
+        those rows are `overrides[remap[pair]]` (remap -1 elsewhere). Slots
+        past the trained block exist only in wide blocks and have tables of
+        their own.
         """
         d = self.drafter
-        if slot >= d.block_size:
-            self.errors(slot)
-            return None
         table = self._slots.get(slot)
         if table is None:
             z, miss_u = self.errors(slot)
-            scale = d.slot_error_scale(self.classes, d.block_size, slot, miss_u)
+            # slot_error_scale reads k only as "wider than the trained block, or not".
+            scale = d.slot_error_scale(self.classes, d.block_size + (slot >= d.block_size), slot, miss_u)
             table = self._slots[slot] = _chunked(
                 lambda lo, hi: d._softmax(np.log(np.maximum(self.p[lo:hi], 1e-30).astype(np.float64)), z[lo:hi],
                                           scale[lo:hi]), self.p.shape[0])
-        if not wide:
+        if not wide or slot >= d.block_size:
             return table, None, None
         over = self._wide.get(slot)
         if over is None:
             z, miss_u = self.errors(slot)
-            # slot_error_scale reads k only as "wider than the trained block, or not".
             narrow = d.slot_error_scale(self.classes, d.block_size, slot, miss_u)
             scale = d.slot_error_scale(self.classes, d.block_size + 1, slot, miss_u)
             rows = np.flatnonzero(scale != narrow)
@@ -394,22 +391,17 @@ class DSparkDrafter:
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
         for slot in range(k):
-            entry = slot_tables[slot]
-            m: np.ndarray | None
-            if entry is None:  # past the trained block: every row computed
-                probs, m, mixed = np.empty((batch, topk)), rows, True
-            else:
-                table, remap, over = entry
-                probs, mixed = table[pair], any_own
-                if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
-                    o = remap[pair]
-                    hit = np.flatnonzero(o >= 0)
-                    if hit.size:
-                        probs[hit] = over[o[hit]]
-                m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
+            table, remap, over = slot_tables[slot]
+            probs = table[pair]
+            if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
+                o = remap[pair]
+                hit = np.flatnonzero(o >= 0)
+                if hit.size:
+                    probs[hit] = over[o[hit]]
+            m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
             if m is not None:
                 at = pair[m]
-                if mixed:
+                if any_own:
                     c_m, p_m = tables.cand[at], tables.p[at]
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
                     n: np.ndarray | None = np.flatnonzero(at < 0)
@@ -440,7 +432,7 @@ class DSparkDrafter:
             if m is not None:
                 pick = choice[m]
                 token[m] = c_m[np.arange(m.size), pick]
-                if mixed:
+                if any_own:
                     nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
                 else:  # every odd row drafted from its anchor token's candidates
                     nxt[m] = tables.anchor_next[classes[m] * vocab + prev[m], pick]
