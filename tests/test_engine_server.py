@@ -108,6 +108,14 @@ def test_completions_are_deterministic_and_carry_modelled_times():
         assert http_get(url + "/version")[1] == b'{"version": "0.33.0", "engine": "gb300lane-embedded", "time_scale": 0.0}'
 
 
+@pytest.fixture(scope="module")
+def refusing_engine():
+    """One engine for every bad request below: each is refused before it reaches the engine's state."""
+    with engine() as (url, server, _log):
+        yield url
+        assert server._streams == {} and not server.core.has_work
+
+
 @pytest.mark.parametrize(("body", "status", "param"), [
     ({"prompt": "x", "temperature": -1}, 400, "temperature"),
     ({"prompt": "x", "top_p": 0}, 400, "top_p"),
@@ -123,15 +131,15 @@ def test_completions_are_deterministic_and_carry_modelled_times():
     ({"prompt": {"a": 1}}, 400, "prompt"),
     ({"prompt": "x", "model": "other"}, 404, "model"),
 ])
-def test_bad_parameters_are_openai_style_errors_never_500(body, status, param):
-    with engine() as (url, _, _log):
-        code, payload = http_post(url + "/v1/completions", body)
-        assert code == status
-        assert payload["error"]["param"] == param and payload["error"]["code"] == status
-        code, payload = http_post(url + "/v1/completions", b"{not json")
-        assert code == 400 and "not valid JSON" in payload["error"]["message"]
-        code, payload = http_post(url + "/v1/chat/completions", {"messages": "hi"})
-        assert code == 400 and payload["error"]["param"] == "messages"
+def test_bad_parameters_are_openai_style_errors_never_500(refusing_engine, body, status, param):
+    url = refusing_engine
+    code, payload = http_post(url + "/v1/completions", body)
+    assert code == status
+    assert payload["error"]["param"] == param and payload["error"]["code"] == status
+    code, payload = http_post(url + "/v1/completions", b"{not json")
+    assert code == 400 and "not valid JSON" in payload["error"]["message"]
+    code, payload = http_post(url + "/v1/chat/completions", {"messages": "hi"})
+    assert code == 400 and payload["error"]["param"] == "messages"
 
 
 def test_metrics_use_vllm_names_and_agree_with_the_responses():

@@ -129,6 +129,7 @@ def _recipe(folder: Path, name: str, **over: object) -> str:
     return name
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_instance_is_removed_after_the_block_even_when_it_raises(recipes: Path) -> None:
     name = _recipe(recipes, "t-cm")
     with pytest.raises(RuntimeError, match="inside the block"), lane.instance(name, dark=True) as booted:
@@ -150,6 +151,7 @@ def test_instance_tears_down_when_the_boot_fails(recipes: Path) -> None:
     assert info.state == "failed" and "serves only the builtin model" in lane.logs(name)
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_a_refused_boot_leaves_what_runs_alone(recipes: Path) -> None:
     name = _recipe(recipes, "t-cm-twice")
     with lane.instance(name) as first:
@@ -159,6 +161,7 @@ def test_a_refused_boot_leaves_what_runs_alone(recipes: Path) -> None:
     assert lane.list_instances() == []
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes twice
 def test_down_and_up_honour_the_protected_set(recipes: Path) -> None:
     name = _recipe(recipes, "t-prod")
     lane.up(name)

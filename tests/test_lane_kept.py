@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gb300lane import lane
 from gb300lane.testing.ports import free_port
+
+# End to end: each test boots the embedded engine as processes through the lane.
+pytestmark = pytest.mark.slow
 
 
 def _recipe(folder: Path, name: str, **lane_over: object) -> str:

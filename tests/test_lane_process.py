@@ -82,6 +82,7 @@ def test_up_reports_checks_then_down_leaves_nothing(recipes: Path) -> None:
     assert lane.list_instances() == [] and ProcessRuntime().list() == []
 
 
+@pytest.mark.slow  # end to end: three boots of the engine as processes (A, B, then A again)
 def test_second_boot_is_a_predicted_hit_and_a_flag_bracket_reads_0_1_0(recipes: Path) -> None:
     a = write_recipe(recipes, "t-a", extends="local-v26")
     b = write_recipe(recipes, "t-b", extends="local-v27")
@@ -109,6 +110,7 @@ def test_second_boot_is_a_predicted_hit_and_a_flag_bracket_reads_0_1_0(recipes: 
     assert names == {"local-t-a-A": "running", "local-t-b-B": "stopped"}
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_second_up_of_a_running_instance_is_refused(recipes: Path) -> None:
     name = write_recipe(recipes, "t-v27")
     lane.up(name)
@@ -153,6 +155,7 @@ def test_readiness_timeout_names_url_elapsed_limit_and_hint(recipes: Path) -> No
     assert all(c.state == "exited" for c in ProcessRuntime().list())
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_k_outside_the_trained_block_needs_acknowledgement(recipes: Path) -> None:
     name = write_recipe(recipes, "t-k9", extends="local-k9")
     with pytest.raises(RecipeError) as exc:
@@ -164,6 +167,7 @@ def test_k_outside_the_trained_block_needs_acknowledgement(recipes: Path) -> Non
     assert report.ok
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_ctrl_c_during_boot_stops_and_keeps_the_labelled_containers(recipes: Path) -> None:
     # A slow modelled boot (a compile miss is minutes of modelled time): the interrupt must land while
     # the engine is still booting, however loaded the machine is.
@@ -218,6 +222,7 @@ def test_cli_up_status_logs_down(recipes: Path) -> None:
     assert run("down", "--all").stdout.strip() == "nothing to take down"
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_leftovers_without_a_record_are_found_by_label_and_taken_down(recipes: Path) -> None:
     name = write_recipe(recipes, "t-v27")
     report = lane.up(name)
@@ -229,6 +234,7 @@ def test_leftovers_without_a_record_are_found_by_label_and_taken_down(recipes: P
     assert ProcessRuntime().list() == []
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_foreign_clients_counts_requests_the_tool_did_not_send(recipes: Path) -> None:
     import urllib.request
 
@@ -254,6 +260,7 @@ def test_default_timeout_scales_with_the_engine_and_past_boots() -> None:
     assert default_timeout_s(load_recipe("v27", SHIPPED), None) == 3600.0
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes through the lane (the fast tier keeps one such boot)
 def test_dark_overrides_a_recipe_bind_of_all_interfaces_and_the_flag_check_agrees(recipes: Path) -> None:
     # lane.bind differs from the parent, so the flag check verifies it: the container must run what
     # --dark asked for (loopback), not the recipe's 0.0.0.0.
@@ -266,6 +273,7 @@ def test_dark_overrides_a_recipe_bind_of_all_interfaces_and_the_flag_check_agree
     lane.down(name)
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes twice (up, then the start it takes over)
 def test_await_instance_takes_over_a_start_a_killed_process_began(recipes: Path) -> None:
     name = write_recipe(recipes, "t-await")
     first = lane.up(name, dark=True, runtime="process")

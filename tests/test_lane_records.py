@@ -32,6 +32,7 @@ def _cli(*args: str) -> tuple[int, str]:
     return result.exit_code, " ".join(result.output.split())
 
 
+@pytest.mark.slow  # end to end: boots the engine as processes twice
 def test_a_corrupt_record_is_quarantined_and_the_others_keep_working(recipes: Path) -> None:
     good = _recipe(recipes, "t-good")
     bad = _recipe(recipes, "t-bad-record")
