@@ -163,7 +163,7 @@ def test_a_pair_that_will_not_start_leaves_production_as_it_was(lane: SimLane) -
 
 def test_a_concurrent_promotion_is_refused(lane: SimLane) -> None:
     _production_v26(lane)
-    lane.set_recipe("local-v27", boot_seconds=3.0)
+    lane.set_recipe("local-v27", hold=True)  # its boot lasts until released below, however loaded the machine
     errors: list[BaseException] = []
     first = threading.Thread(target=lambda: pm.promote("local-v27", ops=lane))
     first.start()
@@ -183,7 +183,13 @@ def test_a_concurrent_promotion_is_refused(lane: SimLane) -> None:
             except StateError as exc:
                 errors.append(exc)
     finally:
-        first.join()
+        for _ in range(2000):  # the first promotion reaches its boot, then the boot ends
+            if ["boot", "lane-local-v27"] in lane.operations():
+                break
+            threading.Event().wait(0.01)
+        lane.release("lane-local-v27")
+        first.join(timeout=60)
+    assert not first.is_alive()
     assert len(errors) == 3
     assert all("locked by pid" in str(e) and "promote local-v27" in str(e) for e in errors)
     assert _running(lane) == ["lane-local-v27"]
