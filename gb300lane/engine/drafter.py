@@ -392,7 +392,7 @@ class DSparkDrafter:
         computed = []
         for slot in range(k):
             table, remap, over = slot_tables[slot]
-            probs = table[pair]
+            probs = table.take(pair, axis=0)
             if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
                 o = remap[pair]
                 hit = np.flatnonzero(o >= 0)
@@ -443,7 +443,7 @@ class DSparkDrafter:
             dists.append(probs)
             prev2, prev, pair = prev, token, nxt
         pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
-        cand_all, p_all = tables.cand[pair_all], tables.p[pair_all]
+        cand_all, p_all = tables.cand.take(pair_all, axis=0), tables.p.take(pair_all, axis=0)
         for slot, m, c_m, p_m in computed:
             cand_all[m, slot] = c_m
             p_all[m, slot] = p_m

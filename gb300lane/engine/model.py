@@ -157,14 +157,12 @@ class BuiltinModel:
         rb, rt = np.flatnonzero(cb >= 0), np.flatnonzero(ct >= 0)
         nb, nt = rb.size, rt.size
         if nb < n:
-            kb, cb = kb[rb], cb[rb]
+            cb = cb[rb]
         if nt < n:
-            kt, ct = kt[rt], ct[rt]
-        # Both layers at once where the arithmetic is per context: weights, jitter, sparse-row indices.
-        lam = np.concatenate([self.bi_lambda[cb], self.tri_lambda[ct]])
-        if numerics is not None and numerics[1] != 0.0:
-            _key, scale = numerics
-            lam = _jittered(lam, _jitter_uniforms(numerics, np.concatenate([kb, kt]), nb), scale)
+            ct = ct[rt]
+        # Both layers at once where the arithmetic is per context: weights (jittered per boot), sparse-row indices.
+        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
+        lam = np.concatenate([bi_lambda[cb], tri_lambda[ct]])
         starts = np.concatenate([self.bi_indptr[cb], self.tri_indptr[ct]])
         lengths = np.concatenate([self.bi_indptr[cb + 1], self.tri_indptr[ct + 1]]) - starts
         ends = np.cumsum(lengths)
@@ -221,6 +219,30 @@ class BuiltinModel:
             sub[hit] += (lam_r[:, None] * ml[np.maximum(at, 0)])[hit]
             vals[rows] = sub
         return vals
+
+
+#: The interpolation weights of every context under the last boot's numerics, by (model, numerics).
+_BOOT_LAMBDAS: dict[tuple[int, tuple[int, float]], tuple[BuiltinModel, np.ndarray, np.ndarray]] = {}
+
+
+def _boot_lambdas(model: BuiltinModel, numerics: tuple[int, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every bigram and trigram context's weight under a boot's numerics (the model's own when exact).
+
+    Each context's jitter is a pure function of (boot, layer, context), so a
+    boot's weights are formed once for all contexts, with `_jittered`'s
+    arithmetic, and gathered per step.
+    """
+    if numerics is None or numerics[1] == 0.0:
+        return model.bi_lambda, model.tri_lambda
+    key = (id(model), numerics)
+    hit = _BOOT_LAMBDAS.get(key)
+    if hit is None or hit[0] is not model:
+        nb = model.bi_keys.size
+        u = _jitter_uniforms(numerics, np.concatenate([model.bi_keys, model.tri_keys]), nb)
+        lam = _jittered(np.concatenate([model.bi_lambda, model.tri_lambda]), u, numerics[1])
+        _BOOT_LAMBDAS.clear()
+        hit = _BOOT_LAMBDAS[key] = (model, lam[:nb], lam[nb:])
+    return hit[1], hit[2]
 
 
 def _jitter_uniforms(numerics: tuple[int, float], keys: np.ndarray, bigram_rows: int) -> np.ndarray:
