@@ -9,9 +9,9 @@ that says so, unless the skip variable (GB300LANE_SKIP_DOCKER=1,
 GB300LANE_SKIP_COMPOSE=1, GB300LANE_SKIP_PODMAN=1) is set, in which case they
 are skipped.
 
-Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`,
-seconds). `make test-integration` runs the rest (`-m integration`): this file adds the `integration`
-marker to every test that carries a component marker (docker, compose, podman, mounts, chromium,
+Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`).
+`make test-integration` runs the rest (`-m integration`): this file adds the `integration` marker
+to every test that carries a component marker (docker, compose, podman, mounts, chromium,
 prometheus), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
 
