@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -239,6 +240,13 @@ def _kill_when(proc: subprocess.Popen[bytes], lane: SimLane, op: list[str]) -> N
         proc.wait(timeout=30)
 
 
+def _release_when(lane: SimLane, op: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and op not in lane.operations():
+        time.sleep(0.05)
+    lane.release(op[1])
+
+
 def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
     lane: SimLane, cli_env: dict[str, str]
 ) -> None:
@@ -273,11 +281,15 @@ def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
 def test_a_resumed_promotion_waits_for_its_candidate_and_runs_the_boot_checks_it_skipped(
     lane: SimLane, cli_env: dict[str, str]
 ) -> None:
-    lane.set_recipe("local-v27", boot_seconds=3)
+    lane.set_recipe("local-v27", hold=True)  # the kill lands mid-boot however loaded the machine
     proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _kill_when(proc, lane, ["boot", "lane-local-v27"])
+    # The candidate's boot ends once the resumed promotion waits for it.
+    releaser = threading.Thread(target=_release_when, args=(lane, ["await", "lane-local-v27"]), daemon=True)
+    releaser.start()
     fixed = cli("promote", "local-v27", "--resume", env=cli_env)
+    releaser.join(timeout=60)
     assert fixed.returncode == 0, fixed.stderr
     ops = lane.operations()
     # waited for the candidate (with its boot checks) before its smoke, never a smoke on a booting instance
