@@ -22,7 +22,7 @@ Floors: each design keeps false "B better" <= 2.5%, false FAIL <= 5% and
 power >= 90% (point estimates), and the sequential design uses at least 25%
 fewer requests per arm on average than the fixed one when the effect is real.
 
-    python benchmarks/verdicts.py [--replicates 200] [--workers 2] [--seed 0]
+    python benchmarks/verdicts.py [--replicates 200] [--sequential-replicates N] [--workers 2] [--seed 0]
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def _ci(r) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicates", type=int, default=200, help="replicates per design and scenario")
+    ap.add_argument("--sequential-replicates", type=int, default=None,
+                    help="replicates of the sequential design (default: --replicates)")
     ap.add_argument("--workers", type=int, default=default_workers())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
@@ -64,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     for design, path in CARDS.items():
         card, _ = load_card(path)
         t0 = time.perf_counter()
-        found = None if ns.no_reuse else find_calibration(card, ns.replicates, ns.seed)
+        reps = ns.replicates if design == "fixed" or ns.sequential_replicates is None else ns.sequential_replicates
+        found = None if ns.no_reuse else find_calibration(card, reps, ns.seed)
         if found is not None:
             cal, receipts = found
             source = f"reused receipts {receipts} (same gates, seed, replicates and engine)"
         else:
             keep = progress_file(card, ns.seed)
-            cal, outcomes = calibrate(card, ns.replicates, seed=ns.seed, workers=ns.workers, resume=keep,
+            cal, outcomes = calibrate(card, reps, seed=ns.seed, workers=ns.workers, resume=keep,
                                       raw=raw_file(card, ns.seed),
                                       progress=lambda m, d=design: print(f"  {d}: {m}", file=sys.stderr))
             receipts = write_calibration(card, path.read_text(encoding="utf-8"), cal, outcomes)
@@ -103,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     saving_aa = 1.0 - seq.mean_requests_per_arm_aa / fixed.mean_requests_per_arm_aa
     print(f"sequential saves {saving:.1%} of the requests per arm when the effect is real "
           f"({saving_aa:+.1%} under A/A); fast path: {fixed.fast_path}")
+    for design, cal in cals.items():
+        b = cal.boot_check.get("tokens-per-step")
+        if b is not None:
+            print(f"{design}: tokens/step boot sd registered {b.registered_sd:.3%}; the calibration's {b.boots} control "
+                  f"boots show {b.measured_sd_signed:+.3%} (F {b.f_ratio:.2f}, 95% upper bound {b.upper:.3%})")
+    for design, source in sources.items():
+        print(f"{design}: {source}")
 
     checks = {}
     for design, cal in cals.items():
@@ -115,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     checks["sequential_saving"] = {"min": FLOORS["sequential_saving_min"], "value": round(saving, 4),
                                    "ok": saving >= FLOORS["sequential_saving_min"]}
     result = {"schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
-              "platform": platform.platform(), "settings": {"replicates": ns.replicates, "seed": ns.seed,
-                                                            "workers": ns.workers},
+              "platform": platform.platform(),
+              "settings": {"replicates": ns.replicates, "sequential_replicates": ns.sequential_replicates or
+                           ns.replicates, "seed": ns.seed, "workers": ns.workers},
               "sources": sources, "engine_sha256": {k: v.engine_sha256 for k, v in cals.items()},
               "rows": rows, "sequential_saving": round(saving, 4), "sequential_saving_aa": round(saving_aa, 4),
               "calibrations": {k: v.model_dump(mode="json") for k, v in cals.items()}, "floors": checks}
