@@ -196,18 +196,18 @@ def test_aa_tokens_per_step_test_keeps_its_error_rate(tmp_path: Path, lane: InPr
 
 @pytest.mark.slow  # end to end: each replicate boots the engine for four arms and runs the card on them
 def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
-        lane: InProcessLane, monkeypatch: pytest.MonkeyPatch) -> None:
+        lane: InProcessLane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import importlib
 
     cal_mod = importlib.import_module("gb300lane.cards.calibrate")
-    card, _ = load_card(DATA / "tested.yaml")
+    card, _ = load_card(_quick("tested.yaml", tmp_path))
     raw = cal_mod.raw_file(card, 5)
     first, outcomes = calibrate(card, 2, seed=5, lane=lane, raw=raw)
     assert len(cal_mod.load_raw(raw)) == 8  # A, A2, B as written and A as B, per replicate
     assert set(first.boot_check) == {"tokens-per-step", "decode-no-loss", "decode-per-class", "controls-agree"}
     assert first.boot_check["tokens-per-step"].boots == 6 and first.reused_arm_stages == 0
     booted = card.model_copy(update={"gates": tuple(
-        g.model_copy(update={"boot_sd": 0.05, "boot_df": 40}) if g.id == "tokens-per-step" else g
+        g.model_copy(update={"boot_sd": 0.3, "boot_df": 40}) if g.id == "tokens-per-step" else g
         for g in card.gates)})
     assert cal_mod.raw_file(booted, 5) == raw and cal_mod.progress_file(booted, 5) != cal_mod.progress_file(card, 5)
 
@@ -216,8 +216,8 @@ def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
 
     monkeypatch.setattr(InProcessLane, "run_arm", no_engine)
     again, rescored = calibrate(booted, 2, seed=5, lane=lane, raw=raw)
-    assert again.reused_arm_stages == 8 and again.boot_check["tokens-per-step"].registered_sd == 0.05
-    # the same arms, a wider test: every estimate is the same and a 5% boot sd leaves nothing decided
+    assert again.reused_arm_stages == 8 and again.boot_check["tokens-per-step"].registered_sd == 0.3
+    # the same arms, a wider test: every estimate is the same and a 30% boot sd leaves nothing decided
     assert [o.estimates["tokens-per-step"] for o in rescored] == [o.estimates["tokens-per-step"] for o in outcomes]
     assert {o.gates["tokens-per-step"] for o in rescored} == {"INCONCLUSIVE"}
     same, same_outcomes = calibrate(card, 2, seed=5, lane=lane, raw=raw)
