@@ -248,3 +248,12 @@ def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_lea
     assert bp.requests_per_arm_for_target is None and "boots" in bp.note
     if tps.boot_sd_measured > 0:
         assert any("leaves the boots' shift out" in w for w in registration_warnings(card, registration_plan(card)))
+
+
+def test_a_boot_study_runs_what_one_boot_of_the_card_runs() -> None:
+    from gb300lane.cards.plan import boot_window
+
+    fixed, _ = load_card(DATA / "tested.yaml")
+    seq, _ = load_card(DATA / "sequential.yaml")
+    assert boot_window(fixed) == fixed.window("primary")
+    assert boot_window(seq).rounds == seq.window("primary").rounds // seq.design.looks

@@ -22,7 +22,8 @@ to each test's as the test adds it (`cards.stats`),
 
 with sigma_b the gate's registered `boot_sd`, or, where it registers none,
 what a boot study measured (`card plan --boots N`: N boots of the control
-recipe, each its own seeds, in process on the embedded engine; receipts
+recipe, each its own seeds, in process on the embedded engine, each over what
+one boot of the card's arms runs (a sequential card's one stage); receipts
 under results/pilots/). Past the point where the boots dominate, more
 requests buy no power: `plan` then says the target is unreachable.
 A group-sequential design needs its maximum inflated by the factor that
@@ -428,8 +429,27 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     return d
 
 
+def boot_window(card: Card) -> WindowSpec:
+    """What one boot of an arm runs of the primary window: all of it, or a sequential card's one stage."""
+    p = card.window(card.primary_window)
+    if isinstance(card.design, GroupSequential):
+        return p.model_copy(update={"rounds": p.rounds // card.design.looks})
+    return p
+
+
+_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens")
+
+
+def _same_boot(card: Card, w: WindowSpec) -> bool:
+    """A boot study measures the shift of one boot's mean over the requests it ran, which depends on what ran
+    (an arm's last requests at C8 run in a shrinking batch, at another k): only a study of the same shape
+    counts."""
+    mine = boot_window(card)
+    return all(getattr(w, f) == getattr(mine, f) for f in _SHAPE)
+
+
 def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
-    """Boot studies of the card's control recipe with the primary window's temperature and length."""
+    """Boot studies of the card's control recipe over the same requests one boot of its arms runs."""
     root = _pilot_root(base)
     if not root.is_dir():
         return []
@@ -439,7 +459,7 @@ def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
         if not f.is_file():
             continue
         meta = _read_json(f)
-        if meta.get("recipe") == card.controls[0].recipe and _matches(card, WindowSpec.model_validate(meta["window"])):
+        if meta.get("recipe") == card.controls[0].recipe and _same_boot(card, WindowSpec.model_validate(meta["window"])):
             out.append(d)
     return out
 
@@ -482,7 +502,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     check_embedded(card)
     say = progress or (lambda _m: None)
     arm = card.controls[0]
-    primary = card.window(card.primary_window)
+    primary = boot_window(card)
     study = secrets.randbits(31)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     root = _pilot_root(base)
