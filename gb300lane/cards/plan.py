@@ -351,24 +351,26 @@ def _pilot_root(base: Any = None) -> Any:
     return (base or results_dir()) / "pilots"
 
 
-def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
+def _studies(card: Card, base: Any, meta_file: str, same: Callable[[Card, WindowSpec], bool]) -> list[Any]:
+    """Study folders under results/pilots whose `meta_file` names the card's control recipe and a window `same`
+    accepts for the card."""
     root = _pilot_root(base)
     if not root.is_dir():
         return []
     out = []
     for d in sorted(root.iterdir()):
-        f = d / "pilot.json"
-        if f.is_file():
+        f = d / meta_file
+        if not f.is_file():
+            continue
+        meta = _read_json(f)
+        if meta.get("recipe") == card.controls[0].recipe and same(card, WindowSpec.model_validate(meta["window"])):
             out.append(d)
-    return [d for d in out if _pilot_meta(d).get("recipe") == card.controls[0].recipe
-            and _matches(card, WindowSpec.model_validate(_pilot_meta(d)["window"]))]
+    return out
 
 
-def _pilot_meta(d: Any) -> dict[str, Any]:
-    import json
-
-    meta: dict[str, Any] = json.loads((d / "pilot.json").read_text(encoding="utf-8"))
-    return meta
+def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
+    """Pilots of the card's control recipe over the card's primary window."""
+    return _studies(card, base, "pilot.json", _matches)
 
 
 def _pilot_windows(card: Card, base: Any = None) -> list[tuple[str, WindowData]]:
@@ -450,18 +452,7 @@ def _same_boot(card: Card, w: WindowSpec) -> bool:
 
 def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
     """Boot studies of the card's control recipe over the same requests one boot of its arms runs."""
-    root = _pilot_root(base)
-    if not root.is_dir():
-        return []
-    out = []
-    for d in sorted(root.iterdir()):
-        f = d / "boots.json"
-        if not f.is_file():
-            continue
-        meta = _read_json(f)
-        if meta.get("recipe") == card.controls[0].recipe and _same_boot(card, WindowSpec.model_validate(meta["window"])):
-            out.append(d)
-    return out
+    return _studies(card, base, "boots.json", _same_boot)
 
 
 def _read_json(path: Any) -> dict[str, Any]:
