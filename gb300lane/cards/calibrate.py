@@ -47,7 +47,7 @@ from gb300lane import __version__
 from gb300lane.cards.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.gates import evaluate
 from gb300lane.cards.looks import decide, design_look
-from gb300lane.cards.receipts import merge_stages, stage_count, utc_now
+from gb300lane.cards.receipts import merge_stages, new_run_dir, stage_count, utc_now
 from gb300lane.cards.results import Status
 from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
 from gb300lane.cards.schema import (
@@ -507,11 +507,7 @@ def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: li
     """Write the calibration's receipts (write-once) and return their directory."""
     root = (base or results_dir()) / "calibrations"
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    d = root / f"{date}-{card.name}-calibrate"
-    n = 1
-    while d.exists():
-        n += 1
-        d = root / f"{date}-{card.name}-calibrate-run{n}"
+    d = new_run_dir(root, f"{date}-{card.name}-calibrate")
     write_once(d / "card.yaml", card_text)
     write_once(d / "replicates.jsonl",
                "".join(json.dumps(o.model_dump(mode="json"), sort_keys=True) + "\n" for o in outcomes))

@@ -43,7 +43,7 @@ from typing import Any
 from gb300lane.cards.boots import BootEstimate, estimate_boot_sd
 from gb300lane.cards.data import ArmData, WindowData
 from gb300lane.cards.results import CardPlan, GatePlan
-from gb300lane.cards.receipts import all_receipts
+from gb300lane.cards.receipts import all_receipts, new_run_dir
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
 from gb300lane.cards.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError
@@ -408,12 +408,7 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     arm = card.controls[0]
     w = pilot_window(card, transcripts)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    root = _pilot_root(base)
-    d = root / f"{date}-{card.name}-pilot"
-    n = 1
-    while d.exists():
-        n += 1
-        d = root / f"{date}-{card.name}-pilot-run{n}"
+    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-pilot")
     say(f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
         f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)")
     try:
@@ -496,12 +491,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     primary = boot_window(card)
     study = secrets.randbits(31)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    root = _pilot_root(base)
-    d = root / f"{date}-{card.name}-boots"
-    n = 1
-    while d.exists():
-        n += 1
-        d = root / f"{date}-{card.name}-boots-run{n}"
+    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-boots")
     lane = lane or InProcessLane()
     say(f"boot study: {boots} boots of {arm.recipe} in process, {_window_requests(primary)} requests each "
         f"(study seed {study})")

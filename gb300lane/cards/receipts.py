@@ -327,9 +327,12 @@ def _written_at(path: Path) -> str:
 
 def _dated_dir(base: Path, card: Card, date: str, fresh: bool, run: str | None = None) -> Path:
     stem = f"{date}-{card.name}" + (f"-{run}" if run else "")
+    return new_run_dir(base, stem) if fresh else base / stem
+
+
+def new_run_dir(base: Path, stem: str) -> Path:
+    """`base/stem`, or `base/stem-runN` with the first N from 2 that does not exist yet."""
     root = base / stem
-    if not fresh:
-        return root
     n = 1
     while root.exists():
         n += 1
