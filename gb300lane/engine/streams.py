@@ -71,15 +71,15 @@ def boot_key(boot_seed: int) -> int:
     return _key(_BOOT, boot_seed)
 
 
-def counters(positions: np.ndarray, use: int, slots: int | np.ndarray) -> np.ndarray:
-    """(B, S) counter words for `positions` (B,), one `use`, and `slots` (S,) or range(slots)."""
+def counters(positions: np.ndarray, use: int | np.ndarray, slots: int | np.ndarray) -> np.ndarray:
+    """(B, S) counter words for `positions` (B,), `use` (one, or (S,) one per slot), and `slots` (S,) or range(slots)."""
     pos = np.asarray(positions, dtype=np.int64)
     if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
         raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
     slot = np.arange(slots, dtype=np.int64) if isinstance(slots, (int, np.integer)) else np.asarray(slots, dtype=np.int64)
     if slot.size and slot.max() >= _MAX_SLOT:
         raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slot.max()}")
-    return ((pos[:, None] << 16) | (use << 8) | slot[None, :]).astype(np.uint64)
+    return ((pos[:, None] << 16) | (np.asarray(use, dtype=np.int64) << 8) | slot[None, :]).astype(np.uint64)
 
 
 def uniforms_at(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
@@ -100,14 +100,9 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
     The same values as three `uniforms` calls (the same counter words), for a
     step's fixed cost.
     """
-    if k >= _MAX_SLOT:
-        raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {k}")
-    slots = np.arange(k, dtype=np.int64)
-    low = np.concatenate([(DRAFT << 8) | slots, (ACCEPT << 8) | slots, [SAMPLE << 8]])
-    pos = np.asarray(positions, dtype=np.int64)
-    if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
-        raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
-    u = uniforms_at(keys, ((pos[:, None] << 16) | low[None, :]).astype(np.uint64))
+    uses = np.repeat(np.array([DRAFT, ACCEPT, SAMPLE], dtype=np.int64), [k, k, 1])
+    slots = np.concatenate([np.arange(k, dtype=np.int64), np.arange(k, dtype=np.int64), [0]])
+    u = uniforms_at(keys, counters(positions, uses, slots))
     return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
 
 
