@@ -218,7 +218,8 @@ def _raw_line(a: ArmStage) -> str:
     return head[:-1] + ', "windows": ' + json.dumps(windows, sort_keys=True, separators=(",", ":")) + "}\n"
 
 
-def _append_raw(path: Path, lines: list[str]) -> None:
+def _append_lines(path: Path, lines: list[str]) -> None:
+    """Append whole lines and fsync; after a line a kill tore, the new ones start on a line of their own."""
     if not lines:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -415,13 +416,9 @@ def _load_progress(path: Path) -> tuple[list[ReplicateOutcome], float]:
 
 
 def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"cpu_s": round(cpu, 3), "outcomes": [o.model_dump(mode="json") for o in outcomes]},
                       sort_keys=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    _append_lines(path, [line + "\n"])
 
 
 def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
@@ -465,7 +462,7 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
     def finished(got: list[ReplicateOutcome], c: float, new: list[str]) -> None:
         nonlocal cpu
         if raw is not None:
-            _append_raw(raw, new)
+            _append_lines(raw, new)
         outcomes.extend(got)
         cpu += c
         if resume is not None:

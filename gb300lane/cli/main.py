@@ -23,6 +23,7 @@ command, for tests and tools.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -236,14 +237,10 @@ def build_app(modules: Iterable[str] = tuple(GROUPS)) -> typer.Typer:
     return built
 
 
-_FULL: list[typer.Typer] = []
-
-
+@functools.cache
 def full_app() -> typer.Typer:
     """Every command (built once): the app tests and tools import as `gb300lane.cli.main.app`."""
-    if not _FULL:
-        _FULL.append(build_app())
-    return _FULL[0]
+    return build_app()
 
 
 if TYPE_CHECKING:
