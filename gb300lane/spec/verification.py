@@ -454,8 +454,9 @@ _SCALAR_LIMIT = 48
 
 
 def _residual_mass(p, q, row: int, pos: int, joint: float) -> np.ndarray:
-    mass = p[row, pos].copy()
-    mass *= joint
+    # joint is a Python float, so NumPy rounds it to p's precision and multiplies there (a weak
+    # scalar): the same bits as scaling a copy of the row in place, in one pass instead of two.
+    mass = np.multiply(p[row, pos], p.dtype.type(joint))
     np.subtract(mass, q[row, pos], out=mass)
     np.maximum(mass, _zeros(mass.shape[-1], mass.dtype), out=mass)
     return mass
