@@ -170,14 +170,16 @@ def test_emitted_tokens_follow_the_target(verify_fn, reduced):
     assert bigram_pvalue(seqs, target) > ALPHA
 
 
-@pytest.mark.parametrize("path", ["row-by-row", "batched-rounds"])
+@pytest.mark.parametrize("path", ["numpy-batched", "row-by-row", "batched-rounds"])
 def test_block_is_lossless_on_every_evaluation_path(path, monkeypatch):
-    """The default batched path is covered above; these force the other two, with their residual reuse."""
+    """The default path (the compiled kernels, where built) is covered above; these force
+    numpy's three, with their residual reuse."""
     module = sys.modules[block_verify.__module__]
+    monkeypatch.setattr(module, "KERNELS", None)
     monkeypatch.setattr(module, "_SCALAR_LIMIT", 10**9 if path == "row-by-row" else 0)
-    monkeypatch.setattr(module, "_EAGER_ELEMENTS", 0)
+    monkeypatch.setattr(module, "_EAGER_ELEMENTS", 10**9 if path == "numpy-batched" else 0)
     target, draft = _chains()
-    seqs, _ = generate(block_verify, target, draft, seed=17, n_seq=20000 if path == "batched-rounds" else 6000)
+    seqs, _ = generate(block_verify, target, draft, seed=17, n_seq=6000 if path == "row-by-row" else 20000)
     assert unigram_pvalue(seqs, target) > ALPHA
     assert bigram_pvalue(seqs, target) > ALPHA
 
@@ -189,8 +191,10 @@ def test_the_test_can_fail(monkeypatch):
     # A subtle bug: block verification's correction drawn from max(0, p - q) instead of
     # max(0, prefix_joint * p - q). Same accept rule, wrong residual; the bigram test sees it.
     module = sys.modules[block_verify.__module__]
-    correct = module._correction
+    correct, correct_compiled = module._correction, module._correction_compiled
     monkeypatch.setattr(module, "_correction", lambda p, q, rows, tau, scale, u, known: correct(p, q, rows, tau, None, u))
+    monkeypatch.setattr(module, "_correction_compiled",
+                        lambda p, q, rows, tau, scale, u: correct_compiled(p, q, rows, tau, None, u))
     seqs, _ = generate(block_verify, target, draft, seed=7)
     assert bigram_pvalue(seqs, target) < 1e-6
 

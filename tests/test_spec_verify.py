@@ -73,12 +73,17 @@ def test_k_zero_samples_the_bonus_from_p():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("path", ["row-by-row", "batched-all-open", "batched-rounds", "vocab-rows"])
+@pytest.mark.parametrize("path", ["compiled", "row-by-row", "batched-all-open", "batched-rounds", "vocab-rows"])
 def test_block_matches_the_written_out_rule_exactly(path, dtype, monkeypatch):
-    """Same uniforms in, same accepted length out, on each evaluation path (including the
-    large-vocabulary path with its float32 pre-check): pruning and batching change the
-    cost, never the result."""
+    """Same uniforms in, same accepted length out, on each evaluation path (the compiled
+    kernel, and numpy's, including the large-vocabulary path with its float32 pre-check):
+    pruning and batching change the cost, never the result."""
     module = sys.modules[block_verify.__module__]
+    if path == "compiled":
+        if module.KERNELS is None:
+            pytest.skip("the compiled kernels are not built (tests/test_spec_kernels.py says why)")
+    else:
+        monkeypatch.setattr(module, "KERNELS", None)
     monkeypatch.setattr(module, "_SCALAR_LIMIT", 10**9 if path == "row-by-row" else 0)
     monkeypatch.setattr(module, "_EAGER_ELEMENTS", 10**9 if path == "batched-all-open" else 0)
     if path == "vocab-rows":

@@ -33,6 +33,7 @@ there); `draft` scatters it into target-vocabulary columns.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -86,11 +87,19 @@ class _BootTables:
         self.bi_p = _chunked(lambda lo, hi: model.target_at(
             cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
         self.anchor_next = _anchor_next(model, topk)
+        # The anchor token's candidates (what a context without pair rows drafts from), ready to gather.
+        self.anchor_cand = model.draft_ids[0, :, :topk].astype(np.int64)
+        # Candidates and next pairs flat, so a step's (pair, choice) lookups are one `take` each.
+        self.cand_flat = self.cand.ravel()
+        self.next_flat = self.next.ravel()
 
-    def other_p(self, classes: np.ndarray, prev2: np.ndarray, prev: np.ndarray) -> np.ndarray:
-        """(n, K) the target at the anchor token's candidates, for contexts without pair rows."""
+    def other_p(self, classes: np.ndarray, prev: np.ndarray, key3: np.ndarray) -> np.ndarray:
+        """(n, K) the target at the anchor token's candidates, for contexts without pair rows.
+
+        `key3` is each context's (class * V + c2) * V + c1 (`BuiltinModel._keys3`).
+        """
         model, vocab = self.drafter.model, self.drafter.vocab
-        tri = _csr_lookup(model._keys3(classes, prev2, prev), model.tri_keys)
+        tri = _csr_lookup(key3, model.tri_keys)
         p = self.bi_p[classes * vocab + prev]
         have = np.flatnonzero(tri >= 0)
         if have.size:
@@ -103,8 +112,7 @@ class _BootTables:
         key = (d.model.corpus_hash, d.topk, slot)
         if key not in _PAIR_ERRORS:
             keys, vocab = d.model.pair_keys, d.vocab
-            parts = [_errors(self.classes[lo:hi], (keys[lo:hi] // vocab) % vocab, keys[lo:hi] % vocab,
-                             self.cand[lo:hi].astype(np.int64), slot, vocab)
+            parts = [_errors(keys[lo:hi], self.cand[lo:hi].astype(np.int64), slot, vocab)
                      for lo, hi in _blocks(keys.size)]
             _PAIR_ERRORS[key] = (np.concatenate([z for z, _ in parts]), np.concatenate([u for _, u in parts]))
         return _PAIR_ERRORS[key]
@@ -176,16 +184,32 @@ _BOOT: dict[tuple, _BootTables] = {}
 _BOOT_LOCK = threading.Lock()
 
 
-def _errors(classes, prev2, prev, cand, slot: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """The checkpoint's unit errors (R, K) at (class, context, candidate, slot), and its miss uniform (R,)."""
-    cls64 = classes.astype(np.int64)
-    ctx_words = (((cls64 * vocab + prev2) * vocab + prev) << 4) | slot
-    words = (ctx_words[:, None] - slot) * vocab + (cand << 4) + slot
-    # Both streams in one pass: the candidates' error words, then the context's miss word.
-    width = words.shape[1]
-    u = uniforms_by_column(np.array([_ERROR_KEY[0]] * width + [_MISS_KEY[0]], dtype=np.uint64),
-                           np.concatenate([words, ctx_words[:, None]], axis=1).astype(np.uint64))
-    return ndtri(np.clip(u[:, :width], 1e-12, 1.0 - 1e-12)), u[:, width]
+def _errors(key3, cand, slot: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint's unit errors (R, K) at (context, candidate, slot), and its miss uniform (R,).
+
+    `key3` is the context's (class * V + c2) * V + c1 (`BuiltinModel._keys3`).
+    """
+    ctx_words = (key3 << 4) | slot
+    # Both streams in one pass: the candidates' error words ((ctx - slot) * V + cand << 4 + slot),
+    # then the context's miss word; int64 words wrap as the uint64 ones do, so a view reads them.
+    rows, width = cand.shape
+    words = np.empty((rows, width + 1), dtype=np.int64)
+    np.add(cand << 4, ((ctx_words - slot) * vocab + slot)[:, None], out=words[:, :width])
+    words[:, width] = ctx_words
+    u = uniforms_by_column(_error_keys(width), words.view(np.uint64))
+    err = u[:, :width]
+    # np.clip's arithmetic (max, then min) without its dispatch.
+    np.maximum(err, 1e-12, out=err)
+    np.minimum(err, 1.0 - 1e-12, out=err)
+    return ndtri(err), u[:, width]
+
+
+@functools.lru_cache(maxsize=8)
+def _error_keys(width: int) -> np.ndarray:
+    """The stream key of each column `_errors` draws: the error key per candidate, then the miss key."""
+    keys = np.array([_ERROR_KEY[0]] * width + [_MISS_KEY[0]], dtype=np.uint64)
+    keys.flags.writeable = False
+    return keys
 
 
 @dataclass
@@ -307,7 +331,7 @@ class DSparkDrafter:
             cand[m] = c_m
             p[m] = model.target_at(classes[m], prev2[m], prev[m], c_m, numerics)
             logp[m] = np.log(np.maximum(p[m], 1e-30).astype(np.float64))
-            z[m], miss_u[m] = _errors(classes[m], prev2[m], prev[m], c_m, slot, vocab)
+            z[m], miss_u[m] = _errors(model._keys3(classes[m], prev2[m], prev[m]), c_m, slot, vocab)
         return cand, logp, p, z, miss_u
 
     def _pair_tables(self, numerics, slot, pair):
@@ -336,8 +360,7 @@ class DSparkDrafter:
             if key not in _PAIR_ERRORS:
                 keys = self.model.pair_keys
                 vocab = self.vocab
-                _PAIR_ERRORS[key] = _errors(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab,
-                                            tab["cand"], slot, vocab)
+                _PAIR_ERRORS[key] = _errors(keys, tab["cand"], slot, vocab)
             tab[slot], tab[("miss", slot)] = _PAIR_ERRORS[key]
         return tab
 
@@ -360,7 +383,7 @@ class DSparkDrafter:
 
     def _softmax(self, logp, z, scale, inv_t=None) -> np.ndarray:
         logits = self.sharpness * logp
-        if np.any(scale > 0.0):
+        if (scale > 0.0).any():
             logits += scale[:, None] * z
         if inv_t is not None:
             logits *= inv_t
@@ -368,6 +391,16 @@ class DSparkDrafter:
         probs = np.exp(logits)
         probs /= probs.sum(axis=1, keepdims=True)
         return probs
+
+    def _anchor_rows(self, tables: _BootTables, cls, prev2, prev, slot: int, k: int):
+        """Contexts without pair rows at temperature 1: the anchor token's candidates, the target there,
+        and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer passes)."""
+        key3 = self.model._keys3(cls, prev2, prev)
+        cand = tables.anchor_cand.take(prev, axis=0)
+        p = tables.other_p(cls, prev, key3)
+        z, miss_u = _errors(key3, cand, slot, self.vocab)
+        logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
+        return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
 
     def _draft_tabulated(self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms,
                          probabilistic, numerics) -> DraftBlock:
@@ -398,26 +431,31 @@ class DSparkDrafter:
                 hit = np.flatnonzero(o >= 0)
                 if hit.size:
                     probs[hit] = over[o[hit]]
-            m = np.flatnonzero((pair < 0) | own) if any_own or np.minimum.reduce(pair) < 0 else None
+            if any_own:
+                m: np.ndarray | None = np.flatnonzero((pair < 0) | own)
+            else:
+                m = np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
             if m is not None:
                 at = pair[m]
+                n: np.ndarray | None = None
                 if any_own:
                     c_m, p_m = tables.cand[at], tables.p[at]
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
-                    n: np.ndarray | None = np.flatnonzero(at < 0)
+                    n = np.flatnonzero(at < 0)
                     rn = m[n]
-                else:  # every odd row is a context without pair rows
-                    n, rn = None, m
-                if rn.size:
-                    c_n = model.draft_ids[0, prev[rn], :topk].astype(np.int64)
-                    p_n = tables.other_p(classes[rn], prev2[rn], prev[rn])
-                    z_n, miss_n = _errors(classes[rn], prev2[rn], prev[rn], c_n, slot, vocab)
-                    if n is not None:
-                        c_m[n], p_m[n], z_m[n], miss_m[n] = c_n, p_n, z_n, miss_n
-                    else:
-                        c_m, p_m, z_m, miss_m = c_n, p_n, z_n, miss_n
-                logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
-                probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(classes[m], k, slot, miss_m), inv_t[m])
+                cls_m = classes[m]
+                if n is None:
+                    # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
+                    prev_m = prev[m]
+                    c_m, p_m, probs[m] = self._anchor_rows(tables, cls_m, prev2[m], prev_m, slot, k)
+                else:
+                    if rn.size:
+                        c_n = tables.anchor_cand.take(prev[rn], axis=0)
+                        key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
+                        c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
+                        z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
+                    logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
+                    probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
             if probabilistic:
                 cdf = np.add.accumulate(probs, axis=1)  # np.cumsum's arithmetic, less dispatch
                 # u < 1, so u * total never exceeds the total: the count is at most K - 1.
@@ -427,15 +465,18 @@ class DSparkDrafter:
                     choice[g] = probs[g].argmax(axis=1)
             else:
                 choice = probs.argmax(axis=1)
-            token = tables.cand[pair, choice]
-            nxt = tables.next[pair, choice]
+            # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last
+            # pair's and is overwritten below.
+            at_flat = pair * topk + choice
+            token = tables.cand_flat.take(at_flat)
+            nxt = tables.next_flat.take(at_flat)
             if m is not None:
                 pick = choice[m]
                 token[m] = c_m[np.arange(m.size), pick]
                 if any_own:
-                    nxt[m] = model.pair_rows(classes[m], prev[m], token[m])
+                    nxt[m] = model.pair_rows(cls_m, prev[m], token[m])
                 else:  # every odd row drafted from its anchor token's candidates
-                    nxt[m] = tables.anchor_next[classes[m] * vocab + prev[m], pick]
+                    nxt[m] = tables.anchor_next[cls_m * vocab + prev_m, pick]
                 computed.append((slot, m, c_m, p_m))
             pairs.append(pair)
             choices.append(choice)

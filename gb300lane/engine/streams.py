@@ -21,6 +21,8 @@ Vectorised over a batch in a handful of numpy integer operations.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 #: What a draw is for; part of the counter, so the uses never share a value.
@@ -31,7 +33,7 @@ GRAMMAR = 4
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_S30, _S27, _S31, _S11, _S16 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11), np.uint64(16)
 _MASK = (1 << 64) - 1
 #: Domain separators: a seeded request, an unseeded one, a boot.
 _SEEDED, _UNSEEDED, _BOOT = 0x5EED, 0xA77, 0xB007
@@ -71,11 +73,16 @@ def boot_key(boot_seed: int) -> int:
     return _key(_BOOT, boot_seed)
 
 
-def counters(positions: np.ndarray, use: int | np.ndarray, slots: int | np.ndarray) -> np.ndarray:
-    """(B, S) counter words for `positions` (B,), `use` (one, or (S,) one per slot), and `slots` (S,) or range(slots)."""
+def _positions(positions: np.ndarray) -> np.ndarray:
     pos = np.asarray(positions, dtype=np.int64)
     if pos.size and (pos.min() < 0 or pos.max() >= _MAX_POSITION):
         raise ValueError(f"positions must lie in [0, 2**47); got [{pos.min()}, {pos.max()}]")
+    return pos
+
+
+def counters(positions: np.ndarray, use: int | np.ndarray, slots: int | np.ndarray) -> np.ndarray:
+    """(B, S) counter words for `positions` (B,), `use` (one, or (S,) one per slot), and `slots` (S,) or range(slots)."""
+    pos = _positions(positions)
     slot = np.arange(slots, dtype=np.int64) if isinstance(slots, (int, np.integer)) else np.asarray(slots, dtype=np.int64)
     if slot.size and slot.max() >= _MAX_SLOT:
         raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slot.max()}")
@@ -100,10 +107,21 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
     The same values as three `uniforms` calls (the same counter words), for a
     step's fixed cost.
     """
+    words = (_positions(positions).astype(np.uint64) << _S16)[:, None] | _step_words(k)
+    u = uniforms_at(keys, words)
+    return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+
+
+@functools.lru_cache(maxsize=32)
+def _step_words(k: int) -> np.ndarray:
+    """The use and slot bits of a verify step's 2k + 1 counter words (`counters`' layout), built once per k."""
     uses = np.repeat(np.array([DRAFT, ACCEPT, SAMPLE], dtype=np.int64), [k, k, 1])
     slots = np.concatenate([np.arange(k, dtype=np.int64), np.arange(k, dtype=np.int64), [0]])
-    u = uniforms_at(keys, counters(positions, uses, slots))
-    return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+    if slots.max() >= _MAX_SLOT:
+        raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slots.max()}")
+    words = counters(np.zeros(1, dtype=np.int64), uses, slots)[0]
+    words.flags.writeable = False
+    return words
 
 
 def uniforms_by_column(keys: np.ndarray, words: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ from typing import Literal
 import numpy as np
 
 from gb300lane.errors import EngineError
+from gb300lane.spec.kernels import KERNELS
 
 @functools.lru_cache(maxsize=8)
 def _zeros(vocab: int, dtype: np.dtype) -> np.ndarray:
@@ -101,6 +102,28 @@ def _leading_true(mask: np.ndarray) -> np.ndarray:
 
 
 def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
+    """Draw one index per row of non-negative `dist` by inverse CDF (`_sample_rows_numpy`).
+
+    The compiled kernel, where built, draws the same index bit for bit (the
+    same float64 running sum, left to right) in two fused passes per row;
+    rows it finds without mass, and inputs it does not take, go to numpy.
+    """
+    if KERNELS is not None and dist.ndim == 2 and dist.dtype in _KERNEL_DTYPES and dist.flags.c_contiguous:
+        out = np.empty(dist.shape[0], dtype=np.int64)
+        KERNELS.sample_rows(dist, np.ascontiguousarray(u, dtype=np.float64), out)
+        empty = np.flatnonzero(out < 0)
+        if empty.size:
+            rows = np.asarray(fallback(empty))
+            out[empty] = _sample_rows_numpy(rows, u[empty], lambda again: rows[again])
+        return out
+    return _sample_rows_numpy(dist, u, fallback)
+
+
+#: Dtypes the compiled kernels take (anything else stays on the numpy path).
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _sample_rows_numpy(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
     """Draw one index per row of non-negative `dist` by inverse CDF.
 
     Large batches search per row, because a binary search is O(log V)
@@ -129,7 +152,6 @@ def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
 
 #: Rows x vocabulary up to which a batch samples by one vectorised count rather than a search per row.
 _COUNT_ELEMENTS = 1 << 15
-
 
 def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
     """max(0, scale * p_tau - q_tau) per row (p_k itself where tau == k), in p's precision."""
@@ -197,10 +219,9 @@ def _correction(p, q, rows, tau, scale, u, known: list[tuple[np.ndarray, np.ndar
 
 def _emit(draft_tokens: np.ndarray, accepted: np.ndarray, final: np.ndarray) -> np.ndarray:
     batch, k = draft_tokens.shape
-    tokens = np.full((batch, k + 1), -1, dtype=np.int64)
-    positions = np.arange(k + 1)[None, :]
-    keep = positions[:, :k] < accepted[:, None]
-    tokens[:, :k][keep] = draft_tokens[keep]
+    tokens = np.empty((batch, k + 1), dtype=np.int64)
+    tokens[:, :k] = draft_tokens
+    tokens[np.arange(k + 1) > accepted[:, None]] = -1
     tokens[np.arange(batch), accepted] = final
     return tokens
 
@@ -237,13 +258,40 @@ def _run(method: str, p, q, draft_tokens, rng: np.random.Generator, greedy) -> V
 
     r_rows = np.flatnonzero(~greedy_rows)
     if r_rows.size:
-        if method == "block":
+        compiled = KERNELS is not None and p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES \
+            and p.flags.c_contiguous and q.flags.c_contiguous
+        if method == "block" and compiled:
+            tau, scale, known = _block_accept_compiled(p, q, draft_tokens, r_rows, u_accept[r_rows])
+        elif method == "block":
             tau, scale, known = _block_accept(p, q, draft_tokens, r_rows, u_accept[r_rows])
         else:
             tau, scale, known = _token_accept(p, q, draft_tokens, r_rows, u_accept[r_rows]), None, None
         accepted[r_rows] = tau
-        final[r_rows] = _correction(p, q, r_rows, tau, scale, u_sample[r_rows], known)
+        if compiled:
+            final[r_rows] = _correction_compiled(p, q, r_rows, tau, scale, u_sample[r_rows])
+        else:
+            final[r_rows] = _correction(p, q, r_rows, tau, scale, u_sample[r_rows], known)
     return VerifyResult(accepted=accepted, tokens=_emit(draft_tokens, accepted, final))
+
+
+def _block_accept_compiled(p, q, draft_tokens, rows, u):
+    """`_block_accept` in the compiled kernel: (accepted length, prefix joint there, no residuals)."""
+    assert KERNELS is not None  # `_run` takes this path only where the kernels are built
+    tau = np.empty(rows.size, dtype=np.int64)
+    scale = np.empty(rows.size)
+    KERNELS.block_accept(p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
+                         np.ascontiguousarray(u, dtype=np.float64), tau, scale)
+    return tau, scale, None
+
+
+def _correction_compiled(p, q, rows, tau, scale, u) -> np.ndarray:
+    """`_correction` in the compiled kernel: each row's residual formed and sampled in two fused passes."""
+    assert KERNELS is not None  # `_run` takes this path only where the kernels are built
+    out = np.empty(rows.size, dtype=np.int64)
+    scale = np.ones(rows.size) if scale is None else np.ascontiguousarray(scale, dtype=np.float64)
+    KERNELS.sample_correction(p, q, rows.astype(np.int64, copy=False), tau.astype(np.int64, copy=False), scale,
+                              np.ascontiguousarray(u, dtype=np.float64), out)
+    return out
 
 
 def _token_accept(p, q, draft_tokens, rows, u) -> np.ndarray:
@@ -573,19 +621,16 @@ def verify_support(
             # h = resid / (resid + 1 - prefix_joint) where prefix_joint < 1 (it passes outright at 1).
             h = np.divide(resid, resid + 1.0 - pj_open, out=np.ones_like(resid), where=pj_open < 1.0)
             passed[:, :last] |= (pj_open > 0.0) & (u[:, :last] <= pj_open) & (u[:, :last] <= h)
-        # The accepted length is the last passing position.
-        tau = k - np.argmax(passed[:, ::-1], axis=1)
-        tau[~passed.any(axis=1)] = 0
+        # The accepted length is the last passing position (0 where none passes).
+        tau = np.maximum.reduce(passed * np.arange(1, k + 1), axis=1)
         scale = joint[rows, tau]
     else:
         tau = _leading_true((px > 0.0) & (u_accept * qx <= px))
     dist = np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32)
-    if scale is not None:
-        scaled = np.flatnonzero(scale != 1.0)
-        if scaled.size == batch:
-            dist *= scale[:, None]
-        elif scaled.size:
-            dist[scaled] *= scale[scaled, None]
+    if scale is not None and np.minimum.reduce(scale) < 1.0:
+        # Every row at once (a product with 1.0 is exact), in float64 then rounded: the bits of the
+        # in-place float32 product, which numpy forms the same way in a slower buffered loop.
+        dist = np.multiply(dist, scale[:, None], dtype=np.float64).astype(np.float32)
     r = np.flatnonzero(tau < k)
     if r.size:
         cols = cand[r, tau[r]]

@@ -1,0 +1,387 @@
+/* Verification kernels: the two loops over a vocabulary row that numpy cannot fuse.
+ *
+ * sample_rows: inverse-CDF sampling of one index per row, with the CDF accumulated
+ *   left to right in double, exactly as numpy's float64 cumsum accumulates it (so the
+ *   same index, bit for bit, as `verification._sample_rows`), without materialising
+ *   the CDF: one pass for the total, one for the count.
+ * first_passing: block verification's accept test for a list of candidate positions,
+ *   highest first within a row, stopping at a row's first pass: the residual mass
+ *   sum_x max(0, joint * p(x) - q(x)) formed element by element in p's precision as
+ *   numpy forms it (the float32 product of a float64 joint is computed in double and
+ *   rounded), summed in double in one fused pass (four interleaved partial sums; numpy
+ *   sums pairwise, so the totals agree to the last few bits, not bit for bit).
+ *
+ * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
+ * `verification._kernels_for` checks; anything else stays on the numpy path. Built
+ * without contraction of multiply-add, so every float operation rounds as numpy's does.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+static int get_buf(PyObject *obj, Buf *b, const char *name, int writable) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s array", name, writable ? " writable" : "");
+        return -1;
+    }
+    b->held = 1;
+    return 0;
+}
+
+static void release(Buf *b) {
+    if (b->held) {
+        PyBuffer_Release(&b->view);
+        b->held = 0;
+    }
+}
+
+/* 'f' float32, 'd' float64, 'q'/'l' int64; 0 for anything else. */
+static char kind(const Buf *b) {
+    const char *f = b->view.format ? b->view.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (strcmp(f, "f") == 0 && b->view.itemsize == 4) return 'f';
+    if (strcmp(f, "d") == 0 && b->view.itemsize == 8) return 'd';
+    if ((strcmp(f, "q") == 0 || strcmp(f, "l") == 0) && b->view.itemsize == 8) return 'q';
+    return 0;
+}
+
+/* Four rows at a time: each row's running sum is its own chain of dependent adds (the
+ * order numpy's cumsum adds in), and interleaving four chains keeps the adder busy.
+ * A short last group repeats its first row in the unused lanes. */
+#define SAMPLE_GROUP(T)                                                                        \
+    do {                                                                                       \
+        const T *a = (const T *)base + r0 * vocab;                                             \
+        const T *b = (const T *)base + (live > 1 ? r0 + 1 : r0) * vocab;                       \
+        const T *c = (const T *)base + (live > 2 ? r0 + 2 : r0) * vocab;                       \
+        const T *d = (const T *)base + (live > 3 ? r0 + 3 : r0) * vocab;                       \
+        double ta = 0.0, tb = 0.0, tc = 0.0, td = 0.0;                                         \
+        for (Py_ssize_t j = 0; j < vocab; j++) {                                               \
+            ta += (double)a[j];                                                                \
+            tb += (double)b[j];                                                                \
+            tc += (double)c[j];                                                                \
+            td += (double)d[j];                                                                \
+        }                                                                                      \
+        double total[4] = {ta, tb, tc, td};                                                    \
+        double ha = u[r0] * ta, hb = u[live > 1 ? r0 + 1 : r0] * tb;                           \
+        double hc = u[live > 2 ? r0 + 2 : r0] * tc, hd = u[live > 3 ? r0 + 3 : r0] * td;       \
+        double ca = 0.0, cb = 0.0, cc = 0.0, cd = 0.0;                                         \
+        int64_t na = 0, nb = 0, nc = 0, nd = 0;                                                \
+        for (Py_ssize_t j = 0; j < vocab; j++) {                                               \
+            ca += (double)a[j];                                                                \
+            cb += (double)b[j];                                                                \
+            cc += (double)c[j];                                                                \
+            cd += (double)d[j];                                                                \
+            na += ca <= ha;                                                                    \
+            nb += cb <= hb;                                                                    \
+            nc += cc <= hc;                                                                    \
+            nd += cd <= hd;                                                                    \
+        }                                                                                      \
+        int64_t count[4] = {na, nb, nc, nd};                                                   \
+        for (int g = 0; g < live; g++)                                                         \
+            idx[r0 + g] = !(total[g] > 0.0) ? -1 : count[g] < vocab ? count[g] : vocab - 1;    \
+    } while (0)
+#define GROUP 4
+
+/* sample_rows(dist (n, V) float32|float64, u (n,) float64, out (n,) int64) -> None.
+ * out[r] = the index `_sample_rows` draws, or -1 for a row without positive mass
+ * (the caller samples its fallback). */
+static PyObject *sample_rows(PyObject *self, PyObject *args) {
+    PyObject *o_dist, *o_u, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_dist, &o_u, &o_out)) return NULL;
+    Buf dist = {0}, ub = {0}, out = {0};
+    PyObject *ret = NULL;
+    if (get_buf(o_dist, &dist, "dist", 0) || get_buf(o_u, &ub, "u", 0) || get_buf(o_out, &out, "out", 1)) goto done;
+    char dk = kind(&dist);
+    if (dist.view.ndim != 2 || (dk != 'f' && dk != 'd') || kind(&ub) != 'd' || kind(&out) != 'q' ||
+        ub.view.ndim != 1 || out.view.ndim != 1 || ub.view.shape[0] != dist.view.shape[0] ||
+        out.view.shape[0] != dist.view.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "sample_rows: dist (n, V) float32|float64, u (n,) float64, out (n,) int64");
+        goto done;
+    }
+    Py_ssize_t n = dist.view.shape[0], vocab = dist.view.shape[1];
+    const void *base = dist.view.buf;
+    const double *u = (const double *)ub.view.buf;
+    int64_t *idx = (int64_t *)out.view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r0 = 0; r0 < n; r0 += GROUP) {
+        int live = n - r0 < GROUP ? (int)(n - r0) : GROUP;  /* a short last group repeats its first row */
+        if (vocab == 0) {
+            for (int g = 0; g < live; g++) idx[r0 + g] = -1;
+        } else if (dk == 'f') {
+            SAMPLE_GROUP(float);
+        } else {
+            SAMPLE_GROUP(double);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release(&dist);
+    release(&ub);
+    release(&out);
+    return ret;
+}
+
+/* The residual mass of one (p, q) row pair at `joint`, with numpy's element arithmetic:
+ * float rows form the product in double and round it, then subtract and clamp in float;
+ * max(x, 0) keeps a NaN as np.maximum does. */
+/* max(d, 0) as arithmetic, so the loop has no branch (half of a residual's elements are
+ * clamped, at random): (d + |d|) / 2 is d for d > 0 and 0 otherwise, exactly (doubling a
+ * probability cannot overflow), and a NaN stays NaN, as np.maximum keeps it. */
+#define RELU(d, ABS) (((d) + ABS(d)) * 0.5f)
+
+/* Four partial sums (columns j mod 4), so the adds do not wait on each other. */
+#define RESIDUAL(T, CAST, ABS)                                             \
+    do {                                                                   \
+        double s[4] = {0.0, 0.0, 0.0, 0.0};                                \
+        Py_ssize_t j = 0;                                                  \
+        for (; j + 4 <= vocab; j += 4)                                     \
+            for (int g = 0; g < 4; g++) {                                  \
+                T d = CAST((double)p[j + g] * joint) - q[j + g];           \
+                s[g] += (double)RELU(d, ABS);                              \
+            }                                                              \
+        for (; j < vocab; j++) {                                           \
+            T d = CAST((double)p[j] * joint) - q[j];                       \
+            s[0] += (double)RELU(d, ABS);                                  \
+        }                                                                  \
+        return (s[0] + s[1]) + (s[2] + s[3]);                              \
+    } while (0)
+
+#define AS_FLOAT(x) ((float)(x))
+#define AS_DOUBLE(x) (x)
+
+static double residual_f(const float *p, const float *q, Py_ssize_t vocab, double joint) {
+    RESIDUAL(float, AS_FLOAT, fabsf);
+}
+
+static double residual_d(const double *p, const double *q, Py_ssize_t vocab, double joint) {
+    RESIDUAL(double, AS_DOUBLE, fabs);
+}
+
+/* Check p (B, k+1, V) and q (B, k, V) of one float dtype; returns the dtype kind or 0 (error set). */
+static char check_pq(const Buf *p, const Buf *q, const char *fn) {
+    char pk = kind(p);
+    if ((pk == 'f' || pk == 'd') && kind(q) == pk && p->view.ndim == 3 && q->view.ndim == 3 &&
+        q->view.shape[0] == p->view.shape[0] && q->view.shape[1] == p->view.shape[1] - 1 &&
+        q->view.shape[2] == p->view.shape[2])
+        return pk;
+    PyErr_Format(PyExc_ValueError, "%s: p (B, k+1, V) and q (B, k, V) of one float dtype", fn);
+    return 0;
+}
+
+/* Check 1-D arrays of length n and the given kinds ('q' int64, 'd' float64). */
+static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, const char *fn) {
+    for (int i = 0; i < count; i++)
+        if (kind(&b[i]) != kinds[i] || b[i].view.ndim != 1 || b[i].view.shape[0] != n) {
+            PyErr_Format(PyExc_ValueError, "%s: argument %d must be a 1-D %s array of length %zd", fn, i + 3,
+                         kinds[i] == 'q' ? "int64" : "float64", n);
+            return -1;
+        }
+    return 0;
+}
+
+#define BLOCK_ROW(T, RESID)                                                                     \
+    do {                                                                                        \
+        const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
+        const T *qrow = (const T *)qb->view.buf + r * k * vocab;                                \
+        double joint = 1.0;                                                                     \
+        joints[0] = 1.0;                                                                        \
+        for (Py_ssize_t i = 0; i < k; i++) {                                                    \
+            double a = (double)prow[i * vocab + x[i]], b = (double)qrow[i * vocab + x[i]];      \
+            if (joint > 0.0) {                                                                  \
+                if (a <= 0.0) {                                                                 \
+                    joint = 0.0;                                                                \
+                } else {                                                                        \
+                    double ratio = joint * a / (b > 1e-300 ? b : 1e-300);                       \
+                    joint = ratio < 1.0 ? ratio : 1.0;                                          \
+                }                                                                               \
+            }                                                                                   \
+            joints[i + 1] = joint;                                                              \
+        }                                                                                       \
+        Py_ssize_t t = 0;                                                                       \
+        if (k > 0 && uu[k - 1] <= joints[k] && joints[k] > 0.0) {                               \
+            t = k;                                                                              \
+        } else {                                                                                \
+            for (Py_ssize_t i = k - 1; i > 0; i--) {                                            \
+                double pj = joints[i];                                                          \
+                if (pj >= 1.0) {                                                                \
+                    t = i;                                                                      \
+                    break;                                                                      \
+                }                                                                               \
+                if (pj <= 0.0 || uu[i - 1] > pj) continue;                                      \
+                double res = RESID(prow + i * vocab, qrow + i * vocab, vocab, pj);              \
+                if (uu[i - 1] <= res / (res + 1.0 - pj)) {                                      \
+                    t = i;                                                                      \
+                    break;                                                                      \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        tau[j] = t;                                                                             \
+        scale[j] = joints[t];                                                                   \
+    } while (0)
+
+/* block_accept(p, q, drafts (B, k) int64, rows (n,) int64, u (n, k) float64,
+ *              tau (n,) int64, scale (n,) float64) -> None
+ * Sun et al.'s block rule for the given rows, as `verification._block_accept_scalar` reads
+ * it: the prefix joint by its clamped running product, then the positions above the last
+ * sure accept, highest first, the first passing one deciding. The residual of a tested
+ * position is formed as `_residuals` forms it and summed in double. */
+static PyObject *block_accept(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Buf b[7];
+    memset(b, 0, sizeof(b));
+    static const char *names[7] = {"p", "q", "drafts", "rows", "u", "tau", "scale"};
+    PyObject *ret = NULL;
+    double *joints = NULL;
+    for (int i = 0; i < 7; i++)
+        if (get_buf(o[i], &b[i], names[i], i >= 5)) goto done;
+    Buf *pb = &b[0], *qb = &b[1];
+    char pk = check_pq(pb, qb, "block_accept");
+    if (!pk) goto done;
+    Py_ssize_t batch = pb->view.shape[0], kp1 = pb->view.shape[1], k = kp1 - 1, vocab = pb->view.shape[2];
+    Py_ssize_t n = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
+    if (kind(&b[2]) != 'q' || b[2].view.ndim != 2 || b[2].view.shape[0] != batch || b[2].view.shape[1] != k ||
+        kind(&b[4]) != 'd' || b[4].view.ndim != 2 || b[4].view.shape[0] != n || b[4].view.shape[1] != k) {
+        PyErr_SetString(PyExc_ValueError, "block_accept: drafts (B, k) int64 and u (n, k) float64");
+        goto done;
+    }
+    Buf vec[3] = {b[3], b[5], b[6]};
+    if (check_vectors(vec, "qqd", 3, n, "block_accept")) goto done;
+    const int64_t *rows = b[3].view.buf, *drafts = b[2].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (rows[j] < 0 || rows[j] >= batch) {
+            PyErr_SetString(PyExc_IndexError, "block_accept: a row is out of range");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < batch * k; j++)
+        if (drafts[j] < 0 || drafts[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "block_accept: a draft token is out of range");
+            goto done;
+        }
+    joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
+    if (!joints) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *tau = b[5].view.buf;
+    double *scale = b[6].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t r = rows[j];
+        const int64_t *x = drafts + r * k;
+        const double *uu = (const double *)b[4].view.buf + j * k;
+        if (pk == 'f')
+            BLOCK_ROW(float, residual_f);
+        else
+            BLOCK_ROW(double, residual_d);
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(joints);
+    for (int i = 0; i < 7; i++) release(&b[i]);
+    return ret;
+}
+
+/* One correction row's two passes: the total, then the count of CDF values at or below
+ * u * total, over v_j = max(0, round(scale * p_j) - q_j) (q absent: the bonus row). */
+#define CORRECTION_ROW(T, CAST, ABS)                                                  \
+    do {                                                                              \
+        double total = 0.0;                                                           \
+        for (Py_ssize_t c = 0; c < vocab; c++) {                                      \
+            T v = CAST((double)prow[c] * s);                                          \
+            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
+            total += (double)v;                                                       \
+        }                                                                             \
+        if (!(total > 0.0)) {                                                         \
+            /* No residual mass: the target's own row, as `_correction` falls back. */ \
+            s = 1.0;                                                                  \
+            qrow = NULL;                                                              \
+            total = 0.0;                                                              \
+            for (Py_ssize_t c = 0; c < vocab; c++) total += (double)prow[c];          \
+        }                                                                             \
+        double threshold = uu * total, cdf = 0.0;                                     \
+        int64_t count = 0;                                                            \
+        for (Py_ssize_t c = 0; c < vocab; c++) {                                      \
+            T v = qrow ? RELU(CAST((double)prow[c] * s) - qrow[c], ABS) : (s == 1.0 ? prow[c] : CAST((double)prow[c] * s)); \
+            cdf += (double)v;                                                         \
+            count += cdf <= threshold;                                                \
+        }                                                                             \
+        out[j] = count < vocab ? count : vocab - 1;                                   \
+    } while (0)
+
+/* sample_correction(p, q, rows (n,) int64, tau (n,) int64, scale (n,) float64,
+ *                   u (n,) float64, out (n,) int64) -> None
+ * The target's token for each row, as `verification._correction` draws it: from the
+ * residual max(0, scale * p_tau - q_tau) (scale * p_k where tau == k), or from p_tau itself
+ * where the residual has no mass, by inverse CDF with a float64 running sum. */
+static PyObject *sample_correction(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Buf b[7];
+    memset(b, 0, sizeof(b));
+    static const char *names[7] = {"p", "q", "rows", "tau", "scale", "u", "out"};
+    PyObject *ret = NULL;
+    for (int i = 0; i < 7; i++)
+        if (get_buf(o[i], &b[i], names[i], i == 6)) goto done;
+    char pk = check_pq(&b[0], &b[1], "sample_correction");
+    if (!pk) goto done;
+    Py_ssize_t batch = b[0].view.shape[0], kp1 = b[0].view.shape[1], k = kp1 - 1, vocab = b[0].view.shape[2];
+    Py_ssize_t n = b[2].view.ndim == 1 ? b[2].view.shape[0] : -1;
+    if (check_vectors(&b[2], "qqddq", 5, n, "sample_correction")) goto done;
+    const int64_t *rows = b[2].view.buf, *taus = b[3].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (rows[j] < 0 || rows[j] >= batch || taus[j] < 0 || taus[j] > k) {
+            PyErr_SetString(PyExc_IndexError, "sample_correction: a row or accepted length is out of range");
+            goto done;
+        }
+    const double *scales = b[4].view.buf, *us = b[5].view.buf;
+    int64_t *out = b[6].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t r = rows[j], t = taus[j];
+        double s = scales[j], uu = us[j];
+        if (vocab == 0) {
+            out[j] = -1;
+            continue;
+        }
+        if (pk == 'f') {
+            const float *prow = (const float *)b[0].view.buf + (r * kp1 + t) * vocab;
+            const float *qrow = t < k ? (const float *)b[1].view.buf + (r * k + t) * vocab : NULL;
+            CORRECTION_ROW(float, AS_FLOAT, fabsf);
+        } else {
+            const double *prow = (const double *)b[0].view.buf + (r * kp1 + t) * vocab;
+            const double *qrow = t < k ? (const double *)b[1].view.buf + (r * k + t) * vocab : NULL;
+            CORRECTION_ROW(double, AS_DOUBLE, fabs);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (int i = 0; i < 7; i++) release(&b[i]);
+    return ret;
+}
+
+static PyMethodDef methods[] = {
+    {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
+    {"block_accept", block_accept, METH_VARARGS, "Block verification's accepted length and prefix joint per row."},
+    {"sample_correction", sample_correction, METH_VARARGS, "The target's correction token per row."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "Verification kernels (see _kernels.c).", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,103 @@
+"""The compiled verification kernels (gb300lane/spec/_kernels.c) against the numpy paths they fuse.
+
+The sampler is the same arithmetic in the same order, so the same index bit for
+bit; the block kernel sums a residual in a different order than numpy's pairwise
+sum, so it agrees except where u lies within a few roundings of a threshold,
+which none of these cases comes near.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from gb300lane.spec import block_verify, kernels, token_verify, verification
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    if kernels.KERNELS is None:
+        if os.environ.get("GB300LANE_SKIP_KERNELS") == "1":
+            pytest.skip("GB300LANE_SKIP_KERNELS=1: the compiled kernels are not built here")
+        pytest.fail(f"verification runs on {kernels.describe()}; `python3 -m pip install -e .` builds the kernels "
+                    "where a C compiler is present (set GB300LANE_SKIP_KERNELS=1 to skip where none is)")
+    return kernels.KERNELS
+
+
+def _case(rng, batch, k, vocab, dtype, *, sparse=False):
+    p = rng.dirichlet(np.full(vocab, 0.3), size=(batch, k + 1))
+    q = 0.6 * p[:, :k] + 0.4 * rng.dirichlet(np.full(vocab, 0.3), size=(batch, k))
+    if sparse:  # a reduced-vocabulary draft, and target columns with no mass
+        q[..., vocab // 2 :] = 0.0
+        q /= q.sum(axis=2, keepdims=True)
+        p[..., : vocab // 4] = 0.0
+        p /= p.sum(axis=2, keepdims=True)
+    drafts = np.array([[rng.choice(vocab, p=q[b, i]) for i in range(k)] for b in range(batch)], dtype=np.int64)
+    return p.astype(dtype), q.astype(dtype), drafts.reshape(batch, k)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", [token_verify, block_verify], ids=["token", "block"])
+def test_the_kernels_verify_as_numpy_does(compiled, monkeypatch, fn, dtype):
+    rng = np.random.default_rng(5)
+    for case in range(60):
+        batch, k, vocab = int(rng.integers(1, 40)), int(rng.integers(0, 10)), int(rng.choice([2, 7, 64, 3072]))
+        p, q, d = _case(rng, batch, k, vocab, dtype, sparse=case % 3 == 0)
+        greedy = rng.random(batch) < 0.2
+        with monkeypatch.context() as m:
+            m.setattr(verification, "KERNELS", None)
+            expected = fn(p, q, d, np.random.default_rng(case), greedy=greedy)
+        got = fn(p, q, d, np.random.default_rng(case), greedy=greedy)
+        assert np.array_equal(got.accepted, expected.accepted), (case, batch, k, vocab)
+        assert np.array_equal(got.tokens, expected.tokens), (case, batch, k, vocab)
+
+
+def test_the_sampler_draws_numpys_index_bit_for_bit(compiled):
+    rng = np.random.default_rng(9)
+    for case in range(400):
+        n, vocab = int(rng.integers(1, 11)), int(rng.integers(1, 5000))
+        dist = rng.random((n, vocab)) ** 8
+        dist[rng.random((n, vocab)) < 0.3] = 0.0
+        dist = dist.astype(np.float32 if case % 2 else np.float64)
+        if case % 5 == 0:
+            dist[0] = 0.0  # no mass: the fallback row
+        if case % 7 == 0:
+            dist[-1, 0] = np.nan
+        u = rng.random(n)
+        fallback = lambda rows: np.ones((rows.size, vocab))  # noqa: E731
+        assert np.array_equal(verification._sample_rows(dist, u, fallback),
+                              verification._sample_rows_numpy(dist, u, fallback)), case
+
+
+def test_an_empty_residual_falls_back_to_the_targets_row_in_the_kernel(compiled):
+    # q covers p exactly at the correction position, so the residual has no mass.
+    p = np.tile(np.array([0.25, 0.75, 0.0], dtype=np.float32), (4000, 2, 1))
+    q = p[:, :1].copy()
+    drafts = np.zeros((4000, 1), dtype=np.int64)
+    res = token_verify(p, q, np.full_like(drafts, 2), np.random.default_rng(1))  # a draft p gives no mass
+    counts = np.bincount(res.tokens[:, 0], minlength=3)
+    assert np.all(res.accepted == 0) and counts[2] == 0 and abs(counts[1] / 4000 - 0.75) < 0.03
+
+
+def test_the_kernels_refuse_what_they_do_not_take(compiled):
+    p = np.full((2, 3, 4), 0.25, dtype=np.float32)
+    q = np.full((2, 2, 4), 0.25, dtype=np.float64)  # mixed precision
+    with pytest.raises(ValueError, match="one float dtype"):
+        compiled.block_accept(p, q, np.zeros((2, 2), dtype=np.int64), np.arange(2), np.zeros((2, 2)),
+                              np.empty(2, dtype=np.int64), np.empty(2))
+    with pytest.raises(IndexError, match="out of range"):
+        compiled.sample_correction(p, p[:, :2].copy(), np.array([5]), np.array([0]), np.ones(1), np.zeros(1),
+                                   np.empty(1, dtype=np.int64))
+    with pytest.raises(TypeError, match="writable"):
+        out = np.empty(2, dtype=np.int64)
+        out.flags.writeable = False
+        compiled.sample_rows(np.ones((2, 4)), np.zeros(2), out)
+
+
+def test_mixed_precision_inputs_take_the_numpy_path():
+    rng = np.random.default_rng(2)
+    p, q, d = _case(rng, 6, 3, 16, np.float64)
+    res = block_verify(p.astype(np.float32), q, d, np.random.default_rng(0))
+    assert res.tokens.shape == (6, 4) and np.all(res.accepted <= 3)
