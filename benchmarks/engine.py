@@ -7,8 +7,12 @@ path (drafting from the boot's tables, verifying on the draft support) and,
 in the same run on the same requests, the reference path
 (`EngineCore(support=False)`: the drafter computing every slot's candidates
 step by step, the target's full rows at every position and full-vocabulary
-verification, the algorithm the engine used before); "same tokens" compares
-every request's output ids, so the ratio is the speedup at equal output.
+verification, the algorithm the engine used before, verifying with numpy as
+it did; the compiled kernels would speed its full-vocabulary verification,
+and the "reference, kernels" column shows by how much); "same tokens"
+compares every request's output ids, so the ratio is the speedup at equal
+output. Each path runs --repeats times per cell, the two
+alternating, and keeps its least CPU time (`_best_of` says why).
 A core is built before its cell's clock starts, as a boot precedes serving;
 the boot's drafter tables are timed on their own (built from nothing, k=5).
 Prints a table, writes benchmarks/results/engine.json, and exits 1 if a
@@ -18,7 +22,7 @@ running the engine's path over the grid, and the model read
 back from its disk cache (what every engine process after the first does) in
 <= 2 CPU seconds.
 
-    python benchmarks/engine.py [--tokens 256] [--requests 32]
+    python benchmarks/engine.py [--tokens 256] [--requests 32] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from gb300lane.engine.config import parse_spec_config
 from gb300lane.engine.core import EngineCore, SamplingParams, Sequence
 from gb300lane.engine.model import CLASSES, corpus_texts, load_model
 from gb300lane.fsio import atomic_write, dumps_json
+from gb300lane.spec import kernels
 
 FLOOR_TOK_PER_CPU_S = 10_000
 FLOOR_SPEEDUP = 3.0
@@ -71,7 +76,22 @@ def run_spec(k: int):
     return spec
 
 
-def run_cell(model, k: int, concurrency: int, tokens: int, requests: int, support: bool = True) -> dict:
+#: The paths a cell runs: the engine's, the reference (numpy verification, as the engine verified when the
+#: speed target was set: the engine it was set against, algorithm and code), and the reference with the kernels.
+PATHS = ("support", "reference", "reference_kernels")
+
+
+def run_cell(model, k: int, concurrency: int, tokens: int, requests: int, support: bool = True,
+             numpy_verify: bool | None = None) -> dict:
+    """One cell on the engine's path (`support`) or the reference path; the reference verifies with numpy
+    unless `numpy_verify` is False."""
+    if numpy_verify if numpy_verify is not None else not support:
+        with kernels.numpy_only():
+            return _run_cell(model, k, concurrency, tokens, requests, support)
+    return _run_cell(model, k, concurrency, tokens, requests, support)
+
+
+def _run_cell(model, k: int, concurrency: int, tokens: int, requests: int, support: bool) -> dict:
     core = EngineCore(model, run_spec(k), max_num_seqs=concurrency, seed=0, boot_seed=1, support=support)
     for i, ids in enumerate(_prompts(model, requests)):
         core.add(Sequence(f"b{i}", ids, SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=i)))
@@ -92,10 +112,36 @@ def run_cell(model, k: int, concurrency: int, tokens: int, requests: int, suppor
     }
 
 
+def _best_of(model, k: int, concurrency: int, tokens: int, requests: int, repeats: int) -> dict[str, dict]:
+    """Each path's run with the least CPU time over `repeats` runs, the paths alternating.
+
+    On a shared or virtual machine a run's CPU time also counts what the
+    neighbours cost it (cache, memory bandwidth, a stolen core), so one run per
+    path can land the ratio anywhere within about a third either way; the least
+    of several is the cost of the work itself, as timeit reports. Every run of a
+    path must give the same tokens.
+    """
+    best: dict[str, dict] = {}
+    for rep in range(repeats):
+        for path in PATHS if rep % 2 == 0 else PATHS[::-1]:
+            run = run_cell(model, k, concurrency, tokens, requests, support=path == "support",
+                           numpy_verify=path == "reference")
+            kept = best.get(path)
+            if kept is not None and kept["outputs_sha256"] != run["outputs_sha256"]:
+                raise SystemExit(f"k={k} C={concurrency}: two runs of one path gave different tokens")
+            if kept is None or run["cpu_s"] < kept["cpu_s"]:
+                best[path] = run
+    for run in best.values():
+        run["runs"] = repeats
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--requests", type=int, default=32, help="requests per cell")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="runs per path and cell, alternating; each path's least CPU time is kept (default 5)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--engine-only", action="store_true",
                     help="run the engine's own path alone and print its peak RSS (what the RSS ceiling reads)")
@@ -113,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     cells, refs = [], []
     for c in (1, 8):
         for k in (3, 5, 9):
-            pair = [run_cell(model, k, c, ns.tokens, ns.requests, support=s) for s in (False, True)]
-            cells.append(next(x for x in pair if x["path"] == "support"))
-            refs.append(next(x for x in pair if x["path"] == "reference"))
+            best = _best_of(model, k, c, ns.tokens, ns.requests, ns.repeats)
+            cells.append(best["support"])
+            refs.append((best["reference"], best["reference_kernels"]))
     # This process held both paths at once; an engine holds its own. The ceiling reads a process
     # that runs the engine's path alone over the same cells.
     both_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -135,13 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     load_model()
     cached_load_cpu_s = time.process_time() - t0
     print(f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'reference':>10} {'speedup':>8} {'same tokens':>11} "
-          f"{'tok/step':>9} {'modelled tok/s':>15}")
-    for cell, ref in zip(cells, refs):
+          f"{'ref, kernels':>12} {'speedup':>8} {'tok/step':>9} {'modelled tok/s':>15}")
+    for cell, (ref, ref_k) in zip(cells, refs):
         cell["reference_tok_per_cpu_s"] = ref["tok_per_cpu_s"]
         cell["speedup"] = round(cell["tok_per_cpu_s"] / ref["tok_per_cpu_s"], 3)
-        cell["same_as_reference"] = cell["outputs_sha256"] == ref["outputs_sha256"]
+        cell["reference_kernels_tok_per_cpu_s"] = ref_k["tok_per_cpu_s"]
+        cell["speedup_over_reference_kernels"] = round(cell["tok_per_cpu_s"] / ref_k["tok_per_cpu_s"], 3)
+        cell["same_as_reference"] = cell["outputs_sha256"] == ref["outputs_sha256"] == ref_k["outputs_sha256"]
         print(f"{cell['concurrency']:>3} {cell['k']:>3} {cell['output_tokens']:>8} {cell['tok_per_cpu_s']:>10,.0f} "
               f"{ref['tok_per_cpu_s']:>10,.0f} {cell['speedup']:>7.2f}x {'yes' if cell['same_as_reference'] else 'no':>11} "
+              f"{ref_k['tok_per_cpu_s']:>12,.0f} {cell['speedup_over_reference_kernels']:>7.2f}x "
               f"{cell['tokens_per_step']:>9.3f} {cell['modelled_tok_s']:>15,.1f}")
     k5c8 = next(c for c in cells if c["k"] == 5 and c["concurrency"] == 8)
     floors = {
@@ -156,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{both_rss_mb:.1f} MB); model load {load_cpu_s:.2f} CPU s, "
           f"from the cache {cached_load_cpu_s:.2f} CPU s (ceiling {CEILING_CACHED_LOAD_CPU_S}); "
           f"a boot's drafter tables (k=5) {boot_tables_cpu_s:.2f} CPU s")
+    print(f"each path's least CPU time of {ns.repeats} alternating runs per cell; verification on {kernels.describe()}")
     result = {
         "schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
         "platform": platform.platform(), "settings": {"tokens": ns.tokens, "requests": ns.requests,
@@ -163,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "cells": cells, "peak_rss_mb": round(rss_mb, 1), "peak_rss_mb_both_paths": round(both_rss_mb, 1),
         "model_load_cpu_s": round(load_cpu_s, 3),
         "cached_model_load_cpu_s": round(cached_load_cpu_s, 3), "boot_tables_cpu_s": round(boot_tables_cpu_s, 3),
-        "floors": floors,
+        "floors": floors, "repeats": ns.repeats, "verification": kernels.describe(),
     }
     atomic_write(ns.out, dumps_json(result))
     failed = [name for name, f in floors.items() if not f["ok"]]

@@ -18,12 +18,12 @@ from gb300lane.spec import block_verify, kernels, token_verify, verification
 
 @pytest.fixture
 def compiled(monkeypatch):
-    if kernels.KERNELS is None:
+    if kernels.active() is None:
         if os.environ.get("GB300LANE_SKIP_KERNELS") == "1":
             pytest.skip("GB300LANE_SKIP_KERNELS=1: the compiled kernels are not built here")
         pytest.fail(f"verification runs on {kernels.describe()}; `python3 -m pip install -e .` builds the kernels "
                     "where a C compiler is present (set GB300LANE_SKIP_KERNELS=1 to skip where none is)")
-    return kernels.KERNELS
+    return kernels.active()
 
 
 def _case(rng, batch, k, vocab, dtype, *, sparse=False):
@@ -46,8 +46,7 @@ def test_the_kernels_verify_as_numpy_does(compiled, monkeypatch, fn, dtype):
         batch, k, vocab = int(rng.integers(1, 40)), int(rng.integers(0, 10)), int(rng.choice([2, 7, 64, 3072]))
         p, q, d = _case(rng, batch, k, vocab, dtype, sparse=case % 3 == 0)
         greedy = rng.random(batch) < 0.2
-        with monkeypatch.context() as m:
-            m.setattr(verification, "KERNELS", None)
+        with kernels.numpy_only():
             expected = fn(p, q, d, np.random.default_rng(case), greedy=greedy)
         got = fn(p, q, d, np.random.default_rng(case), greedy=greedy)
         assert np.array_equal(got.accepted, expected.accepted), (case, batch, k, vocab)
@@ -101,3 +100,30 @@ def test_mixed_precision_inputs_take_the_numpy_path():
     p, q, d = _case(rng, 6, 3, 16, np.float64)
     res = block_verify(p.astype(np.float32), q, d, np.random.default_rng(0))
     assert res.tokens.shape == (6, 4) and np.all(res.accepted <= 3)
+
+
+def test_verifying_on_the_support_in_the_kernel_is_numpys_rule(compiled):
+    from gb300lane.spec import verify_support
+
+    rng = np.random.default_rng(4)
+    for case in range(40):
+        batch, k, width, vocab = int(rng.integers(1, 12)), int(rng.integers(1, 10)), 16, 256
+        full = rng.dirichlet(np.full(vocab, 0.2), size=(batch, k + 1)).astype(np.float32)
+        cand = np.stack([np.stack([rng.choice(vocab, width, replace=False) for _ in range(k)]) for _ in range(batch)])
+        p_sup = np.take_along_axis(full[:, :k], cand, axis=2)
+        q_sup = rng.dirichlet(np.full(width, 0.5), size=(batch, k)).astype(np.float32)
+        if case % 4 == 0:
+            q_sup = (p_sup / p_sup.sum(axis=2, keepdims=True)).astype(np.float32)  # a draft close to the target
+        choice = np.array([[rng.choice(width, p=q_sup[b, i] / q_sup[b, i].sum()) for i in range(k)]
+                           for b in range(batch)])
+        u_accept, u_sample = rng.random((batch, k)), rng.random(batch)
+
+        def rows(r, pos, full=full):
+            return full[r, pos]
+
+        for method in ("block", "standard"):
+            got = verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample, rows)
+            with kernels.numpy_only():
+                expected = verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample, rows)
+            assert np.array_equal(got.accepted, expected.accepted), (case, method)
+            assert np.array_equal(got.tokens, expected.tokens), (case, method)

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from gb300lane.spec import block_verify, expected_accepted, token_verify
+from gb300lane.spec import block_verify, expected_accepted, kernels, token_verify
 
 ALPHA = 1e-3
 V, K = 6, 3
@@ -175,7 +175,7 @@ def test_block_is_lossless_on_every_evaluation_path(path, monkeypatch):
     """The default path (the compiled kernels, where built) is covered above; these force
     numpy's three, with their residual reuse."""
     module = sys.modules[block_verify.__module__]
-    monkeypatch.setattr(module, "KERNELS", None)
+    monkeypatch.setattr(kernels, "active", lambda: None)
     monkeypatch.setattr(module, "_SCALAR_LIMIT", 10**9 if path == "row-by-row" else 0)
     monkeypatch.setattr(module, "_EAGER_ELEMENTS", 10**9 if path == "numpy-batched" else 0)
     target, draft = _chains()
@@ -194,7 +194,7 @@ def test_the_test_can_fail(monkeypatch):
     correct, correct_compiled = module._correction, module._correction_compiled
     monkeypatch.setattr(module, "_correction", lambda p, q, rows, tau, scale, u, known: correct(p, q, rows, tau, None, u))
     monkeypatch.setattr(module, "_correction_compiled",
-                        lambda p, q, rows, tau, scale, u: correct_compiled(p, q, rows, tau, None, u))
+                        lambda kern, p, q, rows, tau, scale, u: correct_compiled(kern, p, q, rows, tau, None, u))
     seqs, _ = generate(block_verify, target, draft, seed=7)
     assert bigram_pvalue(seqs, target) < 1e-6
 

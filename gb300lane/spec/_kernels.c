@@ -374,10 +374,198 @@ done:
     return ret;
 }
 
+/* sample_support(rows (n, V) float32, scale (n,) float64, cols (n, K) int64, qv (n, K) float32,
+ *                has_q (n,) int64, u (n,) float64, out (n,) int64) -> None
+ * `verify_support`'s correction: row r's target row scaled by scale[r] (rounded to float32),
+ * less the draft's q at its K support columns where has_q[r] (clamped at 0), sampled by
+ * inverse CDF with a float64 running sum; where that leaves no mass, the target row itself.
+ * The rows are read, never written. */
+static PyObject *sample_support(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Buf b[7];
+    memset(b, 0, sizeof(b));
+    static const char *names[7] = {"rows", "scale", "cols", "qv", "has_q", "u", "out"};
+    PyObject *ret = NULL;
+    float *dense_q = NULL;
+    for (int i = 0; i < 7; i++)
+        if (get_buf(o[i], &b[i], names[i], i == 6)) goto done;
+    Py_ssize_t n = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, vocab = n >= 0 ? b[0].view.shape[1] : 0;
+    Py_ssize_t width = b[2].view.ndim == 2 ? b[2].view.shape[1] : -1;
+    if (kind(&b[0]) != 'f' || n < 0 || kind(&b[2]) != 'q' || b[2].view.ndim != 2 || b[2].view.shape[0] != n ||
+        kind(&b[3]) != 'f' || b[3].view.ndim != 2 || b[3].view.shape[0] != n || b[3].view.shape[1] != width) {
+        PyErr_SetString(PyExc_ValueError, "sample_support: rows (n, V) float32, cols (n, K) int64, qv (n, K) float32");
+        goto done;
+    }
+    Buf vec[4] = {b[1], b[4], b[5], b[6]};
+    if (check_vectors(vec, "dqdq", 4, n, "sample_support")) goto done;
+    const int64_t *cols = b[2].view.buf, *has_q = b[4].view.buf;
+    for (Py_ssize_t j = 0; j < n * width; j++)
+        if (cols[j] < 0 || cols[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "sample_support: a support column is out of range");
+            goto done;
+        }
+    dense_q = PyMem_Calloc(vocab > 0 ? (size_t)vocab : 1, sizeof(float));
+    if (!dense_q) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *scales = b[1].view.buf, *us = b[5].view.buf;
+    const float *qv = b[3].view.buf;
+    int64_t *out = b[6].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const float *prow = (const float *)b[0].view.buf + j * vocab;
+        const int64_t *c = cols + j * width;
+        double s = scales[j], uu = us[j];
+        if (vocab == 0) {
+            out[j] = -1;
+            continue;
+        }
+        if (has_q[j])
+            for (Py_ssize_t i = 0; i < width; i++) dense_q[c[i]] = qv[j * width + i];
+        double total = 0.0;
+        for (Py_ssize_t x = 0; x < vocab; x++) total += (double)RELU((float)((double)prow[x] * s) - dense_q[x], fabsf);
+        int fallback = !(total > 0.0);
+        if (fallback) {
+            total = 0.0;
+            for (Py_ssize_t x = 0; x < vocab; x++) total += (double)prow[x];
+        }
+        double threshold = uu * total, cdf = 0.0;
+        int64_t count = 0;
+        if (fallback) {
+            for (Py_ssize_t x = 0; x < vocab; x++) {
+                cdf += (double)prow[x];
+                count += cdf <= threshold;
+            }
+        } else {
+            for (Py_ssize_t x = 0; x < vocab; x++) {
+                cdf += (double)RELU((float)((double)prow[x] * s) - dense_q[x], fabsf);
+                count += cdf <= threshold;
+            }
+        }
+        out[j] = count < vocab ? count : vocab - 1;
+        if (has_q[j])
+            for (Py_ssize_t i = 0; i < width; i++) dense_q[c[i]] = 0.0f;
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(dense_q);
+    for (int i = 0; i < 7; i++) release(&b[i]);
+    return ret;
+}
+
+/* support_accept(p_sup (B, k, K) float32, q_sup (B, k, K) float32, choice (B, k) int64,
+ *                u (B, k) float64, tau (B,) int64, scale (B,) float64) -> None
+ * `verify_support`'s block rule on the draft support: the prefix joint by its clamped
+ * running product (as `block_accept` forms it), the residual at a position as the mass the
+ * target puts outside the support, times the joint, plus the support's clamped differences,
+ * and the last passing position, found highest first. */
+static PyObject *support_accept(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    Buf b[6];
+    memset(b, 0, sizeof(b));
+    static const char *names[6] = {"p_sup", "q_sup", "choice", "u", "tau", "scale"};
+    PyObject *ret = NULL;
+    double *joints = NULL;
+    for (int i = 0; i < 6; i++)
+        if (get_buf(o[i], &b[i], names[i], i >= 4)) goto done;
+    Py_ssize_t batch = b[0].view.ndim == 3 ? b[0].view.shape[0] : -1;
+    Py_ssize_t k = batch >= 0 ? b[0].view.shape[1] : 0, width = batch >= 0 ? b[0].view.shape[2] : 0;
+    int ok = kind(&b[0]) == 'f' && batch >= 0 && kind(&b[1]) == 'f' && b[1].view.ndim == 3 &&
+             b[1].view.shape[0] == batch && b[1].view.shape[1] == k && b[1].view.shape[2] == width;
+    for (int i = 2; ok && i < 4; i++)
+        ok = kind(&b[i]) == (i == 2 ? 'q' : 'd') && b[i].view.ndim == 2 && b[i].view.shape[0] == batch &&
+             b[i].view.shape[1] == k;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "support_accept: p_sup and q_sup (B, k, K) float32, choice (B, k) int64, "
+                                          "u (B, k) float64");
+        goto done;
+    }
+    Buf vec[2] = {b[4], b[5]};
+    if (check_vectors(vec, "qd", 2, batch, "support_accept")) goto done;
+    const int64_t *choice = b[2].view.buf;
+    for (Py_ssize_t j = 0; j < batch * k; j++)
+        if (choice[j] < 0 || choice[j] >= width) {
+            PyErr_SetString(PyExc_IndexError, "support_accept: a choice is out of range");
+            goto done;
+        }
+    joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
+    if (!joints) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const float *ps = b[0].view.buf, *qs = b[1].view.buf;
+    const double *us = b[3].view.buf;
+    int64_t *tau = b[4].view.buf;
+    double *scale = b[5].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = 0; r < batch; r++) {
+        const float *pr = ps + r * k * width, *qr = qs + r * k * width;
+        const int64_t *ch = choice + r * k;
+        const double *u = us + r * k;
+        double joint = 1.0;
+        joints[0] = 1.0;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            double a = (double)pr[i * width + ch[i]], c = (double)qr[i * width + ch[i]];
+            if (joint > 0.0) {
+                if (a <= 0.0) {
+                    joint = 0.0;
+                } else {
+                    double ratio = joint * a / (c > 1e-300 ? c : 1e-300);
+                    joint = ratio < 1.0 ? ratio : 1.0;
+                }
+            }
+            joints[i + 1] = joint;
+        }
+        Py_ssize_t t = 0;
+        for (Py_ssize_t i = k - 1; i >= 0; i--) {
+            double pj = joints[i + 1];
+            int pass;
+            if (i == k - 1) {
+                pass = u[i] <= pj && pj > 0.0;
+            } else if (pj >= 1.0) {
+                pass = 1;
+            } else if (!(pj > 0.0) || !(u[i] <= pj)) {
+                pass = 0;
+            } else {
+                const float *pn = pr + (i + 1) * width, *qn = qr + (i + 1) * width;
+                double inside = 0.0, clamped = 0.0;
+                for (Py_ssize_t c = 0; c < width; c++) {
+                    double pc = (double)pn[c], d = pj * pc - (double)qn[c];
+                    inside += pc;
+                    clamped += d > 0.0 ? d : (d != d ? d : 0.0);
+                }
+                double outside = 1.0 - inside;
+                double resid = pj * (outside > 0.0 ? outside : 0.0) + clamped;
+                pass = u[i] <= resid / (resid + 1.0 - pj);
+            }
+            if (pass) {
+                t = i + 1;
+                break;
+            }
+        }
+        tau[r] = t;
+        scale[r] = joints[t];
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(joints);
+    for (int i = 0; i < 6; i++) release(&b[i]);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"block_accept", block_accept, METH_VARARGS, "Block verification's accepted length and prefix joint per row."},
     {"sample_correction", sample_correction, METH_VARARGS, "The target's correction token per row."},
+    {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
+    {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,14 +1,42 @@
 import numpy as np
 
 def sample_rows(dist: np.ndarray, u: np.ndarray, out: np.ndarray, /) -> None: ...
-def first_passing(
+def block_accept(
     p: np.ndarray,
     q: np.ndarray,
-    batch_row: np.ndarray,
-    pos: np.ndarray,
-    joint: np.ndarray,
+    drafts: np.ndarray,
+    rows: np.ndarray,
     u: np.ndarray,
-    row: np.ndarray,
-    hit: np.ndarray,
+    tau: np.ndarray,
+    scale: np.ndarray,
+    /,
+) -> None: ...
+def sample_correction(
+    p: np.ndarray,
+    q: np.ndarray,
+    rows: np.ndarray,
+    tau: np.ndarray,
+    scale: np.ndarray,
+    u: np.ndarray,
+    out: np.ndarray,
+    /,
+) -> None: ...
+def sample_support(
+    rows: np.ndarray,
+    scale: np.ndarray,
+    cols: np.ndarray,
+    qv: np.ndarray,
+    has_q: np.ndarray,
+    u: np.ndarray,
+    out: np.ndarray,
+    /,
+) -> None: ...
+def support_accept(
+    p_sup: np.ndarray,
+    q_sup: np.ndarray,
+    choice: np.ndarray,
+    u: np.ndarray,
+    tau: np.ndarray,
+    scale: np.ndarray,
     /,
 ) -> None: ...

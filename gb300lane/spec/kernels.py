@@ -9,7 +9,9 @@ selects the numpy path, to compare the two.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from types import ModuleType
 
 
@@ -23,13 +25,29 @@ def _load() -> ModuleType | None:
     return _kernels
 
 
-#: The extension module, or None (the numpy path).
-KERNELS: ModuleType | None = _load()
+_BUILT: ModuleType | None = _load()
+_off = 0
+
+
+def active() -> ModuleType | None:
+    """The extension module verification should call now, or None for the numpy path."""
+    return None if _off else _BUILT
+
+
+@contextlib.contextmanager
+def numpy_only() -> Iterator[None]:
+    """Verify on the numpy path inside the block (what the engine did before the kernels; for comparisons)."""
+    global _off
+    _off += 1
+    try:
+        yield
+    finally:
+        _off -= 1
 
 
 def describe() -> str:
     """One line for benchmark and status output: which path verification runs."""
-    if KERNELS is not None:
+    if _BUILT is not None:
         return "compiled kernels (gb300lane.spec._kernels)"
     if os.environ.get("GB300LANE_NO_KERNELS") == "1":
         return "numpy (GB300LANE_NO_KERNELS=1)"

@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 
 from gb300lane.errors import EngineError
-from gb300lane.spec.kernels import KERNELS
+from gb300lane.spec import kernels as _kernels
 
 @functools.lru_cache(maxsize=8)
 def _zeros(vocab: int, dtype: np.dtype) -> np.ndarray:
@@ -108,9 +108,10 @@ def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
     same float64 running sum, left to right) in two fused passes per row;
     rows it finds without mass, and inputs it does not take, go to numpy.
     """
-    if KERNELS is not None and dist.ndim == 2 and dist.dtype in _KERNEL_DTYPES and dist.flags.c_contiguous:
+    compiled = _kernels.active()
+    if compiled is not None and dist.ndim == 2 and dist.dtype in _KERNEL_DTYPES and dist.flags.c_contiguous:
         out = np.empty(dist.shape[0], dtype=np.int64)
-        KERNELS.sample_rows(dist, np.ascontiguousarray(u, dtype=np.float64), out)
+        compiled.sample_rows(dist, np.ascontiguousarray(u, dtype=np.float64), out)
         empty = np.flatnonzero(out < 0)
         if empty.size:
             rows = np.asarray(fallback(empty))
@@ -258,38 +259,38 @@ def _run(method: str, p, q, draft_tokens, rng: np.random.Generator, greedy) -> V
 
     r_rows = np.flatnonzero(~greedy_rows)
     if r_rows.size:
-        compiled = KERNELS is not None and p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES \
-            and p.flags.c_contiguous and q.flags.c_contiguous
-        if method == "block" and compiled:
-            tau, scale, known = _block_accept_compiled(p, q, draft_tokens, r_rows, u_accept[r_rows])
+        compiled = _kernels.active()
+        if compiled is not None and not (p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES
+                                         and p.flags.c_contiguous and q.flags.c_contiguous):
+            compiled = None
+        if method == "block" and compiled is not None:
+            tau, scale, known = _block_accept_compiled(compiled, p, q, draft_tokens, r_rows, u_accept[r_rows])
         elif method == "block":
             tau, scale, known = _block_accept(p, q, draft_tokens, r_rows, u_accept[r_rows])
         else:
             tau, scale, known = _token_accept(p, q, draft_tokens, r_rows, u_accept[r_rows]), None, None
         accepted[r_rows] = tau
-        if compiled:
-            final[r_rows] = _correction_compiled(p, q, r_rows, tau, scale, u_sample[r_rows])
+        if compiled is not None:
+            final[r_rows] = _correction_compiled(compiled, p, q, r_rows, tau, scale, u_sample[r_rows])
         else:
             final[r_rows] = _correction(p, q, r_rows, tau, scale, u_sample[r_rows], known)
     return VerifyResult(accepted=accepted, tokens=_emit(draft_tokens, accepted, final))
 
 
-def _block_accept_compiled(p, q, draft_tokens, rows, u):
+def _block_accept_compiled(compiled, p, q, draft_tokens, rows, u):
     """`_block_accept` in the compiled kernel: (accepted length, prefix joint there, no residuals)."""
-    assert KERNELS is not None  # `_run` takes this path only where the kernels are built
     tau = np.empty(rows.size, dtype=np.int64)
     scale = np.empty(rows.size)
-    KERNELS.block_accept(p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
+    compiled.block_accept(p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
                          np.ascontiguousarray(u, dtype=np.float64), tau, scale)
     return tau, scale, None
 
 
-def _correction_compiled(p, q, rows, tau, scale, u) -> np.ndarray:
+def _correction_compiled(compiled, p, q, rows, tau, scale, u) -> np.ndarray:
     """`_correction` in the compiled kernel: each row's residual formed and sampled in two fused passes."""
-    assert KERNELS is not None  # `_run` takes this path only where the kernels are built
     out = np.empty(rows.size, dtype=np.int64)
     scale = np.ones(rows.size) if scale is None else np.ascontiguousarray(scale, dtype=np.float64)
-    KERNELS.sample_correction(p, q, rows.astype(np.int64, copy=False), tau.astype(np.int64, copy=False), scale,
+    compiled.sample_correction(p, q, rows.astype(np.int64, copy=False), tau.astype(np.int64, copy=False), scale,
                               np.ascontiguousarray(u, dtype=np.float64), out)
     return out
 
@@ -566,6 +567,21 @@ def verify(
     return _run(method, p, q, draft_tokens, rng, greedy)
 
 
+def _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, u_sample) -> VerifyResult:
+    """`verify_support`'s correction in the compiled kernel: the residual formed and sampled in two fused passes
+    per row, the target's rows read in place."""
+    batch, k = drafts.shape
+    rows = np.arange(batch)
+    at = np.minimum(tau, k - 1)
+    final = np.empty(batch, dtype=np.int64)
+    compiled.sample_support(np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32),
+                            np.ones(batch) if scale is None else np.ascontiguousarray(scale, dtype=np.float64),
+                            np.ascontiguousarray(cand[rows, at], dtype=np.int64),
+                            np.ascontiguousarray(q_sup[rows, at], dtype=np.float32),
+                            (tau < k).astype(np.int64), np.ascontiguousarray(u_sample, dtype=np.float64), final)
+    return VerifyResult(accepted=tau, tokens=_emit(drafts, tau, final))
+
+
 def verify_support(
     method: str,
     p_sup: np.ndarray,
@@ -601,9 +617,17 @@ def verify_support(
     rows = np.arange(batch)
     at = (rows[:, None], np.arange(k)[None, :], choice)
     drafts = (cand[at] if drafts is None else drafts).astype(np.int64, copy=False)
+    compiled = _kernels.active()
+    scale = None
+    if method == "block" and k > 0 and compiled is not None and p_sup.dtype == q_sup.dtype == np.float32:
+        tau = np.empty(batch, dtype=np.int64)
+        scale = np.empty(batch)
+        compiled.support_accept(np.ascontiguousarray(p_sup), np.ascontiguousarray(q_sup),
+                                np.ascontiguousarray(choice, dtype=np.int64),
+                                np.ascontiguousarray(u_accept, dtype=np.float64), tau, scale)
+        return _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, u_sample)
     px = p_sup[at].astype(np.float64)
     qx = q_sup[at].astype(np.float64)
-    scale = None
     if method == "block" and k > 0:
         joint = _prefix_joint(px, qx)
         pj = joint[:, 1:]
@@ -626,6 +650,8 @@ def verify_support(
         scale = joint[rows, tau]
     else:
         tau = _leading_true((px > 0.0) & (u_accept * qx <= px))
+    if compiled is not None and k > 0:
+        return _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, u_sample)
     dist = np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32)
     if scale is not None and np.minimum.reduce(scale) < 1.0:
         # Every row at once (a product with 1.0 is exact), in float64 then rounded: the bits of the
