@@ -4,9 +4,10 @@ Grid: vocabularies of 2,048, 32,768 and 129,280 (DeepSeek's), batches of 1, 8
 and 32, k of 3, 5 and 9. Inputs are realistic rather than adversarial: the
 draft is the target's softmax with perturbed logits (temperature 1.0), and the
 draft tokens are sampled from it, so acceptance lands in the range a lane sees.
-Both methods verify the same inputs with the same seed; the floor is block
-costing no more than 1.3x token (Sun et al.: block verification costs nothing
-extra per draft position).
+Both methods verify the same inputs with the same seed, on the same code
+path (the compiled kernels where built, else numpy; the output says which);
+the floor is block costing no more than 1.3x token (Sun et al.: block
+verification costs nothing extra per draft position).
 
     python benchmarks/verify.py [--quick] [--out benchmarks/results/verify.json]
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from gb300lane import __version__
 from gb300lane.fsio import atomic_write, dumps_json
-from gb300lane.spec import block_verify, token_verify
+from gb300lane.spec import block_verify, kernels, token_verify
 
 VOCABS = (2048, 32768, 129280)
 BATCHES = (1, 8, 32)
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                 del p, q, drafts
     worst = max(r["block_over_token_cost"] for r in rows)
     ok = worst <= FLOOR
-    print(f"\nworst block/token cost {worst:.2f} (floor {FLOOR}): {'PASS' if ok else 'FAIL'}")
+    print(f"\nworst block/token cost {worst:.2f} (floor {FLOOR}): {'PASS' if ok else 'FAIL'}; "
+          f"both methods on {kernels.describe()}")
     result = {
         "schema_version": 1,
         "benchmark": "verify",
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "numpy": np.__version__,
+        "verification": kernels.describe(),
         "quick": args.quick,
         "floor_block_over_token": FLOOR,
         "worst_block_over_token": worst,

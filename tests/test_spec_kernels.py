@@ -84,8 +84,8 @@ def test_the_kernels_refuse_what_they_do_not_take(compiled):
     p = np.full((2, 3, 4), 0.25, dtype=np.float32)
     q = np.full((2, 2, 4), 0.25, dtype=np.float64)  # mixed precision
     with pytest.raises(ValueError, match="one float dtype"):
-        compiled.block_accept(p, q, np.zeros((2, 2), dtype=np.int64), np.arange(2), np.zeros((2, 2)),
-                              np.empty(2, dtype=np.int64), np.empty(2))
+        compiled.accept(True, p, q, np.zeros((2, 2), dtype=np.int64), np.arange(2), np.zeros((2, 2)),
+                        np.empty(2, dtype=np.int64), np.empty(2))
     with pytest.raises(IndexError, match="out of range"):
         compiled.sample_correction(p, p[:, :2].copy(), np.array([5]), np.array([0]), np.ones(1), np.zeros(1),
                                    np.empty(1, dtype=np.int64))

@@ -4,12 +4,14 @@
  *   left to right in double, exactly as numpy's float64 cumsum accumulates it (so the
  *   same index, bit for bit, as `verification._sample_rows`), without materialising
  *   the CDF: one pass for the total, one for the count.
- * first_passing: block verification's accept test for a list of candidate positions,
- *   highest first within a row, stopping at a row's first pass: the residual mass
- *   sum_x max(0, joint * p(x) - q(x)) formed element by element in p's precision as
+ * accept: token and block verification's accepted length per row; block's residual
+ *   mass sum_x max(0, joint * p(x) - q(x)) formed element by element in p's precision as
  *   numpy forms it (the float32 product of a float64 joint is computed in double and
  *   rounded), summed in double in one fused pass (four interleaved partial sums; numpy
  *   sums pairwise, so the totals agree to the last few bits, not bit for bit).
+ * sample_correction / sample_support: the target's own token, its residual formed and
+ *   sampled in two fused passes per row (`_correction`, `verify_support`'s draw).
+ * support_accept: `verify_support`'s block rule on the draft support.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification._kernels_for` checks; anything else stays on the numpy path. Built
@@ -189,6 +191,20 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
     return 0;
 }
 
+#define TOKEN_ROW(T)                                                                            \
+    do {                                                                                        \
+        const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
+        const T *qrow = (const T *)qb->view.buf + r * k * vocab;                                \
+        Py_ssize_t t = 0;                                                                       \
+        while (t < k) {                                                                         \
+            double a = (double)prow[t * vocab + x[t]], b = (double)qrow[t * vocab + x[t]];      \
+            if (!(a > 0.0 && uu[t] * b <= a)) break;                                            \
+            t++;                                                                                \
+        }                                                                                       \
+        tau[j] = t;                                                                             \
+        scale[j] = 1.0;                                                                         \
+    } while (0)
+
 #define BLOCK_ROW(T, RESID)                                                                     \
     do {                                                                                        \
         const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
@@ -229,15 +245,18 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
         scale[j] = joints[t];                                                                   \
     } while (0)
 
-/* block_accept(p, q, drafts (B, k) int64, rows (n,) int64, u (n, k) float64,
- *              tau (n,) int64, scale (n,) float64) -> None
- * Sun et al.'s block rule for the given rows, as `verification._block_accept_scalar` reads
- * it: the prefix joint by its clamped running product, then the positions above the last
- * sure accept, highest first, the first passing one deciding. The residual of a tested
- * position is formed as `_residuals` forms it and summed in double. */
-static PyObject *block_accept(PyObject *self, PyObject *args) {
+/* accept(block, p, q, drafts (B, k) int64, rows (n,) int64, u (n, k) float64,
+ *        tau (n,) int64, scale (n,) float64) -> None
+ * The accepted length per row. block = 0: Leviathan et al.'s token rule, as
+ * `verification._token_accept` tests it (draft i kept while p > 0 and u * q <= p), scale 1.
+ * block = 1: Sun et al.'s block rule, as `verification._block_accept_scalar` reads it: the
+ * prefix joint by its clamped running product, then the positions above the last sure
+ * accept, highest first, the first passing one deciding; scale is the joint there. The
+ * residual of a tested position is formed as `_residuals` forms it and summed in double. */
+static PyObject *accept(PyObject *self, PyObject *args) {
     PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    int is_block;
+    if (!PyArg_ParseTuple(args, "pOOOOOOO", &is_block, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
     Buf b[7];
     memset(b, 0, sizeof(b));
     static const char *names[7] = {"p", "q", "drafts", "rows", "u", "tau", "scale"};
@@ -246,26 +265,26 @@ static PyObject *block_accept(PyObject *self, PyObject *args) {
     for (int i = 0; i < 7; i++)
         if (get_buf(o[i], &b[i], names[i], i >= 5)) goto done;
     Buf *pb = &b[0], *qb = &b[1];
-    char pk = check_pq(pb, qb, "block_accept");
+    char pk = check_pq(pb, qb, "accept");
     if (!pk) goto done;
     Py_ssize_t batch = pb->view.shape[0], kp1 = pb->view.shape[1], k = kp1 - 1, vocab = pb->view.shape[2];
     Py_ssize_t n = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
     if (kind(&b[2]) != 'q' || b[2].view.ndim != 2 || b[2].view.shape[0] != batch || b[2].view.shape[1] != k ||
         kind(&b[4]) != 'd' || b[4].view.ndim != 2 || b[4].view.shape[0] != n || b[4].view.shape[1] != k) {
-        PyErr_SetString(PyExc_ValueError, "block_accept: drafts (B, k) int64 and u (n, k) float64");
+        PyErr_SetString(PyExc_ValueError, "accept: drafts (B, k) int64 and u (n, k) float64");
         goto done;
     }
     Buf vec[3] = {b[3], b[5], b[6]};
-    if (check_vectors(vec, "qqd", 3, n, "block_accept")) goto done;
+    if (check_vectors(vec, "qqd", 3, n, "accept")) goto done;
     const int64_t *rows = b[3].view.buf, *drafts = b[2].view.buf;
     for (Py_ssize_t j = 0; j < n; j++)
         if (rows[j] < 0 || rows[j] >= batch) {
-            PyErr_SetString(PyExc_IndexError, "block_accept: a row is out of range");
+            PyErr_SetString(PyExc_IndexError, "accept: a row is out of range");
             goto done;
         }
     for (Py_ssize_t j = 0; j < batch * k; j++)
         if (drafts[j] < 0 || drafts[j] >= vocab) {
-            PyErr_SetString(PyExc_IndexError, "block_accept: a draft token is out of range");
+            PyErr_SetString(PyExc_IndexError, "accept: a draft token is out of range");
             goto done;
         }
     joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
@@ -280,10 +299,16 @@ static PyObject *block_accept(PyObject *self, PyObject *args) {
         Py_ssize_t r = rows[j];
         const int64_t *x = drafts + r * k;
         const double *uu = (const double *)b[4].view.buf + j * k;
-        if (pk == 'f')
+        if (!is_block) {
+            if (pk == 'f')
+                TOKEN_ROW(float);
+            else
+                TOKEN_ROW(double);
+        } else if (pk == 'f') {
             BLOCK_ROW(float, residual_f);
-        else
+        } else {
             BLOCK_ROW(double, residual_d);
+        }
     }
     Py_END_ALLOW_THREADS
     ret = Py_None;
@@ -562,7 +587,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
-    {"block_accept", block_accept, METH_VARARGS, "Block verification's accepted length and prefix joint per row."},
+    {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
     {"sample_correction", sample_correction, METH_VARARGS, "The target's correction token per row."},
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},

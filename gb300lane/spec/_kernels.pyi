@@ -1,7 +1,8 @@
 import numpy as np
 
 def sample_rows(dist: np.ndarray, u: np.ndarray, out: np.ndarray, /) -> None: ...
-def block_accept(
+def accept(
+    block: bool,
     p: np.ndarray,
     q: np.ndarray,
     drafts: np.ndarray,

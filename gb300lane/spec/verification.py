@@ -263,8 +263,9 @@ def _run(method: str, p, q, draft_tokens, rng: np.random.Generator, greedy) -> V
         if compiled is not None and not (p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES
                                          and p.flags.c_contiguous and q.flags.c_contiguous):
             compiled = None
-        if method == "block" and compiled is not None:
-            tau, scale, known = _block_accept_compiled(compiled, p, q, draft_tokens, r_rows, u_accept[r_rows])
+        if compiled is not None:
+            tau, scale = _accept_compiled(compiled, method == "block", p, q, draft_tokens, r_rows, u_accept[r_rows])
+            known = None
         elif method == "block":
             tau, scale, known = _block_accept(p, q, draft_tokens, r_rows, u_accept[r_rows])
         else:
@@ -277,13 +278,13 @@ def _run(method: str, p, q, draft_tokens, rng: np.random.Generator, greedy) -> V
     return VerifyResult(accepted=accepted, tokens=_emit(draft_tokens, accepted, final))
 
 
-def _block_accept_compiled(compiled, p, q, draft_tokens, rows, u):
-    """`_block_accept` in the compiled kernel: (accepted length, prefix joint there, no residuals)."""
+def _accept_compiled(compiled, block: bool, p, q, draft_tokens, rows, u):
+    """`_block_accept` or `_token_accept` in the compiled kernel: (accepted length, prefix joint there or None)."""
     tau = np.empty(rows.size, dtype=np.int64)
     scale = np.empty(rows.size)
-    compiled.block_accept(p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
-                         np.ascontiguousarray(u, dtype=np.float64), tau, scale)
-    return tau, scale, None
+    compiled.accept(block, p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
+                    np.ascontiguousarray(u, dtype=np.float64), tau, scale)
+    return tau, scale if block else None
 
 
 def _correction_compiled(compiled, p, q, rows, tau, scale, u) -> np.ndarray:
