@@ -1,8 +1,8 @@
-/* Verification kernels: the two loops over a vocabulary row that numpy cannot fuse.
+/* Verification kernels: the loops over a vocabulary row that numpy makes as several passes.
  *
  * sample_rows: inverse-CDF sampling of one index per row, with the CDF accumulated
  *   left to right in double, exactly as numpy's float64 cumsum accumulates it (so the
- *   same index, bit for bit, as `verification._sample_rows`), without materialising
+ *   same index, bit for bit, as `verification._sample_rows_numpy`), without materialising
  *   the CDF: one pass for the total, one for the count.
  * accept: token and block verification's accepted length per row; block's residual
  *   mass sum_x max(0, joint * p(x) - q(x)) formed element by element in p's precision as
@@ -14,8 +14,9 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
- * `verification._kernels_for` checks; anything else stays on the numpy path. Built
+ * `verification` checks before calling; anything else stays on the numpy path. Built
  * without contraction of multiply-add, so every float operation rounds as numpy's does.
+ * The GIL is released while a kernel runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -133,15 +134,14 @@ done:
     return ret;
 }
 
-/* The residual mass of one (p, q) row pair at `joint`, with numpy's element arithmetic:
- * float rows form the product in double and round it, then subtract and clamp in float;
- * max(x, 0) keeps a NaN as np.maximum does. */
 /* max(d, 0) as arithmetic, so the loop has no branch (half of a residual's elements are
  * clamped, at random): (d + |d|) / 2 is d for d > 0 and 0 otherwise, exactly (doubling a
  * probability cannot overflow), and a NaN stays NaN, as np.maximum keeps it. */
 #define RELU(d, ABS) (((d) + ABS(d)) * 0.5f)
 
-/* Four partial sums (columns j mod 4), so the adds do not wait on each other. */
+/* The residual mass of one (p, q) row pair at `joint`, with numpy's element arithmetic
+ * (float rows form the product in double and round it, then subtract and clamp in float),
+ * in four partial sums (columns j mod 4), so the adds do not wait on each other. */
 #define RESIDUAL(T, CAST, ABS)                                             \
     do {                                                                   \
         double s[4] = {0.0, 0.0, 0.0, 0.0};                                \
