@@ -127,3 +127,30 @@ def test_verifying_on_the_support_in_the_kernel_is_numpys_rule(compiled):
                 expected = verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample, rows)
             assert np.array_equal(got.accepted, expected.accepted), (case, method)
             assert np.array_equal(got.tokens, expected.tokens), (case, method)
+
+
+@pytest.mark.parametrize("k", [5, 9])
+def test_the_drafter_draws_the_same_blocks_with_the_kernels(compiled, k):
+    from gb300lane.engine.drafter import DSparkDrafter
+    from gb300lane.engine.model import MIXED, load_model
+
+    model = load_model()
+    drafter = DSparkDrafter(model, topk=32, block_size=5)
+    rng = np.random.default_rng(k)
+    batch = 64
+    # Frequent anchor pairs (table rows) and arbitrary contexts (computed rows), several classes.
+    keys = model.pair_keys[rng.integers(0, model.pair_keys.size, batch)]
+    vocab = model.vocab_size
+    classes, prev2, prev = keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab
+    odd = rng.random(batch) < 0.3
+    prev2[odd], prev[odd] = rng.integers(0, vocab, odd.sum()), rng.integers(0, vocab, odd.sum())
+    classes[rng.random(batch) < 0.1] = MIXED
+    temps = np.where(rng.random(batch) < 0.15, 0.0, 1.0)  # greedy rows among them
+    for probabilistic in (True, False):
+        u = rng.random((batch, k))
+        got = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic, numerics=(7, 0.01))
+        with kernels.numpy_only():
+            expected = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
+                                           numerics=(7, 0.01))
+        for field in ("tokens", "cand", "q", "p", "choice"):
+            assert np.array_equal(getattr(got, field), getattr(expected, field)), (probabilistic, field)

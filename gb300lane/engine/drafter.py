@@ -43,6 +43,7 @@ from scipy.special import ndtri
 from gb300lane.engine.model import MIXED, BuiltinModel, _csr_lookup
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE
 from gb300lane.engine.streams import uniforms_by_column
+from gb300lane.spec import kernels
 
 #: Key of the checkpoint's fixed errors (a constant: the drafter is one checkpoint).
 _ERROR_KEY = np.array([0xD5A4_C0DE_2026_0005], dtype=np.uint64)
@@ -233,6 +234,24 @@ class DraftBlock:
         return q
 
 
+#: Empty override arrays for a slot without overrides (the kernel's "none").
+_NO_REMAP = np.empty(0, dtype=np.int32)
+_NO_OVER = np.empty((0, 0))
+
+
+def _draw(probs: np.ndarray, u: np.ndarray, greedy: np.ndarray | None, probabilistic: bool) -> np.ndarray:
+    """Each row's candidate: by inverse CDF (`u` (R, 1)), the argmax for greedy rows and greedy drafts."""
+    if not probabilistic:
+        return probs.argmax(axis=1)
+    cdf = np.add.accumulate(probs, axis=1)  # np.cumsum's arithmetic, less dispatch
+    # u < 1, so u * total never exceeds the total: the count is at most K - 1.
+    choice = np.add.reduce(cdf < u * cdf[:, -1:], axis=1, dtype=np.int64)
+    if greedy is not None:
+        g = np.flatnonzero(greedy)
+        choice[g] = probs[g].argmax(axis=1)
+    return choice
+
+
 class DSparkDrafter:
     """Drafts k tokens per sequence from the anchor; see the module docstring."""
 
@@ -420,17 +439,30 @@ class DSparkDrafter:
         rows = np.arange(batch)
         slot_tables = [tables.slot(wide, slot) for slot in range(k)]
         u_slots = uniforms.T[:, :, None]
+        compiled = kernels.active()
+        if compiled is not None:
+            u_cols = np.ascontiguousarray(uniforms.T, dtype=np.float64)
+            argmax = (greedy_rows if probabilistic else np.ones(batch, dtype=bool)).astype(np.int64)
         # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end.
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
         for slot in range(k):
             table, remap, over = slot_tables[slot]
-            probs = table.take(pair, axis=0)
-            if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
-                o = remap[pair]
-                hit = np.flatnonzero(o >= 0)
-                if hit.size:
-                    probs[hit] = over[o[hit]]
+            if compiled is not None:
+                # The pair rows' distribution, draw, token and next pair in one call; rows without
+                # pair rows are filled in below.
+                probs = np.empty((batch, topk))
+                choice, token, nxt = np.empty(batch, dtype=np.int64), np.empty_like(pair), np.empty_like(pair)
+                compiled.draft_slot(table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over,
+                                    pair, u_cols[slot], argmax, tables.cand_flat, tables.next_flat,
+                                    probs, choice, token, nxt)
+            else:
+                probs = table.take(pair, axis=0)
+                if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
+                    o = remap[pair]
+                    hit = np.flatnonzero(o >= 0)
+                    if hit.size:
+                        probs[hit] = over[o[hit]]
             if any_own:
                 m: np.ndarray | None = np.flatnonzero((pair < 0) | own)
             else:
@@ -456,20 +488,15 @@ class DSparkDrafter:
                         z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
                     logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
                     probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
-            if probabilistic:
-                cdf = np.add.accumulate(probs, axis=1)  # np.cumsum's arithmetic, less dispatch
-                # u < 1, so u * total never exceeds the total: the count is at most K - 1.
-                choice = np.add.reduce(cdf < u_slots[slot] * cdf[:, -1:], axis=1, dtype=np.int64)
-                if any_greedy:
-                    g = np.flatnonzero(greedy_rows)
-                    choice[g] = probs[g].argmax(axis=1)
-            else:
-                choice = probs.argmax(axis=1)
-            # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last
-            # pair's and is overwritten below.
-            at_flat = pair * topk + choice
-            token = tables.cand_flat.take(at_flat)
-            nxt = tables.next_flat.take(at_flat)
+            if compiled is None:
+                choice = _draw(probs, u_slots[slot], greedy_rows if any_greedy else None, probabilistic)
+                # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last
+                # pair's and is overwritten below.
+                at_flat = pair * topk + choice
+                token = tables.cand_flat.take(at_flat)
+                nxt = tables.next_flat.take(at_flat)
+            elif m is not None:
+                choice[m] = _draw(probs[m], u_slots[slot][m], greedy_rows[m] if any_greedy else None, probabilistic)
             if m is not None:
                 pick = choice[m]
                 token[m] = c_m[np.arange(m.size), pick]

@@ -1,4 +1,4 @@
-/* Verification kernels: the loops over a vocabulary row that numpy makes as several passes.
+/* Drafting and verification kernels: the loops over a row that numpy makes as several passes.
  *
  * sample_rows: inverse-CDF sampling of one index per row, with the CDF accumulated
  *   left to right in double, exactly as numpy's float64 cumsum accumulates it (so the
@@ -12,6 +12,8 @@
  * sample_correction / sample_support: the target's own token, its residual formed and
  *   sampled in two fused passes per row (`_correction`, `verify_support`'s draw).
  * support_accept: `verify_support`'s block rule on the draft support.
+ * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
+ *   the row's distribution, its inverse-CDF draw, the token and the next pair.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -46,13 +48,14 @@ static void release(Buf *b) {
     }
 }
 
-/* 'f' float32, 'd' float64, 'q'/'l' int64; 0 for anything else. */
+/* 'f' float32, 'd' float64, 'q' int64, 'i' int32; 0 for anything else. */
 static char kind(const Buf *b) {
     const char *f = b->view.format ? b->view.format : "B";
     if (*f == '<' || *f == '=' || *f == '@') f++;
     if (strcmp(f, "f") == 0 && b->view.itemsize == 4) return 'f';
     if (strcmp(f, "d") == 0 && b->view.itemsize == 8) return 'd';
     if ((strcmp(f, "q") == 0 || strcmp(f, "l") == 0) && b->view.itemsize == 8) return 'q';
+    if ((strcmp(f, "i") == 0 || strcmp(f, "l") == 0) && b->view.itemsize == 4) return 'i';
     return 0;
 }
 
@@ -593,12 +596,96 @@ done:
     return ret;
 }
 
+/* draft_slot(table (M, K) float64, remap (M,) int32 or empty, over (R, K) float64,
+ *            pair (B,) int64, u (B,) float64, argmax (B,) int64, cand (M*K,) int32,
+ *            next (M*K,) int32, probs (B, K) float64, choice (B,) int64, token (B,) int64,
+ *            nxt (B,) int64) -> None
+ * One drafter slot for the rows whose context has pair rows (pair >= 0; other rows are
+ * left as they are): the row's distribution from the boot table (or its override where
+ * remap >= 0), the candidate drawn by inverse CDF as the drafter draws it (a running sum
+ * left to right, the count of CDF values below u * total) or the first largest where
+ * argmax is set, and the candidate's token and next pair. */
+static PyObject *draft_slot(PyObject *self, PyObject *args) {
+    PyObject *o[12];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11]))
+        return NULL;
+    Buf b[12];
+    memset(b, 0, sizeof(b));
+    static const char *names[12] = {"table", "remap", "over", "pair", "u", "argmax",
+                                    "cand", "next", "probs", "choice", "token", "nxt"};
+    PyObject *ret = NULL;
+    for (int i = 0; i < 12; i++)
+        if (get_buf(o[i], &b[i], names[i], i >= 8)) goto done;
+    Py_ssize_t m = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, width = m >= 0 ? b[0].view.shape[1] : 0;
+    Py_ssize_t batch = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
+    Py_ssize_t nremap = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1, nover = b[2].view.ndim == 2 ? b[2].view.shape[0] : -1;
+    int ok = kind(&b[0]) == 'd' && m >= 0 && batch >= 0 && kind(&b[1]) == 'i' && (nremap == 0 || nremap == m) &&
+             kind(&b[2]) == 'd' && nover >= 0 && (nover == 0 || b[2].view.shape[1] == width) &&
+             kind(&b[6]) == 'i' && kind(&b[7]) == 'i' && b[6].view.ndim == 1 && b[7].view.ndim == 1 &&
+             b[6].view.shape[0] == m * width && b[7].view.shape[0] == m * width &&
+             kind(&b[8]) == 'd' && b[8].view.ndim == 2 && b[8].view.shape[0] == batch && b[8].view.shape[1] == width;
+    if (!ok || width < 1) {
+        PyErr_SetString(PyExc_ValueError, "draft_slot: table (M, K) float64, remap (M,) or (0,) int32, over (R, K) "
+                                          "float64, cand and next (M*K,) int32, probs (B, K) float64");
+        goto done;
+    }
+    Buf vec[6] = {b[3], b[4], b[5], b[9], b[10], b[11]};
+    if (check_vectors(vec, "qdqqqq", 6, batch, "draft_slot")) goto done;
+    const int64_t *pair = b[3].view.buf, *argmax = b[5].view.buf;
+    const int32_t *remap = b[1].view.buf;
+    for (Py_ssize_t j = 0; j < batch; j++) {
+        if (pair[j] >= m || (pair[j] >= 0 && nremap && remap[pair[j]] >= nover)) {
+            PyErr_SetString(PyExc_IndexError, "draft_slot: a pair or its override is out of range");
+            goto done;
+        }
+    }
+    const double *table = b[0].view.buf, *over = b[2].view.buf, *u = b[4].view.buf;
+    const int32_t *cand = b[6].view.buf, *next = b[7].view.buf;
+    double *probs = b[8].view.buf;
+    int64_t *choice = b[9].view.buf, *token = b[10].view.buf, *nxt = b[11].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < batch; j++) {
+        Py_ssize_t r = pair[j];
+        if (r < 0) continue;
+        const double *src = nremap && remap[r] >= 0 ? over + (Py_ssize_t)remap[r] * width : table + r * width;
+        double *dst = probs + j * width;
+        memcpy(dst, src, (size_t)width * sizeof(double));
+        int64_t c = 0;
+        if (argmax[j]) {
+            /* np.argmax: the first largest, a NaN counting as largest. */
+            double best = dst[0];
+            for (Py_ssize_t x = 0; x < width && best == best; x++)
+                if (dst[x] > best || dst[x] != dst[x]) {
+                    best = dst[x];
+                    c = x;
+                }
+        } else {
+            double cdf[width > 0 ? width : 1];
+            double run = 0.0;
+            for (Py_ssize_t x = 0; x < width; x++) cdf[x] = run = run + dst[x];
+            double threshold = u[j] * cdf[width - 1];
+            for (Py_ssize_t x = 0; x < width; x++) c += cdf[x] < threshold;
+        }
+        choice[j] = c;
+        token[j] = cand[r * width + c];
+        nxt[j] = next[r * width + c];
+    }
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    for (int i = 0; i < 12; i++) release(&b[i]);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
     {"sample_correction", sample_correction, METH_VARARGS, "The target's correction token per row."},
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
+    {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
     {NULL, NULL, 0, NULL},
 };
 

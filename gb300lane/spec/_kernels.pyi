@@ -41,3 +41,18 @@ def support_accept(
     scale: np.ndarray,
     /,
 ) -> None: ...
+def draft_slot(
+    table: np.ndarray,
+    remap: np.ndarray,
+    over: np.ndarray,
+    pair: np.ndarray,
+    u: np.ndarray,
+    argmax: np.ndarray,
+    cand: np.ndarray,
+    next: np.ndarray,
+    probs: np.ndarray,
+    choice: np.ndarray,
+    token: np.ndarray,
+    nxt: np.ndarray,
+    /,
+) -> None: ...
