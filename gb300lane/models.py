@@ -40,7 +40,7 @@ def format_validation_error(
     """
     parts = []
     for err in exc.errors()[:1] if first_only else exc.errors():
-        key = ".".join(_key_part(x) for x in err.get("loc", ()))
+        key = ".".join(key_text(x) for x in err.get("loc", ()))
         kind = err.get("type", "")
         msg = " ".join(str(err.get("msg", "invalid")).removeprefix("Value error, ").split())
         place = where(key) if where is not None else source
@@ -56,7 +56,7 @@ def format_validation_error(
     return "; ".join(parts)
 
 
-def _key_part(part: object) -> str:
+def key_text(part: object) -> str:
     """One part of a dotted key; a key with a newline or other control character is quoted, so the line stays one."""
     text = str(part)
     return text if text.isprintable() else repr(text)

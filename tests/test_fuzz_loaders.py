@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gb300lane.cards.schema import load_card
@@ -205,6 +205,10 @@ def _write(name: str, content: str | bytes) -> Path:
 
 @FUZZ
 @given(content=_texts(RECIPE))
+# Keys with a line break (a quoted YAML key) are named on one line, quoted.
+@example(content='? "\\n\\n"\n: 1\n')
+@example(content='engine_args:\n  extra_args:\n    ? "a\\nb"\n    : 1\n')
+@example(content='speculative:\n  ? "\\n"\n  : 1\n')
 def test_the_recipe_loader_never_tracebacks_or_hangs(content: str | bytes) -> None:
     path = _write("r.yaml", content)
     _check("recipe loader", lambda: load_recipe("r", _DIR), LaneError, _one_line_naming(path))

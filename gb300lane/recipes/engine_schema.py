@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any, Callable
 
 from gb300lane.errors import RecipeError
+from gb300lane.models import key_text
 
 
 
@@ -71,7 +72,7 @@ def validate_engine_keys(raw: dict[str, Any], where: Callable[[str], str]) -> No
     if isinstance(spec, dict):
         fields = snap["speculative_config"]["fields"]
         for key, value in spec.items():
-            dotted = f"speculative.{key}"
+            dotted = f"speculative.{key_text(key)}"
             if key not in fields:
                 raise RecipeError(
                     f"{where(dotted)}: {dotted} is not a vLLM {version} speculative-config key; {_suggest(key, sorted(fields))}"
@@ -96,7 +97,7 @@ def validate_engine_keys(raw: dict[str, Any], where: Callable[[str], str]) -> No
         # `vllm serve` takes the engine's args and the OpenAI server's own (tool parsers, chat template, ...).
         known = {**snap.get("frontend_args", {}).get("fields", {}), **snap["engine_args"]["fields"]}
         for key, value in extra.items():
-            dotted = f"engine_args.extra_args.{key}"
+            dotted = f"engine_args.extra_args.{key_text(key)}"
             name = str(key).replace("-", "_").lstrip("_")
             if name not in known:
                 raise RecipeError(
@@ -117,7 +118,7 @@ def validate_engine_keys(raw: dict[str, Any], where: Callable[[str], str]) -> No
     if isinstance(compilation, dict):
         known = snap["compilation_config"]["fields"]
         for key in compilation:
-            dotted = f"engine_args.compilation_config.{key}"
+            dotted = f"engine_args.compilation_config.{key_text(key)}"
             if key not in known:
                 raise RecipeError(
                     f"{where(dotted)}: {dotted} is not a vLLM {version} compilation-config key; {_suggest(str(key), sorted(known))}"

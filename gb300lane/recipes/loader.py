@@ -15,7 +15,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane import paths
 from gb300lane.errors import RecipeError
-from gb300lane.models import FrozenModel, format_validation_error
+from gb300lane.models import FrozenModel, format_validation_error, key_text
 from gb300lane.recipes.engine_schema import validate_engine_keys
 from gb300lane.names import name_problem
 from gb300lane.recipes.schema import Recipe
@@ -173,7 +173,7 @@ def _unknown_top_level(raw: dict[str, Any], source: str, origins: dict[str, str]
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
             fix = f"did you mean {close[0]!r}?" if close else "remove it"
             where = _where(str(key), source, origins)
-            raise RecipeError(f"{where}: {key}: unknown recipe key; {fix}")
+            raise RecipeError(f"{where}: {key_text(key)}: unknown recipe key; {fix}")
 
 
 def load_recipe(name: str, recipes_dir: Path | None = None) -> Recipe:

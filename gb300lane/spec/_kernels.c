@@ -48,6 +48,22 @@ static void release(Buf *b) {
     }
 }
 
+/* A kernel's array arguments, from position `first` of `args` on, into b[0..count) (those
+ * from `writable` on writable); -1 with the error set. The caller releases all of them. */
+static int get_arrays(PyObject *args, Py_ssize_t first, Buf *b, const char *const *names, int count, int writable) {
+    if (PyTuple_GET_SIZE(args) != first + count) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", first + count, PyTuple_GET_SIZE(args));
+        return -1;
+    }
+    for (int i = 0; i < count; i++)
+        if (get_buf(PyTuple_GET_ITEM(args, first + i), &b[i], names[i], i >= writable)) return -1;
+    return 0;
+}
+
+static void release_all(Buf *b, int count) {
+    for (int i = 0; i < count; i++) release(&b[i]);
+}
+
 /* 'f' float32, 'd' float64, 'q' int64, 'i' int32; 0 for anything else. */
 static char kind(const Buf *b) {
     const char *f = b->view.format ? b->view.format : "B";
@@ -100,11 +116,13 @@ static char kind(const Buf *b) {
  * out[r] = the index `_sample_rows` draws, or -1 for a row without positive mass
  * (the caller samples its fallback). */
 static PyObject *sample_rows(PyObject *self, PyObject *args) {
-    PyObject *o_dist, *o_u, *o_out;
-    if (!PyArg_ParseTuple(args, "OOO", &o_dist, &o_u, &o_out)) return NULL;
-    Buf dist = {0}, ub = {0}, out = {0};
+    static const char *const names[3] = {"dist", "u", "out"};
+    Buf b[3];
+    memset(b, 0, sizeof(b));
+    Buf dist, ub, out;
     PyObject *ret = NULL;
-    if (get_buf(o_dist, &dist, "dist", 0) || get_buf(o_u, &ub, "u", 0) || get_buf(o_out, &out, "out", 1)) goto done;
+    if (get_arrays(args, 0, b, names, 3, 2)) goto done;
+    dist = b[0], ub = b[1], out = b[2];
     char dk = kind(&dist);
     if (dist.view.ndim != 2 || (dk != 'f' && dk != 'd') || kind(&ub) != 'd' || kind(&out) != 'q' ||
         ub.view.ndim != 1 || out.view.ndim != 1 || ub.view.shape[0] != dist.view.shape[0] ||
@@ -131,9 +149,7 @@ static PyObject *sample_rows(PyObject *self, PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    release(&dist);
-    release(&ub);
-    release(&out);
+    release_all(b, 3);
     return ret;
 }
 
@@ -265,16 +281,13 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
  * accept, highest first, the first passing one deciding; scale is the joint there. The
  * residual of a tested position is formed as `_residuals` forms it and summed in double. */
 static PyObject *accept(PyObject *self, PyObject *args) {
-    PyObject *o[7];
-    int is_block;
-    if (!PyArg_ParseTuple(args, "pOOOOOOO", &is_block, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    static const char *const names[7] = {"p", "q", "drafts", "rows", "u", "tau", "scale"};
     Buf b[7];
     memset(b, 0, sizeof(b));
-    static const char *names[7] = {"p", "q", "drafts", "rows", "u", "tau", "scale"};
     PyObject *ret = NULL;
     double *joints = NULL;
-    for (int i = 0; i < 7; i++)
-        if (get_buf(o[i], &b[i], names[i], i >= 5)) goto done;
+    int is_block = PyTuple_GET_SIZE(args) > 0 ? PyObject_IsTrue(PyTuple_GET_ITEM(args, 0)) : 0;
+    if (is_block < 0 || get_arrays(args, 1, b, names, 7, 5)) goto done;
     Buf *pb = &b[0], *qb = &b[1];
     char pk = check_pq(pb, qb, "accept");
     if (!pk) goto done;
@@ -326,7 +339,7 @@ static PyObject *accept(PyObject *self, PyObject *args) {
     Py_INCREF(ret);
 done:
     PyMem_Free(joints);
-    for (int i = 0; i < 7; i++) release(&b[i]);
+    release_all(b, 7);
     return ret;
 }
 
@@ -363,14 +376,11 @@ done:
  * residual max(0, scale * p_tau - q_tau) (scale * p_k where tau == k), or from p_tau itself
  * where the residual has no mass, by inverse CDF with a float64 running sum. */
 static PyObject *sample_correction(PyObject *self, PyObject *args) {
-    PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    static const char *const names[7] = {"p", "q", "rows", "tau", "scale", "u", "out"};
     Buf b[7];
     memset(b, 0, sizeof(b));
-    static const char *names[7] = {"p", "q", "rows", "tau", "scale", "u", "out"};
     PyObject *ret = NULL;
-    for (int i = 0; i < 7; i++)
-        if (get_buf(o[i], &b[i], names[i], i == 6)) goto done;
+    if (get_arrays(args, 0, b, names, 7, 6)) goto done;
     char pk = check_pq(&b[0], &b[1], "sample_correction");
     if (!pk) goto done;
     Py_ssize_t batch = b[0].view.shape[0], kp1 = b[0].view.shape[1], k = kp1 - 1, vocab = b[0].view.shape[2];
@@ -406,7 +416,7 @@ static PyObject *sample_correction(PyObject *self, PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    for (int i = 0; i < 7; i++) release(&b[i]);
+    release_all(b, 7);
     return ret;
 }
 
@@ -417,15 +427,12 @@ done:
  * inverse CDF with a float64 running sum; where that leaves no mass, the target row itself.
  * The rows are read, never written. */
 static PyObject *sample_support(PyObject *self, PyObject *args) {
-    PyObject *o[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    static const char *const names[7] = {"rows", "scale", "cols", "qv", "has_q", "u", "out"};
     Buf b[7];
     memset(b, 0, sizeof(b));
-    static const char *names[7] = {"rows", "scale", "cols", "qv", "has_q", "u", "out"};
     PyObject *ret = NULL;
     float *dense_q = NULL;
-    for (int i = 0; i < 7; i++)
-        if (get_buf(o[i], &b[i], names[i], i == 6)) goto done;
+    if (get_arrays(args, 0, b, names, 7, 6)) goto done;
     Py_ssize_t n = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, vocab = n >= 0 ? b[0].view.shape[1] : 0;
     Py_ssize_t width = b[2].view.ndim == 2 ? b[2].view.shape[1] : -1;
     if (kind(&b[0]) != 'f' || n < 0 || kind(&b[2]) != 'q' || b[2].view.ndim != 2 || b[2].view.shape[0] != n ||
@@ -489,7 +496,7 @@ static PyObject *sample_support(PyObject *self, PyObject *args) {
     Py_INCREF(ret);
 done:
     PyMem_Free(dense_q);
-    for (int i = 0; i < 7; i++) release(&b[i]);
+    release_all(b, 7);
     return ret;
 }
 
@@ -500,15 +507,12 @@ done:
  * target puts outside the support, times the joint, plus the support's clamped differences,
  * and the last passing position, found highest first. */
 static PyObject *support_accept(PyObject *self, PyObject *args) {
-    PyObject *o[6];
-    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    static const char *const names[6] = {"p_sup", "q_sup", "choice", "u", "tau", "scale"};
     Buf b[6];
     memset(b, 0, sizeof(b));
-    static const char *names[6] = {"p_sup", "q_sup", "choice", "u", "tau", "scale"};
     PyObject *ret = NULL;
     double *joints = NULL;
-    for (int i = 0; i < 6; i++)
-        if (get_buf(o[i], &b[i], names[i], i >= 4)) goto done;
+    if (get_arrays(args, 0, b, names, 6, 4)) goto done;
     Py_ssize_t batch = b[0].view.ndim == 3 ? b[0].view.shape[0] : -1;
     Py_ssize_t k = batch >= 0 ? b[0].view.shape[1] : 0, width = batch >= 0 ? b[0].view.shape[2] : 0;
     int ok = kind(&b[0]) == 'f' && batch >= 0 && kind(&b[1]) == 'f' && b[1].view.ndim == 3 &&
@@ -592,7 +596,7 @@ static PyObject *support_accept(PyObject *self, PyObject *args) {
     Py_INCREF(ret);
 done:
     PyMem_Free(joints);
-    for (int i = 0; i < 6; i++) release(&b[i]);
+    release_all(b, 6);
     return ret;
 }
 
@@ -606,17 +610,12 @@ done:
  * left to right, the count of CDF values below u * total) or the first largest where
  * argmax is set, and the candidate's token and next pair. */
 static PyObject *draft_slot(PyObject *self, PyObject *args) {
-    PyObject *o[12];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &o[11]))
-        return NULL;
+    static const char *const names[12] = {"table", "remap", "over", "pair", "u", "argmax",
+                                          "cand", "next", "probs", "choice", "token", "nxt"};
     Buf b[12];
     memset(b, 0, sizeof(b));
-    static const char *names[12] = {"table", "remap", "over", "pair", "u", "argmax",
-                                    "cand", "next", "probs", "choice", "token", "nxt"};
     PyObject *ret = NULL;
-    for (int i = 0; i < 12; i++)
-        if (get_buf(o[i], &b[i], names[i], i >= 8)) goto done;
+    if (get_arrays(args, 0, b, names, 12, 8)) goto done;
     Py_ssize_t m = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, width = m >= 0 ? b[0].view.shape[1] : 0;
     Py_ssize_t batch = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
     Py_ssize_t nremap = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1, nover = b[2].view.ndim == 2 ? b[2].view.shape[0] : -1;
@@ -675,7 +674,7 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    for (int i = 0; i < 12; i++) release(&b[i]);
+    release_all(b, 12);
     return ret;
 }
 
