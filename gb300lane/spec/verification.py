@@ -23,6 +23,13 @@ zero outside its candidate columns), draft_tokens is (B, k). Both methods
 draw exactly `rng.random((B, k))` then `rng.random(B)` and nothing else,
 greedy rows included, so a caller may serve each row from its own generator
 and one seed gives one outcome per row where the rules coincide.
+
+Where the compiled kernels are built (`kernels.py`, `_kernels.c`), the
+accept tests and the correction draw run there in fused passes; the numpy
+paths below stay as the definition and the fallback. Sampling is the same
+bit for bit; block verification's residual sums are grouped differently, so
+a draw within a few roundings of a threshold could be decided differently
+(`tests/test_spec_kernels.py` holds the two to the same tokens).
 """
 
 from __future__ import annotations
@@ -153,6 +160,7 @@ def _sample_rows_numpy(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
 
 #: Rows x vocabulary up to which a batch samples by one vectorised count rather than a search per row.
 _COUNT_ELEMENTS = 1 << 15
+
 
 def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
     """max(0, scale * p_tau - q_tau) per row (p_k itself where tau == k), in p's precision."""
