@@ -218,6 +218,16 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
     return 0;
 }
 
+/* One step of block verification's prefix joint, min(1, joint * p(x) / q(x)): 0 stays 0, a
+ * draft the target gives no mass makes it 0, and a q of 0 divides by 1e-300 instead (the clamp
+ * then gives 1, as an infinite ratio would). */
+static inline double next_joint(double joint, double a, double b) {
+    if (!(joint > 0.0)) return joint;
+    if (a <= 0.0) return 0.0;
+    double ratio = joint * a / (b > 1e-300 ? b : 1e-300);
+    return ratio < 1.0 ? ratio : 1.0;
+}
+
 #define TOKEN_ROW(T)                                                                            \
     do {                                                                                        \
         const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
@@ -238,18 +248,9 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
         const T *qrow = (const T *)qb->view.buf + r * k * vocab;                                \
         double joint = 1.0;                                                                     \
         joints[0] = 1.0;                                                                        \
-        for (Py_ssize_t i = 0; i < k; i++) {                                                    \
-            double a = (double)prow[i * vocab + x[i]], b = (double)qrow[i * vocab + x[i]];      \
-            if (joint > 0.0) {                                                                  \
-                if (a <= 0.0) {                                                                 \
-                    joint = 0.0;                                                                \
-                } else {                                                                        \
-                    double ratio = joint * a / (b > 1e-300 ? b : 1e-300);                       \
-                    joint = ratio < 1.0 ? ratio : 1.0;                                          \
-                }                                                                               \
-            }                                                                                   \
-            joints[i + 1] = joint;                                                              \
-        }                                                                                       \
+        for (Py_ssize_t i = 0; i < k; i++)                                                      \
+            joints[i + 1] = joint =                                                             \
+                next_joint(joint, (double)prow[i * vocab + x[i]], (double)qrow[i * vocab + x[i]]); \
         Py_ssize_t t = 0;                                                                       \
         if (k > 0 && uu[k - 1] <= joints[k] && joints[k] > 0.0) {                               \
             t = k;                                                                              \
@@ -363,7 +364,8 @@ done:
         double threshold = uu * total, cdf = 0.0;                                     \
         int64_t count = 0;                                                            \
         for (Py_ssize_t c = 0; c < vocab; c++) {                                      \
-            T v = qrow ? RELU(CAST((double)prow[c] * s) - qrow[c], ABS) : (s == 1.0 ? prow[c] : CAST((double)prow[c] * s)); \
+            T v = CAST((double)prow[c] * s);                                          \
+            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
             cdf += (double)v;                                                         \
             count += cdf <= threshold;                                                \
         }                                                                             \
@@ -459,37 +461,22 @@ static PyObject *sample_support(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < n; j++) {
         const float *prow = (const float *)b[0].view.buf + j * vocab;
-        const int64_t *c = cols + j * width;
+        const int64_t *cj = cols + j * width;
         double s = scales[j], uu = us[j];
         if (vocab == 0) {
             out[j] = -1;
             continue;
         }
-        if (has_q[j])
-            for (Py_ssize_t i = 0; i < width; i++) dense_q[c[i]] = qv[j * width + i];
-        double total = 0.0;
-        for (Py_ssize_t x = 0; x < vocab; x++) total += (double)RELU((float)((double)prow[x] * s) - dense_q[x], fabsf);
-        int fallback = !(total > 0.0);
-        if (fallback) {
-            total = 0.0;
-            for (Py_ssize_t x = 0; x < vocab; x++) total += (double)prow[x];
+        /* The draft's q scattered into a zero row, so the correction reads it as `sample_correction`
+         * reads a q row (zero off the support, where the target row is taken as it is). */
+        const float *qrow = NULL;
+        if (has_q[j]) {
+            for (Py_ssize_t i = 0; i < width; i++) dense_q[cj[i]] = qv[j * width + i];
+            qrow = dense_q;
         }
-        double threshold = uu * total, cdf = 0.0;
-        int64_t count = 0;
-        if (fallback) {
-            for (Py_ssize_t x = 0; x < vocab; x++) {
-                cdf += (double)prow[x];
-                count += cdf <= threshold;
-            }
-        } else {
-            for (Py_ssize_t x = 0; x < vocab; x++) {
-                cdf += (double)RELU((float)((double)prow[x] * s) - dense_q[x], fabsf);
-                count += cdf <= threshold;
-            }
-        }
-        out[j] = count < vocab ? count : vocab - 1;
+        CORRECTION_ROW(float, AS_FLOAT, fabsf);
         if (has_q[j])
-            for (Py_ssize_t i = 0; i < width; i++) dense_q[c[i]] = 0.0f;
+            for (Py_ssize_t i = 0; i < width; i++) dense_q[cj[i]] = 0.0f;
     }
     Py_END_ALLOW_THREADS
     ret = Py_None;
@@ -503,7 +490,7 @@ done:
 /* support_accept(p_sup (B, k, K) float32, q_sup (B, k, K) float32, choice (B, k) int64,
  *                u (B, k) float64, tau (B,) int64, scale (B,) float64) -> None
  * `verify_support`'s block rule on the draft support: the prefix joint by its clamped
- * running product (as `block_accept` forms it), the residual at a position as the mass the
+ * running product (`next_joint`, as `accept` forms it), the residual at a position as the mass the
  * target puts outside the support, times the joint, plus the support's clamped differences,
  * and the last passing position, found highest first. */
 static PyObject *support_accept(PyObject *self, PyObject *args) {
@@ -549,18 +536,8 @@ static PyObject *support_accept(PyObject *self, PyObject *args) {
         const double *u = us + r * k;
         double joint = 1.0;
         joints[0] = 1.0;
-        for (Py_ssize_t i = 0; i < k; i++) {
-            double a = (double)pr[i * width + ch[i]], c = (double)qr[i * width + ch[i]];
-            if (joint > 0.0) {
-                if (a <= 0.0) {
-                    joint = 0.0;
-                } else {
-                    double ratio = joint * a / (c > 1e-300 ? c : 1e-300);
-                    joint = ratio < 1.0 ? ratio : 1.0;
-                }
-            }
-            joints[i + 1] = joint;
-        }
+        for (Py_ssize_t i = 0; i < k; i++)
+            joints[i + 1] = joint = next_joint(joint, (double)pr[i * width + ch[i]], (double)qr[i * width + ch[i]]);
         Py_ssize_t t = 0;
         for (Py_ssize_t i = k - 1; i >= 0; i--) {
             double pj = joints[i + 1];
