@@ -6,6 +6,12 @@ written). Part 2 registers the local card (`cards/local-br1.yaml`,
 the reduced sizes the card file states) into a fresh receipts directory,
 runs every arm, scores it and renders the report, so re-running never
 touches an earlier run's receipts.
+
+Part 2 boots its arms on the recipes' own ports when they are free. On a
+shared host where something holds them (another lane, production, any
+process), it moves every arm to the lowest port at which the whole lane
+fits (`lane.free_lane_port`) and says so through `notice`; `port` picks the
+place instead.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gb300lane import lane
 from gb300lane.cards.receipts import Receipts, register
 from gb300lane.cards.report import ratio_rows, render_report
-from gb300lane.cards.run import ArmOps, run_card
-from gb300lane.cards.schema import load_card, read_card_text
+from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
+from gb300lane.cards.schema import Card, load_card, read_card_text
 from gb300lane.cards.verdicts import score
 from gb300lane.cards.writeup import reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
+from gb300lane.recipes import load_recipe
 
 LOCAL_CARDS = {"br1": "local-br1", "br2": "local-br2"}
 
@@ -37,8 +45,28 @@ def part1(which: str, say: Say) -> float:
     return dt
 
 
-def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None = None) -> tuple[float, Receipts]:
-    """Register, run, score and report the local card in a fresh receipts directory."""
+def arm_port(card: Card, port: int | None, notice: Say) -> int | None:
+    """Where the card's arms boot: `port`, else their recipes' own ports (None) when free, else the nearest free place."""
+    if port is not None:
+        return port
+    recipes = [load_recipe(name) for name in sorted({a.recipe for a in card.arms})]
+    wanted = lane.ports_of(recipes)
+    taken = lane.busy_ports(wanted)
+    if not taken:
+        return None
+    moved = lane.free_lane_port(recipes, start=max(wanted) + 1)
+    held = "; ".join(f"{p} by {who}" for p, who in taken.items())
+    notice(f"port{'s' if len(taken) > 1 else ''} in use ({held}): the arms boot on "
+           f"{', '.join(map(str, lane.ports_of(recipes, moved)))} instead (pass --port P to choose)")
+    return moved
+
+
+def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None = None, port: int | None = None,
+          notice: Say | None = None) -> tuple[float, Receipts]:
+    """Register, run, score and report the local card in a fresh receipts directory.
+
+    The arms boot on `port` (the whole lane moved there), else where `arm_port` finds room; the move is told to
+    `notice` (default `say`)."""
     if which not in LOCAL_CARDS:
         raise CardError(f"unknown write-up card {which!r}; use br1 or br2")
     t0 = time.perf_counter()
@@ -49,6 +77,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
             f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
             f"{w.forced_tokens} forced tokens, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
             f"temperature {w.temperature}")
+    if ops is None:
+        ops = LiveArmOps(port=arm_port(card, port, notice or say))
     # A run directory of its own (`<date>-<card>-reproduce[-runN]`): `card register CARD` never finds these receipts.
     rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce")
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
@@ -74,12 +104,12 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
 
 
 def reproduce(which: str, say: Say, *, parts: tuple[int, ...] = (1, 2), base: Path | None = None,
-              ops: ArmOps | None = None) -> dict[str, float]:
+              ops: ArmOps | None = None, port: int | None = None, notice: Say | None = None) -> dict[str, float]:
     times: dict[str, float] = {}
     if 1 in parts:
         times["part1_s"] = part1(which, say)
     if 2 in parts:
         if 1 in parts:
             say("")
-        times["part2_s"], _ = part2(which, say, base=base, ops=ops)
+        times["part2_s"], _ = part2(which, say, base=base, ops=ops, port=port, notice=notice)
     return times

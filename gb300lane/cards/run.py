@@ -32,7 +32,7 @@ from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
 from gb300lane.models import FrozenModel
-from gb300lane.recipes import WindowSpec
+from gb300lane.recipes import WindowSpec, load_recipe
 
 Progress = Callable[[str], None]
 
@@ -101,6 +101,29 @@ class LiveArmOps:
         self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
     ) -> WindowResult:
         return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint)
+
+
+def lane_taken_by_protected(card: Card, protected: Protected, port: int | None) -> None:
+    """Refuse, naming `--take-lane`, when production or the rollback pair serves the port an arm would boot on.
+
+    Without this the first arm's boot would fail on a busy port with the lane's own advice (`--port N`), and the
+    card's way to share one lane with production (`card run --take-lane`) would go unsaid.
+    """
+    if port is not None or not protected.instances:
+        return
+    from gb300lane.lane import instances
+
+    wanted = {p: a for a in card.arms for p in lane.ports_of([load_recipe(a.recipe)])}
+    for name, role in sorted(protected.instances.items()):
+        record = instances.load(name)
+        if record is None or record.port not in wanted or not lane.busy_ports([record.port]):
+            continue
+        arm = wanted[record.port]
+        raise CardError(
+            f"card {card.name}: port {record.port}, where arm {arm.name} ({arm.recipe}) boots, is served by "
+            f"{name}, the lane's {role}; `gb300lane card run {card.name} --take-lane` stops it for the bracket and "
+            f"restarts it afterwards, or `gb300lane card run {card.name} --port P` runs the arms beside it"
+        )
 
 
 def _flag_keys(card: Card) -> list[str]:
@@ -187,6 +210,8 @@ def run_card(
         raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
                         "Run the local card instead (e.g. `gb300lane card run local-br1`)")
     ops = ops or LiveArmOps(protected)
+    if isinstance(ops, LiveArmOps):
+        lane_taken_by_protected(card, ops.protected, ops.port)
     say = progress or (lambda _msg: None)
     lines = []
     stages = stage_count(card)

@@ -411,6 +411,9 @@ def calibrate_cmd(
 def reproduce_cmd(
     which: str = typer.Argument(..., help="br1 or br2."),
     part: list[int] = typer.Option([1, 2], "--part", help="Which parts to run (1, 2); default both."),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Boot part 2's arms (main and sidecar) "
+                                    "moved to this port. Default: the recipes' own ports, or the nearest free "
+                                    "ones when those are taken (said on stderr)."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards.reproduce import reproduce
@@ -423,7 +426,7 @@ def reproduce_cmd(
         if not as_json:
             say(m)
 
-    times = reproduce(which, keep, parts=tuple(part))
+    times = reproduce(which, keep, parts=tuple(part), port=port, notice=_say(True))
     if as_json:
         print_json({"card": which, "parts": list(part), "lines": lines, "times_s": times})
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         status,
         stop_instance,
     )
+    from gb300lane.lane.ports import busy_ports, free_lane_port, ports_of
     from gb300lane.lane.protect import NOTHING, Protected
     from gb300lane.lane.readiness import (
         ContainerDied,
@@ -88,6 +89,9 @@ __getattr__, __dir__ = attach(
         "resolve": "manage",
         "status": "manage",
         "stop_instance": "manage",
+        "busy_ports": "ports",
+        "free_lane_port": "ports",
+        "ports_of": "ports",
         "NOTHING": "protect",
         "Protected": "protect",
         "ContainerDied": "readiness",
@@ -119,10 +123,12 @@ __all__ = [
     "ReadinessTimeout",
     "await_instance",
     "boot",
+    "busy_ports",
     "default_check_keys",
     "down",
     "follow",
     "foreign_clients",
+    "free_lane_port",
     "instance",
     "instance_name",
     "kept_problem",
@@ -130,6 +136,7 @@ __all__ = [
     "logs",
     "on_lane",
     "plan_boot",
+    "ports_of",
     "remove_instance",
     "resolve",
     "start_instance",

@@ -43,6 +43,7 @@ from gb300lane.recipes import (
     render,
     requires_acknowledgement,
 )
+from gb300lane.recipes.boottime import boot_limit_s
 from gb300lane.recipes.loader import recipe_path, validate_raw
 from gb300lane.runtime import (
     LABEL_ARM,
@@ -56,10 +57,6 @@ from gb300lane.runtime import (
     state_label,
 )
 
-#: A real miss boot compiles and autotunes for about half an hour (the write-up's hit took 528 s).
-VLLM_TIMEOUT_S = 3600.0
-#: The embedded engine sleeps modelled seconds x time scale; a miss models about 1,910 s.
-EMBEDDED_MISS_MODELLED_S = 1910.0
 
 
 class BootProgress(FrozenModel):
@@ -314,12 +311,8 @@ def await_instance(instance: str, *, timeout_s: float | None = None, progress: P
 
 
 def default_timeout_s(recipe: Recipe, expected_s: float | None) -> float:
-    """Readiness limit without --timeout: generous for a miss, and never under 3x what boots took here."""
-    if recipe.engine == "embedded":
-        base = 60.0 + 2 * EMBEDDED_MISS_MODELLED_S * (recipe.engine_args.time_scale or 0.0)
-    else:
-        base = VLLM_TIMEOUT_S
-    return max(base, 3 * (expected_s or 0.0))
+    """Readiness limit without --timeout: generous for a miss (`recipes.boottime`), never under 3x what boots took here."""
+    return max(boot_limit_s(recipe), 3 * (expected_s or 0.0))
 
 
 def _recipe_file(recipe: Recipe) -> str:

@@ -15,8 +15,9 @@ The manifests are a view of the same containers every other format shows
 - one PersistentVolumeClaim per lane mounted at the compile cache root
   (`VLLM_CACHE_ROOT`): every recipe of the lane shares it, as they share the
   box's cache directory, so a restart of the same hash is a hit;
-- a startupProbe that lets a compile miss finish (30 minutes), readiness on
-  `/health`, Prometheus scrape annotations;
+- a startupProbe that waits as long as the lane's own boot does
+  (`recipes.boottime.boot_limit_s`: 60 minutes for vLLM, twice the ~1,910 s a
+  compile miss takes), readiness on `/health`, Prometheus scrape annotations;
 - a ClusterIP Service per container, and for a dark lane a NetworkPolicy that
   admits only the tool (pods labelled `gb300lane.lane=<lane>`,
   `gb300lane.role=tool`).
@@ -46,6 +47,7 @@ No namespace is written; `kubectl apply -n NS -f k8s.yaml` places the lane.
 from __future__ import annotations
 
 import base64
+import math
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -55,6 +57,7 @@ import yaml
 from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
+from gb300lane.recipes.boottime import boot_limit_s
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, render
 from gb300lane.recipes.schema import LABEL_VALUE_RE, Recipe
 from gb300lane.redact import is_secret
@@ -70,11 +73,15 @@ SERVE_CONFIG_KEY = "vllm-serve.yaml"
 DEFAULT_CACHE_ROOT = "/root/.cache/vllm"
 #: One claim holds what every hash of the lane compiled (graphs, autotune results; no weights).
 COMPILE_CACHE_SIZE = "20Gi"
-#: Readiness every 10 s; startup may take 180 x 10 s = 30 minutes, enough for a compile miss.
+#: Readiness every 10 s; startup as long as `boot_limit_s` (vLLM: 360 x 10 s = 60 minutes, a compile miss twice over).
 PROBE_PERIOD_S = 10
 PROBE_TIMEOUT_S = 5
 READINESS_FAILURES = 3
-STARTUP_FAILURES = 180
+
+
+def startup_failures(recipe: Recipe) -> int:
+    """The startupProbe's failureThreshold: probes at PROBE_PERIOD_S until the recipe's boot limit has passed."""
+    return max(READINESS_FAILURES, math.ceil(boot_limit_s(recipe) / PROBE_PERIOD_S))
 #: Labels that select one container's pods. The fingerprint and tool version stay out:
 #: a selector cannot change, and both change without the workload changing identity.
 SELECTOR_KEYS = ("gb300lane.lane", "gb300lane.recipe", "gb300lane.role")
@@ -273,7 +280,7 @@ class _Lane:
         if c.device_ids:
             count = str(len(c.device_ids))
             container["resources"] = {"requests": {GPU_RESOURCE: count}, "limits": {GPU_RESOURCE: count}}
-        container["startupProbe"] = _probe(STARTUP_FAILURES)
+        container["startupProbe"] = _probe(startup_failures(self.recipe))
         container["readinessProbe"] = _probe(READINESS_FAILURES)
         mounts, volumes = self.volumes(c)
         if mounts:
