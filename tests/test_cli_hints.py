@@ -226,3 +226,34 @@ def test_a_busy_port_hint_names_only_options_of_up(recipes: Path) -> None:
         result = CliRunner().invoke(app, ["up", "t-busy", "--runtime", "process", "--dark"])
     assert result.exit_code == 1 and f"port {port}" in result.output, result.output
     assert "--port" in result.output and not _printed_problems(("up",), result.output), result.output
+
+
+# The lane's boot errors are printed by every command that boots one: the options they name must be on each.
+
+#: What a command's callback calls when it boots a lane (its own instance, a card's arms, a pilot, production).
+_BOOTS = re.compile(r"\blane_up\(|\bLiveArmOps\(|\breproduce\(|\bcore\.promote\(")
+
+
+def booting_commands() -> set[tuple[str, ...]]:
+    import inspect
+
+    return {path for path, cmd in COMMANDS.items()
+            if getattr(cmd, "callback", None) is not None and _BOOTS.search(inspect.getsource(cmd.callback))}
+
+
+def test_every_command_that_boots_a_lane_has_the_options_the_boot_errors_name() -> None:
+    found = booting_commands()
+    # The reader of callbacks finds the commands known to boot (a new one joins this list knowingly).
+    assert {("up",), ("card", "run"), ("card", "reproduce"), ("card", "plan"), ("promote",)} <= found, found
+    tree = ast.parse((PACKAGE / "lane" / "preconditions.py").read_text(encoding="utf-8"))
+    # Every string of the module: its problems are collected (`problems.append(...)`) and raised as one.
+    # A flag inside a whole command line (`gb300lane up RECIPE --name ARM`) is that command's: checked above.
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    texts = ["".join(v.value if isinstance(v, ast.Constant) else "X" for v in n.values) if isinstance(n, ast.JoinedStr)
+             else n.value for n in ast.walk(tree) if id(n) not in parts and isinstance(n, (ast.Constant, ast.JoinedStr))
+             and isinstance(getattr(n, "value", ""), str)]
+    flags = {f.rstrip(".") for t in texts for f in _FLAG.findall(_COMMAND_LINE.sub("", _FOREIGN.sub("", t)))}
+    assert "--port" in flags, flags
+    problems = [f"`gb300lane {' '.join(path)}` boots a lane and has no {flag} (named by lane/preconditions.py)"
+                for path in sorted(found) for flag in sorted(flags) if flag not in options(path)]
+    assert not problems, "\n".join(problems)

@@ -118,6 +118,8 @@ def plan_cmd(
     boots: int = typer.Option(0, "--boots", help="First run a boot study: this many boots of the control recipe "
                               "in process on the embedded engine, to measure each gate's boot sd (kept as receipts "
                               "under results/pilots/; later plans pool every study)."),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Boot the pilot's lane (main and "
+                                    "sidecar) moved to this port, beside whatever serves the recipe's ports."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
@@ -126,7 +128,7 @@ def plan_cmd(
     from gb300lane.promote.view import protected_instances
 
     loaded, _ = load_card(card)
-    ops = LiveArmOps(protected_instances()) if pilot is not False else None
+    ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
     if as_json:
         print_json(p.model_dump(mode="json"))

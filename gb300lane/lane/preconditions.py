@@ -28,14 +28,14 @@ def check_preconditions(
         if running:
             raise StateError(
                 f"instance {instance} is already up ({', '.join(running)} running since run {existing.run}); "
-                f"`gb300lane down {instance}` first, or boot another arm with --name ARM"
+                f"`gb300lane down {instance}` first, or boot another arm (`gb300lane up {rendered.recipe} --name ARM`)"
             )
     present = existing is not None or any(rt.inspect(n).state != "missing" for n in names)
     why = protected.why(instance) if present else None
     if why is not None:
         raise StateError(
             f"instance {instance} exists and booting it again would replace it, but {why}; "
-            "boot this recipe under another --name ARM"
+            f"boot this recipe under another name (`gb300lane up {rendered.recipe} --name ARM`)"
         )
     # Everything else that is wrong is reported at once, each with the fix that applies to it.
     problems: list[str] = []
@@ -103,7 +103,8 @@ def _declared_gpus(rendered: RenderedLane, products: dict[str, str | None]) -> l
         if missing:
             out.append(
                 f"host {place.host} has no GPU {', '.join(missing)} for the {spec.role} container ({place.inventory} "
-                f"lists {', '.join(place.gpu_ids) or 'none'}); fix the recipe's gpus.{spec.role} or boot it on another --host"
+                f"lists {', '.join(place.gpu_ids) or 'none'}); fix the recipe's gpus.{spec.role} or boot it on another host "
+                f"(`gb300lane up {rendered.recipe} --host HOST`)"
             )
         want = products.get(spec.role)
         for d in spec.device_ids:
@@ -111,7 +112,8 @@ def _declared_gpus(rendered: RenderedLane, products: dict[str, str | None]) -> l
             if want and have and _norm_product(want) != _norm_product(have):
                 out.append(
                     f"host {place.host}: GPU {d} is {have} and the recipe's {spec.role} needs {want} "
-                    f"(gpus.{spec.role}_product); pick the right device id or boot it on another --host"
+                    f"(gpus.{spec.role}_product); pick the right device id or boot it on another host "
+                    f"(`gb300lane up {rendered.recipe} --host HOST`)"
                 )
     return out
 
