@@ -39,7 +39,7 @@ from typer.core import TyperArgument, TyperOption
 
 from gb300lane import __version__
 from gb300lane.cli.common import err_console, fail
-from gb300lane.cli.params import ConvertingGroup, convert_with_click_rules
+from gb300lane.cli.params import ConvertingArgument, ConvertingGroup, convert_with_click_rules
 from gb300lane.errors import LaneError
 from gb300lane.fsio import STORAGE_ERRNOS, storage_error
 
@@ -57,7 +57,7 @@ if not any(isinstance(h, _Warnings) for h in _LIBRARY_LOG.handlers):
     _LIBRARY_LOG.propagate = False
 
 
-class _Argument(TyperArgument):
+class _Argument(ConvertingArgument):
     """An argument shown by its name alone: `RECIPE`, `[RECIPE]` when optional; no `<str>` beside it."""
 
     def display_type_rich(self, ctx: Any) -> str | None:

@@ -9,6 +9,14 @@ here and typer's adapter is never built. Bad values are usage errors with
 click's wording (exit code 2): `'abc' is not a valid integer.`,
 `0 is not in the range 1<=x<=65535.`, `'x' is not one of 'a', 'b'.`
 
+Only public names are used: a parameter typer built (`typer.core.TyperOption`,
+`TyperArgument`) becomes a subclass whose `process_value` follows click's
+contract for it (convert, refuse a missing required value, run the callback)
+with these converters; what it converts is read from the parameter's
+`type_descriptor` (its annotation and `typer.models.ParameterInfo`). A typer
+whose parameters lack it keeps its own converters: the same values, slower
+(`tests/test_cli_params.py` says which).
+
 `convert_with_click_rules(command)` installs the converters on every
 parameter of a command tree (the top-level group does it when built).
 """
@@ -21,8 +29,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from typer import BadParameter
-from typer._coercion import RuntimeParam
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 #: click's spellings of a boolean value.
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -73,10 +80,19 @@ def _choice(choices: type[Enum], value: Any, ctx: Any, case_sensitive: bool) -> 
 
 
 @dataclass(frozen=True)
-class ClickRules(RuntimeParam):
-    """typer's per-parameter converter, for the kinds the CLI uses (installed only where `_supported` says so)."""
+class ClickRules:
+    """One parameter's converter, for the kinds the CLI uses (installed only where `_supported` says so)."""
 
-    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+    annotation: Any
+    parameter_info: Any  # typer.models.ParameterInfo: min, max, case_sensitive
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        """The value as the command receives it: None stays None (or () for a multi-value parameter)."""
+        multi = bool(param.multiple) or param.nargs == -1
+        if value is None:
+            return () if multi else None
+        if multi and isinstance(value, str):
+            raise BadParameter("Value must be an iterable.", ctx=ctx, param=param)
         origin: Any = get_origin(self.annotation)
         if origin is list:
             (item,) = get_args(self.annotation)
@@ -124,12 +140,48 @@ def _supported(annotation: Any, info: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, Enum)
 
 
+def _process_value(param: Any, ctx: Any, value: Any, typers: Any) -> Any:
+    """click's `Parameter.process_value`: convert, refuse a missing required value, then the callback."""
+    if param.rules is None:
+        return typers(ctx, value)  # a kind this module does not convert: typer's own converter
+    value = param.rules.coerce(value, param=param, ctx=ctx)
+    if param.required and param.value_is_missing(value):
+        return typers(ctx, value)  # typer's own path raises click's MissingParameter (an error: its cost is no matter)
+    if param.callback is not None:
+        value = param.callback(ctx, param, value)
+    return value
+
+
+class ConvertingOption(TyperOption):
+    """An option that converts by `ClickRules` instead of typer's adapter."""
+
+    rules: ClickRules | None = None
+
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _process_value(self, ctx, value, super().process_value)
+
+
+class ConvertingArgument(TyperArgument):
+    """An argument that converts by `ClickRules` instead of typer's adapter (the CLI's own argument class derives
+    from it)."""
+
+    rules: ClickRules | None = None
+
+    def process_value(self, ctx: Any, value: Any) -> Any:
+        return _process_value(self, ctx, value, super().process_value)
+
+
+_CONVERTING: dict[type, type] = {TyperOption: ConvertingOption, TyperArgument: ConvertingArgument}
+
+
 def _install(param: Any) -> None:
+    converting = type(param) if isinstance(param, (ConvertingOption, ConvertingArgument)) else _CONVERTING.get(type(param))
     desc = getattr(param, "type_descriptor", None)
-    if desc is None or getattr(param, "_runtime_param", "absent") is not None:
-        return  # not a typer parameter, or its converter is already chosen
-    if desc.file_annotation is None and _supported(desc.annotation, desc.parameter_info):
-        param._runtime_param = ClickRules(annotation=desc.annotation, parameter_info=desc.parameter_info)
+    if converting is None or desc is None or getattr(param, "rules", None) is not None:
+        return  # not a parameter typer built, a typer that describes it otherwise, or converting already
+    if getattr(desc, "file_annotation", None) is None and _supported(desc.annotation, desc.parameter_info):
+        param.__class__ = converting
+        param.rules = ClickRules(annotation=desc.annotation, parameter_info=desc.parameter_info)
 
 
 def _installed(option: Any) -> Any:
