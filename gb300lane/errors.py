@@ -3,6 +3,7 @@
     LaneError                      anything the user can fix; exit code 1
     ├── RecipeError                a recipe file, key or value is wrong
     ├── RenderError                a template could not produce a container spec
+    ├── TemplateError              a text template (shipped, or the user's ./templates) is missing or wrong
     ├── RuntimeUnavailable         the Docker engine (or another runtime) does not answer
     ├── BootError                  a lane did not come up (carries the log tail)
     ├── EngineError                the embedded engine was misconfigured
@@ -34,6 +35,10 @@ class RecipeError(LaneError):
 
 class RenderError(LaneError):
     """A recipe could not be rendered into container specs."""
+
+
+class TemplateError(LaneError):
+    """A text template could not be found, parsed or rendered: names the template file (and line) and the fix."""
 
 
 class RuntimeUnavailable(LaneError):

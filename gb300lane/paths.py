@@ -1,13 +1,19 @@
 """Where things live: what the package ships, what the user has, and the lane state.
 
-What the tool ships (the recipes, the cards, the write-up's transcribed
-receipts, the vLLM schema snapshots) lives inside the package under
-`gb300lane/data/` and is found with `importlib.resources`, so an installed
-wheel reads exactly what a checkout reads. A user's own `recipes/` and
-`cards/` in the working directory come first (a file there shadows the shipped
-one of the same name); their results go to `./results`. Each location can be
-overridden by an environment variable so that tests and several lanes on one
-host never share state by accident.
+What the tool ships is found in one of two places, and an installed wheel
+reads exactly what a checkout reads. The cards and the vLLM schema snapshots
+live inside the package under `gb300lane/data/` (importlib.resources). The
+recipes, the templates and the write-up's transcribed receipts live at the
+repository's top level (`recipes/`, `templates/`, `results/<run>/`, where
+people read and edit them); a wheel carries them under `gb300lane/data/`
+(`recipes/`, `templates/`, `receipts/<run>/`), copied in at build time by
+setup.py, and a checkout (an editable install) reads them where they are.
+
+A user's own `recipes/`, `cards/` and `templates/` in the working directory
+come first (a file there shadows the shipped one of the same name); their
+results go to `./results`. Each location can be overridden by an environment
+variable so that tests and several lanes on one host never share state by
+accident.
 """
 
 from __future__ import annotations
@@ -21,14 +27,40 @@ from gb300lane.errors import StateError
 
 #: The package that holds the shipped data files.
 DATA_PACKAGE = "gb300lane.data"
+#: What the repository keeps at its top level and a wheel under gb300lane/data/: folder in the package -> in the
+#: repository. setup.py copies each into the wheel (the receipts: the write-up's runs only, `WRITEUP_RUNS`).
+TOP_LEVEL = {"recipes": "recipes", "templates": "templates", "receipts": "results"}
+#: The write-up's transcribed receipts, under the write-up's own run names.
+WRITEUP_RUNS = ("2026-10-26-br1-block-verification", "2026-10-26-br2-k-ladder-peerbench")
+#: The checkout this module sits in, when it sits in one (an editable install, or the source tree on sys.path).
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _in_checkout(top: str) -> Path | None:
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "gb300lane" / "paths.py").is_file():
+        found = _CHECKOUT / top
+        return found if found.is_dir() else None
+    return None
 
 
 def shipped(*parts: str) -> Path:
-    """A file or folder the package ships under `gb300lane/data/`, located with importlib.resources.
+    """A file or folder the tool ships: under `gb300lane/data/` in the package, or, for the recipes, templates
+    and receipts, at the top of the checkout the package was imported from (see the module's docstring).
 
     Recipes and receipts are read as folders (globbed, hashed file by file),
     so the package must be installed as files on disk, which pip always does.
     """
+    if parts and parts[0] in TOP_LEVEL:
+        packaged = resources.files(DATA_PACKAGE).joinpath(parts[0])
+        if isinstance(packaged, Path) and packaged.is_dir():
+            return packaged.joinpath(*parts[1:])  # a wheel's copy
+        top = _in_checkout(TOP_LEVEL[parts[0]])
+        if top is not None:
+            return top.joinpath(*parts[1:])
+        raise StateError(
+            f"{DATA_PACKAGE}/{parts[0]} is not installed and this is no checkout with {TOP_LEVEL[parts[0]]}/ at its "
+            "top; reinstall gb300lane (pip install gb300lane, or pip install -e . in a checkout)"
+        )
     found = resources.files(DATA_PACKAGE).joinpath(*parts)
     if not isinstance(found, Path):
         raise StateError(
@@ -66,9 +98,20 @@ def results_dir() -> Path:
     return Path(env) if env else Path.cwd() / "results"
 
 
-def writeup_receipts_dir() -> Path:
-    """The write-up's transcribed receipts, shipped read-only with the package."""
-    return shipped("receipts")
+def template_dirs() -> tuple[Path, ...]:
+    """Where templates are looked up by name, first match first: `GB300LANE_TEMPLATES_DIR` alone, else
+    `./templates` (when it exists), then the shipped templates."""
+    return _search("GB300LANE_TEMPLATES_DIR", "templates", "templates")
+
+
+def writeup_receipts(run: str) -> Path:
+    """One of the write-up's transcribed receipts directories (`WRITEUP_RUNS`), shipped read-only with the tool."""
+    return shipped("receipts", run)
+
+
+def writeup_receipts_dirs() -> tuple[Path, ...]:
+    """Every shipped receipts directory of the write-up, in `WRITEUP_RUNS` order."""
+    return tuple(writeup_receipts(run) for run in WRITEUP_RUNS)
 
 
 def state_dir() -> Path:

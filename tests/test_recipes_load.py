@@ -259,5 +259,20 @@ def test_results_go_to_the_working_directory_and_shipped_data_is_package_data(
     import gb300lane
 
     package = Path(gb300lane.__file__).parent
-    for what in ("recipes", "cards", "receipts", "vllm-0.33.0-schema.json"):
+    for what in ("cards", "vllm-0.33.0-schema.json"):
         assert paths.shipped(what).exists() and package in paths.shipped(what).parents
+    # In a checkout, what the repository keeps at its top level is read there (a wheel carries a copy in the package).
+    root = package.parent
+    assert paths.shipped("recipes") == root / "recipes" and paths.shipped("templates") == root / "templates"
+    assert paths.writeup_receipts_dirs() == tuple(root / "results" / run for run in paths.WRITEUP_RUNS)
+    assert all((d / "manifest.json").is_file() for d in paths.writeup_receipts_dirs())
+
+
+def test_the_checkout_keeps_recipes_templates_and_receipts_at_its_top_only() -> None:
+    # A copy under gb300lane/data/ would be read instead of the top-level folder (a wheel's place for it): a recipe
+    # added there (say, by a branch made before the move) would shadow the top-level one without a word.
+    import gb300lane
+
+    data = Path(gb300lane.__file__).parent / "data"
+    stray = [str(data / name) for name in paths.TOP_LEVEL if (data / name).exists()]
+    assert not stray, f"move {', '.join(stray)} to the repository's top level ({', '.join(paths.TOP_LEVEL.values())}/)"

@@ -44,7 +44,7 @@ from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.keyed import check_seal
 from gb300lane.models import FrozenModel
-from gb300lane.paths import writeup_receipts_dir
+from gb300lane.paths import writeup_receipts_dirs
 
 LinkStatus = Literal["ok", "broken", "note"]
 _GATE: TypeAdapter[Any] = TypeAdapter(Gate)
@@ -94,7 +94,7 @@ class Chain(FrozenModel):
 def _shipped(rec: Receipts) -> bool:
     """The write-up's receipts, shipped inside the package: their manifest is unsealed (no user key made it)."""
     try:
-        return rec.root.resolve().is_relative_to(writeup_receipts_dir().resolve())
+        return rec.root.resolve() in {d.resolve() for d in writeup_receipts_dirs()}
     except (OSError, LaneError):
         return False
 

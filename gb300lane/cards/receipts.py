@@ -46,7 +46,7 @@ from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
 from gb300lane.models import FrozenModel
-from gb300lane.paths import results_dir, writeup_receipts_dir
+from gb300lane.paths import results_dir, writeup_receipts_dirs
 
 
 #: What a manifest's seal is labelled with (a seal of one kind never verifies another).
@@ -456,19 +456,21 @@ def all_receipts(base: Path | None = None, card_name: str | None = None) -> list
     Without `base`: the results directory and the write-up's transcribed
     receipts shipped with the package (read-only: scoring refuses them).
     """
-    bases = [base] if base is not None else [results_dir(), writeup_receipts_dir()]
+    if base is not None:
+        dirs = sorted(base.iterdir()) if base.is_dir() else []
+    else:
+        # In a checkout's root ./results holds the write-up's runs too: each directory is read once.
+        here = sorted(results_dir().iterdir()) if results_dir().is_dir() else []
+        dirs = list({d.resolve(): d for d in [*here, *writeup_receipts_dirs()] if d.is_dir()}.values())
     out = []
-    for b in bases:
-        if not b.is_dir():
+    for d in dirs:
+        r = Receipts(d)
+        if not r.registration_file.is_file():
             continue
-        for d in b.iterdir():
-            r = Receipts(d)
-            if not r.registration_file.is_file():
-                continue
-            try:
-                reg = r.registration()
-            except (ValueError, CardError):
-                continue
-            if card_name is None or reg.card == card_name:
-                out.append((reg.registered_at, d.name, r))
+        try:
+            reg = r.registration()
+        except (ValueError, CardError):
+            continue
+        if card_name is None or reg.card == card_name:
+            out.append((reg.registered_at, d.name, r))
     return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]

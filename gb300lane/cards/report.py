@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from gb300lane import templating
 from gb300lane.cards.custody import require_intact
 from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
 from gb300lane.cards.receipts import Receipts
@@ -238,53 +239,42 @@ def _f(v: float | None, fmt: str = ",.1f") -> str:
     return "—" if v is None else format(v, fmt)
 
 
+@dataclass(frozen=True)
+class APRow:
+    """One arm's tokens per verify step and a_p in the primary window, as the report tables show them."""
+
+    arm: str
+    recipe: str
+    tokens_per_step: float | None  # measured (None: not measured)
+    from_a_p: float | None  # 1 + the sum of a_p (None: no a_p)
+    a_p: tuple[float, ...] | None  # accepted at position p over the drafts that had it
+    text: str  # a_p by position with where it came from, or "—"
+
+
+def a_p_rows(card: Card, arms: list[ArmData]) -> list[APRow]:
+    """Each arm's row of the a_p table (markdown and HTML)."""
+    out = []
+    for arm in arms:
+        win = arm.windows.get(card.primary_window)
+        ap, where = _arm_a_p(arm, card.primary_window)
+        out.append(APRow(
+            arm=arm.arm, recipe=arm.recipe, tokens_per_step=win.tokens_per_step if win else None,
+            from_a_p=tokens_per_step_from_a_p(ap) if ap else None, a_p=ap,
+            text=" ".join(f"{v:.3f}" for v in ap) + f" ({where})" if ap else "—",
+        ))  # fmt: skip
+    return out
+
+
 def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
              figures: list[str]) -> str:
-    reg = rec.registration()
-    names = [a.name for a in card.arms]
-    lines = [f"# {card.title}", "", f"Card `{card.name}`, registered {reg.registered_at} "
-             f"(gates sha256 `{reg.gates_sha256[:16]}`).", ""]
-    if reg.transcribed:
-        lines += ["**Transcribed receipts**: the numbers below were copied from the write-up, not measured here.", ""]
-    lines += ["| arm | role | recipe | fingerprint | source |", "|---|---|---|---|---|"]
-    src = {a.arm: a.source for a in arms}
-    for a in card.arms:
-        lines.append(f"| {a.name} | {a.role} | {a.recipe} | {reg.recipes[a.name].fingerprint or '—'} | {src.get(a.name, 'not run')} |")
-    lines += ["", "## Verdicts", ""]
-    for v in verdicts:
-        head = f"**Verdict {v.number}: {v.verdict}** ({v.written_at})"
-        if v.previous:
-            head += f", re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}"
-        lines += [head, ""]
-        for c in v.changes:
-            lines.append(f"- changed `{c.gate}.{c.key}`: `{c.old}` -> `{c.new}`")
-        lines += ["", "| gate | status | observed | bar | noise floor |", "|---|---|---|---|---|"]
-        for r in v.results:
-            lines.append(f"| {r.id} | {r.status} | {r.observed} | {r.bar} | {r.noise_floor} |")
-            for reason in r.reasons:
-                lines.append(f"| | | ↳ {reason} | | |")
-        lines.append("")
+    """The report as markdown, from the `card.md` template (a user's ./templates/card.md wins)."""
     w = card.window(card.primary_window)
     clocks = {a.windows[w.name].clock for a in arms if w.name in a.windows}
-    lines += [f"## Decode tok/s, window `{w.name}` (temperature {w.temperature}, {w.transcripts_per_class} transcripts "
-              f"per class, {w.forced_tokens} tokens, {w.rounds} rounds; clock {', '.join(sorted(c or '?' for c in clocks))})", ""]
-    cand = card.candidate.name
-    lines += ["| class | C | " + " | ".join(names) + f" | {cand} ÷ ctrl | A vs A2 | paired per-stream {cand} − ctrl (95% CI) |",
-              "|---|---|" + "---|" * (len(names) + 3)]
-    for row in rows:
-        lines.append(f"| {row.cls} | {row.concurrency} | " + " | ".join(_f(row.values.get(n)) for n in names)
-                     + f" | {_f(row.ratio, '.3f')} | {_f(row.spread, '.1%')} | {row.ci.describe() if row.ci else '—'} |")
-    lines += ["", "## Tokens per verify step and a_p", "", "| arm | tokens/step | 1 + Σ a_p | a_p by position |", "|---|---|---|---|"]
-    for arm in arms:
-        win = arm.windows.get(w.name)
-        ap, where = _arm_a_p(arm, w.name)
-        lines.append(f"| {arm.arm} | {_f(win.tokens_per_step if win else None, '.3f')} | "
-                     f"{_f(tokens_per_step_from_a_p(ap) if ap else None, '.3f')} | "
-                     f"{' '.join(f'{v:.3f}' for v in ap) + f' ({where})' if ap else '—'} |")
-    lines.append("")
-    for fig in figures:
-        lines += [f"![{fig}]({fig})", ""]
-    return "\n".join(lines)
+    return templating.render(
+        "card.md", card=card, reg=rec.registration(), sources={a.arm: a.source for a in arms}, verdicts=verdicts,
+        window=w, clocks=sorted(c or "?" for c in clocks), arm_names=[a.name for a in card.arms],
+        candidate=card.candidate.name, rows=rows, a_p=a_p_rows(card, arms), figures=figures, f=_f,
+    )  # fmt: skip
 
 
 HTML = "card.html"

@@ -1,7 +1,7 @@
 """The write-up's own cards, re-derived from their transcribed receipts.
 
 `reproduce_br1` / `reproduce_br2` recompute every figure of the write-up's
-BR1 and BR2 sections from the receipts shipped in `gb300lane/data/receipts/`, score the registered gates
+BR1 and BR2 sections from the receipts shipped in `results/`, score the registered gates
 over them (the pre-registered verdict), apply the write-up's re-score, and
 return the lines to print beside what the write-up states. Nothing is
 written: the transcribed receipts stay as shipped.
@@ -20,15 +20,14 @@ from gb300lane.cards.schema import Card
 from gb300lane.cards.stats import arms_as_units
 from gb300lane.cards.verdicts import Verdict, apply_changes, transcribed_verdicts
 from gb300lane.errors import CardError
-from gb300lane.paths import writeup_receipts_dir
+from gb300lane import paths
 
-BR1_DIR = "2026-10-26-br1-block-verification"
-BR2_DIR = "2026-10-26-br2-k-ladder-peerbench"
+BR1_DIR, BR2_DIR = paths.WRITEUP_RUNS
 
 
 def writeup_receipts(dirname: str) -> Receipts:
     """The shipped receipts of a written-up card (always the package's own, never an override)."""
-    rec = Receipts(writeup_receipts_dir() / dirname)
+    rec = Receipts(paths.writeup_receipts(dirname))
     if not rec.registration().transcribed:
         raise CardError(f"{rec.root}: expected the write-up's transcribed receipts (registration.transcribed true)")
     bad = rec.verify_manifest()
@@ -235,4 +234,4 @@ def reproduce_writeup(which: str) -> list[str]:
 
 
 def writeup_dir(which: str) -> Path:
-    return writeup_receipts_dir() / (BR1_DIR if which == "br1" else BR2_DIR)
+    return paths.writeup_receipts(BR1_DIR if which == "br1" else BR2_DIR)

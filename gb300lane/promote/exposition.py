@@ -175,3 +175,4 @@ def write_textfile(path: Path, *, results_dir: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(str(path), lane_registry(results_dir=results_dir))
     return path
+

@@ -1,8 +1,10 @@
 """Output formats of a rendered lane: a compose file, a docker-run script, JSON.
 
-Each is a view of the same `RenderedLane`, built as data and serialised by a
-library (PyYAML for compose, `shlex` for the script, json), so every value is
-quoted by construction and nothing is spliced into text.
+Each is a view of the same `RenderedLane`. The compose file and JSON are built
+as data and serialised by a library (PyYAML, json), so they are valid by
+construction, which a template could not promise for YAML. The docker-run
+script is text people read: its layout is a template (`docker-run.sh`), and
+every word in it is quoted by `shlex` before the template sees it.
 
 The compose file adds what compose itself needs to run the lane unattended: a
 healthcheck per container on its health URL, the sidecar as a
@@ -19,6 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
+from gb300lane import templating
 from gb300lane.errors import RenderError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane
@@ -148,27 +151,27 @@ def docker_run_argv(c: ContainerSpec) -> list[str]:
     return argv
 
 
+def docker_run_parts(c: ContainerSpec) -> list[str]:
+    """The `docker run` command of one container as the script lays it out, every word shell-quoted: `docker run
+    --detach`, then one option with its value per part, then the image and each argument on their own."""
+    argv = [shlex.quote(a) for a in docker_run_argv(c)]
+    image_at = len(argv) - len(c.argv)
+    head, tail = argv[:image_at], argv[image_at:]
+    parts = [" ".join(head[:3])]
+    parts += [f"{head[i]} {head[i + 1]}" for i in range(3, len(head), 2)]
+    return parts + tail
+
+
 def render_docker_run(lane: RenderedLane) -> str:
-    """A bash script that starts the sidecar, then the main container; every value shell-quoted."""
-    lines = [
-        "#!/usr/bin/env bash",
-        _header(lane).rstrip("\n"),
-        "# Starts the sidecar first (the main container connects to it at boot), then the main container.",
-        "set -euo pipefail",
+    """A bash script that starts the sidecar, then the main container; every value shell-quoted.
+
+    The script's layout is the `docker-run.sh` template (a user's ./templates/docker-run.sh wins); the words
+    are quoted here, by shlex, so a template never splices an unquoted value into the shell.
+    """
+    containers = [
+        {"role": c.role, "health_url": c.health_url, "parts": docker_run_parts(c)} for c in reversed(lane.containers)
     ]
-    for c in reversed(lane.containers):
-        argv = [shlex.quote(a) for a in docker_run_argv(c)]
-        # One option (with its value) per line; the image and each argument after it on their own.
-        image_at = len(argv) - len(c.argv)
-        head, tail = argv[:image_at], argv[image_at:]
-        parts = [" ".join(head[:3])]
-        i = 3
-        while i < len(head):
-            parts.append(f"{head[i]} {head[i + 1]}")
-            i += 2
-        parts += tail
-        lines += ["", f"# {c.role}: health {c.health_url}", " \\\n  ".join(parts)]
-    return "\n".join(lines) + "\n"
+    return templating.render("docker-run.sh", lane=lane, containers=containers)
 
 
 def render_json(lane: RenderedLane) -> str:
