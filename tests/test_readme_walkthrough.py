@@ -79,6 +79,7 @@ def test_the_marked_blocks_are_the_walkthrough() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("readme")  # with the fresh-environment run of the first screen: both want the default ports
 @pytest.mark.timeout(3600)
 def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("GB300LANE_RECIPES_DIR", "GB300LANE_CARDS_DIR", "GB300LANE_LANE_OPS", "GB300LANE_CRASH_AT"):
