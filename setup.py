@@ -53,6 +53,7 @@ setup(
         Extension(
             "gb300lane.spec._kernels",
             sources=["gb300lane/spec/_kernels.c"],
+            depends=["gb300lane/spec/_kernels_core.h"],
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
             optional=True,
         )

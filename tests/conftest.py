@@ -12,7 +12,7 @@ are skipped.
 Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`).
 `make test-integration` runs the rest (`-m integration`): this file adds the `integration` marker
 to every test that carries a component marker (docker, compose, podman, mounts, chromium,
-prometheus), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
+prometheus, aarch64), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
 
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
@@ -96,6 +96,11 @@ def _prometheus_problem() -> str | None:
     return None if shutil.which("prometheus") else "prometheus is not installed"
 
 
+def _aarch64_problem() -> str | None:
+    missing = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static", "gcc", "file") if shutil.which(tool) is None]
+    return f"{', '.join(missing)} not installed" if missing else None
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
@@ -104,6 +109,8 @@ _COMPONENTS = {
     "mounts": ("GB300LANE_SKIP_MOUNTS", "run as root (unshare -m and mount -t tmpfs)", _mounts_problem),
     "chromium": ("GB300LANE_SKIP_CHROMIUM", "install Debian's chromium (bash .ci/run does)", _chromium_problem),
     "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
+    "aarch64": ("GB300LANE_SKIP_AARCH64", "install Debian's gcc-aarch64-linux-gnu and qemu-user-static "
+                "(apt-get install gcc-aarch64-linux-gnu qemu-user-static file; bash .ci/run does)", _aarch64_problem),
 }
 
 

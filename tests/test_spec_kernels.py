@@ -154,3 +154,43 @@ def test_the_drafter_draws_the_same_blocks_with_the_kernels(compiled, k):
                                            numerics=(7, 0.01))
         for field in ("tokens", "cand", "q", "p", "choice"):
             assert np.array_equal(getattr(got, field), getattr(expected, field)), (probabilistic, field)
+
+
+_ENGINE_TOKENS = """
+import json, sys
+from gb300lane.engine.config import parse_spec_config
+from gb300lane.engine.core import EngineCore, SamplingParams, Sequence
+from gb300lane.engine.model import load_model
+from gb300lane.spec import kernels
+
+model = load_model()
+spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
+    "draft_sample_method": "probabilistic", "rejection_sample_method": sys.argv[1]}))
+core = EngineCore(model, spec, max_num_seqs=4, seed=0, boot_seed=1)
+prompts = [model.tokenizer.encode(t) for t in ("def parse(", "The lane boots dark", "SELECT count(*) FROM", "{\\"tool\\":")]
+for i, ids in enumerate(prompts):
+    core.add(Sequence(f"r{i}", ids, SamplingParams(temperature=(0.0, 1.0)[i % 2], max_tokens=48, ignore_eos=True, seed=i)))
+seqs = list(core.waiting)
+while core.has_work:
+    core.step()
+print(json.dumps({"path": kernels.describe(), "tokens": [s.output_ids for s in seqs]}))
+"""
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+def test_the_engine_on_numpy_alone_gives_the_same_tokens(compiled, method):
+    # Where no compiler built the kernels, the engine runs on numpy (GB300LANE_NO_KERNELS=1 is the same path).
+    import json
+    import subprocess
+    import sys
+
+    runs = {}
+    for no_kernels in ("0", "1"):
+        env = {**os.environ, "GB300LANE_NO_KERNELS": no_kernels}
+        done = subprocess.run([sys.executable, "-c", _ENGINE_TOKENS, method], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[no_kernels] = json.loads(done.stdout.splitlines()[-1])
+    assert runs["0"]["path"].startswith("compiled kernels") and runs["1"]["path"].startswith("numpy"), runs
+    assert all(len(t) == 48 for t in runs["0"]["tokens"])
+    assert runs["0"]["tokens"] == runs["1"]["tokens"]

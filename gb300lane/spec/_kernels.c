@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_kernels_core.h"
+
 typedef struct {
     Py_buffer view;
     int held;
@@ -75,43 +77,6 @@ static char kind(const Buf *b) {
     return 0;
 }
 
-/* Four rows at a time: each row's running sum is its own chain of dependent adds (the
- * order numpy's cumsum adds in), and interleaving four chains keeps the adder busy.
- * A short last group repeats its first row in the unused lanes. */
-#define SAMPLE_GROUP(T)                                                                        \
-    do {                                                                                       \
-        const T *a = (const T *)base + r0 * vocab;                                             \
-        const T *b = (const T *)base + (live > 1 ? r0 + 1 : r0) * vocab;                       \
-        const T *c = (const T *)base + (live > 2 ? r0 + 2 : r0) * vocab;                       \
-        const T *d = (const T *)base + (live > 3 ? r0 + 3 : r0) * vocab;                       \
-        double ta = 0.0, tb = 0.0, tc = 0.0, td = 0.0;                                         \
-        for (Py_ssize_t j = 0; j < vocab; j++) {                                               \
-            ta += (double)a[j];                                                                \
-            tb += (double)b[j];                                                                \
-            tc += (double)c[j];                                                                \
-            td += (double)d[j];                                                                \
-        }                                                                                      \
-        double total[4] = {ta, tb, tc, td};                                                    \
-        double ha = u[r0] * ta, hb = u[live > 1 ? r0 + 1 : r0] * tb;                           \
-        double hc = u[live > 2 ? r0 + 2 : r0] * tc, hd = u[live > 3 ? r0 + 3 : r0] * td;       \
-        double ca = 0.0, cb = 0.0, cc = 0.0, cd = 0.0;                                         \
-        int64_t na = 0, nb = 0, nc = 0, nd = 0;                                                \
-        for (Py_ssize_t j = 0; j < vocab; j++) {                                               \
-            ca += (double)a[j];                                                                \
-            cb += (double)b[j];                                                                \
-            cc += (double)c[j];                                                                \
-            cd += (double)d[j];                                                                \
-            na += ca <= ha;                                                                    \
-            nb += cb <= hb;                                                                    \
-            nc += cc <= hc;                                                                    \
-            nd += cd <= hd;                                                                    \
-        }                                                                                      \
-        int64_t count[4] = {na, nb, nc, nd};                                                   \
-        for (int g = 0; g < live; g++)                                                         \
-            idx[r0 + g] = !(total[g] > 0.0) ? -1 : count[g] < vocab ? count[g] : vocab - 1;    \
-    } while (0)
-#define GROUP 4
-
 /* sample_rows(dist (n, V) float32|float64, u (n,) float64, out (n,) int64) -> None.
  * out[r] = the index `_sample_rows` draws, or -1 for a row without positive mass
  * (the caller samples its fallback). */
@@ -135,65 +100,13 @@ static PyObject *sample_rows(PyObject *self, PyObject *args) {
     const double *u = (const double *)ub.view.buf;
     int64_t *idx = (int64_t *)out.view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r0 = 0; r0 < n; r0 += GROUP) {
-        int live = n - r0 < GROUP ? (int)(n - r0) : GROUP;  /* a short last group repeats its first row */
-        if (vocab == 0) {
-            for (int g = 0; g < live; g++) idx[r0 + g] = -1;
-        } else if (dk == 'f') {
-            SAMPLE_GROUP(float);
-        } else {
-            SAMPLE_GROUP(double);
-        }
-    }
+    k_sample_rows(dk == 'f', base, n, vocab, u, idx);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
 done:
     release_all(b, 3);
     return ret;
-}
-
-/* max(d, 0) as arithmetic, so the loop has no branch (half of a residual's elements are
- * clamped, at random): (d + |d|) / 2 is d for d > 0 and 0 otherwise, exactly (doubling a
- * probability cannot overflow), and a NaN stays NaN, as np.maximum keeps it. */
-#define RELU(d, ABS) (((d) + ABS(d)) * 0.5f)
-
-/* The residual mass of one (p, q) row pair at `joint`, with numpy's element arithmetic
- * (float rows form the product in double and round it, then subtract and clamp in float),
- * in four partial sums (columns j mod 4), so the adds do not wait on each other. */
-#define RESIDUAL(T, CAST, ABS)                                             \
-    do {                                                                   \
-        double s[4] = {0.0, 0.0, 0.0, 0.0};                                \
-        Py_ssize_t j = 0;                                                  \
-        for (; j + 4 <= vocab; j += 4)                                     \
-            for (int g = 0; g < 4; g++) {                                  \
-                T d = CAST((double)p[j + g] * joint) - q[j + g];           \
-                s[g] += (double)RELU(d, ABS);                              \
-            }                                                              \
-        for (; j < vocab; j++) {                                           \
-            T d = CAST((double)p[j] * joint) - q[j];                       \
-            s[0] += (double)RELU(d, ABS);                                  \
-        }                                                                  \
-        return (s[0] + s[1]) + (s[2] + s[3]);                              \
-    } while (0)
-
-#define AS_FLOAT(x) ((float)(x))
-#define AS_DOUBLE(x) (x)
-
-/* On x86-64 the residual loops are also compiled for AVX2 (four doubles a step instead of SSE2's
- * two) and the loader picks the variant the CPU has; the arithmetic is the same IEEE operations. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WIDE __attribute__((target_clones("avx2", "default")))
-#else
-#define WIDE
-#endif
-
-WIDE static double residual_f(const float *p, const float *q, Py_ssize_t vocab, double joint) {
-    RESIDUAL(float, AS_FLOAT, fabsf);
-}
-
-WIDE static double residual_d(const double *p, const double *q, Py_ssize_t vocab, double joint) {
-    RESIDUAL(double, AS_DOUBLE, fabs);
 }
 
 /* Check p (B, k+1, V) and q (B, k, V) of one float dtype; returns the dtype kind or 0 (error set). */
@@ -217,61 +130,6 @@ static int check_vectors(Buf *b, const char *kinds, int count, Py_ssize_t n, con
         }
     return 0;
 }
-
-/* One step of block verification's prefix joint, min(1, joint * p(x) / q(x)): 0 stays 0, a
- * draft the target gives no mass makes it 0, and a q of 0 divides by 1e-300 instead (the clamp
- * then gives 1, as an infinite ratio would). */
-static inline double next_joint(double joint, double a, double b) {
-    if (!(joint > 0.0)) return joint;
-    if (a <= 0.0) return 0.0;
-    double ratio = joint * a / (b > 1e-300 ? b : 1e-300);
-    return ratio < 1.0 ? ratio : 1.0;
-}
-
-#define TOKEN_ROW(T)                                                                            \
-    do {                                                                                        \
-        const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
-        const T *qrow = (const T *)qb->view.buf + r * k * vocab;                                \
-        Py_ssize_t t = 0;                                                                       \
-        while (t < k) {                                                                         \
-            double a = (double)prow[t * vocab + x[t]], b = (double)qrow[t * vocab + x[t]];      \
-            if (!(a > 0.0 && uu[t] * b <= a)) break;                                            \
-            t++;                                                                                \
-        }                                                                                       \
-        tau[j] = t;                                                                             \
-        scale[j] = 1.0;                                                                         \
-    } while (0)
-
-#define BLOCK_ROW(T, RESID)                                                                     \
-    do {                                                                                        \
-        const T *prow = (const T *)pb->view.buf + r * kp1 * vocab;                              \
-        const T *qrow = (const T *)qb->view.buf + r * k * vocab;                                \
-        double joint = 1.0;                                                                     \
-        joints[0] = 1.0;                                                                        \
-        for (Py_ssize_t i = 0; i < k; i++)                                                      \
-            joints[i + 1] = joint =                                                             \
-                next_joint(joint, (double)prow[i * vocab + x[i]], (double)qrow[i * vocab + x[i]]); \
-        Py_ssize_t t = 0;                                                                       \
-        if (k > 0 && uu[k - 1] <= joints[k] && joints[k] > 0.0) {                               \
-            t = k;                                                                              \
-        } else {                                                                                \
-            for (Py_ssize_t i = k - 1; i > 0; i--) {                                            \
-                double pj = joints[i];                                                          \
-                if (pj >= 1.0) {                                                                \
-                    t = i;                                                                      \
-                    break;                                                                      \
-                }                                                                               \
-                if (pj <= 0.0 || uu[i - 1] > pj) continue;                                      \
-                double res = RESID(prow + i * vocab, qrow + i * vocab, vocab, pj);              \
-                if (uu[i - 1] <= res / (res + 1.0 - pj)) {                                      \
-                    t = i;                                                                      \
-                    break;                                                                      \
-                }                                                                               \
-            }                                                                                   \
-        }                                                                                       \
-        tau[j] = t;                                                                             \
-        scale[j] = joints[t];                                                                   \
-    } while (0)
 
 /* accept(block, p, q, drafts (B, k) int64, rows (n,) int64, u (n, k) float64,
  *        tau (n,) int64, scale (n,) float64) -> None
@@ -320,21 +178,8 @@ static PyObject *accept(PyObject *self, PyObject *args) {
     int64_t *tau = b[5].view.buf;
     double *scale = b[6].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < n; j++) {
-        Py_ssize_t r = rows[j];
-        const int64_t *x = drafts + r * k;
-        const double *uu = (const double *)b[4].view.buf + j * k;
-        if (!is_block) {
-            if (pk == 'f')
-                TOKEN_ROW(float);
-            else
-                TOKEN_ROW(double);
-        } else if (pk == 'f') {
-            BLOCK_ROW(float, residual_f);
-        } else {
-            BLOCK_ROW(double, residual_d);
-        }
-    }
+    k_accept(is_block, pk, b[0].view.buf, b[1].view.buf, kp1, vocab, drafts, rows, n, b[4].view.buf, tau, scale,
+             joints);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -343,34 +188,6 @@ done:
     release_all(b, 7);
     return ret;
 }
-
-/* One correction row's two passes: the total, then the count of CDF values at or below
- * u * total, over v_j = max(0, round(scale * p_j) - q_j) (q absent: the bonus row). */
-#define CORRECTION_ROW(T, CAST, ABS)                                                  \
-    do {                                                                              \
-        double total = 0.0;                                                           \
-        for (Py_ssize_t c = 0; c < vocab; c++) {                                      \
-            T v = CAST((double)prow[c] * s);                                          \
-            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
-            total += (double)v;                                                       \
-        }                                                                             \
-        if (!(total > 0.0)) {                                                         \
-            /* No residual mass: the target's own row, as `_correction` falls back. */ \
-            s = 1.0;                                                                  \
-            qrow = NULL;                                                              \
-            total = 0.0;                                                              \
-            for (Py_ssize_t c = 0; c < vocab; c++) total += (double)prow[c];          \
-        }                                                                             \
-        double threshold = uu * total, cdf = 0.0;                                     \
-        int64_t count = 0;                                                            \
-        for (Py_ssize_t c = 0; c < vocab; c++) {                                      \
-            T v = CAST((double)prow[c] * s);                                          \
-            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
-            cdf += (double)v;                                                         \
-            count += cdf <= threshold;                                                \
-        }                                                                             \
-        out[j] = count < vocab ? count : vocab - 1;                                   \
-    } while (0)
 
 /* sample_correction(p, q, rows (n,) int64, tau (n,) int64, scale (n,) float64,
  *                   u (n,) float64, out (n,) int64) -> None
@@ -397,23 +214,7 @@ static PyObject *sample_correction(PyObject *self, PyObject *args) {
     const double *scales = b[4].view.buf, *us = b[5].view.buf;
     int64_t *out = b[6].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < n; j++) {
-        Py_ssize_t r = rows[j], t = taus[j];
-        double s = scales[j], uu = us[j];
-        if (vocab == 0) {
-            out[j] = -1;
-            continue;
-        }
-        if (pk == 'f') {
-            const float *prow = (const float *)b[0].view.buf + (r * kp1 + t) * vocab;
-            const float *qrow = t < k ? (const float *)b[1].view.buf + (r * k + t) * vocab : NULL;
-            CORRECTION_ROW(float, AS_FLOAT, fabsf);
-        } else {
-            const double *prow = (const double *)b[0].view.buf + (r * kp1 + t) * vocab;
-            const double *qrow = t < k ? (const double *)b[1].view.buf + (r * k + t) * vocab : NULL;
-            CORRECTION_ROW(double, AS_DOUBLE, fabs);
-        }
-    }
+    k_sample_correction(pk, b[0].view.buf, b[1].view.buf, kp1, vocab, rows, taus, scales, us, n, out);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -459,25 +260,7 @@ static PyObject *sample_support(PyObject *self, PyObject *args) {
     const float *qv = b[3].view.buf;
     int64_t *out = b[6].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < n; j++) {
-        const float *prow = (const float *)b[0].view.buf + j * vocab;
-        const int64_t *cj = cols + j * width;
-        double s = scales[j], uu = us[j];
-        if (vocab == 0) {
-            out[j] = -1;
-            continue;
-        }
-        /* The draft's q scattered into a zero row, so the correction reads it as `sample_correction`
-         * reads a q row (zero off the support, where the target row is taken as it is). */
-        const float *qrow = NULL;
-        if (has_q[j]) {
-            for (Py_ssize_t i = 0; i < width; i++) dense_q[cj[i]] = qv[j * width + i];
-            qrow = dense_q;
-        }
-        CORRECTION_ROW(float, AS_FLOAT, fabsf);
-        if (has_q[j])
-            for (Py_ssize_t i = 0; i < width; i++) dense_q[cj[i]] = 0.0f;
-    }
+    k_sample_support(b[0].view.buf, n, vocab, scales, cols, width, qv, has_q, us, out, dense_q);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -530,44 +313,7 @@ static PyObject *support_accept(PyObject *self, PyObject *args) {
     int64_t *tau = b[4].view.buf;
     double *scale = b[5].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t r = 0; r < batch; r++) {
-        const float *pr = ps + r * k * width, *qr = qs + r * k * width;
-        const int64_t *ch = choice + r * k;
-        const double *u = us + r * k;
-        double joint = 1.0;
-        joints[0] = 1.0;
-        for (Py_ssize_t i = 0; i < k; i++)
-            joints[i + 1] = joint = next_joint(joint, (double)pr[i * width + ch[i]], (double)qr[i * width + ch[i]]);
-        Py_ssize_t t = 0;
-        for (Py_ssize_t i = k - 1; i >= 0; i--) {
-            double pj = joints[i + 1];
-            int pass;
-            if (i == k - 1) {
-                pass = u[i] <= pj && pj > 0.0;
-            } else if (pj >= 1.0) {
-                pass = 1;
-            } else if (!(pj > 0.0) || !(u[i] <= pj)) {
-                pass = 0;
-            } else {
-                const float *pn = pr + (i + 1) * width, *qn = qr + (i + 1) * width;
-                double inside = 0.0, clamped = 0.0;
-                for (Py_ssize_t c = 0; c < width; c++) {
-                    double pc = (double)pn[c], d = pj * pc - (double)qn[c];
-                    inside += pc;
-                    clamped += d > 0.0 ? d : (d != d ? d : 0.0);
-                }
-                double outside = 1.0 - inside;
-                double resid = pj * (outside > 0.0 ? outside : 0.0) + clamped;
-                pass = u[i] <= resid / (resid + 1.0 - pj);
-            }
-            if (pass) {
-                t = i + 1;
-                break;
-            }
-        }
-        tau[r] = t;
-        scale[r] = joints[t];
-    }
+    k_support_accept(ps, qs, batch, k, width, choice, us, tau, scale, joints);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
@@ -621,32 +367,7 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     double *probs = b[8].view.buf;
     int64_t *choice = b[9].view.buf, *token = b[10].view.buf, *nxt = b[11].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t j = 0; j < batch; j++) {
-        Py_ssize_t r = pair[j];
-        if (r < 0) continue;
-        const double *src = nremap && remap[r] >= 0 ? over + (Py_ssize_t)remap[r] * width : table + r * width;
-        double *dst = probs + j * width;
-        memcpy(dst, src, (size_t)width * sizeof(double));
-        int64_t c = 0;
-        if (argmax[j]) {
-            /* np.argmax: the first largest, a NaN counting as largest. */
-            double best = dst[0];
-            for (Py_ssize_t x = 0; x < width && best == best; x++)
-                if (dst[x] > best || dst[x] != dst[x]) {
-                    best = dst[x];
-                    c = x;
-                }
-        } else {
-            double cdf[width > 0 ? width : 1];
-            double run = 0.0;
-            for (Py_ssize_t x = 0; x < width; x++) cdf[x] = run = run + dst[x];
-            double threshold = u[j] * cdf[width - 1];
-            for (Py_ssize_t x = 0; x < width; x++) c += cdf[x] < threshold;
-        }
-        choice[j] = c;
-        token[j] = cand[r * width + c];
-        nxt[j] = next[r * width + c];
-    }
+    k_draft_slot(table, width, remap, nremap, over, pair, batch, u, argmax, cand, next, probs, choice, token, nxt);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);

@@ -1,0 +1,346 @@
+/* The kernels' arithmetic in plain C: every loop `_kernels.c` runs with the GIL released, over plain pointers.
+ *
+ * `_kernels.c` (the Python extension) checks its arguments and calls these; `tests/kernels_harness.c` calls
+ * them without Python, so the same source is compiled and checked for x86-64 and aarch64 (a cross compiler and
+ * qemu-user, `tests/test_spec_kernels_aarch64.py`). Built without contraction of multiply-add
+ * (-ffp-contract=off), so every float operation rounds as numpy's does on either. Nothing here is x86-only
+ * except the AVX2 clone of the residual loops, which the preprocessor keeps to x86-64 GCC.
+ */
+#ifndef GB300LANE_KERNELS_CORE_H
+#define GB300LANE_KERNELS_CORE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Four rows at a time: each row's running sum is its own chain of dependent adds (the
+ * order numpy's cumsum adds in), and interleaving four chains keeps the adder busy.
+ * A short last group repeats its first row in the unused lanes. */
+#define SAMPLE_GROUP(T)                                                                        \
+    do {                                                                                       \
+        const T *a = (const T *)base + r0 * vocab;                                             \
+        const T *b = (const T *)base + (live > 1 ? r0 + 1 : r0) * vocab;                       \
+        const T *c = (const T *)base + (live > 2 ? r0 + 2 : r0) * vocab;                       \
+        const T *d = (const T *)base + (live > 3 ? r0 + 3 : r0) * vocab;                       \
+        double ta = 0.0, tb = 0.0, tc = 0.0, td = 0.0;                                         \
+        for (ptrdiff_t j = 0; j < vocab; j++) {                                               \
+            ta += (double)a[j];                                                                \
+            tb += (double)b[j];                                                                \
+            tc += (double)c[j];                                                                \
+            td += (double)d[j];                                                                \
+        }                                                                                      \
+        double total[4] = {ta, tb, tc, td};                                                    \
+        double ha = u[r0] * ta, hb = u[live > 1 ? r0 + 1 : r0] * tb;                           \
+        double hc = u[live > 2 ? r0 + 2 : r0] * tc, hd = u[live > 3 ? r0 + 3 : r0] * td;       \
+        double ca = 0.0, cb = 0.0, cc = 0.0, cd = 0.0;                                         \
+        int64_t na = 0, nb = 0, nc = 0, nd = 0;                                                \
+        for (ptrdiff_t j = 0; j < vocab; j++) {                                               \
+            ca += (double)a[j];                                                                \
+            cb += (double)b[j];                                                                \
+            cc += (double)c[j];                                                                \
+            cd += (double)d[j];                                                                \
+            na += ca <= ha;                                                                    \
+            nb += cb <= hb;                                                                    \
+            nc += cc <= hc;                                                                    \
+            nd += cd <= hd;                                                                    \
+        }                                                                                      \
+        int64_t count[4] = {na, nb, nc, nd};                                                   \
+        for (int g = 0; g < live; g++)                                                         \
+            idx[r0 + g] = !(total[g] > 0.0) ? -1 : count[g] < vocab ? count[g] : vocab - 1;    \
+    } while (0)
+#define GROUP 4
+
+/* max(d, 0) as arithmetic, so the loop has no branch (half of a residual's elements are
+ * clamped, at random): (d + |d|) / 2 is d for d > 0 and 0 otherwise, exactly (doubling a
+ * probability cannot overflow), and a NaN stays NaN, as np.maximum keeps it. */
+#define RELU(d, ABS) (((d) + ABS(d)) * 0.5f)
+
+/* The residual mass of one (p, q) row pair at `joint`, with numpy's element arithmetic
+ * (float rows form the product in double and round it, then subtract and clamp in float),
+ * in four partial sums (columns j mod 4), so the adds do not wait on each other. */
+#define RESIDUAL(T, CAST, ABS)                                             \
+    do {                                                                   \
+        double s[4] = {0.0, 0.0, 0.0, 0.0};                                \
+        ptrdiff_t j = 0;                                                  \
+        for (; j + 4 <= vocab; j += 4)                                     \
+            for (int g = 0; g < 4; g++) {                                  \
+                T d = CAST((double)p[j + g] * joint) - q[j + g];           \
+                s[g] += (double)RELU(d, ABS);                              \
+            }                                                              \
+        for (; j < vocab; j++) {                                           \
+            T d = CAST((double)p[j] * joint) - q[j];                       \
+            s[0] += (double)RELU(d, ABS);                                  \
+        }                                                                  \
+        return (s[0] + s[1]) + (s[2] + s[3]);                              \
+    } while (0)
+
+#define AS_FLOAT(x) ((float)(x))
+#define AS_DOUBLE(x) (x)
+
+/* On x86-64 the residual loops are also compiled for AVX2 (four doubles a step instead of SSE2's
+ * two) and the loader picks the variant the CPU has; the arithmetic is the same IEEE operations. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDE
+#endif
+
+WIDE static double residual_f(const float *p, const float *q, ptrdiff_t vocab, double joint) {
+    RESIDUAL(float, AS_FLOAT, fabsf);
+}
+
+WIDE static double residual_d(const double *p, const double *q, ptrdiff_t vocab, double joint) {
+    RESIDUAL(double, AS_DOUBLE, fabs);
+}
+
+/* One step of block verification's prefix joint, min(1, joint * p(x) / q(x)): 0 stays 0, a
+ * draft the target gives no mass makes it 0, and a q of 0 divides by 1e-300 instead (the clamp
+ * then gives 1, as an infinite ratio would). */
+static inline double next_joint(double joint, double a, double b) {
+    if (!(joint > 0.0)) return joint;
+    if (a <= 0.0) return 0.0;
+    double ratio = joint * a / (b > 1e-300 ? b : 1e-300);
+    return ratio < 1.0 ? ratio : 1.0;
+}
+
+#define TOKEN_ROW(T)                                                                            \
+    do {                                                                                        \
+        const T *prow = (const T *)pbase + r * kp1 * vocab;                              \
+        const T *qrow = (const T *)qbase + r * k * vocab;                                \
+        ptrdiff_t t = 0;                                                                       \
+        while (t < k) {                                                                         \
+            double a = (double)prow[t * vocab + x[t]], b = (double)qrow[t * vocab + x[t]];      \
+            if (!(a > 0.0 && uu[t] * b <= a)) break;                                            \
+            t++;                                                                                \
+        }                                                                                       \
+        tau[j] = t;                                                                             \
+        scale[j] = 1.0;                                                                         \
+    } while (0)
+
+#define BLOCK_ROW(T, RESID)                                                                     \
+    do {                                                                                        \
+        const T *prow = (const T *)pbase + r * kp1 * vocab;                              \
+        const T *qrow = (const T *)qbase + r * k * vocab;                                \
+        double joint = 1.0;                                                                     \
+        joints[0] = 1.0;                                                                        \
+        for (ptrdiff_t i = 0; i < k; i++)                                                      \
+            joints[i + 1] = joint =                                                             \
+                next_joint(joint, (double)prow[i * vocab + x[i]], (double)qrow[i * vocab + x[i]]); \
+        ptrdiff_t t = 0;                                                                       \
+        if (k > 0 && uu[k - 1] <= joints[k] && joints[k] > 0.0) {                               \
+            t = k;                                                                              \
+        } else {                                                                                \
+            for (ptrdiff_t i = k - 1; i > 0; i--) {                                            \
+                double pj = joints[i];                                                          \
+                if (pj >= 1.0) {                                                                \
+                    t = i;                                                                      \
+                    break;                                                                      \
+                }                                                                               \
+                if (pj <= 0.0 || uu[i - 1] > pj) continue;                                      \
+                double res = RESID(prow + i * vocab, qrow + i * vocab, vocab, pj);              \
+                if (uu[i - 1] <= res / (res + 1.0 - pj)) {                                      \
+                    t = i;                                                                      \
+                    break;                                                                      \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        tau[j] = t;                                                                             \
+        scale[j] = joints[t];                                                                   \
+    } while (0)
+
+/* One correction row's two passes: the total, then the count of CDF values at or below
+ * u * total, over v_j = max(0, round(scale * p_j) - q_j) (q absent: the bonus row). */
+#define CORRECTION_ROW(T, CAST, ABS)                                                  \
+    do {                                                                              \
+        double total = 0.0;                                                           \
+        for (ptrdiff_t c = 0; c < vocab; c++) {                                      \
+            T v = CAST((double)prow[c] * s);                                          \
+            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
+            total += (double)v;                                                       \
+        }                                                                             \
+        if (!(total > 0.0)) {                                                         \
+            /* No residual mass: the target's own row, as `_correction` falls back. */ \
+            s = 1.0;                                                                  \
+            qrow = NULL;                                                              \
+            total = 0.0;                                                              \
+            for (ptrdiff_t c = 0; c < vocab; c++) total += (double)prow[c];          \
+        }                                                                             \
+        double threshold = uu * total, cdf = 0.0;                                     \
+        int64_t count = 0;                                                            \
+        for (ptrdiff_t c = 0; c < vocab; c++) {                                      \
+            T v = CAST((double)prow[c] * s);                                          \
+            if (qrow) v = RELU(v - qrow[c], ABS);                                     \
+            cdf += (double)v;                                                         \
+            count += cdf <= threshold;                                                \
+        }                                                                             \
+        out[j] = count < vocab ? count : vocab - 1;                                   \
+    } while (0)
+
+/* sample_rows' loop: dist (n, vocab) of float32 (`is_float`) or float64, u (n,), idx (n,). */
+static void k_sample_rows(int is_float, const void *base, ptrdiff_t n, ptrdiff_t vocab, const double *u, int64_t *idx) {
+    for (ptrdiff_t r0 = 0; r0 < n; r0 += GROUP) {
+        int live = n - r0 < GROUP ? (int)(n - r0) : GROUP;  /* a short last group repeats its first row */
+        if (vocab == 0) {
+            for (int g = 0; g < live; g++) idx[r0 + g] = -1;
+        } else if (is_float) {
+            SAMPLE_GROUP(float);
+        } else {
+            SAMPLE_GROUP(double);
+        }
+    }
+}
+
+/* accept's loop: p (B, k+1, vocab) and q (B, k, vocab) of float32 (pk 'f') or float64, drafts (B, k),
+ * rows (n,), u (n, k); tau and scale (n,) written; joints has room for k + 1 doubles. */
+static void k_accept(int is_block, char pk, const void *pbase, const void *qbase, ptrdiff_t kp1, ptrdiff_t vocab,
+                     const int64_t *drafts, const int64_t *rows, ptrdiff_t n, const double *u, int64_t *tau,
+                     double *scale, double *joints) {
+    ptrdiff_t k = kp1 - 1;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        ptrdiff_t r = rows[j];
+        const int64_t *x = drafts + r * k;
+        const double *uu = u + j * k;
+        if (!is_block) {
+            if (pk == 'f')
+                TOKEN_ROW(float);
+            else
+                TOKEN_ROW(double);
+        } else if (pk == 'f') {
+            BLOCK_ROW(float, residual_f);
+        } else {
+            BLOCK_ROW(double, residual_d);
+        }
+    }
+}
+
+/* sample_correction's loop: p (B, k+1, vocab), q (B, k, vocab) of float32 (pk 'f') or float64, rows, taus,
+ * scales, us (n,); out (n,) written. */
+static void k_sample_correction(char pk, const void *pbase, const void *qbase, ptrdiff_t kp1, ptrdiff_t vocab,
+                                const int64_t *rows, const int64_t *taus, const double *scales, const double *us,
+                                ptrdiff_t n, int64_t *out) {
+    ptrdiff_t k = kp1 - 1;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        ptrdiff_t r = rows[j], t = taus[j];
+        double s = scales[j], uu = us[j];
+        if (vocab == 0) {
+            out[j] = -1;
+            continue;
+        }
+        if (pk == 'f') {
+            const float *prow = (const float *)pbase + (r * kp1 + t) * vocab;
+            const float *qrow = t < k ? (const float *)qbase + (r * k + t) * vocab : NULL;
+            CORRECTION_ROW(float, AS_FLOAT, fabsf);
+        } else {
+            const double *prow = (const double *)pbase + (r * kp1 + t) * vocab;
+            const double *qrow = t < k ? (const double *)qbase + (r * k + t) * vocab : NULL;
+            CORRECTION_ROW(double, AS_DOUBLE, fabs);
+        }
+    }
+}
+
+/* sample_support's loop: rowsbuf (n, vocab) float32, scales (n,), cols (n, width), qv (n, width) float32,
+ * has_q and us (n,); out (n,) written; dense_q: vocab zeroed floats of scratch (left zeroed). */
+static void k_sample_support(const float *rowsbuf, ptrdiff_t n, ptrdiff_t vocab, const double *scales,
+                             const int64_t *cols, ptrdiff_t width, const float *qv, const int64_t *has_q,
+                             const double *us, int64_t *out, float *dense_q) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        const float *prow = rowsbuf + j * vocab;
+        const int64_t *cj = cols + j * width;
+        double s = scales[j], uu = us[j];
+        if (vocab == 0) {
+            out[j] = -1;
+            continue;
+        }
+        /* The draft's q scattered into a zero row, so the correction reads it as `sample_correction`
+         * reads a q row (zero off the support, where the target row is taken as it is). */
+        const float *qrow = NULL;
+        if (has_q[j]) {
+            for (ptrdiff_t i = 0; i < width; i++) dense_q[cj[i]] = qv[j * width + i];
+            qrow = dense_q;
+        }
+        CORRECTION_ROW(float, AS_FLOAT, fabsf);
+        if (has_q[j])
+            for (ptrdiff_t i = 0; i < width; i++) dense_q[cj[i]] = 0.0f;
+    }
+}
+
+/* support_accept's loop: ps and qs (batch, k, width) float32, choice (batch, k), us (batch, k); tau and scale
+ * (batch,) written; joints has room for k + 1 doubles. */
+static void k_support_accept(const float *ps, const float *qs, ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width,
+                             const int64_t *choice, const double *us, int64_t *tau, double *scale, double *joints) {
+    for (ptrdiff_t r = 0; r < batch; r++) {
+        const float *pr = ps + r * k * width, *qr = qs + r * k * width;
+        const int64_t *ch = choice + r * k;
+        const double *u = us + r * k;
+        double joint = 1.0;
+        joints[0] = 1.0;
+        for (ptrdiff_t i = 0; i < k; i++)
+            joints[i + 1] = joint = next_joint(joint, (double)pr[i * width + ch[i]], (double)qr[i * width + ch[i]]);
+        ptrdiff_t t = 0;
+        for (ptrdiff_t i = k - 1; i >= 0; i--) {
+            double pj = joints[i + 1];
+            int pass;
+            if (i == k - 1) {
+                pass = u[i] <= pj && pj > 0.0;
+            } else if (pj >= 1.0) {
+                pass = 1;
+            } else if (!(pj > 0.0) || !(u[i] <= pj)) {
+                pass = 0;
+            } else {
+                const float *pn = pr + (i + 1) * width, *qn = qr + (i + 1) * width;
+                double inside = 0.0, clamped = 0.0;
+                for (ptrdiff_t c = 0; c < width; c++) {
+                    double pc = (double)pn[c], d = pj * pc - (double)qn[c];
+                    inside += pc;
+                    clamped += d > 0.0 ? d : (d != d ? d : 0.0);
+                }
+                double outside = 1.0 - inside;
+                double resid = pj * (outside > 0.0 ? outside : 0.0) + clamped;
+                pass = u[i] <= resid / (resid + 1.0 - pj);
+            }
+            if (pass) {
+                t = i + 1;
+                break;
+            }
+        }
+        tau[r] = t;
+        scale[r] = joints[t];
+    }
+}
+
+/* draft_slot's loop: table (m, width), remap (nremap,) (0: none), over (R, width), pair, u, argmax (batch,),
+ * cand and next (m * width,); probs (batch, width), choice, token, nxt (batch,) written where pair >= 0. */
+static void k_draft_slot(const double *table, ptrdiff_t width, const int32_t *remap, ptrdiff_t nremap,
+                         const double *over, const int64_t *pair, ptrdiff_t batch, const double *u,
+                         const int64_t *argmax, const int32_t *cand, const int32_t *next, double *probs,
+                         int64_t *choice, int64_t *token, int64_t *nxt) {
+    for (ptrdiff_t j = 0; j < batch; j++) {
+        ptrdiff_t r = pair[j];
+        if (r < 0) continue;
+        const double *src = nremap && remap[r] >= 0 ? over + (ptrdiff_t)remap[r] * width : table + r * width;
+        double *dst = probs + j * width;
+        memcpy(dst, src, (size_t)width * sizeof(double));
+        int64_t c = 0;
+        if (argmax[j]) {
+            /* np.argmax: the first largest, a NaN counting as largest. */
+            double best = dst[0];
+            for (ptrdiff_t x = 0; x < width && best == best; x++)
+                if (dst[x] > best || dst[x] != dst[x]) {
+                    best = dst[x];
+                    c = x;
+                }
+        } else {
+            double cdf[width > 0 ? width : 1];
+            double run = 0.0;
+            for (ptrdiff_t x = 0; x < width; x++) cdf[x] = run = run + dst[x];
+            double threshold = u[j] * cdf[width - 1];
+            for (ptrdiff_t x = 0; x < width; x++) c += cdf[x] < threshold;
+        }
+        choice[j] = c;
+        token[j] = cand[r * width + c];
+        nxt[j] = next[r * width + c];
+    }
+}
+
+#endif
