@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gb300lane.lane.foreign import foreign_clients
     from gb300lane.lane.hosts import on_lane
     from gb300lane.lane.instance import instance
+    from gb300lane.lane.instances import hold, holds
     from gb300lane.lane.manage import (
         InstanceInfo,
         InstanceStatus,
@@ -77,6 +78,8 @@ __getattr__, __dir__ = attach(
         "CheckResult": "checks",
         "foreign_clients": "foreign",
         "instance": "instance",
+        "hold": "instances",
+        "holds": "instances",
         "InstanceInfo": "manage",
         "InstanceStatus": "manage",
         "LaneStatus": "manage",
@@ -123,6 +126,8 @@ __all__ = [
     "down",
     "follow",
     "foreign_clients",
+    "hold",
+    "holds",
     "instance",
     "instance_name",
     "kept_problem",

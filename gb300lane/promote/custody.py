@@ -28,6 +28,7 @@ from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger
 from gb300lane.promote.models import BootReportLink, CustodyLinks
+from gb300lane.promote.state import check_witnesses
 from gb300lane.recipes import fingerprint, load_recipe
 
 
@@ -58,11 +59,23 @@ def verify_production() -> Chain:
         links.append(Link(kind=kind, file=file, status=status, detail=detail))
 
     path = ledger_path()
-    opened = read_ledger()
+    try:
+        opened = read_ledger()
+        if opened is None:
+            check_witnesses(None)
+    except LaneError as exc:
+        add("ledger", "broken", str(exc), str(path))
+        return Chain(subject="production", links=tuple(links))
     if opened is None:
-        add("ledger", "note", "no promotion ledger: nothing was ever promoted", str(path))
+        add("ledger", "note", "no promotion ledger and no other witness of a production: nothing was ever promoted",
+            str(path))
         return Chain(subject="production", links=tuple(links))
     with opened as ledger:
+        try:
+            check_witnesses(ledger)
+        except LaneError as exc:
+            add("ledger", "broken", str(exc), str(path))
+            return Chain(subject="production", links=tuple(links))
         rows = ledger.custody_rows()
         events = {int(str(e["id"])): e for e in ledger.event_rows()}
         prod = ledger.production()

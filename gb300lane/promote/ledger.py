@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import JsonValue, ValidationError
 
 from gb300lane import keyed, paths
+from gb300lane.promote import witness
 from gb300lane.errors import LaneError, LedgerError, StateError
 from gb300lane.fsio import storage_error
 from gb300lane.models import format_validation_error
@@ -499,7 +500,17 @@ class Ledger:
             db.execute(
                 "UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid)
             )
-            return event_id
+        self._witness()
+        return event_id
+
+    def last_event_id(self) -> int:
+        """The number of the newest event (0 when there is none): what the witnesses are stamped with."""
+        row = self._db.execute("SELECT max(id) AS n FROM events").fetchone()
+        return int(row["n"] or 0)
+
+    def _witness(self) -> None:
+        """Write the committed roles to the other witnesses (the witness file, the instance records' marks)."""
+        witness.write(self.production(), self.rollback_pair(), port=self.port(), event_id=self.last_event_id())
 
     def _transition(self, row: sqlite3.Row) -> Transition:
         kind = row["kind"]
@@ -552,6 +563,7 @@ class Ledger:
                 db.execute("UPDATE kept SET removed_at=? WHERE instance=? AND removed_at IS NULL", (utcnow(), name))
             for event in events:
                 self._event(event, None)
+        self._witness()
 
     def mark_removed(self, instance: str) -> None:
         with self.tx() as db:

@@ -47,7 +47,7 @@ from gb300lane.promote.models import (
     VerdictInfo,
 )
 from gb300lane.promote.ops import Progress, PromotionOps, default_ops, wait_port_free
-from gb300lane.promote.state import explain, refuse_if_running
+from gb300lane.promote.state import explain, open_ledger, refuse_if_running
 
 CrashHook = Callable[[str], None]
 
@@ -176,7 +176,7 @@ def promote(
         raise StateError(
             f"--from-card promotes on card {from_card}'s own PASS; --force promotes without one: pass one of them"
         )
-    with TransitionLock(f"promote {recipe}"), Ledger() as ledger:
+    with TransitionLock(f"promote {recipe}"), open_ledger() as ledger:
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
             if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
@@ -387,7 +387,7 @@ def rollback(
     `dry_run` returns what it would do without touching the lane; `reason` is recorded with the rollback.
     """
     ops = ops or default_ops()
-    with TransitionLock("rollback"), Ledger() as ledger:
+    with TransitionLock("rollback"), open_ledger() as ledger:
         open_tr = ledger.open_transition() if dry_run else _open_or_close_prune(ledger)
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
