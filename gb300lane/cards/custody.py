@@ -219,7 +219,8 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
 
     # -- verdicts: pointers between them, the registered gates, and a re-score
     previous: tuple[int, str] | None = None
-    for n in rec.verdict_numbers():
+    numbers = rec.verdict_numbers()
+    for n in numbers:
         path = rec.verdict_file(n)
         name = _rel(rec, path)
         data, problem = _json(path)
@@ -242,12 +243,24 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
                     f"points at verdict {previous[0]} with sha256 {verdict.previous.sha256[:16]}, "
                     f"the file has {previous[1][:16]}", name)
         if rescore and card is not None:
-            links.append(_rescored(rec, card, verdict, name))
+            links.append(_rescored(rec, card, verdict, name, _superseded(rec, n, numbers)))
         previous = (n, sha256_file(path))
     return Chain(subject=subject, links=tuple(links))
 
 
-def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str) -> Link:
+def _superseded(rec: Receipts, n: int, numbers: list[int]) -> Verdict | None:
+    """The re-score that supersedes verdict `n` (the next verdict, pointing at it), or None."""
+    if n + 1 not in numbers:
+        return None
+    data, problem = _json(rec.verdict_file(n + 1))
+    try:
+        later = Verdict.model_validate(data) if problem is None else None
+    except ValueError:
+        return None
+    return later if later is not None and later.previous is not None and later.previous.number == n else None
+
+
+def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded: Verdict | None) -> Link:
     """The verdict against what its own gates give over the receipts now."""
     try:
         gates = tuple(_GATE.validate_python(g) for g in verdict.gates)
@@ -262,10 +275,15 @@ def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str) -> Link:
     differing = sorted(g for g in set(said) | set(now) if said.get(g) != now.get(g))
     detail = (f"says {verdict.verdict}, its receipts score {again.verdict}"
               + (f" (gates {', '.join(differing)})" if differing else ""))
-    if verdict.tool_version != __version__:
+    # No field the verdict itself carries (its version string) can excuse a difference: only a signed re-score
+    # that supersedes it says why (the manifests sealing it are signed; the re-score is checked in turn).
+    if superseded is not None:
         return Link(kind="verdict", file=name, status="note",
-                    detail=f"{detail}; scored by gb300lane {verdict.tool_version}, this is {__version__}: re-score to adopt")
-    return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)")
+                    detail=f"{detail}; superseded by verdict {superseded.number} (re-score: {superseded.reason or '-'})")
+    again_ = "" if verdict.tool_version == __version__ else (
+        f"; it says it was scored by gb300lane {verdict.tool_version} (this is {__version__}): "
+        "`gb300lane card rescore` records a signed re-score that says why")
+    return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)" + again_)
 
 
 def require_intact(rec: Receipts, action: str, *, rescore: bool = True) -> Chain:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from gb300lane import keyed
+from gb300lane import signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
 from gb300lane.cards.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
@@ -111,7 +111,6 @@ def _ledger_links(
     rows: list[CustodyRow], events: dict[int, dict[str, JsonValue]], add: _Add, where: str
 ) -> list[tuple[dict[str, JsonValue], CustodyLinks]]:
     """Check the custody rows' chain and that each still covers its event; returns (event, links) of those that hold."""
-    key = keyed.state_key(create=False)
     prev = CUSTODY_ORIGIN
     good: list[tuple[dict[str, JsonValue], CustodyLinks]] = []
     broken = 0
@@ -123,12 +122,13 @@ def _ledger_links(
             add("ledger", "broken", f"custody row of event #{eid} does not follow the row before it (a row removed or "
                 "reordered)", where)
             broken += 1
-        if key is None or row.key_id != keyed.key_id(key):
-            add("ledger", "broken", f"custody row of event #{eid} was sealed with key {row.key_id}, which this state "
-                "directory does not hold", where)
-            broken += 1
-        elif not keyed.same(row.mac, keyed.mac(key, CUSTODY_SEAL, row.prev + "\n" + row.record)):
-            add("ledger", "broken", f"custody row of event #{eid} does not match its seal (edited)", where)
+        status, text = signing.verify(
+            CUSTODY_SEAL, (row.prev + "\n" + row.record).encode("utf-8"),
+            {"signer": signing.PRINCIPAL, "key": row.key_id, "ssh_signature": row.mac}
+            if row.mac.startswith("-----BEGIN SSH SIGNATURE-----") else {"hmac_sha256": row.mac},
+        )
+        if status != "ok":
+            add("ledger", "broken", f"custody row of event #{eid}: {text}", where)
             broken += 1
         prev = row.mac
         try:

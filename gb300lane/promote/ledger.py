@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
-from gb300lane import keyed, paths
+from gb300lane import keyed, paths, signing
 from gb300lane.promote import witness
 from gb300lane.errors import LaneError, LedgerError, StateError
 from gb300lane.fsio import storage_error
@@ -590,11 +590,11 @@ class Ledger:
         last = self._db.execute("SELECT mac FROM custody ORDER BY event_id DESC LIMIT 1").fetchone()
         prev = str(last["mac"]) if last else CUSTODY_ORIGIN
         record = keyed.canonical({"event": stored, "links": links.model_dump(mode="json")})
-        key = keyed.state_key()
-        assert key is not None  # created when absent
+        # Signed with the user's key outside the state directory (`mac` holds the SSH signature, `key_id` its key).
+        sig = signing.sign(CUSTODY_SEAL, (prev + "\n" + record).encode("utf-8"))
         self._db.execute(
             "INSERT INTO custody (event_id, record, prev, mac, key_id) VALUES (?, ?, ?, ?, ?)",
-            (event_id, record, prev, keyed.mac(key, CUSTODY_SEAL, prev + "\n" + record), keyed.key_id(key)),
+            (event_id, record, prev, sig["ssh_signature"], sig["key"]),
         )
 
     def custody_rows(self) -> list[CustodyRow]:

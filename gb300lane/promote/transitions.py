@@ -198,6 +198,12 @@ def promote(
                     rollback_pair=pair.recipe if pair else None,
                     message=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
                 )
+        broken = ops.production_custody()
+        if broken is not None and not force:
+            raise StateError(
+                f"refusing to promote {recipe}: production's chain of custody breaks at {broken}; "
+                "`gb300lane verify --production` shows every link (or --force --reason \"...\" to promote anyway)"
+            )
         verdict = ops.verdict(recipe)
         if verdict is not None and verdict.custody and not force:
             raise StateError(
