@@ -101,3 +101,49 @@ def test_a_forgotten_ledger_with_production_running_refuses_and_names_the_witnes
     code, out = _cli("up", "local-v26")
     assert code == 1, out
     assert _states() == {prod: "running", pair: "stopped"}  # nothing was removed or replaced
+
+
+# -- preflight: a transition checks what it needs before it stops anything ------------------------
+
+
+@pytest.mark.slow
+def test_rollback_with_a_garbage_state_key_is_refused_before_production_is_touched(
+    production: dict[str, str],
+) -> None:
+    from gb300lane import keyed
+
+    prod, pair = production["production"], production["pair"]
+    keyed.key_path().write_bytes(b"\x00garbage, not a key\n")
+    code, out = _cli("rollback")
+    assert code == 1 and str(keyed.key_path()) in out and "Traceback" not in out, out
+    assert _states() == {prod: "running", pair: "stopped"}
+    code, out = _cli("promote", "local-v26", "--force", "--reason", "x")
+    assert code == 1 and str(keyed.key_path()) in out, out
+    assert _states() == {prod: "running", pair: "stopped"}
+
+
+@pytest.mark.slow
+def test_rollback_with_an_unreadable_pair_record_is_refused_before_production_is_touched(
+    production: dict[str, str],
+) -> None:
+    from gb300lane.lane.instances import record_path
+
+    prod, pair = production["production"], production["pair"]
+    record_path(pair).write_bytes(b"\xff\xfe not json")
+    code, out = _cli("rollback")
+    assert code == 1 and pair in out and "Traceback" not in out, out
+    assert {i.name: i.state for i in lane.list_instances()}.get(prod) == "running"
+    code, out = _cli("rollback", "--dry-run")
+    assert code == 1 and pair in out, out  # no plan is offered that cannot run
+
+
+def test_the_advice_for_an_unreadable_process_record_never_loses_production(tmp_path: Path) -> None:
+    from gb300lane.runtime.process import ProcessRuntime
+
+    rt = ProcessRuntime(tmp_path)
+    (tmp_path / "x-main.json").write_bytes(b"\x00\x01")
+    with pytest.raises(StateError) as exc:
+        rt.inspect("x-main")
+    said = str(exc.value)
+    assert str(tmp_path / "x-main.json") in said and "remove the file" not in said
+    assert "may still be running" in said

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         kept_problem,
         plan_boot,
         start_instance,
+        start_problem,
         up,
     )
     from gb300lane.lane.checkkeys import default_check_keys
@@ -73,6 +74,7 @@ __getattr__, __dir__ = attach(
         "on_lane": "hosts",
         "plan_boot": "boot",
         "start_instance": "boot",
+        "start_problem": "boot",
         "up": "boot",
         "default_check_keys": "checkkeys",
         "CheckResult": "checks",
@@ -138,6 +140,7 @@ __all__ = [
     "remove_instance",
     "resolve",
     "start_instance",
+    "start_problem",
     "status",
     "stop_instance",
     "up",

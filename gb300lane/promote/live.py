@@ -95,6 +95,9 @@ class LiveOps:
             summary += f" (report {report.report_path})"
         return SmokeInfo(passed=report.passed, summary=summary, seconds=seconds)
 
+    def start_problem(self, instance: str) -> str | None:
+        return lane.start_problem(instance)
+
     def production_custody(self) -> str | None:
         from gb300lane.promote.custody import verify_production
 
