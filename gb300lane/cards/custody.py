@@ -99,6 +99,14 @@ def _shipped(rec: Receipts) -> bool:
         return False
 
 
+def _sha(path: Path) -> str:
+    """The file's sha256; `unreadable` when it cannot be read (a directory in its place, no permission)."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return "unreadable"
+
+
 def _rel(rec: Receipts, path: Path) -> str:
     try:
         return str(path.relative_to(rec.root))
@@ -131,9 +139,9 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
     card: Card | None = None
     if not rec.card_file.is_file():
         add("registration", "broken", "card.yaml is missing", "card.yaml")
-    elif sha256_file(rec.card_file) != reg.card_sha256:
+    elif _sha(rec.card_file) != reg.card_sha256:
         add("registration", "broken",
-            f"sha256 {sha256_file(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
+            f"sha256 {_sha(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
             "card.yaml")
     else:
         try:
@@ -174,9 +182,9 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
             if not p.is_file():
                 add("file", "broken", f"listed in {name} but missing", rel)
                 bad += 1
-            elif sha256_file(p) != digest:
+            elif _sha(p) != digest:
                 add("file", "broken",
-                    f"sha256 {sha256_file(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
+                    f"sha256 {_sha(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
                 bad += 1
         if not bad:
             add("file", "ok", f"{len(body['files'])} files match {name}")
@@ -231,7 +239,7 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
             verdict = None
         if verdict is None:
             add("verdict", "broken", problem or "unreadable", name)
-            previous = (n, sha256_file(path))
+            previous = (n, _sha(path))
             continue
         if n == 1 and card is not None and verdict.gates != gates_payload(card.gates):
             add("verdict", "broken", "verdict 1 applied gates other than the registered ones", name)
@@ -244,7 +252,7 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
                     f"the file has {previous[1][:16]}", name)
         if rescore and card is not None:
             links.append(_rescored(rec, card, verdict, name, _superseded(rec, n, numbers)))
-        previous = (n, sha256_file(path))
+        previous = (n, _sha(path))
     return Chain(subject=subject, links=tuple(links))
 
 
@@ -265,7 +273,7 @@ def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded
     try:
         gates = tuple(_GATE.validate_python(g) for g in verdict.gates)
         again = compute_verdict(card, gates, rec, number=verdict.number)
-    except (LaneError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+    except (LaneError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError, OSError) as exc:
         return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
     said = {r.id: r.status for r in verdict.results}
     now = {r.id: r.status for r in again.results}

@@ -164,7 +164,7 @@ class ProcessRuntime(Runtime):
             return ProcessRecord.model_validate_json(path.read_text())
         except FileNotFoundError:
             return None
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, OSError) as exc:
             raise StateError(
                 f"{path}: unreadable process record ({exc.__class__.__name__}); the process it started may still "
                 f"be running and serving its port (`gb300lane status` names what holds the lane's ports): restore "
