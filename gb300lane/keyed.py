@@ -1,16 +1,14 @@
-"""The state directory's key, and the keyed digests and seals made with it.
+"""The state directory's key and the keyed digests made with it; seals, which are signatures.
 
 One random 256-bit key per state directory (`<state>/state.key`, mode 0600,
-created on first use). It keys two things:
+created on first use). It keys digests of secret values (an env value compared
+across boots), so a stored digest cannot be checked against a guessed value
+without the key.
 
-- digests of secret values (an env value compared across boots), so a stored
-  digest cannot be checked against a guessed value without the key;
-- seals on what the tool records (card manifests, ledger custody rows), so a
-  file edited by hand, or rewritten consistently by someone who cannot read
-  the key, no longer verifies.
-
-The key proves nothing against someone who can read it (the same user, root):
-see docs/architecture.md, "Chain of custody".
+Seals on what the tool records (card manifests, ledger custody rows) are not
+made with it: a key beside the files it protects proves nothing once it is
+replaced. `seal` and `check_seal` are SSH signatures with the user's key in the
+config directory, checked against the allowed signers (`gb300lane.signing`).
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
-from typing import Literal
 
-from gb300lane import paths
+from gb300lane import paths, signing
 from gb300lane.errors import StateError
 
 KEY_FILE = "state.key"
@@ -103,30 +100,13 @@ def canonical(obj: object) -> str:
 
 
 def seal(label: str, body: object) -> dict[str, str]:
-    """`{"key_id", "hmac_sha256"}` over the canonical JSON of `body`, under the state key (created when absent)."""
-    key = state_key()
-    assert key is not None  # created when absent
-    return {"key_id": key_id(key), "hmac_sha256": mac(key, label, canonical(body))}
+    """An SSH signature (`{"signer", "key", "ssh_signature"}`) over the canonical JSON of `body`."""
+    return signing.sign(label, canonical(body).encode("utf-8"))
 
 
-SealStatus = Literal["ok", "mismatch", "other_key", "unsealed", "no_key"]
+SealStatus = signing.SignatureStatus
 
 
 def check_seal(label: str, body: object, found: object) -> tuple[SealStatus, str]:
-    """Whether `found` (a seal as `seal` made it) seals `body`; and one line saying so.
-
-    `other_key`: made under another state directory's key, which this one cannot check.
-    """
-    if not isinstance(found, dict) or not isinstance(found.get("hmac_sha256"), str):
-        return "unsealed", "carries no seal"
-    key = state_key(create=False)
-    if key is None:
-        return "no_key", f"sealed with key {found.get('key_id')}, but this state directory has no key ({key_path()})"
-    if found.get("key_id") != key_id(key):
-        return "other_key", (
-            f"sealed by another state directory (key {found.get('key_id')}; this one's is {key_id(key)}), "
-            "so its seal cannot be checked here"
-        )
-    if not same(found["hmac_sha256"], mac(key, label, canonical(body))):
-        return "mismatch", "its seal does not match its content (edited after it was sealed)"
-    return "ok", f"sealed (key {key_id(key)})"
+    """Whether `found` (a seal as `seal` made it) signs `body` for an allowed signer; and one line saying so."""
+    return signing.verify(label, canonical(body).encode("utf-8"), found)

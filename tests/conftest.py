@@ -181,6 +181,8 @@ def _isolated_lane(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(base / "state"))
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(base / "vllm-cache"))
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(base / "results"))
+    # The signing key and its allowed signers live in the user's config directory: every test has its own.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
     if request.node.get_closest_marker("integration") is None:
         # The fast tier needs no Docker, and must not see this machine's: the lane lists every labelled
         # container the engine answers for, so a lane someone runs here would show up in every status.

@@ -289,3 +289,77 @@ def test_arrivals_are_stamped_on_receipt_not_when_the_stream_is_parsed(lane, mon
     assert len(a.token_times_s) == len(b.token_times_s) == steps
     assert a.token_times_s == b.token_times_s, (a.token_times_s, b.token_times_s)  # no slow parse in either
     assert a.token_times_s == sorted(a.token_times_s) and len(set(a.token_times_s)) == steps  # one tick per step
+
+
+class _MockThread:
+    """The self-test's mock server on an event loop of its own thread, so its writes never wait for the client."""
+
+    def __init__(self, timing) -> None:
+        import threading
+
+        from gb300lane.bench.mock import start_mock
+
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def boot():
+            self.server = await start_mock(timing)
+            self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/completions"
+            ready.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(boot()), self.loop.run_forever()),
+                                       daemon=True)
+        self.thread.start()
+        assert ready.wait(10)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def test_a_known_schedule_is_recovered_event_by_event_with_several_events_per_segment():
+    """Events 2 ms apart, written three to a segment: every event keeps its own arrival, none is merged."""
+    from gb300lane.bench.cells import make_record
+    from gb300lane.bench.export import vllm_timings
+    from gb300lane.bench.mock import MockTiming
+    from gb300lane.bench.selftest import vllm_style_stream
+
+    timing = MockTiming(ttft_s=0.01, itl_s=0.002, events=30, events_per_write=3)
+    mock = _MockThread(timing)
+    body = {"model": "mock", "prompt": "x", "max_tokens": 30, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    try:
+        async def go():
+            async with aiohttp.ClientSession() as session:
+                ours = [await stream_request(session, mock.url, body, read_timeout_s=10) for _ in range(5)]
+                theirs = [await vllm_style_stream(session, mock.url, body) for _ in range(5)]
+                return ours, theirs
+
+        ours, theirs = asyncio.run(go())
+    finally:
+        mock.stop()
+    own_means, their_means = [], []
+    for out, ev in zip(ours, theirs):
+        assert out.ok and out.output_tokens == 30 and len(out.event_times_s) == 30 == len(ev)
+        head, _, rest = out.text.partition("@")
+        sent = [float(x) for x in rest.split(";") if x]
+        arrivals = [out.started_at + t for t in out.event_times_s]
+        # No event is stamped before it was written, events of one segment share its arrival, and the
+        # arrivals follow the writes (median lateness well under one gap).
+        assert all(a >= s for a, s in zip(arrivals, sent))
+        for g in range(0, 30, 3):
+            assert len(set(out.event_times_s[g:g + 3])) == 1 and len(set(sent[g:g + 3])) == 1
+        lateness = sorted(a - s for a, s in zip(arrivals, sent))
+        assert lateness[len(lateness) // 2] < 0.002
+        rec = make_record(out, transcript_id="m", cls="prose", round=1, concurrency=1, seed=1, kind="completion",
+                          worker=0, start_s=0.0, expected_tokens=30)
+        ttft, gaps, e2el = vllm_timings(rec)
+        assert len(gaps) == 29 and ttft == out.event_times_s[0] and e2el == out.event_times_s[-1]
+        own_means.append(sum(gaps) / len(gaps))
+        their_means.append((ev[-1] - ev[0]) / (len(ev) - 1))
+        # The schedule's own mean gap: 27 gaps of 2 ms between the first and last segment, over 29 events.
+        assert abs(sum(gaps) / len(gaps) - (sent[-1] - sent[0]) / 29) < 0.1 * timing.itl_s
+    # vLLM's own per-line stamping on the same schedule: the export's ITL agrees within 10%.
+    mean_own, mean_theirs = sum(own_means) / 5, sum(their_means) / 5
+    assert abs(mean_own / mean_theirs - 1) < 0.10

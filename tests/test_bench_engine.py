@@ -90,3 +90,43 @@ def test_smoke_gates_of_the_local_recipe_pass(engine):
     report = run_smoke(load_recipe("local-v27"), engine)
     assert report.passed, [(g.name, g.status, g.reason) for g in report.gates]
     assert [g.kind for g in report.gates] == ["parity", "bounds"]
+
+
+def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
+    """Four connections for a C8 cell: the engine saw four in flight, and the receipt says so."""
+    from gb300lane.bench.window import run_window_async
+    import asyncio
+
+    window = WindowSpec(
+        name="d", classes=("prose",), transcripts_per_class=8, rounds=1, concurrency=(8,),
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=48,
+    )
+    held = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash"))
+    (good,) = held.cells
+    assert good.valid, good.invalid_reasons
+    assert good.delivered.delivered_concurrency == 8 and good.delivered.configured_concurrency == 8
+    assert good.delivered.peak_in_flight == 8 and max(n for _, n in good.delivered.in_flight_series) == 8
+    short = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash", connections=4))
+    (cell,) = short.cells
+    assert not cell.valid and cell.delivered.delivered_concurrency == 4
+    (reason,) = cell.invalid_reasons
+    assert reason.startswith("delivered concurrency 4 is below the configured 8 by more than the registered 10%")
+    # The requests themselves were fine: only the load they were labelled with was not delivered.
+    assert all(r.ok and r.output_tokens == 48 for r in short.records)
+    assert all(r.sent_s is not None for r in short.records)
+    assert sum(r.sent_s > 0.01 for r in short.records) >= 4  # the second four waited for a connection
+
+
+def test_spec_counters_reconcile_with_the_clients_tokens(engine):
+    window = WindowSpec(
+        name="a", classes=("prose",), transcripts_per_class=4, rounds=1, concurrency=(2,),
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=40,
+    )
+    result = run_window(engine, window, model="deepseek-v4.1-flash")
+    (cell,) = result.cells
+    assert cell.valid, cell.invalid_reasons
+    d = cell.counters_delta
+    received = cell.output_tokens
+    # Every verify step emits accepted + 1 tokens; only a request's last step is cut by its length.
+    assert d["num_drafts"] + d["num_accepted_tokens"] - 5 * cell.requests <= received
+    assert received <= d["num_drafts"] + d["num_accepted_tokens"] + cell.requests

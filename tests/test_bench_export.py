@@ -82,12 +82,17 @@ def test_vllm_export_has_exactly_vllms_keys_and_recomputed_values(window: Path, 
         assert row["duration"] == pytest.approx(cell.wall_span_s)
         assert row["output_throughput"] == pytest.approx(cell.output_tokens / cell.wall_span_s)
         assert row["request_throughput"] == pytest.approx(cell.requests / cell.wall_span_s)
-        assert row["mean_ttft_ms"] == pytest.approx(np.mean([r.ttft_s for r in recs]) * 1e3)
-        assert row["p99_e2el_ms"] == pytest.approx(np.percentile([r.e2e_s for r in recs], 99) * 1e3)
-        tpots = [(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in recs]
+        # vLLM's definitions, over every event with choices: ttft to the first, e2el to the last (the
+        # finish chunk), one ITL gap before each later event.
+        assert all(r.event_times_s and r.event_times_s[0] == r.ttft_s for r in recs)
+        assert row["mean_ttft_ms"] == pytest.approx(np.mean([r.event_times_s[0] for r in recs]) * 1e3)
+        assert row["p99_e2el_ms"] == pytest.approx(np.percentile([r.event_times_s[-1] for r in recs], 99) * 1e3)
+        tpots = [(r.event_times_s[-1] - r.event_times_s[0]) / (r.output_tokens - 1) for r in recs]
         assert row["median_tpot_ms"] == pytest.approx(np.median(tpots) * 1e3)
-        # vLLM's ITL is per chunk: two tokens a step means about half as many gaps as tokens.
-        assert 0 < row["mean_itl_ms"] and len(row["latencies"]) == len(recs)
+        gaps = [b - a for r in recs for a, b in zip(r.event_times_s, r.event_times_s[1:])]
+        assert row["mean_itl_ms"] == pytest.approx(np.mean(gaps) * 1e3)
+        assert row["p99_itl_ms"] == pytest.approx(np.percentile(gaps, 99) * 1e3)
+        assert len(row["latencies"]) == len(recs)
         assert row["spec_decode_num_drafts"] == cell.spec.num_drafts
         assert row["spec_decode_acceptance_length"] == pytest.approx(cell.spec.tokens_per_step)
         assert row["spec_decode_acceptance_rate"] == pytest.approx(cell.spec.draft_acceptance_rate * 100)

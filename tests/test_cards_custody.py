@@ -55,7 +55,7 @@ def test_an_intact_chain_verifies_link_by_link() -> None:
     kinds = {link.kind for link in chain.links if link.status == "ok"}
     assert {"registration", "manifest", "file", "boot", "verdict"} <= kinds
     manifest = json.loads((rec.root / "manifest-verdict-1.json").read_text())
-    assert manifest["seal"]["hmac_sha256"] and manifest["seal"]["key_id"]
+    assert manifest["seal"]["ssh_signature"].startswith("-----BEGIN SSH SIGNATURE-----") and manifest["seal"]["key"]
 
 
 def test_a_verdict_edited_from_fail_to_pass_cannot_promote_and_verify_names_it() -> None:
@@ -94,7 +94,7 @@ def test_a_consistent_rewrite_of_verdict_and_manifest_without_the_key_still_brea
     os.chmod(manifest, 0o644)
     manifest.write_text(json.dumps(body))
     broken = verify_receipts(rec).first_break
-    assert broken is not None and broken.file == "manifest-verdict-1.json" and "seal does not match" in broken.detail
+    assert broken is not None and broken.file == "manifest-verdict-1.json" and "signature does not match" in broken.detail
     # and one who holds the key and reseals: the verdict no longer follows from its receipts
     from gb300lane.cards.receipts import MANIFEST_SEAL
     from gb300lane.keyed import seal

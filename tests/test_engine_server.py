@@ -400,3 +400,37 @@ def test_tokenize_and_detokenize_answer_as_vllm_does():
             path = "/tokenize" if "prompt" in bad else "/detokenize"
             code, err = http_post(url + path, bad)
             assert code in (400, 404) and err["error"]["param"] == param
+
+
+def _histogram(text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of one histogram family in an exposition."""
+    total = count = None
+    for line in text.splitlines():
+        if line.startswith(name + "_sum{"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(name + "_count{"):
+            count = float(line.rsplit(" ", 1)[1])
+    assert total is not None and count is not None, name
+    return total, count
+
+
+def test_latency_histograms_observe_the_wall_clock_and_the_modelled_one_is_named_for_it():
+    with engine() as (url, _, _log):
+        t0 = time.perf_counter()
+        code, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 40, "seed": 1,
+                                                         "ignore_eos": True})
+        wall = time.perf_counter() - t0
+        assert code == 200
+        text = http_get(url + "/metrics")[1].decode()
+    timing = body["gb300lane"]
+    e2e_wall, n = _histogram(text, "vllm:e2e_request_latency_seconds")
+    e2e_modelled, m = _histogram(text, "gb300lane_engine_modelled_e2e_request_latency_seconds")
+    assert n == m == 1
+    # The vllm: family is what the client saw (at time scale 0 the modelled seconds are far longer).
+    assert e2e_wall <= wall and e2e_wall == pytest.approx(timing["wall_token_times_s"][-1], abs=0.05)
+    assert e2e_modelled == pytest.approx(timing["modelled_e2e_s"]) and e2e_modelled > 2 * wall
+    ttft_wall, _ = _histogram(text, "vllm:time_to_first_token_seconds")
+    assert ttft_wall <= e2e_wall
+    _, gaps = _histogram(text, "vllm:inter_token_latency_seconds")
+    _, gaps_m = _histogram(text, "gb300lane_engine_modelled_inter_token_latency_seconds")
+    assert gaps == gaps_m == 39

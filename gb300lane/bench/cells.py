@@ -7,7 +7,10 @@ are tested with recorded values.
 Validity: a cell is invalid (and never averaged in) when any request failed,
 any request returned other than the forced token count, or the server's
 generation-token counter moved by a different amount than the client
-received (someone else used the lane during the cell: foreign traffic).
+received (someone else used the lane during the cell: foreign traffic),
+the delivered concurrency or arrival rate is off the configured one by more
+than the registered tolerance, or the spec-decode counters cannot be the
+cell's own tokens (contaminated; see `delivered`).
 A missing /metrics or a lane without spec-decode counters does not
 invalidate a cell; its spec statistics are then absent with the reason.
 
@@ -29,6 +32,7 @@ from typing import Any
 
 from gb300lane import spec
 from gb300lane.bench.client import StreamOutcome
+from gb300lane.bench.delivered import counter_attribution, delivered_load
 from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, RequestRecord, SpecStats
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
@@ -94,6 +98,8 @@ def make_record(
         tpot_s=tpot(n, ttft, e2e) if outcome.ok else None,
         text=outcome.text,
         spec_decode=outcome.spec_decode,
+        event_times_s=outcome.event_times_s,
+        sent_s=outcome.sent_s,
     )
 
 
@@ -170,6 +176,7 @@ def summarize_cell(
     arrivals: Arrivals | None = None,
     arrival_seed: int | None = None,
     peak_in_flight: int | None = None,
+    schedule: list[float] | None = None,
 ) -> CellResult:
     """Apply the validity rules and compute the cell's statistics from its raw records."""
     invalid: list[str] = []
@@ -197,6 +204,15 @@ def summarize_cell(
         notes.append(f"foreign-traffic check not possible: {spec_reason}")
     if spec_stats is None:
         notes.append(f"spec stats absent: {spec_reason}")
+    delivered, load_reasons = delivered_load(
+        records, concurrency=concurrency if request_rate is None else None, request_rate=request_rate,
+        schedule=schedule,
+    )
+    invalid.extend(load_reasons)
+    if not failed and gen_delta is not None and gen_delta == received:
+        contaminated, attribution_notes = counter_attribution(records, raw)
+        invalid.extend(contaminated)
+        notes.extend(attribution_notes)
     attributions = {r.token_attribution for r in records if r.ok}
     if "chunks_only" in attributions:
         notes.append("some streams carried no per-chunk usage: their inter-token gaps are per chunk, not per token")
@@ -253,6 +269,7 @@ def summarize_cell(
         spec=spec_stats,
         spec_absent_reason=spec_reason if spec_stats is None else None,
         counters_delta=raw,
+        delivered=delivered,
     )
 
 

@@ -11,6 +11,13 @@ Events are parsed once the body has ended (see `_BodyTap`), so a malformed
 or error event is reported when the stream ends or stalls, not the moment it
 arrives.
 
+Event times: every SSE event that carries `choices` keeps its own arrival
+time (`event_times_s`), the time of the transport read that completed it.
+Events that came in one read share that instant but stay separate events, so
+the inter-token latency rebuilt from them is vLLM's definition exactly (one
+gap per content event after the first, as `vllm bench serve` stamps each
+line), not a gap per read.
+
 Token attribution: a chunk may carry several tokens (a speculative verify
 step emits all its accepted tokens at once). With per-chunk cumulative usage
 (`continuous_usage_stats`) each chunk's token count is exact, and all of the
@@ -86,7 +93,14 @@ class SSEParser:
 
 @dataclass
 class StreamOutcome:
-    """What one streamed request produced, on the client's wall clock (seconds since send)."""
+    """What one streamed request produced, on the client's wall clock (seconds since send).
+
+    `event_times_s` has the arrival of every event with `choices` (vLLM's
+    chunks); `sent_s` is when the request's head went out on a connection
+    (later than the send when the client waited for a free connection;
+    None without the window's trace, see `request_sent_trace`); `started_at`
+    is the send's `time.perf_counter()`, the origin of every other time.
+    """
 
     ok: bool = False
     error: str | None = None
@@ -102,6 +116,9 @@ class StreamOutcome:
     engine: EngineTiming | None = None
     text: str = ""
     spec_decode: RequestSpecDecode | None = None
+    event_times_s: list[float] = field(default_factory=list)
+    sent_s: float | None = None
+    started_at: float = 0.0
 
 
 def _chunk_text(chunk: dict[str, Any]) -> str:
@@ -149,6 +166,7 @@ class _StreamState:
         usage = chunk.get("usage")
         choices = chunk.get("choices") or []
         if choices:
+            self.out.event_times_s.append(now)
             text = _chunk_text(chunk)
             n: int | None = None
             if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -346,6 +364,37 @@ class _Body:
             self.tap.target = None
 
 
+def _headers_sent(_session: Any, ctx: Any, _params: Any) -> Any:
+    out = ctx.trace_request_ctx
+    if isinstance(out, StreamOutcome):
+        out.sent_s = time.perf_counter() - out.started_at
+    return _DONE
+
+
+class _Done:
+    """An awaitable that is already complete: the trace callback must return one, and a coroutine per request costs more."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Any:
+        return iter(())
+
+
+_DONE = _Done()
+
+
+def request_sent_trace() -> aiohttp.TraceConfig:
+    """A trace that stamps each request's `sent_s`: when its head was written on a connection.
+
+    A request that waits in the session's pool for a free connection (a
+    connector limit below the concurrency) is not in flight at the server
+    while it waits; its send time says it was, its `sent_s` says when it was.
+    """
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_headers_sent)
+    return trace
+
+
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -362,10 +411,11 @@ async def stream_request(
     out = state.out
     body: _Body | None = None
     t0 = time.perf_counter()
+    out.started_at = t0
     try:
         # The response's head within read_timeout_s; the body's idle limit is the body's own (see _Body.consume).
         async with asyncio.timeout(read_timeout_s):
-            resp = await session.post(ssh.reach(url), json=payload,
+            resp = await session.post(ssh.reach(url), json=payload, trace_request_ctx=out,
                                       timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
         async with resp:
             out.http_status = resp.status
@@ -377,7 +427,9 @@ async def stream_request(
             body = _Body(resp.content, conn.protocol if conn is not None else None, state, t0)
             await body.consume(read_timeout_s)
             parser = body.parser
-            out.done_s = time.perf_counter() - t0
+            # The stream ended when its last bytes arrived (the tap's stamp), which is also when aiohttp
+            # handed the connection back to the pool, before this coroutine resumed.
+            out.done_s = (body.last if body.tap is not None else time.perf_counter()) - t0
             tail = parser.pending.decode("utf-8", errors="replace").strip()
             if tail and not state.done:
                 # A final event without its blank line still counts when it is complete.

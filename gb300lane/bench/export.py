@@ -11,8 +11,12 @@ e2el as with `--percentile-metrics ttft,tpot,itl,e2el`, the spec-decode
 fields, and the cell's identity as `gb300lane_*` keys, the way vLLM's
 `--metadata KEY=VALUE` adds keys. Values are recomputed from the raw
 per-request records on the client's wall clock, with vLLM's definitions:
-TPOT = (e2e - ttft) / (tokens - 1), ITL = gaps between chunk arrivals, e2el
-= send to last chunk, max_output_tokens_per_s over one-second buckets.
+TTFT = send to the first event with `choices`, ITL = the gap before every
+later such event (one per event, however many events one read brought, as
+vLLM's client stamps each line), e2el = send to the last such event, TPOT =
+(e2el - ttft) / (tokens - 1), max_output_tokens_per_s over one-second
+buckets. Records kept before per-event times (no `event_times_s`) fall back
+to their token times, one chunk per distinct time.
 """
 
 from __future__ import annotations
@@ -65,6 +69,14 @@ def _chunk_times(token_times: list[float]) -> list[float]:
     return out
 
 
+def vllm_timings(rec: RequestRecord) -> tuple[float | None, list[float], float | None]:
+    """(ttft, itl gaps, e2el) of one request as `vllm bench serve` measures them, seconds."""
+    events = rec.event_times_s or _chunk_times(rec.token_times_s)
+    if not events:
+        return None, [], None
+    return events[0], [b - a for a, b in zip(events, events[1:])], events[-1]
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     """vLLM's mean/median/std/pXX in ms over values in seconds (`np.mean(values or 0)`: zeros when empty)."""
     arr = np.asarray(values or [0.0], dtype=np.float64) * 1000.0
@@ -100,11 +112,12 @@ def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, Any]:
     duration = cell.wall_span_s
     total_in = sum(r.prompt_tokens or 0 for r in ok)
     total_out = sum(r.output_tokens or 0 for r in ok)
-    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpots = [(r.e2e_s - r.ttft_s) / ((r.output_tokens or 0) - 1) for r in ok
-             if r.e2e_s is not None and r.ttft_s is not None and (r.output_tokens or 0) > 1]
-    itls = [b - a for r in ok for a, b in zip(_chunk_times(r.token_times_s), _chunk_times(r.token_times_s)[1:])]
-    e2els = [r.e2e_s for r in ok if r.e2e_s is not None]
+    timed = [(r, *vllm_timings(r)) for r in ok]
+    ttfts = [t for _, t, _, _ in timed if t is not None]
+    tpots = [(e - t) / ((r.output_tokens or 0) - 1) for r, t, _, e in timed
+             if e is not None and t is not None and (r.output_tokens or 0) > 1]
+    itls = [g for _, _, gaps, _ in timed for g in gaps]
+    e2els = [e for _, _, _, e in timed if e is not None]
     peak_tok_s, peak_conc = _peaks(ok)
     kinds = {r.kind for r in recs}
     backend = "openai-chat" if kinds == {"chat"} else "openai"
@@ -137,7 +150,7 @@ def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, Any]:
         "request_goodput": None,
         "output_throughput": total_out / duration if duration else 0.0,
         "total_token_throughput": (total_in + total_out) / duration if duration else 0.0,
-        "latencies": [r.e2e_s for r in ok],
+        "latencies": e2els,
         # vLLM: request start minus its scheduled arrival (closed loop: every request arrives at 0).
         "queue_times": [r.start_s - (r.scheduled_s or 0.0) for r in ok],
         "max_output_tokens_per_s": peak_tok_s,

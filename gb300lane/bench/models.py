@@ -93,6 +93,50 @@ class RequestRecord(FrozenModel):
     spec_decode: RequestSpecDecode | None = Field(
         default=None, description="The request's spec-decode counters, when the server reports them per request."
     )
+    event_times_s: list[float] = Field(
+        default_factory=list,
+        description="Client wall arrival time of every SSE event with choices (vLLM's chunks), one each, even when "
+        "several came in one read; empty in records written before it was kept.",
+    )
+    sent_s: float | None = Field(
+        default=None,
+        description="When the request's head went out on a connection, seconds after start_s (later than it when "
+        "the request waited for a free connection); None where not traced.",
+    )
+
+
+#: Most points kept of a cell's in-flight series (the step changes, thinned evenly).
+SERIES_POINTS = 200
+
+
+class DeliveredLoad(FrozenModel):
+    """What one cell put on the lane, rebuilt from its requests' own timestamps, beside what was configured."""
+
+    configured_concurrency: int | None = Field(description="Closed loop: the concurrency asked for; None for open loop.")
+    configured_rate: float | None = Field(description="Open loop: the arrival rate asked for, requests/s; None closed.")
+    delivered_concurrency: float | None = Field(
+        description="Closed loop: median in-flight count at the starts after the ramp (see the module docstring)."
+    )
+    mean_in_flight: float | None = Field(
+        description="Time-weighted mean in-flight count from the first begin until the first stream ran out of work."
+    )
+    peak_in_flight: int = Field(description="The most requests in flight at once, from the records.")
+    scheduled_rate: float | None = Field(description="Open loop: (n - 1) / span of the schedule the client was given.")
+    delivered_rate: float | None = Field(description="Open loop: (n - 1) / span of the begin times.")
+    late_p99_s: float | None = Field(description="Open loop: 99th percentile of begin minus scheduled arrival, seconds.")
+    tolerance: float = Field(description="The registered relative tolerance the cell was checked against.")
+    in_flight_series: list[tuple[float, int]] = Field(
+        description="(seconds since the cell started, requests in flight from then on), thinned to at most "
+        f"{SERIES_POINTS} points."
+    )
+    server_running: float | None = Field(
+        default=None,
+        description="The lane's vllm:num_requests_running + num_requests_waiting in a scrape taken mid-cell, "
+        "where the window took one.",
+    )
+    client_in_flight_at_scrape: int | None = Field(
+        default=None, description="The client's in-flight count when that scrape was taken."
+    )
 
 
 class SpecStats(FrozenModel):
@@ -190,6 +234,9 @@ class CellResult(FrozenModel):
     spec: SpecStats | None = Field(description="Speculative-decoding statistics; None with spec_absent_reason.")
     spec_absent_reason: str | None = Field(description="Why spec is None.")
     counters_delta: dict[str, Any] | None = Field(description="The raw counter deltas the spec stats come from.")
+    delivered: DeliveredLoad | None = Field(
+        default=None, description="The load the cell delivered, rebuilt from its requests, beside the configured one."
+    )
 
 
 class LoadSpec(FrozenModel):

@@ -34,7 +34,7 @@ import aiohttp
 
 from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
-from gb300lane.bench.client import stream_request
+from gb300lane.bench.client import request_sent_trace, stream_request
 from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
@@ -273,6 +273,7 @@ async def _run_open_cell(
         arrivals=arrivals,
         arrival_seed=arrival_seed if arrivals == "poisson" else None,
         peak_in_flight=peak,
+        schedule=schedule,
     )
     if progress is not None:
         progress.cell_done(cell)
@@ -298,8 +299,14 @@ async def run_window_async(
     recipe: str | None = None,
     fingerprint: str | None = None,
     load: LoadSpec | None = None,
+    connections: int | None = None,
 ) -> WindowResult:
-    """Run every cell of `window` against `endpoint`; see `run_window`."""
+    """Run every cell of `window` against `endpoint`; see `run_window`.
+
+    `connections` caps the client's connection pool (None: one per request in
+    flight, as a window needs); a cap below the concurrency is a client that
+    holds fewer in flight than it was told to, and its cells say so.
+    """
     load = load or LoadSpec(mode="closed")
     if load.mode == "open" and not load.request_rates:
         raise BenchError("an open-loop load needs at least one request rate; pass --request-rate R")
@@ -309,8 +316,8 @@ async def run_window_async(
     for cls in window.classes:
         select_transcripts(cls, window.transcripts_per_class)  # fail before sending anything
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    connector = aiohttp.TCPConnector(limit=connections or 0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, trace_configs=[request_sent_trace()]) as session:
         # Reachability first: an unreachable or still-booting lane is one clear error,
         # not a window of failed requests.
         health = await get_status(session, f"{base}/health")

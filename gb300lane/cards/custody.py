@@ -99,6 +99,14 @@ def _shipped(rec: Receipts) -> bool:
         return False
 
 
+def _sha(path: Path) -> str:
+    """The file's sha256; `unreadable` when it cannot be read (a directory in its place, no permission)."""
+    try:
+        return sha256_file(path)
+    except OSError:
+        return "unreadable"
+
+
 def _rel(rec: Receipts, path: Path) -> str:
     try:
         return str(path.relative_to(rec.root))
@@ -131,9 +139,9 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
     card: Card | None = None
     if not rec.card_file.is_file():
         add("registration", "broken", "card.yaml is missing", "card.yaml")
-    elif sha256_file(rec.card_file) != reg.card_sha256:
+    elif _sha(rec.card_file) != reg.card_sha256:
         add("registration", "broken",
-            f"sha256 {sha256_file(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
+            f"sha256 {_sha(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
             "card.yaml")
     else:
         try:
@@ -174,9 +182,9 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
             if not p.is_file():
                 add("file", "broken", f"listed in {name} but missing", rel)
                 bad += 1
-            elif sha256_file(p) != digest:
+            elif _sha(p) != digest:
                 add("file", "broken",
-                    f"sha256 {sha256_file(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
+                    f"sha256 {_sha(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
                 bad += 1
         if not bad:
             add("file", "ok", f"{len(body['files'])} files match {name}")
@@ -219,7 +227,8 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
 
     # -- verdicts: pointers between them, the registered gates, and a re-score
     previous: tuple[int, str] | None = None
-    for n in rec.verdict_numbers():
+    numbers = rec.verdict_numbers()
+    for n in numbers:
         path = rec.verdict_file(n)
         name = _rel(rec, path)
         data, problem = _json(path)
@@ -230,7 +239,7 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
             verdict = None
         if verdict is None:
             add("verdict", "broken", problem or "unreadable", name)
-            previous = (n, sha256_file(path))
+            previous = (n, _sha(path))
             continue
         if n == 1 and card is not None and verdict.gates != gates_payload(card.gates):
             add("verdict", "broken", "verdict 1 applied gates other than the registered ones", name)
@@ -242,17 +251,29 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
                     f"points at verdict {previous[0]} with sha256 {verdict.previous.sha256[:16]}, "
                     f"the file has {previous[1][:16]}", name)
         if rescore and card is not None:
-            links.append(_rescored(rec, card, verdict, name))
-        previous = (n, sha256_file(path))
+            links.append(_rescored(rec, card, verdict, name, _superseded(rec, n, numbers)))
+        previous = (n, _sha(path))
     return Chain(subject=subject, links=tuple(links))
 
 
-def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str) -> Link:
+def _superseded(rec: Receipts, n: int, numbers: list[int]) -> Verdict | None:
+    """The re-score that supersedes verdict `n` (the next verdict, pointing at it), or None."""
+    if n + 1 not in numbers:
+        return None
+    data, problem = _json(rec.verdict_file(n + 1))
+    try:
+        later = Verdict.model_validate(data) if problem is None else None
+    except ValueError:
+        return None
+    return later if later is not None and later.previous is not None and later.previous.number == n else None
+
+
+def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded: Verdict | None) -> Link:
     """The verdict against what its own gates give over the receipts now."""
     try:
         gates = tuple(_GATE.validate_python(g) for g in verdict.gates)
         again = compute_verdict(card, gates, rec, number=verdict.number)
-    except (LaneError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+    except (LaneError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError, OSError) as exc:
         return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
     said = {r.id: r.status for r in verdict.results}
     now = {r.id: r.status for r in again.results}
@@ -262,10 +283,15 @@ def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str) -> Link:
     differing = sorted(g for g in set(said) | set(now) if said.get(g) != now.get(g))
     detail = (f"says {verdict.verdict}, its receipts score {again.verdict}"
               + (f" (gates {', '.join(differing)})" if differing else ""))
-    if verdict.tool_version != __version__:
+    # No field the verdict itself carries (its version string) can excuse a difference: only a signed re-score
+    # that supersedes it says why (the manifests sealing it are signed; the re-score is checked in turn).
+    if superseded is not None:
         return Link(kind="verdict", file=name, status="note",
-                    detail=f"{detail}; scored by gb300lane {verdict.tool_version}, this is {__version__}: re-score to adopt")
-    return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)")
+                    detail=f"{detail}; superseded by verdict {superseded.number} (re-score: {superseded.reason or '-'})")
+    again_ = "" if verdict.tool_version == __version__ else (
+        f"; it says it was scored by gb300lane {verdict.tool_version} (this is {__version__}): "
+        "`gb300lane card rescore` records a signed re-score that says why")
+    return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)" + again_)
 
 
 def require_intact(rec: Receipts, action: str, *, rescore: bool = True) -> Chain:

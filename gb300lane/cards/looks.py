@@ -83,7 +83,7 @@ def take_look(rec: Receipts, card: Card, stage: int) -> LookRecord:
 
 
 def read_look(rec: Receipts, look: int) -> LookRecord:
-    return LookRecord.model_validate(rec.read_json(rec.look_file(look)))
+    return rec.read_model(rec.look_file(look), LookRecord)
 
 
 def stopped_at(rec: Receipts) -> LookRecord | None:

@@ -27,9 +27,9 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from gb300lane import __version__
 from gb300lane.cards.data import (
@@ -45,8 +45,10 @@ from gb300lane.cards.schema import Card, GroupSequential, gates_hash, load_card,
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.paths import results_dir, writeup_receipts_dirs
+
+_M = TypeVar("_M", bound=FrozenModel)
 
 
 #: What a manifest's seal is labelled with (a seal of one kind never verifies another).
@@ -144,13 +146,36 @@ class Receipts:
     def registration(self) -> Registration:
         if not self.registration_file.is_file():
             raise CardError(f"{self.root}: no registration.json; register the card first (gb300lane card register CARD)")
-        return Registration.model_validate_json(self.registration_file.read_text(encoding="utf-8"))
+        try:
+            return Registration.model_validate_json(self.registration_file.read_bytes())
+        except (OSError, ValueError) as exc:
+            found = format_validation_error(exc, first_only=True) if isinstance(exc, ValidationError) else (
+                f"{type(exc).__name__}: {exc}")
+            raise CardError(
+                f"{self.registration_file}: unreadable registration ({found}); restore it from a backup, or register "
+                "the card again (`gb300lane card register CARD --fresh`)"
+            ) from None
+
+    def read_model(self, path: Path, model: type[_M]) -> _M:
+        """A receipt read back into its model; CardError naming the file and the fix when it does not fit."""
+        data = self.read_json(path)
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise CardError(
+                f"{path}: not a {model.__name__.lower()} receipt ({format_validation_error(exc, first_only=True)}); "
+                "the receipts directory is damaged: restore the file from a backup (receipts are write-once), or "
+                "register the card again and run it"
+            ) from None
 
     def read_json(self, path: Path) -> Any:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CardError(f"{path}: unreadable receipt ({exc}); the receipts directory is damaged") from exc
+        except (OSError, ValueError) as exc:
+            raise CardError(
+                f"{path}: unreadable receipt ({type(exc).__name__}: {exc}); the receipts directory is damaged: restore "
+                "the file from a backup (receipts are write-once), or register the card again and run it"
+            ) from None
 
     def write_json(self, path: Path, obj: Any) -> Path:
         return write_once(path, dumps_json(obj))
@@ -201,7 +226,7 @@ class Receipts:
         for arm in card.arms:
             tr = self.arm_dir(arm.name) / "transcribed.json"
             if tr.is_file():
-                t = TranscribedArm.model_validate(self.read_json(tr))
+                t = self.read_model(tr, TranscribedArm)
                 out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="transcribed",
                                    boot=t.boot, windows=t.windows))
                 continue

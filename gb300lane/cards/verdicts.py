@@ -151,7 +151,7 @@ def _require_intact(rec: Receipts, action: str) -> None:
 
 
 def read_verdict(rec: Receipts, n: int) -> Verdict:
-    return Verdict.model_validate(rec.read_json(rec.verdict_file(n)))
+    return rec.read_model(rec.verdict_file(n), Verdict)
 
 
 def parse_change(text: str) -> tuple[str, str, Any]:

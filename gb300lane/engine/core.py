@@ -99,6 +99,7 @@ class Sequence:
     arrival_modelled: float = 0.0
     arrival_wall: float = 0.0
     admitted_modelled: float | None = None
+    admitted_wall: float | None = None
     token_modelled: list[float] = field(default_factory=list)
     token_wall: list[float] = field(default_factory=list)
     num_drafts: int = 0
@@ -248,6 +249,7 @@ class EngineCore:
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting.popleft()
             seq.admitted_modelled = self.clock
+            seq.admitted_wall = time.monotonic()
             prefill += len(seq.prompt_ids)
             self.counters.prompt_tokens += len(seq.prompt_ids)
             self.running.append(seq)

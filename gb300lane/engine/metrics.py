@@ -3,8 +3,15 @@
 Each engine owns a CollectorRegistry, so several engines in one process (as in
 tests) never share a counter. Counters are fed from the core's cumulative
 counts after each step (`sync`), so the exposition and the log line always
-agree with the core. Latency histograms observe modelled seconds: the lane's
-physics, which at --time-scale 1 is also wall time.
+agree with the core.
+
+One clock per number: vLLM's latency histograms (`vllm:time_to_first_token_seconds`,
+`vllm:inter_token_latency_seconds`, e2e, time per output token, queue time)
+observe the wall clock, the one a client, Grafana or a scraper compares them
+with: seconds since the request arrived, stamped when the step's tokens were
+delivered (after --time-scale pacing). The modelled clock (the lane's
+physics, which the wall clock tracks only at --time-scale 1) has its own
+families beside them, named for it: `gb300lane_engine_modelled_*_seconds`.
 """
 
 from __future__ import annotations
@@ -49,6 +56,16 @@ class EngineMetrics:
         self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", names, registry=r, buckets=b)
         self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Time per output token.", names, registry=r, buckets=b)
         self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, registry=r, buckets=b)
+        self.m_e2e = Histogram("gb300lane_engine_modelled_e2e_request_latency_seconds",
+                               "End-to-end request latency on the modelled clock.", names, registry=r, buckets=b)
+        self.m_ttft = Histogram("gb300lane_engine_modelled_time_to_first_token_seconds",
+                                "Time to first token on the modelled clock.", names, registry=r, buckets=b)
+        self.m_itl = Histogram("gb300lane_engine_modelled_inter_token_latency_seconds",
+                               "Inter-token latency on the modelled clock.", names, registry=r, buckets=b)
+        self.m_tpot = Histogram("gb300lane_engine_modelled_request_time_per_output_token_seconds",
+                                "Time per output token on the modelled clock.", names, registry=r, buckets=b)
+        self.m_queue = Histogram("gb300lane_engine_modelled_request_queue_time_seconds",
+                                 "Time spent waiting in the queue on the modelled clock.", names, registry=r, buckets=b)
         self.modelled = Counter(
             "gb300lane_engine_modelled_seconds", "Modelled engine seconds spent in verify steps.", names, registry=r
         )
@@ -102,16 +119,23 @@ class EngineMetrics:
     def finished(self, seq: Sequence) -> None:
         lab = self.labels
         self.success.labels(**lab, finished_reason=seq.finish_reason or "abort").inc()
-        times = seq.token_modelled
-        if times:
-            self.ttft.labels(**lab).observe(times[0])
-            self.e2e.labels(**lab).observe(times[-1])
+        for (ttft, e2e, itl, tpot), times in (
+            ((self.ttft, self.e2e, self.itl, self.tpot), seq.token_wall),
+            ((self.m_ttft, self.m_e2e, self.m_itl, self.m_tpot), seq.token_modelled),
+        ):
+            if not times:
+                continue
+            ttft.labels(**lab).observe(times[0])
+            e2e.labels(**lab).observe(times[-1])
+            gap = itl.labels(**lab)
             for a, b in zip(times, times[1:]):
-                self.itl.labels(**lab).observe(b - a)
+                gap.observe(b - a)
             if len(times) > 1:
-                self.tpot.labels(**lab).observe((times[-1] - times[0]) / (len(times) - 1))
+                tpot.labels(**lab).observe((times[-1] - times[0]) / (len(times) - 1))
+        if seq.admitted_wall is not None:
+            self.queue.labels(**lab).observe(seq.admitted_wall - seq.arrival_wall)
         if seq.admitted_modelled is not None:
-            self.queue.labels(**lab).observe(seq.admitted_modelled - seq.arrival_modelled)
+            self.m_queue.labels(**lab).observe(seq.admitted_modelled - seq.arrival_modelled)
 
     def sidecar(self, ok: bool) -> None:
         self.sidecar_calls.labels(**self.labels).inc()

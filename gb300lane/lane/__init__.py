@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         kept_problem,
         plan_boot,
         start_instance,
+        start_problem,
         up,
     )
     from gb300lane.lane.checkkeys import default_check_keys
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from gb300lane.lane.foreign import foreign_clients
     from gb300lane.lane.hosts import on_lane
     from gb300lane.lane.instance import instance
+    from gb300lane.lane.instances import hold, holds
     from gb300lane.lane.manage import (
         InstanceInfo,
         InstanceStatus,
@@ -73,11 +75,14 @@ __getattr__, __dir__ = attach(
         "on_lane": "hosts",
         "plan_boot": "boot",
         "start_instance": "boot",
+        "start_problem": "boot",
         "up": "boot",
         "default_check_keys": "checkkeys",
         "CheckResult": "checks",
         "foreign_clients": "foreign",
         "instance": "instance",
+        "hold": "instances",
+        "holds": "instances",
         "InstanceInfo": "manage",
         "InstanceStatus": "manage",
         "LaneStatus": "manage",
@@ -129,6 +134,8 @@ __all__ = [
     "follow",
     "foreign_clients",
     "free_lane_port",
+    "hold",
+    "holds",
     "instance",
     "instance_name",
     "kept_problem",
@@ -140,6 +147,7 @@ __all__ = [
     "remove_instance",
     "resolve",
     "start_instance",
+    "start_problem",
     "status",
     "stop_instance",
     "up",

@@ -282,6 +282,28 @@ def kept_problem(instance: str, run: str) -> str | None:
     return None
 
 
+def start_problem(instance: str) -> str | None:
+    """Why the kept `instance` cannot be started as it stands, as a phrase about it; None when it can.
+
+    What `start_instance` needs, read without starting anything: a readable record, every container, a recipe that
+    validates. A transition asks before it stops production, so it never stops what it cannot replace.
+    """
+    path = instances.record_path(instance)
+    rec = instances.load(instance)
+    if rec is None:
+        return (f"has no readable instance record ({path} is missing or was quarantined: `gb300lane status` "
+                "lists it), so it cannot be started")
+    try:
+        rt = get_runtime(rec.runtime)
+        lost = [c for c in rec.containers if rt.inspect(c).state == "missing"]
+        validate_raw(rec.recipe_json, f"instance {instance}")
+    except LaneError as exc:
+        return f"cannot be started: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    if lost:
+        return f"lost {', '.join(lost)}, so it cannot be started"
+    return None
+
+
 def await_instance(instance: str, *, timeout_s: float | None = None, progress: ProgressFn | None = None) -> BootReport:
     """An instance whose containers already run (a boot or restart a killed process began): wait until it is ready
     within the lane's boot limit (the time since its start counts), then run the boot checks and report.
@@ -413,6 +435,13 @@ def _start(
         instances.save(rec, phase="failed", detail=why)
         raise
     report = check_booted(rt, rec, recipe, specs, prediction, started, boot_s, expected_s, pre)
+    bind = report.check("dark_bind")
+    if bind is not None and bind.status == "fail":
+        # A dark lane reachable beyond loopback is stopped at once (and kept for its logs), never left serving.
+        stop_all(rt, names)
+        instances.save(rec, phase="failed", report=report.path,
+                       detail=f"dark check failed ({bind.summary}); stopped and kept: `gb300lane down {rec.name}`")
+        return report
     autotune = report.check("autotune")
     observed = str(autotune.evidence.get("observed", "unknown")) if autotune is not None else "unknown"
     ledger.record_boot(rec.fingerprint, report.compile_hash, observed, boot_s, time_scale=pace)

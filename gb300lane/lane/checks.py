@@ -13,6 +13,8 @@ report or the screen.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
@@ -226,22 +228,32 @@ def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResu
     return CheckResult(name="kv_pool", status="pass", evidence=evidence, summary=f"KV pool {expected_tokens:,} tokens")
 
 
-def check_bind(found: list[Listener] | None, port: int) -> CheckResult:
-    """Dark lanes listen on loopback only."""
-    evidence: dict[str, Any] = {"port": port, "listeners": None if found is None else [l.address for l in found]}
+def check_bind(found: list[Listener] | None, ports: int | Sequence[int]) -> CheckResult:
+    """Dark lanes listen on loopback only: every port of the lane (main, sidecar, and any other socket its
+    processes opened, which `found` holds) must be bound to loopback, and each of `ports` must listen."""
+    want = [ports] if isinstance(ports, int) else sorted(set(ports))
+    shown = ", ".join(f":{p}" for p in want)
+    evidence: dict[str, Any] = {
+        "ports": want, "listeners": None if found is None else sorted({f"{l.address}:{l.port}" for l in found}),
+    }
     if found is None:
         return CheckResult(
             name="dark_bind", status="unknown", evidence=evidence, summary="this user may not list listening sockets here"
         )
-    if not found:
-        return CheckResult(name="dark_bind", status="fail", evidence=evidence, summary=f"nothing listens on :{port}")
-    open_to = sorted({l.address for l in found if not l.loopback_only})
+    silent = [p for p in want if not any(l.port == p for l in found)]
+    if silent:
+        return CheckResult(name="dark_bind", status="fail", evidence=evidence,
+                           summary="nothing listens on " + ", ".join(f":{p}" for p in silent))
+    open_to = sorted({f"{l.address}:{l.port}" for l in found if not l.loopback_only})
     if open_to:
         return CheckResult(
             name="dark_bind", status="fail", evidence=evidence,
-            summary=f":{port} listens on {', '.join(open_to)}: reachable beyond loopback while dark",
+            summary=f"{', '.join(open_to)}: reachable beyond loopback while dark",
         )  # fmt: skip
-    return CheckResult(name="dark_bind", status="pass", evidence=evidence, summary=f":{port} bound to loopback only")
+    others = sorted({l.port for l in found} - set(want))
+    extra = f" (and {', '.join(f':{p}' for p in others)}, opened by its processes)" if others else ""
+    return CheckResult(name="dark_bind", status="pass", evidence=evidence,
+                       summary=f"{shown}{extra} bound to loopback only")
 
 
 def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult:

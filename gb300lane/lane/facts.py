@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psutil
@@ -108,6 +108,20 @@ def listeners(port: int | None = None) -> list[Listener] | None:
     except (psutil.AccessDenied, PermissionError, NotImplementedError):
         return None  # macOS without root, or a platform psutil cannot read sockets on
     return listening(conns, port)
+
+
+def lane_listeners(ports: Sequence[int], pids: Sequence[int]) -> list[Listener] | None:
+    """The listening sockets of a lane: on any of `ports`, or held by any of `pids` or their descendants."""
+    found = listeners()
+    if found is None:
+        return None
+    tree = set(pids)
+    for pid in pids:
+        try:
+            tree.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            continue
+    return [l for l in found if l.port in ports or (l.pid is not None and l.pid in tree)]
 
 
 def port_in_use(port: int) -> bool:

@@ -56,7 +56,9 @@ def check_booted(
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
     ]
     if rec.dark:
-        results.append(checks.check_bind(facts.listeners(rec.port), rec.port))
+        ports = [s.port for s in specs]
+        pids = [pid for s in specs if (pid := rt.inspect(s.name).pid) is not None]
+        results.append(checks.check_bind(facts.lane_listeners(ports, pids), ports))
         results.append(foreign_clients(rec.endpoint))
     report = BootReport(
         instance=rec.name, lane=rec.lane, recipe=rec.recipe, arm=rec.arm, run=rec.run, runtime=rt.name,

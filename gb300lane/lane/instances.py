@@ -50,6 +50,12 @@ class InstanceRecord(FrozenModel):
     updated_at: float = Field(description="Unix time of the last change.")
     report: str | None = Field(default=None, description="Path of the last boot report.")
     detail: str = Field(default="", description="Why the phase is what it is.")
+    held: str | None = Field(
+        default=None,
+        description="What the layer above recorded this instance as holding (e.g. production), one of the witnesses "
+        "it keeps of its own records; the lane stores it and never reads a role from it.",
+    )
+    held_by: int | None = Field(default=None, description="The record of the layer above that set `held` (its number).")
 
 
 def instances_dir() -> Path:
@@ -140,9 +146,29 @@ def quarantined() -> list[str]:
 def load_all() -> list[InstanceRecord]:
     folder = instances_dir()
     if not folder.is_dir():
+        if folder.exists() or folder.is_symlink():
+            raise StateError(
+                f"{folder}: not a directory (the instance records live in it); move it aside and run the command "
+                "again: the instances' containers are still found by their labels"
+            )
         return []
     names = [p.stem for p in sorted(folder.glob("*.json")) if name_problem(p.stem) is None]
     return [rec for name in names if (rec := load(name)) is not None]
+
+
+def hold(name: str, held: str | None, by: int) -> bool:
+    """Mark instance `name`'s record as holding `held` (None: nothing), set by record `by`; False when it has no record."""
+    rec = load(name)
+    if rec is None:
+        return False
+    if rec.held != held or rec.held_by != by:
+        save(rec.model_copy(update={"held": held, "held_by": by}))
+    return True
+
+
+def holds() -> dict[str, tuple[str, int, Path]]:
+    """Instance -> (what it holds, the record that set it, the record file), for every readable record with a mark."""
+    return {rec.name: (rec.held, rec.held_by or 0, record_path(rec.name)) for rec in load_all() if rec.held}
 
 
 def delete(name: str) -> None:

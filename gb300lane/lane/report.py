@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from gb300lane import __version__, paths
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.lane.checks import CheckResult
-from gb300lane.models import FrozenModel
+from gb300lane.errors import StateError
+from gb300lane.models import FrozenModel, format_validation_error
 
 _MARK = {"pass": "PASS", "fail": "FAIL", "unknown": "----"}
 
@@ -96,11 +97,25 @@ def write_report(report: BootReport) -> BootReport:
     return stored
 
 
+def read_report(path: Path) -> BootReport:
+    """One stored boot report; StateError naming the file and the fix when it does not read back."""
+    try:
+        return BootReport.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        found = format_validation_error(exc, first_only=True, missing="missing")
+    except (OSError, ValueError) as exc:
+        found = f"{type(exc).__name__}: {exc}"
+    raise StateError(
+        f"{path}: unreadable boot report ({found}); boot reports are write-once records: restore it from a backup, "
+        f"or move it aside (`mv {path} {path}.bad`) and the instance's earlier report counts again"
+    )
+
+
 def latest_report(instance: str) -> BootReport | None:
     """The newest stored report of an instance."""
     newest: BootReport | None = None
     for path in boots_dir().glob(f"{instance}-*.json"):
-        report = BootReport.model_validate_json(path.read_text())
+        report = read_report(path)
         if report.instance == instance and (newest is None or report.started_at >= newest.started_at):
             newest = report
     return newest

@@ -21,13 +21,14 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from gb300lane import keyed
+from gb300lane import signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
 from gb300lane.cards.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger
 from gb300lane.promote.models import BootReportLink, CustodyLinks
+from gb300lane.promote.state import check_witnesses
 from gb300lane.recipes import fingerprint, load_recipe
 
 
@@ -58,11 +59,23 @@ def verify_production() -> Chain:
         links.append(Link(kind=kind, file=file, status=status, detail=detail))
 
     path = ledger_path()
-    opened = read_ledger()
+    try:
+        opened = read_ledger()
+        if opened is None:
+            check_witnesses(None)
+    except LaneError as exc:
+        add("ledger", "broken", str(exc), str(path))
+        return Chain(subject="production", links=tuple(links))
     if opened is None:
-        add("ledger", "note", "no promotion ledger: nothing was ever promoted", str(path))
+        add("ledger", "note", "no promotion ledger and no other witness of a production: nothing was ever promoted",
+            str(path))
         return Chain(subject="production", links=tuple(links))
     with opened as ledger:
+        try:
+            check_witnesses(ledger)
+        except LaneError as exc:
+            add("ledger", "broken", str(exc), str(path))
+            return Chain(subject="production", links=tuple(links))
         rows = ledger.custody_rows()
         events = {int(str(e["id"])): e for e in ledger.event_rows()}
         prod = ledger.production()
@@ -98,7 +111,6 @@ def _ledger_links(
     rows: list[CustodyRow], events: dict[int, dict[str, JsonValue]], add: _Add, where: str
 ) -> list[tuple[dict[str, JsonValue], CustodyLinks]]:
     """Check the custody rows' chain and that each still covers its event; returns (event, links) of those that hold."""
-    key = keyed.state_key(create=False)
     prev = CUSTODY_ORIGIN
     good: list[tuple[dict[str, JsonValue], CustodyLinks]] = []
     broken = 0
@@ -110,12 +122,13 @@ def _ledger_links(
             add("ledger", "broken", f"custody row of event #{eid} does not follow the row before it (a row removed or "
                 "reordered)", where)
             broken += 1
-        if key is None or row.key_id != keyed.key_id(key):
-            add("ledger", "broken", f"custody row of event #{eid} was sealed with key {row.key_id}, which this state "
-                "directory does not hold", where)
-            broken += 1
-        elif not keyed.same(row.mac, keyed.mac(key, CUSTODY_SEAL, row.prev + "\n" + row.record)):
-            add("ledger", "broken", f"custody row of event #{eid} does not match its seal (edited)", where)
+        status, text = signing.verify(
+            CUSTODY_SEAL, (row.prev + "\n" + row.record).encode("utf-8"),
+            {"signer": signing.PRINCIPAL, "key": row.key_id, "ssh_signature": row.mac}
+            if row.mac.startswith("-----BEGIN SSH SIGNATURE-----") else {"hmac_sha256": row.mac},
+        )
+        if status != "ok":
+            add("ledger", "broken", f"custody row of event #{eid}: {text}", where)
             broken += 1
         prev = row.mac
         try:

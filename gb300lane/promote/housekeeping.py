@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gb300lane.errors import StateError
+from gb300lane.promote import witness
 from gb300lane.promote.ledger import Ledger, read_ledger
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import LedgerEvent, NewEvent, PrunePlan, PruneReport
 from gb300lane.promote.ops import PromotionOps, default_ops
-from gb300lane.promote.state import explain, refuse_if_running
+from gb300lane.promote.state import explain, open_ledger, refuse_if_running
 
 
 def history() -> list[LedgerEvent]:
@@ -33,7 +34,7 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
     if keep < 0:
         raise StateError(f"prune --keep {keep}: expected 0 or more kept instances to leave in place")
     ops = ops or default_ops()
-    with TransitionLock("prune"), Ledger() as ledger:
+    with TransitionLock("prune"), open_ledger() as ledger:
         open_tr = ledger.open_transition()
         if open_tr is not None:
             refuse_if_running(ledger, open_tr)
@@ -90,7 +91,9 @@ def remove_recorded(remove: Callable[[], list[str]], *, why: str) -> tuple[list[
     offers no plan that would start a removed instance. With no ledger there is nothing to record.
     """
     if read_ledger() is None:
-        return remove(), []
+        removed = remove()
+        witness.forget(set(removed))
+        return removed, []
     with TransitionLock(why), Ledger() as ledger:
         open_tr = ledger.open_transition()
         if open_tr is not None:

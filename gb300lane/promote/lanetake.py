@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from gb300lane import paths
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
-from gb300lane.promote.ledger import Ledger
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import CustodyLinks, NewEvent, Slot, TakeLanePlan, TransitionReport
 from gb300lane.promote.ops import Progress, PromotionOps, default_ops
-from gb300lane.promote.state import explain
+from gb300lane.promote.state import explain, open_ledger
 from gb300lane.promote.transitions import CrashHook, _first_line, _open_or_close_prune, _report_link, _Run
 
 
@@ -48,7 +47,7 @@ def take_lane(
     fails leaves the transition open (the ledger still names production): `gb300lane rollback` restarts it.
     """
     ops = ops or default_ops()
-    with TransitionLock(f"card {card} --take-lane"), Ledger() as ledger:
+    with TransitionLock(f"card {card} --take-lane"), open_ledger() as ledger:
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
             text, _ = explain(ledger, open_tr, crashed=True)

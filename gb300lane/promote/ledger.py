@@ -31,7 +31,8 @@ from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
-from gb300lane import keyed, paths
+from gb300lane import keyed, paths, signing
+from gb300lane.promote import witness
 from gb300lane.errors import LaneError, LedgerError, StateError
 from gb300lane.fsio import storage_error
 from gb300lane.models import format_validation_error
@@ -499,7 +500,17 @@ class Ledger:
             db.execute(
                 "UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid)
             )
-            return event_id
+        self._witness()
+        return event_id
+
+    def last_event_id(self) -> int:
+        """The number of the newest event (0 when there is none): what the witnesses are stamped with."""
+        row = self._db.execute("SELECT max(id) AS n FROM events").fetchone()
+        return int(row["n"] or 0)
+
+    def _witness(self) -> None:
+        """Write the committed roles to the other witnesses (the witness file, the instance records' marks)."""
+        witness.write(self.production(), self.rollback_pair(), port=self.port(), event_id=self.last_event_id())
 
     def _transition(self, row: sqlite3.Row) -> Transition:
         kind = row["kind"]
@@ -552,6 +563,7 @@ class Ledger:
                 db.execute("UPDATE kept SET removed_at=? WHERE instance=? AND removed_at IS NULL", (utcnow(), name))
             for event in events:
                 self._event(event, None)
+        self._witness()
 
     def mark_removed(self, instance: str) -> None:
         with self.tx() as db:
@@ -578,11 +590,11 @@ class Ledger:
         last = self._db.execute("SELECT mac FROM custody ORDER BY event_id DESC LIMIT 1").fetchone()
         prev = str(last["mac"]) if last else CUSTODY_ORIGIN
         record = keyed.canonical({"event": stored, "links": links.model_dump(mode="json")})
-        key = keyed.state_key()
-        assert key is not None  # created when absent
+        # Signed with the user's key outside the state directory (`mac` holds the SSH signature, `key_id` its key).
+        sig = signing.sign(CUSTODY_SEAL, (prev + "\n" + record).encode("utf-8"))
         self._db.execute(
             "INSERT INTO custody (event_id, record, prev, mac, key_id) VALUES (?, ?, ?, ?, ?)",
-            (event_id, record, prev, keyed.mac(key, CUSTODY_SEAL, prev + "\n" + record), keyed.key_id(key)),
+            (event_id, record, prev, sig["ssh_signature"], sig["key"]),
         )
 
     def custody_rows(self) -> list[CustodyRow]:

@@ -95,6 +95,15 @@ class LiveOps:
             summary += f" (report {report.report_path})"
         return SmokeInfo(passed=report.passed, summary=summary, seconds=seconds)
 
+    def start_problem(self, instance: str) -> str | None:
+        return lane.start_problem(instance)
+
+    def production_custody(self) -> str | None:
+        from gb300lane.promote.custody import verify_production
+
+        broken = verify_production().first_break
+        return None if broken is None else f"{broken.file + ': ' if broken.file else ''}{broken.detail}"
+
     def verdict(self, recipe: str) -> VerdictInfo | None:
         ref = cards.latest_verdict_for(recipe)
         if ref is None:

@@ -54,6 +54,13 @@ class PromotionOps(Protocol):
     def start_kept(self, instance: str) -> BootInfo:
         """Start a kept instance again and wait until it is ready (BootError otherwise)."""
 
+    def start_problem(self, instance: str) -> str | None:
+        """Why the kept `instance` could not be started as it stands (no readable record, a lost container), as a
+        phrase about it; None when it can. Asked before a transition stops anything."""
+
+    def production_custody(self) -> str | None:
+        """Where production's chain of custody breaks (`gb300lane verify --production`), one line; None when whole."""
+
     def await_ready(self, instance: str, *, progress: Progress | None = None) -> BootInfo:
         """An instance that already runs (a boot a killed process began): wait until it is ready within the lane's
         boot limit, run the boot checks it may have skipped, and report (BootError otherwise)."""

@@ -12,9 +12,10 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from gb300lane.errors import StateError
+from gb300lane.errors import LedgerError, StateError
 from gb300lane.placement import scope_suffix
 from gb300lane.promote import lock as lock_mod
+from gb300lane.promote import witness
 from gb300lane.promote.ledger import Ledger, Transition, ledger_path, read_ledger, read_only_error, write_problem
 from gb300lane.promote.models import InFlight, ProductionState, TakeLanePlan
 
@@ -158,8 +159,10 @@ def current_production(*, ledger_file: Path | None = None, state_dir: Path | Non
     """
     ledger = read_ledger(ledger_file)
     if ledger is None:
+        check_witnesses(None, ledger_file)
         return None
     with ledger:
+        check_witnesses(ledger)
         prod = ledger.production()
         pair = ledger.rollback_pair()
         flight = in_flight(ledger, state_dir=state_dir)
@@ -175,6 +178,39 @@ def current_production(*, ledger_file: Path | None = None, state_dir: Path | Non
             rollback_pair=pair,
             in_flight=flight,
         )
+
+
+def check_witnesses(ledger: Ledger | None, ledger_file: Path | None = None) -> None:
+    """LedgerError (kind `witnesses`) when the other witnesses of production disagree with the ledger (None: missing).
+
+    Called wherever the ledger is read for a decision, so a deleted or emptied ledger with a production still
+    witnessed elsewhere fails closed like a corrupt one.
+    """
+    path = ledger.path if ledger is not None else (ledger_file or ledger_path())
+    if ledger is None:
+        said: tuple[str | None, str | None] = (None, None)
+        newest, what = 0, "is missing"
+    else:
+        prod, pair = ledger.production(), ledger.rollback_pair()
+        said = (prod.instance if prod else None, pair.instance if pair else None)
+        newest = ledger.last_event_id()
+        what = "reads" if prod or pair else "records no production and no rollback pair"
+    problem = witness.disagreement(said, newest, what, path)
+    if problem is not None:
+        raise LedgerError(problem, kind="witnesses", path=str(path))
+
+
+def open_ledger() -> Ledger:
+    """The writable ledger for a transition, once the witnesses agree with it (checked before one is created)."""
+    if not ledger_path().exists():
+        check_witnesses(None)
+    ledger = Ledger()
+    try:
+        check_witnesses(ledger)
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
 
 
 def ledger_read_only(ledger_file: Path | None = None) -> str | None:

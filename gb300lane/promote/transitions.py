@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from gb300lane import paths
+from gb300lane import keyed, paths, signing
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
 from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
@@ -47,7 +47,7 @@ from gb300lane.promote.models import (
     VerdictInfo,
 )
 from gb300lane.promote.ops import Progress, PromotionOps, default_ops, wait_port_free
-from gb300lane.promote.state import explain, refuse_if_running
+from gb300lane.promote.state import explain, open_ledger, refuse_if_running
 
 CrashHook = Callable[[str], None]
 
@@ -135,6 +135,20 @@ class _Run:
             return self.ops.start_kept(slot.instance)
 
 
+def preflight(ops: PromotionOps, *, starts: tuple[str | None, ...] = ()) -> None:
+    """Everything a transition needs before it stops anything: the state key, the signing key, and each kept
+    instance it may start (the pair, or production to restore); StateError naming what is wrong otherwise."""
+    keyed.state_key()
+    signing.public_key()
+    for instance in starts:
+        if instance is None:
+            continue
+        problem = ops.start_problem(instance)
+        if problem is not None:
+            raise StateError(f"refusing to start a transition: {instance} {problem}; nothing was stopped. Fix it "
+                             f"first (`gb300lane status` shows the lane)")
+
+
 def _since(slot: Slot | None, since: str, **changes: str) -> Slot | None:
     """The slot taking a new role at `since` (None stays None)."""
     return slot.model_copy(update={"since": since, **changes}) if slot is not None else None
@@ -176,7 +190,8 @@ def promote(
         raise StateError(
             f"--from-card promotes on card {from_card}'s own PASS; --force promotes without one: pass one of them"
         )
-    with TransitionLock(f"promote {recipe}"), Ledger() as ledger:
+    with TransitionLock(f"promote {recipe}"), open_ledger() as ledger:
+        preflight(ops)
         open_tr = _open_or_close_prune(ledger)
         if open_tr is not None:
             if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
@@ -198,6 +213,12 @@ def promote(
                     rollback_pair=pair.recipe if pair else None,
                     message=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
                 )
+        broken = ops.production_custody()
+        if broken is not None and not force:
+            raise StateError(
+                f"refusing to promote {recipe}: production's chain of custody breaks at {broken}; "
+                "`gb300lane verify --production` shows every link (or --force --reason \"...\" to promote anyway)"
+            )
         verdict = ops.verdict(recipe)
         if verdict is not None and verdict.custody and not force:
             raise StateError(
@@ -234,6 +255,9 @@ def promote(
                 n += 1
                 tag = f"{recipe}-{n}"
             instance = ops.plan_instance(recipe, tag)
+        # A failed candidate is reverted by restarting production: it must be startable before it is stopped.
+        preflight(ops, starts=(prod.instance if prod is not None and _fact(ops, prod.instance)[0] else None,
+                               instance if kept is not None else None))
         plan = PromotePlan(
             recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=instance,
             previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
@@ -387,7 +411,8 @@ def rollback(
     `dry_run` returns what it would do without touching the lane; `reason` is recorded with the rollback.
     """
     ops = ops or default_ops()
-    with TransitionLock("rollback"), Ledger() as ledger:
+    with TransitionLock("rollback"), open_ledger() as ledger:
+        preflight(ops)
         open_tr = ledger.open_transition() if dry_run else _open_or_close_prune(ledger)
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
@@ -421,6 +446,7 @@ def rollback(
             )
         if prod is not None and not _fact(ops, prod.instance)[0]:
             prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
+        preflight(ops, starts=(pair.instance, prod.instance if prod is not None else None))
         plan = RollbackPlan(
             target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1], reason=reason
         )

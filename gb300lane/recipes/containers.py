@@ -20,7 +20,7 @@ from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.models import FrozenModel
 from gb300lane.recipes.compare import fingerprint
-from gb300lane.recipes.schema import Recipe, expand_source
+from gb300lane.recipes.schema import Recipe, expand_source, volume_source_problem
 
 #: vLLM's container guidance: shared memory for NCCL/torch workers, unlimited locked memory.
 VLLM_IPC_MODE = "host"
@@ -171,6 +171,10 @@ def host_volumes(recipe: Recipe, environ: Mapping[str, str]) -> tuple[str, ...]:
                 f"recipe {recipe.name}: volumes[{i}].source {v.source!r} expands to {source!r}, not an absolute path; "
                 "set the variable it names (or HOME) to an absolute path"
             )
+        problem = volume_source_problem(source)
+        if problem:
+            raise RenderError(f"recipe {recipe.name}: volumes[{i}].source {v.source!r} expands to {source!r}, which "
+                              f"{problem}; set the variable it names to an absolute path")
         out.append(f"{source}:{v.target}" + (":ro" if v.read_only else ""))
     return tuple(out)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from gb300lane.models import FrozenModel
 from gb300lane.names import env_key_problem, image_ref_problem, name_problem
@@ -27,13 +27,64 @@ MAX_TIME_SCALE = 100.0
 #: Largest KV pool a recipe may declare, in tokens (a GB300 holds a few million).
 MAX_KV_POOL_TOKENS = 1_000_000_000
 
+#: Env names that set where a part of the lane listens (or opens a port): the lane's address comes from
+#: lane.bind / lane.port and sidecar.port only, so a dark lane's bind check covers everything it opens.
+ADDRESS_ENV = frozenset({"HOST", "PORT", "VLLM_HOST_IP", "VLLM_PORT", "UVICORN_HOST", "UVICORN_PORT",
+                         "VLLM_RPC_BASE_PATH", "EXPERT_SIDECAR_HOST", "EXPERT_SIDECAR_PORT"})
+#: `vllm serve` flags (extra_args keys, snake_case) that set the address or read other flags from a file.
+ADDRESS_FLAGS = frozenset({"host", "port", "uds", "config"})
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+#: A GPU id as Docker's `--gpus device=` and CUDA_VISIBLE_DEVICES take it: an index, a GPU UUID or a MIG UUID.
+GPU_ID_RE = re.compile(r"^(?:[0-9]{1,3}|GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}|MIG-[0-9A-Za-z/-]{1,80})$")
+#: A Docker named volume (a volume source that is not a path).
+VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def option_value_problem(value: str) -> str | None:
+    """Why `value` cannot be given where argv expects a value (it reads as an option), None when it can."""
+    if value.startswith("-"):
+        return f"{value!r} starts with `-`, so it would be read as an option, not a value"
+    if any(ch in value for ch in "\0\n\r"):
+        return f"{value!r} holds a NUL or line break"
+    return None
+
+
+def _plain_value(v: str | None, field: str) -> str | None:
+    problem = None if v is None else option_value_problem(v)
+    if problem:
+        raise ValueError(f"{field}: {problem}; give the value itself")
+    return v
+
+
+def _path_parts_problem(path: str) -> str | None:
+    if ":" in path:
+        return "holds `:`, which separates a mount's parts (source:target:mode)"
+    if ".." in path.split("/"):
+        return "holds a `..` part; write the path it means"
+    if any(ch in path for ch in "\0\n\r,"):
+        return "holds a NUL, a line break or `,`"
+    return None
+
+
+def volume_source_problem(source: str) -> str | None:
+    """Why an expanded volume source cannot be mounted, None when it can: an absolute path or a named volume."""
+    problem = _path_parts_problem(source)
+    if problem:
+        return problem
+    if not source.startswith("/") and not VOLUME_NAME_RE.match(source):
+        return "is a relative path; give an absolute one (or a named volume: letters, digits, `_.-`)"
+    if source.startswith("-"):
+        return "starts with `-`"
+    return None
+
+
 TranscriptClass = Literal["prose", "structured", "code", "shell_ops", "tool_json", "mixed"]
 JsonScalar = str | int | float | bool | None
 
 
 class Lane(FrozenModel):
     name: str = Field(description="Lane name; instances are named <lane>-<arm or recipe>.")
-    port: int = Field(ge=1, le=65535, description="Port the main container serves the OpenAI API on.")
+    port: StrictInt = Field(ge=1, le=65535, description="Port the main container serves the OpenAI API on.")
     bind: str = Field(default="127.0.0.1", description="Address the server binds; a dark lane must use loopback.")
     dark: bool = Field(default=False, description="A dark lane takes no production traffic and binds to loopback only.")
 
@@ -63,9 +114,9 @@ class Image(FrozenModel):
 
 
 class Checkpoint(FrozenModel):
-    mtp_stages: int = Field(ge=0, description="MTP prediction stages trained into the checkpoint.")
-    dspark_block_size: int = Field(ge=1, description="Draft block width the DSpark drafter was trained on.")
-    draft_topk: int | None = Field(default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with.")
+    mtp_stages: StrictInt = Field(ge=0, description="MTP prediction stages trained into the checkpoint.")
+    dspark_block_size: StrictInt = Field(ge=1, description="Draft block width the DSpark drafter was trained on.")
+    draft_topk: StrictInt | None = Field(default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with.")
 
 
 class Model(FrozenModel):
@@ -73,18 +124,27 @@ class Model(FrozenModel):
     served_name: str = Field(description="Model name the API serves (--served-model-name).")
     checkpoint: Checkpoint = Field(description="Facts read from the checkpoint's config.")
 
+    @field_validator("path", "served_name")
+    @classmethod
+    def _argv_value(cls, v: str, info: Any) -> str:
+        value = _plain_value(v, f"model.{info.field_name}")
+        assert value is not None
+        if not value:
+            raise ValueError(f"model.{info.field_name} is empty")
+        return value
+
 
 class EngineArgs(FrozenModel):
-    max_num_seqs: int = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
-    max_model_len: int = Field(ge=1, description="--max-model-len: longest request in tokens.")
+    max_num_seqs: StrictInt = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
+    max_model_len: StrictInt = Field(ge=1, description="--max-model-len: longest request in tokens.")
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, description="--gpu-memory-utilization.")
     dtype: str | None = Field(default=None, description="--dtype of the weights and activations.")
-    tensor_parallel_size: int | None = Field(default=None, ge=1, description="--tensor-parallel-size.")
+    tensor_parallel_size: StrictInt | None = Field(default=None, ge=1, description="--tensor-parallel-size.")
     compilation_config: dict[str, Any] = Field(
         default_factory=dict,
         description="--compilation-config as a mapping; pin cudagraph_capture_sizes so k stays out of the hash.",
     )
-    seed: int | None = Field(default=None, description="--seed of the engine's sampler.")
+    seed: StrictInt | None = Field(default=None, description="--seed of the engine's sampler.")
     time_scale: float | None = Field(
         default=None, ge=0, le=MAX_TIME_SCALE, allow_inf_nan=False, description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible."
     )
@@ -92,6 +152,28 @@ class EngineArgs(FrozenModel):
         default_factory=dict,
         description="Other `vllm serve` flags by EngineArgs name (snake_case); true renders --flag, false --no-flag.",
     )
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str | None) -> str | None:
+        return _plain_value(v, "engine_args.dtype")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, value in v.items():
+            flag = str(key).replace("-", "_").lstrip("_")
+            if flag in ADDRESS_FLAGS:
+                raise ValueError(
+                    f"engine_args.extra_args.{key}: the lane's address comes from lane.bind and lane.port"
+                    + (" (and a config file could set it)" if flag == "config" else "")
+                    + "; remove it (a dark lane binds loopback, `up --port` moves the lane)"
+                )
+            items = value if isinstance(value, list) else [value]
+            for item in items:
+                if isinstance(item, str):
+                    _plain_value(item, f"engine_args.extra_args.{key}")
+        return v
 
 
 #: `${NAME}` or `${NAME:-default}` in a volume source, the shell's (and compose's) syntax.
@@ -158,6 +240,12 @@ class Volume(FrozenModel):
         problem = _source_syntax(v)
         if problem:
             raise ValueError(f"{v!r}: {problem}")
+        literal = _VAR_RE.sub("", v)
+        if literal.startswith("~"):
+            literal = "/" + literal[1:]
+        problem = _path_parts_problem(literal) if "$" in v else volume_source_problem(literal)
+        if problem:
+            raise ValueError(f"volume source {v!r} {problem}")
         return v
 
     @property
@@ -170,6 +258,9 @@ class Volume(FrozenModel):
     def _absolute(cls, v: str) -> str:
         if not v.startswith("/"):
             raise ValueError("the container path must be absolute (start with /)")
+        problem = _path_parts_problem(v)
+        if problem:
+            raise ValueError(f"the container path {v!r} {problem}")
         return v
 
 
@@ -208,6 +299,17 @@ class Gpus(FrozenModel):
             return tuple(str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v)
         return v
 
+    @field_validator("main", "sidecar")
+    @classmethod
+    def _gpu_ids(cls, v: tuple[str, ...], info: Any) -> tuple[str, ...]:
+        for gpu in v:
+            if not GPU_ID_RE.match(gpu):
+                raise ValueError(
+                    f"gpus.{info.field_name}: {gpu!r} is not a GPU id (an index such as 0, a GPU-<uuid> or a "
+                    "MIG-<uuid>, as `nvidia-smi -L` lists them); one id per item"
+                )
+        return v
+
     @model_validator(mode="after")
     def _product_needs_ids(self) -> "Gpus":
         for role in ("main", "sidecar"):
@@ -226,7 +328,7 @@ class Sidecar(FrozenModel):
         description="vllm recipes: the sidecar's full argv; embedded recipes: extra args after `gb300lane.engine sidecar`.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the sidecar container.")
-    port: int = Field(ge=1, le=65535, description="Port the sidecar listens on (loopback).")
+    port: StrictInt = Field(ge=1, le=65535, description="Port the sidecar listens on (loopback).")
     connect_env: str = Field(
         default="EXPERT_SIDECAR_URL", description="Env var through which the main container learns the sidecar URL."
     )
@@ -238,6 +340,11 @@ class Sidecar(FrozenModel):
         if problem:
             raise ValueError(problem)
         return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str | None) -> str | None:
+        return _plain_value(v, "sidecar.device")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -253,6 +360,28 @@ class Sidecar(FrozenModel):
         return v
 
 
+def sidecar_args_problem(engine: str, args: tuple[str, ...], port: int) -> str | None:
+    """Why a sidecar's args would move where it listens, None when they do not.
+
+    Embedded recipes: the tool renders the sidecar's --host (loopback) and --port (sidecar.port), so the args may
+    name neither. vllm recipes (the args are the sidecar's whole argv): --host must be loopback and --port must be
+    sidecar.port, so the lane's bind check covers what the sidecar opens.
+    """
+    for i, arg in enumerate(args):
+        flag, eq, inline = arg.partition("=")
+        if flag not in ("--host", "--port", "--bind", "-H", "-p"):
+            continue
+        if engine == "embedded":
+            return (f"{arg!r} would move where the sidecar listens; the tool gives it --host 127.0.0.1 and "
+                    "--port sidecar.port: remove it")
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if flag in ("--host", "--bind", "-H") and value not in LOOPBACK_HOSTS:
+            return f"{flag} {value!r}: the sidecar must listen on loopback (127.0.0.1)"
+        if flag in ("--port", "-p") and value != str(port):
+            return f"{flag} {value!r} differs from sidecar.port ({port}); the lane's checks watch sidecar.port"
+    return None
+
+
 class Speculative(FrozenModel):
     method: str = Field(description="vLLM speculative method (dspark on this lane).")
     num_speculative_tokens: int | None = Field(
@@ -263,7 +392,7 @@ class Speculative(FrozenModel):
     )
     draft_sample_method: str | None = Field(default=None, description="greedy or probabilistic drafts.")
     rejection_sample_method: str | None = Field(default=None, description="standard (token by token) or block.")
-    dspark_draft_topk: int | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
+    dspark_draft_topk: StrictInt | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
     enable_adaptive_verification: bool | None = Field(default=None, description="DSpark adaptive verification (a hash input).")
 
     @field_validator("num_speculative_tokens_per_batch_size")
@@ -330,7 +459,7 @@ class Recipe(FrozenModel):
     lane: Lane = Field(description="Where the lane serves.")
     image: Image = Field(description="The image and what its compile hash covers.")
     model: Model = Field(description="The model and its checkpoint facts.")
-    kv_pool_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_POOL_TOKENS, description="KV pool size the boot must report, in tokens.")
+    kv_pool_tokens: StrictInt | None = Field(default=None, ge=1, le=MAX_KV_POOL_TOKENS, description="KV pool size the boot must report, in tokens.")
     engine_args: EngineArgs = Field(description="Engine arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the main container.")
     volumes: tuple[Volume, ...] = Field(default=(), description="Mounts of the main container (model, cache root).")
@@ -364,4 +493,17 @@ class Recipe(FrozenModel):
             raise ValueError(f"smoke window names must be unique: {', '.join(dupes)}")
         if self.sidecar is not None and self.sidecar.port == self.lane.port:
             raise ValueError("sidecar.port equals lane.port; give the sidecar its own port")
+        for where, env in (("env", self.env), ("sidecar.env", self.sidecar.env if self.sidecar else {})):
+            for key in env:
+                if key.upper() in ADDRESS_ENV:
+                    raise ValueError(f"{where}.{key} sets where a part of the lane listens; the lane's address comes "
+                                     "from lane.bind, lane.port and sidecar.port: remove it")
+        if self.sidecar is not None:
+            problem = sidecar_args_problem(self.engine, self.sidecar.args, self.sidecar.port)
+            if problem:
+                raise ValueError(f"sidecar.args: {problem}")
+        for name, value in (("speculative.method", self.speculative.method),
+                            ("speculative.draft_sample_method", self.speculative.draft_sample_method),
+                            ("speculative.rejection_sample_method", self.speculative.rejection_sample_method)):
+            _plain_value(value, name)
         return self

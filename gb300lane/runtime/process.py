@@ -164,10 +164,12 @@ class ProcessRuntime(Runtime):
             return ProcessRecord.model_validate_json(path.read_text())
         except FileNotFoundError:
             return None
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, OSError) as exc:
             raise StateError(
-                f"{path}: unreadable process record ({exc.__class__.__name__}); "
-                f"remove the file to forget container {name}"
+                f"{path}: unreadable process record ({exc.__class__.__name__}); the process it started may still "
+                f"be running and serving its port (`gb300lane status` names what holds the lane's ports): restore "
+                f"the file from a backup, or stop that process first and only then move the file aside to forget "
+                f"container {name}"
             ) from exc
 
     def _save(self, rec: ProcessRecord) -> ProcessRecord:

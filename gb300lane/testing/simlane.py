@@ -216,6 +216,13 @@ class SimLane:
             return SmokeInfo(passed=False, summary="failing gates: parity-t0 (simulated)", seconds=0.0)
         return SmokeInfo(passed=True, summary="all 2 gates passed", seconds=0.0)
 
+    def start_problem(self, instance: str) -> str | None:
+        known = {f.name for f in self.instances()}
+        return None if instance in known else "is not on the simulated lane"
+
+    def production_custody(self) -> str | None:
+        return None  # a simulated lane has no receipts, boot reports or recipes of its own to verify
+
     def verdict(self, recipe: str) -> VerdictInfo | None:
         with self._state(write=False) as st:
             v = st["verdicts"].get(recipe)

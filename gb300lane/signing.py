@@ -1,0 +1,200 @@
+"""Signatures on what the tool records, made with OpenSSH (`ssh-keygen -Y sign` / `-Y verify`).
+
+The key does not live beside the files it protects: it is an ed25519 key in
+the user's config directory (`$XDG_CONFIG_HOME/gb300lane/signing_key`, default
+`~/.config/gb300lane/`), made with `ssh-keygen` on first use, and its public
+half is recorded in the allowed-signers file there (`allowed_signers`, the
+format git's SSH commit signing uses; `GB300LANE_ALLOWED_SIGNERS` names
+another, e.g. a team's). A signature verifies only when `ssh-keygen -Y verify`
+accepts it for the principal `gb300lane` in the namespace `gb300lane` against
+that file, so rewriting the state or results directory, replacing
+`state.key` included, cannot make a forged manifest or ledger row verify.
+
+What it cannot prove: someone who can read the private key (the same user,
+root) can sign anything. Keep the config directory's key away from the lane's
+state (a different user, or a key on a token: any key ssh-keygen can sign with
+works, named by `GB300LANE_SIGNING_KEY`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from gb300lane import paths
+from gb300lane.errors import StateError
+
+#: The signature namespace (`ssh-keygen -n`) and the principal in the allowed-signers file.
+NAMESPACE = "gb300lane"
+PRINCIPAL = "gb300lane"
+KEY_FILE = "signing_key"
+SIGNERS_FILE = "allowed_signers"
+_TIMEOUT_S = 30.0
+
+SignatureStatus = Literal["ok", "mismatch", "not_allowed", "unsigned", "no_signers"]
+
+
+def config_dir() -> Path:
+    """`$XDG_CONFIG_HOME/gb300lane`, default `~/.config/gb300lane`: the user's, outside every state directory."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(xdg) / "gb300lane"
+
+
+def signing_key_path() -> Path:
+    env = os.environ.get("GB300LANE_SIGNING_KEY")
+    return Path(env) if env else config_dir() / KEY_FILE
+
+
+def allowed_signers_path() -> Path:
+    env = os.environ.get("GB300LANE_ALLOWED_SIGNERS")
+    return Path(env) if env else config_dir() / SIGNERS_FILE
+
+
+def _ssh_keygen() -> str:
+    found = shutil.which("ssh-keygen")
+    if found is None:
+        raise StateError("ssh-keygen is not installed; install OpenSSH's client (apt-get install openssh-client): "
+                         "receipts, verdicts and promotions are signed with it")
+    return found
+
+
+def _run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run([_ssh_keygen(), *args], input=data, capture_output=True, timeout=_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StateError(f"ssh-keygen {args[0]} {args[1] if len(args) > 1 else ''} failed to run ({exc})") from None
+
+
+def _outside_state(path: Path) -> None:
+    resolved = path.resolve()
+    for where, what in ((paths.state_root(), "state directory"), (paths.results_dir(), "results directory")):
+        try:
+            inside = resolved.is_relative_to(where.resolve())
+        except OSError:
+            inside = False
+        if inside:
+            raise StateError(
+                f"{path}: the signing key is inside the {what} ({where}), beside the files it signs; "
+                "keep it in the config directory (unset GB300LANE_SIGNING_KEY, or point it elsewhere)"
+            )
+
+
+def public_key() -> str:
+    """The signing key's public half (`ssh-ed25519 AAAA... gb300lane`), the key made on first use."""
+    key = ensure_key()
+    pub = key.with_name(key.name + ".pub")
+    try:
+        return pub.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        got = _run(["-y", "-f", str(key)])
+        if got.returncode != 0:
+            raise StateError(f"{key}: not a private key ssh-keygen can read ({_err(got)}); restore it, or move it "
+                             "aside to make a new one (what the old one signed then verifies only while its public "
+                             "half stays in the allowed signers)") from None
+        return got.stdout.decode("ascii", "replace").strip()
+
+
+def ensure_key() -> Path:
+    """The signing key's path, made (ed25519, 0600) with its allowed-signers line when there is none."""
+    key = signing_key_path()
+    _outside_state(key)
+    if key.is_file():
+        return key
+    if key.exists():
+        raise StateError(f"{key}: not a file (the signing key); move it aside")
+    try:
+        key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StateError(f"{key.parent}: cannot create the config directory ({exc.strerror or exc})") from None
+    tmp = Path(tempfile.mkdtemp(dir=key.parent, prefix=".signing-key."))
+    try:
+        made = _run(["-q", "-t", "ed25519", "-N", "", "-C", PRINCIPAL, "-f", str(tmp / KEY_FILE)])
+        if made.returncode != 0:
+            raise StateError(f"{key}: ssh-keygen could not make a signing key ({_err(made)})")
+        pub = (tmp / f"{KEY_FILE}.pub").read_text(encoding="ascii").strip()
+        try:
+            os.link(tmp / f"{KEY_FILE}.pub", key.with_name(key.name + ".pub"))
+        except FileExistsError:
+            pass
+        try:
+            os.link(tmp / KEY_FILE, key)
+        except FileExistsError:
+            return key  # another process made it first: use theirs (its line is in the signers)
+        signers = allowed_signers_path()
+        with open(signers, "a", encoding="ascii") as fh:
+            fh.write(f'{PRINCIPAL} namespaces="{NAMESPACE}" {pub}\n')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return key
+
+
+def _err(done: subprocess.CompletedProcess[bytes]) -> str:
+    return (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:][0] if (
+        done.stderr or done.stdout) else f"exit {done.returncode}"
+
+
+def _message(label: str, data: bytes) -> bytes:
+    return label.encode("utf-8") + b"\0" + data
+
+
+def fingerprint(public: str) -> str:
+    """`SHA256:...` of a public key line, as ssh-keygen prints it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".pub", encoding="ascii") as fh:
+        fh.write(public + "\n")
+        fh.flush()
+        got = _run(["-l", "-f", fh.name])
+    if got.returncode != 0:
+        raise StateError(f"ssh-keygen cannot read the public key {public[:40]}... ({_err(got)})")
+    return got.stdout.decode("ascii", "replace").split()[1]
+
+
+_FINGERPRINTS: dict[tuple[str, float], str] = {}
+
+
+def _own_fingerprint(key: Path) -> str:
+    try:
+        stamp = (str(key), key.stat().st_mtime)
+    except OSError:
+        stamp = (str(key), 0.0)
+    if stamp not in _FINGERPRINTS:
+        _FINGERPRINTS[stamp] = fingerprint(public_key())
+    return _FINGERPRINTS[stamp]
+
+
+def sign(label: str, data: bytes) -> dict[str, str]:
+    """`{"signer", "key", "ssh_signature"}`: an SSH signature over `label` and `data` with the user's key."""
+    key = ensure_key()
+    got = _run(["-Y", "sign", "-q", "-f", str(key), "-n", NAMESPACE], _message(label, data))
+    if got.returncode != 0:
+        raise StateError(f"{key}: ssh-keygen could not sign ({_err(got)}); the key must be a private key "
+                         "ssh-keygen can read without a passphrase (or one an ssh-agent holds)")
+    return {"signer": PRINCIPAL, "key": _own_fingerprint(key), "ssh_signature": got.stdout.decode("ascii")}
+
+
+def verify(label: str, data: bytes, found: object) -> tuple[SignatureStatus, str]:
+    """Whether `found` (as `sign` made it) signs `label` and `data` for an allowed signer; and one line saying so."""
+    if not isinstance(found, dict) or not isinstance(found.get("ssh_signature"), str):
+        if isinstance(found, dict) and "hmac_sha256" in found:
+            return "unsigned", ("carries a keyed seal under a state key, not a signature: anyone who can write the "
+                                "state directory can make one; re-register and run the card again")
+        return "unsigned", "carries no signature"
+    signers = allowed_signers_path()
+    if not signers.is_file():
+        return "no_signers", f"signed by {found.get('key')}, but there is no allowed-signers file ({signers})"
+    with tempfile.TemporaryDirectory() as tmp:
+        sig = Path(tmp) / "data.sig"
+        sig.write_text(found["ssh_signature"], encoding="ascii")
+        message = _message(label, data)
+        checked = _run(["-Y", "verify", "-f", str(signers), "-I", str(found.get("signer") or PRINCIPAL),
+                        "-n", NAMESPACE, "-s", str(sig)], message)
+        if checked.returncode == 0:
+            return "ok", f"signed by {found.get('signer')} (key {found.get('key')}, an allowed signer)"
+        valid = _run(["-Y", "check-novalidate", "-n", NAMESPACE, "-s", str(sig)], message)
+    if valid.returncode == 0:
+        return "not_allowed", (f"signed by key {found.get('key')}, which is not an allowed signer in {signers} "
+                               "(a forged or foreign signature)")
+    return "mismatch", "its signature does not match its content (edited after it was signed)"
