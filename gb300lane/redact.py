@@ -4,7 +4,9 @@ A value is a secret when its name says so (a word such as TOKEN, KEY,
 SECRET, PASSWORD: `HF_TOKEN`, `--api-key`) or when the value itself does: a known token
 shape (OpenAI `sk-...`, GitHub `ghp_...`, AWS `AKIA...`, a JWT, a Slack,
 Hugging Face, Google or Stripe key, a PEM private key, credentials in a URL)
-or a long high-entropy string. A secret is never printed (`<secret>`) and
+a `Bearer` value, a run of 32+ hex digits (a
+40-hex token under any key; not a `sha256:` digest), a whole base64 value of
+credential length, or a long high-entropy string. A secret is never printed (`<secret>`) and
 never stored: where the tool must compare it later (the boot env check), it
 stores a digest keyed with the state directory's key (`gb300lane.keyed`), so
 the digest cannot be checked against guesses without that key.
@@ -40,8 +42,14 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("a Stripe key", r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}"),
         ("a PEM private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
         ("credentials in a URL", r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+        ("a bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     )
 )
+
+#: A whole value in base64 (standard or URL-safe alphabet) of credential length: 20 random bytes and more.
+BASE64_TOKEN = re.compile(r"^(?:[A-Za-z0-9+/]{27,}={0,2}|[A-Za-z0-9_-]{27,}={0,2})$")
+#: ... that mixes character classes as random bytes do (a word, a run of one letter or digits only is not one).
+BASE64_MIN_BITS = 3.5
 
 #: A high-entropy value: at least this long, upper and lower case and digits, no spaces ...
 ENTROPY_MIN_LENGTH = 24
@@ -65,6 +73,16 @@ def _entropy_bits(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+def _hex_run(value: str) -> bool:
+    """A run of 32+ hex digits that is not a content digest (`sha256:...`) and not one repeated digit."""
+    for m in re.finditer(r"(?<![0-9A-Za-z])(?:[0-9a-f]{32,}|[0-9A-F]{32,})(?![0-9A-Za-z])", value):
+        before = value[: m.start()]
+        if before.endswith(("sha256:", "sha512:", "sha1:", "@sha256:")) or len(set(m.group(0))) < 4:
+            continue
+        return True
+    return False
+
+
 def secret_shape(value: str) -> str | None:
     """What kind of secret the value looks like (a known token shape or high entropy), None when it looks like none."""
     if value.startswith(DIGEST_PREFIX):
@@ -72,6 +90,12 @@ def secret_shape(value: str) -> str | None:
     for what, pattern in TOKEN_SHAPES:
         if pattern.search(value):
             return what
+    if _hex_run(value):
+        return "a hex token of credential length"
+    classes = sum((any(ch.isupper() for ch in value), any(ch.islower() for ch in value),
+                   any(ch.isdigit() for ch in value)))
+    if BASE64_TOKEN.match(value) and classes >= 2 and _entropy_bits(value) >= BASE64_MIN_BITS:
+        return "a base64 token of credential length"
     if (
         len(value) >= ENTROPY_MIN_LENGTH
         and not any(ch.isspace() for ch in value)

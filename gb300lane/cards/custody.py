@@ -2,8 +2,8 @@
 
 Every file in a receipts directory is hashed into a manifest when a stage
 ends (the run, each verdict, each report), each manifest hashes the ones
-before it, and each is sealed with the state directory's key
-(`gb300lane.keyed`). `verify_receipts` walks the chain link by link:
+before it, and each is signed with the user's SSH key in the config directory
+(`gb300lane.signing`), checked against the allowed signers. `verify_receipts` walks the chain link by link:
 
 - registration.json is readable, card.yaml is the file it registered, the gates are the frozen ones;
 - every manifest's seal holds, every file it lists still has its sha256, and
@@ -19,12 +19,14 @@ before a receipt counts: a broken link is a `CardError` naming the file.
 What this proves, and what it cannot: an edit to any one file (a verdict turned
 from FAIL to PASS, a window's numbers) breaks a sha256 or a seal, and a verdict
 that does not follow from its receipts fails the re-score. Someone who rewrites
-every file consistently must also reseal the manifests, which needs the state
-key; the re-score then still ties the verdict to the numbers in the receipts.
-Against someone who can read the key (the same user, root) the seals prove
-nothing, and fabricated numbers re-score to whatever they say. What is
+every file consistently must also re-sign the manifests, which needs the
+private key in the config directory (a new `state.key` does not help); the
+re-score then still ties the verdict to the numbers in the receipts, and a
+verdict that scores differently is a break unless a re-score supersedes it.
+Against someone who can read the signing key (the same user, root) the
+signatures prove nothing, and fabricated numbers re-score to whatever they say. What is
 promoted is fixed at that moment: the ledger records the verdict file's and the
-head manifest's sha256 in a keyed chain of its own (`gb300lane.promote.custody`),
+head manifest's sha256 in a signed chain of its own (`gb300lane.promote.custody`),
 so a later edit of the receipts still shows.
 """
 
@@ -171,7 +173,7 @@ def verify_receipts(rec: Receipts, *, rescore: bool = True) -> Chain:
             continue
         found_seal = body.pop("seal", None)
         if shipped and found_seal is None:
-            add("manifest", "note", "shipped with the package (the write-up's record; not sealed by a state key)", name)
+            add("manifest", "note", "shipped with the package (the write-up's record; not signed by a user key)", name)
         else:
             status, text = check_seal(MANIFEST_SEAL, body, found_seal)
             add("manifest", "ok" if status == "ok" else "broken", text, name)

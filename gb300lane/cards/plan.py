@@ -46,7 +46,8 @@ from gb300lane.cards.results import CardPlan, GatePlan
 from gb300lane.cards.receipts import all_receipts, new_run_dir
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
 from gb300lane.cards.sequential import boundaries, power_and_stop
-from gb300lane.errors import CardError
+from gb300lane.errors import CardError, LaneError
+from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
 
 TARGET_POWER = 0.9
@@ -507,11 +508,22 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     return d
 
 
+def require_recipes(card: Card) -> None:
+    """CardError naming the arm and the recipe when an arm's recipe does not load: checked before anything boots."""
+    for arm in card.arms:
+        try:
+            load_recipe(arm.recipe)
+        except LaneError as exc:
+            raise CardError(f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
+                            f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
+
+
 def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
              target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
     with `boots`, a boot study of that many boots first (embedded engine, in process)."""
+    require_recipes(card)
     if boots:
         run_boot_study(card, boots, base=base, progress=progress)
     found = None if pilot else earlier_noise(card, base)

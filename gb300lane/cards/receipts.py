@@ -274,8 +274,9 @@ class Receipts:
             "transcribed": reg.transcribed,
             "files": {str(p.relative_to(self.root)): sha256_file(p) for p in self.files()},
         }
-        # The seal (HMAC under the state key) is what a hand edit, or a consistent rewrite without the key,
-        # cannot reproduce; `gb300lane.cards.custody` checks it before any receipt counts.
+        # The seal (an SSH signature with the user's key, outside the results and state directories) is what a
+        # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.custody` checks
+        # it before any receipt counts.
         body["seal"] = seal(MANIFEST_SEAL, body)
         return self.write_json(self.root / name, body)
 

@@ -126,7 +126,7 @@ def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateR
         raise ApiError(f"top_k must be -1 (disabled) or >= 1; got {top_k}", param="top_k")
     min_p = float(_number(body, "min_p", 0.0, lo=0.0, hi=1.0))
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _number(body, key, None, lo=1, integer=True)
+    max_tokens = _number(body, key, None, lo=1, hi=2**63 - 1, integer=True)
     min_tokens = _number(body, "min_tokens", 0, lo=0, integer=True)
     if max_tokens is not None and min_tokens > max_tokens:
         raise ApiError(f"min_tokens ({min_tokens}) must be <= {key} ({max_tokens})", param="min_tokens")

@@ -102,11 +102,7 @@ class EngineServer:
             self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
             boot_seed=args.boot_seed, numerics_jitter=args.numerics_jitter,
         )
-        self.log.info(
-            "engine.py:1",
-            f"boot seed {self.core.boot_seed}, numerics jitter {self.core.numerics_jitter}: seeded requests repeat "
-            "within this boot; pass --boot-seed to repeat this boot's numerics",
-        )
+        self.log.info("engine.py:1", reproducibility_line(args.spec, self.core.boot_seed, self.core.numerics_jitter))
         self.metrics = EngineMetrics(args.served_model_name)
         self.sidecar = SidecarClient(args.expert_sidecar_url, self.metrics.sidecar) if args.expert_sidecar_url else None
         self.booted = False
@@ -592,6 +588,19 @@ def _piece_boundary(text: str, at: int) -> int:
     return match.start() if match and match.start() > 0 else len(text)
 
 
+def reproducibility_line(spec: Any, boot_seed: int, numerics_jitter: float) -> str:
+    """What a seeded request repeats, exactly (the boot log's line; the README says the same)."""
+    head = f"boot seed {boot_seed}, numerics jitter {numerics_jitter}: "
+    tail = "; pass --boot-seed to repeat this boot's numerics across boots"
+    if spec.num_speculative_tokens_per_batch_size:
+        return head + (
+            "under this batch-size k schedule a seeded request repeats within this boot only when its steps run "
+            "at the same k (sent alone and sent beside others it may verify at another k and differ from there "
+            "on); greedy requests (temperature 0) repeat whatever the batch" + tail
+        )
+    return head + "seeded requests repeat within this boot whatever the batch (alone or concurrent)" + tail
+
+
 def parse_json_body(raw: bytes) -> Any:
     """A request body as JSON, or the 400 vLLM gives a body that is not (too deep nesting included)."""
     try:
@@ -600,6 +609,9 @@ def parse_json_body(raw: bytes) -> Any:
         raise ApiError(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise ApiError("the request body is not valid JSON: nested too deeply; send a flatter object") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise ApiError(f"the request body holds a number too long to read ({exc}); no parameter takes one so "
+                       "large: send a number of at most 19 digits") from None
 
 
 def log_start(args: EngineArgs, log: VllmLog) -> None:

@@ -256,7 +256,18 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
         raise BootError(
             f"port {rec.port} is in use by {facts.port_holders(rec.port)}; instance {instance} cannot start on it"
         )
-    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[])
+    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[], values=_env_values(rec))
+
+
+def _env_values(rec: instances.InstanceRecord) -> dict[str, dict[str, str]]:
+    """Container -> the env its recipe gives now, in clear: the record keeps secrets only as digests, and a runtime
+    that does too (the process runtime) checks each value against the digest of what it was created with."""
+    try:
+        recipe = load_recipe(rec.recipe)
+        rendered = _render(recipe, dark=rec.dark, port=rec.port)
+    except LaneError:
+        return {}  # the runtime then names the secret it cannot restore
+    return {n: dict(s.env) for s, n in zip(rendered.containers, rec.containers, strict=False)}
 
 
 def kept_problem(instance: str, run: str) -> str | None:
@@ -388,6 +399,7 @@ def _start(
     progress: ProgressFn | None,
     pre: list[checks.CheckResult],
     started_at: float | None = None,
+    values: dict[str, dict[str, str]] | None = None,
 ) -> BootReport:
     """Start the containers (or, with `started_at`, take over ones already started then), wait, check, report."""
     recipe = validate_raw(rec.recipe_json, f"instance {rec.name}")
@@ -405,8 +417,9 @@ def _start(
     again = f"`gb300lane logs {rec.name}`"
     try:
         if started_at is None:
+            given = {s.name: dict(s.env) for s in specs} if values is None else values
             for name in reversed(names):  # sidecar first: the main container connects to it
-                rt.start(name)
+                rt.start(name, secrets=given.get(name))
         boot_s = waited + wait_ready(
             readiness_checks(rec),
             timeout_s=limit if started_at is None else max(1.0, limit - waited),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from gb300lane.errors import InventoryError
 from gb300lane.models import FrozenModel, format_validation_error
@@ -68,8 +68,8 @@ class LaneEntry(FrozenModel):
     runtime: Literal["docker", "process"] | None = Field(
         default=None, description="Runtime it boots on (process only on this machine); None: the recipe's."
     )
-    port: int | None = Field(default=None, ge=1, le=65535, description="Serving port; None: the recipe's lane.port.")
-    sidecar_port: int | None = Field(
+    port: StrictInt | None = Field(default=None, ge=1, le=65535, description="Serving port; None: the recipe's lane.port.")
+    sidecar_port: StrictInt | None = Field(
         default=None, ge=1, le=65535, description="Sidecar port; None: the recipe's sidecar.port."
     )
 

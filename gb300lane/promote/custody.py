@@ -1,9 +1,9 @@
 """The chain of custody of production: the ledger's keyed chain, the promotion, its verdict, boot report and recipe.
 
-Every ledger event has a custody row whose MAC (under the state key) covers
+Every ledger event has a custody row whose SSH signature (`gb300lane.signing`) covers
 the event as stored, what it rests on (the verdict file and the manifest that
 seals it, the boot report, the recipe fingerprint, each with its sha256) and
-the previous row's MAC. `verify_production` walks:
+the previous row's signature. `verify_production` walks:
 
     ledger rows -> the promotion of the production instance -> its verdict file
     (unchanged since the promotion) -> the card's receipts (`cards.custody`) ->

@@ -84,7 +84,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
-#: One custody row per event: its MAC (under the state key) covers the event as stored, what it rests on
+#: One custody row per event: its SSH signature (`gb300lane.signing`) covers the event as stored, what it rests on
 #: (`CustodyLinks`) and the previous row's MAC. Made on every writable open, so older ledgers gain it.
 _CUSTODY_TABLE = """CREATE TABLE IF NOT EXISTS custody (
     event_id INTEGER PRIMARY KEY REFERENCES events(id),

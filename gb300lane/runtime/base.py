@@ -130,8 +130,12 @@ class Runtime(abc.ABC):
         """Create (not start) a container from the spec; its labels are recorded."""
 
     @abc.abstractmethod
-    def start(self, name: str) -> ContainerInfo:
-        """Start a created or stopped container."""
+    def start(self, name: str, *, secrets: Mapping[str, str] | None = None) -> ContainerInfo:
+        """Start a created or stopped container.
+
+        `secrets`: env values (the spec's) for a runtime that keeps only keyed digests of secret values on disk
+        (the process runtime); each must match the digest recorded at create. Docker keeps its own env: unused.
+        """
 
     @abc.abstractmethod
     def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:

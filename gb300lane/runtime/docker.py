@@ -230,7 +230,7 @@ class DockerRuntime(Runtime):
         dockerhost.new_epoch()  # and after: a listing that began before the container existed is outdated too
         return self._info(container)
 
-    def start(self, name: str) -> ContainerInfo:
+    def start(self, name: str, *, secrets: Mapping[str, str] | None = None) -> ContainerInfo:
         container = self._require(name)
         self._call(f"start {name}", container.start)
         container.reload()

@@ -34,6 +34,7 @@ from gb300lane import paths
 from gb300lane.errors import BootError, StateError, StorageError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.models import FrozenModel
+from gb300lane.redact import DIGEST_PREFIX, digest, redact
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
 
 if TYPE_CHECKING:  # psutil loads when a process is looked at: `status` with no process instance never does
@@ -82,6 +83,9 @@ def mounted_env(env: Mapping[str, str], volumes: Sequence[str] | None) -> dict[s
 # Children started by this interpreter, kept so they are reaped (no zombies)
 # and their exit status is known; a later invocation sees only the record.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+# The env this interpreter created each container with (record path -> env), in memory only: a start in the same
+# process needs no secret handed back; a later invocation gets them from the recipe (`start(secrets=...)`).
+_CREATED_ENV: dict[str, dict[str, str]] = {}
 
 
 class ProcessRecord(FrozenModel):
@@ -208,11 +212,13 @@ class ProcessRuntime(Runtime):
         if spec.device_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.device_ids)
         self.root.mkdir(parents=True, exist_ok=True)
+        # A secret (by name or by value) is recorded as its keyed digest, never in clear: `start` is handed the
+        # value again (from the recipe) and checks it against the digest.
         rec = ProcessRecord(
             name=spec.name,
             argv=tuple(argv),
-            env=env,
-            base_env=base,
+            env={k: redact(k, v) for k, v in env.items()},
+            base_env={k: redact(k, v) for k, v in base.items()},
             labels=dict(spec.labels),
             image=spec.image or "",
             cwd=str(self.root),
@@ -220,13 +226,15 @@ class ProcessRuntime(Runtime):
             state="created",
         )
         self._save(rec)
+        _CREATED_ENV[str(self._record_path(spec.name))] = env
         return self._info(rec)
 
-    def start(self, name: str) -> ContainerInfo:
+    def start(self, name: str, *, secrets: Mapping[str, str] | None = None) -> ContainerInfo:
         rec = self._require(name)
         current = self._refresh(rec)
         if current.state == "running":
             return self._info(current)
+        env = self._with_secrets(rec, {**_CREATED_ENV.get(str(self._record_path(name)), {}), **(secrets or {})})
         log_path = Path(rec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
@@ -234,7 +242,7 @@ class ProcessRuntime(Runtime):
             try:
                 proc = subprocess.Popen(
                     list(rec.argv),
-                    env=dict(rec.env),
+                    env=env,
                     cwd=rec.cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -260,6 +268,26 @@ class ProcessRuntime(Runtime):
         )
         self._save(rec)
         return self._info(rec)
+
+    def _with_secrets(self, rec: ProcessRecord, given: Mapping[str, str]) -> dict[str, str]:
+        """The environment to start with: the record's, each secret digest replaced by the value it digests."""
+        env = dict(rec.env)
+        for key, stored in rec.env.items():
+            if not stored.startswith(DIGEST_PREFIX):
+                continue
+            value = given.get(key) if key in given else os.environ.get(key) if key in rec.base_env else None
+            if value is None:
+                raise BootError(
+                    f"{rec.name}: {self._record_path(rec.name)} keeps {key} only as a keyed digest (secrets are never "
+                    f"stored in clear); start it with `gb300lane`, which reads the value from the recipe again"
+                )
+            if digest(value) != stored:
+                raise BootError(
+                    f"{rec.name}: {key} is not the value it was created with (its digest differs: the recipe or the "
+                    f"shell changed it since); boot it again with `gb300lane up` to use the new value"
+                )
+            env[key] = value
+        return env
 
     def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:
         rec = self._refresh(self._require(name))
