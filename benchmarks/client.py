@@ -33,10 +33,16 @@ both processes and the client's event-loop delay. Beside it each row shows
 the engine's CPU use over the cell and, in the timing phase, the client
 event loop's lag (overshoot of a 1 ms sleep), the host's noise floor.
 
+A third phase is the client self-test (`gb300lane bench selftest`,
+gb300lane/bench/selftest.py): the client against a mock server with known
+TTFT and ITL at C1, C64 and C1000, no real-time priority, its TTFT error
+and ITL error sigma against the registered bounds (TTFT p99 under 5 ms at
+C64 and 28 ms at C1000, ITL sigma under 0.5 ms).
+
 Floors: at C8 the client's CPU capacity is at least 5x the engine's modelled
-C8 throughput (the client is never the bottleneck), and the p99 timing error
-is under 1 ms. Prints a table per phase and writes
-benchmarks/results/client.json.
+C8 throughput (the client is never the bottleneck), the paced p99 timing
+error is under 1 ms, and the self-test passes. Prints a table per phase,
+writes benchmarks/results/client.json, and exits 1 when any floor is missed.
 
     python benchmarks/client.py [--tokens 256] [--concurrency 1,8,64]
 """
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -61,6 +68,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gb300lane import __version__
+from gb300lane.bench.selftest import TABLE_COLUMNS, run_selftest, table_rows
 from gb300lane.bench.window import run_window_async
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.recipes.schema import WindowSpec
@@ -274,6 +282,8 @@ def main() -> None:
     ap.add_argument("--timing-only", action="store_true", help="skip the capacity phase (comparisons of timing alone)")
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--engine-cpu", type=int, default=1)
+    ap.add_argument("--skip-selftest", action="store_true", help="leave out the self-test phase")
+    ap.add_argument("--selftest-only", action="store_true", help="run only the self-test phase")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
@@ -281,9 +291,15 @@ def main() -> None:
     engine_cpu = args.engine_cpu if cpus > 1 else None
     if args.timing_time_scale <= 0:
         raise SystemExit("--timing-time-scale must be > 0 (the timing phase is the paced one); e.g. 0.1")
-    with tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-") as cache_root:
+    selftest = None if args.skip_selftest else run_selftest()
+    if args.selftest_only:
+        rows, paced = [], []
+    with (contextlib.nullcontext() if args.selftest_only
+          else tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-")) as cache_root:
         # Throughput at time scale 0; this boot also fills the compile cache so the paced boot is a hit.
-        if args.timing_only:
+        if args.selftest_only:
+            pass
+        elif args.timing_only:
             # No measurement, but the compile cache filled as the capacity phase's boot would, so the paced boot hits.
             warm = _boot(free_port(), None, max(levels), 0.0, cache_root)
             warm.terminate()
@@ -291,8 +307,9 @@ def main() -> None:
             rows = []
         else:
             rows = _phase(levels, args.tokens, args.requests_per_stream, 0.0, args, cache_root, pin=True, probe=False)
-        paced = _phase(levels, args.timing_tokens, args.timing_requests_per_stream, args.timing_time_scale, args,
-                       cache_root, pin=not args.timing_unpinned, probe=True, realtime=args.timing_realtime)
+        if not args.selftest_only:
+            paced = _phase(levels, args.timing_tokens, args.timing_requests_per_stream, args.timing_time_scale, args,
+                           cache_root, pin=not args.timing_unpinned, probe=True, realtime=args.timing_realtime)
     c8 = next((r for r in rows if r["concurrency"] == 8), None)
     floors = {
         "c8_client_over_modelled_min": FLOOR_RATIO_C8,
@@ -301,6 +318,8 @@ def main() -> None:
         "p99_timing_error_ms_max": FLOOR_P99_MS,
         "p99_pass_paced": {str(r["concurrency"]): _p99_ok(r) for r in paced},
         "p99_pass_time_scale_0": {str(r["concurrency"]): _p99_ok(r) for r in rows},
+        "selftest_pass": selftest.passed if selftest is not None else None,
+        "selftest_failures": selftest.failures() if selftest is not None else None,
     }
     out = {
         "schema_version": 1,
@@ -321,6 +340,7 @@ def main() -> None:
         "rows": rows,
         "paced_rows": paced,
         "floors": floors,
+        "selftest": selftest.model_dump(mode="json") if selftest is not None else None,
     }
     atomic_write(args.out, dumps_json(out))
     console = Console(width=max(Console().width, 150))
@@ -338,7 +358,27 @@ def main() -> None:
         + "; capacity phase (time scale 0): "
         + ", ".join(f"C{c} {verdict(ok)}" for c, ok in floors["p99_pass_time_scale_0"].items())
     )
+    if selftest is not None:
+        table = Table(title=f"client self-test, mock with known timing, no real-time priority (ms); load average "
+                            f"{selftest.load_average or 0:.1f}", title_justify="left")
+        for col in TABLE_COLUMNS:
+            table.add_column(col, justify="right")
+        for row in table_rows(selftest):
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"mean ITL, three events a write: client {selftest.client_itl_ms or 0:.3f} ms, vLLM-style "
+                      f"per-line stamping {selftest.vllm_itl_ms or 0:.3f} ms", highlight=False)
+        for line in selftest.failures():
+            console.print(f"self-test FAIL: {line}", highlight=False, markup=False)
     console.print(f"wrote {args.out}")
+    missed = [name for name, ok in (
+        ("C8 client capacity", floors["c8_ratio_pass"] if rows else True),
+        ("paced p99 timing error", all(floors["p99_pass_paced"].values())),
+        ("self-test", selftest is None or selftest.passed),
+    ) if not ok]
+    if missed:
+        console.print(f"missed: {', '.join(missed)}", highlight=False, markup=False)
+        sys.exit(1)
 
 
 def _p99_ok(row: dict) -> bool:

@@ -258,6 +258,8 @@ def test_arrivals_are_stamped_on_receipt_not_when_the_stream_is_parsed(lane, mon
 
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(client, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+    # The kernel's receive stamps run on the real clock, not this one: the user-space stamp is what is tested here.
+    monkeypatch.setattr(client, "_kernel_stamps", lambda protocol: None)
     lane.behaviour.gated = True
     steps = 6
     event = client._StreamState.event
@@ -316,6 +318,30 @@ class _MockThread:
         self.loop.call_soon_threadsafe(self.server.close)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+def test_arrivals_carry_the_kernels_receive_time_when_the_client_reads_late():
+    """The loop is held 50 ms while an event arrives: its stamp is still when it came, not when it was read."""
+    from gb300lane.bench.mock import MockTiming
+
+    mock = _MockThread(MockTiming(ttft_s=0.02, itl_s=0.06, events=3))
+    body = {"model": "mock", "prompt": "x", "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    try:
+        async def go():
+            async with aiohttp.ClientSession() as session:
+                task = asyncio.create_task(stream_request(session, mock.url, body, read_timeout_s=10))
+                await asyncio.sleep(0.05)  # the first event (20 ms) has been read; the second comes at 80 ms
+                time.sleep(0.09)  # the loop is held until 140 ms: the second event waits in the socket
+                return await task
+
+        out = asyncio.run(go())
+    finally:
+        mock.stop()
+    assert out.ok and len(out.event_times_s) == 3
+    sent = [float(x) for x in out.text.partition("@")[2].split(";") if x]
+    late = [out.started_at + t - s for t, s in zip(out.event_times_s, sent)]
+    assert 0 <= late[1] < 0.02, late  # read about 60 ms after it came; stamped on arrival
 
 
 def test_a_known_schedule_is_recovered_event_by_event_with_several_events_per_segment():

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +224,61 @@ class _StreamState:
             out.e2e_s = times[-1]
 
 
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS): the kernel stamps each received packet (CLOCK_REALTIME, ns).
+_SO_TIMESTAMPNS = 35
+_ANCILLARY = socket.CMSG_SPACE(16)
+_TIMESPEC = struct.Struct("qq")
+
+
+class _StampingSocket:
+    """A connection's socket whose reads also return the kernel's receive time of the bytes read.
+
+    asyncio's transport reads with `recv`; here that read is a `recvmsg`
+    that also takes the SO_TIMESTAMPNS stamp the kernel put on the packet
+    when it arrived, converted to `time.perf_counter()`'s clock. A busy or
+    descheduled client reads late, but the stamp is when the bytes came, so
+    its arrival times are not late with it. For a read that took several
+    packets the kernel gives the last one's stamp: never earlier than the
+    truth, and never later than the read. Everything else is the socket's.
+    """
+
+    __slots__ = ("_sock", "stamp")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.stamp: float | None = None
+
+    def recv(self, size: int) -> bytes:
+        data, ancillary, _flags, _addr = self._sock.recvmsg(size, _ANCILLARY)
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(raw)
+                now = time.perf_counter()
+                at = sec + nsec * 1e-9 - (time.clock_gettime(time.CLOCK_REALTIME) - now)
+                self.stamp = at if at <= now else now
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _kernel_stamps(protocol: Any) -> _StampingSocket | None:
+    """The connection's socket switched to kernel receive stamps (once per connection); None where not possible."""
+    transport = getattr(protocol, "transport", None)
+    sock = getattr(transport, "_sock", None)
+    if isinstance(sock, _StampingSocket):
+        return sock
+    if not sys.platform.startswith("linux") or not isinstance(sock, socket.socket):
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        stamping = _StampingSocket(sock)
+        transport._sock = stamping  # type: ignore[union-attr]
+    except (OSError, AttributeError):
+        return None
+    return stamping
+
+
 class _StreamFault(Exception):
     """A protocol fault inside one stream; becomes the outcome's error."""
 
@@ -234,7 +292,9 @@ class _BodyTap:
     connection protocol's `data_received` is wrapped: right after aiohttp has
     decoded a socket read into the body's `StreamReader`, the tap stamps it
     and takes the new bytes with the public `read_nowait()`, nothing more.
-    The request's coroutine waits only for the body's end (`wait_eof()`) and
+    On Linux the stamp is the kernel's receive time of the packet
+    (`_StampingSocket`), so a client that reads late still stamps when the
+    bytes came. The request's coroutine waits only for the body's end (`wait_eof()`) and
     then parses the stamped pieces, so while a stream runs a chunk costs no
     task wake-up and no parse, and the reader's buffer never fills (aiohttp
     never pauses reading). The wrapper stays on the connection (keep-alive
@@ -242,14 +302,19 @@ class _BodyTap:
     does nothing.
     """
 
-    __slots__ = ("inner", "target")
+    __slots__ = ("inner", "target", "sock")
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, sock: _StampingSocket | None = None) -> None:
         self.inner = inner
         self.target: _Body | None = None
+        self.sock = sock
 
     def __call__(self, data: bytes) -> None:
         t = time.perf_counter()
+        sock = self.sock
+        if sock is not None and sock.stamp is not None:
+            # The kernel's receive time of these bytes (the transport read them just before this call).
+            t, sock.stamp = sock.stamp, None
         self.inner(data)
         target = self.target
         if target is not None:
@@ -272,7 +337,7 @@ class _Body:
         tap = getattr(protocol, "data_received", None)
         if protocol is not None and not isinstance(tap, _BodyTap):
             try:
-                tap = _BodyTap(protocol.data_received)
+                tap = _BodyTap(protocol.data_received, _kernel_stamps(protocol))
                 protocol.data_received = tap
             except AttributeError:
                 tap = None  # a protocol that cannot be wrapped: the coroutine reads and stamps (see consume)

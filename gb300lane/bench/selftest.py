@@ -14,9 +14,10 @@ is compared with the truth:
   `vllm bench serve`'s own stamping (`vllm_style_stream`) gives on the same
   schedule.
 
-Each level runs `requests` streams' worth of requests at its concurrency,
-after one warm-up request per stream (so the connections are open and the
-figures are the client's, not the kernel's connect). The registered bounds
+Each level runs its requests per stream at its concurrency, after one
+warm-up request per stream (so the connections are open and the figures are
+the client's, not the kernel's connect), the streams' starts spread over one
+event gap. The registered bounds
 (`BOUNDS`) are what a card checks before its windows; a level outside them
 fails the self-test and the card refuses to run.
 """
@@ -180,11 +181,14 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(*(stream_request(session, url, _body(1), read_timeout_s=30) for _ in range(conc)))
 
-        async def one() -> None:
+        async def one(i: int) -> None:
+            # Streams start spread over one event gap, as a closed loop's streams are once its first
+            # requests have ended at their own times; all at once would time a burst of C sends instead.
+            await asyncio.sleep(i * timing.itl_s / conc)
             for _ in range(per_stream):
                 outcomes.append(await stream_request(session, url, _body(timing.events), read_timeout_s=60))
 
-        await asyncio.gather(*(one() for _ in range(conc)))
+        await asyncio.gather(*(one(i) for i in range(conc)))
     ttft_err: list[float] = []
     itl_err: list[float] = []
     late: list[float] = []
@@ -260,3 +264,20 @@ def run_selftest(levels: tuple[tuple[int, MockTiming, int], ...] = LEVELS) -> Se
     return SelftestResult(levels=rows, vllm_itl_ms=vllm_itl, client_itl_ms=client_itl, vllm_itl_agrees=agrees,
                           load_average=load, realtime=_realtime(),
                           passed=agrees and all(r.passed for r in rows))
+
+
+#: Column headers of the self-test table (`table_rows`).
+TABLE_COLUMNS = ("C", "requests", "failed", "TTFT / ITL ms", "TTFT err p50", "TTFT err p99", "bound",
+                 "ITL err sigma", "bound", "ITL err p99", "arrival late p99", "mock late p99", "result")
+
+
+def table_rows(result: SelftestResult) -> list[list[str]]:
+    """The self-test as table rows (ms), one per level, in `TABLE_COLUMNS` order."""
+    f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    return [
+        [str(lv.concurrency), str(lv.requests), str(lv.failed), f"{lv.ttft_ms:g} / {lv.itl_ms:g}",
+         f(lv.ttft_error_ms_p50), f(lv.ttft_error_ms_p99), f"< {lv.bound_ttft_p99_ms:g}", f(lv.itl_error_sigma_ms),
+         f"< {lv.bound_itl_sigma_ms:g}", f(lv.itl_error_ms_p99), f(lv.arrival_late_ms_p99), f(lv.server_late_ms_p99),
+         "PASS" if lv.passed else "FAIL"]
+        for lv in result.levels
+    ]

@@ -1,4 +1,4 @@
-"""CLI commands `bench` (run a window) and `smoke` (run a recipe's smoke gates)."""
+"""CLI commands `bench` (run a window, `export`, `selftest`) and `smoke` (run a recipe's smoke gates)."""
 
 from __future__ import annotations
 
@@ -226,6 +226,32 @@ def export_cmd(
         err_console.print(f"{fmt} export written to {out}", highlight=False)
 
 
+def selftest_cmd(
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> None:
+    from rich.table import Table
+
+    from gb300lane.bench.selftest import TABLE_COLUMNS, run_selftest, table_rows
+
+    result = run_selftest()
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        load = "" if result.load_average is None else f", load average {result.load_average:.1f}"
+        table = Table(title=f"client self-test against a mock with known timing (ms){load}", title_justify="left")
+        for col in TABLE_COLUMNS:
+            table.add_column(col, justify="right")
+        for row in table_rows(result):
+            table.add_row(*row)
+        console.print(table)
+        console.print(f"mean ITL, several events a write: client {result.client_itl_ms or 0:.3f} ms, vLLM-style "
+                      f"per-line stamping {result.vllm_itl_ms or 0:.3f} ms", highlight=False)
+        for line in result.failures():
+            err_console.print(f"FAIL {line}", highlight=False, markup=False)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Attach `bench` (with `bench export`) and `smoke` to the top-level app."""
     bench_app = typer.Typer(
@@ -234,5 +260,9 @@ def register(app: typer.Typer) -> None:
     )
     bench_app.callback()(acts_on_host(bench_cmd))
     bench_app.command("export", help="Write a window result as vllm bench serve JSON lines or a CSV of cells.")(export_cmd)
+    bench_app.command(
+        "selftest", help="Check the client's timing against a mock with known TTFT and ITL at C1, C64 and C1000; "
+        "exit 1 when a registered bound is missed."
+    )(selftest_cmd)
     app.add_typer(bench_app, name="bench")
     app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(acts_on_host(smoke_cmd))
