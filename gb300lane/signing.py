@@ -110,23 +110,32 @@ def ensure_key() -> Path:
         key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise StateError(f"{key.parent}: cannot create the config directory ({exc.strerror or exc})") from None
-    tmp = Path(tempfile.mkdtemp(dir=key.parent, prefix=".signing-key."))
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=key.parent, prefix=".signing-key."))
+    except OSError as exc:
+        raise StateError(f"{key.parent}: cannot write the signing key there ({exc.strerror or exc})") from None
     try:
         made = _run(["-q", "-t", "ed25519", "-N", "", "-C", PRINCIPAL, "-f", str(tmp / KEY_FILE)])
         if made.returncode != 0:
             raise StateError(f"{key}: ssh-keygen could not make a signing key ({_err(made)})")
         pub = (tmp / f"{KEY_FILE}.pub").read_text(encoding="ascii").strip()
         try:
-            os.link(tmp / f"{KEY_FILE}.pub", key.with_name(key.name + ".pub"))
-        except FileExistsError:
-            pass
-        try:
             os.link(tmp / KEY_FILE, key)
         except FileExistsError:
-            return key  # another process made it first: use theirs (its line is in the signers)
-        signers = allowed_signers_path()
-        with open(signers, "a", encoding="ascii") as fh:
-            fh.write(f'{PRINCIPAL} namespaces="{NAMESPACE}" {pub}\n')
+            return key  # another process made it first: use theirs (it records its own public half)
+        try:
+            os.link(tmp / f"{KEY_FILE}.pub", key.with_name(key.name + ".pub"))
+        except FileExistsError:
+            key.with_name(key.name + ".pub").write_text(pub + "\n", encoding="ascii")
+        line = f'{PRINCIPAL} namespaces="{NAMESPACE}" {pub}'
+        if os.environ.get("GB300LANE_ALLOWED_SIGNERS"):
+            return key  # a shared allowed-signers file is the team's to edit: `gb300lane verify` names the key
+        try:
+            with open(allowed_signers_path(), "a", encoding="ascii") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            raise StateError(f"{allowed_signers_path()}: cannot record the new signing key's public half "
+                             f"({exc.strerror or exc}); add this line to it: {line}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return key
