@@ -203,8 +203,8 @@ async def _run_cell(
     scraper = asyncio.ensure_future(mid_cell())
     await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(planned)))))
     wall_span = time.perf_counter() - t0
-    if not scraper.done():
-        scraper.cancel()  # the cell ended first: there is no mid-cell count to compare
+    if not held.is_set():
+        scraper.cancel()  # the client never counted C in flight: there is no mid-cell count to compare
     with contextlib.suppress(asyncio.CancelledError):
         await scraper
     after = await scrape_metrics(session, base)
