@@ -386,6 +386,7 @@ def test_a_known_schedule_is_recovered_event_by_event_with_several_events_per_se
         their_means.append((ev[-1] - ev[0]) / (len(ev) - 1))
         # The schedule's own mean gap: 27 gaps of 2 ms between the first and last segment, over 29 events.
         assert abs(sum(gaps) / len(gaps) - (sent[-1] - sent[0]) / 29) < 0.1 * timing.itl_s
-    # vLLM's own per-line stamping on the same schedule: the export's ITL agrees within 10%.
-    mean_own, mean_theirs = sum(own_means) / 5, sum(their_means) / 5
-    assert abs(mean_own / mean_theirs - 1) < 0.10
+    # vLLM's own per-line stamping on the same schedule: the export's ITL agrees within 10% (medians over the
+    # streams: a per-line stamp is late whenever the loop is, so one descheduled stream moves its mean).
+    ratios = sorted(a / b for a, b in zip(own_means, their_means))
+    assert abs(ratios[len(ratios) // 2] - 1) < 0.10, ratios

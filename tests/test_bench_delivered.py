@@ -20,7 +20,7 @@ def _rec(worker: int, start: float, done: float, *, sent: float | None = None, t
 def test_a_closed_loop_client_that_holds_its_concurrency_delivers_it():
     # Four streams, three requests each, back to back; the client pauses 0.1 ms between requests.
     recs = [_rec(w, start=i * 1.0001 + w * 0.001, done=1.0) for w in range(4) for i in range(3)]
-    load, reasons = delivered_load(recs, concurrency=4)
+    load, reasons, _ = delivered_load(recs, concurrency=4)
     assert reasons == [] and load.delivered_concurrency == 4 and load.peak_in_flight == 4
     assert 3.9 < load.mean_in_flight <= 4 and load.configured_concurrency == 4
 
@@ -32,7 +32,7 @@ def test_a_client_that_holds_two_of_four_is_refused_with_the_reason():
         start = 0.0 if i < 4 else 0.0
         sent = (i // 2) * 1.0
         recs.append(_rec(i % 4, start=start, done=sent + 1.0, sent=sent))
-    load, reasons = delivered_load(recs, concurrency=4)
+    load, reasons, _ = delivered_load(recs, concurrency=4)
     assert load.delivered_concurrency == 2
     (reason,) = reasons
     assert f"delivered concurrency 2 is below the configured 4 by more than the registered {LOAD_TOLERANCE:.0%}" in reason
@@ -41,10 +41,10 @@ def test_a_client_that_holds_two_of_four_is_refused_with_the_reason():
 def test_an_open_loop_client_that_falls_behind_its_schedule_is_refused():
     schedule = [i * 0.1 for i in range(20)]
     on_time = [_rec(i, start=s + 0.0005, done=0.05, rate=10.0, scheduled=s) for i, s in enumerate(schedule)]
-    load, reasons = delivered_load(on_time, concurrency=None, request_rate=10.0, schedule=schedule)
+    load, reasons, _ = delivered_load(on_time, concurrency=None, request_rate=10.0, schedule=schedule)
     assert reasons == [] and abs(load.delivered_rate - 10.0) < 0.1 and load.scheduled_rate == 10.0
     late = [_rec(i, start=s * 1.5, done=0.05, rate=10.0, scheduled=s) for i, s in enumerate(schedule)]
-    load, reasons = delivered_load(late, concurrency=None, request_rate=10.0, schedule=schedule)
+    load, reasons, _ = delivered_load(late, concurrency=None, request_rate=10.0, schedule=schedule)
     (reason,) = reasons
     assert "delivered arrival rate 6.67/s is off the schedule's 10/s" in reason
 

@@ -99,20 +99,26 @@ def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
 
     window = WindowSpec(
         name="d", classes=("prose",), transcripts_per_class=8, rounds=1, concurrency=(8,),
-        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=48,
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=192,
     )
     held = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash"))
     (good,) = held.cells
     assert good.valid, good.invalid_reasons
     assert good.delivered.delivered_concurrency == 8 and good.delivered.configured_concurrency == 8
     assert good.delivered.peak_in_flight == 8 and max(n for _, n in good.delivered.in_flight_series) == 8
+    # The lane's own count mid-cell (vllm:num_requests_running + waiting) beside the client's; the engine
+    # counts a request once its handler has read it, which may be after the scrape at time scale 0.
+    assert good.delivered.client_in_flight_at_scrape == 8 and 1 <= good.delivered.server_running <= 8
     short = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash", connections=4))
     (cell,) = short.cells
     assert not cell.valid and cell.delivered.delivered_concurrency == 4
-    (reason,) = cell.invalid_reasons
+    reason = cell.invalid_reasons[0]
     assert reason.startswith("delivered concurrency 4 is below the configured 8 by more than the registered 10%")
+    # The lane saw it too: its own count mid-cell was the four the connections carried, as the client's
+    # record (from when each request's head went out) says.
+    assert cell.delivered.server_running <= 4 and cell.delivered.client_in_flight_at_scrape <= 4
     # The requests themselves were fine: only the load they were labelled with was not delivered.
-    assert all(r.ok and r.output_tokens == 48 for r in short.records)
+    assert all(r.ok and r.output_tokens == 192 for r in short.records)
     assert all(r.sent_s is not None for r in short.records)
     assert sum(r.sent_s > 0.01 for r in short.records) >= 4  # the second four waited for a connection
 

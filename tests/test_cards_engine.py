@@ -32,7 +32,11 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
                 lane.remove_instance(f"{arm.recipe}-{arm.name}")
             except Exception:  # noqa: BLE001 - cleanup of what the test created
                 pass
-    assert lines == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
+    assert lines[0].startswith("client self-test at C1/C2") and "selftest-1.json" in lines[0]
+    assert lines[1:] == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
+    selftest = json.loads((rec.root / "selftest-1.json").read_text())
+    assert selftest["concurrency"] == [1, 2]
+    assert [lv["concurrency"] for lv in selftest["attempts"][-1]["levels"]] == [1, 2]
     boot = json.loads((rec.attempt_dir("B", 1) / "boot.json").read_text())
     assert boot["dark"] is True and boot["arm"] == "B"
     window = json.loads((rec.attempt_dir("B", 1) / "windows" / "primary.json").read_text())

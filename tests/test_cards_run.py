@@ -161,3 +161,44 @@ def test_parity_gate_counts_flips_against_the_controls_floor(tmp_path: Path) -> 
                  ["parity.max_extra_flips=0", "parity.decides=false"])
     p3 = next(r for r in v3.results if r.id == "parity")
     assert p3.status == "FAIL" and not p3.decides and v3.verdict == "PASS"
+
+
+def _missed_selftest(seen):
+    from gb300lane.bench.mock import MockTiming
+    from gb300lane.bench.selftest import run_selftest
+
+    def selftest(levels):
+        # A real self-test run judged against a bound no client meets (a zero ITL sigma).
+        seen.append(levels)
+        result = run_selftest(((1, MockTiming(ttft_s=0.005, itl_s=0.001, events=8), 2),), agreement=False)
+        level = result.levels[0].model_copy(update={"bound_itl_sigma_ms": 0.0, "passed": False})
+        return result.model_copy(update={"levels": [level], "passed": False})
+
+    return selftest
+
+
+def test_a_card_on_vllm_lanes_refuses_to_run_when_the_clients_self_test_misses_its_bounds(tmp_path):
+    """On a real vLLM lane the card's figures are the client's timing: missed twice, no arm is booted."""
+    text = (DATA / "micro.yaml").read_text().replace("local-v26", "v26").replace("local-v27", "v27")
+    (tmp_path / "micro.yaml").write_text(text)
+    card, p = load_card(tmp_path / "micro.yaml")
+    rec = register(card, p.read_text())
+    lane = fakes.FakeLane(card, {}).ops()
+    seen: list = []
+    lane.selftest = _missed_selftest(seen)
+    with pytest.raises(CardError, match="self-test missed its registered bounds 2 times"):
+        run_card(rec, ops=lane)
+    assert seen == [[1, 2], [1, 2]]
+    recorded = json.loads((rec.root / "selftest-1.json").read_text())
+    assert recorded["passed"] is False and len(recorded["attempts"]) == 2
+    assert rec.finished_attempt("A") is None and rec.next_attempt("A") == 1  # nothing was booted
+
+
+def test_an_embedded_card_records_a_missed_self_test_without_refusing():
+    card, rec = _registered(DATA / "micro.yaml")
+    lane = fakes.FakeLane(card, {}).ops()
+    lane.selftest = _missed_selftest([])
+    lines = run_card(rec, ops=lane)
+    assert "missed its registered bounds" in lines[0] and "Not binding here" in lines[0]
+    assert lines[1:] == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
+    assert json.loads((rec.root / "selftest-1.json").read_text())["passed"] is False

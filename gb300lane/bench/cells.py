@@ -37,6 +37,7 @@ from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, Requ
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
 from gb300lane.lane.probe import Scrape
+from gb300lane.spec.metrics import parse_request_counts
 
 _SPEC_NAME = "vllm:spec_decode_num_drafts"
 
@@ -177,6 +178,7 @@ def summarize_cell(
     arrival_seed: int | None = None,
     peak_in_flight: int | None = None,
     schedule: list[float] | None = None,
+    mid_cell: tuple[tuple[float, float], Scrape] | None = None,
 ) -> CellResult:
     """Apply the validity rules and compute the cell's statistics from its raw records."""
     invalid: list[str] = []
@@ -204,11 +206,20 @@ def summarize_cell(
         notes.append(f"foreign-traffic check not possible: {spec_reason}")
     if spec_stats is None:
         notes.append(f"spec stats absent: {spec_reason}")
-    delivered, load_reasons = delivered_load(
+    server_count = None
+    if mid_cell is not None and mid_cell[1].text is not None:
+        try:
+            gauges = parse_request_counts(mid_cell[1].text, source="/metrics mid-cell")
+        except MetricsError:
+            gauges = None
+        if gauges is not None and gauges.requests_running is not None:
+            server_count = (mid_cell[0], gauges.requests_running + (gauges.requests_waiting or 0.0))
+    delivered, load_reasons, load_notes = delivered_load(
         records, concurrency=concurrency if request_rate is None else None, request_rate=request_rate,
-        schedule=schedule,
+        schedule=schedule, server=server_count,
     )
     invalid.extend(load_reasons)
+    notes.extend(load_notes)
     if not failed and gen_delta is not None and gen_delta == received:
         contaminated, attribution_notes = counter_attribution(records, raw)
         invalid.extend(contaminated)

@@ -264,7 +264,11 @@ class _StampingSocket:
 
 def _kernel_stamps(protocol: Any) -> _StampingSocket | None:
     """The connection's socket switched to kernel receive stamps (once per connection); None where not possible."""
-    transport = getattr(protocol, "transport", None)
+    return kernel_stamps(getattr(protocol, "transport", None))
+
+
+def kernel_stamps(transport: Any) -> _StampingSocket | None:
+    """`transport`'s socket switched to kernel receive stamps (`.stamp` after each read); None where not possible."""
     sock = getattr(transport, "_sock", None)
     if isinstance(sock, _StampingSocket):
         return sock
@@ -273,7 +277,7 @@ def _kernel_stamps(protocol: Any) -> _StampingSocket | None:
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         stamping = _StampingSocket(sock)
-        transport._sock = stamping  # type: ignore[union-attr]
+        transport._sock = stamping
     except (OSError, AttributeError):
         return None
     return stamping

@@ -26,6 +26,15 @@ compared with the same figure of the schedule the client was given (the
 seeded Poisson draw, or the even spacing); the configured rate is kept
 beside both.
 
+Where the window scraped the lane mid-cell (once the client first counted
+C in flight), the lane's own count (vLLM's `num_requests_running` plus
+`num_requests_waiting`) is kept beside the client's fewest in flight while
+the scrape was out; a lane that counts fewer than that by more than the
+tolerance is noted: the client counted requests the lane did not have, or
+the lane's gauge (set once per step) lags requests shorter than a scrape.
+It is a note, not a rule: the begin times already come from when each
+request's head went out, which is what a connection wait would hide.
+
 Tolerances are registered here: a cell whose delivered concurrency or rate
 is off by more than `LOAD_TOLERANCE` (relative) is invalid with the reason.
 """
@@ -93,14 +102,16 @@ def delivered_load(
     request_rate: float | None = None,
     schedule: list[float] | None = None,
     tolerance: float = LOAD_TOLERANCE,
-) -> tuple[DeliveredLoad, list[str]]:
-    """(the cell's delivered load, why it is invalid for its load: empty when within tolerance)."""
+    server: tuple[tuple[float, float], float] | None = None,
+) -> tuple[DeliveredLoad, list[str], list[str]]:
+    """(the cell's delivered load, why it is invalid for its load (empty when within tolerance), notes)."""
     spans = [interval(r) for r in records]
     series = _series(spans)
     peak = max((n for _, n in series), default=0)
     begins = sorted(b for b, _ in spans)
     ends = sorted(e for _, e in spans)
     reasons: list[str] = []
+    notes: list[str] = []
     delivered_c: float | None = None
     mean_c: float | None = None
     sched_rate = deliv_rate = late = None
@@ -142,6 +153,19 @@ def delivered_load(
                 f"delivered arrival rate {deliv_rate:.3g}/s is off the schedule's {want:.3g}/s (configured "
                 f"{request_rate:g}/s) by more than the registered {tolerance:.0%}: the client did not send on time"
             )
+    at_scrape: int | None = None
+    if server is not None:
+        (asked, answered), lane_count = server
+        # The lane counted at some moment between the scrape's send and its answer: the client's fewest in
+        # flight over that span is what it must at least have seen.
+        at_scrape = min([_in_flight_at(begins, ends, asked)]
+                        + [_in_flight_at(begins, ends, t) for t in (*begins, *ends) if asked <= t <= answered])
+        if lane_count < at_scrape * (1 - tolerance):
+            notes.append(
+                f"the lane counted {lane_count:g} requests running or waiting (vllm:num_requests_running + "
+                f"num_requests_waiting, mid-cell) while the client had at least {at_scrape} in flight: a gauge "
+                "set once per step lags a client whose requests are shorter than a scrape"
+            )
     load = DeliveredLoad(
         configured_concurrency=concurrency if request_rate is None else None,
         configured_rate=request_rate,
@@ -153,8 +177,10 @@ def delivered_load(
         late_p99_s=late,
         tolerance=tolerance,
         in_flight_series=_thin(series),
+        server_running=server[1] if server is not None else None,
+        client_in_flight_at_scrape=at_scrape,
     )
-    return load, reasons
+    return load, reasons, notes
 
 
 def counter_attribution(

@@ -14,7 +14,8 @@ each event's text is the `time.perf_counter()` at which its write was made
 had been read (`<seconds>@`). `perf_counter` is CLOCK_MONOTONIC on Linux,
 shared by every process on the host, so a client in another process can
 subtract it from its own arrival stamps: what is left is the client's error,
-not the server's lateness.
+not the server's lateness. The read time is the kernel's receive stamp of
+the request's packet where the platform gives one.
 
 HTTP/1.1 with keep-alive and chunked bodies, on asyncio streams: no
 framework, so the server's own cost per event is one write.
@@ -31,6 +32,8 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
+
+from gb300lane.bench.client import kernel_stamps
 
 #: Open files wanted for a thousand streams (sockets on both ends of one host).
 OPEN_FILES = 8192
@@ -95,6 +98,9 @@ async def _stream(writer: asyncio.StreamWriter, timing: MockTiming, events: int,
 
 
 async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timing: MockTiming) -> None:
+    # The request's arrival is the kernel's receive stamp of its packet: a mock that reads it late must not
+    # shorten the TTFT it reports (and so lengthen the client's error).
+    stamps = kernel_stamps(writer.transport)
     try:
         while True:
             try:
@@ -102,6 +108,8 @@ async def _serve_connection(reader: asyncio.StreamReader, writer: asyncio.Stream
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
             received = time.perf_counter()
+            if stamps is not None and stamps.stamp is not None:
+                received, stamps.stamp = min(received, stamps.stamp), None
             length = 0
             for line in head.split(b"\r\n")[1:]:
                 name, _, value = line.partition(b":")

@@ -47,8 +47,10 @@ from gb300lane.models import FrozenModel
 LEVELS: tuple[tuple[int, MockTiming, int], ...] = (
     (1, MockTiming(ttft_s=0.02, itl_s=0.005, events=48), 16),
     (64, MockTiming(ttft_s=0.02, itl_s=0.01, events=32), 3),
-    (1000, MockTiming(ttft_s=0.05, itl_s=0.05, events=12), 1),
+    (1000, MockTiming(ttft_s=0.1, itl_s=0.1, events=8), 1),
 )
+#: Least spacing of the streams' first sends (one aiohttp request costs the client about this much CPU).
+SEND_SPACING_S = 0.0005
 #: Registered bounds: TTFT error p99 (ms) per concurrency, and ITL error sigma (ms) at every level.
 BOUNDS_TTFT_P99_MS = {1: 5.0, 64: 5.0, 1000: 28.0}
 BOUND_ITL_SIGMA_MS = 0.5
@@ -87,7 +89,9 @@ class SelftestResult(FrozenModel):
     levels: list[SelftestLevel] = Field(description="One row per concurrency level.")
     vllm_itl_ms: float | None = Field(description="Mean ITL by vLLM-style per-line stamping on the C1 schedule, ms.")
     client_itl_ms: float | None = Field(description="Mean ITL of the client's events on the same schedule, ms.")
-    vllm_itl_agrees: bool = Field(description=f"The two within {BOUND_VLLM_ITL:.0%} of each other.")
+    vllm_itl_agrees: bool = Field(
+        description=f"The two within {BOUND_VLLM_ITL:.0%} of each other (true when not checked: both None)."
+    )
     load_average: float | None = Field(description="1-minute load average of the host when it ran.")
     realtime: bool = Field(description="Whether the client ran under a real-time scheduling policy.")
     passed: bool = Field(description="Every level passed and the ITL agrees with vLLM's stamping.")
@@ -108,6 +112,25 @@ class SelftestResult(FrozenModel):
             out.append(f"mean ITL {_ms(self.client_itl_ms)} is not within {BOUND_VLLM_ITL:.0%} of vLLM-style "
                        f"stamping's {_ms(self.vllm_itl_ms)}")
         return out
+
+
+def bound_ttft_p99_ms(concurrency: int) -> float:
+    """The registered TTFT error bound of a concurrency: the bound of the least registered level at or above it."""
+    above = [c for c in BOUNDS_TTFT_P99_MS if c >= concurrency]
+    return BOUNDS_TTFT_P99_MS[min(above)] if above else BOUNDS_TTFT_P99_MS[max(BOUNDS_TTFT_P99_MS)]
+
+
+def levels_for(concurrencies: list[int]) -> tuple[tuple[int, MockTiming, int], ...]:
+    """Self-test levels for the concurrencies a card's windows run: each at its own level, with the timing
+    of the registered level it falls under (short streams: a card pays seconds, not a minute, for it)."""
+    out = []
+    for conc in sorted(set(concurrencies)):
+        if conc <= 64:
+            # About 250 gaps at every level: one late read then moves the sigma by well under the bound.
+            out.append((conc, MockTiming(ttft_s=0.02, itl_s=0.005, events=32), max(1, 8 // conc)))
+        else:
+            out.append((conc, MockTiming(ttft_s=0.1, itl_s=0.1, events=8), 1))
+    return tuple(out)
 
 
 def _ms(v: float | None) -> str:
@@ -184,7 +207,7 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
         async def one(i: int) -> None:
             # Streams start spread over one event gap, as a closed loop's streams are once its first
             # requests have ended at their own times; all at once would time a burst of C sends instead.
-            await asyncio.sleep(i * timing.itl_s / conc)
+            await asyncio.sleep(i * max(timing.itl_s, conc * SEND_SPACING_S) / conc)
             for _ in range(per_stream):
                 outcomes.append(await stream_request(session, url, _body(timing.events), read_timeout_s=60))
 
@@ -210,7 +233,7 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
         server_late.extend((s - (received + timing.ttft_s + j * timing.itl_s)) * 1e3 for j, s in enumerate(sent))
     p = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
     sigma = float(np.std(itl_err)) if itl_err else None
-    bound = BOUNDS_TTFT_P99_MS.get(conc, max(BOUNDS_TTFT_P99_MS.values()))
+    bound = bound_ttft_p99_ms(conc)
     level = SelftestLevel(
         concurrency=conc, requests=len(outcomes), failed=failed, ttft_ms=timing.ttft_s * 1e3,
         itl_ms=timing.itl_s * 1e3, events=timing.events,
@@ -245,8 +268,12 @@ def _realtime() -> bool:
         return False
 
 
-def run_selftest(levels: tuple[tuple[int, MockTiming, int], ...] = LEVELS) -> SelftestResult:
-    """The client against the mock at every level; see the module docstring. Raises BenchError if the mock cannot start."""
+def run_selftest(levels: tuple[tuple[int, MockTiming, int], ...] = LEVELS, *, agreement: bool = True) -> SelftestResult:
+    """The client against the mock at every level; see the module docstring. Raises BenchError if the mock cannot start.
+
+    `agreement` also checks the mean ITL against vLLM-style stamping (a property of the code, not of the host:
+    a card's self-test leaves it out).
+    """
     raise_open_files()
     rows: list[SelftestLevel] = []
     client_itl = vllm_itl = None
@@ -254,12 +281,14 @@ def run_selftest(levels: tuple[tuple[int, MockTiming, int], ...] = LEVELS) -> Se
         with mock_process(timing) as base:
             row, _ = asyncio.run(_level(base, conc, timing, per_stream))
             rows.append(row)
-    # Several events a write (the case stamping per read got wrong), with per-line stamping as the reference.
-    grouped = MockTiming(ttft_s=0.01, itl_s=0.002, events=48, events_per_write=3)
-    with mock_process(grouped) as base:
-        client_itl, vllm_itl = asyncio.run(_vllm_agreement(base, grouped, 8))
-    agrees = (client_itl is not None and vllm_itl is not None and vllm_itl > 0
-              and abs(client_itl / vllm_itl - 1) <= BOUND_VLLM_ITL)
+    agrees = True
+    if agreement:
+        # Several events a write (the case stamping per read got wrong), with per-line stamping as the reference.
+        grouped = MockTiming(ttft_s=0.01, itl_s=0.002, events=48, events_per_write=3)
+        with mock_process(grouped) as base:
+            client_itl, vllm_itl = asyncio.run(_vllm_agreement(base, grouped, 8))
+        agrees = (client_itl is not None and vllm_itl is not None and vllm_itl > 0
+                  and abs(client_itl / vllm_itl - 1) <= BOUND_VLLM_ITL)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return SelftestResult(levels=rows, vllm_itl_ms=vllm_itl, client_itl_ms=client_itl, vllm_itl_agrees=agrees,
                           load_average=load, realtime=_realtime(),

@@ -22,6 +22,7 @@ independent of concurrency, order and arm; the output length is forced
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import platform
@@ -38,11 +39,13 @@ from gb300lane.bench.client import request_sent_trace, stream_request
 from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
-from gb300lane.lane.probe import get_json, get_status, scrape_metrics
+from gb300lane.lane.probe import Scrape, get_json, get_status, scrape_metrics
 from gb300lane.recipes.schema import WindowSpec
 
 #: Per-request read timeout: a stream silent this long is recorded as stalled.
 READ_TIMEOUT_S = 120.0
+#: How long after the client first counts C in flight it scrapes the lane's own count (the requests' heads go out).
+MID_SCRAPE_DELAY_S = 0.005
 
 
 class WindowProgress(Protocol):
@@ -151,6 +154,8 @@ async def _run_cell(
         queue.put_nowait(item)
     records: list[RequestRecord | None] = [None] * len(planned)
     in_flight = peak = 0
+    held = asyncio.Event()
+    target = min(concurrency, len(planned))
     t0 = time.perf_counter()
 
     async def stream(worker: int) -> None:
@@ -164,6 +169,8 @@ async def _run_cell(
             start = time.perf_counter() - t0
             in_flight += 1
             peak = max(peak, in_flight)
+            if in_flight >= target:
+                held.set()
             outcome = await stream_request(session, base + path, body, read_timeout_s=READ_TIMEOUT_S)
             in_flight -= 1
             rec = make_record(
@@ -183,8 +190,23 @@ async def _run_cell(
             if progress is not None:
                 progress.request_done(rec)
 
+    mid: list[tuple[tuple[float, float], Scrape]] = []
+
+    async def mid_cell() -> None:
+        # Once the client counts C in flight, ask the lane what it counts (running + waiting).
+        await held.wait()
+        await asyncio.sleep(MID_SCRAPE_DELAY_S)
+        asked = time.perf_counter() - t0
+        scrape = await scrape_metrics(session, base)
+        mid.append(((asked, time.perf_counter() - t0), scrape))
+
+    scraper = asyncio.ensure_future(mid_cell())
     await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(planned)))))
     wall_span = time.perf_counter() - t0
+    if not held.is_set():
+        scraper.cancel()  # the client never counted C in flight: there is no mid-cell count to compare
+    with contextlib.suppress(asyncio.CancelledError):
+        await scraper
     after = await scrape_metrics(session, base)
     done = [r for r in records if r is not None]
     cell = summarize_cell(
@@ -199,6 +221,7 @@ async def _run_cell(
         model=model,
         repeats=passes,
         peak_in_flight=peak,
+        mid_cell=mid[0] if mid else None,
     )
     if progress is not None:
         progress.cell_done(cell)

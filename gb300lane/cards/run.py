@@ -27,6 +27,7 @@ from pydantic import Field
 
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
+from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
 from gb300lane.cards.receipts import Receipts, stage_count, utc_now
 from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential
 from gb300lane.errors import CardError, LaneError
@@ -62,7 +63,11 @@ class ArmOps(Protocol):
     def run_window(
         self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
     ) -> WindowResult:
-        """Run one window against the arm."""
+        """Run one window against the arm.
+
+        Ops whose windows go through the bench client also offer `selftest(concurrencies) -> SelftestResult`;
+        a card runs it before its first window and refuses to go on when it fails.
+        """
 
 
 class LiveArmOps:
@@ -101,6 +106,10 @@ class LiveArmOps:
         self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
     ) -> WindowResult:
         return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint)
+
+    def selftest(self, concurrencies: list[int]) -> SelftestResult:
+        """The bench client's self-test at the card's concurrency levels (see bench/selftest.py)."""
+        return run_selftest(levels_for(concurrencies), agreement=False)
 
 
 def lane_taken_by_protected(card: Card, protected: Protected, port: int | None) -> None:
@@ -194,6 +203,58 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
     return n
 
 
+#: Self-test runs before a card refuses: a host's noise is often a passing burst, a client's error is not.
+SELFTEST_ATTEMPTS = 2
+
+
+def _wall_clock_figures(card: Card) -> bool:
+    """Whether the card's figures are the client's own timing: any arm on a real vLLM lane (no modelled clock)."""
+    from gb300lane.recipes import load_recipe
+
+    return any(load_recipe(arm.recipe).engine != "embedded" for arm in card.arms)
+
+
+def _selftest(rec: Receipts, card: Card, check: Callable[[list[int]], SelftestResult]) -> str:
+    """Run the client's self-test before any window, record it (selftest-N.json), refuse on a missed bound.
+
+    A failed self-test is run once more (both are recorded); the card refuses when the last one fails too
+    and its figures are on the client's wall clock (an arm on a real vLLM lane). Where every arm is the
+    embedded engine, the cells lead with the engine's modelled clock, which no client timing enters, so a
+    miss is recorded and said, not binding.
+    """
+    levels = sorted({c for w in card.windows for c in w.concurrency})
+    results = []
+    for _ in range(SELFTEST_ATTEMPTS):
+        results.append(check(levels))
+        if results[-1].passed:
+            break
+    result = results[-1]
+    n = 1
+    while (rec.root / f"selftest-{n}.json").exists():
+        n += 1
+    path = rec.root / f"selftest-{n}.json"
+    rec.write_json(path, {"schema_version": 1, "concurrency": levels, "passed": result.passed,
+                          "attempts": [r.model_dump(mode="json") for r in results]})
+    binding = _wall_clock_figures(card)
+    if not result.passed and not binding:
+        return (f"client self-test at C{'/C'.join(map(str, levels))} missed its registered bounds "
+                f"({'; '.join(result.failures())}); recorded in selftest-{n}.json. Not binding here: every arm "
+                "runs on the embedded engine, whose cells lead with its modelled clock, which the client does not "
+                "time")
+    if not result.passed:
+        raise CardError(
+            f"the bench client's self-test missed its registered bounds {len(results)} times (last: "
+            f"{'; '.join(result.failures())}); its figures would carry that error, so no window was run. Recorded "
+            f"in {path}. Run `gb300lane bench selftest` when the host is quieter (load average "
+            f"{result.load_average or 0:.1f}), then run the card again"
+        )
+    worst = max((lv.ttft_error_ms_p99 or 0.0 for lv in result.levels), default=0.0)
+    sigma = max((lv.itl_error_sigma_ms or 0.0 for lv in result.levels), default=0.0)
+    again = "" if len(results) == 1 else f" on attempt {len(results)}"
+    return (f"client self-test at C{'/C'.join(map(str, levels))}: TTFT error p99 <= {worst:.2f} ms, ITL error "
+            f"sigma <= {sigma:.3f} ms, within the registered bounds{again} (selftest-{n}.json)")
+
+
 def run_card(
     rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
 ) -> list[str]:
@@ -215,6 +276,12 @@ def run_card(
     say = progress or (lambda _msg: None)
     lines = []
     stages = stage_count(card)
+    unfinished = any(rec.finished_attempt(arm.name, stage) is None
+                     for stage in range(1, stages + 1) for arm in card.arms)
+    check = getattr(ops, "selftest", None)
+    if unfinished and check is not None:
+        lines.append(_selftest(rec, card, check))
+        say(lines[-1])
     for stage in range(1, stages + 1):
         for i, arm in enumerate(card.arms):
             label = arm.name if stages == 1 else f"{arm.name} (stage {stage})"
