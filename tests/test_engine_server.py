@@ -426,9 +426,9 @@ def test_latency_histograms_observe_the_wall_clock_and_the_modelled_one_is_named
     e2e_wall, n = _histogram(text, "vllm:e2e_request_latency_seconds")
     e2e_modelled, m = _histogram(text, "gb300lane_engine_modelled_e2e_request_latency_seconds")
     assert n == m == 1
-    # The vllm: family is what the client saw (at time scale 0 the modelled seconds are far longer).
+    # The vllm: family is what the client saw; the modelled one is the response's modelled times.
     assert e2e_wall <= wall and e2e_wall == pytest.approx(timing["wall_token_times_s"][-1], abs=0.05)
-    assert e2e_modelled == pytest.approx(timing["modelled_e2e_s"]) and e2e_modelled > 2 * wall
+    assert e2e_modelled == pytest.approx(timing["modelled_e2e_s"]) and e2e_modelled != e2e_wall
     ttft_wall, _ = _histogram(text, "vllm:time_to_first_token_seconds")
     assert ttft_wall <= e2e_wall
     _, gaps = _histogram(text, "vllm:inter_token_latency_seconds")
