@@ -434,3 +434,24 @@ def test_latency_histograms_observe_the_wall_clock_and_the_modelled_one_is_named
     _, gaps = _histogram(text, "vllm:inter_token_latency_seconds")
     _, gaps_m = _histogram(text, "gb300lane_engine_modelled_inter_token_latency_seconds")
     assert gaps == gaps_m == 39
+
+
+def test_responses_answers_text_as_vllm_does_through_the_official_client():
+    with engine() as (url, _, _log):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        resp = client.responses.create(model="lane", input="$ docker ps", instructions="You are a shell.",
+                                       max_output_tokens=24, extra_body={"seed": 3})
+        assert resp.object == "response" and resp.status == "incomplete"
+        assert resp.incomplete_details.reason == "max_output_tokens"
+        assert resp.output_text and resp.output[0].type == "message" and resp.output[0].role == "assistant"
+        assert resp.usage.output_tokens == 24 and resp.usage.total_tokens == resp.usage.input_tokens + 24
+        # The same turn as a chat completion gives the same text.
+        chat = client.chat.completions.create(
+            model="lane", max_tokens=24, seed=3,
+            messages=[{"role": "system", "content": "You are a shell."}, {"role": "user", "content": "$ docker ps"}])
+        assert chat.choices[0].message.content == resp.output_text
+        listed = client.responses.create(model="lane", max_output_tokens=8, extra_body={"seed": 1}, input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "ls -la"}]}])
+        assert listed.output_text and listed.usage.output_tokens <= 8
+        with pytest.raises(openai.BadRequestError, match="streaming is not served"):
+            client.responses.create(model="lane", input="x", stream=True)
