@@ -425,3 +425,42 @@ def test_a_grammar_that_gives_up_fails_its_own_request_not_the_batch(monkeypatch
     assert broken.finish_reason == "abort" and broken.error.startswith("structured output stopped")
     assert fine.error is None and free.error is None and fine.finish_reason in ("stop", "length")
     assert len(free.output_ids) == 60
+
+
+def test_a_forced_call_ends_within_128_tokens_in_99_of_100_seeds(lane):
+    """The end-of-value preference: one call that parses, not an array appended to until the limit."""
+    client, *_ = lane
+    parsed = 0
+    lengths = []
+    for seed in range(100):
+        resp = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                              max_tokens=128, seed=seed)
+        choice = resp.choices[0]
+        calls = choice.message.tool_calls or []
+        try:
+            ok = choice.finish_reason == "tool_calls" and len(calls) >= 1 and all(
+                _strict_valid(c.function.arguments, SCHEMAS[c.function.name]) is not None for c in calls)
+        except (ValueError, jsonschema.ValidationError):
+            ok = False
+        parsed += ok
+        lengths.append(resp.usage.completion_tokens)
+    assert parsed >= 99, (parsed, lengths)
+    assert sorted(lengths)[50] < 64  # calls end well inside the limit, not at it
+    greedy = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                            max_tokens=128, temperature=0)
+    assert greedy.choices[0].finish_reason == "tool_calls" and len(greedy.choices[0].message.tool_calls) == 1
+
+
+def test_schema_integers_and_object_strings_stay_short(lane):
+    client, *_ = lane
+    schema = {"type": "object", "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
+              "required": ["count", "label"]}
+    for seed in range(10):
+        resp = client.chat.completions.create(
+            model="lane", messages=MESSAGES, max_tokens=128, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+        value = json.loads(resp.choices[0].message.content)
+        assert resp.choices[0].finish_reason == "stop" and len(str(value["count"])) <= 12 and len(value["label"]) < 80
+        free = client.chat.completions.create(model="lane", messages=MESSAGES, max_tokens=128, seed=seed,
+                                              response_format={"type": "json_object"})
+        assert free.choices[0].finish_reason == "stop" and isinstance(json.loads(free.choices[0].message.content), dict)

@@ -430,4 +430,6 @@ class EngineCore:
                 for j in empty:
                     prior = np.where(allowed[j], self.model.unigram, 0.0)
                     p[row, j] = prior / prior.sum() if prior.sum() > 0 else np.eye(vocab, dtype=p.dtype)[EOS_ID]
+                if seq.grammar is not None:
+                    seq.grammar.prefer_closing(p[row], allowed, drafts[row])
         return p

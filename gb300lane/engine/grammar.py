@@ -23,6 +23,19 @@ Speculative decoding stays lossless under the mask because both sides see it:
   (greedy drafts take its argmax). The verifier's guarantee needs only that
   each draft is drawn from the q it is handed, so the output distribution is
   the masked target's, whatever the drafter does.
+
+A served model ends its values: once a string, a number or an array item
+could stop, a trained model gives the closing token weight that grows with
+the value's length. The builtin target is an n-gram model of text, which
+would run a string or an integer to the token limit and append calls to a
+forced call's array forever. So under a grammar the target's rows also get an
+end-of-value preference (`Grammar.prefer_closing`): among the tokens the
+grammar allows, those that close a value (inside a string, a piece that starts with
+an unescaped `"`; outside one, a piece that starts with `}` or `]`, or a `,`
+where neither is allowed) are weighted `CLOSE_BASE x exp(CLOSE_RATE x n)`,
+n the tokens since the last structural one. It is part
+of the target, so drafting stays lossless against it, and only requests
+with a grammar see it.
 """
 
 from __future__ import annotations
@@ -42,6 +55,14 @@ if TYPE_CHECKING:  # a TypedDict of llguidance's stubs, not of its compiled modu
 #: JSON compile options: one line with `", "` and `": "` separators, as the tool_json corpus's compact
 #: calls are written. (Flexible whitespace lets an n-gram target wander into runs of blanks.)
 JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+#: End-of-value preference (see the module docstring): the weight of a closing token after n tokens of a value.
+CLOSE_BASE = 8.0
+CLOSE_RATE = 0.7
+_CLOSE_MAX = 1e6
+#: Characters that make a piece structural (the end of the value before it).
+_STRUCTURAL = frozenset('{}[],:"')
 
 
 class GrammarError(ValueError):
@@ -137,11 +158,62 @@ def compile_constraint(tokenizer: Tokenizer, kind: str, value: Any) -> str:
     return grammar
 
 
+_KINDS: dict[int, tuple[Tokenizer, np.ndarray, np.ndarray, np.ndarray]] = {}
+_KINDS_LOCK = threading.Lock()
+
+
+def token_kinds(tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(quotes, brackets, commas): (V,) booleans of the pieces that start with `"`, with `}` or `]`, with `,`."""
+    with _KINDS_LOCK:
+        hit = _KINDS.get(id(tokenizer))
+        if hit is None or hit[0] is not tokenizer:
+            pieces = tokenizer.pieces
+            quotes = np.array([p[:1] == '"' for p in pieces], dtype=bool)
+            brackets = np.array([p[:1] in ("}", "]") for p in pieces], dtype=bool)
+            commas = np.array([p[:1] == "," for p in pieces], dtype=bool)
+            for kind in (quotes, brackets, commas):
+                kind[EOS_ID] = kind[UNK_ID] = False
+            hit = (tokenizer, quotes, brackets, commas)
+            _KINDS[id(tokenizer)] = hit
+        return hit[1], hit[2], hit[3]
+
+
+class _JsonPosition:
+    """Where JSON text stands, read a piece at a time: inside a string, after a backslash, tokens into the value."""
+
+    __slots__ = ("in_string", "escaped", "run")
+
+    def __init__(self, in_string: bool = False, escaped: bool = False, run: int = 0) -> None:
+        self.in_string, self.escaped, self.run = in_string, escaped, run
+
+    def copy(self) -> _JsonPosition:
+        return _JsonPosition(self.in_string, self.escaped, self.run)
+
+    def feed(self, piece: str) -> None:
+        boundary = False
+        for ch in piece:
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif ch == "\\":
+                    self.escaped = True
+                elif ch == '"':
+                    self.in_string, boundary = False, True
+            elif ch == '"':
+                self.in_string, boundary = True, True
+            elif ch in _STRUCTURAL:
+                boundary = True
+        self.run = 0 if boundary else self.run + 1
+
+
 class Grammar:
     """One request's matcher: masks for the positions a step verifies, commits of what it kept."""
 
     def __init__(self, tokenizer: Tokenizer, grammar: str) -> None:
         self.vocab = tokenizer.vocab_size
+        self._quotes, self._brackets, self._commas = token_kinds(tokenizer)
+        self._pieces = tokenizer.pieces
+        self._position = _JsonPosition()
         self._matcher = LLMatcher(ll_tokenizer(tokenizer), grammar, log_level=0)
         if self._matcher.is_error():
             raise GrammarError(self._matcher.get_error())
@@ -150,6 +222,34 @@ class Grammar:
         """(V,) booleans: the tokens the grammar accepts next (EOS only once it is complete)."""
         bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
         return bits[: self.vocab].astype(bool)
+
+    def prefer_closing(self, rows: np.ndarray, allowed: np.ndarray, drafts: np.ndarray) -> None:
+        """Give the masked target rows (k + 1, V) their end-of-value preference, in place (module docstring).
+
+        Row j follows the committed output and drafts 1..j; `allowed` is the grammar's mask of each row.
+        Inside a string only a quote closes; outside one, `}` or `]`, else a `,`.
+        """
+        at = self._position.copy()
+        for j in range(rows.shape[0]):
+            if j:
+                tok = int(drafts[j - 1])
+                if tok in (EOS_ID, UNK_ID):
+                    break
+                at.feed(self._pieces[tok])
+            if at.in_string:
+                if at.escaped:
+                    continue
+                close = allowed[j] & self._quotes
+            else:
+                close = allowed[j] & self._brackets
+                if not close.any():
+                    close = allowed[j] & self._commas
+            row = rows[j]
+            if not close.any() or close.all() or row[close].sum() <= 0.0:
+                continue
+            weight = min(CLOSE_BASE * float(np.exp(CLOSE_RATE * at.run)), _CLOSE_MAX)
+            row[close] *= weight
+            row /= row.sum()
 
     def advance(self, token: int) -> bool:
         return self._matcher.consume_token(int(token))
@@ -167,6 +267,8 @@ class Grammar:
         text = [int(t) for t in tokens]
         if EOS_ID in text:
             text = text[: text.index(EOS_ID)]
+        for tok in text:
+            self._position.feed(self._pieces[tok])
         return self._matcher.consume_tokens(text) if text else True
 
     @property

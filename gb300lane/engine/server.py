@@ -40,6 +40,7 @@ from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
 from gb300lane.engine.metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, load_model
+from gb300lane.engine.responses import chat_body, response_body
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
 from gb300lane.errors import EngineError
 
@@ -125,6 +126,7 @@ class EngineServer:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/responses", self.responses)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
         app.on_startup.append(self._on_startup)
@@ -340,6 +342,15 @@ class EngineServer:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """vLLM's /v1/responses for text: the chat turn it is, answered as a `response` object (responses.py)."""
+        body = await self._read_json(request)
+        answer = await self._generate(request, chat=True, body=chat_body(body))
+        if not isinstance(answer, web.Response) or answer.status != 200 or answer.body is None:
+            return answer
+        chat = json.loads(bytes(answer.body))  # type: ignore[arg-type]
+        return web.json_response(response_body(body, chat))
+
     def _prepare(self, req: GenerateRequest, ids: list[int] | int) -> Sequence:
         """The request's Sequence; `ids` is the prompt's ids, or only their count when it is over the limit."""
         vocab = self.tokenizer.vocab_size
@@ -378,10 +389,11 @@ class EngineServer:
                            "send the whole body at once", status=408) from None
         return await asyncio.to_thread(parse_json_body, raw)
 
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, *, chat: bool, body: Any = None) -> web.StreamResponse:
         if not self.ready:
             raise ApiError("the engine is still starting; retry when /health answers 200", status=503)
-        body = await self._read_json(request)
+        if body is None:
+            body = await self._read_json(request)
         req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
         # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
         ids = req.prompt_ids if req.prompt_ids is not None else await asyncio.to_thread(

@@ -32,7 +32,9 @@ WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota
 @dataclass
 class Behaviour:
     tokens_per_step: int = 1
-    step_sleep_s: float = 0.0
+    # A step takes time, as a lane's does: an instant answer ends each request before the next stream's is sent,
+    # and a cell that never held its concurrency is invalid (bench/delivered.py).
+    step_sleep_s: float = 0.003
     draft_k: int = 4
     continuous_usage: bool = True
     engine_ext: bool = False
