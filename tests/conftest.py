@@ -12,7 +12,7 @@ are skipped.
 Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`).
 `make test-integration` runs the rest (`-m integration`): this file adds the `integration` marker
 to every test that carries a component marker (docker, compose, podman, mounts, chromium,
-prometheus), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
+prometheus, real_vllm), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
 
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
@@ -96,6 +96,16 @@ def _prometheus_problem() -> str | None:
     return None if shutil.which("prometheus") else "prometheus is not installed"
 
 
+def _real_vllm_problem() -> str | None:
+    base = Path(os.environ.get("GB300LANE_REAL_LANE_DIR") or Path.home() / ".cache/gb300lane/real-lane")
+    python = base / "venv" / "bin" / "python"
+    if not python.is_file():
+        return f"the real lane is not installed ({python} is missing)"
+    if not (base / "models" / "manifest.json").is_file():
+        return f"the real lane's models are not built ({base / 'models' / 'manifest.json'} is missing)"
+    return None
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
@@ -104,12 +114,13 @@ _COMPONENTS = {
     "mounts": ("GB300LANE_SKIP_MOUNTS", "run as root (unshare -m and mount -t tmpfs)", _mounts_problem),
     "chromium": ("GB300LANE_SKIP_CHROMIUM", "install Debian's chromium (bash .ci/run does)", _chromium_problem),
     "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
+    "real_vllm": ("GB300LANE_SKIP_REAL_VLLM", "run `make real-lane` (scripts/real_lane.sh)", _real_vllm_problem),
 }
 
 
 #: Markers whose tests share something machine-wide (Docker's container names and host ports, podman's
 #: network namespaces and images): under pytest-xdist (`--dist loadgroup`) each set runs on one worker, in order.
-_SERIAL_GROUPS = {"docker": "docker", "podman": "podman"}
+_SERIAL_GROUPS = {"docker": "docker", "podman": "podman", "real_vllm": "real_vllm"}
 
 
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment (set by the terminal library
