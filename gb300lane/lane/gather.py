@@ -60,10 +60,8 @@ def check_booted(
             ),
         ),  # fmt: skip
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
+        checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
     ]
-    live = checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts)
-    if live is not None:
-        results.append(live)
     if rec.dark:
         results.append(checks.check_bind(facts.listeners(rec.port), rec.port))
         results.append(foreign_clients(rec.endpoint))
