@@ -35,3 +35,16 @@ def test_an_unsupported_feature_line_reads_as_the_v1_runner() -> None:
             "using the V1 model runner instead.")
     facts = logparse.parse(line)
     assert facts.model_runner == "v1"
+
+
+def test_a_reload_fails_where_a_hit_was_predicted_and_passes_where_a_miss_was() -> None:
+    reload_facts = logparse.parse(
+        "[backbone] Compiling model again due to a load failure from /c/torch_compile_cache/torch_aot_compile/h1/"
+        "rank_0_0/model, reason: 'function' object has no attribute 'finalize_loading'\n"
+        "[backbone] saved AOT compiled function to /c/torch_compile_cache/torch_aot_compile/h1/rank_0_0/model\n")
+    hit = checks.Prediction(outcome="hit", known_hash="h1", reason="hash h1 is cached")
+    miss = checks.Prediction(outcome="miss", reason="fingerprint f has not booted on this host")
+    failed = checks.check_autotune(hit, reload_facts, 40.0)
+    assert failed.status == "fail" and "hash reload" in failed.summary and "finalize_loading" in failed.summary
+    assert failed.evidence["observed"] == "reload" and failed.evidence["reload_lines"] == 1
+    assert checks.check_autotune(miss, reload_facts, 40.0).status == "pass"
