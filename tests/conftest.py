@@ -12,7 +12,7 @@ are skipped.
 Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`).
 `make test-integration` runs the rest (`-m integration`): this file adds the `integration` marker
 to every test that carries a component marker (docker, compose, podman, mounts, chromium,
-prometheus, aarch64), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
+prometheus, aarch64, real_vllm), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
 
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
@@ -99,6 +99,14 @@ def _prometheus_problem() -> str | None:
 def _aarch64_problem() -> str | None:
     missing = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static", "gcc", "file") if shutil.which(tool) is None]
     return f"{', '.join(missing)} not installed" if missing else None
+def _real_vllm_problem() -> str | None:
+    base = Path(os.environ.get("GB300LANE_REAL_LANE_DIR") or Path.home() / ".cache/gb300lane/real-lane")
+    python = base / "venv" / "bin" / "python"
+    if not python.is_file():
+        return f"the real lane is not installed ({python} is missing)"
+    if not (base / "models" / "manifest.json").is_file():
+        return f"the real lane's models are not built ({base / 'models' / 'manifest.json'} is missing)"
+    return None
 
 
 #: marker -> (skip variable, what to install, probe returning the problem or None)
@@ -111,12 +119,13 @@ _COMPONENTS = {
     "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
     "aarch64": ("GB300LANE_SKIP_AARCH64", "install Debian's gcc-aarch64-linux-gnu and qemu-user-static "
                 "(apt-get install gcc-aarch64-linux-gnu qemu-user-static file; bash .ci/run does)", _aarch64_problem),
+    "real_vllm": ("GB300LANE_SKIP_REAL_VLLM", "run `make real-lane` (scripts/real_lane.sh)", _real_vllm_problem),
 }
 
 
 #: Markers whose tests share something machine-wide (Docker's container names and host ports, podman's
 #: network namespaces and images): under pytest-xdist (`--dist loadgroup`) each set runs on one worker, in order.
-_SERIAL_GROUPS = {"docker": "docker", "podman": "podman"}
+_SERIAL_GROUPS = {"docker": "docker", "podman": "podman", "real_vllm": "real_vllm"}
 
 
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment (set by the terminal library

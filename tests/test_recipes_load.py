@@ -13,7 +13,7 @@ from gb300lane.paths import shipped
 from gb300lane.recipes import Recipe, get_key, list_recipes, load_recipe
 from gb300lane.recipes.loader import deep_merge
 
-SHIPPED = ["k9", "local-k9", "local-v26", "local-v27", "v26", "v27"]
+SHIPPED = ["cpu-k9", "cpu-k9s", "cpu-v26", "cpu-v27", "k9", "local-k9", "local-v26", "local-v27", "v26", "v27"]
 
 BASE = (shipped("recipes") / "local-v26.yaml").read_text(encoding="utf-8")
 

@@ -211,3 +211,22 @@ def test_local_recipes_mount_the_per_user_cache_root(monkeypatch: pytest.MonkeyP
     raw["volumes"] = [{"source": "$HOME/c", "target": "/c"}]
     with pytest.raises(Exception, match=r"\$\{NAME\} or \$\{NAME:-default\}"):
         validate_raw(raw, "t")
+
+
+def test_paths_under_a_mount_reach_the_process_as_the_host_path_in_args_and_json_args() -> None:
+    from gb300lane.runtime.process import mounted_argv
+
+    vols = ["/home/u/real-lane/models:/models:ro", "/home/u/.cache/vllm:/cache/vllm"]
+    spec = '{"method":"draft_model","model":"/models/cpu-draft","num_speculative_tokens":5}'
+    out = mounted_argv(["/venv/bin/python", "--model", "/models/cpu-target", "--speculative-config", spec,
+                        "--host", "127.0.0.1", "/modelsx/other", "{not json}"], vols)
+    assert out[2] == "/home/u/real-lane/models/cpu-target"
+    assert json.loads(out[4]) == {"method": "draft_model", "model": "/home/u/real-lane/models/cpu-draft",
+                                  "num_speculative_tokens": 5}
+    assert out[4] == '{"method":"draft_model","model":"/home/u/real-lane/models/cpu-draft","num_speculative_tokens":5}'
+    assert out[0] == "/venv/bin/python" and out[6] == "127.0.0.1"
+    assert out[7] == "/modelsx/other"  # not under /models: a prefix of the name is not a parent
+    assert out[8] == "{not json}"
+    # A JSON argument with no mounted path is passed byte for byte (the flag checks compare it so).
+    plain = '{"b":1, "a":2}'
+    assert mounted_argv([plain], vols) == [plain]

@@ -190,8 +190,7 @@ class _StreamState:
         sd = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
         if isinstance(sd, dict):
             try:
-                self.out.spec_decode = RequestSpecDecode.model_validate(
-                    {k: sd.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")})
+                self.out.spec_decode = RequestSpecDecode.model_validate(request_spec_fields(sd))
             except ValidationError as exc:
                 raise _StreamFault(
                     f"malformed metrics.speculative_decoding: {format_validation_error(exc, first_only=True)}"
@@ -281,6 +280,16 @@ def kernel_stamps(transport: Any) -> _StampingSocket | None:
     except (OSError, AttributeError):
         return None
     return stamping
+#: vLLM 0.32's names for a request's spec-decode counters (0.33 renamed them): 0.33 name -> 0.32 name.
+_SPEC_FIELDS_0_32 = {"num_drafts": "num_spec_steps", "num_draft_tokens": "num_draft_tokens",
+                     "num_accepted_tokens": "num_accepted_draft_tokens"}
+
+
+def request_spec_fields(sd: dict[str, Any]) -> dict[str, Any]:
+    """A response's `metrics.speculative_decoding` as RequestSpecDecode's fields, from 0.33's names or 0.32's."""
+    if "num_drafts" in sd or "num_spec_steps" not in sd:
+        return {k: sd.get(k) for k in _SPEC_FIELDS_0_32}
+    return {k: sd.get(old) for k, old in _SPEC_FIELDS_0_32.items()}
 
 
 class _StreamFault(Exception):

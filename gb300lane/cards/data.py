@@ -34,6 +34,10 @@ class BootFacts(FrozenModel):
     kv_pool_tokens: int | None = Field(default=None, description="KV pool the engine reported, in tokens.")
     foreign_clients: int | None = Field(default=None, description="Clients other than the bench seen while dark.")
     fingerprint: str | None = Field(default=None, description="Recipe fingerprint the arm booted.")
+    feature_live: bool | None = Field(
+        default=None, description="The boot's feature_live check: True pass, False fail, None not run or unknown."
+    )
+    feature_live_summary: str | None = Field(default=None, description="That check's one line, when it ran.")
     instance: str | None = Field(default=None, description="Instance name of the arm's containers.")
 
 
@@ -192,7 +196,9 @@ def boot_facts_from_report(report: dict[str, Any], foreign_clients: int | None) 
     checks = _checks(report)
     ev = {name: (c.get("evidence") or {}) for name, c in checks.items()}
     observed = ev.get("autotune", {}).get("observed")
-    hash_hit = {"hit": True, "miss": False}.get(observed) if isinstance(observed, str) else None
+    # A reload found the hash and compiled again: it paid a compile, so it is no hit.
+    hash_hit = {"hit": True, "miss": False, "reload": False}.get(observed) if isinstance(observed, str) else None
+    live = checks.get("feature_live")
     flags: dict[str, Any] = {}
     for row in ev.get("flags", {}).get("keys", []) or []:
         if row.get("present"):
@@ -211,6 +217,8 @@ def boot_facts_from_report(report: dict[str, Any], foreign_clients: int | None) 
         kv_pool_tokens=int(kv) if isinstance(kv, (int, float)) else None,
         foreign_clients=foreign_clients,
         fingerprint=report.get("fingerprint"),
+        feature_live={"pass": True, "fail": False}.get(str(live.get("status"))) if live else None,
+        feature_live_summary=str(live.get("summary")) if live else None,
         instance=report.get("instance"),
     )
 

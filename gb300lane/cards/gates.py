@@ -32,6 +32,7 @@ from gb300lane.cards.schema import (
     Gate,
     HashHitGate,
     KvPoolGate,
+    FeatureLiveGate,
     ParityGate,
     TokensPerStepGate,
     TokensPerStepTest,
@@ -43,7 +44,7 @@ __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 
 
 #: Gates decided by the arms' boot facts.
-BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate
+BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate | FeatureLiveGate
 #: Gates over a window's cells.
 WindowGate = TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate
 CellKey = tuple[str, int]
@@ -337,6 +338,12 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
         ok = all(x == 0 for x in seen.values() if x is not None)
         obs = " / ".join(str(x) if x is not None else "?" for x in seen.values())
         return _per_arm(ctx, gate, seen, ok, f"{obs} ({names})", "zero on every arm", "foreign clients seen: " + obs)
+    if isinstance(gate, FeatureLiveGate):
+        live = {k: b.feature_live for k, b in boots.items()}
+        dead = [k for k, x in live.items() if x is False]
+        obs = " / ".join({True: "live", False: "NOT LIVE", None: "-"}[x] for x in live.values())
+        why = "; ".join(f"{k}: {boots[k].feature_live_summary}" for k in dead)
+        return _per_arm(ctx, gate, live, not dead, f"{obs} ({names})", "every asked-for feature runs", why)
     raise AssertionError(f"unhandled gate kind {gate.kind}")
 
 

@@ -22,7 +22,8 @@ to each test's as the test adds it (`cards.stats`),
 
 with sigma_b the gate's registered `boot_sd`, or, where it registers none,
 what a boot study measured (`card plan --boots N`: N boots of the control
-recipe, each its own seeds, in process on the embedded engine, each over what
+recipe, each its own seeds (in process on the embedded engine; real boots through the lane for any other
+engine), each over what
 one boot of the card's arms runs (a sequential card's one stage); receipts
 under results/pilots/). Past the point where the boots dominate, more
 requests buy no power: `plan` then says the target is unreachable.
@@ -474,35 +475,49 @@ def earlier_boots(card: Card, base: Any = None) -> tuple[list[ArmData], str] | N
 
 
 def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callable[[str], None] | None = None,
-                   lane: Any = None) -> Any:
-    """`boots` boots of the control recipe in process on the embedded engine, each its own boot seed and seed
-    base, over the primary window as the card sizes it; receipts under results/pilots/<date>-<card>-boots/."""
+                   lane: Any = None, ops: Any = None) -> Any:
+    """`boots` boots of the control recipe, each its own boot seed and seed base, over the primary window as the
+    card sizes it; receipts under results/pilots/<date>-<card>-boots/.
+
+    A card whose arms run on the embedded engine boots it in process (`lane`, the fast path). Any other card
+    boots the control recipe through the lane (`ops`, a `LiveArmOps` by default): each boot a real `up` of the
+    recipe dark, its boot report kept beside the window, then down, so the variance is a real engine's between
+    its boots. On the real lane a boot seed is the engine's `--seed`, which the recipe sets: a real boot's shift
+    is its compile, its scheduling and its machine, not a seed the study picks.
+    """
     import secrets
     from datetime import datetime, timezone
 
     from gb300lane.cards.run import arm_seed_base
-    from gb300lane.cards.simulate import InProcessLane, check_embedded
+    from gb300lane.cards.simulate import InProcessLane, runs_embedded
     from gb300lane.fsio import dumps_json, write_once
 
     if boots < 3:
         raise CardError("--boots must be at least 3 (the between-boot variance needs boots to compare)")
-    check_embedded(card)
     say = progress or (lambda _m: None)
     arm = card.controls[0]
     primary = boot_window(card)
     study = secrets.randbits(31)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-boots")
-    lane = lane or InProcessLane()
-    say(f"boot study: {boots} boots of {arm.recipe} in process, {_window_requests(primary)} requests each "
+    in_process = runs_embedded(card)
+    where = "in process" if in_process else "through the lane (real boots, dark)"
+    say(f"boot study: {boots} boots of {arm.recipe} {where}, {_window_requests(primary)} requests each "
         f"(study seed {study})")
+    seconds = []
     for i in range(boots):
         w = primary.model_copy(update={"seed_base": arm_seed_base(study, f"boots:{i}", 1)})
-        got = lane.run_arm(card, arm, [w], boot_seed=arm_seed_base(study, f"boot:{i}", 1))
-        write_once(d / f"boot-{i:03d}.json", dumps_json(got.windows[w.name].model_dump(mode="json")))
-        say(f"boot study: {i + 1} of {boots} boots")
+        if in_process:
+            got = (lane or InProcessLane()).run_arm(card, arm, [w], boot_seed=arm_seed_base(study, f"boot:{i}", 1))
+            data = got.windows[w.name]
+        else:
+            data, boot_s = _real_boot(card, arm, w, i, d, ops)
+            seconds.append(boot_s)
+        write_once(d / f"boot-{i:03d}.json", dumps_json(data.model_dump(mode="json")))
+        say(f"boot study: {i + 1} of {boots} boots" + (f" (booted in {seconds[-1]:.0f} s)" if seconds else ""))
     write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
-                                             "boots": boots, "study_seed": study,
+                                             "boots": boots, "study_seed": study, "in_process": in_process,
+                                             "boot_seconds": seconds,
                                              "window": primary.model_dump(mode="json")}))
     say(f"boot study: receipts in {d}")
     return d
@@ -516,16 +531,35 @@ def require_recipes(card: Card) -> None:
         except LaneError as exc:
             raise CardError(f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
                             f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
+def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) -> tuple[WindowData, float]:
+    """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
+    from gb300lane.cards.data import window_data_from_result
+    from gb300lane.cards.run import LiveArmOps
+    from gb300lane.fsio import dumps_json, write_once
+
+    ops = ops or LiveArmOps()
+    name = f"boots{i:03d}"
+    try:
+        with ops.instance(arm.recipe, arm=name, check_keys=None, baseline=None,
+                          allow_outside_trained_block=arm.allow_outside_trained_block) as report:
+            write_once(d / f"report-{i:03d}.json", dumps_json(report.model_dump(mode="json")))
+            result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
+                                    fingerprint=report.fingerprint)
+    finally:
+        ops.discard(arm.recipe, name)
+    data = window_data_from_result(result.model_dump(mode="json"), card.primary_window)
+    return data, float(report.boot_seconds)
 
 
 def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
              target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
-    with `boots`, a boot study of that many boots first (embedded engine, in process)."""
+    with `boots`, a boot study of that many boots first (in process on the embedded engine, real boots through
+    the lane otherwise)."""
     require_recipes(card)
     if boots:
-        run_boot_study(card, boots, base=base, progress=progress)
+        run_boot_study(card, boots, base=base, progress=progress, ops=ops)
     found = None if pilot else earlier_noise(card, base)
     if found is None:
         if pilot is False:

@@ -202,6 +202,13 @@ class KvPoolGate(_Gate):
     kind: Literal["kv_pool_equal"] = Field(description="Every arm reported the same KV pool in tokens.")
 
 
+class FeatureLiveGate(_Gate):
+    kind: Literal["feature_live"] = Field(
+        description="What each arm's recipe asks for runs in the engine's code path (the boot's feature_live check): "
+        "a flag that is present and does nothing fails the card."
+    )
+
+
 class ForeignClientsGate(_Gate):
     kind: Literal["foreign_clients_zero"] = Field(description="No client but the bench touched any arm.")
 
@@ -218,7 +225,8 @@ Gate = Annotated[
     | FlagGate
     | EnvEqualGate
     | KvPoolGate
-    | ForeignClientsGate,
+    | ForeignClientsGate
+    | FeatureLiveGate,
     Field(discriminator="kind"),
 ]
 

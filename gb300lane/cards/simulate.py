@@ -62,6 +62,13 @@ def engine_fingerprint(card: Card) -> str:
     return h.hexdigest()
 
 
+def runs_embedded(card: Card) -> bool:
+    """Whether every arm of the card runs on the embedded engine (the in-process fast path can drive it)."""
+    from gb300lane.recipes import load_recipe
+
+    return all(load_recipe(a.recipe).engine == "embedded" for a in card.arms)
+
+
 def check_embedded(card: Card) -> None:
     """Refuse a card whose arms do not all run on the embedded engine (the fast path drives only that)."""
     from gb300lane.errors import CardError

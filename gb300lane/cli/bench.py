@@ -45,8 +45,9 @@ def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None
     return RichWindowProgress(console=err_console)
 
 
-def _summary(result: WindowResult, out: Path | None) -> dict:
+def _summary(result: WindowResult, out: Path | None, check: dict | None = None) -> dict:
     return {
+        "counter_check": check,
         "out": str(out) if out else None,
         "valid": result.valid,
         "endpoint": result.endpoint,
@@ -146,10 +147,17 @@ def bench_cmd(
         )
     if out is not None:
         save_result(result, out)
+    from gb300lane.bench.crosscheck import cross_check
+
+    # k bounds what the engine may count and not send; without a recipe the widest the lane allows.
+    k = (recipe.speculative.num_speculative_tokens if recipe else None) or 32
+    check = cross_check(result, k)
     if as_json:
-        print_json(_summary(result, out))
+        print_json(_summary(result, out, check.model_dump(mode="json") if check else None))
     else:
         console.print(render_window(result), highlight=False)
+        if check is not None:
+            console.print(check.line(), highlight=False, style=None if check.ok else "red")
         if out is not None:
             console.print(f"window result written to {out}")
     if not result.valid:

@@ -105,6 +105,8 @@ async def run_boot(args: EngineArgs, plan: BootPlan, log: VllmLog) -> float:
             await asyncio.sleep(seconds * scale)
         return seconds
 
+    # The engine verifies in its own code, token or block: as vLLM's V2 runner does on the box, and it says so.
+    log.info("gpu_worker.py:518", "Using V2 Model Runner")
     total = await phase(WEIGHTS_S)
     log.info("default_loader.py:291", f"Loading weights took {WEIGHTS_S:.2f} seconds")
     log.info("gpu_model_runner.py:2651", f"Model loading took 11.84 GiB memory and {WEIGHTS_S + 3.1:.6f} seconds")

@@ -5,6 +5,8 @@
 - env: the container's environment against the expected one, as a set
 - kv_pool: the logged KV cache size against `kv_pool_tokens`
 - dark: bound to loopback only, and no requests the tool did not send
+- feature_live: a feature the recipe asks for runs in the code path the engine logged it took (block
+  verification needs Model Runner V2: a flag that is present and does nothing is a fail, not a pass)
 
 Secrets (by name or by value, `gb300lane.redact`) are compared by a digest keyed
 with the state directory's key; their values never reach the evidence, the
@@ -60,13 +62,24 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
         "cache_dir": facts.cache_dir,
         "hit_lines": facts.cache_hits,
         "miss_lines": facts.cache_misses,
+        "reload_lines": facts.cache_reloads,
+        "compile_units": [u.model_dump() for u in facts.compile_units],
         "compile_seconds": facts.compile_seconds,
         "boot_seconds": None if boot_seconds is None else round(boot_seconds, 3),
     }
     if observed == "unknown":
         return CheckResult(
             name="autotune", status="unknown", evidence=evidence,
-            summary="the log shows neither a cache load nor a compile (no `Directly load` / `Compiling a graph` lines)",
+            summary="the log shows neither a cache load nor a compile (no `Directly load` / `Compiling a graph` / "
+                    "`saved AOT compiled function` lines)",
+        )  # fmt: skip
+    if observed == "reload":
+        failed = [u for u in facts.compile_units if u.outcome == "reload"]
+        names = ", ".join(f"[{u.tag}] {u.compile_hash} ({u.reason or 'no reason logged'})" for u in failed)
+        # The hash was found, so the fingerprint's hash inputs agree with the engine's; the artifact did not load.
+        return CheckResult(
+            name="autotune", status="fail" if prediction.outcome == "hit" else "pass", evidence=evidence,
+            summary=f"hash reload: found in the cache but failed to load, compiled again: {names}",
         )  # fmt: skip
     if prediction.known_hash and facts.compile_hash and prediction.known_hash != facts.compile_hash:
         return CheckResult(
@@ -218,14 +231,54 @@ def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResu
         return CheckResult(name="kv_pool", status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens")
     if facts.kv_cache_tokens is None:
         return CheckResult(
-            name="kv_pool", status="unknown", evidence=evidence, summary="no `GPU KV cache size:` line in the boot log"
+            name="kv_pool", status="unknown", evidence=evidence,
+            summary="no `GPU KV cache size:` / `CPU KV cache size:` line in the boot log",
         )
     if facts.kv_cache_tokens != expected_tokens:
         return CheckResult(
             name="kv_pool", status="fail", evidence=evidence,
             summary=f"KV pool {facts.kv_cache_tokens:,} tokens, recipe says {expected_tokens:,}",
         )  # fmt: skip
-    return CheckResult(name="kv_pool", status="pass", evidence=evidence, summary=f"KV pool {expected_tokens:,} tokens")
+    return CheckResult(name="kv_pool", status="pass", evidence=evidence,
+                       summary=f"KV pool {expected_tokens:,} tokens ({facts.kv_cache_device or 'GPU'} KV cache)")
+
+
+#: Features that exist in one model runner only, by recipe key and value: vLLM implements block verification in
+#: Model Runner V2's rejection sampler (`vllm/v1/worker/gpu/spec_decode/rejection_sampler.py`); the V1 runner's
+#: (`vllm/v1/sample/rejection_sampler.py`) knows standard and synthetic only, so there the key is accepted and
+#: ignored (and, with probabilistic drafts, the draft probabilities are no longer kept for the ratio test).
+RUNNER_V2_FEATURES = {("speculative.rejection_sample_method", "block"): "block verification"}
+
+
+def check_features_live(rejection_sample_method: str | None, facts: BootLogFacts) -> CheckResult:
+    """Whether the feature the recipe asks for runs in the model runner the engine logged."""
+    key = "speculative.rejection_sample_method"
+    feature = RUNNER_V2_FEATURES.get((key, rejection_sample_method or ""))
+    evidence = {"key": key, "value": rejection_sample_method, "needs": "v2" if feature else None,
+                "model_runner": facts.model_runner, "log_line": facts.model_runner_line}
+    if feature is None:
+        # Decided from the recipe, not from a missing line: standard rejection runs in either runner.
+        return CheckResult(
+            name="feature_live", status="pass", evidence=evidence,
+            summary=f"{key} = {rejection_sample_method or 'standard'} runs in either model runner"
+                    + (f" (the engine logged {facts.model_runner.upper()})" if facts.model_runner else ""),
+        )  # fmt: skip
+    if facts.model_runner == "v1":
+        return CheckResult(
+            name="feature_live", status="fail", evidence=evidence,
+            summary=(f"{key} = {rejection_sample_method} asks for {feature}, which only Model Runner V2 runs; the "
+                     f"engine logged that it uses the V1 runner ({facts.model_runner_line!r}), so the flag is present "
+                     "and does nothing"),
+        )  # fmt: skip
+    if facts.model_runner == "v2":
+        return CheckResult(
+            name="feature_live", status="pass", evidence=evidence,
+            summary=f"{feature} ({key} = {rejection_sample_method}) runs: the engine logged Model Runner V2",
+        )  # fmt: skip
+    return CheckResult(
+        name="feature_live", status="unknown", evidence=evidence,
+        summary=f"{key} = {rejection_sample_method} needs Model Runner V2; the log does not say which runner runs",
+    )  # fmt: skip
 
 
 def check_bind(found: list[Listener] | None, ports: int | Sequence[int]) -> CheckResult:

@@ -16,7 +16,7 @@ from gb300lane.lane.foreign import foreign_clients
 from gb300lane.lane.report import BootReport, write_report
 from gb300lane.recipes import ContainerSpec, Recipe
 from gb300lane.runtime import ProcessRuntime, Runtime
-from gb300lane.runtime.process import mounted_env
+from gb300lane.runtime.process import mounted_env, mounted_path
 
 
 def check_booted(
@@ -42,10 +42,16 @@ def check_booted(
     expected_env = {**env_baseline, **spec_env}
     if rt.name == "process" and main.device_ids:
         expected_env["CUDA_VISIBLE_DEVICES"] = ",".join(main.device_ids)
+    expected_flags = expected_values(recipe, list(rec.check_keys), dark=rec.dark, port=rec.port)
+    if isinstance(rt, ProcessRuntime):
+        # The process was handed the host side of a mounted path (the model): so is the check's expectation.
+        expected_flags = {
+            k: (mounted_path(main.volumes, v) or v) if isinstance(v, str) else v for k, v in expected_flags.items()
+        }
     results = [
         *pre,
         checks.check_autotune(prediction, log_facts, boot_s),
-        checks.check_flags(info.argv, expected_values(recipe, list(rec.check_keys), dark=rec.dark, port=rec.port)),
+        checks.check_flags(info.argv, expected_flags),
         checks.check_env(
             info.env, expected_env,
             baseline_note=(
@@ -54,6 +60,7 @@ def check_booted(
             ),
         ),  # fmt: skip
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
+        checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
     ]
     if rec.dark:
         ports = [s.port for s in specs]

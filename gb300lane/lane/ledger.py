@@ -29,7 +29,9 @@ class BootTime(FrozenModel):
     """One recorded boot."""
 
     seconds: float = Field(description="Up (containers started) to ready.")
-    outcome: Literal["hit", "miss", "unknown"] = Field(description="Autotune outcome read from the log.")
+    outcome: Literal["hit", "miss", "reload", "unknown"] = Field(
+        description="Autotune outcome read from the log (reload: the hash was found, failed to load, compiled again)."
+    )
     compile_hash: str | None = Field(default=None, description="Observed compile hash.")
     time_scale: float | None = Field(default=None, description="Embedded engine pacing (None for vLLM): boots only compare at equal pace.")
     at: float = Field(description="Unix time the boot finished.")
@@ -74,7 +76,8 @@ def predict(fingerprint: str, cache_root: Path | None) -> Prediction:
             outcome="unknown", known_hash=known,
             reason="the compile cache is not visible from the host (no mount covers VLLM_CACHE_ROOT)",
         )  # fmt: skip
-    exists = (cache_root / "torch_compile_cache" / known).is_dir()
+    # The compile cache keeps a hash at torch_compile_cache/<hash>, an AOT compile (the CPU build) under torch_aot_compile/.
+    exists = any((cache_root / "torch_compile_cache" / sub / known).is_dir() for sub in ("", "torch_aot_compile"))
     if exists:
         return Prediction(outcome="hit", known_hash=known, cache_dir_exists=True, reason=f"hash {known} is cached")
     return Prediction(

