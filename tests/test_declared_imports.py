@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("tests", "benchmarks", "scripts")
 #: What a script imports only where the snapshot is made (scripts/snapshot_*.py read the vllm wheel, the `vllm` extra).
 EXTRAS_ALLOWED = {"vllm"}
+#: Scripts that run in the real lane's own environment (`make real-lane`), not the project's: their imports are
+#: declared by that environment's requirements, requirements/real-lane.in.
+REAL_LANE_SCRIPTS = {"scripts/real_lane_model.py"}
+REAL_LANE_REQUIREMENTS = ROOT / "requirements" / "real-lane.in"
 
 
 def declared(*, runtime_only: bool = False) -> set[str]:
@@ -61,6 +65,8 @@ def undeclared(folders: tuple[str, ...], wanted: set[str]) -> list[str]:
     for name in folders:
         folder = ROOT / name
         for path in sorted(folder.rglob("*.py")):
+            if path.relative_to(ROOT).as_posix() in REAL_LANE_SCRIPTS:
+                continue
             for module in sorted(imports(path) - own - set(sys.stdlib_module_names)):
                 dists = {canonicalize_name(d) for d in providers.get(module, [])}
                 if not dists:
@@ -74,6 +80,23 @@ def undeclared(folders: tuple[str, ...], wanted: set[str]) -> list[str]:
 
 def test_every_import_of_the_tests_benchmarks_and_scripts_is_declared() -> None:
     problems = undeclared(FOLDERS, declared())
+    assert not problems, "\n".join(problems)
+
+
+def real_lane_declared() -> set[str]:
+    lines = REAL_LANE_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    return {canonicalize_name(Requirement(line).name) for line in lines if line.strip() and not line.startswith("#")}
+
+
+def test_the_real_lane_scripts_import_what_the_real_lane_declares() -> None:
+    # numpy comes with torch (its own requirement), the rest must be named in requirements/real-lane.in.
+    wanted = real_lane_declared() | {"numpy"}
+    problems = []
+    for rel in sorted(REAL_LANE_SCRIPTS):
+        for module in sorted(imports(ROOT / rel) - set(sys.stdlib_module_names)):
+            if canonicalize_name(module) not in wanted:
+                problems.append(f"{rel}: imports {module}, which requirements/real-lane.in does not name; add it there "
+                                "and recompile requirements/real-lane.txt")
     assert not problems, "\n".join(problems)
 
 
