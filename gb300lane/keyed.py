@@ -42,8 +42,10 @@ def _read(path: Path) -> bytes | None:
         raise StateError(f"{path}: the state key is unreadable ({exc}); it must be a 0600 file of 64 hex digits") from None
     if len(text) != _KEY_HEX or any(c not in "0123456789abcdef" for c in text):
         raise StateError(
-            f"{path}: not a state key (expected 64 hex digits); restore it, or move it aside to start a new key "
-            "(seals made with the old key then no longer verify)"
+            f"{path}: not a state key (expected 64 hex digits); restore it from a backup. Moving it aside starts a "
+            "new key: the secret digests made with the old one no longer match, so a kept instance whose recipe "
+            "has a secret cannot be restarted (promote and rollback then refuse before they stop anything) and "
+            "must boot again"
         )
     return bytes.fromhex(text)
 

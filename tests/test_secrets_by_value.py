@@ -93,3 +93,35 @@ def test_the_process_runtime_record_keeps_no_secret_in_clear(folder: Path, monke
                 assert HEX.encode() not in data and b"hf_" + b"Z" * 34 not in data, p
     finally:
         lane.down(all=True, yes=True)
+
+
+@pytest.mark.slow
+def test_a_new_state_key_never_lets_rollback_stop_production_it_cannot_replace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gb300lane import keyed, lane
+    from gb300lane import promote as pm
+
+    from production import write_recipes
+
+    folder = tmp_path / "lane-recipes"
+    write_recipes(folder)
+    v26 = yaml.safe_load((folder / "local-v26.yaml").read_text())
+    v26["env"] = {**v26.get("env", {}), "HF_TOKEN": "hf_" + "Q" * 34}
+    (folder / "local-v26.yaml").write_text(yaml.safe_dump(v26, sort_keys=False))
+    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(folder))
+    monkeypatch.delenv("GB300LANE_LANE_OPS", raising=False)
+    try:
+        assert pm.promote("local-v26", force=True, reason="first").ok
+        assert pm.promote("local-v27", force=True, reason="second").ok
+        before = {i.name: i.state for i in lane.list_instances()}
+        keyed.key_path().rename(keyed.key_path().with_name("state.key.old"))  # the key's own advice: move it aside
+        from gb300lane.runtime import process
+
+        process._CREATED_ENV.clear()  # a later invocation
+        got = runner.invoke(app, ["rollback"], env={"COLUMNS": "400"})
+        out = " ".join(got.output.split())
+        assert got.exit_code == 1 and "HF_TOKEN" in out and "nothing was stopped" in out, out
+        assert {i.name: i.state for i in lane.list_instances()} == before
+    finally:
+        lane.down(all=True, yes=True)

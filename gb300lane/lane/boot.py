@@ -312,6 +312,11 @@ def start_problem(instance: str) -> str | None:
         return f"cannot be started: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     if lost:
         return f"lost {', '.join(lost)}, so it cannot be started"
+    values = _env_values(rec)
+    for c in rec.containers:
+        problem = rt.start_problem(c, secrets=values.get(c))
+        if problem is not None:
+            return f"cannot be started: {problem}"
     return None
 
 

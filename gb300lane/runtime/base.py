@@ -137,6 +137,11 @@ class Runtime(abc.ABC):
         (the process runtime); each must match the digest recorded at create. Docker keeps its own env: unused.
         """
 
+    def start_problem(self, name: str, *, secrets: Mapping[str, str] | None = None) -> str | None:
+        """Why `start(name, secrets=secrets)` would be refused before it runs anything (a secret it cannot
+        restore); None when it would not. Only the process runtime keeps anything to check."""
+        return None
+
     @abc.abstractmethod
     def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:
         """Stop a container and keep it (its record, args, env and logs survive)."""

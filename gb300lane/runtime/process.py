@@ -303,6 +303,16 @@ class ProcessRuntime(Runtime):
         self._save(rec)
         return self._info(rec)
 
+    def start_problem(self, name: str, *, secrets: Mapping[str, str] | None = None) -> str | None:
+        rec = self._load(name)
+        if rec is None:
+            return None
+        try:
+            self._with_secrets(rec, {**_CREATED_ENV.get(str(self._record_path(name)), {}), **(secrets or {})})
+        except BootError as exc:
+            return str(exc)
+        return None
+
     def _with_secrets(self, rec: ProcessRecord, given: Mapping[str, str]) -> dict[str, str]:
         """The environment to start with: the record's, each secret digest replaced by the value it digests."""
         env = dict(rec.env)
