@@ -12,6 +12,11 @@ One engine boot (`python -m gb300lane.engine serve`, time scale 0, tools enabled
   the grammar's masks (in the drafts and in the target) cost per token, and the
   table shows the constrained drafts' acceptance beside the free ones'.
 
+- served throughput: a C8 window (k=5 at every batch size, 16 prose requests x
+  256 tokens) through the bench client, as a card runs it; output tokens per
+  CPU second of the engine process (psutil), the figure a faster served step
+  moves. Reported, no floor yet.
+
 Floors: /health's max latency under the 30 MB prompt below 500 ms (a seventh of the
 3.5 s before; what is left is the stdlib JSON parse of the 30 MB body, which holds the
 interpreter for about 150 ms, and the host's scheduling on a shared machine); constrained
@@ -144,6 +149,28 @@ def structured_cost(url: str, requests: int, tokens: int) -> dict:
     return out
 
 
+def served_throughput(url: str, pid: int, tokens: int = 256) -> dict:
+    """A C8 window through the bench client; the engine's output tokens per CPU second over it."""
+    import asyncio
+
+    import psutil
+
+    from gb300lane.bench.window import run_window_async
+    from gb300lane.recipes.schema import WindowSpec
+
+    window = WindowSpec(name="served", classes=("prose",), transcripts_per_class=16, rounds=1, concurrency=(8,),
+                        temperature=1.0, top_p=1.0, seed_base=1, forced_tokens=tokens)
+    proc = psutil.Process(pid)
+    cpu0 = sum(proc.cpu_times()[:2])
+    result = asyncio.run(run_window_async(url, window, model="bench"))
+    cpu = sum(proc.cpu_times()[:2]) - cpu0
+    (cell,) = result.cells
+    return {"concurrency": 8, "k": SPEC["num_speculative_tokens"], "output_tokens": cell.output_tokens,
+            "engine_cpu_s": cpu, "tok_per_cpu_s": cell.output_tokens / cpu if cpu > 0 else None,
+            "wall_s": cell.wall_span_s, "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None,
+            "valid": cell.valid}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt-mb", type=int, default=30)
@@ -157,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             url = f"http://127.0.0.1:{port}"
             health = health_under_prompt(url, args.prompt_mb)
             cost = structured_cost(url, args.requests, args.tokens)
+            served = served_throughput(url, proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -179,10 +207,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['tokens_per_step']:.2f}")
     console.print(table)
     console.print(f"json_schema / free tok/s: {cost['ratio']:.2f} (floor {FLOOR_CONSTRAINED_RATIO})")
+    table = Table(title="served through HTTP as a card runs it: C8, k=5, 16 x 256 tokens (one run)")
+    for col in ("output tokens", "engine CPU s", "tok / CPU s", "wall s", "tokens/step", "valid"):
+        table.add_column(col, justify="right")
+    table.add_row(str(served["output_tokens"]), f"{served['engine_cpu_s']:.3f}", f"{served['tok_per_cpu_s']:,.0f}",
+                  f"{served['wall_s']:.2f}", f"{served['tokens_per_step']:.2f}", str(served["valid"]))
+    console.print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(RESULTS, dumps_json({
         "schema_version": 1, "tool_version": __version__, "python": platform.python_version(),
-        "platform": platform.platform(), "health": health, "structured": cost,
+        "platform": platform.platform(), "health": health, "structured": cost, "served": served,
         "floors": {"health_max_ms": FLOOR_HEALTH_MAX_MS, "constrained_ratio": FLOOR_CONSTRAINED_RATIO},
         "passed": ok_health and ok_cost,
     }))
