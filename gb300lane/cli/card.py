@@ -116,7 +116,8 @@ def plan_cmd(
                                         "instead of its mde (0.02 = 2%)."),
     power: float = typer.Option(0.9, "--power", help="Target power."),
     boots: int = typer.Option(0, "--boots", help="First run a boot study: this many boots of the control recipe "
-                              "in process on the embedded engine, to measure each gate's boot sd (kept as receipts "
+                              "(in process on the embedded engine; real boots through the lane, dark, for any other engine), to "
+                              "measure each gate's boot sd (kept as receipts "
                               "under results/pilots/; later plans pool every study)."),
     port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Boot the pilot's lane (main and "
                                     "sidecar) moved to this port, beside whatever serves the recipe's ports."),
