@@ -28,11 +28,14 @@ is charged to the first token of the chunk and the rest get zero gaps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +50,28 @@ from gb300lane.runtime import ssh
 _PARSE_SLICE = 4
 #: Upper bound on an error body kept in a record.
 _ERROR_BODY_CHARS = 300
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while timing: collect first, pause it, restore it after.
+
+    A full collection over a window's live objects (every record, every
+    outcome's lists) holds the event loop for tens of milliseconds at a time,
+    and every arrival that comes in meanwhile is read late; with a thousand
+    streams that dominates the client's timing error. Cycles made meanwhile
+    are collected when the block ends (between cells), as timeit does.
+    """
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 class SSEParser:

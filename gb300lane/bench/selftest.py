@@ -38,7 +38,7 @@ import aiohttp
 import numpy as np
 from pydantic import Field
 
-from gb300lane.bench.client import StreamOutcome, stream_request
+from gb300lane.bench.client import StreamOutcome, collector_paused, stream_request
 from gb300lane.bench.mock import MockTiming, raise_open_files
 from gb300lane.errors import BenchError
 from gb300lane.models import FrozenModel
@@ -211,7 +211,8 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
             for _ in range(per_stream):
                 outcomes.append(await stream_request(session, url, _body(timing.events), read_timeout_s=60))
 
-        await asyncio.gather(*(one(i) for i in range(conc)))
+        with collector_paused():
+            await asyncio.gather(*(one(i) for i in range(conc)))
     ttft_err: list[float] = []
     itl_err: list[float] = []
     late: list[float] = []

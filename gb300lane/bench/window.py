@@ -35,7 +35,7 @@ import aiohttp
 
 from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
-from gb300lane.bench.client import request_sent_trace, stream_request
+from gb300lane.bench.client import collector_paused, request_sent_trace, stream_request
 from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
@@ -201,7 +201,9 @@ async def _run_cell(
         mid.append(((asked, time.perf_counter() - t0), scrape))
 
     scraper = asyncio.ensure_future(mid_cell())
-    await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(planned)))))
+    with collector_paused():
+        t0 = time.perf_counter()  # after the collection the pause starts with, which takes its own time
+        await asyncio.gather(*(stream(w) for w in range(min(concurrency, len(planned)))))
     wall_span = time.perf_counter() - t0
     if not held.is_set():
         scraper.cancel()  # the client never counted C in flight: there is no mid-cell count to compare
@@ -278,7 +280,9 @@ async def _run_open_cell(
         if progress is not None:
             progress.request_done(rec)
 
-    await asyncio.gather(*(one(i, t, at) for i, (t, at) in enumerate(zip(transcripts, schedule))))
+    with collector_paused():
+        t0 = time.perf_counter()  # the schedule starts after the collection the pause starts with
+        await asyncio.gather(*(one(i, t, at) for i, (t, at) in enumerate(zip(transcripts, schedule))))
     wall_span = time.perf_counter() - t0
     after = await scrape_metrics(session, base)
     done = [r for r in records if r is not None]
