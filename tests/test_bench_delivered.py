@@ -49,6 +49,19 @@ def test_an_open_loop_client_that_falls_behind_its_schedule_is_refused():
     assert "delivered arrival rate 6.67/s is off the schedule's 10/s" in reason
 
 
+def test_a_short_schedule_is_judged_on_its_span_not_on_a_rate_its_few_gaps_cannot_resolve():
+    # four requests 40 ms apart: a first start 15 ms late (a scheduler tick) moves the rate 14%, the span 15 ms
+    schedule = [0.0, 0.04, 0.08, 0.12]
+    starts = [0.015, 0.041, 0.081, 0.121]
+    recs = [_rec(i, start=b, done=0.05, rate=25.0, scheduled=s) for i, (b, s) in enumerate(zip(starts, schedule))]
+    load, reasons, _ = delivered_load(recs, concurrency=None, request_rate=25.0, schedule=schedule)
+    assert reasons == [] and load.delivered_rate > 25.0 * 1.1
+    # the same schedule sent at half the rate is off by 120 ms: refused
+    slow = [_rec(i, start=s * 2, done=0.05, rate=25.0, scheduled=s) for i, s in enumerate(schedule)]
+    _, reasons, _ = delivered_load(slow, concurrency=None, request_rate=25.0, schedule=schedule)
+    assert len(reasons) == 1 and "delivered arrival rate" in reasons[0]
+
+
 def test_counters_that_moved_for_someone_else_mark_the_cell_contaminated():
     recs = [_rec(w, 0.0, 1.0, tokens=40) for w in range(2)]
     own = {"num_drafts": 20, "num_accepted_tokens": 58, "num_draft_tokens": 100, "drafts_by_length": {"5": 20}}
