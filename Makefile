@@ -19,6 +19,7 @@ test-integration:
 # $(GB300LANE_REAL_LANE_DIR)/venv (default ~/.cache/gb300lane/real-lane) with the models trained from the
 # package's own text; the cpu-* recipes run it. Both steps are skipped when already done.
 real-lane:
+	$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check 'uv>=0.5'
 	PYTHON=$(PYTHON) bash scripts/real_lane.sh
 
 reproduce-br1:
