@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import __version__
+from gb300lane.cards.boots import refuse_pinned_boot_seed
 from gb300lane.cards.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.gates import evaluate
 from gb300lane.cards.looks import decide, design_look
@@ -440,6 +441,7 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
         raise CardError(f"card {card.name} has no gates the fast path can score (tested, parity or ratio gates)")
     say = progress or (lambda _m: None)
     check_embedded(card)
+    refuse_pinned_boot_seed(f"card calibrate {card.name}")
     kept, cpu = _load_progress(resume) if resume is not None else ([], 0.0)
     outcomes = [o for o in kept if o.replicate < replicates]
     if kept and len(outcomes) < len(kept):  # CPU seconds of the replicates used, pro rata

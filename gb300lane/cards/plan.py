@@ -41,7 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.boots import BootEstimate, estimate_boot_sd
+from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
+                                   registered_check)
 from gb300lane.cards.data import ArmData, WindowData
 from gb300lane.cards.results import CardPlan, GatePlan
 from gb300lane.cards.receipts import all_receipts, new_run_dir
@@ -149,6 +150,11 @@ def _boots_per_arm(card: Card) -> int:
     return card.design.looks if isinstance(card.design, GroupSequential) else 1
 
 
+def _factor(card: Card, gate: Any) -> float:
+    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
+    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
+
+
 def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
@@ -245,7 +251,10 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 
     def boot_fields(g: Any) -> dict[str, Any]:
         m = measured[g.id]
-        return {"boot_sd": sd_of(g), "boot_sd_registered": float(g.boot_sd),
+        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card), target)
+        check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, "the boot study", crit)
+        return {"boot_sd": sd_of(g), "boot_check": check,
+                "boot_sd_lower": None if m is None else m.lower, "boot_sd_registered": float(g.boot_sd),
                 "boot_sd_measured": None if m is None else m.sd,
                 "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
                 "boot_sd_upper": None if m is None else m.upper,
@@ -494,6 +503,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
 
     if boots < 3:
         raise CardError("--boots must be at least 3 (the between-boot variance needs boots to compare)")
+    refuse_pinned_boot_seed(f"card plan {card.name} --boots {boots}")
     say = progress or (lambda _m: None)
     arm = card.controls[0]
     primary = boot_window(card)
@@ -606,6 +616,7 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
             out.append(f"gate {g.gate}: a boot study measured a boot sd of {g.boot_sd_measured:.3%} (df "
                        f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
                        "set boot_sd and boot_df as `card plan` prints them")
+    out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
     if plan is None:
         pass
     elif plan.power is None:

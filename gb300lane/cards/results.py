@@ -113,6 +113,9 @@ class GatePlan(FrozenModel):
     boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
     boot_sd_upper: float | None = Field(default=None, description="One-sided 95% upper bound of the measured boot sd.")
     boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")
+    boot_sd_lower: float | None = Field(default=None, description="One-sided 95% lower bound of the measured boot sd.")
+    boot_check: str = Field(default="", description="Why the measured boot sd puts the registered one in doubt (above "
+                            "it beyond its lower bound, or a study too small to see the boot sd that matters).")
 
 
 class CardPlan(FrozenModel):

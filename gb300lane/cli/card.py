@@ -155,6 +155,9 @@ def plan_cmd(
                 + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {max(1, g.boot_df_measured)}"
                    if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
                    else ""))
+        if g.boot_check:
+            err_console.print(f"[yellow]warning:[/] {escape(g.boot_check)}", markup=True, highlight=False,
+                              soft_wrap=True)
     if p.power is not None:
         out(f"  card (deciding gates together): power {p.power:.1%} as written; "
             f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}")
