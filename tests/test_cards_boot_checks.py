@@ -125,3 +125,38 @@ def test_a_registered_boot_sd_too_large_for_one_boot_asks_for_more_boots() -> No
     assert more is not None and more.boots_per_arm is not None and more.boots_per_arm > 1
     # the boots' share left a quarter of the needed variance at least to the requests
     assert 1.5 * 0.01 ** 2 / more.boots_per_arm <= 0.75 * more.se_needed ** 2 + 1e-15
+
+
+def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_register_and_in_the_verdict(
+        _results: Path) -> None:
+    """k9-boots registers local-br1's 0.16% (df 2, measured on local-v26) for local-k9 as production. Three real
+    boots of local-k9 in process, then 21 boots made from them with a known 2% boot shift each (seeded): the
+    study's lower bound is far above 0.16%, and register and the verdict both name it."""
+    import json
+
+    from gb300lane.cards import register, run_card, score
+    from gb300lane.cards.plan import registration_plan, registration_warnings, run_boot_study
+
+    from fakes import cards as fakes
+
+    card, path = load_card(DATA / "k9-boots.yaml")
+    d = run_boot_study(card, 20)
+    shifts = 1 + 0.02 * np.random.default_rng(11).standard_normal(20)
+    for f, k in zip(sorted(d.glob("boot-*.json")), shifts, strict=True):
+        w = json.loads(f.read_text())
+        for c in w["cells"]:
+            c["per_transcript_tps"] = {t: v * k for t, v in c["per_transcript_tps"].items()}
+        f.chmod(0o644)
+        f.write_text(json.dumps(w))
+    warns = registration_warnings(card, registration_plan(card))
+    flagged = [w for w in warns if w.startswith("gate tokens-per-step: the boot study measured")]
+    assert flagged and "above the registered 0.160%" in flagged[0], warns
+    rec = register(card, path.read_text())
+    run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.05, n_transcripts=20).ops())
+    v = score(rec)
+    assert any(n.startswith("gate tokens-per-step: a boot study (20 boots of local-k9") for n in v.notes), v.notes
+    assert '"notes"' in rec.verdict_file(1).read_text()
+    # a registered figure the study cannot rule out (its lower bound below it) is not named
+    fair = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.03}) if g.id == "tokens-per-step"
+                                                  else g for g in card.gates)})
+    assert not [w for w in registration_warnings(fair, registration_plan(fair)) if "above the registered" in w]

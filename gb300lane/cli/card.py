@@ -66,6 +66,10 @@ def _print_verdict(v: Verdict) -> None:
                           f"n {t.n}", highlight=False, markup=False, soft_wrap=True)
         for reason in r.reasons:
             console.print(f"      - {reason}", highlight=False, markup=False, soft_wrap=True)
+    for m in v.more_needed:
+        console.print(f"  more would decide: {m.note}", highlight=False, markup=False, soft_wrap=True)
+    for n in v.notes:
+        err_console.print(f"[yellow]note:[/] {escape(n)}", markup=True, highlight=False, soft_wrap=True)
     console.print(f"exit code {VERDICT_EXIT[v.verdict]} (0 PASS, 1 FAIL, 3 INCONCLUSIVE)", highlight=False)
 
 
@@ -248,7 +252,7 @@ def score_cmd(
     from gb300lane.cards import score
 
     v = score(_receipts(card, receipts), dry_run=dry_run)
-    print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
+    print_json(v.payload()) if as_json else _print_verdict(v)
     raise typer.Exit(VERDICT_EXIT[v.verdict])
 
 
@@ -266,7 +270,7 @@ def rescore_cmd(
 
     rec = _receipts(card, receipts)
     v = compute_rescore(rec, reason, change)[1] if dry_run else rescore(rec, reason, change)
-    print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
+    print_json(v.payload()) if as_json else _print_verdict(v)
 
 
 @card_app.command("report", help="Render the card into the receipts: markdown, PNG figures and one self-contained HTML page.")
