@@ -323,6 +323,18 @@ def _matches(card: Card, w: WindowSpec) -> bool:
 
 def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
+    found = control_windows(card, base)
+    if found is None:
+        return None
+    windows, label = found
+    noise = noise_from_windows(windows)
+    if not noise.samples:
+        return None
+    return noise, label
+
+
+def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, WindowData]], str] | None:
+    """The control windows `earlier_noise` reads (earlier control arms, pilots, boot studies), and where from."""
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
     sources: list[str] = []
@@ -349,11 +361,8 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
         sources.append(f"boot study: {study[1]}")
     if not windows:
         return None
-    noise = noise_from_windows(windows)
-    if not noise.samples:
-        return None
     label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
-    return noise, f"earlier control arms of {recipe}: {label}"
+    return windows, f"earlier control arms of {recipe}: {label}"
 
 
 def _pilot_root(base: Any = None) -> Any:

@@ -127,15 +127,18 @@ def plan_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.plan import plan_for
+    from gb300lane.cards.plan import control_windows, plan_for
     from gb300lane.cards.run import LiveArmOps
+    from gb300lane.cards.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
 
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
+    found = control_windows(loaded)
+    tp = time_plan(loaded, p, found[0] if found else [])
     if as_json:
-        print_json(p.model_dump(mode="json"))
+        print_json({**p.model_dump(mode="json"), "timing": tp.model_dump(mode="json")})
         return
     out = _say(False)
     out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
@@ -168,6 +171,33 @@ def plan_cmd(
     if p.expected_requests_per_arm is not None:
         out(f"  sequential: maximum {p.inflation:.2f} x the fixed size for the same power; expected "
             f"{p.expected_requests_per_arm:.0f} requests per arm at the tokens/step effect")
+    _print_time_plan(out, tp)
+
+
+def _hours(s: float | None) -> str:
+    return "-" if s is None else f"{s / 3600:.2f} h"
+
+
+def _print_time_plan(out: Callable[[str], None], tp: Any) -> None:
+    out(f"  wall-clock per design, sized for {tp.target_power:.0%} power (3 arms booted in turn; requests on the "
+        f"{tp.request_clock or 'unknown'} clock):")
+    for b in tp.boots:
+        hit = "-" if b.hit_s is None else f"{b.hit_s:.0f} s"
+        miss = "-" if b.miss_s is None else f"{b.miss_s:.0f} s"
+        src = "the embedded engine's modelled GB300 boot" if b.clock == "modelled" else f"{b.boots} boots on record"
+        out(f"    boot ({b.clock}): hit {hit}, miss {miss} ({src})")
+    clocks = [b.clock for b in tp.boots]
+    head = "".join(f" {'expected (' + c + ')':>20} {'worst (' + c + ')':>17}" for c in clocks)
+    out(f"    {'design':<50} {'req/arm':>8} {'expected':>9}{head}")
+    for d in tp.designs:
+        n = "-" if d.requests_per_arm is None else str(d.requests_per_arm)
+        e = "-" if d.expected_requests_per_arm is None else f"{d.expected_requests_per_arm:.0f}"
+        cols = "".join(f" {_hours(d.expected_s.get(c)):>20} {_hours(d.worst_s.get(c)):>17}" for c in clocks)
+        out(f"    {d.design:<50} {n:>8} {e:>9}{cols}")
+    for clock, design in tp.cheapest.items():
+        out(f"  cheapest design reaching {tp.target_power:.0%} power (expected, {clock} boots): {design}")
+    if tp.note:
+        out(f"  time plan: {tp.note}")
 
 
 @card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it "
