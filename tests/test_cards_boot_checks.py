@@ -160,3 +160,60 @@ def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_regi
     fair = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.03}) if g.id == "tokens-per-step"
                                                   else g for g in card.gates)})
     assert not [w for w in registration_warnings(fair, registration_plan(fair)) if "above the registered" in w]
+
+
+def test_a_bca_gate_below_its_calibrated_sample_size_is_refused_at_register(tmp_path: Path) -> None:
+    from gb300lane.cards import register
+    from gb300lane.cards.schema import BCA_MIN_UNITS
+    from gb300lane.errors import CardError
+
+    text = (DATA / "tested.yaml").read_text()
+    assert "    mde: 0.02\n" in text
+    small = tmp_path / "small-bca.yaml"
+    small.write_text(text.replace("name: tested", "name: small-bca").replace("    mde: 0.02\n",
+                                                                            "    mde: 0.02\n    interval: bca\n", 1))
+    card, _ = load_card(small)
+    with pytest.raises(CardError, match=r"gate tokens-per-step.interval = bca at 12 paired units.*set interval: t"):
+        register(card, small.read_text())
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    # the same gate over a window of enough units registers
+    big = tmp_path / "big-bca.yaml"
+    per_class = -(-BCA_MIN_UNITS // 2)  # two classes
+    big.write_text(small.read_text().replace("name: small-bca", "name: big-bca")
+                   .replace("transcripts_per_class: 6", f"transcripts_per_class: {per_class}"))
+    card, _ = load_card(big)
+    assert register(card, big.read_text()).registration_file.is_file()
+
+
+def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_another_engine_is_named() -> None:
+    import json
+
+    from gb300lane.cards import register, run_card, score
+    from gb300lane.cards.plan import measured_on, registration_plan, run_boot_study
+
+    from fakes import cards as fakes
+
+    card, path = load_card(DATA / "k9-boots.yaml")
+    d = run_boot_study(card, 3)
+    meta = json.loads((d / "boots.json").read_text())
+    assert meta["measured_on"] == measured_on(card)
+    assert meta["measured_on"]["lane"] == "embedded engine, in process" and meta["measured_on"]["engine_fingerprint"]
+    plan = registration_plan(card)
+    assert plan is not None and plan.boot_measured_on[0]["recipe_fingerprint"] == measured_on(card)["recipe_fingerprint"]
+    rec = register(card, path.read_text(), plan=plan)
+    assert rec.registration().plan.boot_measured_on == plan.boot_measured_on
+    run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.05, n_transcripts=20).ops())
+    same = score(rec, dry_run=True)
+    assert not [n for n in same.notes if "another lane or engine" in n]
+
+    # the same study as if measured on an engine of other code: the verdict names what moved
+    other = card.model_copy(update={"name": "k9-other"})
+    f = d / "boots.json"
+    f.chmod(0o644)
+    f.write_text(json.dumps({**meta, "card": "k9-other",
+                             "measured_on": {**meta["measured_on"], "engine_fingerprint": "0" * 64}}))
+    rec2 = register(other, path.read_text().replace("name: k9-boots", "name: k9-other"),
+                    plan=registration_plan(other))
+    run_card(rec2, ops=fakes.FakeLane(other, {}, noise=0.05, n_transcripts=20).ops())
+    moved = [n for n in score(rec2, dry_run=True).notes if "another lane or engine" in n]
+    assert moved and f"engine_fingerprint {'0' * 64} -> {measured_on(card)['engine_fingerprint']}" in moved[0]

@@ -141,4 +141,31 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
     return out
 
 
-__all__ = ["MoreNeeded", "boot_notes", "more_needed"]
+_COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
+
+
+def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...]
+                     ) -> list[str]:
+    """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
+    on: one note per boot study the registration recorded (nothing when none was recorded)."""
+    from gb300lane.cards.plan import measured_on
+
+    ids = [g.id for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
+           and g.decides and g.boot_sd > 0]
+    if not ids or not recorded:
+        return []
+    now = dict(measured_on(card))
+    booted = {a.boot.fingerprint for a in arms if a.role == "control" and a.boot is not None and a.boot.fingerprint}
+    if len(booted) == 1:  # what the control arms actually booted, over the recipe as it loads now
+        now["recipe_fingerprint"] = booted.pop()
+    out = []
+    for rec in recorded:
+        moved = [f"{k} {rec.get(k)} -> {now.get(k)}" for k in _COMPARED if rec.get(k) != now.get(k)]
+        if moved:
+            out.append(f"gates {', '.join(ids)}: the boot sd the registration rests on was measured by boot study "
+                       f"{rec.get('study')} on another lane or engine than the card scored on ({'; '.join(moved)}); "
+                       f"measure it again on this one (`gb300lane card plan {card.name} --boots N`)")
+    return out
+
+
+__all__ = ["MoreNeeded", "boot_notes", "more_needed", "provenance_notes"]

@@ -537,9 +537,36 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
                                              "boots": boots, "study_seed": study, "in_process": in_process,
                                              "boot_seconds": seconds,
-                                             "window": primary.model_dump(mode="json")}))
+                                             "window": primary.model_dump(mode="json"),
+                                             "measured_on": measured_on(card)}))
     say(f"boot study: receipts in {d}")
     return d
+
+
+def measured_on(card: Card) -> dict[str, Any]:
+    """What a boot study of the card's control recipe measures: the lane (in process on the embedded engine, or
+    the recipe's lane), the recipe and its fingerprint (over its hash inputs), the image and what its compile hash
+    covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
+    from gb300lane.cards.simulate import engine_fingerprint, runs_embedded
+    from gb300lane.recipes import fingerprint
+
+    r = load_recipe(card.controls[0].recipe)
+    embedded = runs_embedded(card)
+    return {"lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
+            "recipe": r.name, "recipe_fingerprint": fingerprint(r), "image": r.image.ref,
+            "vllm_version": r.image.vllm_version, "hash_inputs": list(r.image.hash_inputs),
+            "engine_fingerprint": engine_fingerprint(card) if embedded else None}
+
+
+def boot_provenance(card: Card, base: Any = None) -> tuple[dict[str, Any], ...]:
+    """What each boot study of the card's control recipe and shape recorded it was measured on (studies from
+    before the record was kept have none)."""
+    out = []
+    for d in _boot_dirs(card, base):
+        got = _read_json(d / "boots.json").get("measured_on")
+        if isinstance(got, dict):
+            out.append({"study": d.name, **got})
+    return tuple(out)
 
 
 def require_recipes(card: Card) -> None:
@@ -604,8 +631,10 @@ def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
     if found is None:
         return None
     study = earlier_boots(card, base)
-    return plan_card(card, found[0], found[1], boots=study[0] if study else None,
+    plan = plan_card(card, found[0], found[1], boots=study[0] if study else None,
                      boot_source=study[1] if study else "")
+    got = boot_provenance(card, base) if study else ()
+    return plan.model_copy(update={"boot_measured_on": got}) if got else plan
 
 
 def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:

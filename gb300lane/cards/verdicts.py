@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from gb300lane import __version__
-from gb300lane.cards.decide_more import MoreNeeded, boot_notes, more_needed
+from gb300lane.cards.decide_more import MoreNeeded, boot_notes, more_needed, provenance_notes
 from gb300lane.cards.gates import evaluate, overall
 from gb300lane.cards.looks import design_look, stopped_at
 from gb300lane.cards.receipts import Receipts, all_receipts, stage_count, utc_now
@@ -100,7 +100,11 @@ def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number
     results = evaluate(card, gates, arms, rec.noise_floor_stated(), look)
     by_id = {g.id: g for g in gates}
     needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
-    notes = () if rec.registration().transcribed else tuple(boot_notes(card, gates, arms, rec.root.parent))
+    reg = rec.registration()
+    notes: tuple[str, ...] = ()
+    if not reg.transcribed:
+        recorded = reg.plan.boot_measured_on if reg.plan is not None else ()
+        notes = tuple(boot_notes(card, gates, arms, rec.root.parent) + provenance_notes(card, gates, arms, recorded))
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
