@@ -655,6 +655,9 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
                        f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
                        "set boot_sd and boot_df as `card plan` prints them")
     out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
+    from gb300lane.cards.calibrate import calibration_boot_notes  # calibrate imports the run path: only here
+
+    out += calibration_boot_notes(card)
     if plan is None:
         pass
     elif plan.power is None:

@@ -439,6 +439,10 @@ def calibrate_cmd(
         console.print(f"  boot sd {gid}: registered {b.registered_sd:.3%}; the {b.boots} control boots show "
                       f"{b.measured_sd_signed:+.3%} (df {df}, F {b.f_ratio:.2f}, 95% upper bound {b.upper:.3%})",
                       highlight=False, markup=False)
+        if b.registered_sd > 0 and b.lower > b.registered_sd:
+            err_console.print(f"[yellow]warning:[/] boot sd {escape(gid)}: the control boots' 95% lower bound "
+                              f"{b.lower:.3%} is above the registered {b.registered_sd:.3%}: register "
+                              f"boot_sd {b.measured_sd:.4f}", markup=True, highlight=False, soft_wrap=True)
     console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
