@@ -337,10 +337,11 @@ class Card(FrozenModel):
         raise CardError(f"card {self.name}: no gate {gate_id!r}; gates are {[g.id for g in self.gates]}")
 
 
-#: The fewest paired units at which a BCa gate is let register. A synthetic check (normal per-transcript values,
-#: 10% request noise, one-sided 2.5%, 1,000 replicates each; benchmarks/results/bca-small-n.json) measured the
-#: BCa superiority test's false PASS / false FAIL at 4.3% / 4.9% for n = 16 and 3.6% / 3.8% for n = 40: above
-#: nominal at both, where the paired t holds; below this n a gate must use interval t.
+#: The fewest paired units at which a BCa gate is let register. A/A with no engine (benchmarks/bca_small_n.py:
+#: normal per-transcript values, 10% request noise, one-sided 2.5%, 1,000 replicates per n) measured the BCa
+#: superiority test's false PASS / false FAIL at 4.3% / 4.9% for n = 16 and 3.6% / 3.8% for n = 40, above
+#: nominal, and 2.6% [1.7%, 3.8%] / 3.0% [2.0%, 4.3%] at n = 100, whose intervals hold 2.5%; below this n a
+#: gate must use interval t.
 BCA_MIN_UNITS = 100
 
 
