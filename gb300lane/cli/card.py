@@ -187,12 +187,12 @@ def _print_time_plan(out: Callable[[str], None], tp: Any) -> None:
         src = "the embedded engine's modelled GB300 boot" if b.clock == "modelled" else f"{b.boots} boots on record"
         out(f"    boot ({b.clock}): hit {hit}, miss {miss} ({src})")
     clocks = [b.clock for b in tp.boots]
-    head = "".join(f" {'expected (' + c + ')':>20} {'worst (' + c + ')':>17}" for c in clocks)
+    head = "".join(f" {'expected (' + c + ' boots)':>24} {'worst (' + c + ' boots)':>21}" for c in clocks)
     out(f"    {'design':<50} {'req/arm':>8} {'expected':>9}{head}")
     for d in tp.designs:
         n = "-" if d.requests_per_arm is None else str(d.requests_per_arm)
         e = "-" if d.expected_requests_per_arm is None else f"{d.expected_requests_per_arm:.0f}"
-        cols = "".join(f" {_hours(d.expected_s.get(c)):>20} {_hours(d.worst_s.get(c)):>17}" for c in clocks)
+        cols = "".join(f" {_hours(d.expected_s.get(c)):>24} {_hours(d.worst_s.get(c)):>21}" for c in clocks)
         out(f"    {d.design:<50} {n:>8} {e:>9}{cols}")
     for clock, design in tp.cheapest.items():
         out(f"  cheapest design reaching {tp.target_power:.0%} power (expected, {clock} boots): {design}")
