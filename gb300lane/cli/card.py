@@ -188,7 +188,7 @@ def _print_time_plan(out: Callable[[str], None], tp: Any) -> None:
         out(f"    boot ({b.clock}): hit {hit}, miss {miss} ({src})")
     clocks = [b.clock for b in tp.boots]
     head = "".join(f" {'expected (' + c + ' boots)':>24} {'worst (' + c + ' boots)':>21}" for c in clocks)
-    out(f"    {'design':<50} {'req/arm':>8} {'expected':>9}{head}")
+    out(f"    {'design':<50} {'req/arm':>8} {'exp req':>9}{head}")
     for d in tp.designs:
         n = "-" if d.requests_per_arm is None else str(d.requests_per_arm)
         e = "-" if d.expected_requests_per_arm is None else f"{d.expected_requests_per_arm:.0f}"
