@@ -43,11 +43,30 @@ class BootEstimate:
     boots: int
     units: int  # transcripts per boot (the smallest group's)
     upper: float  # one-sided 95% upper confidence bound of sigma_b (chi-square on the boots' mean square)
+    lower: float = 0.0  # one-sided 95% lower confidence bound of sigma_b (the same law, the other tail)
+    within: float = 0.0  # MS_res: the relative variance of one unit within a boot (what the boots are seen against)
 
     def describe(self) -> str:
         df = "-" if self.df is None else f"{self.df:.0f}"
         return (f"boot sd {self.sd:.3%} (signed {self.signed:+.3%}, df {df}, 95% upper bound {self.upper:.3%}, "
                 f"F {self.f_ratio:.2f}, {self.boots} boots x {self.units} transcripts)")
+
+
+BOOT_SEED_VAR = "GB300LANE_BOOT_SEED"
+
+
+def refuse_pinned_boot_seed(what: str, env: Any = None) -> None:
+    """CardError when the environment pins every boot's seed: each in-process boot (and each engine the lane
+    starts) would then share one boot's numerics, and `what` would measure no boot variance at all."""
+    import os
+
+    from gb300lane.errors import CardError
+
+    value = (os.environ if env is None else env).get(BOOT_SEED_VAR)
+    if value:
+        raise CardError(f"{what}: {BOOT_SEED_VAR}={value} is set in the environment, which pins every boot to one "
+                        f"seed, so it would measure no between-boot variance; unset it (`unset {BOOT_SEED_VAR}`) "
+                        "and run again")
 
 
 def metric_of(gate: TestedGate) -> str:
@@ -74,16 +93,19 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
     return estimate_from_units([boot_units(gate, a) for a in boots])
 
 
-def estimate_from_units(per_boot: list[BootUnits]) -> BootEstimate | None:
-    """sigma_b from each boot's units (`boot_units`)."""
+def estimate_from_units(per_boot: list[BootUnits], min_boots: int = 3) -> BootEstimate | None:
+    """sigma_b from each boot's units (`boot_units`); None with fewer than `min_boots` boots (2 is the card's own
+    A against A2: one degree of freedom, enough for a lower bound to rule a registered figure out)."""
     import numpy as np
     from scipy.stats import chi2
 
-    if len(per_boot) < 3:
+    if len(per_boot) < max(2, min_boots):
         return None
     names = set(per_boot[0]).intersection(*[set(p) for p in per_boot[1:]])
     s2s: list[float] = []
     uppers: list[float] = []
+    lowers: list[float] = []
+    withins: list[float] = []
     var_terms: list[float] = []
     fs: list[float] = []
     units = 0
@@ -105,6 +127,8 @@ def estimate_from_units(per_boot: list[BootUnits]) -> BootEstimate | None:
         s2s.append((ms_b - ms_r) / n)
         # E[MS_boot] = sigma_e^2 + n sigma_b^2 and MS_boot ~ E chi2(df_b) / df_b; sigma_e^2 is pinned by df_r
         uppers.append((ms_b * df_b / float(chi2.ppf(0.05, df_b)) - ms_r) / n)
+        lowers.append((ms_b * df_b / float(chi2.ppf(0.95, df_b)) - ms_r) / n)
+        withins.append(ms_r)
         var_terms.append(2 * (ms_b / n) ** 2 / df_b + 2 * (ms_r / n) ** 2 / df_r)
         fs.append(ms_b / ms_r if ms_r > 0 else math.inf)
         units = n if units == 0 else min(units, n)
@@ -115,7 +139,84 @@ def estimate_from_units(per_boot: list[BootUnits]) -> BootEstimate | None:
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
     return BootEstimate(sd=math.sqrt(max(0.0, s2)), signed=math.copysign(math.sqrt(abs(s2)), s2), df=df,
                         f_ratio=sum(fs) / len(fs), boots=len(per_boot), units=units,
-                        upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))))
+                        upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))),
+                        lower=math.sqrt(max(0.0, sum(lowers) / len(lowers))), within=sum(withins) / len(withins))
 
 
-__all__ = ["BootEstimate", "BootUnits", "boot_units", "estimate_boot_sd", "estimate_from_units", "metric_of"]
+def registered_upper(boot_sd: float, boot_df: int | None) -> float:
+    """The registered figure's one-sided 95% upper bound: boot_sd itself when it is taken as known (no boot_df),
+    else sqrt(df s^2 / chi2_0.05(df))."""
+    from scipy.stats import chi2
+
+    if boot_df is None or boot_sd <= 0:
+        return boot_sd
+    return boot_sd * math.sqrt(boot_df / float(chi2.ppf(0.05, boot_df)))
+
+
+def exceeds_registered(est: BootEstimate, boot_sd: float) -> bool:
+    """Whether a measurement rules the registered boot sd out from above: its one-sided 95% lower bound (a
+    chi-square test of sigma_b <= boot_sd on the boots' mean square, 5% level) lies above the registered figure."""
+    return est.lower > boot_sd and est.lower > 0
+
+
+def registered_check(gate_id: str, est: BootEstimate, boot_sd: float, boot_df: int | None, where: str,
+                     critical: float | None) -> str:
+    """One line when a measurement of the boot sd contradicts the gate's registered figure (above it, beyond
+    doubt at 5%) or is too small to see the boot sd that matters (`critical_boot_sd`); empty otherwise."""
+    up = registered_upper(boot_sd, boot_df)
+    df = "known" if boot_df is None else f"df {boot_df}, 95% upper bound {up:.3%}"
+    if boot_sd > 0 and exceeds_registered(est, boot_sd):
+        return (f"gate {gate_id}: {where} measured a boot sd of {est.sd:.3%} (95% lower bound {est.lower:.3%}, "
+                f"upper {est.upper:.3%}, {est.boots} boots) above the registered {boot_sd:.3%} ({df}): the test "
+                f"leaves out between-boot variance the lane shows; register boot_sd {est.sd:.4f}"
+                + (f", boot_df {max(1, int(est.df))}" if est.df is not None else ""))
+    if critical is not None and est.lower <= 0 and est.upper > critical:  # no boot effect seen, none ruled out
+        need = boots_to_see(critical, est.units, est.within)
+        size = (f"{need} boots would see it with 90% power" if need is not None
+                else "no study of this shape would see it")
+        return (f"gate {gate_id}: {where} ({est.boots} boots, upper bound {est.upper:.3%}) is too small to see a "
+                f"boot sd of {critical:.3%}, the one that alone would hold the gate below its power at the "
+                f"registered effect; {size}")
+    return ""
+
+
+def critical_boot_sd(effect: float, margin: float, test: str, alpha: float, factor: float, boots_per_arm: int,
+                     target: float) -> float | None:
+    """The boot sd at which the boots' share alone takes the gate's power at its registered effect down to
+    `target` (however many requests): the shift a boot study must be able to see. None without an effect."""
+    from scipy.stats import norm
+
+    gap = effect - margin if test == "superiority" else effect + margin if test == "non_inferiority" else margin
+    if gap <= 0:
+        return None
+    return gap / (float(norm.isf(alpha)) + float(norm.ppf(target))) / math.sqrt(factor / boots_per_arm)
+
+
+def study_power(sd: float, boots: int, units: int, within: float) -> float:
+    """Power of the study's F test (5% level) to see a boot sd of `sd` with `boots` boots of `units` transcripts,
+    a unit's within-boot relative variance `within`."""
+    from scipy.stats import f as f_dist
+
+    if boots < 2 or units < 2 or within <= 0:
+        return 0.0
+    df_b, df_r = boots - 1, (boots - 1) * (units - 1)
+    crit = float(f_dist.ppf(0.95, df_b, df_r))
+    return float(f_dist.sf(crit / (1.0 + units * sd * sd / within), df_b, df_r))
+
+
+def boots_to_see(sd: float, units: int, within: float, power: float = 0.9, limit: int = 5000) -> int | None:
+    """The fewest boots whose study sees a boot sd of `sd` with `power` (None past `limit`)."""
+    if study_power(sd, limit, units, within) < power:
+        return None
+    lo, hi = 2, limit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if study_power(sd, mid, units, within) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+__all__ = ["BOOT_SEED_VAR", "BootEstimate", "BootUnits", "boot_units", "boots_to_see", "critical_boot_sd", "estimate_boot_sd",
+           "estimate_from_units", "exceeds_registered", "metric_of", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]

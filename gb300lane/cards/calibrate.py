@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import __version__
+from gb300lane.cards.boots import refuse_pinned_boot_seed
 from gb300lane.cards.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.gates import evaluate
 from gb300lane.cards.looks import decide, design_look
@@ -104,6 +105,8 @@ class BootCheck(FrozenModel):
                                "the estimate is negative).")
     measured_sd_signed: float = Field(description="The same, signed: sqrt(|s2|) with the sign of the estimate.")
     upper: float = Field(default=0.0, description="One-sided 95% upper confidence bound of the boot sd.")
+    lower: float = Field(default=0.0, description="One-sided 95% lower confidence bound of the boot sd (above the "
+                         "registered one: the registered figure is too small).")
     df: float | None = Field(description="Satterthwaite degrees of freedom of the estimate.")
     f_ratio: float = Field(description="Between-boot over within mean square (1 when there is no boot effect).")
     boots: int = Field(description="Control boots used.")
@@ -332,7 +335,7 @@ def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootChec
         est = estimate_from_units(units[g.id])
         if est is not None:
             out[g.id] = BootCheck(registered_sd=g.boot_sd, measured_sd=est.sd, measured_sd_signed=est.signed,
-                                  upper=est.upper, df=None if est.df is None else round(est.df, 1),
+                                  upper=est.upper, lower=est.lower, df=None if est.df is None else round(est.df, 1),
                                   f_ratio=round(est.f_ratio, 4), boots=est.boots)
     return out
 
@@ -440,6 +443,7 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
         raise CardError(f"card {card.name} has no gates the fast path can score (tested, parity or ratio gates)")
     say = progress or (lambda _m: None)
     check_embedded(card)
+    refuse_pinned_boot_seed(f"card calibrate {card.name}")
     kept, cpu = _load_progress(resume) if resume is not None else ([], 0.0)
     outcomes = [o for o in kept if o.replicate < replicates]
     if kept and len(outcomes) < len(kept):  # CPU seconds of the replicates used, pro rata
@@ -534,10 +538,38 @@ def find_calibration(card: Card, replicates: int, seed: int,
     return None
 
 
+def calibration_boot_notes(card: Card, base: Path | None = None) -> list[str]:
+    """What the newest calibration of the card's gates on this engine measured of each registered boot sd, where
+    its control boots put the boot sd above the registered figure beyond their 95% lower bound."""
+    root = (base or results_dir()) / "calibrations"
+    if not root.is_dir():
+        return []
+    want = (gates_hash(card), engine_fingerprint(card))
+    by_id = {g.id: g for g in card.gates}
+    for d in sorted(root.glob(f"*-{card.name}-calibrate*"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            cal = Calibration.model_validate_json((d / "calibration.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if cal.card != card.name or (cal.gates_sha256, cal.engine_sha256) != want:
+            continue
+        out = []
+        for gid, b in cal.boot_check.items():
+            g = by_id.get(gid)
+            if g is not None and getattr(g, "decides", True) and b.registered_sd > 0 and b.lower > b.registered_sd:
+                out.append(f"gate {gid}: calibration {d.name} ({b.boots} control boots) measured a boot sd of "
+                           f"{b.measured_sd:.3%} (95% lower bound {b.lower:.3%}, upper {b.upper:.3%}) above the "
+                           f"registered {b.registered_sd:.3%}: the test leaves out between-boot variance the lane "
+                           f"shows; register boot_sd {b.measured_sd:.4f}")
+        return out
+    return []
+
+
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
 __all__ = ["ArmStage", "BootCheck", "Calibration", "ReplicateOutcome", "aa_card", "boot_check", "calibrate",
+           "calibration_boot_notes",
            "default_workers", "find_calibration", "load_raw", "progress_file", "raw_file", "run_hash", "run_replicate",
            "summarize", "with_seed", "write_calibration"]

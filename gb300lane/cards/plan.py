@@ -41,7 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.boots import BootEstimate, estimate_boot_sd
+from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
+                                   registered_check)
 from gb300lane.cards.data import ArmData, WindowData
 from gb300lane.cards.results import CardPlan, GatePlan
 from gb300lane.cards.receipts import all_receipts, new_run_dir
@@ -149,6 +150,11 @@ def _boots_per_arm(card: Card) -> int:
     return card.design.looks if isinstance(card.design, GroupSequential) else 1
 
 
+def _factor(card: Card, gate: Any) -> float:
+    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
+    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
+
+
 def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
@@ -245,7 +251,10 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 
     def boot_fields(g: Any) -> dict[str, Any]:
         m = measured[g.id]
-        return {"boot_sd": sd_of(g), "boot_sd_registered": float(g.boot_sd),
+        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card), target)
+        check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, "the boot study", crit)
+        return {"boot_sd": sd_of(g), "boot_check": check,
+                "boot_sd_lower": None if m is None else m.lower, "boot_sd_registered": float(g.boot_sd),
                 "boot_sd_measured": None if m is None else m.sd,
                 "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
                 "boot_sd_upper": None if m is None else m.upper,
@@ -314,6 +323,18 @@ def _matches(card: Card, w: WindowSpec) -> bool:
 
 def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
+    found = control_windows(card, base)
+    if found is None:
+        return None
+    windows, label = found
+    noise = noise_from_windows(windows)
+    if not noise.samples:
+        return None
+    return noise, label
+
+
+def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, WindowData]], str] | None:
+    """The control windows `earlier_noise` reads (earlier control arms, pilots, boot studies), and where from."""
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
     sources: list[str] = []
@@ -340,11 +361,8 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
         sources.append(f"boot study: {study[1]}")
     if not windows:
         return None
-    noise = noise_from_windows(windows)
-    if not noise.samples:
-        return None
     label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
-    return noise, f"earlier control arms of {recipe}: {label}"
+    return windows, f"earlier control arms of {recipe}: {label}"
 
 
 def _pilot_root(base: Any = None) -> Any:
@@ -494,6 +512,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
 
     if boots < 3:
         raise CardError("--boots must be at least 3 (the between-boot variance needs boots to compare)")
+    refuse_pinned_boot_seed(f"card plan {card.name} --boots {boots}")
     say = progress or (lambda _m: None)
     arm = card.controls[0]
     primary = boot_window(card)
@@ -518,9 +537,36 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
                                              "boots": boots, "study_seed": study, "in_process": in_process,
                                              "boot_seconds": seconds,
-                                             "window": primary.model_dump(mode="json")}))
+                                             "window": primary.model_dump(mode="json"),
+                                             "measured_on": measured_on(card)}))
     say(f"boot study: receipts in {d}")
     return d
+
+
+def measured_on(card: Card) -> dict[str, Any]:
+    """What a boot study of the card's control recipe measures: the lane (in process on the embedded engine, or
+    the recipe's lane), the recipe and its fingerprint (over its hash inputs), the image and what its compile hash
+    covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
+    from gb300lane.cards.simulate import engine_fingerprint, runs_embedded
+    from gb300lane.recipes import fingerprint
+
+    r = load_recipe(card.controls[0].recipe)
+    embedded = runs_embedded(card)
+    return {"lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
+            "recipe": r.name, "recipe_fingerprint": fingerprint(r), "image": r.image.ref,
+            "vllm_version": r.image.vllm_version, "hash_inputs": list(r.image.hash_inputs),
+            "engine_fingerprint": engine_fingerprint(card) if embedded else None}
+
+
+def boot_provenance(card: Card, base: Any = None) -> tuple[dict[str, Any], ...]:
+    """What each boot study of the card's control recipe and shape recorded it was measured on (studies from
+    before the record was kept have none)."""
+    out = []
+    for d in _boot_dirs(card, base):
+        got = _read_json(d / "boots.json").get("measured_on")
+        if isinstance(got, dict):
+            out.append({"study": d.name, **got})
+    return tuple(out)
 
 
 def require_recipes(card: Card) -> None:
@@ -585,8 +631,10 @@ def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
     if found is None:
         return None
     study = earlier_boots(card, base)
-    return plan_card(card, found[0], found[1], boots=study[0] if study else None,
+    plan = plan_card(card, found[0], found[1], boots=study[0] if study else None,
                      boot_source=study[1] if study else "")
+    got = boot_provenance(card, base) if study else ()
+    return plan.model_copy(update={"boot_measured_on": got}) if got else plan
 
 
 def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
@@ -606,6 +654,10 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
             out.append(f"gate {g.gate}: a boot study measured a boot sd of {g.boot_sd_measured:.3%} (df "
                        f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
                        "set boot_sd and boot_df as `card plan` prints them")
+    out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
+    from gb300lane.cards.calibrate import calibration_boot_notes  # calibrate imports the run path: only here
+
+    out += calibration_boot_notes(card)
     if plan is None:
         pass
     elif plan.power is None:

@@ -41,7 +41,8 @@ from gb300lane.cards.data import (
     window_data_from_result,
 )
 from gb300lane.cards.results import CardPlan
-from gb300lane.cards.schema import Card, GroupSequential, gates_hash, load_card, parse_card, read_card_text
+from gb300lane.cards.schema import (Card, GroupSequential, gates_hash, load_card, parse_card, read_card_text,
+                                     small_sample_refusals)
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
@@ -377,6 +378,9 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     new directory). `run` names a run of its own (`reproduce`:
     `<date>-<card>-reproduce`), which never shares a directory with `card register`.
     """
+    refused = small_sample_refusals(card)
+    if refused:
+        raise CardError("; ".join(refused))
     base = base or results_dir()
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     rec = Receipts(_dated_dir(base, card, date, fresh, run))

@@ -12,7 +12,7 @@ Relative effects are fractions: +0.018 is B 1.8% above the controls' mean.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -113,6 +113,9 @@ class GatePlan(FrozenModel):
     boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
     boot_sd_upper: float | None = Field(default=None, description="One-sided 95% upper bound of the measured boot sd.")
     boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")
+    boot_sd_lower: float | None = Field(default=None, description="One-sided 95% lower bound of the measured boot sd.")
+    boot_check: str = Field(default="", description="Why the measured boot sd puts the registered one in doubt (above "
+                            "it beyond its lower bound, or a study too small to see the boot sd that matters).")
 
 
 class CardPlan(FrozenModel):
@@ -133,3 +136,6 @@ class CardPlan(FrozenModel):
     )
     inflation: float = Field(default=1.0, description="Sequential designs: maximum size over the fixed size at equal power.")
     boot_source: str = Field(default="", description="The boot study the measured boot sds come from, if any.")
+    boot_measured_on: tuple[dict[str, Any], ...] = Field(
+        default=(), description="What each boot study behind the boot sds was measured on: lane, recipe and its "
+        "fingerprint, image and its hash inputs, the embedded engine's fingerprint (card plan --boots records it).")

@@ -337,6 +337,34 @@ class Card(FrozenModel):
         raise CardError(f"card {self.name}: no gate {gate_id!r}; gates are {[g.id for g in self.gates]}")
 
 
+#: The fewest paired units at which a BCa gate is let register. A/A with no engine (benchmarks/bca_small_n.py:
+#: normal per-transcript values, 10% request noise, one-sided 2.5%, 1,000 replicates per n) measured the BCa
+#: superiority test's false PASS / false FAIL at 4.3% / 4.9% for n = 16 and 3.6% / 3.8% for n = 40, above
+#: nominal, and 2.6% [1.7%, 3.8%] / 3.0% [2.0%, 4.3%] at n = 100, whose intervals hold 2.5%; below this n a
+#: gate must use interval t.
+BCA_MIN_UNITS = 100
+
+
+def units_per_test(card: Card, gate: Any) -> int:
+    """Paired units of each of a tested gate's tests: transcripts of a cell (per cell), of all its classes
+    (aggregate)."""
+    w = card.window(gate.window)
+    classes = [c for c in w.classes if gate.classes is None or c in gate.classes]
+    return w.transcripts_per_class * (1 if gate.scope == "per_cell" else len(classes))
+
+
+def small_sample_refusals(card: Card) -> list[str]:
+    """Gates whose interval method is not calibrated at the card's sample size (BCa below BCA_MIN_UNITS)."""
+    out = []
+    for g in card.gates:
+        if getattr(g, "interval", "t") == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
+            out.append(f"card {card.name}: gate {g.id}.interval = bca at {n} paired units per test, below the "
+                       f"{BCA_MIN_UNITS} its calibration holds at (BCa's false PASS and false FAIL run above the "
+                       f"nominal alpha at small n); set interval: t, or give the window at least {BCA_MIN_UNITS} "
+                       "units per test")
+    return out
+
+
 def gates_payload(gates: tuple[Any, ...]) -> list[dict[str, Any]]:
     return [g.model_dump(mode="json") for g in gates]
 

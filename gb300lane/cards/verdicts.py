@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from gb300lane import __version__
+from gb300lane.cards.decide_more import MoreNeeded, boot_notes, more_needed, provenance_notes
 from gb300lane.cards.gates import evaluate, overall
 from gb300lane.cards.looks import design_look, stopped_at
 from gb300lane.cards.receipts import Receipts, all_receipts, stage_count, utc_now
@@ -58,6 +59,17 @@ class Verdict(FrozenModel):
     changes: tuple[GateChange, ...] = Field(default=(), description="Gate changes of the re-score.")
     look: int = Field(default=1, description="The look the verdict was decided at (1 for a fixed design).")
     looks: int = Field(default=1, description="Looks the card's design plans (1 for a fixed design).")
+    notes: tuple[str, ...] = Field(default=(), description="What the verdict found beside its gates: a registered "
+                                   "boot sd that a measurement of the lane contradicts (never a change of status). "
+                                   "Left out of the file when empty.")
+    more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
+                                                "per arm that would decide at 90% power. Left out when empty.")
+
+    def payload(self) -> dict[str, Any]:
+        """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
+        with nothing to add keeps the bytes it always had."""
+        empty = {k for k in ("notes", "more_needed") if not getattr(self, k)}
+        return self.model_dump(mode="json", exclude=empty)
 
 
 class VerdictRef(FrozenModel):
@@ -86,6 +98,13 @@ def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number
     look = design_look(card, max(stages, 1))
     arms = rec.load_arms(card, stages=stages)
     results = evaluate(card, gates, arms, rec.noise_floor_stated(), look)
+    by_id = {g.id: g for g in gates}
+    needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
+    reg = rec.registration()
+    notes: tuple[str, ...] = ()
+    if not reg.transcribed:
+        recorded = reg.plan.boot_measured_on if reg.plan is not None else ()
+        notes = tuple(boot_notes(card, gates, arms, rec.root.parent) + provenance_notes(card, gates, arms, recorded))
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
@@ -105,6 +124,8 @@ def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number
         changes=changes,
         look=look.number,
         looks=look.looks,
+        notes=notes,
+        more_needed=needed,
     )
 
 
@@ -138,7 +159,7 @@ def score(rec: Receipts, *, dry_run: bool = False) -> Verdict:
                         f"{rec.look_numbers() or 'none'}); run `gb300lane card run {card.name}` to continue it")
     _require_intact(rec, "score")
     v = compute_verdict(card, card.gates, rec)
-    rec.write_json(rec.verdict_file(1), v.model_dump(mode="json"))
+    rec.write_json(rec.verdict_file(1), v.payload())
     rec.write_manifest("verdict-1")
     return v
 
@@ -220,7 +241,7 @@ def rescore(rec: Receipts, reason: str, changes: list[str]) -> Verdict:
     """Write verdict n+1; verdict n stays as it was."""
     _refuse_transcribed(rec)
     _, new = compute_rescore(rec, reason, changes)
-    rec.write_json(rec.verdict_file(new.number), new.model_dump(mode="json"))
+    rec.write_json(rec.verdict_file(new.number), new.payload())
     rec.write_manifest(f"verdict-{new.number}")
     return new
 

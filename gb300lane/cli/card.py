@@ -66,6 +66,10 @@ def _print_verdict(v: Verdict) -> None:
                           f"n {t.n}", highlight=False, markup=False, soft_wrap=True)
         for reason in r.reasons:
             console.print(f"      - {reason}", highlight=False, markup=False, soft_wrap=True)
+    for m in v.more_needed:
+        console.print(f"  more would decide: {m.note}", highlight=False, markup=False, soft_wrap=True)
+    for n in v.notes:
+        err_console.print(f"[yellow]note:[/] {escape(n)}", markup=True, highlight=False, soft_wrap=True)
     console.print(f"exit code {VERDICT_EXIT[v.verdict]} (0 PASS, 1 FAIL, 3 INCONCLUSIVE)", highlight=False)
 
 
@@ -124,15 +128,18 @@ def plan_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.plan import plan_for
+    from gb300lane.cards.plan import control_windows, plan_for
     from gb300lane.cards.run import LiveArmOps
+    from gb300lane.cards.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
 
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
+    found = control_windows(loaded)
+    tp = time_plan(loaded, p, found[0] if found else [])
     if as_json:
-        print_json(p.model_dump(mode="json"))
+        print_json({**p.model_dump(mode="json"), "timing": tp.model_dump(mode="json")})
         return
     out = _say(False)
     out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
@@ -156,12 +163,42 @@ def plan_cmd(
                 + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {max(1, g.boot_df_measured)}"
                    if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
                    else ""))
+        if g.boot_check:
+            err_console.print(f"[yellow]warning:[/] {escape(g.boot_check)}", markup=True, highlight=False,
+                              soft_wrap=True)
     if p.power is not None:
         out(f"  card (deciding gates together): power {p.power:.1%} as written; "
             f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}")
     if p.expected_requests_per_arm is not None:
         out(f"  sequential: maximum {p.inflation:.2f} x the fixed size for the same power; expected "
             f"{p.expected_requests_per_arm:.0f} requests per arm at the tokens/step effect")
+    _print_time_plan(out, tp)
+
+
+def _hours(s: float | None) -> str:
+    return "-" if s is None else f"{s / 3600:.2f} h"
+
+
+def _print_time_plan(out: Callable[[str], None], tp: Any) -> None:
+    out(f"  wall-clock per design, sized for {tp.target_power:.0%} power (3 arms booted in turn; requests on the "
+        f"{tp.request_clock or 'unknown'} clock):")
+    for b in tp.boots:
+        hit = "-" if b.hit_s is None else f"{b.hit_s:.0f} s"
+        miss = "-" if b.miss_s is None else f"{b.miss_s:.0f} s"
+        src = "the embedded engine's modelled GB300 boot" if b.clock == "modelled" else f"{b.boots} boots on record"
+        out(f"    boot ({b.clock}): hit {hit}, miss {miss} ({src})")
+    clocks = [b.clock for b in tp.boots]
+    head = "".join(f" {'expected (' + c + ' boots)':>24} {'worst (' + c + ' boots)':>21}" for c in clocks)
+    out(f"    {'design':<50} {'req/arm':>8} {'exp req':>9}{head}")
+    for d in tp.designs:
+        n = "-" if d.requests_per_arm is None else str(d.requests_per_arm)
+        e = "-" if d.expected_requests_per_arm is None else f"{d.expected_requests_per_arm:.0f}"
+        cols = "".join(f" {_hours(d.expected_s.get(c)):>24} {_hours(d.worst_s.get(c)):>21}" for c in clocks)
+        out(f"    {d.design:<50} {n:>8} {e:>9}{cols}")
+    for clock, design in tp.cheapest.items():
+        out(f"  cheapest design reaching {tp.target_power:.0%} power (expected, {clock} boots): {design}")
+    if tp.note:
+        out(f"  time plan: {tp.note}")
 
 
 @card_app.command("run", help="Boot each arm dark in turn, run the windows, stop it (kept); resumes where it "
@@ -246,7 +283,7 @@ def score_cmd(
     from gb300lane.cards import score
 
     v = score(_receipts(card, receipts), dry_run=dry_run)
-    print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
+    print_json(v.payload()) if as_json else _print_verdict(v)
     raise typer.Exit(VERDICT_EXIT[v.verdict])
 
 
@@ -264,7 +301,7 @@ def rescore_cmd(
 
     rec = _receipts(card, receipts)
     v = compute_rescore(rec, reason, change)[1] if dry_run else rescore(rec, reason, change)
-    print_json(v.model_dump(mode="json")) if as_json else _print_verdict(v)
+    print_json(v.payload()) if as_json else _print_verdict(v)
 
 
 @card_app.command("report", help="Render the card into the receipts: markdown, PNG figures and one self-contained HTML page.")
@@ -403,6 +440,10 @@ def calibrate_cmd(
         console.print(f"  boot sd {gid}: registered {b.registered_sd:.3%}; the {b.boots} control boots show "
                       f"{b.measured_sd_signed:+.3%} (df {df}, F {b.f_ratio:.2f}, 95% upper bound {b.upper:.3%})",
                       highlight=False, markup=False)
+        if b.registered_sd > 0 and b.lower > b.registered_sd:
+            err_console.print(f"[yellow]warning:[/] boot sd {escape(gid)}: the control boots' 95% lower bound "
+                              f"{b.lower:.3%} is above the registered {b.registered_sd:.3%}: register "
+                              f"boot_sd {b.measured_sd:.4f}", markup=True, highlight=False, soft_wrap=True)
     console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)

@@ -1,0 +1,171 @@
+"""What a verdict adds beyond its gates: how much more would decide, and the registered boot sd checked.
+
+An INCONCLUSIVE tested gate says how large the card would have to be to
+decide: from each undecided test's observed standard error (the t statistic
+at the margin, else the interval's width) and the registered effect (the
+gate's mde; 0 for a non-inferiority or equivalence gate), the normal
+approximation of the one-sided test gives the standard error that reaches
+the target power,
+
+    se_needed = gap / (z_alpha + z_power),   gap = mde - margin | margin (non-inferiority, equivalence)
+
+and the observed variance splits into the requests' share, which shrinks as
+requests per arm grow, and the boots' share (`factor boot_sd^2 / boots`,
+`factor` 1.5 for B against two controls, 2 for A against A2), which only
+more boots per arm shrink. The smallest number of boots per arm whose share
+leaves room under se_needed^2 comes first, then the requests per arm.
+
+Every verdict also checks a gate's registered `boot_sd` against what was
+measured of the control recipe: the card's own A against A2 (one degree of
+freedom per cell), and every boot study of the same recipe and shape under
+results/pilots/ (`cards.boots.registered_check`); a contradiction is a note
+on the verdict, never a change of its status.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import Field
+
+from gb300lane.cards.boots import boot_units, estimate_from_units, registered_check
+from gb300lane.cards.data import ArmData
+from gb300lane.cards.results import GateResult, GateTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
+from gb300lane.models import FrozenModel
+
+TARGET_POWER = 0.9
+
+
+class MoreNeeded(FrozenModel):
+    """What an undecided gate would need to decide at the target power."""
+
+    gate: str = Field(description="Gate id.")
+    effect: float = Field(description="The registered effect the power is reached at (mde; 0 without one).")
+    target_power: float = Field(description="Power aimed at.")
+    se_observed: float = Field(description="Observed relative standard error of the worst undecided test.")
+    se_needed: float = Field(description="Relative standard error that reaches the target power.")
+    boot_share: float = Field(description="Variance of the estimate the boots carry now (relative, squared).")
+    requests_per_arm: int | None = Field(description="Requests per arm that would reach the power (None: cannot).")
+    boots_per_arm: int | None = Field(description="Boots per arm those requests need (1 for a fixed card).")
+    note: str = Field(description="The same, in one line.")
+
+
+def _z(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.isf(p))
+
+
+def _se(t: GateTest) -> float | None:
+    """The test's relative standard error: the t statistic at the margin, else the interval's half width."""
+    if t.estimate is None:
+        return None
+    off = t.estimate - (t.margin if t.test == "superiority" else -t.margin if t.test == "non_inferiority" else 0)
+    if t.statistic and t.test != "equivalence" and abs(t.statistic) > 1e-9 and abs(off) > 1e-12:
+        return abs(off / t.statistic)
+    if t.low is None or t.high is None or t.high <= t.low:
+        return None
+    return (t.high - t.low) / (2 * _z((1 - t.level) / 2))
+
+
+def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
+    """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power."""
+    if result.status != "INCONCLUSIVE" or not result.decides:
+        return None
+    if not isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+        return None
+    open_tests = [t for t in result.tests if t.decision == "INCONCLUSIVE"]
+    ses = [(s, t) for t in open_tests if (s := _se(t)) is not None]
+    if not ses:
+        return None
+    se, t = max(ses, key=lambda x: x[0])
+    effect = 0.0 if isinstance(gate, ControlsEquivalence) else float(gate.mde or 0.0)
+    gap = effect - gate.margin if gate.test == "superiority" else gate.margin
+    boots_now = card.design.looks if isinstance(card.design, GroupSequential) else 1
+    factor = 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
+    boot1 = factor * float(gate.boot_sd) ** 2  # one boot per arm
+    share = boot1 / max(1, t.look if boots_now > 1 else 1)
+    common = {"gate": gate.id, "effect": effect, "target_power": target, "se_observed": se, "boot_share": share}
+    if gap <= 0:
+        return MoreNeeded(**common, se_needed=0.0, requests_per_arm=None, boots_per_arm=None,
+                          note=f"gate {gate.id}: no registered effect above the margin (mde {effect:.1%}), so no "
+                          "size reaches a power; give the gate an mde to say how much more would decide")
+    # equivalence: both one-sided tests must pass, each at alpha, with (1 - power) split over the two
+    beta = (1 - target) / 2 if gate.test == "equivalence" else 1 - target
+    need = gap / (_z(t.nominal_alpha) + _z(beta))
+    req_var = max(se * se - share, 1e-18)
+    # the fewest boots per arm whose share leaves the requests a quarter of the variance at least
+    boots = max(1, math.ceil(boot1 / (0.75 * need * need))) if boot1 > 0 else 1
+    room = need * need - boot1 / boots
+    requests = math.ceil(t.requests_per_arm * req_var / room)
+    how = (f"{requests} requests per arm" + (f" over {boots} boots per arm" if boots > 1 else " in one boot per arm"))
+    note = (f"gate {gate.id}: to decide at {target:.0%} power at the registered effect {effect:+.1%} the test needs a "
+            f"standard error of {need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}): "
+            f"{how} (the card ran {t.requests_per_arm})")
+    return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
+
+
+def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: Any = None) -> list[str]:
+    """A registered boot sd checked against the card's own controls (A against A2) and the recipe's boot studies."""
+    from gb300lane.cards.plan import _boots_per_arm, _factor, earlier_boots
+    from gb300lane.cards.boots import critical_boot_sd
+
+    tested = [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
+              and g.decides and g.boot_sd > 0]
+    if not tested:
+        return []
+    ctrls = [a for a in arms if a.role == "control" and card.primary_window in a.windows]
+    study = earlier_boots(card, base)
+    out = []
+    for g in tested:
+        measured = []
+        if len(ctrls) >= 2:
+            est = estimate_from_units([boot_units(g, a) for a in ctrls], min_boots=2)
+            if est is not None:
+                measured.append((est, "the card's own controls (A against A2)"))
+        if study is not None:
+            est = estimate_from_units([boot_units(g, a) for a in study[0]])
+            if est is not None:
+                measured.append((est, f"a boot study ({study[1]})"))
+        effect = 0.0 if isinstance(g, ControlsEquivalence) else float(g.mde or 0.0)
+        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card),
+                                TARGET_POWER)
+        for est, where in measured:
+            # the card's own two boots can rule a figure out, never show a study too small: that is the studies' job
+            line = registered_check(g.id, est, float(g.boot_sd), g.boot_df, where,
+                                    crit if est.boots > 2 else None)
+            if line:
+                out.append(line)
+    return out
+
+
+_COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
+
+
+def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...]
+                     ) -> list[str]:
+    """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
+    on: one note per boot study the registration recorded (nothing when none was recorded)."""
+    from gb300lane.cards.plan import measured_on
+
+    ids = [g.id for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
+           and g.decides and g.boot_sd > 0]
+    if not ids or not recorded:
+        return []
+    now = dict(measured_on(card))
+    booted = {a.boot.fingerprint for a in arms if a.role == "control" and a.boot is not None and a.boot.fingerprint}
+    if len(booted) == 1:  # what the control arms actually booted, over the recipe as it loads now
+        now["recipe_fingerprint"] = booted.pop()
+    out = []
+    for rec in recorded:
+        moved = [f"{k} {rec.get(k)} -> {now.get(k)}" for k in _COMPARED if rec.get(k) != now.get(k)]
+        if moved:
+            out.append(f"gates {', '.join(ids)}: the boot sd the registration rests on was measured by boot study "
+                       f"{rec.get('study')} on another lane or engine than the card scored on ({'; '.join(moved)}); "
+                       f"measure it again on this one (`gb300lane card plan {card.name} --boots N`)")
+    return out
+
+
+__all__ = ["MoreNeeded", "boot_notes", "more_needed", "provenance_notes"]
