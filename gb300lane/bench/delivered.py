@@ -11,15 +11,16 @@ A request is in flight from the moment its head went out on a connection
 (`sent_s` when the window traced it, else its send) until its stream closed.
 
 Closed loop: the delivered concurrency is the median, over the requests that
-began once the first C had begun (the ramp) and before the first stream ran
-out of work (the drain), of how many were in flight just after each began.
-A closed-loop stream starts its next request the moment its previous one
-ends, so every such start sees C in flight on a client that holds C; a
-client that holds fewer shows it at every start. The count at a start is
-immune to the client's own pause between one request and the next, which
-the time-weighted mean (reported beside it) is not. A cell with no start in
-that span (one request per stream) counts the most in flight before the
-drain.
+began once the first C had begun (the ramp) and whose midpoint came before
+the first stream ran out of work (the drain), of how many were in flight at
+each one's midpoint, itself included. A client that holds C has C in flight
+in the middle of every request; a client that holds fewer shows it there
+every time. The midpoint is immune to the client's own pause between one
+request and the next, and to streams that end in the same engine step and
+restart one after another (counted at those starts, the first to restart
+would see the others not yet back), which the time-weighted mean (reported
+beside it) is not. A cell with no request in that span (one request per
+stream) counts the most in flight before the drain.
 
 Open loop: the delivered rate is (n - 1) over the span of the begin times,
 compared with the same figure of the schedule the client was given (the
@@ -128,9 +129,11 @@ def delivered_load(
             last_by_worker[r.worker] = max(last_by_worker.get(r.worker, e), e)
         # The first stream to run out of work starts the drain: starts after it are not held load.
         idle = min(last_by_worker.values())
-        counted = [b for b in begins[ramp - 1:] if b < idle]
+        # Each request after the ramp is counted at its own midpoint (itself included), before the drain.
+        after_ramp = begins[ramp - 1]
+        counted = [(b + e) / 2 for b, e in spans if b >= after_ramp and (b + e) / 2 < idle]
         if counted:
-            counts = sorted(_in_flight_at(begins, ends, b) for b in counted)
+            counts = sorted(_in_flight_at(begins, ends, t) for t in counted)
             mid = len(counts) // 2
             delivered_c = float(counts[mid]) if len(counts) % 2 else (counts[mid - 1] + counts[mid]) / 2
         else:

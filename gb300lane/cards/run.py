@@ -80,6 +80,10 @@ class LiveArmOps:
         self.protected = protected
         self.port = port
 
+    def preflight(self, card: Card) -> None:
+        """Before any arm boots: refuse when production or the rollback pair serves the port the arms would use."""
+        lane_taken_by_protected(card, self.protected, self.port)
+
     def instance(
         self, recipe: str, *, arm: str, check_keys: Sequence[str] | None, baseline: str | None,
         allow_outside_trained_block: bool,
@@ -271,8 +275,9 @@ def run_card(
         raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
                         "Run the local card instead (e.g. `gb300lane card run local-br1`)")
     ops = ops or LiveArmOps(protected)
-    if isinstance(ops, LiveArmOps):
-        lane_taken_by_protected(card, ops.protected, ops.port)
+    preflight = getattr(ops, "preflight", None)  # the live lane's; doubles that boot nothing have none
+    if preflight is not None:
+        preflight(card)
     say = progress or (lambda _msg: None)
     lines = []
     stages = stage_count(card)
