@@ -31,11 +31,11 @@ MARK = "<!-- walkthrough -->"
 RECOVERY = "<!-- recovery -->"
 SHELL = re.compile(r"[|&;<>$`]")
 #: The power the README says `card register local-br1` prints right after `make reproduce-br1`.
-README_POWER = re.compile(r"about (\d+(?:\.\d+)?)% right after `make reproduce-br1`")
+README_POWER = re.compile(r"between (\d+(?:\.\d+)?)% and (\d+(?:\.\d+)?)% right after `make reproduce-br1`")
 PRINTED_POWER = re.compile(r"planned power (\d+(?:\.\d+)?)% at the gates' effects")
-#: How far the printed power may sit from the README's round figure: each boot has its own numerics, so the
-#: control arms' noise (and the power computed from it) differs a little from run to run (96.0%, 96.4%, 95.3%).
-POWER_TOLERANCE = 1.5
+#: The README gives a range, not a figure: each boot has its own numerics, and the decode-no-loss gate's noise
+#: (decode tok/s on the modelled clock depends on how requests batch, which a loaded host changes) moves the
+#: power from run to run (97.3% on a quiet host, 87.6% beside the rest of the integration tier).
 
 
 def walkthrough(readme: str, mark: str = MARK) -> list[list[str]]:
@@ -104,7 +104,8 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
 
     readme = (ROOT / "README.md").read_text()
     recovery = [[sys.executable, "-m", "gb300lane", *argv[1:]] for argv in walkthrough(readme, RECOVERY)]
-    said = float(README_POWER.search(readme).group(1))
+    said = README_POWER.search(readme)
+    low, high = float(said.group(1)), float(said.group(2))
 
     def check(done: subprocess.CompletedProcess[str], shown: str, ok: tuple[int, ...] = (0,)) -> None:
         assert done.returncode in ok, (
@@ -122,10 +123,10 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
                 powered = True
                 printed = PRINTED_POWER.search(done.stdout)
                 assert printed, f"`{shown}` printed no planned power:\n{done.stdout}\n{done.stderr}"
-                assert abs(float(printed.group(1)) - said) <= POWER_TOLERANCE, (
-                    f"README.md says about {said}% power; `{shown}` printed {printed.group(0)}")
+                assert low <= float(printed.group(1)) <= high, (
+                    f"README.md says {said.group(0)}; `{shown}` printed {printed.group(0)}")
             if argv[3:5] == ["card", "score"] and done.returncode == 3 and not retried:
-                # The README's own recovery for the INCONCLUSIVE run in twenty-five the card's power allows: once.
+                # The README's own recovery for the INCONCLUSIVE run the card's power allows: once.
                 retried = True
                 for again in recovery:
                     done = run(again)
