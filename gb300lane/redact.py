@@ -46,6 +46,8 @@ TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 
+#: An absolute file path: folders of word characters, dots and dashes (what mktemp and the tool's own state use).
+FILE_PATH = re.compile(r"^(?:/[\w.-]+){2,}/?$")
 #: A whole value in base64 (standard or URL-safe alphabet) of credential length: 20 random bytes and more.
 BASE64_TOKEN = re.compile(r"^(?:[A-Za-z0-9+/]{27,}={0,2}|[A-Za-z0-9_-]{27,}={0,2})$")
 #: ... that mixes character classes as random bytes do (a word, a run of one letter or digits only is not one).
@@ -94,6 +96,8 @@ def secret_shape(value: str) -> str | None:
         return "a hex token of credential length"
     classes = sum((any(ch.isupper() for ch in value), any(ch.islower() for ch in value),
                    any(ch.isdigit() for ch in value)))
+    if FILE_PATH.match(value) and not BASE64_TOKEN.match(value):
+        return None  # an absolute path (a mktemp folder's random part is not a credential)
     if BASE64_TOKEN.match(value) and classes >= 2 and _entropy_bits(value) >= BASE64_MIN_BITS:
         return "a base64 token of credential length"
     if (

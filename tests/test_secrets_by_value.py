@@ -125,3 +125,13 @@ def test_a_new_state_key_never_lets_rollback_stop_production_it_cannot_replace(
         assert {i.name: i.state for i in lane.list_instances()} == before
     finally:
         lane.down(all=True, yes=True)
+
+
+def test_an_absolute_path_with_a_random_folder_is_not_a_secret() -> None:
+    # mktemp's random part made `.ci/wheel`'s VLLM_CACHE_ROOT read as a high-entropy secret (digested, then
+    # compared against the recipe's unmapped value at start); a base64 token that starts with "/" still is one.
+    from gb300lane.redact import is_secret
+
+    assert not is_secret("VLLM_CACHE_ROOT", "/tmp/gb300lane-wheel.bu3oVr/vllm-cache")
+    assert is_secret("VLLM_CACHE_ROOT", "/aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3")
+    assert is_secret("X", "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3")

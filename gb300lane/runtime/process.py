@@ -268,7 +268,7 @@ class ProcessRuntime(Runtime):
         current = self._refresh(rec)
         if current.state == "running":
             return self._info(current)
-        env = self._with_secrets(rec, {**_CREATED_ENV.get(str(self._record_path(name)), {}), **(secrets or {})})
+        env = self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
         log_path = Path(rec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
@@ -308,13 +308,17 @@ class ProcessRuntime(Runtime):
         if rec is None:
             return None
         try:
-            self._with_secrets(rec, {**_CREATED_ENV.get(str(self._record_path(name)), {}), **(secrets or {})})
+            self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
         except BootError as exc:
             return str(exc)
         return None
 
     def _with_secrets(self, rec: ProcessRecord, given: Mapping[str, str]) -> dict[str, str]:
-        """The environment to start with: the record's, each secret digest replaced by the value it digests."""
+        """The environment to start with: the record's, each secret digest replaced by the value it digests.
+
+        `given` holds the values this process created the record with (exact: mounted paths already mapped)
+        over the ones handed in again from the recipe (for a record an earlier process made).
+        """
         env = dict(rec.env)
         for key, stored in rec.env.items():
             if not stored.startswith(DIGEST_PREFIX):
