@@ -28,10 +28,9 @@ def test_a_closed_loop_client_that_holds_its_concurrency_delivers_it():
 def test_a_client_that_holds_two_of_four_is_refused_with_the_reason():
     # Two connections for four streams: each request waits for a connection before its head goes out.
     recs = []
-    for i in range(6):
-        start = 0.0 if i < 4 else 0.0
+    for i in range(16):
         sent = (i // 2) * 1.0
-        recs.append(_rec(i % 4, start=start, done=sent + 1.0, sent=sent))
+        recs.append(_rec(i % 4, start=0.0, done=sent + 1.0, sent=sent))
     load, reasons, _ = delivered_load(recs, concurrency=4)
     assert load.delivered_concurrency == 2
     (reason,) = reasons
@@ -60,6 +59,15 @@ def test_a_short_schedule_is_judged_on_its_span_not_on_a_rate_its_few_gaps_canno
     slow = [_rec(i, start=s * 2, done=0.05, rate=25.0, scheduled=s) for i, s in enumerate(schedule)]
     _, reasons, _ = delivered_load(slow, concurrency=None, request_rate=25.0, schedule=schedule)
     assert len(reasons) == 1 and "delivered arrival rate" in reasons[0]
+
+
+def test_a_cell_too_short_for_a_steady_state_is_noted_not_refused():
+    # Four streams of one request each, the last starting as the first ends: no request runs between the
+    # ramp and the drain, so there is no steady state to judge; the shortfall is a note.
+    recs = [_rec(w, start=w * 0.5, done=1.0) for w in range(4)]
+    load, reasons, notes = delivered_load(recs, concurrency=4)
+    assert reasons == [] and load.peak_in_flight < 4
+    assert any("not judged" in n for n in notes)
 
 
 def test_counters_that_moved_for_someone_else_mark_the_cell_contaminated():

@@ -93,12 +93,14 @@ def test_smoke_gates_of_the_local_recipe_pass(engine):
 
 
 def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
-    """Four connections for a C8 cell: the engine saw four in flight, and the receipt says so."""
+    """Four connections for a C8 cell: the engine saw four in flight, and the receipt says so.
+
+    Three requests a stream, so the cell has a steady state to judge (a request or two per stream is not judged)."""
     from gb300lane.bench.window import run_window_async
     import asyncio
 
     window = WindowSpec(
-        name="d", classes=("prose",), transcripts_per_class=8, rounds=1, concurrency=(8,),
+        name="d", classes=("prose",), transcripts_per_class=24, rounds=1, concurrency=(8,),
         temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=192,
     )
     held = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash"))
