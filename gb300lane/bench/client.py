@@ -277,8 +277,11 @@ class _StampingSocket:
         for level, kind, raw in ancillary:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
                 sec, nsec = _TIMESPEC.unpack_from(raw)
+                # The wall clock first, then perf_counter: a pause between the two reads makes the stamp late,
+                # never early (read the other way round, a descheduled read put arrivals before their writes).
+                wall = time.clock_gettime(time.CLOCK_REALTIME)
                 now = time.perf_counter()
-                at = sec + nsec * 1e-9 - (time.clock_gettime(time.CLOCK_REALTIME) - now)
+                at = sec + nsec * 1e-9 - (wall - now)
                 self.stamp = at if at <= now else now
         return data
 
