@@ -94,7 +94,10 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     # 3. Smoke, then a bench window whose counters agree with the requests and the client.
     smoke = _json(gb("smoke", "cpu-v26", "--port", str(port), "--json", cwd=tmp_path))
     assert [g["status"] for g in smoke["gates"]] == ["PASS", "PASS"], smoke
-    bench = _json(gb("bench", "--lane", "cpu-v26", "--port", str(port), "--window", "primary-t1",
+    # Greedy (parity-t0): vLLM 0.32's CPU verifier reads temperature-1.0 requests' sampling parameters from
+    # uninitialised memory (README, "A second bed"), so acceptance there is whatever that memory holds and may
+    # be none at all; greedy requests never reach that code and accept as the models agree.
+    bench = _json(gb("bench", "--lane", "cpu-v26", "--port", str(port), "--window", "parity-t0",
                      "--transcripts", "2", "--tokens", "32", "--concurrency", "1", "--json", cwd=tmp_path))
     check = bench["counter_check"]
     assert check["per_request"] == "equal" and check["client"] == "agree", check
