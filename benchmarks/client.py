@@ -68,7 +68,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gb300lane import __version__
-from gb300lane.bench.selftest import TABLE_COLUMNS, run_selftest, table_rows
+from gb300lane.bench.selftest import run_selftest, selftest_table
 from gb300lane.bench.window import run_window_async
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.recipes.schema import WindowSpec
@@ -359,13 +359,8 @@ def main() -> None:
         + ", ".join(f"C{c} {verdict(ok)}" for c, ok in floors["p99_pass_time_scale_0"].items())
     )
     if selftest is not None:
-        table = Table(title=f"client self-test, mock with known timing, no real-time priority (ms); load average "
-                            f"{selftest.load_average or 0:.1f}", title_justify="left")
-        for col in TABLE_COLUMNS:
-            table.add_column(col, justify="right")
-        for row in table_rows(selftest):
-            table.add_row(*row)
-        console.print(table)
+        console.print(selftest_table(selftest, f"client self-test, mock with known timing, no real-time priority "
+                                               f"(ms); load average {selftest.load_average or 0:.1f}"))
         console.print(f"mean ITL, three events a write: client {selftest.client_itl_ms or 0:.3f} ms, vLLM-style "
                       f"per-line stamping {selftest.vllm_itl_ms or 0:.3f} ms", highlight=False)
         for line in selftest.failures():

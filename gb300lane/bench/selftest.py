@@ -24,6 +24,11 @@ fails the self-test and the card refuses to run.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
 import asyncio
 import contextlib
 import json
@@ -311,3 +316,15 @@ def table_rows(result: SelftestResult) -> list[list[str]]:
          "PASS" if lv.passed else "FAIL"]
         for lv in result.levels
     ]
+
+
+def selftest_table(result: SelftestResult, title: str) -> Table:
+    """The self-test as a rich table (the CLI and benchmarks/client.py print the same one)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in TABLE_COLUMNS:
+        table.add_column(col, justify="right")
+    for row in table_rows(result):
+        table.add_row(*row)
+    return table

@@ -237,21 +237,14 @@ def export_cmd(
 def selftest_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
-    from rich.table import Table
-
-    from gb300lane.bench.selftest import TABLE_COLUMNS, run_selftest, table_rows
+    from gb300lane.bench.selftest import run_selftest, selftest_table
 
     result = run_selftest()
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
         load = "" if result.load_average is None else f", load average {result.load_average:.1f}"
-        table = Table(title=f"client self-test against a mock with known timing (ms){load}", title_justify="left")
-        for col in TABLE_COLUMNS:
-            table.add_column(col, justify="right")
-        for row in table_rows(result):
-            table.add_row(*row)
-        console.print(table)
+        console.print(selftest_table(result, f"client self-test against a mock with known timing (ms){load}"))
         console.print(f"mean ITL, several events a write: client {result.client_itl_ms or 0:.3f} ms, vLLM-style "
                       f"per-line stamping {result.vllm_itl_ms or 0:.3f} ms", highlight=False)
         for line in result.failures():
