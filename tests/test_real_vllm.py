@@ -6,15 +6,16 @@ cache, on free ports:
 
 1. the model build is cached: scripts/real_lane_model.py says up to date and the manifest's content hash
    is the hash of the files on disk;
-2. `up cpu-v26 --dark`: a compile-cache miss read from vLLM's `saved AOT compiled function` lines, the KV
-   pool from `CPU KV cache size:`, env as a set, loopback only, zero foreign clients;
+2. `up cpu-v26 --dark`: the build carries the real lane's fixes, a compile-cache miss read from vLLM's
+   `saved AOT compiled function` lines, the KV pool from `CPU KV cache size:`, env as a set, loopback only,
+   zero foreign clients;
 3. `smoke` (temperature 0 parity and temperature 1.0 bounds) and `bench`, whose tokens/step from the
    /metrics counters must agree with the per-request counters and the client's own token count;
-4. `up cpu-v27 --dark`: block verification asked for on the V1 runner is a failed feature_live check;
+4. `up cpu-v27 --dark`: a compile-cache hit of cpu-v26's compile, and block verification asked for on the
+   V1 runner is a failed feature_live check;
 5. the cpu-br2 card (k=5 against k=9, three real boots) registered, run, scored and reported;
 6. promote cpu-v26 (forced, the first production), promote cpu-k9s (forced), rollback: the kept pair is
-   restarted and smoke-tested, and the restore is timed (or, where the candidate's boot fails its smoke,
-   the promotion restores production by itself, timed).
+   restarted and smoke-tested, and the restore is timed.
 
 Timing claims are the benchmark's; this test only bounds each subprocess.
 """
@@ -90,18 +91,19 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     for name in ("env", "dark_bind", "foreign_clients", "flags"):
         assert _check(up, name)["status"] == "pass", _check(up, name)
     assert _check(up, "feature_live")["status"] == "pass"  # standard rejection runs in either runner
+    build = _check(up, "engine_build")
+    assert build["status"] == "pass" and len(build["evidence"]["applied"]) == 2, build
 
     # 3. Smoke, then a bench window whose counters agree with the requests and the client.
     smoke = _json(gb("smoke", "cpu-v26", "--port", str(port), "--json", cwd=tmp_path))
     assert [g["status"] for g in smoke["gates"]] == ["PASS", "PASS"], smoke
-    # Greedy (parity-t0): vLLM 0.32's CPU verifier reads temperature-1.0 requests' sampling parameters from
-    # uninitialised memory (README, "A second bed"), so acceptance there is whatever that memory holds and may
-    # be none at all; greedy requests never reach that code and accept as the models agree.
-    bench = _json(gb("bench", "--lane", "cpu-v26", "--port", str(port), "--window", "parity-t0",
+    # At temperature 1.0, where the fixed verifier (requirements/real-lane-patches/) accepts as the two
+    # checkpoints agree: about 2.3-2.4 tokens per step at k=5; unpatched it read 1.0-1.5.
+    bench = _json(gb("bench", "--lane", "cpu-v26", "--port", str(port), "--window", "primary-t1",
                      "--transcripts", "2", "--tokens", "32", "--concurrency", "1", "--json", cwd=tmp_path))
     check = bench["counter_check"]
     assert check["per_request"] == "equal" and check["client"] == "agree", check
-    assert 1.0 < check["counters_tokens_per_step"] < 6.0
+    assert 1.7 < check["counters_tokens_per_step"] < 6.0, check
     gb("down", "cpu-v26", cwd=tmp_path)
 
     # 4. Block verification on the CPU build: the flag reaches the process and does nothing; the boot says so.
@@ -110,8 +112,11 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     live = _check(report, "feature_live")
     assert live["status"] == "fail" and live["evidence"]["model_runner"] == "v1", live
     assert blk.returncode == 1
-    # The second boot of the same hash found it; whether it loaded or compiled again, the log says which.
-    assert _check(report, "autotune")["evidence"]["observed"] in ("hit", "reload")
+    # The second boot of the same hash loads A's compile (num_speculative_tokens and rejection_sample_method
+    # are not hash inputs): a hit, read from vLLM's `Directly load AOT compilation` lines.
+    auto = _check(report, "autotune")
+    assert auto["status"] == "pass" and auto["evidence"]["observed"] == "hit", auto
+    assert all(u["outcome"] == "hit" for u in auto["evidence"]["compile_units"]), auto
     gb("down", "cpu-v27", cwd=tmp_path)
 
     # 5. The k ladder as a card on real boots.
@@ -124,6 +129,7 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert verdict["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
     gates = {g["id"]: g for g in verdict["results"]}
     assert gates["flag-on-k9-only"]["status"] == "PASS" and gates["kv-pool"]["status"] == "PASS"
+    assert gates["hash-hit"]["status"] == "PASS", gates["hash-hit"]
     gb("card", "report", "cpu-br2", cwd=tmp_path)
     assert list((Path(os.environ["GB300LANE_RESULTS_DIR"])).glob("*-cpu-br2/report-*/card.html")) or list(
         Path(os.environ["GB300LANE_RESULTS_DIR"]).rglob("card.html"))
@@ -131,29 +137,19 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     gb("down", "--all", "--yes", cwd=tmp_path)
 
     # 6. Promote, promote again (the first production kept as the pair), roll back: timed. The candidate's
-    # smoke runs on a fresh boot, and on this engine a boot can verify almost nothing at temperature 1.0
-    # (README, "A second bed"): then the promotion fails its smoke and restores production by itself, which
-    # is the other path a promotion has, checked as strictly.
+    # smoke (temperature 0 parity and temperature 1.0 bounds with a lower bar of 1.5) runs on a fresh boot.
     prod = free_port()
     t0 = time.monotonic()
     gb("promote", "cpu-v26", "--force", "--reason", "real lane baseline", "--port", str(prod), cwd=tmp_path)
-    second = gb("promote", "cpu-k9s", "--force", "--reason", "real lane k ladder", "--json", cwd=tmp_path, ok=False)
-    moved = _json(second)
-    if second.returncode == 0:
-        assert moved["ok"] and moved["production"] == "cpu-k9s" and moved["rollback_pair"] == "cpu-v26", moved
-        back = _json(gb("rollback", "--json", cwd=tmp_path))
-        assert back["ok"] and back["production"] == "cpu-v26", back
-        assert back["restore_seconds"] and back["restore_seconds"] > 0, back
-        timings["restore (rollback)"] = back["restore_seconds"]
-        status = _json(gb("status", "--json", cwd=tmp_path))
-        roles = {i["info"]["name"]: i["role"] for i in status["instances"]}
-        assert roles.get("cpu-v26") == "production" and roles.get("cpu-k9s") == "rollback", status
-    else:
-        assert not moved["ok"] and moved["production"] == "cpu-v26", moved
-        assert moved["restore_seconds"] and moved["restore_seconds"] > 0, moved
-        timings["restore (failed smoke)"] = moved["restore_seconds"]
-        events = _json(gb("history", "--json", cwd=tmp_path))
-        assert events[-1]["kind"] == "promote_failed" and events[-1]["restore_seconds"], events[-1]
+    moved = _json(gb("promote", "cpu-k9s", "--force", "--reason", "real lane k ladder", "--json", cwd=tmp_path))
+    assert moved["ok"] and moved["production"] == "cpu-k9s" and moved["rollback_pair"] == "cpu-v26", moved
+    back = _json(gb("rollback", "--json", cwd=tmp_path))
+    assert back["ok"] and back["production"] == "cpu-v26", back
+    assert back["restore_seconds"] and back["restore_seconds"] > 0, back
+    timings["restore (rollback)"] = back["restore_seconds"]
+    status = _json(gb("status", "--json", cwd=tmp_path))
+    roles = {i["info"]["name"]: i["role"] for i in status["instances"]}
+    assert roles.get("cpu-v26") == "production" and roles.get("cpu-k9s") == "rollback", status
     timings["promote+rollback"] = time.monotonic() - t0
     gb("down", "--all", "--force", "--yes", cwd=tmp_path)
     print("real lane timings (s):", {k: round(v, 1) for k, v in timings.items()})

@@ -14,6 +14,7 @@ the same. `instance()` (in `instance`) removes them as well.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane import placement
 from gb300lane.lane import checks, facts, hosts, instances, ledger
 from gb300lane.lane.checkkeys import default_check_keys
+from gb300lane.lane.enginebuild import check_engine_build
 from gb300lane.lane.gather import check_booted
 from gb300lane.lane.preconditions import check_preconditions
 from gb300lane.lane.protect import NOTHING, Protected
@@ -83,6 +85,7 @@ class BootPlan:
     runtime: Runtime
     check_keys: tuple[str, ...]
     gpu_check: checks.CheckResult
+    build_check: checks.CheckResult | None = None
 
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
@@ -135,11 +138,20 @@ def plan_boot(
     rt = get_runtime(runtime or (place.runtime if place else None) or recipe.runtime, pull=pull)
     products = {"main": recipe.gpus.main_product, "sidecar": recipe.gpus.sidecar_product}
     gpu_check = check_preconditions(rt, rendered, instance, rendered.containers[0].port, protected, products)
+    build_check = _engine_build(recipe, instance)
     keys = list(check_keys) if check_keys is not None else default_check_keys(recipe, baseline)
     return BootPlan(
         recipe=recipe, rendered=rendered, instance=instance, arm=arm, dark=dark, runtime=rt,
-        check_keys=tuple(keys), gpu_check=gpu_check,
+        check_keys=tuple(keys), gpu_check=gpu_check, build_check=build_check,
     )  # fmt: skip
+
+
+def _engine_build(recipe: Recipe, instance: str) -> checks.CheckResult:
+    """The engine build's known-defect check; raises when the build the recipe runs lacks a fix."""
+    check = check_engine_build(recipe, os.environ)
+    if check.status == "fail":
+        raise BootError(f"cannot boot {instance}: {check.summary}")
+    return check
 
 
 def _render(recipe: Recipe, *, dark: bool, port: int | None) -> RenderedLane:
@@ -181,7 +193,8 @@ def boot(plan: BootPlan, *, timeout_s: float | None = None, progress: ProgressFn
             rt.remove(name)
         instances.delete(plan.instance)
         raise
-    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[plan.gpu_check])
+    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress,
+                  pre=[plan.gpu_check, *([plan.build_check] if plan.build_check is not None else [])])
 
 
 def up(
@@ -256,7 +269,8 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
         raise BootError(
             f"port {rec.port} is in use by {facts.port_holders(rec.port)}; instance {instance} cannot start on it"
         )
-    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[], values=_env_values(rec))
+    build_check = _engine_build(recipe, instance)
+    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress, pre=[build_check], values=_env_values(rec))
 
 
 def _env_values(rec: instances.InstanceRecord) -> dict[str, dict[str, str]]:
