@@ -107,10 +107,14 @@ def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGE
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
-def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: Any = None) -> list[str]:
-    """A registered boot sd checked against the card's own controls (A against A2) and the recipe's boot studies."""
+def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: Any = None,
+               own: str | None = None) -> list[str]:
+    """A registered boot sd checked against the card's own controls (A against A2), the lane's noise ledger
+    (every other scored card of the lane; `own` names this card's receipts directory, left out) and the recipe's
+    boot studies."""
     from gb300lane.cards.plan import _boots_per_arm, _factor, earlier_boots
-    from gb300lane.cards.boots import critical_boot_sd
+    from gb300lane.cards.boots import critical_boot_sd, metric_of
+    from gb300lane.cards.noise import for_card
 
     tested = [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
               and g.decides and g.boot_sd > 0]
@@ -125,6 +129,9 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
             est = estimate_from_units([boot_units(g, a) for a in ctrls], min_boots=2)
             if est is not None:
                 measured.append((est, "the card's own controls (A against A2)"))
+        led = for_card(card, metric_of(g), base=base, exclude=own) if g.scope == "aggregate" else None
+        if led is not None:
+            measured.append((led.as_boot_estimate(), led.source()))
         if study is not None:
             est = estimate_from_units([boot_units(g, a) for a in study[0]])
             if est is not None:

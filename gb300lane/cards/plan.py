@@ -37,13 +37,14 @@ measures the real rates on the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
+from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, metric_of, refuse_pinned_boot_seed,
                                    registered_check)
 from gb300lane.cards.data import ArmData, WindowData
+from gb300lane.cards.noise import LedgerEstimate, for_card
 from gb300lane.cards.results import CardPlan, GatePlan
 from gb300lane.cards.receipts import all_receipts, new_run_dir
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
@@ -53,6 +54,9 @@ from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
 
 TARGET_POWER = 0.9
+
+#: Scored cards the lane's noise ledger must rest on before a plan uses it over a boot study (each adds one df).
+LEDGER_MIN_CARDS = 3
 PILOT_TRANSCRIPTS = 8
 
 Cell = tuple[str, int]
@@ -212,9 +216,14 @@ def _solve_scale(power_at: Callable[[float], float], target: float) -> float | N
 
 
 def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
-              effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "") -> CardPlan:
+              effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "",
+              lane_noise: Mapping[str, LedgerEstimate] | None = None) -> CardPlan:
     """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
-    study's arms (each one boot of the control recipe), from which each gate's boot sd is measured."""
+    study's arms (each one boot of the control recipe), from which each gate's boot sd is measured.
+
+    `lane_noise` is the lane's noise ledger by metric (`cards.noise.for_card`): where it rests on at least
+    `LEDGER_MIN_CARDS` scored cards, an aggregate gate's boot sd is the ledger's; else the boot study's; else the
+    registered figure. Each gate says which (`boot_sd_source`), and is checked against the figure it used."""
     primary = card.window(card.primary_window)
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
@@ -243,17 +252,31 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 
     rows: list[GatePlan] = []
     per_gate_power: dict[str, Callable[[float], float]] = {}
-    measured: dict[str, BootEstimate | None] = {g.id: estimate_boot_sd(g, boots) if boots else None for g in gates}
+    measured: dict[str, BootEstimate | None] = {}
+    measured_by: dict[str, str] = {}
+    for g in gates:
+        led = (lane_noise or {}).get(metric_of(g)) if g.scope == "aggregate" else None
+        if led is not None and led.cards >= LEDGER_MIN_CARDS:
+            measured[g.id], measured_by[g.id] = led.as_boot_estimate(), led.source()
+        elif boots:
+            measured[g.id], measured_by[g.id] = estimate_boot_sd(g, boots), "the boot study"
+        else:
+            measured[g.id] = None
+        if measured[g.id] is None:
+            measured_by[g.id] = "registered"
 
     def sd_of(g: Any) -> float:
         m = measured[g.id]
+        if m is not None and measured_by[g.id] != "the boot study":
+            return m.sd  # the lane's own history first
         return float(g.boot_sd) if g.boot_sd > 0 else (m.sd if m is not None else 0.0)
 
     def boot_fields(g: Any) -> dict[str, Any]:
         m = measured[g.id]
         crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card), target)
-        check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, "the boot study", crit)
-        return {"boot_sd": sd_of(g), "boot_check": check,
+        where = measured_by[g.id]
+        check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, where, crit)
+        return {"boot_sd": sd_of(g), "boot_check": check, "boot_sd_source": where,
                 "boot_sd_lower": None if m is None else m.lower, "boot_sd_registered": float(g.boot_sd),
                 "boot_sd_measured": None if m is None else m.sd,
                 "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
@@ -619,7 +642,17 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
     noise, source = found
     study = earlier_boots(card, base)
     return plan_card(card, noise, source, target=target, effect=effect, boots=study[0] if study else None,
-                     boot_source=study[1] if study else "")
+                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base))
+
+
+def lane_noise(card: Card, base: Any = None) -> dict[str, LedgerEstimate]:
+    """The lane's noise ledger for the card's control recipe and window shape, by metric (`cards.noise`)."""
+    out = {}
+    for metric in ("tokens_per_step", "decode_tok_s"):
+        got = for_card(card, metric, base=base)
+        if got is not None:
+            out[metric] = got
+    return out
 
 
 
@@ -632,7 +665,7 @@ def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
         return None
     study = earlier_boots(card, base)
     plan = plan_card(card, found[0], found[1], boots=study[0] if study else None,
-                     boot_source=study[1] if study else "")
+                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base))
     got = boot_provenance(card, base) if study else ()
     return plan.model_copy(update={"boot_measured_on": got}) if got else plan
 

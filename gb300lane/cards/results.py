@@ -106,10 +106,12 @@ class GatePlan(FrozenModel):
     power: float | None = Field(description="Power of the gate as written at `effect` (all of its cells).")
     requests_per_arm_for_target: int | None = Field(description="Requests per arm for the target power at `effect`.")
     note: str = Field(default="", description="Why a figure is missing, when it is.")
-    boot_sd: float = Field(default=0.0, description="Boot sd (relative) the figures include: the registered one, "
-                           "else the boot study's.")
+    boot_sd: float = Field(default=0.0, description="Boot sd (relative) the figures include: the lane's noise "
+                           "ledger's (from enough scored cards), else the registered one, else the boot study's.")
+    boot_sd_source: str = Field(default="", description="Where the boot sd the figures include comes from: the "
+                                "lane's noise ledger, the boot study, or registered (neither is on record).")
     boot_sd_registered: float = Field(default=0.0, description="boot_sd the gate registers.")
-    boot_sd_measured: float | None = Field(default=None, description="What a boot study measured (card plan --boots).")
+    boot_sd_measured: float | None = Field(default=None, description="What the ledger or a boot study measured.")
     boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
     boot_sd_upper: float | None = Field(default=None, description="One-sided 95% upper bound of the measured boot sd.")
     boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")

@@ -104,7 +104,7 @@ def compute_verdict(card: Card, gates: tuple[Any, ...], rec: Receipts, *, number
     notes: tuple[str, ...] = ()
     if not reg.transcribed:
         recorded = reg.plan.boot_measured_on if reg.plan is not None else ()
-        notes = tuple(boot_notes(card, gates, arms, rec.root.parent) + provenance_notes(card, gates, arms, recorded))
+        notes = tuple(boot_notes(card, gates, arms, rec.root.parent, own=rec.root.name) + provenance_notes(card, gates, arms, recorded))
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,

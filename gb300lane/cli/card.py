@@ -1,4 +1,4 @@
-"""CLI group: card — register, plan, run, score, rescore, report, show, list, calibrate, reproduce.
+"""CLI group: card — register, plan, run, score, rescore, report, show, list, noise, calibrate, reproduce.
 
 `card score` exits 0 on PASS, 1 on FAIL and 3 on INCONCLUSIVE, so CI can gate
 on it. Every command takes `--json`.
@@ -128,7 +128,7 @@ def plan_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.plan import control_windows, plan_for
+    from gb300lane.cards.plan import LEDGER_MIN_CARDS, control_windows, plan_for
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.cards.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
@@ -145,6 +145,14 @@ def plan_cmd(
     out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
     out(f"  noise from {p.source} ({p.source_requests} requests)")
     out(f"  boot sd from {p.boot_source or 'the gates as registered (no boot study: card plan --boots N runs one)'}")
+    for src in sorted({g.boot_sd_source for g in p.gates if g.boot_sd_source.startswith("the lane's")}):
+        out(f"  boot sd of the aggregate gates from {src}; `gb300lane card noise` lists it")
+    fallback = [g.gate for g in p.gates if g.boot_sd_source in ("the boot study", "registered")]
+    if fallback:
+        err_console.print(f"[yellow]warning:[/] no noise ledger of this lane and window shape rests on "
+                          f"{LEDGER_MIN_CARDS} scored cards yet: {', '.join(fallback)} use "
+                          + ("the boot study" if p.boot_source else "the registered boot sd"), markup=True,
+                          highlight=False, soft_wrap=True)
     out(f"  {'gate':<30} {'test':<16} {'alpha':>6} {'margin':>7} {'effect':>7} {'boot sd':>8} {'se':>7} "
         f"{'power':>7} {'req/arm for ' + format(p.target_power, '.0%'):>16}")
     for g in p.gates:
@@ -158,7 +166,8 @@ def plan_cmd(
         if g.boot_sd_measured is not None:
             df = "-" if g.boot_df_measured is None else str(g.boot_df_measured)
             up = "-" if g.boot_sd_upper is None else f"{g.boot_sd_upper:.3%}"
-            out(f"  {g.gate}: the boot study measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
+            by = g.boot_sd_source if g.boot_sd_source and g.boot_sd_source != "registered" else "the boot study"
+            out(f"  {g.gate}: {by} measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
                 f"{g.boot_f_ratio:.2f}, one-sided 95% upper bound {up}); registered {g.boot_sd_registered:.3%}"
                 + (f". To register it: boot_sd: {g.boot_sd_measured:.4f}, boot_df: {max(1, g.boot_df_measured)}"
                    if g.boot_df_measured is not None and abs(g.boot_sd_measured - g.boot_sd_registered) > 5e-5
@@ -378,6 +387,41 @@ def list_cmd(as_json: bool = _JSON) -> None:
         return
     for row in rows:
         console.print(f"{row['card']:<28} {len(row['receipts'])} receipts dir(s)", highlight=False)
+
+
+@card_app.command("noise", help="The lanes' noise ledger: the between-boot sd every scored card's controls (A "
+                  "against A2) measured, pooled per lane, engine, metric and window shape, with its df, one-sided 95% "
+                  "bounds, the cards it rests on and their dates. `card plan` and `card register` use it.")
+def noise_cmd(
+    lane: str | None = typer.Option(None, "--lane", help="Only this lane (a recipe's lane.name: cpu, local, gb300)."),
+    cells: bool = typer.Option(False, "--cells", help="Also each class x concurrency cell, not only all cells."),
+    as_json: bool = _JSON,
+) -> None:
+    from gb300lane.cards.noise import ALL_CELLS, ledger
+
+    rows = [e for k, e in sorted(ledger().items(), key=lambda kv: (kv[0].lane, kv[0].metric, repr(kv[0].shape),
+                                                                   kv[0].unit != ALL_CELLS, kv[0].unit))
+            if (lane is None or k.lane == lane) and (cells or k.unit == ALL_CELLS)]
+    if as_json:
+        print_json([{"lane": e.key.lane, "engine": e.key.engine, "metric": e.key.metric, "unit": e.key.unit,
+                     "shape": e.key.shape.describe(), "boot_sd": e.sd, "signed": e.signed, "df": e.df,
+                     "upper": e.upper, "lower": e.lower, "cards": e.cards, "dates": list(e.dates),
+                     "samples": [{"card": s.card, "receipts": s.receipts, "recipe": s.recipe,
+                                  "fingerprint": s.fingerprint, "transcripts": s.transcripts, "s2": s.s2}
+                                 for s in e.samples]} for e in rows])
+        return
+    if not rows:
+        console.print("no scored card with two measured controls" + (f" on lane {lane}" if lane else "")
+                      + "; every `card score` adds one", highlight=False)
+        return
+    console.print(f"{'lane':<7} {'engine':<9} {'metric':<16} {'window':<38} {'unit':<16} {'boot sd':>8} {'df':>4} "
+                  f"{'upper':>8} {'cards':>5}  dates", highlight=False)
+    for e in rows:
+        df = "-" if e.df is None else f"{e.df:.0f}"
+        first, last = e.dates
+        console.print(f"{e.key.lane:<7} {e.key.engine:<9} {e.key.metric:<16} {e.key.shape.describe():<38} "
+                      f"{e.key.unit:<16} {e.sd:>8.3%} {df:>4} {e.upper:>8.3%} {e.cards:>5}  "
+                      f"{first if first == last else first + ' .. ' + last}", highlight=False)
 
 
 @card_app.command("calibrate", help="Measure the card's instrument on the embedded engine: N replicates with fresh "
