@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.cards.verdicts import VerdictRef
+from gb300lane.cards.record.verdicts import VerdictRef
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import BootReport, CheckResult
 from gb300lane.cli import seams

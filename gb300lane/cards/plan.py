@@ -41,13 +41,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
+from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
                                    registered_check)
-from gb300lane.cards.data import ArmData, WindowData
-from gb300lane.cards.results import CardPlan, GatePlan
-from gb300lane.cards.receipts import all_receipts, new_run_dir
+from gb300lane.cards.decide.data import ArmData, WindowData
+from gb300lane.cards.decide.results import CardPlan, GatePlan
+from gb300lane.cards.calibrate import calibration_boot_notes
+from gb300lane.cards.decide.more import boot_factor, boots_per_arm
+from gb300lane.cards.record.receipts import all_receipts, new_run_dir
+from gb300lane.cards.record.studies import (
+    boot_provenance,
+    boot_window,
+    earlier_boots,
+    measured_on,
+    pilot_dirs,
+    pilot_root,
+    pilot_windows,
+    same_primary,
+)
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
-from gb300lane.cards.sequential import boundaries, power_and_stop
+from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError, LaneError
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
@@ -146,15 +158,6 @@ def _gate_cells(card: Card, gate: Any) -> list[Cell]:
             if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
 
 
-def _boots_per_arm(card: Card) -> int:
-    return card.design.looks if isinstance(card.design, GroupSequential) else 1
-
-
-def _factor(card: Card, gate: Any) -> float:
-    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
-    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
-
-
 def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
@@ -176,7 +179,7 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float 
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
         base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
-        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / _boots_per_arm(card)
+        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / boots_per_arm(card)
         out.append(math.sqrt(rel2))
     return out, ""
 
@@ -251,7 +254,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 
     def boot_fields(g: Any) -> dict[str, Any]:
         m = measured[g.id]
-        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card), target)
+        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card), target)
         check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, "the boot study", crit)
         return {"boot_sd": sd_of(g), "boot_check": check,
                 "boot_sd_lower": None if m is None else m.lower, "boot_sd_registered": float(g.boot_sd),
@@ -316,11 +319,6 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 # ---------------------------------------------------------------- where the noise comes from
 
 
-def _matches(card: Card, w: WindowSpec) -> bool:
-    p = card.window(card.primary_window)
-    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.top_p == p.top_p
-
-
 def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
     found = control_windows(card, base)
@@ -344,7 +342,7 @@ def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, Windo
             if rec.registration().transcribed or other.controls[0].recipe != recipe:
                 continue
             w = other.window(other.primary_window)
-            if not _matches(card, w):
+            if not same_primary(card, w):
                 continue
             arms = [a for a in rec.load_arms(other) if a.role == "control" and a.source == "measured"]
         except CardError:
@@ -354,55 +352,15 @@ def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, Windo
         if got:
             windows += got
             sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
-    windows += _pilot_windows(card, base)
+    windows += pilot_windows(card, base)
     study = earlier_boots(card, base)
     if study is not None:
         windows += [(a.arm, a.windows[card.primary_window]) for a in study[0]]
         sources.append(f"boot study: {study[1]}")
     if not windows:
         return None
-    label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
+    label = "; ".join(sources + [f"pilot {p.name}" for p in pilot_dirs(card, base)])
     return windows, f"earlier control arms of {recipe}: {label}"
-
-
-def _pilot_root(base: Any = None) -> Any:
-    from gb300lane.paths import results_dir
-
-    return (base or results_dir()) / "pilots"
-
-
-def _studies(card: Card, base: Any, meta_file: str, same: Callable[[Card, WindowSpec], bool]) -> list[Any]:
-    """Study folders under results/pilots whose `meta_file` names the card's control recipe and a window `same`
-    accepts for the card."""
-    root = _pilot_root(base)
-    if not root.is_dir():
-        return []
-    out = []
-    for d in sorted(root.iterdir()):
-        f = d / meta_file
-        if not f.is_file():
-            continue
-        meta = _read_json(f)
-        if meta.get("recipe") == card.controls[0].recipe and same(card, WindowSpec.model_validate(meta["window"])):
-            out.append(d)
-    return out
-
-
-def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
-    """Pilots of the card's control recipe over the card's primary window."""
-    return _studies(card, base, "pilot.json", _matches)
-
-
-def _pilot_windows(card: Card, base: Any = None) -> list[tuple[str, WindowData]]:
-    import json
-
-    from gb300lane.cards.data import window_data_from_result
-
-    out = []
-    for d in _pilot_dirs(card, base):
-        data = json.loads((d / "window.json").read_text(encoding="utf-8"))
-        out.append((d.name, window_data_from_result(data, "pilot")))
-    return out
 
 
 def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec:
@@ -428,7 +386,7 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     arm = card.controls[0]
     w = pilot_window(card, transcripts)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-pilot")
+    d = new_run_dir(pilot_root(base), f"{date}-{card.name}-pilot")
     say(f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
         f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)")
     try:
@@ -444,52 +402,6 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
                                              "window": w.model_dump(mode="json")}))
     say(f"pilot: receipts in {d}")
     return d
-
-
-def boot_window(card: Card) -> WindowSpec:
-    """What one boot of an arm runs of the primary window: all of it, or a sequential card's one stage."""
-    p = card.window(card.primary_window)
-    if isinstance(card.design, GroupSequential):
-        return p.model_copy(update={"rounds": p.rounds // card.design.looks})
-    return p
-
-
-_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens")
-
-
-def _same_boot(card: Card, w: WindowSpec) -> bool:
-    """A boot study measures the shift of one boot's mean over the requests it ran, which depends on what ran
-    (an arm's last requests at C8 run in a shrinking batch, at another k): only a study of the same shape
-    counts."""
-    mine = boot_window(card)
-    return all(getattr(w, f) == getattr(mine, f) for f in _SHAPE)
-
-
-def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
-    """Boot studies of the card's control recipe over the same requests one boot of its arms runs."""
-    return _studies(card, base, "boots.json", _same_boot)
-
-
-def _read_json(path: Any) -> dict[str, Any]:
-    import json
-
-    got: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return got
-
-
-def earlier_boots(card: Card, base: Any = None) -> tuple[list[ArmData], str] | None:
-    """The boots of every boot study of the card's control recipe and window (each boot one arm)."""
-    arms: list[ArmData] = []
-    names = []
-    for d in _boot_dirs(card, base):
-        for f in sorted(d.glob("boot-*.json")):
-            w = WindowData.model_validate(_read_json(f))
-            arms.append(ArmData(arm=f"{d.name}/{f.stem}", recipe=card.controls[0].recipe, role="control",
-                                source="measured", windows={card.primary_window: w}))
-        names.append(d.name)
-    if len(arms) < 3:
-        return None
-    return arms, f"{len(arms)} boots of {card.controls[0].recipe} ({'; '.join(names)})"
 
 
 def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callable[[str], None] | None = None,
@@ -518,7 +430,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     primary = boot_window(card)
     study = secrets.randbits(31)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-boots")
+    d = new_run_dir(pilot_root(base), f"{date}-{card.name}-boots")
     in_process = runs_embedded(card)
     where = "in process" if in_process else "through the lane (real boots, dark)"
     say(f"boot study: {boots} boots of {arm.recipe} {where}, {_window_requests(primary)} requests each "
@@ -543,32 +455,6 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     return d
 
 
-def measured_on(card: Card) -> dict[str, Any]:
-    """What a boot study of the card's control recipe measures: the lane (in process on the embedded engine, or
-    the recipe's lane), the recipe and its fingerprint (over its hash inputs), the image and what its compile hash
-    covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
-    from gb300lane.cards.simulate import engine_fingerprint, runs_embedded
-    from gb300lane.recipes import fingerprint
-
-    r = load_recipe(card.controls[0].recipe)
-    embedded = runs_embedded(card)
-    return {"lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
-            "recipe": r.name, "recipe_fingerprint": fingerprint(r), "image": r.image.ref,
-            "vllm_version": r.image.vllm_version, "hash_inputs": list(r.image.hash_inputs),
-            "engine_fingerprint": engine_fingerprint(card) if embedded else None}
-
-
-def boot_provenance(card: Card, base: Any = None) -> tuple[dict[str, Any], ...]:
-    """What each boot study of the card's control recipe and shape recorded it was measured on (studies from
-    before the record was kept have none)."""
-    out = []
-    for d in _boot_dirs(card, base):
-        got = _read_json(d / "boots.json").get("measured_on")
-        if isinstance(got, dict):
-            out.append({"study": d.name, **got})
-    return tuple(out)
-
-
 def require_recipes(card: Card) -> None:
     """CardError naming the arm and the recipe when an arm's recipe does not load: checked before anything boots."""
     for arm in card.arms:
@@ -579,7 +465,7 @@ def require_recipes(card: Card) -> None:
                             f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
 def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) -> tuple[WindowData, float]:
     """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
-    from gb300lane.cards.data import window_data_from_result
+    from gb300lane.cards.decide.data import window_data_from_result
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.fsio import dumps_json, write_once
 
@@ -622,7 +508,6 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
                      boot_source=study[1] if study else "")
 
 
-
 def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
     """The plan `card register` records: from earlier control data only (registering never boots anything)."""
     if not any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates):
@@ -655,8 +540,6 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
                        f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
                        "set boot_sd and boot_df as `card plan` prints them")
     out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
-    from gb300lane.cards.calibrate import calibration_boot_notes  # calibrate imports the run path: only here
-
     out += calibration_boot_notes(card)
     if plan is None:
         pass

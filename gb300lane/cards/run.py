@@ -28,8 +28,8 @@ from pydantic import Field
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
 from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
-from gb300lane.cards.receipts import Receipts, stage_count, utc_now
-from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential
+from gb300lane.cards.record.receipts import Receipts, utc_now
+from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, stage_count
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
 from gb300lane.models import FrozenModel
@@ -267,7 +267,7 @@ def run_card(
     `protected` (production and the rollback pair, from the layer above) is
     never replaced by an arm's boot nor removed by a discard.
     """
-    from gb300lane.cards.looks import take_look
+    from gb300lane.cards.record.looks import take_look
 
     card = rec.card()
     rec.check_frozen(card)

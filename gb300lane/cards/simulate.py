@@ -28,8 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.cards.data import ArmData, BootFacts, WindowData, window_data_from_result
-from gb300lane.cards.receipts import merge_stages
+from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages, window_data_from_result
 from gb300lane.cards.schema import Arm, Card
 
 DIFFERENCES = (

@@ -34,10 +34,10 @@ from typing import Any
 
 from pydantic import Field
 
-from gb300lane.cards.data import WindowData
-from gb300lane.cards.results import CardPlan
+from gb300lane.cards.decide.data import WindowData
+from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest
-from gb300lane.cards.sequential import boundaries, power_and_stop
+from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError
 from gb300lane.models import FrozenModel
 
@@ -102,9 +102,9 @@ def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
     """Wall seconds of the boots on record for the card's recipes: earlier cards' arms and boot studies."""
     import json
 
-    from gb300lane.cards.data import boot_facts_from_report
-    from gb300lane.cards.plan import _boot_dirs, _pilot_dirs
-    from gb300lane.cards.receipts import all_receipts
+    from gb300lane.cards.decide.data import boot_facts_from_report
+    from gb300lane.cards.record.studies import boot_dirs, pilot_dirs
+    from gb300lane.cards.record.receipts import all_receipts
 
     recipes = {a.recipe for a in card.arms}
     hits: list[float] = []
@@ -122,8 +122,8 @@ def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
             if a.recipe in recipes and a.source == "measured" and b is not None and b.boot_seconds is not None:
                 (hits if b.hash_hit else misses if b.hash_hit is False else other).append(b.boot_seconds)
     # the boot reports a pilot and a real boot study keep (an in-process study boots nothing on the lane)
-    reports = [d / "boot.json" for d in _pilot_dirs(card, base)]
-    reports += [f for d in _boot_dirs(card, base) for f in sorted(d.glob("report-*.json"))]
+    reports = [d / "boot.json" for d in pilot_dirs(card, base)]
+    reports += [f for d in boot_dirs(card, base) for f in sorted(d.glob("report-*.json"))]
     for f in reports:
         if not f.is_file():
             continue

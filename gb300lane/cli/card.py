@@ -33,7 +33,7 @@ _JSON = typer.Option(False, "--json", help="Print the result as JSON (nothing el
 
 def _receipts(card: str, receipts: Path | None) -> Receipts:
     from gb300lane.cards import Receipts
-    from gb300lane.cards.receipts import receipts_for
+    from gb300lane.cards.record.receipts import receipts_for
 
     return Receipts(receipts) if receipts is not None else receipts_for(card)
 
@@ -82,8 +82,8 @@ def register_cmd(
 ) -> None:
     from gb300lane.cards import load_card, register
     from gb300lane.cards.plan import registration_plan, registration_warnings
-    from gb300lane.cards.receipts import receipts_state
-    from gb300lane.cards.schema import read_card_text
+    from gb300lane.cards.record.receipts import receipts_state
+    from gb300lane.cards.cardfile import read_card_text
 
     loaded, path = load_card(card)
     plan = registration_plan(loaded)
@@ -234,7 +234,7 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
         return
     console.print(f"receipts: {rec.root}", highlight=False)
     if lines and all(line.endswith("; skipped") for line in lines):
-        from gb300lane.cards.receipts import receipts_state
+        from gb300lane.cards.record.receipts import receipts_state
 
         state = receipts_state(rec, card)
         console.print("every arm had finished earlier; " + "; or ".join(f"`{c}`" for c in state.next), highlight=False,
@@ -314,7 +314,7 @@ def report_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import render_html, render_report
-    from gb300lane.cards.report import HTML
+    from gb300lane.cards.present.report import HTML
 
     rec = _receipts(card, receipts)
     if html and rec.verdict_numbers() and (rec.report_dir(verdict or rec.verdict_numbers()[-1]) / "card.md").exists():
@@ -334,8 +334,8 @@ def report_cmd(
 @card_app.command("show", help="Show a card's registration, arms, looks and verdicts.")
 def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
              receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
-    from gb300lane.cards.looks import read_look
-    from gb300lane.cards.verdicts import read_verdict
+    from gb300lane.cards.record.looks import read_look
+    from gb300lane.cards.record.receipts import read_verdict
 
     rec = _receipts(card, receipts)
     reg = rec.registration()
@@ -367,7 +367,7 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
 @card_app.command("list", help="List card files and their registered receipts.")
 def list_cmd(as_json: bool = _JSON) -> None:
     from gb300lane.cards import all_receipts
-    from gb300lane.cards.schema import known_cards
+    from gb300lane.cards.cardfile import known_cards
 
     files = known_cards()
     regs = [(r.registration(), r) for r in all_receipts()]

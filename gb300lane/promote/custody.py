@@ -23,7 +23,7 @@ from pydantic import JsonValue
 
 from gb300lane import signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
-from gb300lane.cards.custody import Chain, Link, LinkStatus, verify_receipts
+from gb300lane.cards.record.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger

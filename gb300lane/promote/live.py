@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gb300lane import cards, lane, placement
 from gb300lane.bench import run_smoke
-from gb300lane.cards.custody import verify_receipts
+from gb300lane.cards.record.custody import verify_receipts
 from gb300lane.errors import BootError
 from gb300lane.fsio import sha256_file
 from gb300lane.lane.facts import port_in_use
@@ -127,8 +127,9 @@ class LiveOps:
         return not port_in_use(port)
 
     def kept_candidate(self, card: str) -> KeptCandidate:
-        from gb300lane.cards.receipts import receipts_for, stage_count
-        from gb300lane.cards.verdicts import newest_verdict
+        from gb300lane.cards.record.receipts import receipts_for
+        from gb300lane.cards.schema import stage_count
+        from gb300lane.cards.record.verdicts import newest_verdict
 
         rec = receipts_for(card)
         spec = rec.card()

@@ -13,8 +13,19 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gb300lane.fsio import sha256_bytes
+from gb300lane.canonical import sha256_bytes
 from gb300lane.models import FrozenModel
+
+
+class NoiseFloor(FrozenModel):
+    """A written-up card's published noise floor (`noise_floor.json`), used only where rounds were not published."""
+
+    schema_version: Literal[1] = Field(default=1, description="File format version.")
+    decode_tok_s: dict[str, float] = Field(description="Concurrency (as text) -> the stated relative noise floor.")
+    note: str = Field(default="", description="How the floor is used.")
+    quote: str = Field(default="", description="The source's own words.")
+    source: str = Field(default="", description="Where it was published.")
+    transcribed: bool = Field(default=True, description="Transcribed from a write-up, never measured here.")
 
 
 class BootFacts(FrozenModel):
@@ -296,3 +307,45 @@ def marginal(a_p: tuple[float, ...] | list[float]) -> list[float | None]:
         out.append(v / prev if prev > 0 else None)
         prev = v
     return out
+
+
+def merge_stages(parts: list[WindowData]) -> WindowData:
+    """One window out of its stages: each stage's rounds are numbered after the previous stage's."""
+    if len(parts) == 1:
+        return parts[0]
+    cells = []
+    offset = 0
+    drafts = accepted = 0.0
+    for w in parts:
+        top = max((c.round or 0 for c in w.cells), default=0)
+        cells += [c.model_copy(update={"round": (c.round or 0) + offset}) for c in w.cells]
+        offset += top
+        for c in w.cells:
+            if c.num_drafts and c.tokens_per_step is not None:
+                drafts += c.num_drafts
+                accepted += (c.tokens_per_step - 1.0) * c.num_drafts
+    clocks = {w.clock for w in parts}
+    a_ps = [w.a_p for w in parts if w.a_p]
+    width = max((len(a) for a in a_ps), default=0)
+    a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
+    return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
+                      unit=parts[0].unit, cells=tuple(cells),
+                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p)
+
+
+def merge_boots(boots: list[BootFacts]) -> BootFacts:
+    """One arm's boot facts over its stages: a hit only if every boot hit, the most foreign clients seen."""
+    if len(boots) == 1:
+        return boots[0]
+    first = boots[0]
+    hits = [b.hash_hit for b in boots]
+    foreign = [b.foreign_clients for b in boots]
+    kv = {b.kv_pool_tokens for b in boots}
+    digests = {b.env_set_digest for b in boots}
+    return first.model_copy(update={
+        "hash_hit": None if None in hits else all(h for h in hits),
+        "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
+        "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
+        "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
+        "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
+    })

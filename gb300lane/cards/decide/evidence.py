@@ -25,11 +25,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from gb300lane.cards.data import ArmData, merged_cells
-from gb300lane.cards.results import GateResult, GateTest, Metric, Status, combine
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, TokensPerStepTest
-from gb300lane.cards.sequential import Spending, nominal_level
-from gb300lane.cards.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
+from gb300lane.cards.decide.data import ArmData, merged_cells
+from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status, combine
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, Spending, TokensPerStepTest
+from gb300lane.cards.decide.sequential import nominal_level
+from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
 
 TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
 

@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.evidence import TestedGate, _by_transcript, _units
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.evidence import TestedGate, _by_transcript, _units
 from gb300lane.cards.schema import ControlsEquivalence, TokensPerStepTest
 
 

@@ -16,9 +16,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gb300lane.cards.data import ArmData, BootFacts, CellAgg, merged_cells
-from gb300lane.cards.evidence import Look, eval_tested
-from gb300lane.cards.results import CellCheck, GateResult, Status, combine
+from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
+from gb300lane.cards.decide.evidence import Look, eval_tested
+from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (
     Bar,
     Card,
@@ -27,17 +27,17 @@ from gb300lane.cards.schema import (
     DecodeRatioGate,
     DecodeTest,
     EnvEqualGate,
+    FeatureLiveGate,
     FlagGate,
     ForeignClientsGate,
     Gate,
     HashHitGate,
     KvPoolGate,
-    FeatureLiveGate,
     ParityGate,
     TokensPerStepGate,
     TokensPerStepTest,
 )
-from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
+from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
 from gb300lane.errors import CardError
 
 __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
@@ -59,13 +59,13 @@ def _seed(*parts: Any) -> int:
 
 
 class _Ctx:
-    def __init__(self, card: Card, arms: list[ArmData], stated_floor: dict[str, Any] | None) -> None:
+    def __init__(self, card: Card, arms: list[ArmData], stated_floor: NoiseFloor | None) -> None:
         self.card = card
         self.by_name = {a.arm: a for a in arms}
         self.cand = self.by_name.get(card.candidate.name)
         self.ctrls = [self.by_name[a.name] for a in card.controls if a.name in self.by_name]
         self.missing = [a.name for a in card.arms if a.name not in self.by_name]
-        self.stated_floor = stated_floor or {}
+        self.stated_floor = stated_floor.decode_tok_s if stated_floor is not None else {}
 
     def cells(self, window: str) -> tuple[dict[CellKey, CellAgg], list[dict[CellKey, CellAgg]]]:
         c = merged_cells(self.cand.windows.get(window)) if self.cand else {}
@@ -98,7 +98,7 @@ class _Ctx:
         return any(window in a.windows and a.windows[window].unit == "ratio_to_controls_mean" for a in arms)
 
     def stated(self, concurrency: int) -> float | None:
-        v = (self.stated_floor.get("decode_tok_s") or {}).get(str(concurrency))
+        v = self.stated_floor.get(str(concurrency))
         return float(v) if v is not None else None
 
     def resolve_bar(self, bar: Bar, ctrl_spread: float | None, rounds_spread: float | None,
@@ -348,7 +348,7 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
 
 
 def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
-             stated_floor: dict[str, Any] | None = None, look: Look | None = None) -> list[GateResult]:
+             stated_floor: NoiseFloor | None = None, look: Look | None = None) -> list[GateResult]:
     """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data, at `look` (default: fixed)."""
     ctx = _Ctx(card, arms, stated_floor)
     out: list[GateResult] = []

@@ -18,8 +18,9 @@ leaves room under se_needed^2 comes first, then the requests per arm.
 Every verdict also checks a gate's registered `boot_sd` against what was
 measured of the control recipe: the card's own A against A2 (one degree of
 freedom per cell), and every boot study of the same recipe and shape under
-results/pilots/ (`cards.boots.registered_check`); a contradiction is a note
-on the verdict, never a change of its status.
+results/pilots/ (`cards.decide.boots.registered_check`), which the caller
+reads and passes in (`BootStudy`); a contradiction is a note on the verdict,
+never a change of its status.
 """
 
 from __future__ import annotations
@@ -29,13 +30,32 @@ from typing import Any
 
 from pydantic import Field
 
-from gb300lane.cards.boots import boot_units, estimate_from_units, registered_check
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.results import GateResult, GateTest
+from gb300lane.cards.decide.boots import boot_units, critical_boot_sd, estimate_from_units, registered_check
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.results import GateResult, GateTest
 from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9
+
+#: The boot studies of a card's control recipe: every boot as one arm, and a line naming them.
+BootStudy = tuple[list[ArmData], str]
+
+
+def boots_per_arm(card: Card) -> int:
+    """Boots each arm has: one per stage of a sequential card, one for a fixed design."""
+    return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def boot_factor(card: Card, gate: Any) -> float:
+    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
+    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
+
+
+def boot_checked(gates: tuple[Any, ...]) -> list[Any]:
+    """The deciding tested gates that register a boot sd: the ones a verdict checks against measured boots."""
+    return [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
+            and g.decides and g.boot_sd > 0]
 
 
 class MoreNeeded(FrozenModel):
@@ -107,17 +127,12 @@ def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGE
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
-def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: Any = None) -> list[str]:
+def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], study: BootStudy | None) -> list[str]:
     """A registered boot sd checked against the card's own controls (A against A2) and the recipe's boot studies."""
-    from gb300lane.cards.plan import _boots_per_arm, _factor, earlier_boots
-    from gb300lane.cards.boots import critical_boot_sd
-
-    tested = [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
-              and g.decides and g.boot_sd > 0]
+    tested = boot_checked(gates)
     if not tested:
         return []
     ctrls = [a for a in arms if a.role == "control" and card.primary_window in a.windows]
-    study = earlier_boots(card, base)
     out = []
     for g in tested:
         measured = []
@@ -130,7 +145,7 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
             if est is not None:
                 measured.append((est, f"a boot study ({study[1]})"))
         effect = 0.0 if isinstance(g, ControlsEquivalence) else float(g.mde or 0.0)
-        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card),
+        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card),
                                 TARGET_POWER)
         for est, where in measured:
             # the card's own two boots can rule a figure out, never show a study too small: that is the studies' job
@@ -144,17 +159,15 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
 _COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
 
 
-def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...]
-                     ) -> list[str]:
+def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...],
+                     measured_now: dict[str, Any] | None) -> list[str]:
     """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
-    on: one note per boot study the registration recorded (nothing when none was recorded)."""
-    from gb300lane.cards.plan import measured_on
-
-    ids = [g.id for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
-           and g.decides and g.boot_sd > 0]
+    on (`measured_now`: what a boot study would record now): one note per boot study the registration recorded
+    (nothing when none was recorded)."""
+    ids = [g.id for g in boot_checked(gates)]
     if not ids or not recorded:
         return []
-    now = dict(measured_on(card))
+    now = dict(measured_now or {})
     booted = {a.boot.fingerprint for a in arms if a.role == "control" and a.boot is not None and a.boot.fingerprint}
     if len(booted) == 1:  # what the control arms actually booted, over the recipe as it loads now
         now["recipe_fingerprint"] = booted.pop()
@@ -168,4 +181,5 @@ def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], re
     return out
 
 
-__all__ = ["MoreNeeded", "boot_notes", "more_needed", "provenance_notes"]
+__all__ = ["BootStudy", "MoreNeeded", "boot_checked", "boot_factor", "boot_notes", "boots_per_arm", "more_needed",
+           "provenance_notes"]
