@@ -11,7 +11,7 @@ from gb300lane.errors import BootError, StateError
 from gb300lane.lane import BootReport, CheckResult
 from gb300lane.cli import seams
 from gb300lane.promote.live import LiveOps, boot_info, port_of
-from gb300lane.promote.ops import default_ops
+from gb300lane.promote.lane_ops import default_ops
 from gb300lane.testing.simlane import SimLane
 
 

@@ -242,34 +242,14 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
 
 
 def _run_taking_the_lane(rec: Receipts, say: Callable[[str], None]) -> tuple[list[str], TransitionReport | None]:
-    """`card run --take-lane`: the bracket inside `promote.take_lane`; what the give-back did is said even when an
-    arm failed or Ctrl-C stopped the run (the error then goes on up)."""
-    from gb300lane.cards import LiveArmOps, run_card
+    """`card run --take-lane`: `promote.bracket.run_card_taking_the_lane`, a failed give-back said in red."""
     from gb300lane.cli.seams import crash_hook, promotion_ops
-    from gb300lane.promote.lanetake import LaneTake, take_lane
-    from gb300lane.promote.view import protected_instances
+    from gb300lane.promote.bracket import run_card_taking_the_lane
 
-    holder: list[LaneTake] = []
-    try:
-        with take_lane(rec.registration().card, ops=promotion_ops(), crash_hook=crash_hook(), progress=say) as taken:
-            holder.append(taken)
-            prod = taken.production
-            say(f"took the lane: production {prod.recipe} ({prod.instance}) stopped and kept; it is restarted when "
-                "the bracket ends" if prod else "no production recorded: nothing to take; the arms run on the lane")
-            protected = protected_instances()
-            lines = run_card(rec, ops=LiveArmOps(protected), progress=say, protected=protected)
-    finally:
-        given = holder[0].report if holder else None
-        if given is not None and given.ok:
-            say(given.message)
-            card = rec.card()
-            say(f"the arms are kept on the lane; after a PASS (`gb300lane card score {card.name}`), "
-                f"`gb300lane promote {card.candidate.recipe} --from-card {card.name}` starts the kept "
-                f"{card.candidate.name} arm as production without a fresh boot")
-        elif given is not None:
-            err_console.print(f"[bold red]error:[/] {escape(given.message)}", markup=True, highlight=False,
-                              soft_wrap=True)
-    return lines, given
+    def failed(message: str) -> None:
+        err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+
+    return run_card_taking_the_lane(rec, ops=promotion_ops(), crash_hook=crash_hook(), progress=say, failed=failed)
 
 
 @card_app.command("score", help="Write verdict 1: the registered gates over the receipts. Exits 0 on PASS, "
