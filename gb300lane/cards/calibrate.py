@@ -47,7 +47,7 @@ from gb300lane import __version__
 from gb300lane.cards.decide.boots import refuse_pinned_boot_seed
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.decide.gates import evaluate
-from gb300lane.cards.record.looks import decide, design_look
+from gb300lane.cards.decide.looks import decide, design_look
 from gb300lane.cards.decide.data import merge_stages
 from gb300lane.cards.record.receipts import new_run_dir, utc_now
 from gb300lane.cards.decide.results import Status

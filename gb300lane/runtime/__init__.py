@@ -69,27 +69,25 @@ def get_runtime(name: str, *, pull: bool = False) -> Runtime:
     raise LaneError(f"unknown runtime {name!r}; use one of: {', '.join(RUNTIMES)} (--runtime)")
 
 
-__all__ = sorted(
-    [
-        "LABEL_ARM",
-        "LABEL_FINGERPRINT",
-        "LABEL_INSTANCE",
-        "LABEL_LANE",
-        "LABEL_PORT",
-        "LABEL_RECIPE",
-        "LABEL_ROLE",
-        "LABEL_RUN",
-        "LABEL_STATE",
-        "RUNTIMES",
-        "RuntimeName",
-        "ENGINE_IMAGE",
-        "ContainerInfo",
-        "ProcessRuntime",
-        "Runtime",
-        "get_runtime",
-        "reaches_remote_hosts",
-        "unasked_note",
-        "image_fix",
-        "state_label",
-    ]
-)
+__all__ = [
+    "ContainerInfo",
+    "ENGINE_IMAGE",
+    "LABEL_ARM",
+    "LABEL_FINGERPRINT",
+    "LABEL_INSTANCE",
+    "LABEL_LANE",
+    "LABEL_PORT",
+    "LABEL_RECIPE",
+    "LABEL_ROLE",
+    "LABEL_RUN",
+    "LABEL_STATE",
+    "ProcessRuntime",
+    "RUNTIMES",
+    "Runtime",
+    "RuntimeName",
+    "get_runtime",
+    "image_fix",
+    "reaches_remote_hosts",
+    "state_label",
+    "unasked_note",
+]

@@ -300,7 +300,7 @@ class DockerRuntime(Runtime):
         kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "tail": tail if tail is not None else "all"}
         if since is not None:
             kwargs["since"] = float(since)
-        raw = self._call(f"logs {name}", container.logs, **kwargs)
+        raw: bytes = self._call(f"logs {name}", container.logs, **kwargs)
         return raw.decode("utf-8", "replace")
 
     def follow(self, name: str, *, tail: int | None = None) -> Iterator[str]:

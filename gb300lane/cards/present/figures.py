@@ -106,6 +106,7 @@ def svg_text(fig: Figure) -> str:
 def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
     """The write-up's Figure 4: accepted at position per arm; None when no arm has a_p."""
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
     for a in arms:
@@ -129,6 +130,7 @@ def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
 def draw_marginal(card: Card, arms: list[ArmData]) -> Figure | None:
     """The write-up's Figure 5: marginal acceptance per position; None when no arm has a_p."""
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
     widths = []
@@ -201,6 +203,7 @@ def draw_ratio(card: Card, rows: list[RatioRow]) -> Figure | None:
     if not rows:
         return None
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     concs = sorted({r.concurrency for r in rows})
     classes = list(dict.fromkeys(r.cls for r in rows))
