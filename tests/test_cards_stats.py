@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards.decide.data import (
-    boot_facts_from_report,
     marginal,
     merged_cells,
     tokens_per_step_from_a_p,
-    window_data_from_result,
 )
+from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
 from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.stats import paired_bootstrap, spread
 

@@ -15,7 +15,8 @@ from gb300lane.cards.plan import plan_for
 from gb300lane.cards.record.receipts import Receipts, Registration, all_receipts, find_receipts, register
 from gb300lane.cards.decide.results import CardPlan, GateResult, GateTest
 from gb300lane.cards.present.report import render_html, render_report
-from gb300lane.cards.run import ArmOps, ForeignCount, LiveArmOps, run_card
+from gb300lane.cards.record.models import ForeignCount
+from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
 from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.schema import Card, parse_card
 from gb300lane.cards.decide.verdict import Verdict

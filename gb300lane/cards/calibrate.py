@@ -64,7 +64,8 @@ from gb300lane.cards.schema import (
     gates_hash,
     stage_count,
 )
-from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded, engine_fingerprint
+from gb300lane.cards.embedded import check_embedded, engine_fingerprint
+from gb300lane.cards.simulate import DIFFERENCES, InProcessLane
 from gb300lane.cards.decide.stats import proportion
 from gb300lane.errors import CardError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes, write_once

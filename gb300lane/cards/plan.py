@@ -47,6 +47,7 @@ from gb300lane.cards.decide.data import ArmData, WindowData
 from gb300lane.cards.decide.results import CardPlan, GatePlan
 from gb300lane.cards.calibrate import calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
+from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
 from gb300lane.cards.record.receipts import all_receipts, new_run_dir
 from gb300lane.cards.record.studies import (
     boot_provenance,
@@ -398,8 +399,8 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
             write_once(d / "window.json", dumps_json(result.model_dump(mode="json")))
     finally:
         ops.discard(arm.recipe, "pilot")
-    write_once(d / "pilot.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
-                                             "window": w.model_dump(mode="json")}))
+    write_once(d / "pilot.json", dumps_json(PilotReceipt(card=card.name, recipe=arm.recipe, window=w)
+                                            .model_dump(mode="json")))
     say(f"pilot: receipts in {d}")
     return d
 
@@ -419,7 +420,8 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     from datetime import datetime, timezone
 
     from gb300lane.cards.run import arm_seed_base
-    from gb300lane.cards.simulate import InProcessLane, runs_embedded
+    from gb300lane.cards.embedded import runs_embedded
+    from gb300lane.cards.simulate import InProcessLane
     from gb300lane.fsio import dumps_json, write_once
 
     if boots < 3:
@@ -446,11 +448,9 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
             seconds.append(boot_s)
         write_once(d / f"boot-{i:03d}.json", dumps_json(data.model_dump(mode="json")))
         say(f"boot study: {i + 1} of {boots} boots" + (f" (booted in {seconds[-1]:.0f} s)" if seconds else ""))
-    write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
-                                             "boots": boots, "study_seed": study, "in_process": in_process,
-                                             "boot_seconds": seconds,
-                                             "window": primary.model_dump(mode="json"),
-                                             "measured_on": measured_on(card)}))
+    write_once(d / "boots.json", dumps_json(BootStudyReceipt(
+        card=card.name, recipe=arm.recipe, boots=boots, study_seed=study, in_process=in_process,
+        boot_seconds=seconds, window=primary, measured_on=measured_on(card)).model_dump(mode="json")))
     say(f"boot study: receipts in {d}")
     return d
 
@@ -465,7 +465,7 @@ def require_recipes(card: Card) -> None:
                             f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
 def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) -> tuple[WindowData, float]:
     """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
-    from gb300lane.cards.decide.data import window_data_from_result
+    from gb300lane.cards.record.arms import window_data_from_result
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.fsio import dumps_json, write_once
 
@@ -479,7 +479,7 @@ def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) ->
                                     fingerprint=report.fingerprint)
     finally:
         ops.discard(arm.recipe, name)
-    data = window_data_from_result(result.model_dump(mode="json"), card.primary_window)
+    data = window_data_from_result(result, card.primary_window)
     return data, float(report.boot_seconds)
 
 

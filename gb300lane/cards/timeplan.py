@@ -82,7 +82,7 @@ class TimePlan(FrozenModel):
 
 def _modelled_boot(card: Card) -> BootTimes | None:
     """The embedded engine's modelled boot of the control recipe (hit and miss), when the card runs on it."""
-    from gb300lane.cards.simulate import runs_embedded
+    from gb300lane.cards.embedded import runs_embedded
     from gb300lane.engine import boot as eb
     from gb300lane.engine.config import default_capture_sizes
     from gb300lane.recipes import load_recipe
@@ -100,9 +100,9 @@ def _modelled_boot(card: Card) -> BootTimes | None:
 
 def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
     """Wall seconds of the boots on record for the card's recipes: earlier cards' arms and boot studies."""
-    import json
+    from gb300lane.lane.report import BootReport
 
-    from gb300lane.cards.decide.data import boot_facts_from_report
+    from gb300lane.cards.record.arms import boot_facts_from_report
     from gb300lane.cards.record.studies import boot_dirs, pilot_dirs
     from gb300lane.cards.record.receipts import all_receipts
 
@@ -127,7 +127,7 @@ def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
     for f in reports:
         if not f.is_file():
             continue
-        facts = boot_facts_from_report(json.loads(f.read_text(encoding="utf-8")), None)
+        facts = boot_facts_from_report(BootReport.model_validate_json(f.read_bytes()), None)
         if facts.boot_seconds is not None:
             hit = facts.hash_hit
             (hits if hit else misses if hit is False else other).append(float(facts.boot_seconds))

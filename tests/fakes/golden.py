@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
+from gb300lane.bench.models import CellResult, RequestRecord, WindowResult
 from gb300lane.bench.stats import Percentiles
 from gb300lane.lane.report import BootReport
 
@@ -81,33 +81,31 @@ def environment() -> str:
             f"matplotlib {matplotlib.__version__}, pydantic {pydantic.__version__}")
 
 
-def _window_result(raw: dict[str, Any], *, recipe: str, fingerprint: str | None, seed_base: int | None) -> WindowResult:
+def _window_result(raw: WindowResult, *, recipe: str, fingerprint: str | None, seed_base: int | None) -> WindowResult:
     """The in-process window's records and cells as the bench's result file (the fields the client measures
     on the wall clock are zero: the engine's modelled clock is the only one)."""
+    forced = int(raw.window["forced_tokens"])
     records = []
-    for r in raw["records"]:
-        sd = r["spec_decode"]
+    for r in raw.records:
         records.append(RequestRecord(
-            transcript_id=r["transcript_id"], cls=r["cls"], round=r["round"], concurrency=r["concurrency"],
-            seed=seed_base or 0, kind="completion", worker=0, start_s=0.0, ok=r["ok"], error=None,
-            http_status=200, expected_tokens=raw["window"]["forced_tokens"],
-            output_tokens=raw["window"]["forced_tokens"], prompt_tokens=None, chunks=0, token_attribution="usage",
-            ttft_s=None, e2e_s=None, done_s=None, token_times_s=[], engine=None, clock="modelled",
-            decode_tok_s=r["decode_tok_s"], tpot_s=None, text=r["text"],
-            spec_decode=RequestSpecDecode(**sd)))
+            transcript_id=r.transcript_id, cls=r.cls, round=r.round, concurrency=r.concurrency,
+            seed=seed_base or 0, kind="completion", worker=0, start_s=0.0, ok=r.ok, error=None,
+            http_status=200, expected_tokens=forced, output_tokens=forced, prompt_tokens=None, chunks=0,
+            token_attribution="usage", ttft_s=None, e2e_s=None, done_s=None, token_times_s=[], engine=None,
+            clock="modelled", decode_tok_s=r.decode_tok_s, tpot_s=None, text=r.text,
+            spec_decode=r.spec_decode))
     empty = Percentiles.from_values([])
     cells = []
-    for c in raw["cells"]:
+    for c in raw.cells:
         cells.append(CellResult(
-            cls=c["cls"], concurrency=c["concurrency"], round=c["round"], valid=c["valid"], invalid_reasons=[],
-            notes=[], requests=raw["window"]["transcripts_per_class"], errors=0, expected_tokens=0, output_tokens=0,
-            clock="modelled", span_s=None, wall_span_s=0.0, decode_tok_s=c["decode_tok_s"],
+            cls=c.cls, concurrency=c.concurrency, round=c.round, valid=c.valid, invalid_reasons=[],
+            notes=[], requests=int(raw.window["transcripts_per_class"]), errors=0, expected_tokens=0, output_tokens=0,
+            clock="modelled", span_s=None, wall_span_s=0.0, decode_tok_s=c.decode_tok_s,
             decode_tok_s_per_stream=empty, ttft_s=empty, tpot_s=empty, itl_s=empty, generation_tokens_delta=None,
-            spec=SpecStats.model_validate(c["spec"]) if c["spec"] else None, spec_absent_reason=None,
-            counters_delta=None))
+            spec=c.spec, spec_absent_reason=None, counters_delta=None))
     return WindowResult(tool_version="golden", python="3", platform="golden", created_at=FROZEN.isoformat(),
                         endpoint="http://127.0.0.1:1", model="m", server_version=None, recipe=recipe,
-                        fingerprint=fingerprint, window=raw["window"], valid=all(c.valid for c in cells),
+                        fingerprint=fingerprint, window=raw.window, valid=all(c.valid for c in cells),
                         cells=cells, records=records)
 
 

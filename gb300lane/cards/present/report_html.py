@@ -98,8 +98,7 @@ def page(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict]
     manifests = rec.manifests()
     manifest = None
     if manifests:
-        last = rec.read_json(manifests[-1])
-        manifest = {"name": manifests[-1].name, "files": sorted(last["files"].items())}
+        manifest = {"name": manifests[-1].name, "files": sorted(rec.manifest_files(manifests[-1]).items())}
     return templating.render(
         "card.html", card=card, reg=rec.registration(), verdict=verdicts[-1], verdicts=verdicts,
         sources={a.arm: a.source for a in arms}, window=card.window(card.primary_window),

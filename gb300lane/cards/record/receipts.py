@@ -24,12 +24,12 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane import __version__
 from gb300lane.cards.decide.data import (
@@ -38,11 +38,13 @@ from gb300lane.cards.decide.data import (
     NoiseFloor,
     TranscribedArm,
     WindowData,
-    boot_facts_from_report,
     merge_boots,
     merge_stages,
-    window_data_from_result,
 )
+from gb300lane.bench.models import WindowResult
+from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
+from gb300lane.cards.record.models import DoneReceipt, ForeignReceipt
+from gb300lane.lane.report import BootReport
 from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.decide.verdict import Verdict
 from gb300lane.cards.cardfile import load_card, read_card_text
@@ -173,17 +175,24 @@ class Receipts:
                 "register the card again and run it"
             ) from None
 
-    def read_json(self, path: Path) -> Any:
+    def read_json(self, path: Path) -> JsonValue:
+        """A receipt's JSON as it stands (a manifest, a file a test or a tool reads raw); `read_model` types it."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            got: JsonValue = json.loads(path.read_text(encoding="utf-8"))
+            return got
         except (OSError, ValueError) as exc:
             raise CardError(
                 f"{path}: unreadable receipt ({type(exc).__name__}: {exc}); the receipts directory is damaged: restore "
                 "the file from a backup (receipts are write-once), or register the card again and run it"
             ) from None
 
-    def write_json(self, path: Path, obj: Any) -> Path:
+    def write_json(self, path: Path, obj: Mapping[str, object]) -> Path:
+        """Write a receipt once, as canonical JSON."""
         return write_once(path, dumps_json(obj))
+
+    def write_model(self, path: Path, model: FrozenModel) -> Path:
+        """Write a receipt once, as its model's JSON."""
+        return self.write_json(path, model.model_dump(mode="json"))
 
     def verdict_numbers(self) -> list[int]:
         d = self.root / "verdicts"
@@ -193,7 +202,7 @@ class Receipts:
 
     def finished_attempt(self, arm: str, stage: int = 1) -> int | None:
         done = self.arm_dir(arm, stage) / "done.json"
-        return int(self.read_json(done)["attempt"]) if done.is_file() else None
+        return self.read_model(done, DoneReceipt).attempt if done.is_file() else None
 
     def next_attempt(self, arm: str, stage: int = 1) -> int:
         d = self.arm_dir(arm, stage)
@@ -242,12 +251,14 @@ class Receipts:
                 if n is None:
                     break
                 adir = self.attempt_dir(arm.name, n, stage)
-                foreign = self.read_json(adir / "foreign.json") if (adir / "foreign.json").is_file() else {}
-                boots.append(boot_facts_from_report(self.read_json(adir / "boot.json"), foreign.get("foreign_clients")))
+                ff = adir / "foreign.json"
+                foreign = self.read_model(ff, ForeignReceipt).foreign_clients if ff.is_file() else None
+                boots.append(boot_facts_from_report(self.read_model(adir / "boot.json", BootReport), foreign))
                 for w in card.windows:
                     wf = adir / "windows" / f"{w.name}.json"
                     if wf.is_file():
-                        parts.setdefault(w.name, []).append(window_data_from_result(self.read_json(wf), w.name))
+                        parts.setdefault(w.name, []).append(
+                            window_data_from_result(self.read_model(wf, WindowResult), w.name))
             if not boots:
                 continue
             out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured",
@@ -291,11 +302,19 @@ class Receipts:
         later = sorted(self.root.glob("manifest-*.json"), key=lambda p: (_written_at(p), p.name))
         return first + later
 
+    def manifest_files(self, path: Path) -> dict[str, str]:
+        """A manifest's `files`: each receipt's path inside the directory -> its sha256."""
+        m = self.read_json(path)
+        files = m.get("files") if isinstance(m, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise CardError(f"{path}: not a manifest (no files -> sha256 mapping); the receipts directory is damaged: "
+                            "restore the file from a backup (receipts are write-once)")
+        return {k: str(v) for k, v in files.items()}
+
     def verify_manifest(self, name: str = "manifest.json") -> list[str]:
         """Files whose sha256 no longer matches the manifest (empty when intact)."""
-        m = self.read_json(self.root / name)
         bad = []
-        for rel, digest in m["files"].items():
+        for rel, digest in self.manifest_files(self.root / name).items():
             p = self.root / rel
             if not p.is_file() or sha256_file(p) != digest:
                 bad.append(rel)

@@ -7,15 +7,22 @@ they are found and read back for the card whose control recipe and window they m
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from gb300lane.cards.decide.data import ArmData, WindowData, window_data_from_result
+from pydantic import BaseModel, ValidationError
+
+from gb300lane.bench.models import WindowResult
+
+from gb300lane.cards.decide.data import ArmData, WindowData
+from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.decide.more import BootStudy
 from gb300lane.cards.schema import Card, GroupSequential
-from gb300lane.cards.simulate import engine_fingerprint, runs_embedded
+from gb300lane.cards.embedded import engine_fingerprint, runs_embedded
+from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
+from gb300lane.errors import CardError
+from gb300lane.models import format_validation_error
 from gb300lane.paths import results_dir
 from gb300lane.recipes import fingerprint, load_recipe
 from gb300lane.recipes.schema import WindowSpec
@@ -32,9 +39,10 @@ def pilot_root(base: Path | None = None) -> Path:
     return (base or results_dir()) / "pilots"
 
 
-def _studies(card: Card, base: Path | None, meta_file: str, same: Callable[[Card, WindowSpec], bool]) -> list[Path]:
-    """Study folders under results/pilots whose `meta_file` names the card's control recipe and a window `same`
-    accepts for the card."""
+def _studies(card: Card, base: Path | None, meta_file: str, model: type[PilotReceipt] | type[BootStudyReceipt],
+             same: Callable[[Card, WindowSpec], bool]) -> list[Path]:
+    """Study folders under results/pilots whose `meta_file` (a `model` receipt) names the card's control recipe
+    and a window `same` accepts for the card."""
     root = pilot_root(base)
     if not root.is_dir():
         return []
@@ -43,23 +51,22 @@ def _studies(card: Card, base: Path | None, meta_file: str, same: Callable[[Card
         f = d / meta_file
         if not f.is_file():
             continue
-        meta = _read_json(f)
-        if meta.get("recipe") == card.controls[0].recipe and same(card, WindowSpec.model_validate(meta["window"])):
+        meta = _read(f, model)
+        if meta.recipe == card.controls[0].recipe and same(card, meta.window):
             out.append(d)
     return out
 
 
 def pilot_dirs(card: Card, base: Path | None = None) -> list[Path]:
     """Pilots of the card's control recipe over the card's primary window."""
-    return _studies(card, base, "pilot.json", same_primary)
+    return _studies(card, base, "pilot.json", PilotReceipt, same_primary)
 
 
 def pilot_windows(card: Card, base: Path | None = None) -> list[tuple[str, WindowData]]:
     """Each pilot's window, as the data the gates read."""
     out = []
     for d in pilot_dirs(card, base):
-        data = json.loads((d / "window.json").read_text(encoding="utf-8"))
-        out.append((d.name, window_data_from_result(data, "pilot")))
+        out.append((d.name, window_data_from_result(_read(d / "window.json", WindowResult), "pilot")))
     return out
 
 
@@ -84,12 +91,20 @@ def same_boot(card: Card, w: WindowSpec) -> bool:
 
 def boot_dirs(card: Card, base: Path | None = None) -> list[Path]:
     """Boot studies of the card's control recipe over the same requests one boot of its arms runs."""
-    return _studies(card, base, "boots.json", same_boot)
+    return _studies(card, base, "boots.json", BootStudyReceipt, same_boot)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    got: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return got
+_R = TypeVar("_R", bound=BaseModel)
+
+
+def _read(path: Path, model: type[_R]) -> _R:
+    """A study's receipt read into its model; CardError naming the file when it is not one."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        found = format_validation_error(exc, first_only=True) if isinstance(exc, ValidationError) else str(exc)
+        raise CardError(f"{path}: not a {model.__name__} ({found}); move the study aside (results/pilots/), or run "
+                        "it again (`gb300lane card plan CARD --boots N`)") from None
 
 
 def earlier_boots(card: Card, base: Path | None = None) -> BootStudy | None:
@@ -98,7 +113,7 @@ def earlier_boots(card: Card, base: Path | None = None) -> BootStudy | None:
     names = []
     for d in boot_dirs(card, base):
         for f in sorted(d.glob("boot-*.json")):
-            w = WindowData.model_validate(_read_json(f))
+            w = _read(f, WindowData)
             arms.append(ArmData(arm=f"{d.name}/{f.stem}", recipe=card.controls[0].recipe, role="control",
                                 source="measured", windows={card.primary_window: w}))
         names.append(d.name)
@@ -124,7 +139,7 @@ def boot_provenance(card: Card, base: Path | None = None) -> tuple[dict[str, Any
     before the record was kept have none)."""
     out = []
     for d in boot_dirs(card, base):
-        got = _read_json(d / "boots.json").get("measured_on")
+        got = _read(d / "boots.json", BootStudyReceipt).measured_on
         if isinstance(got, dict):
             out.append({"study": d.name, **got})
     return tuple(out)
