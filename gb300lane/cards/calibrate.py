@@ -59,6 +59,7 @@ from gb300lane.cards.schema import (
     DecodeRatioGate,
     DecodeTest,
     ParityGate,
+    TestedGate,
     TokensPerStepGate,
     TokensPerStepTest,
     gates_hash,
@@ -325,7 +326,7 @@ def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootChec
     """Per tested gate: the boot sd the replicates' control boots show (stage 1 of A, A2 and A-as-B)."""
     from gb300lane.cards.decide.boots import BootUnits, boot_units, estimate_from_units
 
-    tested = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    tested = [g for g in card.gates if isinstance(g, TestedGate)]
     units: dict[str, list[BootUnits]] = {g.id: [] for g in tested}
     for (r, key, stage), line in sorted(raw.items()):
         if r < replicates and stage == 1 and key in ("A", "A2", "B:aa"):

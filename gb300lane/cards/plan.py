@@ -59,7 +59,7 @@ from gb300lane.cards.record.studies import (
     pilot_windows,
     same_primary,
 )
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError, LaneError
 from gb300lane.recipes import load_recipe
@@ -162,8 +162,7 @@ def _gate_cells(card: Card, gate: Any) -> list[Cell]:
 def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
-    metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
-        "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
+    metric = gate.metric
     w = card.window(gate.window)
     cells = _gate_cells(card, gate)
     n_ctrl = len(card.controls)
@@ -223,7 +222,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
     seq = card.design if isinstance(card.design, GroupSequential) else None
-    gates = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    gates = [g for g in card.gates if isinstance(g, TestedGate)]
     if not gates:
         raise CardError(f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
                         "nothing to plan")
@@ -510,7 +509,7 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
 
 def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
     """The plan `card register` records: from earlier control data only (registering never boots anything)."""
-    if not any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates):
+    if not any(isinstance(g, TestedGate) for g in card.gates):
         return None
     found = earlier_noise(card, base)
     if found is None:
@@ -528,7 +527,7 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
 
     out = [f"gate {g.id} decides on a point ratio (the write-up's design), without a test: use kind "
            "tokens_per_step, decode_tok_s or controls_equivalence" for g in card.gates if g.kind in POINT_RATIO_KINDS]
-    tested = any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates)
+    tested = any(isinstance(g, TestedGate) for g in card.gates)
     if not tested:
         return out
     if plan is None:

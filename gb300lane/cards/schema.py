@@ -125,6 +125,11 @@ class TokensPerStepTest(_TestedGate):
         default="aggregate", description="aggregate: one test over the window's units; per_cell: one per class x concurrency."
     )
 
+    @property
+    def metric(self) -> Literal["tokens_per_step"]:
+        """What the test compares, per paired unit (every tested gate has one)."""
+        return "tokens_per_step"
+
 
 class DecodeTest(_TestedGate):
     kind: Literal["decode_tok_s"] = Field(
@@ -135,6 +140,11 @@ class DecodeTest(_TestedGate):
         default="per_cell", description="per_cell: one test per class x concurrency (all must pass); aggregate: one."
     )
 
+    @property
+    def metric(self) -> Literal["decode_tok_s"]:
+        """What the test compares, per paired unit (every tested gate has one)."""
+        return "decode_tok_s"
+
 
 class ControlsEquivalence(_TestedGate):
     kind: Literal["controls_equivalence"] = Field(
@@ -143,6 +153,10 @@ class ControlsEquivalence(_TestedGate):
     test: Literal["equivalence"] = Field(default="equivalence", description="Always equivalence (two one-sided tests).")
     metric: Literal["decode_tok_s", "tokens_per_step"] = Field(default="decode_tok_s", description="What is compared.")
     scope: Literal["aggregate", "per_cell"] = Field(default="aggregate", description="One test, or one per cell.")
+
+
+#: A gate decided by a pre-registered paired test (its `metric` is what it compares).
+TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
 
 
 class TokensPerStepGate(_WindowGate):

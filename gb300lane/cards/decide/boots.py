@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gb300lane.cards.decide.data import ArmData
-from gb300lane.cards.decide.evidence import TestedGate, _by_transcript, _units
-from gb300lane.cards.schema import ControlsEquivalence, TokensPerStepTest
+from gb300lane.cards.decide.evidence import by_transcript, units_of
+from gb300lane.cards.schema import ControlsEquivalence, TestedGate, TokensPerStepTest
 
 
 @dataclass(frozen=True)
@@ -69,22 +69,16 @@ def refuse_pinned_boot_seed(what: str, env: Any = None) -> None:
                         "and run again")
 
 
-def metric_of(gate: TestedGate) -> str:
-    if isinstance(gate, ControlsEquivalence):
-        return gate.metric
-    return "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s"
-
-
 BootUnits = dict[Any, dict[str, float]]
 
 
 def boot_units(gate: TestedGate, arm: ArmData) -> BootUnits:
     """One boot's units for `gate`: per test group (None for an aggregate gate, the cell otherwise),
     transcript -> value."""
-    units, _ = _units(arm, gate, metric_of(gate))
+    units, _ = units_of(arm, gate, gate.metric)
     keys = sorted(units, key=lambda k: (k[1], k[0]))
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
-    return {g: {u: v for u, (v, _) in _by_transcript(units, ks).items()} for g, ks in groups}
+    return {g: {u: v for u, (v, _) in by_transcript(units, ks).items()} for g, ks in groups}
 
 
 def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | None:
@@ -219,4 +213,4 @@ def boots_to_see(sd: float, units: int, within: float, power: float = 0.9, limit
 
 
 __all__ = ["BOOT_SEED_VAR", "BootEstimate", "BootUnits", "boot_units", "boots_to_see", "critical_boot_sd", "estimate_boot_sd",
-           "estimate_from_units", "exceeds_registered", "metric_of", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]
+           "estimate_from_units", "exceeds_registered", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
@@ -34,6 +34,7 @@ from gb300lane.cards.schema import (
     HashHitGate,
     KvPoolGate,
     ParityGate,
+    TestedGate,
     TokensPerStepGate,
     TokensPerStepTest,
 )
@@ -344,7 +345,7 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
         obs = " / ".join({True: "live", False: "NOT LIVE", None: "-"}[x] for x in live.values())
         why = "; ".join(f"{k}: {boots[k].feature_live_summary}" for k in dead)
         return _per_arm(ctx, gate, live, not dead, f"{obs} ({names})", "every asked-for feature runs", why)
-    raise AssertionError(f"unhandled gate kind {gate.kind}")
+    assert_never(gate)
 
 
 def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
@@ -353,10 +354,10 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
     ctx = _Ctx(card, arms, stated_floor)
     out: list[GateResult] = []
     for gate in gates:
-        if isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+        if isinstance(gate, TestedGate):
             miss = _missing_arms(ctx, gate)
             out.append(miss if miss is not None else eval_tested(card, gate, ctx.cand, ctx.ctrls, look or Look()))
-        elif isinstance(gate, (TokensPerStepGate, DecodeRatioGate, ControlsAgreeGate, ParityGate)):
+        elif isinstance(gate, WindowGate):
             miss = _missing_arms(ctx, gate)
             if miss is not None:
                 out.append(miss)
@@ -366,8 +367,10 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
                 out.append(_eval_tps(ctx, gate))
             else:
                 out.append(_eval_ratio(ctx, gate))
-        else:
+        elif isinstance(gate, BootGate):
             out.append(_eval_boot(ctx, gate))
+        else:
+            assert_never(gate)  # a new gate kind: add it to one of the unions above and evaluate it
     return out
 
 

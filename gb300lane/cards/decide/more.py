@@ -33,7 +33,7 @@ from pydantic import Field
 from gb300lane.cards.decide.boots import boot_units, critical_boot_sd, estimate_from_units, registered_check
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.results import GateResult, GateTest
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9
@@ -54,7 +54,7 @@ def boot_factor(card: Card, gate: Any) -> float:
 
 def boot_checked(gates: tuple[Any, ...]) -> list[Any]:
     """The deciding tested gates that register a boot sd: the ones a verdict checks against measured boots."""
-    return [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
+    return [g for g in gates if isinstance(g, TestedGate)
             and g.decides and g.boot_sd > 0]
 
 
@@ -94,7 +94,7 @@ def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGE
     """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power."""
     if result.status != "INCONCLUSIVE" or not result.decides:
         return None
-    if not isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+    if not isinstance(gate, TestedGate):
         return None
     open_tests = [t for t in result.tests if t.decision == "INCONCLUSIVE"]
     ses = [(s, t) for t in open_tests if (s := _se(t)) is not None]
