@@ -55,6 +55,7 @@ from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
 from gb300lane.cards.schema import (
     Card,
     ControlsAgreeGate,
+    Gate,
     ControlsEquivalence,
     DecodeRatioGate,
     DecodeTest,
@@ -170,7 +171,7 @@ def aa_card(card: Card) -> Card:
     return card.model_copy(update={"arms": arms})
 
 
-def window_gates(card: Card) -> tuple[Any, ...]:
+def window_gates(card: Card) -> tuple[Gate, ...]:
     return tuple(g for g in card.gates if isinstance(g, WINDOW_GATES))
 
 

@@ -39,7 +39,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, refuse_pinned_boot_seed,
                                    registered_check)
@@ -59,11 +60,15 @@ from gb300lane.cards.record.studies import (
     pilot_windows,
     same_primary,
 )
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError, LaneError
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
+
+if TYPE_CHECKING:  # the run path and the in-process engine are imported when a pilot or a study runs
+    from gb300lane.cards.run import ArmOps
+    from gb300lane.cards.simulate import InProcessLane
 
 TARGET_POWER = 0.9
 PILOT_TRANSCRIPTS = 8
@@ -153,13 +158,13 @@ def _window_requests(w: WindowSpec) -> int:
     return len(w.classes) * w.transcripts_per_class * len(w.concurrency) * w.rounds
 
 
-def _gate_cells(card: Card, gate: Any) -> list[Cell]:
+def _gate_cells(card: Card, gate: TestedGate) -> list[Cell]:
     w = card.window(gate.window)
     return [(c, n) for c in w.classes for n in w.concurrency
             if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
 
 
-def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
+def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
     metric = gate.metric
@@ -184,7 +189,7 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float 
     return out, ""
 
 
-def _gate_power(gate: Any, ses: list[float], level: float, effect: float) -> float:
+def _gate_power(gate: TestedGate, ses: list[float], level: float, effect: float) -> float:
     norm = _norm()
     z = norm.isf(level)
     p = 1.0
@@ -227,7 +232,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         raise CardError(f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
                         "nothing to plan")
 
-    def eff(g: Any) -> float:
+    def eff(g: TestedGate) -> float:
         if isinstance(g, ControlsEquivalence):
             return 0.0
         if effect is not None and isinstance(g, TokensPerStepTest):
@@ -248,11 +253,11 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     per_gate_power: dict[str, Callable[[float], float]] = {}
     measured: dict[str, BootEstimate | None] = {g.id: estimate_boot_sd(g, boots) if boots else None for g in gates}
 
-    def sd_of(g: Any) -> float:
+    def sd_of(g: TestedGate) -> float:
         m = measured[g.id]
         return float(g.boot_sd) if g.boot_sd > 0 else (m.sd if m is not None else 0.0)
 
-    def boot_fields(g: Any) -> dict[str, Any]:
+    def boot_fields(g: TestedGate) -> dict[str, Any]:
         m = measured[g.id]
         crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card), target)
         check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, "the boot study", crit)
@@ -271,7 +276,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
                                  **boot_fields(g)))
             continue
 
-        def power_at(scale: float, g: Any = g) -> float:
+        def power_at(scale: float, g: TestedGate = g) -> float:
             s, _ = _tests_se(card, g, noise, scale / inflation, sd_of(g))
             return _gate_power(g, s, g.alpha, eff(g))
 
@@ -319,7 +324,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 # ---------------------------------------------------------------- where the noise comes from
 
 
-def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
+def earlier_noise(card: Card, base: Path | None = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
     found = control_windows(card, base)
     if found is None:
@@ -331,7 +336,7 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     return noise, label
 
 
-def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, WindowData]], str] | None:
+def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[str, WindowData]], str] | None:
     """The control windows `earlier_noise` reads (earlier control arms, pilots, boot studies), and where from."""
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
@@ -373,8 +378,8 @@ def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec
                                 "rounds": 2, "seed_base": seed})
 
 
-def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callable[[str], None] | None = None,
-              transcripts: int = PILOT_TRANSCRIPTS) -> Any:
+def run_pilot(card: Card, *, ops: ArmOps | None = None, base: Path | None = None, progress: Callable[[str], None] | None = None,
+              transcripts: int = PILOT_TRANSCRIPTS) -> Path:
     """Boot arm A's recipe dark, run the pilot window, keep its receipts under results/pilots/; returns the dir."""
     from datetime import datetime, timezone
 
@@ -404,8 +409,8 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     return d
 
 
-def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callable[[str], None] | None = None,
-                   lane: Any = None, ops: Any = None) -> Any:
+def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress: Callable[[str], None] | None = None,
+                   lane: InProcessLane | None = None, ops: ArmOps | None = None) -> Path:
     """`boots` boots of the control recipe, each its own boot seed and seed base, over the primary window as the
     card sizes it; receipts under results/pilots/<date>-<card>-boots/.
 
@@ -462,7 +467,7 @@ def require_recipes(card: Card) -> None:
         except LaneError as exc:
             raise CardError(f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
                             f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
-def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) -> tuple[WindowData, float]:
+def _real_boot(card: Card, arm: Arm, w: WindowSpec, i: int, d: Path, ops: ArmOps | None) -> tuple[WindowData, float]:
     """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
     from gb300lane.cards.record.arms import window_data_from_result
     from gb300lane.cards.run import LiveArmOps
@@ -482,7 +487,7 @@ def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) ->
     return data, float(report.boot_seconds)
 
 
-def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
+def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None, base: Path | None = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
              target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
@@ -507,7 +512,7 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
                      boot_source=study[1] if study else "")
 
 
-def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
+def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
     """The plan `card register` records: from earlier control data only (registering never boots anything)."""
     if not any(isinstance(g, TestedGate) for g in card.gates):
         return None

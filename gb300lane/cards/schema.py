@@ -9,9 +9,10 @@ change after registration is only possible as a re-score.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, JsonValue, ValidationError, model_validator
 
 from gb300lane.canonical import dumps_json, sha256_bytes
 from gb300lane.errors import CardError
@@ -344,7 +345,7 @@ class Card(FrozenModel):
                 return w
         raise CardError(f"card {self.name}: no window named {name!r}; windows are {[w.name for w in self.windows]}")
 
-    def gate(self, gate_id: str) -> Any:
+    def gate(self, gate_id: str) -> Gate:
         for g in self.gates:
             if g.id == gate_id:
                 return g
@@ -364,7 +365,7 @@ def stage_count(card: Card) -> int:
     return card.design.looks if isinstance(card.design, GroupSequential) else 1
 
 
-def units_per_test(card: Card, gate: Any) -> int:
+def units_per_test(card: Card, gate: TestedGate) -> int:
     """Paired units of each of a tested gate's tests: transcripts of a cell (per cell), of all its classes
     (aggregate)."""
     w = card.window(gate.window)
@@ -376,7 +377,7 @@ def small_sample_refusals(card: Card) -> list[str]:
     """Gates whose interval method is not calibrated at the card's sample size (BCa below BCA_MIN_UNITS)."""
     out = []
     for g in card.gates:
-        if getattr(g, "interval", "t") == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
+        if isinstance(g, TestedGate) and g.interval == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
             out.append(f"card {card.name}: gate {g.id}.interval = bca at {n} paired units per test, below the "
                        f"{BCA_MIN_UNITS} its calibration holds at (BCa's false PASS and false FAIL run above the "
                        f"nominal alpha at small n); set interval: t, or give the window at least {BCA_MIN_UNITS} "
@@ -384,7 +385,7 @@ def small_sample_refusals(card: Card) -> list[str]:
     return out
 
 
-def gates_payload(gates: tuple[Any, ...]) -> list[dict[str, Any]]:
+def gates_payload(gates: Sequence[Gate]) -> list[dict[str, JsonValue]]:
     return [g.model_dump(mode="json") for g in gates]
 
 

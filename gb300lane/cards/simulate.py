@@ -38,6 +38,7 @@ from gb300lane.bench.stats import Percentiles
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
 from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.schema import Arm, Card
+from gb300lane.recipes.schema import TranscriptClass, WindowSpec
 
 DIFFERENCES = (
     "in process on the engine core, each arm one engine with its own boot seed (numerics jitter as between "
@@ -102,7 +103,7 @@ class InProcessLane:
                           boot_seed=pinned, numerics_jitter=args.numerics_jitter)
         return _ArmEngine(core=core, served=args.served_model_name, max_num_seqs=args.max_num_seqs)
 
-    def _requests(self, engine: _ArmEngine, window: Any, cls: str, rnd: int) -> list[Any]:
+    def _requests(self, engine: _ArmEngine, window: WindowSpec, cls: str, rnd: int) -> list[Any]:
         from gb300lane.bench.transcripts import select_transcripts
         from gb300lane.bench.window import build_request
         from gb300lane.engine.api import parse_request
@@ -169,13 +170,13 @@ class InProcessLane:
             spans.append(clock)
         return spans
 
-    def run_window(self, engine: _ArmEngine, window: Any) -> WindowResult:
+    def run_window(self, engine: _ArmEngine, window: WindowSpec) -> WindowResult:
         """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock)."""
         from gb300lane.bench.stats import decode_rate
         from gb300lane.spec import SpecCounters
 
         tok = self.model.tokenizer
-        cells_in: list[tuple[int, str, int, list[Any], float]] = []
+        cells_in: list[tuple[int, TranscriptClass, int, list[Any], float]] = []
         one_user: list[tuple[int, list[Any]]] = []
         for rnd in range(1, window.rounds + 1):
             for cls in window.classes:
@@ -242,7 +243,7 @@ class InProcessLane:
             valid=all(c.valid for c in cells), cells=cells, records=records,
         )  # fmt: skip
 
-    def run_arm(self, card: Card, arm: Arm, windows: list[Any], recipe: str | None = None,
+    def run_arm(self, card: Card, arm: Arm, windows: list[WindowSpec], recipe: str | None = None,
                 previous: dict[str, WindowData] | None = None, boot_seed: int | None = None) -> ArmData:
         """One arm (one boot) over `windows`, merged after `previous` stages' data when given."""
         engine = self.boot(recipe or arm.recipe, boot_seed)

@@ -28,6 +28,8 @@ lower bound on the requests' time).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 import statistics
 from typing import Any
@@ -98,7 +100,7 @@ def _modelled_boot(card: Card) -> BootTimes | None:
     return BootTimes(clock="modelled", hit_s=round(hit, 1), miss_s=round(miss, 1), boots=0)
 
 
-def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
+def lane_boots(card: Card, base: Path | None = None) -> BootTimes | None:
     """Wall seconds of the boots on record for the card's recipes: earlier cards' arms and boot studies."""
     from gb300lane.lane.report import BootReport
 
@@ -174,7 +176,7 @@ def _seq_shape(card: Card, looks: int, target: float) -> tuple[float, float]:
     return infl, used
 
 
-def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]], base: Any = None) -> TimePlan:
+def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]], base: Path | None = None) -> TimePlan:
     """Each design's expected and worst-case wall-clock (module docstring), sized for the plan's target power."""
     boots = [b for b in (lane_boots(card, base), _modelled_boot(card)) if b is not None]
     window_s, clock = _request_seconds(card, windows)

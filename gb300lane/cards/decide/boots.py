@@ -23,6 +23,8 @@ boots as a check.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +57,7 @@ class BootEstimate:
 BOOT_SEED_VAR = "GB300LANE_BOOT_SEED"
 
 
-def refuse_pinned_boot_seed(what: str, env: Any = None) -> None:
+def refuse_pinned_boot_seed(what: str, env: Mapping[str, str] | None = None) -> None:
     """CardError when the environment pins every boot's seed: each in-process boot (and each engine the lane
     starts) would then share one boot's numerics, and `what` would measure no boot variance at all."""
     import os

@@ -26,14 +26,14 @@ never a change of its status.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.cards.decide.boots import boot_units, critical_boot_sd, estimate_from_units, registered_check
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.results import GateResult, GateTest
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, Gate, GroupSequential, TestedGate, TokensPerStepTest
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9
@@ -47,12 +47,12 @@ def boots_per_arm(card: Card) -> int:
     return card.design.looks if isinstance(card.design, GroupSequential) else 1
 
 
-def boot_factor(card: Card, gate: Any) -> float:
+def boot_factor(card: Card, gate: TestedGate) -> float:
     """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
     return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
 
 
-def boot_checked(gates: tuple[Any, ...]) -> list[Any]:
+def boot_checked(gates: Sequence[Gate]) -> list[TestedGate]:
     """The deciding tested gates that register a boot sd: the ones a verdict checks against measured boots."""
     return [g for g in gates if isinstance(g, TestedGate)
             and g.decides and g.boot_sd > 0]
@@ -90,7 +90,7 @@ def _se(t: GateTest) -> float | None:
     return (t.high - t.low) / (2 * _z((1 - t.level) / 2))
 
 
-def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
+def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
     """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power."""
     if result.status != "INCONCLUSIVE" or not result.decides:
         return None
@@ -127,7 +127,7 @@ def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGE
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
-def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], study: BootStudy | None) -> list[str]:
+def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: BootStudy | None) -> list[str]:
     """A registered boot sd checked against the card's own controls (A against A2) and the recipe's boot studies."""
     tested = boot_checked(gates)
     if not tested:
@@ -159,8 +159,8 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], study: B
 _COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
 
 
-def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...],
-                     measured_now: dict[str, Any] | None) -> list[str]:
+def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], recorded: Sequence[Mapping[str, JsonValue]],
+                     measured_now: Mapping[str, JsonValue] | None) -> list[str]:
     """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
     on (`measured_now`: what a boot study would record now): one note per boot study the registration recorded
     (nothing when none was recorded)."""

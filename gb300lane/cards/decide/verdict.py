@@ -8,9 +8,10 @@ receipts directory records; `cards.record.inputs` reads those inputs from the re
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 
 from gb300lane import __version__
 from gb300lane.canonical import dumps_json, sha256_bytes
@@ -63,7 +64,7 @@ class Verdict(FrozenModel):
     more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
                                                 "per arm that would decide at 90% power. Left out when empty.")
 
-    def payload(self) -> dict[str, Any]:
+    def payload(self) -> dict[str, JsonValue]:
         """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
         with nothing to add keeps the bytes it always had."""
         empty = {k for k in ("notes", "more_needed") if not getattr(self, k)}
@@ -131,7 +132,7 @@ def gates_of(verdict: Verdict) -> tuple[Gate, ...]:
     return tuple(_GATE.validate_python(g) for g in verdict.gates)
 
 
-def parse_change(text: str) -> tuple[str, str, Any]:
+def parse_change(text: str) -> tuple[str, str, JsonValue]:
     """`GATE.KEY=VALUE` (VALUE as YAML, so `0.03`, `set`, `{mode: spread, source: rounds, value: 0.02}`)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise CardError(f"gate change {text!r}: write it as GATE.KEY=VALUE, e.g. env-equal.compare=set")
@@ -141,7 +142,7 @@ def parse_change(text: str) -> tuple[str, str, Any]:
     return gate, key, value
 
 
-def apply_changes(card: Card, gates: tuple[Any, ...], changes: list[str]) -> tuple[tuple[Any, ...], tuple[GateChange, ...]]:
+def apply_changes(card: Card, gates: Sequence[Gate], changes: list[str]) -> tuple[tuple[Gate, ...], tuple[GateChange, ...]]:
     """Apply GATE.KEY=VALUE changes to gates; every change names an existing gate and key."""
     data = [g.model_dump(mode="json") for g in gates]
     by_id = {d["id"]: d for d in data}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gb300lane.cards.decide.data import ArmData, CellAgg, NoiseFloor, marginal, merged_cells, tokens_per_step_from_a_p
 from gb300lane.cards.decide.gates import evaluate, overall
+from gb300lane.cards.record.models import TranscribedRescore
 from gb300lane.cards.record.receipts import Receipts
 from gb300lane.cards.schema import Card
 from gb300lane.cards.decide.stats import arms_as_units
@@ -113,7 +114,7 @@ def reproduce_br1() -> list[str]:
     v1, v2, rs = transcribed_verdicts(rec)
     out.append(f"Pre-registered gates over the transcribed receipts (write-up: {stated['verdict_1']}):")
     out += verdict_lines(v1)
-    out.append("  instrument reasons: " + (rs["reason"] if rs else "-"))
+    out.append("  instrument reasons: " + (rs.reason if rs else "-"))
     if v2 is not None:
         out.append("")
         out.append(f"Re-score (write-up: {stated['verdict_2']}): " + "; ".join(f"{c.gate}.{c.key}: {c.old} -> {c.new}" for c in v2.changes))
@@ -129,7 +130,7 @@ def reproduce_br1() -> list[str]:
 ALPHA = 0.025
 
 
-def new_design_br1(rec: Receipts, card: Card, rs: dict[str, Any] | None) -> list[str]:
+def new_design_br1(rec: Receipts, card: Card, rs: TranscribedRescore | None) -> list[str]:
     """What the pre-registered-test design says of BR1's transcribed data (printed beside the write-up's verdicts)."""
     arms = {a.arm: a for a in rec.load_arms(card)}
     cells = {n: merged_cells(arms[n].windows["primary"]) for n in ("A", "B", "A2")}
@@ -144,7 +145,7 @@ def new_design_br1(rec: Receipts, card: Card, rs: dict[str, Any] | None) -> list
             for cls in card.window("primary").classes}
     widest = max(gaps, key=lambda c: gaps[c])
     if rs is not None and floor is not None:
-        gates, _ = apply_changes(card, card.gates, rs["changes"])
+        gates, _ = apply_changes(card, card.gates, rs.changes)
         lower = NoiseFloor(decode_tok_s={"1": round(floor - 0.001, 3)})
         again = overall(evaluate(card, gates, list(arms.values()), lower))
         out.append(f"  circular bar: the re-score's controls-agree bar is the stated noise floor {floor:.1%}, which is "

@@ -36,7 +36,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane import __version__
 from gb300lane.cards.record.receipts import MANIFEST_SEAL, Receipts
@@ -87,7 +87,7 @@ class Chain(FrozenModel):
                      else f"  chain breaks at {br.file or br.kind}: {br.detail}")
         return "\n".join(lines)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         br = self.first_break
         return {"subject": self.subject, "ok": self.ok, "breaks_at": br.model_dump() if br else None,
                 "links": [link.model_dump() for link in self.links]}

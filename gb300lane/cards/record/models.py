@@ -93,5 +93,16 @@ class BootStudyReceipt(FrozenModel):
         default=None, description="The lane, recipe, image and engine it was measured on (older studies: none).")
 
 
+class TranscribedRescore(FrozenModel):
+    """A written-up card's re-score, as transcribed (`rescore.json`): its gate changes and why."""
+
+    schema_version: Literal[1] = Field(default=1, description="File format version.")
+    changes: list[str] = Field(description="The re-score's gate changes, as GATE.KEY=VALUE.")
+    reason: str = Field(description="Why the gates changed.")
+    quote: str = Field(default="", description="The source's own words.")
+    source: str = Field(default="", description="Where it was published.")
+    transcribed: bool = Field(default=True, description="Transcribed from a write-up, never scored here.")
+
+
 __all__ = ["AttemptReceipt", "BootStudyReceipt", "DoneReceipt", "ForeignCount", "ForeignReceipt", "PilotReceipt",
-           "SelftestReceipt"]
+           "SelftestReceipt", "TranscribedRescore"]

@@ -89,7 +89,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> dict[str, str | int | None]:
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from gb300lane.bench.models import WindowResult
 
@@ -122,7 +122,7 @@ def earlier_boots(card: Card, base: Path | None = None) -> BootStudy | None:
     return arms, f"{len(arms)} boots of {card.controls[0].recipe} ({'; '.join(names)})"
 
 
-def measured_on(card: Card) -> dict[str, Any]:
+def measured_on(card: Card) -> dict[str, JsonValue]:
     """What a boot study of the card's control recipe measures: the lane (in process on the embedded engine, or
     the recipe's lane), the recipe and its fingerprint (over its hash inputs), the image and what its compile hash
     covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
@@ -134,7 +134,7 @@ def measured_on(card: Card) -> dict[str, Any]:
             "engine_fingerprint": engine_fingerprint(card) if embedded else None}
 
 
-def boot_provenance(card: Card, base: Path | None = None) -> tuple[dict[str, Any], ...]:
+def boot_provenance(card: Card, base: Path | None = None) -> tuple[dict[str, JsonValue], ...]:
     """What each boot study of the card's control recipe and shape recorded it was measured on (studies from
     before the record was kept have none)."""
     out = []

@@ -23,6 +23,7 @@ from gb300lane.cards.decide.verdict import (
 from gb300lane.cards.record.custody import require_intact
 from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.cards.record.looks import stopped_at
+from gb300lane.cards.record.models import TranscribedRescore
 from gb300lane.cards.record.receipts import Receipts, all_receipts, read_verdict
 from gb300lane.cards.schema import Card, stage_count
 from gb300lane.errors import CardError
@@ -111,7 +112,7 @@ def rescore(rec: Receipts, reason: str, changes: list[str]) -> Verdict:
     return new
 
 
-def transcribed_verdicts(rec: Receipts) -> tuple[Verdict, Verdict | None, dict[str, Any] | None]:
+def transcribed_verdicts(rec: Receipts) -> tuple[Verdict, Verdict | None, TranscribedRescore | None]:
     """A written-up card's verdicts, computed (never stored): the registered gates, then its re-score.
 
     Returns (verdict 1, verdict 2 or None, the transcribed re-score record or None).
@@ -122,11 +123,11 @@ def transcribed_verdicts(rec: Receipts) -> tuple[Verdict, Verdict | None, dict[s
     rs_file = rec.root / "rescore.json"
     if not rs_file.is_file():
         return v1, None, None
-    rs = json.loads(rs_file.read_text(encoding="utf-8"))
-    gates, changes = apply_changes(card, card.gates, rs["changes"])
+    rs = rec.read_model(rs_file, TranscribedRescore)
+    gates, changes = apply_changes(card, card.gates, rs.changes)
     pointer = PreviousVerdict(number=1, file="verdicts/verdict-1.json (not written: computed from transcribed receipts)",
                               sha256=sha256_bytes(dumps_json(v1.model_dump(mode="json"))), verdict=v1.verdict)
-    v2 = verdict_over(rec, card, gates, number=2, previous=pointer, reason=rs["reason"], changes=changes)
+    v2 = verdict_over(rec, card, gates, number=2, previous=pointer, reason=rs.reason, changes=changes)
     return v1, v2, rs
 
 
