@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
-
 
 def to_bytes(data: str | bytes) -> bytes:
     """`data` as bytes (text as UTF-8)."""
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
-def dumps_json(obj: Any) -> str:
+def dumps_json(obj: object) -> str:
     """Stable JSON for files on disk: sorted keys, two-space indent, trailing newline."""
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
