@@ -15,8 +15,8 @@ gate's `mde` (0 where none is set: B no better, the conservative case for a
 non-inferiority gate), and the requests per arm that reach the target power.
 
 Each arm is a boot, and a boot shifts its arm's mean as a whole
-(`cards.boots`): that variance does not shrink with requests, so it is added
-to each test's as the test adds it (`cards.stats`),
+(`cards.decide.boots`): that variance does not shrink with requests, so it is added
+to each test's as the test adds it (`cards.decide.stats`),
 
     + (1 + 1/controls) sigma_b^2 / boots per arm                (2 sigma_b^2 for A against A2)
 
@@ -28,7 +28,7 @@ one boot of the card's arms runs (a sequential card's one stage); receipts
 under results/pilots/). Past the point where the boots dominate, more
 requests buy no power: `plan` then says the target is unreachable.
 A group-sequential design needs its maximum inflated by the factor that
-keeps the power (`cards.sequential`); its expected size at the mde is shown
+keeps the power (`cards.decide.sequential`); its expected size at the mde is shown
 beside it. The card's power is the product over deciding gates (treated as
 independent), so it is a planning figure, not a guarantee: `card calibrate`
 measures the real rates on the engine.

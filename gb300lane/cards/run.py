@@ -12,7 +12,7 @@ a stable hash of (the window's seed base, the arm, the stage), so A2 is a
 second sample of production and not a copy of A; the seed base an arm used
 is recorded in its window receipt. A group-sequential card runs the bracket
 once per stage (the primary window's rounds split evenly; the other windows
-run in stage 1 only) and takes a look after each (`cards.looks`), stopping
+run in stage 1 only) and takes a look after each (`cards.record.looks`), stopping
 as soon as a look reaches PASS or FAIL.
 """
 

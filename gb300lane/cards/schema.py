@@ -81,7 +81,7 @@ class _WindowGate(_Gate):
 
 
 class _TestedGate(_WindowGate):
-    """A gate decided by a pre-registered paired test (see `cards.stats`); alpha and margin are frozen with it."""
+    """A gate decided by a pre-registered paired test (see `cards.decide.stats`); alpha and margin are frozen with it."""
 
     margin: float = Field(ge=0, lt=1, description="Relative margin: superiority needs B better by more than it; "
                           "non-inferiority B no worse than minus it; equivalence within plus or minus it.")

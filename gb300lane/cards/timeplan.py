@@ -9,7 +9,7 @@ design boots every arm again at each look, so it pays the boots as many times
 as it takes looks, for the requests its early stop saves. Two sequential
 shapes are costed: the card's looks (a reboot per look), and half as many
 looks of twice the requests per boot. Each needs its maximum size inflated by
-the factor that keeps the power (`cards.sequential`); it is expected to stop
+the factor that keeps the power (`cards.decide.sequential`); it is expected to stop
 at the fraction of that maximum its boundaries give at the registered effect,
 and at worst runs every look.
 

@@ -6,7 +6,7 @@ seals it, the boot report, the recipe fingerprint, each with its sha256) and
 the previous row's signature. `verify_production` walks:
 
     ledger rows -> the promotion of the production instance -> its verdict file
-    (unchanged since the promotion) -> the card's receipts (`cards.custody`) ->
+    (unchanged since the promotion) -> the card's receipts (`cards.record.custody`) ->
     the boot report (unchanged, same fingerprint) -> the recipe (same fingerprint now)
 
 and `verify_everything` adds every card's receipts. Nothing here changes the

@@ -4,7 +4,7 @@ A boot has its own numerics (on the embedded engine its boot seed moves
 every context's weights; on a real lane, kernels and autotuning), so every
 request of an arm shares a shift its own spread cannot show. With N boots of
 the control recipe, each running the same transcripts with its own seeds,
-the per-transcript units of a gate (`cards.evidence`) follow
+the per-transcript units of a gate (`cards.decide.evidence`) follow
 
     y[boot, t] = mu_t + beta_boot + e[boot, t],   Var(beta) = sigma_b^2,  Var(e) = sigma_e^2
 

@@ -10,7 +10,7 @@ is derived from the data it judges. At a look of a group-sequential design,
 the one-sided level is the one the design's alpha spending allows there.
 
 A gate's registered `boot_sd` adds each arm's boot-to-boot shift to the
-test's variance (`cards.stats`): an arm boots once per stage, so at look s
+test's variance (`cards.decide.stats`): an arm boots once per stage, so at look s
 its data spans s boots, and the component is divided by s.
 
 Verdict mapping: a superiority or non-inferiority test decides the gate

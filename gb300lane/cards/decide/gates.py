@@ -1,7 +1,7 @@
 """Evaluating a card's gates over its arms' data.
 
 Tested gates (tokens/step, decode tok/s, the controls' equivalence) are
-decided by pre-registered paired tests in `cards.evidence`. Boot checks and
+decided by pre-registered paired tests in `cards.decide.evidence`. Boot checks and
 parity compare facts across arms. The write-up's point-ratio gates
 (`tokens_per_step_ratio`, `decode_ratio`, `controls_agree`) are kept so its
 own cards score as they did: they report the controls' spread (A vs A2), the
