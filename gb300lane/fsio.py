@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from gb300lane.canonical import dumps_json as dumps_json  # the bytes this module writes (re-exported)
 from gb300lane.canonical import sha256_bytes as sha256_bytes

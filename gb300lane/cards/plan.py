@@ -60,7 +60,7 @@ from gb300lane.cards.record.studies import (
     pilot_windows,
     same_primary,
 )
-from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, DecodeTest, GroupSequential, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, GroupSequential, TestedGate, TokensPerStepTest
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError, LaneError
 from gb300lane.recipes import load_recipe

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from pydantic import Field
 
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
@@ -33,7 +32,6 @@ from gb300lane.cards.record.receipts import Receipts, utc_now
 from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, stage_count
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
-from gb300lane.models import FrozenModel
 from gb300lane.recipes import WindowSpec, load_recipe
 
 Progress = Callable[[str], None]

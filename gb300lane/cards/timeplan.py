@@ -32,7 +32,6 @@ from pathlib import Path
 
 import math
 import statistics
-from typing import Any
 
 from pydantic import Field
 

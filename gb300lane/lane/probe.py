@@ -15,7 +15,7 @@ client or the SSH forwarder at all).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field, JsonValue
 

@@ -21,16 +21,12 @@ can die there; `gb300lane.testing.crash` does it like kill -9 for the CLI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-
-from pydantic import JsonValue
 
 from gb300lane import keyed, paths, signing
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
-from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
+from gb300lane.promote.ledger import Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import (
     BootInfo,
@@ -48,9 +44,9 @@ from gb300lane.promote.models import (
 )
 from gb300lane.promote.lane_ops import default_ops
 from gb300lane.promote.lanetake import give_back
-from gb300lane.promote.ops import Progress, PromotionOps, wait_port_free
+from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.runs import CrashHook, Run, first_line, instance_fact, open_or_close_prune, report_link
-from gb300lane.promote.state import explain, open_ledger, refuse_if_running
+from gb300lane.promote.state import explain, open_ledger
 
 
 def crash_points() -> dict[str, tuple[str, ...]]:

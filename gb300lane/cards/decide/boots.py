@@ -31,7 +31,7 @@ from typing import Any
 
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.evidence import by_transcript, units_of
-from gb300lane.cards.schema import ControlsEquivalence, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import TestedGate
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gb300lane.canonical import sha256_bytes
 from gb300lane.models import FrozenModel
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from gb300lane.cards.decide.data import ArmData, merged_cells
 from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status, combine
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, Spending, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
 from gb300lane.cards.decide.sequential import nominal_level
 from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
 

@@ -33,7 +33,7 @@ from pydantic import Field, JsonValue
 from gb300lane.cards.decide.boots import boot_units, critical_boot_sd, estimate_from_units, registered_check
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.results import GateResult, GateTest
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, Gate, GroupSequential, TestedGate, TokensPerStepTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, Gate, GroupSequential, TestedGate
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9

@@ -10,7 +10,6 @@ written: the transcribed receipts stay as shipped.
 from __future__ import annotations
 
 import json
-from typing import Any
 from pathlib import Path
 
 from gb300lane.cards.decide.data import ArmData, CellAgg, NoiseFloor, marginal, merged_cells, tokens_per_step_from_a_p

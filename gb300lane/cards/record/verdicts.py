@@ -7,9 +7,7 @@ the verdict it supersedes, so both stay on the record.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field
 
