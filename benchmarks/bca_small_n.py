@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gb300lane.cards.stats import proportion, ratio_test
+from gb300lane.cards.decide.stats import proportion, ratio_test
 
 
 def rates(n: int, reps: int, method: str) -> dict[str, object]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from gb300lane import __version__
 from gb300lane.cards.calibrate import (calibrate, default_workers, find_calibration, progress_file, raw_file,
                                        write_calibration)
-from gb300lane.cards.schema import load_card
+from gb300lane.cards.cardfile import load_card
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.paths import shipped
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -18,13 +17,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from gb300lane.canonical import dumps_json as dumps_json  # the bytes this module writes (re-exported)
+from gb300lane.canonical import sha256_bytes as sha256_bytes
+from gb300lane.canonical import to_bytes as _to_bytes
 from gb300lane.errors import ReceiptExists, StorageError
-
-
-def _to_bytes(data: str | bytes) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else data
 
 
 #: errno values that mean "this storage cannot take the write" (not a bug): each gets a one-line StorageError.
@@ -158,15 +155,6 @@ def quarantine(path: str | os.PathLike[str], folder: str | os.PathLike[str], why
     os.replace(src, dest)
     atomic_write(dest.with_name(dest.name + ".why.txt"), f"{src}: {why}\n")
     return dest
-
-
-def dumps_json(obj: Any) -> str:
-    """Stable JSON for files on disk: sorted keys, two-space indent, trailing newline."""
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def sha256_bytes(data: str | bytes) -> str:
-    return hashlib.sha256(_to_bytes(data)).hexdigest()
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

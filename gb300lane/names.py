@@ -17,9 +17,14 @@ that into their own error naming the file and key.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 #: Longest name (a container name is `<lane>-<arm>-sidecar`; Docker allows 255 characters in all).
 MAX_NAME = 64
+
+#: The container runtimes a recipe or a lane can name (`gb300lane.runtime` implements each).
+RuntimeName = Literal["docker", "process"]
+RUNTIME_NAMES: tuple[RuntimeName, ...] = get_args(RuntimeName)
 #: A name: a file stem, a container name part, a label value; never a path (match with `fullmatch`:
 #: `$` would let a trailing newline through).
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)

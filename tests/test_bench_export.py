@@ -137,3 +137,9 @@ def test_committed_key_snapshot_regenerates_identically(tmp_path: Path) -> None:
     out = tmp_path / "keys.json"
     _script().main([os.environ["GB300LANE_VLLM_WHEEL"], "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(shipped("vllm-0.33.0-bench-serve-keys.json").read_text())
+
+
+def test_every_export_format_has_a_writer() -> None:
+    from gb300lane.bench.export import EXPORTERS, FORMATS
+
+    assert set(EXPORTERS) == set(FORMATS)

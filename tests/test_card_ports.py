@@ -21,10 +21,10 @@ from test_cli_hints import command_line_problems, flag_problems
 
 from gb300lane import lane
 from gb300lane.cards import LiveArmOps, run_card
-from gb300lane.cards.receipts import register
+from gb300lane.cards.record.receipts import register
 from gb300lane.cards.reproduce import arm_port
 from gb300lane.cards.run import lane_taken_by_protected
-from gb300lane.cards.schema import load_card, read_card_text
+from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.errors import CardError
 from gb300lane.lane import Protected
 from gb300lane.lane.instances import InstanceRecord, save

@@ -10,16 +10,16 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card
-from gb300lane.cards.boots import (
+from gb300lane.cards.decide.boots import (
     boots_to_see,
     estimate_from_units,
     exceeds_registered,
     registered_check,
     study_power,
 )
-from gb300lane.cards.decide_more import more_needed
-from gb300lane.cards.results import GateResult, GateTest
-from gb300lane.cards.stats import ratio_test
+from gb300lane.cards.decide.more import more_needed
+from gb300lane.cards.decide.results import GateResult, GateTest
+from gb300lane.cards.decide.stats import ratio_test
 from gb300lane.cli.main import app
 
 DATA = Path(__file__).parent / "data" / "cards"
@@ -189,7 +189,8 @@ def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_ano
     import json
 
     from gb300lane.cards import register, run_card, score
-    from gb300lane.cards.plan import measured_on, registration_plan, run_boot_study
+    from gb300lane.cards.plan import registration_plan, run_boot_study
+    from gb300lane.cards.record.studies import measured_on
 
     from fakes import cards as fakes
 

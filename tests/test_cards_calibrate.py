@@ -187,7 +187,7 @@ def test_aa_tokens_per_step_test_keeps_its_error_rate(tmp_path: Path, lane: InPr
     card, _ = load_card(path)
     cal, outcomes = calibrate(card, 100, seed=3, lane=lane)
     rejected = sum(1 for o in outcomes if o.gates["tokens-per-step"] != "INCONCLUSIVE")
-    from gb300lane.cards.stats import proportion
+    from gb300lane.cards.decide.stats import proportion
 
     rate = proportion(rejected, len(outcomes))
     assert rate.low <= 0.05, rate.describe()
@@ -225,7 +225,8 @@ def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
 
 
 def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_leaves_it_out() -> None:
-    from gb300lane.cards.plan import earlier_boots, run_boot_study
+    from gb300lane.cards.plan import run_boot_study
+    from gb300lane.cards.record.studies import earlier_boots
 
     card, path = load_card(DATA / "tested.yaml")
     rec = register(card, path.read_text())
@@ -251,7 +252,7 @@ def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_lea
 
 
 def test_a_boot_study_runs_what_one_boot_of_the_card_runs() -> None:
-    from gb300lane.cards.plan import boot_window
+    from gb300lane.cards.record.studies import boot_window
 
     fixed, _ = load_card(DATA / "tested.yaml")
     seq, _ = load_card(DATA / "sequential.yaml")

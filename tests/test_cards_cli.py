@@ -42,7 +42,7 @@ def test_reproduce_br2_part1_prints_the_k_ladder() -> None:
 
 
 def test_score_dry_run_on_transcribed_receipts_writes_nothing() -> None:
-    from gb300lane.cards.writeup import BR1_DIR, writeup_receipts
+    from gb300lane.cards.present.writeup import BR1_DIR, writeup_receipts
 
     root = writeup_receipts(BR1_DIR).root
     res = runner.invoke(app, ["card", "score", str(root), "--dry-run", "--json"])

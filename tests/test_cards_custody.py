@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, render_report, rescore, run_card, score
-from gb300lane.cards.custody import require_intact, verify_receipts
+from gb300lane.cards.record.custody import require_intact, verify_receipts
 from gb300lane.cli.main import app
 from gb300lane.errors import CardError, StateError
 from gb300lane.promote import promote
@@ -96,7 +96,7 @@ def test_a_consistent_rewrite_of_verdict_and_manifest_without_the_key_still_brea
     broken = verify_receipts(rec).first_break
     assert broken is not None and broken.file == "manifest-verdict-1.json" and "signature does not match" in broken.detail
     # and one who holds the key and reseals: the verdict no longer follows from its receipts
-    from gb300lane.cards.receipts import MANIFEST_SEAL
+    from gb300lane.cards.record.receipts import MANIFEST_SEAL
     from gb300lane.keyed import seal
 
     body.pop("seal")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gb300lane.cards.sequential import boundaries, crossing, nominal_level, power_and_stop, spent
-from gb300lane.cards.stats import fieller, proportion, ratio_test
+from gb300lane.cards.decide.sequential import boundaries, crossing, nominal_level, power_and_stop, spent
+from gb300lane.cards.decide.stats import fieller, proportion, ratio_test
 
 
 def _pair(rng: np.random.Generator, n: int, effect: float, sd: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +130,7 @@ def _aa_boots(rng: np.random.Generator, n: int, boot_sd: float, sd: float = 0.05
 def test_a_registered_boot_sd_keeps_the_aa_error_rate_that_the_units_alone_miss() -> None:
     """Boots shift whole arms by 0.4%; 200 units see 0.35% of sampling noise. The units-only test calls A/A
     significant far beyond 5%; with the boot component in its variance it keeps alpha on both tails."""
-    from gb300lane.cards.stats import BootVariance
+    from gb300lane.cards.decide.stats import BootVariance
 
     rng = np.random.default_rng(11)
     plain = {"PASS": 0, "FAIL": 0, "INCONCLUSIVE": 0}
@@ -147,7 +147,7 @@ def test_a_registered_boot_sd_keeps_the_aa_error_rate_that_the_units_alone_miss(
 
 
 def test_boot_component_widens_the_interval_and_satterthwaite_counts_its_df() -> None:
-    from gb300lane.cards.stats import BootVariance
+    from gb300lane.cards.decide.stats import BootVariance
 
     b, c = _pair(np.random.default_rng(12), 300, 0.02)
     plain = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025)

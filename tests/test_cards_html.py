@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, render_report, rescore, run_card, score
-from gb300lane.cards.receipts import Receipts
-from gb300lane.cards.report import ratio_rows
-from gb300lane.cards.verdicts import read_verdict
+from gb300lane.cards.record.receipts import Receipts
+from gb300lane.cards.present.report import ratio_rows
+from gb300lane.cards.record.receipts import read_verdict
 from gb300lane.cli.main import app
 from gb300lane.fsio import sha256_file
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.cards.noise import ALL_CELLS, ledger, pool
+from gb300lane.cards.record.noise import ALL_CELLS, ledger, pool
 from gb300lane.cards.plan import LEDGER_MIN_CARDS, plan_for
 from gb300lane.cli.main import app
 
@@ -73,7 +73,7 @@ def test_cards_that_replay_the_same_seeds_count_once(tmp_path: Path) -> None:
 def test_the_pooled_bounds_cover_the_truth_at_their_rate() -> None:
     """The chi-square bounds over K cards, on simulated cards of 12 transcripts: the one-sided 95% upper bound
     misses the true sigma_b in about 5% of 2,000 ledgers (K = 4)."""
-    from gb300lane.cards.noise import CardSample
+    from gb300lane.cards.record.noise import CardSample
 
     rng = np.random.default_rng(7)
     sigma_b, sigma_e, n, k, reps = 0.02, 0.05, 12, 4, 2000
@@ -130,7 +130,7 @@ def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in
     assert reg.exit_code == 0, reg.output
     assert "the lane's noise ledger" in reg.output and "above the registered 0.100%" in reg.output
     card, _ = load_card(p)
-    from gb300lane.cards.receipts import find_receipts
+    from gb300lane.cards.record.receipts import find_receipts
 
     rec = find_receipts(card.name)
     run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.02).ops())

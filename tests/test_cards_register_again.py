@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register
-from gb300lane.cards.receipts import receipts_state
+from gb300lane.cards.record.receipts import receipts_state
 from gb300lane.cli.main import app
 
 DATA = Path(__file__).parent / "data" / "cards"

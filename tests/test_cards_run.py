@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.cards import find_receipts, latest_verdict_for, load_card, register, render_report, rescore, run_card, score
-from gb300lane.cards.verdicts import read_verdict
+from gb300lane.cards import (
+    find_receipts,
+    latest_verdict_for,
+    load_card,
+    register,
+    render_report,
+    rescore,
+    run_card,
+    score,
+)
+from gb300lane.cards.record.receipts import read_verdict
 from gb300lane.errors import CardError, ReceiptExists
 
 from fakes import cards as fakes
@@ -133,7 +142,7 @@ def test_score_refuses_unfinished_arms_and_transcribed_receipts() -> None:
     card, rec = _registered()
     with pytest.raises(CardError, match="arms A, B, A2 have not finished"):
         score(rec)
-    from gb300lane.cards.writeup import BR1_DIR, writeup_receipts
+    from gb300lane.cards.present.writeup import BR1_DIR, writeup_receipts
 
     with pytest.raises(CardError, match="never written to"):
         score(writeup_receipts(BR1_DIR))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gb300lane.cards.schema import gates_hash, load_card, parse_card
+from gb300lane.cards.cardfile import load_card
+from gb300lane.cards.schema import gates_hash, parse_card
 from gb300lane.errors import CardError
 
 DATA = Path(__file__).parent / "data" / "cards"
@@ -71,7 +72,7 @@ def test_gates_hash_tracks_gates_not_prose() -> None:
 
 def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gb300lane import paths
-    from gb300lane.cards.schema import known_cards, resolve_card_path
+    from gb300lane.cards.cardfile import known_cards, resolve_card_path
 
     monkeypatch.delenv("GB300LANE_CARDS_DIR", raising=False)
     monkeypatch.chdir(tmp_path)

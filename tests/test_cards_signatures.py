@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from gb300lane import keyed, paths
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.cards.custody import verify_receipts
-from gb300lane.cards.receipts import MANIFEST_SEAL
+from gb300lane.cards.record.custody import verify_receipts
+from gb300lane.cards.record.receipts import MANIFEST_SEAL
 from gb300lane.cli.main import app
 from gb300lane.errors import StateError
 from gb300lane.fsio import sha256_file

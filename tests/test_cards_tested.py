@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.cards.looks import read_look
+from gb300lane.cards.record.looks import read_look
 from gb300lane.errors import CardError
 
 from fakes import cards as fakes

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards import load_card
-from gb300lane.cards.data import CellData, WindowData
-from gb300lane.cards.results import CardPlan
+from gb300lane.cards.decide.data import CellData, WindowData
+from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.timeplan import time_plan
 from gb300lane.engine import boot as eb
 

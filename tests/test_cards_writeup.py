@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from gb300lane.cards.gates import evaluate
-from gb300lane.cards.verdicts import apply_changes, compute_verdict
-from gb300lane.cards.writeup import BR1_DIR, BR2_DIR, reproduce_br1, reproduce_br2, writeup_receipts
+from gb300lane.cards.decide.gates import evaluate
+from gb300lane.cards.decide.verdict import apply_changes
+from gb300lane.cards.record.inputs import verdict_over
+from gb300lane.cards.present.writeup import BR1_DIR, BR2_DIR, reproduce_br1, reproduce_br2, writeup_receipts
 
 
 def _text(lines: list[str]) -> str:
@@ -45,7 +46,7 @@ def test_br1_what_the_new_design_says_of_the_same_data() -> None:
 def test_br1_fail_comes_from_the_instrument_not_the_data() -> None:
     rec = writeup_receipts(BR1_DIR)
     card = rec.card()
-    v1 = compute_verdict(card, card.gates, rec)
+    v1 = verdict_over(rec, card, card.gates)
     failed = {r.id for r in v1.results if r.status == "FAIL"}
     assert failed == {"env-equal", "controls-agree-c1"}
     # the env lists hold one set in three orders: only the ordered compare fails

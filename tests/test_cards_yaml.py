@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.cards.schema import load_card, parse_card
+from gb300lane.cards.cardfile import load_card
+from gb300lane.cards.schema import parse_card
 from gb300lane.errors import CardError
 from gb300lane.recipes.yamlio import MAX_FILE_BYTES
 

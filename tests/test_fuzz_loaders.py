@@ -32,7 +32,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gb300lane.cards.schema import load_card
+from gb300lane.cards.cardfile import load_card
 from gb300lane.engine.api import ApiError, parse_request
 from gb300lane.engine.grammar import GrammarError, compile_constraint
 from gb300lane.engine.model import load_model

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.cards.verdicts import VerdictRef
+from gb300lane.cards.record.verdicts import VerdictRef
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import BootReport, CheckResult
 from gb300lane.cli import seams
 from gb300lane.promote.live import LiveOps, boot_info, port_of
-from gb300lane.promote.ops import default_ops
+from gb300lane.promote.lane_ops import default_ops
 from gb300lane.testing.simlane import SimLane
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gb300lane import paths, templating
 from gb300lane.cards import load_card, register, rescore, run_card, score
-from gb300lane.cards.receipts import Receipts
+from gb300lane.cards.record.receipts import Receipts
 from gb300lane.cli.main import app
 from gb300lane.errors import TemplateError
 from gb300lane.promote.units import SYSTEMD_UNITS, systemd_quote, systemd_units

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from gb300lane.errors import BenchError
 from gb300lane.models import format_validation_error
 from gb300lane.recipes.schema import Recipe, WindowSpec
+from gb300lane.recipes.yamlio import load_mapping
 
 _FIVE = ["prose", "structured", "code", "shell_ops", "tool_json"]
 
@@ -55,14 +55,10 @@ def standard_window(name: str) -> WindowSpec:
 
 
 def load_window_file(path: Path) -> WindowSpec:
-    """A WindowSpec from a YAML or JSON file (the spec itself, or `{window: {...}}`)."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BenchError(f"{path}: cannot read window file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise BenchError(f"{path}: not YAML/JSON: {exc}; fix the syntax") from exc
-    if isinstance(raw, dict) and set(raw) == {"window"}:
+    """A WindowSpec from a YAML or JSON file (the spec itself, or `{window: {...}}`), read by the one strict YAML
+    reader (`recipes.yamlio`: its size, depth, alias and duplicate-key limits; JSON is YAML)."""
+    raw = load_mapping(path, str(path), error=BenchError)
+    if set(raw) == {"window"}:
         raw = raw["window"]
     if not isinstance(raw, dict):
         raise BenchError(f"{path}: expected a mapping with the WindowSpec keys (name, classes, ...)")

@@ -311,10 +311,11 @@ async def _discover_model(session: aiohttp.ClientSession, base: str) -> str:
     body, reason = await get_json(session, f"{base}/v1/models")
     if body is None:
         raise BenchError(f"cannot reach the lane at {base}: {reason}; start it (`gb300lane up RECIPE`) or fix --endpoint")
-    try:
-        return str(body["data"][0]["id"])
-    except (KeyError, IndexError, TypeError):
-        raise BenchError(f"{base}/v1/models lists no model; pass the served model name explicitly") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    first = data[0] if isinstance(data, list) and data else None
+    if not isinstance(first, dict) or "id" not in first:
+        raise BenchError(f"{base}/v1/models lists no model; pass the served model name explicitly")
+    return str(first["id"])
 
 
 async def run_window_async(

@@ -12,13 +12,16 @@ points back at it; `render_report` draws the card. The write-up's own cards
 
 from gb300lane.cards.calibrate import Calibration, calibrate
 from gb300lane.cards.plan import plan_for
-from gb300lane.cards.receipts import Receipts, Registration, all_receipts, find_receipts, register
-from gb300lane.cards.results import CardPlan, GateResult, GateTest
-from gb300lane.cards.report import render_html, render_report
-from gb300lane.cards.run import ArmOps, ForeignCount, LiveArmOps, run_card
-from gb300lane.cards.schema import Card, load_card, parse_card
-from gb300lane.cards.verdicts import Verdict, VerdictRef, compute_rescore, latest_verdict_for, rescore, score
-from gb300lane.cards.writeup import reproduce_writeup
+from gb300lane.cards.record.receipts import Receipts, Registration, all_receipts, find_receipts, register
+from gb300lane.cards.decide.results import CardPlan, GateResult, GateTest
+from gb300lane.cards.present.report import render_html, render_report
+from gb300lane.cards.record.models import ForeignCount
+from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
+from gb300lane.cards.cardfile import load_card
+from gb300lane.cards.schema import Card, parse_card
+from gb300lane.cards.decide.verdict import Verdict
+from gb300lane.cards.record.verdicts import VerdictRef, compute_rescore, latest_verdict_for, rescore, score
+from gb300lane.cards.present.writeup import reproduce_writeup
 
 __all__ = [
     "ArmOps",

@@ -44,26 +44,31 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import __version__
-from gb300lane.cards.boots import refuse_pinned_boot_seed
-from gb300lane.cards.data import ArmData, BootFacts, WindowData
-from gb300lane.cards.gates import evaluate
-from gb300lane.cards.looks import decide, design_look
-from gb300lane.cards.receipts import merge_stages, new_run_dir, stage_count, utc_now
-from gb300lane.cards.results import Status
+from gb300lane.cards.decide.boots import refuse_pinned_boot_seed
+from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
+from gb300lane.cards.decide.gates import evaluate
+from gb300lane.cards.decide.looks import decide, design_look
+from gb300lane.cards.decide.data import merge_stages
+from gb300lane.cards.record.receipts import new_run_dir, utc_now
+from gb300lane.cards.decide.results import Status
 from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
 from gb300lane.cards.schema import (
     Card,
     ControlsAgreeGate,
+    Gate,
     ControlsEquivalence,
     DecodeRatioGate,
     DecodeTest,
     ParityGate,
+    TestedGate,
     TokensPerStepGate,
     TokensPerStepTest,
     gates_hash,
+    stage_count,
 )
-from gb300lane.cards.simulate import DIFFERENCES, InProcessLane, check_embedded, engine_fingerprint
-from gb300lane.cards.stats import proportion
+from gb300lane.cards.embedded import check_embedded, engine_fingerprint
+from gb300lane.cards.simulate import DIFFERENCES, InProcessLane
+from gb300lane.cards.decide.stats import proportion
 from gb300lane.errors import CardError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes, write_once
 from gb300lane.models import FrozenModel
@@ -166,7 +171,7 @@ def aa_card(card: Card) -> Card:
     return card.model_copy(update={"arms": arms})
 
 
-def window_gates(card: Card) -> tuple[Any, ...]:
+def window_gates(card: Card) -> tuple[Gate, ...]:
     return tuple(g for g in card.gates if isinstance(g, WINDOW_GATES))
 
 
@@ -320,9 +325,9 @@ def _worker(args: tuple[Card, int, list[int], RawStore]) -> tuple[list[Replicate
 
 def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootCheck]:
     """Per tested gate: the boot sd the replicates' control boots show (stage 1 of A, A2 and A-as-B)."""
-    from gb300lane.cards.boots import BootUnits, boot_units, estimate_from_units
+    from gb300lane.cards.decide.boots import BootUnits, boot_units, estimate_from_units
 
-    tested = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    tested = [g for g in card.gates if isinstance(g, TestedGate)]
     units: dict[str, list[BootUnits]] = {g.id: [] for g in tested}
     for (r, key, stage), line in sorted(raw.items()):
         if r < replicates and stage == 1 and key in ("A", "A2", "B:aa"):

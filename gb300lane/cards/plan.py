@@ -15,8 +15,8 @@ gate's `mde` (0 where none is set: B no better, the conservative case for a
 non-inferiority gate), and the requests per arm that reach the target power.
 
 Each arm is a boot, and a boot shifts its arm's mean as a whole
-(`cards.boots`): that variance does not shrink with requests, so it is added
-to each test's as the test adds it (`cards.stats`),
+(`cards.decide.boots`): that variance does not shrink with requests, so it is added
+to each test's as the test adds it (`cards.decide.stats`),
 
     + (1 + 1/controls) sigma_b^2 / boots per arm                (2 sigma_b^2 for A against A2)
 
@@ -28,7 +28,7 @@ one boot of the card's arms runs (a sequential card's one stage); receipts
 under results/pilots/). Past the point where the boots dominate, more
 requests buy no power: `plan` then says the target is unreachable.
 A group-sequential design needs its maximum inflated by the factor that
-keeps the power (`cards.sequential`); its expected size at the mde is shown
+keeps the power (`cards.decide.sequential`); its expected size at the mde is shown
 beside it. The card's power is the product over deciding gates (treated as
 independent), so it is a planning figure, not a guarantee: `card calibrate`
 measures the real rates on the engine.
@@ -39,19 +39,37 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from gb300lane.cards.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd, metric_of, refuse_pinned_boot_seed,
-                                   registered_check)
-from gb300lane.cards.data import ArmData, WindowData
-from gb300lane.cards.noise import LedgerEstimate, for_card
-from gb300lane.cards.results import CardPlan, GatePlan
-from gb300lane.cards.receipts import all_receipts, new_run_dir
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
-from gb300lane.cards.sequential import boundaries, power_and_stop
+from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd,
+                                          refuse_pinned_boot_seed, registered_check)
+from gb300lane.cards.decide.data import ArmData, WindowData
+from gb300lane.cards.decide.results import CardPlan, GatePlan
+from gb300lane.cards.calibrate import calibration_boot_notes
+from gb300lane.cards.decide.more import boot_factor, boots_per_arm
+from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
+from gb300lane.cards.record.receipts import all_receipts, new_run_dir
+from gb300lane.cards.record.studies import (
+    boot_provenance,
+    boot_window,
+    earlier_boots,
+    measured_on,
+    pilot_dirs,
+    pilot_root,
+    pilot_windows,
+    same_primary,
+)
+from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, GroupSequential, TestedGate, TokensPerStepTest
+from gb300lane.cards.decide.sequential import boundaries, power_and_stop
+from gb300lane.cards.record.noise import LedgerEstimate, for_card
 from gb300lane.errors import CardError, LaneError
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
+
+if TYPE_CHECKING:  # the run path and the in-process engine are imported when a pilot or a study runs
+    from gb300lane.cards.run import ArmOps
+    from gb300lane.cards.simulate import InProcessLane
 
 TARGET_POWER = 0.9
 
@@ -144,26 +162,16 @@ def _window_requests(w: WindowSpec) -> int:
     return len(w.classes) * w.transcripts_per_class * len(w.concurrency) * w.rounds
 
 
-def _gate_cells(card: Card, gate: Any) -> list[Cell]:
+def _gate_cells(card: Card, gate: TestedGate) -> list[Cell]:
     w = card.window(gate.window)
     return [(c, n) for c in w.classes for n in w.concurrency
             if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
 
 
-def _boots_per_arm(card: Card) -> int:
-    return card.design.looks if isinstance(card.design, GroupSequential) else 1
-
-
-def _factor(card: Card, gate: Any) -> float:
-    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
-    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
-
-
-def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
+def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm."""
-    metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
-        "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
+    metric = gate.metric
     w = card.window(gate.window)
     cells = _gate_cells(card, gate)
     n_ctrl = len(card.controls)
@@ -180,12 +188,12 @@ def _tests_se(card: Card, gate: Any, noise: Noise, scale: float, boot_sd: float 
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
         base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
-        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / _boots_per_arm(card)
+        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / boots_per_arm(card)
         out.append(math.sqrt(rel2))
     return out, ""
 
 
-def _gate_power(gate: Any, ses: list[float], level: float, effect: float) -> float:
+def _gate_power(gate: TestedGate, ses: list[float], level: float, effect: float) -> float:
     norm = _norm()
     z = norm.isf(level)
     p = 1.0
@@ -221,19 +229,19 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
     study's arms (each one boot of the control recipe), from which each gate's boot sd is measured.
 
-    `lane_noise` is the lane's noise ledger by metric (`cards.noise.for_card`): where it rests on at least
+    `lane_noise` is the lane's noise ledger by metric (`cards.record.noise.for_card`): where it rests on at least
     `LEDGER_MIN_CARDS` scored cards, an aggregate gate's boot sd is the ledger's; else the boot study's; else the
     registered figure. Each gate says which (`boot_sd_source`), and is checked against the figure it used."""
     primary = card.window(card.primary_window)
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
     seq = card.design if isinstance(card.design, GroupSequential) else None
-    gates = [g for g in card.gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))]
+    gates = [g for g in card.gates if isinstance(g, TestedGate)]
     if not gates:
         raise CardError(f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
                         "nothing to plan")
 
-    def eff(g: Any) -> float:
+    def eff(g: TestedGate) -> float:
         if isinstance(g, ControlsEquivalence):
             return 0.0
         if effect is not None and isinstance(g, TokensPerStepTest):
@@ -255,7 +263,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     measured: dict[str, BootEstimate | None] = {}
     measured_by: dict[str, str] = {}
     for g in gates:
-        led = (lane_noise or {}).get(metric_of(g)) if g.scope == "aggregate" else None
+        led = (lane_noise or {}).get(g.metric) if g.scope == "aggregate" else None
         if led is not None and led.cards >= LEDGER_MIN_CARDS:
             measured[g.id], measured_by[g.id] = led.as_boot_estimate(), led.source()
         elif boots:
@@ -265,15 +273,15 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         if measured[g.id] is None:
             measured_by[g.id] = "registered"
 
-    def sd_of(g: Any) -> float:
+    def sd_of(g: TestedGate) -> float:
         m = measured[g.id]
         if m is not None and measured_by[g.id] != "the boot study":
             return m.sd  # the lane's own history first
         return float(g.boot_sd) if g.boot_sd > 0 else (m.sd if m is not None else 0.0)
 
-    def boot_fields(g: Any) -> dict[str, Any]:
+    def boot_fields(g: TestedGate) -> dict[str, Any]:
         m = measured[g.id]
-        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card), target)
+        crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card), target)
         where = measured_by[g.id]
         check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, where, crit)
         return {"boot_sd": sd_of(g), "boot_check": check, "boot_sd_source": where,
@@ -291,7 +299,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
                                  **boot_fields(g)))
             continue
 
-        def power_at(scale: float, g: Any = g) -> float:
+        def power_at(scale: float, g: TestedGate = g) -> float:
             s, _ = _tests_se(card, g, noise, scale / inflation, sd_of(g))
             return _gate_power(g, s, g.alpha, eff(g))
 
@@ -339,12 +347,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
 # ---------------------------------------------------------------- where the noise comes from
 
 
-def _matches(card: Card, w: WindowSpec) -> bool:
-    p = card.window(card.primary_window)
-    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.top_p == p.top_p
-
-
-def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
+def earlier_noise(card: Card, base: Path | None = None) -> tuple[Noise, str] | None:
     """Noise from earlier measured control arms of the same control recipe (all receipts found)."""
     found = control_windows(card, base)
     if found is None:
@@ -356,7 +359,7 @@ def earlier_noise(card: Card, base: Any = None) -> tuple[Noise, str] | None:
     return noise, label
 
 
-def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, WindowData]], str] | None:
+def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[str, WindowData]], str] | None:
     """The control windows `earlier_noise` reads (earlier control arms, pilots, boot studies), and where from."""
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
@@ -367,7 +370,7 @@ def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, Windo
             if rec.registration().transcribed or other.controls[0].recipe != recipe:
                 continue
             w = other.window(other.primary_window)
-            if not _matches(card, w):
+            if not same_primary(card, w):
                 continue
             arms = [a for a in rec.load_arms(other) if a.role == "control" and a.source == "measured"]
         except CardError:
@@ -377,55 +380,15 @@ def control_windows(card: Card, base: Any = None) -> tuple[list[tuple[str, Windo
         if got:
             windows += got
             sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
-    windows += _pilot_windows(card, base)
+    windows += pilot_windows(card, base)
     study = earlier_boots(card, base)
     if study is not None:
         windows += [(a.arm, a.windows[card.primary_window]) for a in study[0]]
         sources.append(f"boot study: {study[1]}")
     if not windows:
         return None
-    label = "; ".join(sources + [f"pilot {p.name}" for p in _pilot_dirs(card, base)])
+    label = "; ".join(sources + [f"pilot {p.name}" for p in pilot_dirs(card, base)])
     return windows, f"earlier control arms of {recipe}: {label}"
-
-
-def _pilot_root(base: Any = None) -> Any:
-    from gb300lane.paths import results_dir
-
-    return (base or results_dir()) / "pilots"
-
-
-def _studies(card: Card, base: Any, meta_file: str, same: Callable[[Card, WindowSpec], bool]) -> list[Any]:
-    """Study folders under results/pilots whose `meta_file` names the card's control recipe and a window `same`
-    accepts for the card."""
-    root = _pilot_root(base)
-    if not root.is_dir():
-        return []
-    out = []
-    for d in sorted(root.iterdir()):
-        f = d / meta_file
-        if not f.is_file():
-            continue
-        meta = _read_json(f)
-        if meta.get("recipe") == card.controls[0].recipe and same(card, WindowSpec.model_validate(meta["window"])):
-            out.append(d)
-    return out
-
-
-def _pilot_dirs(card: Card, base: Any = None) -> list[Any]:
-    """Pilots of the card's control recipe over the card's primary window."""
-    return _studies(card, base, "pilot.json", _matches)
-
-
-def _pilot_windows(card: Card, base: Any = None) -> list[tuple[str, WindowData]]:
-    import json
-
-    from gb300lane.cards.data import window_data_from_result
-
-    out = []
-    for d in _pilot_dirs(card, base):
-        data = json.loads((d / "window.json").read_text(encoding="utf-8"))
-        out.append((d.name, window_data_from_result(data, "pilot")))
-    return out
 
 
 def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec:
@@ -438,8 +401,8 @@ def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec
                                 "rounds": 2, "seed_base": seed})
 
 
-def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callable[[str], None] | None = None,
-              transcripts: int = PILOT_TRANSCRIPTS) -> Any:
+def run_pilot(card: Card, *, ops: ArmOps | None = None, base: Path | None = None, progress: Callable[[str], None] | None = None,
+              transcripts: int = PILOT_TRANSCRIPTS) -> Path:
     """Boot arm A's recipe dark, run the pilot window, keep its receipts under results/pilots/; returns the dir."""
     from datetime import datetime, timezone
 
@@ -451,7 +414,7 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
     arm = card.controls[0]
     w = pilot_window(card, transcripts)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-pilot")
+    d = new_run_dir(pilot_root(base), f"{date}-{card.name}-pilot")
     say(f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
         f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)")
     try:
@@ -463,60 +426,14 @@ def run_pilot(card: Card, *, ops: Any = None, base: Any = None, progress: Callab
             write_once(d / "window.json", dumps_json(result.model_dump(mode="json")))
     finally:
         ops.discard(arm.recipe, "pilot")
-    write_once(d / "pilot.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
-                                             "window": w.model_dump(mode="json")}))
+    write_once(d / "pilot.json", dumps_json(PilotReceipt(card=card.name, recipe=arm.recipe, window=w)
+                                            .model_dump(mode="json")))
     say(f"pilot: receipts in {d}")
     return d
 
 
-def boot_window(card: Card) -> WindowSpec:
-    """What one boot of an arm runs of the primary window: all of it, or a sequential card's one stage."""
-    p = card.window(card.primary_window)
-    if isinstance(card.design, GroupSequential):
-        return p.model_copy(update={"rounds": p.rounds // card.design.looks})
-    return p
-
-
-_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens")
-
-
-def _same_boot(card: Card, w: WindowSpec) -> bool:
-    """A boot study measures the shift of one boot's mean over the requests it ran, which depends on what ran
-    (an arm's last requests at C8 run in a shrinking batch, at another k): only a study of the same shape
-    counts."""
-    mine = boot_window(card)
-    return all(getattr(w, f) == getattr(mine, f) for f in _SHAPE)
-
-
-def _boot_dirs(card: Card, base: Any = None) -> list[Any]:
-    """Boot studies of the card's control recipe over the same requests one boot of its arms runs."""
-    return _studies(card, base, "boots.json", _same_boot)
-
-
-def _read_json(path: Any) -> dict[str, Any]:
-    import json
-
-    got: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return got
-
-
-def earlier_boots(card: Card, base: Any = None) -> tuple[list[ArmData], str] | None:
-    """The boots of every boot study of the card's control recipe and window (each boot one arm)."""
-    arms: list[ArmData] = []
-    names = []
-    for d in _boot_dirs(card, base):
-        for f in sorted(d.glob("boot-*.json")):
-            w = WindowData.model_validate(_read_json(f))
-            arms.append(ArmData(arm=f"{d.name}/{f.stem}", recipe=card.controls[0].recipe, role="control",
-                                source="measured", windows={card.primary_window: w}))
-        names.append(d.name)
-    if len(arms) < 3:
-        return None
-    return arms, f"{len(arms)} boots of {card.controls[0].recipe} ({'; '.join(names)})"
-
-
-def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callable[[str], None] | None = None,
-                   lane: Any = None, ops: Any = None) -> Any:
+def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress: Callable[[str], None] | None = None,
+                   lane: InProcessLane | None = None, ops: ArmOps | None = None) -> Path:
     """`boots` boots of the control recipe, each its own boot seed and seed base, over the primary window as the
     card sizes it; receipts under results/pilots/<date>-<card>-boots/.
 
@@ -530,7 +447,8 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     from datetime import datetime, timezone
 
     from gb300lane.cards.run import arm_seed_base
-    from gb300lane.cards.simulate import InProcessLane, runs_embedded
+    from gb300lane.cards.embedded import runs_embedded
+    from gb300lane.cards.simulate import InProcessLane
     from gb300lane.fsio import dumps_json, write_once
 
     if boots < 3:
@@ -541,7 +459,7 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
     primary = boot_window(card)
     study = secrets.randbits(31)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    d = new_run_dir(_pilot_root(base), f"{date}-{card.name}-boots")
+    d = new_run_dir(pilot_root(base), f"{date}-{card.name}-boots")
     in_process = runs_embedded(card)
     where = "in process" if in_process else "through the lane (real boots, dark)"
     say(f"boot study: {boots} boots of {arm.recipe} {where}, {_window_requests(primary)} requests each "
@@ -557,39 +475,11 @@ def run_boot_study(card: Card, boots: int, *, base: Any = None, progress: Callab
             seconds.append(boot_s)
         write_once(d / f"boot-{i:03d}.json", dumps_json(data.model_dump(mode="json")))
         say(f"boot study: {i + 1} of {boots} boots" + (f" (booted in {seconds[-1]:.0f} s)" if seconds else ""))
-    write_once(d / "boots.json", dumps_json({"schema_version": 1, "card": card.name, "recipe": arm.recipe,
-                                             "boots": boots, "study_seed": study, "in_process": in_process,
-                                             "boot_seconds": seconds,
-                                             "window": primary.model_dump(mode="json"),
-                                             "measured_on": measured_on(card)}))
+    write_once(d / "boots.json", dumps_json(BootStudyReceipt(
+        card=card.name, recipe=arm.recipe, boots=boots, study_seed=study, in_process=in_process,
+        boot_seconds=seconds, window=primary, measured_on=measured_on(card)).model_dump(mode="json")))
     say(f"boot study: receipts in {d}")
     return d
-
-
-def measured_on(card: Card) -> dict[str, Any]:
-    """What a boot study of the card's control recipe measures: the lane (in process on the embedded engine, or
-    the recipe's lane), the recipe and its fingerprint (over its hash inputs), the image and what its compile hash
-    covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
-    from gb300lane.cards.simulate import engine_fingerprint, runs_embedded
-    from gb300lane.recipes import fingerprint
-
-    r = load_recipe(card.controls[0].recipe)
-    embedded = runs_embedded(card)
-    return {"lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
-            "recipe": r.name, "recipe_fingerprint": fingerprint(r), "image": r.image.ref,
-            "vllm_version": r.image.vllm_version, "hash_inputs": list(r.image.hash_inputs),
-            "engine_fingerprint": engine_fingerprint(card) if embedded else None}
-
-
-def boot_provenance(card: Card, base: Any = None) -> tuple[dict[str, Any], ...]:
-    """What each boot study of the card's control recipe and shape recorded it was measured on (studies from
-    before the record was kept have none)."""
-    out = []
-    for d in _boot_dirs(card, base):
-        got = _read_json(d / "boots.json").get("measured_on")
-        if isinstance(got, dict):
-            out.append({"study": d.name, **got})
-    return tuple(out)
 
 
 def require_recipes(card: Card) -> None:
@@ -600,9 +490,9 @@ def require_recipes(card: Card) -> None:
         except LaneError as exc:
             raise CardError(f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
                             f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
-def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) -> tuple[WindowData, float]:
+def _real_boot(card: Card, arm: Arm, w: WindowSpec, i: int, d: Path, ops: ArmOps | None) -> tuple[WindowData, float]:
     """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
-    from gb300lane.cards.data import window_data_from_result
+    from gb300lane.cards.record.arms import window_data_from_result
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.fsio import dumps_json, write_once
 
@@ -616,11 +506,11 @@ def _real_boot(card: Card, arm: Any, w: WindowSpec, i: int, d: Any, ops: Any) ->
                                     fingerprint=report.fingerprint)
     finally:
         ops.discard(arm.recipe, name)
-    data = window_data_from_result(result.model_dump(mode="json"), card.primary_window)
+    data = window_data_from_result(result, card.primary_window)
     return data, float(report.boot_seconds)
 
 
-def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: Any = None,
+def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None, base: Path | None = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
              target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
@@ -645,8 +535,8 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: Any = None, base: An
                      boot_source=study[1] if study else "", lane_noise=lane_noise(card, base))
 
 
-def lane_noise(card: Card, base: Any = None) -> dict[str, LedgerEstimate]:
-    """The lane's noise ledger for the card's control recipe and window shape, by metric (`cards.noise`)."""
+def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate]:
+    """The lane's noise ledger for the card's control recipe and window shape, by metric (`cards.record.noise`)."""
     out = {}
     for metric in ("tokens_per_step", "decode_tok_s"):
         got = for_card(card, metric, base=base)
@@ -655,10 +545,9 @@ def lane_noise(card: Card, base: Any = None) -> dict[str, LedgerEstimate]:
     return out
 
 
-
-def registration_plan(card: Card, base: Any = None) -> CardPlan | None:
+def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
     """The plan `card register` records: from earlier control data only (registering never boots anything)."""
-    if not any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates):
+    if not any(isinstance(g, TestedGate) for g in card.gates):
         return None
     found = earlier_noise(card, base)
     if found is None:
@@ -676,7 +565,7 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
 
     out = [f"gate {g.id} decides on a point ratio (the write-up's design), without a test: use kind "
            "tokens_per_step, decode_tok_s or controls_equivalence" for g in card.gates if g.kind in POINT_RATIO_KINDS]
-    tested = any(isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence)) for g in card.gates)
+    tested = any(isinstance(g, TestedGate) for g in card.gates)
     if not tested:
         return out
     if plan is None:
@@ -688,8 +577,6 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
                        f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
                        "set boot_sd and boot_df as `card plan` prints them")
     out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
-    from gb300lane.cards.calibrate import calibration_boot_notes  # calibrate imports the run path: only here
-
     out += calibration_boot_notes(card)
     if plan is None:
         pass

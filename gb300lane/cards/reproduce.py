@@ -21,12 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gb300lane import lane
-from gb300lane.cards.receipts import Receipts, register
-from gb300lane.cards.report import ratio_rows, render_report
+from gb300lane.cards.record.receipts import Receipts, register
+from gb300lane.cards.present.report import ratio_rows, render_report
 from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
-from gb300lane.cards.schema import Card, load_card, read_card_text
-from gb300lane.cards.verdicts import score
-from gb300lane.cards.writeup import reproduce_writeup, verdict_lines
+from gb300lane.cards.cardfile import load_card, read_card_text
+from gb300lane.cards.schema import Card
+from gb300lane.cards.record.verdicts import score
+from gb300lane.cards.present.writeup import reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
 from gb300lane.recipes import load_recipe
 

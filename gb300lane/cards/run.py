@@ -12,7 +12,7 @@ a stable hash of (the window's seed base, the arm, the stage), so A2 is a
 second sample of production and not a copy of A; the seed base an arm used
 is recorded in its window receipt. A group-sequential card runs the bracket
 once per stage (the primary window's rounds split evenly; the other windows
-run in stage 1 only) and takes a look after each (`cards.looks`), stopping
+run in stage 1 only) and takes a look after each (`cards.record.looks`), stopping
 as soon as a look reaches PASS or FAIL.
 """
 
@@ -23,26 +23,18 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from pydantic import Field
 
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
 from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
-from gb300lane.cards.receipts import Receipts, stage_count, utc_now
-from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential
+from gb300lane.cards.record.models import AttemptReceipt, DoneReceipt, ForeignCount, ForeignReceipt, SelftestReceipt
+from gb300lane.cards.record.receipts import Receipts, utc_now
+from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, stage_count
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
-from gb300lane.models import FrozenModel
 from gb300lane.recipes import WindowSpec, load_recipe
 
 Progress = Callable[[str], None]
-
-
-class ForeignCount(FrozenModel):
-    """Foreign clients a dark arm's /metrics showed at one moment, and the check that counted them."""
-
-    foreign_clients: int | None = Field(description="Requests the bench did not send (None: could not be read).")
-    check: dict[str, Any] = Field(description="The lane's foreign_clients check, as JSON (its evidence is free-form).")
 
 
 class ArmOps(Protocol):
@@ -173,8 +165,8 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
     if n > 1:
         progress(f"{label}: attempt {n - 1} did not finish; removing its leftovers and booting again")
         ops.discard(arm.recipe, arm.name)
-    rec.write_json(adir / "attempt.json", {"schema_version": 1, "arm": arm.name, "recipe": arm.recipe,
-                                           "attempt": n, "stage": stage, "started_at": utc_now()})
+    rec.write_model(adir / "attempt.json", AttemptReceipt(arm=arm.name, recipe=arm.recipe, attempt=n, stage=stage,
+                                                          started_at=utc_now()))
     progress(f"{label}: booting {arm.recipe} dark")
     # The flag check compares every arm with the control (production): B shows its changed keys.
     baseline = card.controls[0].recipe if card.controls else None
@@ -182,7 +174,7 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                           allow_outside_trained_block=arm.allow_outside_trained_block)
     with booted as report:
         try:
-            rec.write_json(adir / "boot.json", report.model_dump(mode="json"))
+            rec.write_model(adir / "boot.json", report)
             before = ops.foreign(report.endpoint, 0)
             sent = 0
             for w in (arm_window(card, x, arm, stage) for x in stage_windows(card, stage)):
@@ -193,17 +185,16 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                 result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
                                         fingerprint=report.fingerprint)
                 sent += len(result.records)
-                rec.write_json(adir / "windows" / f"{w.name}.json", result.model_dump(mode="json"))
+                rec.write_model(adir / "windows" / f"{w.name}.json", result)
             after = ops.foreign(report.endpoint, sent)
             counts = [x.foreign_clients for x in (before, after)]
-            rec.write_json(adir / "foreign.json", {
-                "schema_version": 1, "before_windows": before.model_dump(mode="json"),
-                "after_windows": after.model_dump(mode="json"), "sent_by_bench": sent,
-                "foreign_clients": None if None in counts else max(c for c in counts if c is not None)})
+            rec.write_model(adir / "foreign.json", ForeignReceipt(
+                before_windows=before, after_windows=after, sent_by_bench=sent,
+                foreign_clients=None if None in counts else max(c for c in counts if c is not None)))
         finally:
             progress(f"{label}: stopping {report.instance} (containers kept)")
-    rec.write_json(rec.arm_dir(arm.name, stage) / "done.json",
-                   {"schema_version": 1, "attempt": n, "stage": stage, "finished_at": utc_now()})
+    rec.write_model(rec.arm_dir(arm.name, stage) / "done.json", DoneReceipt(attempt=n, stage=stage,
+                                                                            finished_at=utc_now()))
     return n
 
 
@@ -237,8 +228,7 @@ def _selftest(rec: Receipts, card: Card, check: Callable[[list[int]], SelftestRe
     while (rec.root / f"selftest-{n}.json").exists():
         n += 1
     path = rec.root / f"selftest-{n}.json"
-    rec.write_json(path, {"schema_version": 1, "concurrency": levels, "passed": result.passed,
-                          "attempts": [r.model_dump(mode="json") for r in results]})
+    rec.write_model(path, SelftestReceipt(concurrency=levels, passed=result.passed, attempts=results))
     binding = _wall_clock_figures(card)
     if not result.passed and not binding:
         return (f"client self-test at C{'/C'.join(map(str, levels))} missed its registered bounds "
@@ -267,7 +257,7 @@ def run_card(
     `protected` (production and the rollback pair, from the layer above) is
     never replaced by an arm's boot nor removed by a discard.
     """
-    from gb300lane.cards.looks import take_look
+    from gb300lane.cards.record.looks import take_look
 
     card = rec.card()
     rec.check_frozen(card)

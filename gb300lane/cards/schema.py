@@ -8,22 +8,23 @@ change after registration is only possible as a re-score.
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, JsonValue, ValidationError, model_validator
 
-from gb300lane import paths
-from gb300lane.cards.results import IntervalMethod
-from gb300lane.cards.sequential import Spending
+from gb300lane.canonical import dumps_json, sha256_bytes
 from gb300lane.errors import CardError
-from gb300lane.fsio import dumps_json, sha256_bytes
 from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.names import CARD_SLUG_RE, MAX_NAME
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
-from gb300lane.recipes.yamlio import parse_mapping, read_text
+from gb300lane.recipes.yamlio import parse_mapping
+
+TestKind = Literal["superiority", "non_inferiority", "equivalence"]
+IntervalMethod = Literal["t", "bca"]
+#: The alpha spending functions of a group-sequential design (`cards.decide.sequential`).
+Spending = Literal["obrien_fleming", "pocock"]
 
 #: An arm name is letters and digits as the write-up spells it (A, B, A2, K9): it names receipt folders.
 ARM_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*", re.ASCII)
@@ -80,7 +81,7 @@ class _WindowGate(_Gate):
 
 
 class _TestedGate(_WindowGate):
-    """A gate decided by a pre-registered paired test (see `cards.stats`); alpha and margin are frozen with it."""
+    """A gate decided by a pre-registered paired test (see `cards.decide.stats`); alpha and margin are frozen with it."""
 
     margin: float = Field(ge=0, lt=1, description="Relative margin: superiority needs B better by more than it; "
                           "non-inferiority B no worse than minus it; equivalence within plus or minus it.")
@@ -125,6 +126,11 @@ class TokensPerStepTest(_TestedGate):
         default="aggregate", description="aggregate: one test over the window's units; per_cell: one per class x concurrency."
     )
 
+    @property
+    def metric(self) -> Literal["tokens_per_step"]:
+        """What the test compares, per paired unit (every tested gate has one)."""
+        return "tokens_per_step"
+
 
 class DecodeTest(_TestedGate):
     kind: Literal["decode_tok_s"] = Field(
@@ -135,6 +141,11 @@ class DecodeTest(_TestedGate):
         default="per_cell", description="per_cell: one test per class x concurrency (all must pass); aggregate: one."
     )
 
+    @property
+    def metric(self) -> Literal["decode_tok_s"]:
+        """What the test compares, per paired unit (every tested gate has one)."""
+        return "decode_tok_s"
+
 
 class ControlsEquivalence(_TestedGate):
     kind: Literal["controls_equivalence"] = Field(
@@ -143,6 +154,10 @@ class ControlsEquivalence(_TestedGate):
     test: Literal["equivalence"] = Field(default="equivalence", description="Always equivalence (two one-sided tests).")
     metric: Literal["decode_tok_s", "tokens_per_step"] = Field(default="decode_tok_s", description="What is compared.")
     scope: Literal["aggregate", "per_cell"] = Field(default="aggregate", description="One test, or one per cell.")
+
+
+#: A gate decided by a pre-registered paired test (its `metric` is what it compares).
+TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
 
 
 class TokensPerStepGate(_WindowGate):
@@ -330,7 +345,7 @@ class Card(FrozenModel):
                 return w
         raise CardError(f"card {self.name}: no window named {name!r}; windows are {[w.name for w in self.windows]}")
 
-    def gate(self, gate_id: str) -> Any:
+    def gate(self, gate_id: str) -> Gate:
         for g in self.gates:
             if g.id == gate_id:
                 return g
@@ -345,7 +360,12 @@ class Card(FrozenModel):
 BCA_MIN_UNITS = 100
 
 
-def units_per_test(card: Card, gate: Any) -> int:
+def stage_count(card: Card) -> int:
+    """Stages of the card's design: its looks, or 1 for a fixed design."""
+    return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def units_per_test(card: Card, gate: TestedGate) -> int:
     """Paired units of each of a tested gate's tests: transcripts of a cell (per cell), of all its classes
     (aggregate)."""
     w = card.window(gate.window)
@@ -357,7 +377,7 @@ def small_sample_refusals(card: Card) -> list[str]:
     """Gates whose interval method is not calibrated at the card's sample size (BCa below BCA_MIN_UNITS)."""
     out = []
     for g in card.gates:
-        if getattr(g, "interval", "t") == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
+        if isinstance(g, TestedGate) and g.interval == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
             out.append(f"card {card.name}: gate {g.id}.interval = bca at {n} paired units per test, below the "
                        f"{BCA_MIN_UNITS} its calibration holds at (BCa's false PASS and false FAIL run above the "
                        f"nominal alpha at small n); set interval: t, or give the window at least {BCA_MIN_UNITS} "
@@ -365,7 +385,7 @@ def small_sample_refusals(card: Card) -> list[str]:
     return out
 
 
-def gates_payload(gates: tuple[Any, ...]) -> list[dict[str, Any]]:
+def gates_payload(gates: Sequence[Gate]) -> list[dict[str, JsonValue]]:
     return [g.model_dump(mode="json") for g in gates]
 
 
@@ -388,40 +408,6 @@ def gates_hash(card: Card) -> str:
     return sha256_bytes(dumps_json(payload))
 
 
-def known_cards() -> list[Path]:
-    """One file per card name across the card folders, the first folder's copy winning, sorted by name."""
-    found: dict[str, Path] = {}
-    for d in paths.card_dirs():
-        for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
-            found.setdefault(p.stem, p)
-    return [found[k] for k in sorted(found)]
-
-
-def resolve_card_path(ref: str | os.PathLike[str]) -> Path:
-    """A card argument is a path to a YAML file, or a card name in ./cards or the shipped cards.
-
-    `cards/NAME.yaml` that is not a file here names the card NAME in those
-    folders (the shipped cards are the package's `cards/`).
-    """
-    p = Path(ref)
-    where = " or ".join(str(d) for d in paths.card_dirs())
-    if not p.exists() and p.suffix in (".yaml", ".yml") and p.parent == Path("cards"):
-        for d in paths.card_dirs():
-            if (d / p.name).is_file():
-                return d / p.name
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise CardError(f"{p}: card file not found; pass a path to a card YAML or a card name in {where}")
-        return p
-    for d in paths.card_dirs():
-        for suffix in (".yaml", ".yml"):
-            cand = d / f"{ref}{suffix}"
-            if cand.is_file():
-                return cand
-    known = [x.stem for x in known_cards()]
-    raise CardError(f"card {ref!r} not found in {where}; known cards: {', '.join(known) or 'none'}")
-
-
 def parse_card(text: str, source: str) -> Card:
     """Validate card YAML text through the strict loader recipes use; errors name the file, the line or the key."""
     data = parse_mapping(text, source, error=CardError,
@@ -430,14 +416,3 @@ def parse_card(text: str, source: str) -> Card:
         return Card.model_validate(data)
     except ValidationError as exc:
         raise CardError(format_validation_error(exc, source=source)) from None
-
-
-def read_card_text(path: Path) -> str:
-    """A card file's text (UTF-8, at most the strict loader's size limit), else a one-line CardError."""
-    return read_text(path, str(path), error=CardError, what="card")
-
-
-def load_card(ref: str | os.PathLike[str]) -> tuple[Card, Path]:
-    """Load and validate a card by path or name; returns the card and its file."""
-    path = resolve_card_path(ref)
-    return parse_card(read_card_text(path), str(path)), path

@@ -7,7 +7,7 @@ per-request seeds, forced length) and parsed by the engine's API parser;
 the requests run through the same `EngineCore` the server steps, closed-loop
 at the cell's concurrency; the per-request spec-decode counters and the
 modelled clock are the ones the server reports; and the window data goes
-through the same adapter (`cards.data.window_data_from_result`) and the same
+through the same adapter (`cards.record.arms.window_data_from_result`) and the same
 gate code as `card score`.
 
 Each arm is one boot: its engine gets its own boot seed, so the numerics
@@ -25,12 +25,20 @@ are on the modelled clock only (there is no wall clock to read).
 
 from __future__ import annotations
 
+import platform
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, Literal
 
-from gb300lane.cards.data import ArmData, BootFacts, WindowData, window_data_from_result
-from gb300lane.cards.receipts import merge_stages
+from gb300lane import __version__
+from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
+from gb300lane.bench.stats import Percentiles
+
+from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
+from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.schema import Arm, Card
+from gb300lane.recipes.schema import TranscriptClass, WindowSpec
 
 DIFFERENCES = (
     "in process on the engine core, each arm one engine with its own boot seed (numerics jitter as between "
@@ -38,46 +46,6 @@ DIFFERENCES = (
     "the batch at once, so the k schedule can see a fuller batch than through the server), C1 requests run side "
     "by side at the one-user k and are timed as if alone (same tokens, same modelled clock), modelled clock only"
 )
-
-
-def engine_fingerprint(card: Card) -> str:
-    """sha256 over what decides a fast-path run's numbers: the engine's and the verifier's files, and the
-    card's recipes as loaded. Two calibrations with the same card hash, seed and fingerprint are the same run."""
-    import hashlib
-    import json
-    from pathlib import Path
-
-    import gb300lane.engine as engine_pkg
-    import gb300lane.spec as spec_pkg
-    from gb300lane.recipes import load_recipe
-
-    h = hashlib.sha256()
-    for pkg in (engine_pkg, spec_pkg):
-        root = Path(str(pkg.__file__)).parent
-        for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            h.update(f"{pkg.__name__}/{f.relative_to(root).as_posix()}\0".encode())
-            h.update(f.read_bytes())
-    for name in sorted({a.recipe for a in card.arms}):
-        h.update(json.dumps(load_recipe(name).model_dump(mode="json"), sort_keys=True).encode())
-    return h.hexdigest()
-
-
-def runs_embedded(card: Card) -> bool:
-    """Whether every arm of the card runs on the embedded engine (the in-process fast path can drive it)."""
-    from gb300lane.recipes import load_recipe
-
-    return all(load_recipe(a.recipe).engine == "embedded" for a in card.arms)
-
-
-def check_embedded(card: Card) -> None:
-    """Refuse a card whose arms do not all run on the embedded engine (the fast path drives only that)."""
-    from gb300lane.errors import CardError
-    from gb300lane.recipes import load_recipe
-
-    others = sorted({a.recipe for a in card.arms if load_recipe(a.recipe).engine != "embedded"})
-    if others:
-        raise CardError(f"card {card.name}: recipes {', '.join(others)} do not run on the embedded engine; "
-                        "calibration drives the embedded engine in process: calibrate the local- card instead")
 
 
 @dataclass
@@ -95,6 +63,8 @@ class InProcessLane:
 
     model: Any = None
     _args: dict[str, Any] = field(default_factory=dict)
+    #: What was sent for each request built (by the Sequence's id): its seed and endpoint kind.
+    _sent: dict[int, tuple[int, Literal["completion", "chat"]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.model is None:
@@ -133,7 +103,7 @@ class InProcessLane:
                           boot_seed=pinned, numerics_jitter=args.numerics_jitter)
         return _ArmEngine(core=core, served=args.served_model_name, max_num_seqs=args.max_num_seqs)
 
-    def _requests(self, engine: _ArmEngine, window: Any, cls: str, rnd: int) -> list[Any]:
+    def _requests(self, engine: _ArmEngine, window: WindowSpec, cls: str, rnd: int) -> list[Any]:
         from gb300lane.bench.transcripts import select_transcripts
         from gb300lane.bench.window import build_request
         from gb300lane.engine.api import parse_request
@@ -141,10 +111,12 @@ class InProcessLane:
 
         out = []
         for t in select_transcripts(cls, window.transcripts_per_class):
-            path, body, _seed = build_request(t, window, model=engine.served, round=rnd)
-            req = parse_request(body, chat=path.endswith("/chat/completions"), served_model_name=engine.served)
+            path, body, seed = build_request(t, window, model=engine.served, round=rnd)
+            chat = path.endswith("/chat/completions")
+            req = parse_request(body, chat=chat, served_model_name=engine.served)
             ids = req.prompt_ids if req.prompt_ids is not None else self.model.tokenizer.encode(req.prompt_text or "")
             out.append(Sequence(request_id=t.id, prompt_ids=list(ids), params=req.params))
+            self._sent[id(out[-1])] = (seed if seed is not None else -1, "chat" if chat else "completion")
         return out
 
     def _closed_loop(self, engine: _ArmEngine, seqs: list[Any], conc: int) -> float:
@@ -198,14 +170,13 @@ class InProcessLane:
             spans.append(clock)
         return spans
 
-    def run_window(self, engine: _ArmEngine, window: Any) -> dict[str, Any]:
-        """A window's cells, closed-loop, as WindowResult-shaped data (records and cells)."""
-        from gb300lane.bench.models import SpecStats
+    def run_window(self, engine: _ArmEngine, window: WindowSpec) -> WindowResult:
+        """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock)."""
         from gb300lane.bench.stats import decode_rate
         from gb300lane.spec import SpecCounters
 
         tok = self.model.tokenizer
-        cells_in: list[tuple[int, str, int, list[Any], float]] = []
+        cells_in: list[tuple[int, TranscriptClass, int, list[Any], float]] = []
         one_user: list[tuple[int, list[Any]]] = []
         for rnd in range(1, window.rounds + 1):
             for cls in window.classes:
@@ -222,8 +193,9 @@ class InProcessLane:
             for index, seqs in one_user:
                 rnd, cls, conc, _, _ = cells_in[index]
                 cells_in[index] = (rnd, cls, conc, seqs, sum(next(spans) for _ in seqs))
-        records: list[dict[str, Any]] = []
-        cells: list[dict[str, Any]] = []
+        records: list[RequestRecord] = []
+        cells: list[CellResult] = []
+        none = Percentiles.from_values([])
         for rnd, cls, conc, seqs, span in cells_in:
             drafts = draft_tokens = accepted = 0
             per_pos: list[int] = []
@@ -231,14 +203,18 @@ class InProcessLane:
             for seq in seqs:
                 times = seq.token_modelled
                 n = len(seq.output_ids)
-                records.append({
-                    "cls": cls, "concurrency": conc, "round": rnd, "transcript_id": seq.request_id,
-                    "ok": n == window.forced_tokens,
-                    "decode_tok_s": decode_rate(n, times[0], times[-1]) if times else None,
-                    "text": tok.decode(seq.output_ids),
-                    "spec_decode": {"num_drafts": seq.num_drafts, "num_draft_tokens": seq.num_draft_tokens,
-                                    "num_accepted_tokens": seq.num_accepted},
-                })
+                seed, kind = self._sent.get(id(seq), (0, "completion"))
+                records.append(RequestRecord(
+                    cls=cls, concurrency=conc, round=rnd, transcript_id=seq.request_id, seed=seed, kind=kind,
+                    worker=0, start_s=0.0, ok=n == window.forced_tokens, error=None, http_status=None,
+                    expected_tokens=window.forced_tokens, output_tokens=n, prompt_tokens=len(seq.prompt_ids),
+                    chunks=0, token_attribution="usage", ttft_s=None, e2e_s=None, done_s=None, token_times_s=[],
+                    engine=None, clock="modelled", tpot_s=None,
+                    decode_tok_s=decode_rate(n, times[0], times[-1]) if times else None,
+                    text=tok.decode(seq.output_ids),
+                    spec_decode=RequestSpecDecode(num_drafts=seq.num_drafts, num_draft_tokens=seq.num_draft_tokens,
+                                                  num_accepted_tokens=seq.num_accepted),
+                ))  # fmt: skip
                 drafts += seq.num_drafts
                 draft_tokens += seq.num_draft_tokens
                 accepted += seq.num_accepted
@@ -251,13 +227,23 @@ class InProcessLane:
             counters = SpecCounters(num_drafts=drafts, num_draft_tokens=draft_tokens, num_accepted_tokens=accepted,
                                     accepted_per_pos=tuple(per_pos), drafts_by_length=by_len or None)
             out_tokens = sum(len(s.output_ids) for s in seqs)
-            cells.append({"cls": cls, "concurrency": conc, "round": rnd,
-                          "valid": all(len(s.output_ids) == window.forced_tokens for s in seqs),
-                          "clock": "modelled", "decode_tok_s": out_tokens / span if span > 0 else None,
-                          "spec": SpecStats.from_counters(counters).model_dump(mode="json") if drafts else None})
-        return {"records": records, "cells": cells, "window": window.model_dump(mode="json")}
+            cells.append(CellResult(
+                cls=cls, concurrency=conc, round=rnd, valid=all(len(s.output_ids) == window.forced_tokens for s in seqs),
+                invalid_reasons=[], notes=[], requests=len(seqs), errors=0,
+                expected_tokens=window.forced_tokens * len(seqs), output_tokens=out_tokens, clock="modelled",
+                span_s=span, wall_span_s=0.0, decode_tok_s=out_tokens / span if span > 0 else None,
+                decode_tok_s_per_stream=none, ttft_s=none, tpot_s=none, itl_s=none, generation_tokens_delta=None,
+                spec=SpecStats.from_counters(counters) if drafts else None,
+                spec_absent_reason=None if drafts else "no drafts", counters_delta=None,
+            ))  # fmt: skip
+        return WindowResult(
+            tool_version=__version__, python=platform.python_version(), platform=sys.platform,
+            created_at=datetime.now(timezone.utc).isoformat(), endpoint="in process", model=engine.served,
+            server_version=None, recipe=None, fingerprint=None, window=window.model_dump(mode="json"),
+            valid=all(c.valid for c in cells), cells=cells, records=records,
+        )  # fmt: skip
 
-    def run_arm(self, card: Card, arm: Arm, windows: list[Any], recipe: str | None = None,
+    def run_arm(self, card: Card, arm: Arm, windows: list[WindowSpec], recipe: str | None = None,
                 previous: dict[str, WindowData] | None = None, boot_seed: int | None = None) -> ArmData:
         """One arm (one boot) over `windows`, merged after `previous` stages' data when given."""
         engine = self.boot(recipe or arm.recipe, boot_seed)

@@ -9,7 +9,7 @@ design boots every arm again at each look, so it pays the boots as many times
 as it takes looks, for the requests its early stop saves. Two sequential
 shapes are costed: the card's looks (a reboot per look), and half as many
 looks of twice the requests per boot. Each needs its maximum size inflated by
-the factor that keeps the power (`cards.sequential`); it is expected to stop
+the factor that keeps the power (`cards.decide.sequential`); it is expected to stop
 at the fraction of that maximum its boundaries give at the registered effect,
 and at worst runs every look.
 
@@ -28,16 +28,17 @@ lower bound on the requests' time).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 import statistics
-from typing import Any
 
 from pydantic import Field
 
-from gb300lane.cards.data import WindowData
-from gb300lane.cards.results import CardPlan
+from gb300lane.cards.decide.data import WindowData
+from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest
-from gb300lane.cards.sequential import boundaries, power_and_stop
+from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError
 from gb300lane.models import FrozenModel
 
@@ -82,7 +83,7 @@ class TimePlan(FrozenModel):
 
 def _modelled_boot(card: Card) -> BootTimes | None:
     """The embedded engine's modelled boot of the control recipe (hit and miss), when the card runs on it."""
-    from gb300lane.cards.simulate import runs_embedded
+    from gb300lane.cards.embedded import runs_embedded
     from gb300lane.engine import boot as eb
     from gb300lane.engine.config import default_capture_sizes
     from gb300lane.recipes import load_recipe
@@ -98,13 +99,13 @@ def _modelled_boot(card: Card) -> BootTimes | None:
     return BootTimes(clock="modelled", hit_s=round(hit, 1), miss_s=round(miss, 1), boots=0)
 
 
-def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
+def lane_boots(card: Card, base: Path | None = None) -> BootTimes | None:
     """Wall seconds of the boots on record for the card's recipes: earlier cards' arms and boot studies."""
-    import json
+    from gb300lane.lane.report import BootReport
 
-    from gb300lane.cards.data import boot_facts_from_report
-    from gb300lane.cards.plan import _boot_dirs, _pilot_dirs
-    from gb300lane.cards.receipts import all_receipts
+    from gb300lane.cards.record.arms import boot_facts_from_report
+    from gb300lane.cards.record.studies import boot_dirs, pilot_dirs
+    from gb300lane.cards.record.receipts import all_receipts
 
     recipes = {a.recipe for a in card.arms}
     hits: list[float] = []
@@ -122,12 +123,12 @@ def lane_boots(card: Card, base: Any = None) -> BootTimes | None:
             if a.recipe in recipes and a.source == "measured" and b is not None and b.boot_seconds is not None:
                 (hits if b.hash_hit else misses if b.hash_hit is False else other).append(b.boot_seconds)
     # the boot reports a pilot and a real boot study keep (an in-process study boots nothing on the lane)
-    reports = [d / "boot.json" for d in _pilot_dirs(card, base)]
-    reports += [f for d in _boot_dirs(card, base) for f in sorted(d.glob("report-*.json"))]
+    reports = [d / "boot.json" for d in pilot_dirs(card, base)]
+    reports += [f for d in boot_dirs(card, base) for f in sorted(d.glob("report-*.json"))]
     for f in reports:
         if not f.is_file():
             continue
-        facts = boot_facts_from_report(json.loads(f.read_text(encoding="utf-8")), None)
+        facts = boot_facts_from_report(BootReport.model_validate_json(f.read_bytes()), None)
         if facts.boot_seconds is not None:
             hit = facts.hash_hit
             (hits if hit else misses if hit is False else other).append(float(facts.boot_seconds))
@@ -174,7 +175,7 @@ def _seq_shape(card: Card, looks: int, target: float) -> tuple[float, float]:
     return infl, used
 
 
-def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]], base: Any = None) -> TimePlan:
+def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]], base: Path | None = None) -> TimePlan:
     """Each design's expected and worst-case wall-clock (module docstring), sized for the plan's target power."""
     boots = [b for b in (lane_boots(card, base), _modelled_boot(card)) if b is not None]
     window_s, clock = _request_seconds(card, windows)

@@ -33,7 +33,7 @@ _JSON = typer.Option(False, "--json", help="Print the result as JSON (nothing el
 
 def _receipts(card: str, receipts: Path | None) -> Receipts:
     from gb300lane.cards import Receipts
-    from gb300lane.cards.receipts import receipts_for
+    from gb300lane.cards.record.receipts import receipts_for
 
     return Receipts(receipts) if receipts is not None else receipts_for(card)
 
@@ -82,8 +82,8 @@ def register_cmd(
 ) -> None:
     from gb300lane.cards import load_card, register
     from gb300lane.cards.plan import registration_plan, registration_warnings
-    from gb300lane.cards.receipts import receipts_state
-    from gb300lane.cards.schema import read_card_text
+    from gb300lane.cards.record.receipts import receipts_state
+    from gb300lane.cards.cardfile import read_card_text
 
     loaded, path = load_card(card)
     plan = registration_plan(loaded)
@@ -243,7 +243,7 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
         return
     console.print(f"receipts: {rec.root}", highlight=False)
     if lines and all(line.endswith("; skipped") for line in lines):
-        from gb300lane.cards.receipts import receipts_state
+        from gb300lane.cards.record.receipts import receipts_state
 
         state = receipts_state(rec, card)
         console.print("every arm had finished earlier; " + "; or ".join(f"`{c}`" for c in state.next), highlight=False,
@@ -251,34 +251,14 @@ def run_cmd(card: str = typer.Argument(..., help="Card name, file or receipts di
 
 
 def _run_taking_the_lane(rec: Receipts, say: Callable[[str], None]) -> tuple[list[str], TransitionReport | None]:
-    """`card run --take-lane`: the bracket inside `promote.take_lane`; what the give-back did is said even when an
-    arm failed or Ctrl-C stopped the run (the error then goes on up)."""
-    from gb300lane.cards import LiveArmOps, run_card
+    """`card run --take-lane`: `promote.bracket.run_card_taking_the_lane`, a failed give-back said in red."""
     from gb300lane.cli.seams import crash_hook, promotion_ops
-    from gb300lane.promote.lanetake import LaneTake, take_lane
-    from gb300lane.promote.view import protected_instances
+    from gb300lane.promote.bracket import run_card_taking_the_lane
 
-    holder: list[LaneTake] = []
-    try:
-        with take_lane(rec.registration().card, ops=promotion_ops(), crash_hook=crash_hook(), progress=say) as taken:
-            holder.append(taken)
-            prod = taken.production
-            say(f"took the lane: production {prod.recipe} ({prod.instance}) stopped and kept; it is restarted when "
-                "the bracket ends" if prod else "no production recorded: nothing to take; the arms run on the lane")
-            protected = protected_instances()
-            lines = run_card(rec, ops=LiveArmOps(protected), progress=say, protected=protected)
-    finally:
-        given = holder[0].report if holder else None
-        if given is not None and given.ok:
-            say(given.message)
-            card = rec.card()
-            say(f"the arms are kept on the lane; after a PASS (`gb300lane card score {card.name}`), "
-                f"`gb300lane promote {card.candidate.recipe} --from-card {card.name}` starts the kept "
-                f"{card.candidate.name} arm as production without a fresh boot")
-        elif given is not None:
-            err_console.print(f"[bold red]error:[/] {escape(given.message)}", markup=True, highlight=False,
-                              soft_wrap=True)
-    return lines, given
+    def failed(message: str) -> None:
+        err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+
+    return run_card_taking_the_lane(rec, ops=promotion_ops(), crash_hook=crash_hook(), progress=say, failed=failed)
 
 
 @card_app.command("score", help="Write verdict 1: the registered gates over the receipts. Exits 0 on PASS, "
@@ -323,7 +303,7 @@ def report_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import render_html, render_report
-    from gb300lane.cards.report import HTML
+    from gb300lane.cards.present.report import HTML
 
     rec = _receipts(card, receipts)
     if html and rec.verdict_numbers() and (rec.report_dir(verdict or rec.verdict_numbers()[-1]) / "card.md").exists():
@@ -343,8 +323,8 @@ def report_cmd(
 @card_app.command("show", help="Show a card's registration, arms, looks and verdicts.")
 def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
              receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
-    from gb300lane.cards.looks import read_look
-    from gb300lane.cards.verdicts import read_verdict
+    from gb300lane.cards.record.looks import read_look
+    from gb300lane.cards.record.receipts import read_verdict
 
     rec = _receipts(card, receipts)
     reg = rec.registration()
@@ -376,7 +356,7 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
 @card_app.command("list", help="List card files and their registered receipts.")
 def list_cmd(as_json: bool = _JSON) -> None:
     from gb300lane.cards import all_receipts
-    from gb300lane.cards.schema import known_cards
+    from gb300lane.cards.cardfile import known_cards
 
     files = known_cards()
     regs = [(r.registration(), r) for r in all_receipts()]
@@ -397,7 +377,7 @@ def noise_cmd(
     cells: bool = typer.Option(False, "--cells", help="Also each class x concurrency cell, not only all cells."),
     as_json: bool = _JSON,
 ) -> None:
-    from gb300lane.cards.noise import ALL_CELLS, ledger
+    from gb300lane.cards.record.noise import ALL_CELLS, ledger
 
     rows = [e for k, e in sorted(ledger().items(), key=lambda kv: (kv[0].lane, kv[0].metric, repr(kv[0].shape),
                                                                    kv[0].unit != ALL_CELLS, kv[0].unit))
@@ -424,7 +404,8 @@ def noise_cmd(
                       f"{first if first == last else first + ' .. ' + last}", highlight=False)
 
 
-@card_app.command("calibrate", help="Measure the card's instrument on the embedded engine: N replicates with fresh "
+@card_app.command("calibrate", help="Measure the card's instrument on the embedded engine (or, with --lane, through "
+                  "any lane's own boots and HTTP): N replicates with fresh "
                   "seed bases of A/A (B replaced by A) and of the card as written, in process; false 'B better', "
                   "false FAIL and power with 95% Clopper-Pearson intervals. Results are receipts under "
                   "results/calibrations/.")
@@ -436,6 +417,13 @@ def calibrate_cmd(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep replicates as they finish, and take those "
                                 "an interrupted run of the same card gates, seed and engine kept; arms a run of any "
                                 "gates kept (same windows, arms, seed and engine) are re-scored, not run again."),
+    on_lane: bool = typer.Option(False, "--lane", help="Run the replicates as real cards through the lane's own "
+                                 "boots and HTTP (any engine; each replicate a receipts directory under "
+                                 "results/calibrations/), not on the engine core in process."),
+    budget: float | None = typer.Option(None, "--budget", min=1, help="With --lane: start no replicate after this "
+                                        "many seconds; the rates are over the replicates that finished."),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="With --lane: boot the arms' lane "
+                                    "moved to this port."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
@@ -443,6 +431,9 @@ def calibrate_cmd(
 
     loaded, path = load_card(card)
     say = _say(as_json)
+    if on_lane:
+        _calibrate_on_lane(loaded, replicates, seed=seed, budget=budget, port=port, as_json=as_json)
+        return
     keep, raw = progress_file(loaded, seed), raw_file(loaded, seed)
     if not resume:
         keep.unlink(missing_ok=True)
@@ -492,6 +483,37 @@ def calibrate_cmd(
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  receipts: {d}", highlight=False, markup=False)
+
+
+def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float | None, port: int | None,
+                       as_json: bool) -> None:
+    from gb300lane.cards.lanecal import calibrate_lane
+    from gb300lane.cards.run import LiveArmOps
+    from gb300lane.promote.view import protected_instances
+
+    cal = calibrate_lane(card, replicates, ops=LiveArmOps(protected_instances(), port=port), seed=seed,
+                         budget_s=budget, progress=_say(as_json))
+    if as_json:
+        print_json(cal.model_dump(mode="json"))
+        return
+
+    def line(name: str, r: Any) -> str:
+        rate = "-" if r.replicates == 0 else f"{r.rate:>6.1%}"
+        return f"  {name:<22} {rate:>6}  [{r.low:.1%}, {r.high:.1%}]  ({r.events}/{r.replicates})"
+
+    console.print(f"{cal.card}: {cal.false_better.replicates} A/A and {cal.power.replicates} as-written replicates "
+                  f"through the lane ({cal.requested} asked for{', stopped by the time budget' if cal.stopped_by_budget else ''}; "
+                  f"{cal.seconds:.0f} s); rates with 95% Clopper-Pearson intervals", highlight=False, markup=False)
+    for name, r in (("false 'B better' (A/A)", cal.false_better), ("false FAIL (A/A)", cal.false_fail),
+                    ("power (as written)", cal.power), ("FAIL (as written)", cal.fail_when_real)):
+        console.print(line(name, r), highlight=False, markup=False)
+    planned = "-" if cal.planned_power is None else f"{cal.planned_power:.1%}"
+    inside = ("" if cal.planned_power is None or cal.power.replicates == 0 else
+              " (inside the measured interval)" if cal.power.low <= cal.planned_power <= cal.power.high
+              else " (OUTSIDE the measured interval)")
+    console.print(f"  planned power of the card as written: {planned}{inside}; plan noise from {cal.plan_source or '-'}",
+                  highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  receipts: {cal.root}", highlight=False, markup=False)
 
 
 @card_app.command("reproduce", help="Re-derive the write-up's BR1/BR2 figures and verdicts, with what the new "

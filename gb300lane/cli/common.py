@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -48,7 +48,7 @@ console = LaneConsole(markup=False, emoji=False)
 err_console = LaneConsole(stderr=True, markup=False, emoji=False)
 
 
-def print_json(obj: Any) -> None:
+def print_json(obj: object) -> None:
     """Machine-readable output on stdout, nothing else on it."""
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

@@ -31,6 +31,14 @@ from gb300lane.models import FrozenModel
 
 CheckStatus = Literal["pass", "fail", "unknown"]
 
+# The checks' names: a card reads a boot report's evidence by them (`cards.record.arms`), so each is spelled once.
+CHECK_AUTOTUNE = "autotune"
+CHECK_FLAGS = "flags"
+CHECK_ENV = "env"
+CHECK_KV_POOL = "kv_pool"
+CHECK_FEATURE_LIVE = "feature_live"
+CHECK_FOREIGN_CLIENTS = "foreign_clients"
+
 
 class CheckResult(FrozenModel):
     """One boot check and its evidence."""
@@ -69,7 +77,7 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
     }
     if observed == "unknown":
         return CheckResult(
-            name="autotune", status="unknown", evidence=evidence,
+            name=CHECK_AUTOTUNE, status="unknown", evidence=evidence,
             summary="the log shows neither a cache load nor a compile (no `Directly load` / `Compiling a graph` / "
                     "`saved AOT compiled function` lines)",
         )  # fmt: skip
@@ -78,12 +86,12 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
         names = ", ".join(f"[{u.tag}] {u.compile_hash} ({u.reason or 'no reason logged'})" for u in failed)
         # The hash was found, so the fingerprint's hash inputs agree with the engine's; the artifact did not load.
         return CheckResult(
-            name="autotune", status="fail" if prediction.outcome == "hit" else "pass", evidence=evidence,
+            name=CHECK_AUTOTUNE, status="fail" if prediction.outcome == "hit" else "pass", evidence=evidence,
             summary=f"hash reload: found in the cache but failed to load, compiled again: {names}",
         )  # fmt: skip
     if prediction.known_hash and facts.compile_hash and prediction.known_hash != facts.compile_hash:
         return CheckResult(
-            name="autotune", status="fail", evidence=evidence,
+            name=CHECK_AUTOTUNE, status="fail", evidence=evidence,
             summary=(
                 f"hash {facts.compile_hash} differs from {prediction.known_hash}, which this fingerprint booted "
                 "with before: image.hash_inputs misses a key the engine hashes"
@@ -91,17 +99,17 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
         )  # fmt: skip
     if prediction.outcome == "hit" and observed == "miss":
         return CheckResult(
-            name="autotune", status="fail", evidence=evidence,
+            name=CHECK_AUTOTUNE, status="fail", evidence=evidence,
             summary=f"predicted a hash hit, the log shows a miss (hash {facts.compile_hash}): the boot recompiled",
         )  # fmt: skip
     if prediction.outcome == "miss" and observed == "hit":
         # Not a fault: another fingerprint (or another host sharing the cache) compiled this hash.
         return CheckResult(
-            name="autotune", status="pass", evidence=evidence,
+            name=CHECK_AUTOTUNE, status="pass", evidence=evidence,
             summary=f"hash hit ({facts.compile_hash}) where a miss was predicted: the cache already held this hash",
         )  # fmt: skip
     return CheckResult(
-        name="autotune", status="pass", evidence=evidence,
+        name=CHECK_AUTOTUNE, status="pass", evidence=evidence,
         summary=f"hash {observed} ({facts.compile_hash}), predicted {prediction.outcome}"
         + (f", booted in {boot_seconds:.1f} s" if boot_seconds is not None else ""),
     )  # fmt: skip
@@ -129,16 +137,16 @@ def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, JsonValue
         detail = "; ".join(
             f"{r['key']}: recipe {r['expected']!r}, args {r['actual']!r}" for r in rows if r["key"] in failed
         )
-        return CheckResult(name="flags", status="fail", evidence=evidence, summary=f"args differ from the recipe: {detail}")
+        return CheckResult(name=CHECK_FLAGS, status="fail", evidence=evidence, summary=f"args differ from the recipe: {detail}")
     if not rows:
-        return CheckResult(name="flags", status="pass", evidence=evidence, summary="no keys to check (none differ)")
+        return CheckResult(name=CHECK_FLAGS, status="pass", evidence=evidence, summary="no keys to check (none differ)")
     if unreadable and len(unreadable) == len(rows):
         return CheckResult(
-            name="flags", status="unknown", evidence=evidence,
+            name=CHECK_FLAGS, status="unknown", evidence=evidence,
             summary=f"{', '.join(unreadable)} do not render to flags; nothing to read in the args",
         )  # fmt: skip
     return CheckResult(
-        name="flags", status="pass", evidence=evidence, summary=f"args carry the recipe's values (present: {present})"
+        name=CHECK_FLAGS, status="pass", evidence=evidence, summary=f"args carry the recipe's values (present: {present})"
     )
 
 
@@ -219,27 +227,27 @@ def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note
             parts.append(f"missing {', '.join(missing)}")
         if different:
             parts.append(f"different {', '.join(different)}")
-        return CheckResult(name="env", status="fail", evidence=evidence, summary="env differs as a set: " + "; ".join(parts))
+        return CheckResult(name=CHECK_ENV, status="fail", evidence=evidence, summary="env differs as a set: " + "; ".join(parts))
     return CheckResult(
-        name="env", status="pass", evidence=evidence, summary=f"{len(actual)} variables, equal as a set"
+        name=CHECK_ENV, status="pass", evidence=evidence, summary=f"{len(actual)} variables, equal as a set"
     )
 
 
 def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResult:
     evidence = {"expected": expected_tokens, "observed": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency}
     if expected_tokens is None:
-        return CheckResult(name="kv_pool", status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens")
+        return CheckResult(name=CHECK_KV_POOL, status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens")
     if facts.kv_cache_tokens is None:
         return CheckResult(
-            name="kv_pool", status="unknown", evidence=evidence,
+            name=CHECK_KV_POOL, status="unknown", evidence=evidence,
             summary="no `GPU KV cache size:` / `CPU KV cache size:` line in the boot log",
         )
     if facts.kv_cache_tokens != expected_tokens:
         return CheckResult(
-            name="kv_pool", status="fail", evidence=evidence,
+            name=CHECK_KV_POOL, status="fail", evidence=evidence,
             summary=f"KV pool {facts.kv_cache_tokens:,} tokens, recipe says {expected_tokens:,}",
         )  # fmt: skip
-    return CheckResult(name="kv_pool", status="pass", evidence=evidence,
+    return CheckResult(name=CHECK_KV_POOL, status="pass", evidence=evidence,
                        summary=f"KV pool {expected_tokens:,} tokens ({facts.kv_cache_device or 'GPU'} KV cache)")
 
 
@@ -259,24 +267,24 @@ def check_features_live(rejection_sample_method: str | None, facts: BootLogFacts
     if feature is None:
         # Decided from the recipe, not from a missing line: standard rejection runs in either runner.
         return CheckResult(
-            name="feature_live", status="pass", evidence=evidence,
+            name=CHECK_FEATURE_LIVE, status="pass", evidence=evidence,
             summary=f"{key} = {rejection_sample_method or 'standard'} runs in either model runner"
                     + (f" (the engine logged {facts.model_runner.upper()})" if facts.model_runner else ""),
         )  # fmt: skip
     if facts.model_runner == "v1":
         return CheckResult(
-            name="feature_live", status="fail", evidence=evidence,
+            name=CHECK_FEATURE_LIVE, status="fail", evidence=evidence,
             summary=(f"{key} = {rejection_sample_method} asks for {feature}, which only Model Runner V2 runs; the "
                      f"engine logged that it uses the V1 runner ({facts.model_runner_line!r}), so the flag is present "
                      "and does nothing"),
         )  # fmt: skip
     if facts.model_runner == "v2":
         return CheckResult(
-            name="feature_live", status="pass", evidence=evidence,
+            name=CHECK_FEATURE_LIVE, status="pass", evidence=evidence,
             summary=f"{feature} ({key} = {rejection_sample_method}) runs: the engine logged Model Runner V2",
         )  # fmt: skip
     return CheckResult(
-        name="feature_live", status="unknown", evidence=evidence,
+        name=CHECK_FEATURE_LIVE, status="unknown", evidence=evidence,
         summary=f"{key} = {rejection_sample_method} needs Model Runner V2; the log does not say which runner runs",
     )  # fmt: skip
 
@@ -315,14 +323,14 @@ def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult
     evidence = {**counts.model_dump(), "requests_seen": seen, "sent_by_tool": sent_by_tool}
     if seen is None:
         return CheckResult(
-            name="foreign_clients", status="unknown", evidence=evidence,
+            name=CHECK_FOREIGN_CLIENTS, status="unknown", evidence=evidence,
             summary="/metrics has no vllm:request_success_total; foreign clients cannot be counted",
         )  # fmt: skip
     foreign = seen - sent_by_tool
     evidence["foreign_requests"] = foreign
     if foreign > 0:
         return CheckResult(
-            name="foreign_clients", status="fail", evidence=evidence,
+            name=CHECK_FOREIGN_CLIENTS, status="fail", evidence=evidence,
             summary=f"{foreign:g} request(s) since boot that gb300lane did not send",
         )  # fmt: skip
-    return CheckResult(name="foreign_clients", status="pass", evidence=evidence, summary="zero foreign clients since boot")
+    return CheckResult(name=CHECK_FOREIGN_CLIENTS, status="pass", evidence=evidence, summary="zero foreign clients since boot")

@@ -17,6 +17,6 @@ def foreign_clients(endpoint: str, *, sent_by_tool: float = 0) -> checks.CheckRe
         counts = parse_request_counts(probe.metrics_text(endpoint), source=f"{endpoint}/metrics")
     except MetricsError as exc:
         return checks.CheckResult(
-            name="foreign_clients", status="unknown", summary=str(exc), evidence={"endpoint": endpoint}
+            name=checks.CHECK_FOREIGN_CLIENTS, status="unknown", summary=str(exc), evidence={"endpoint": endpoint}
         )
     return checks.check_foreign(counts, sent_by_tool)

@@ -40,7 +40,7 @@ def check_booted(
         # No mount namespace: the process is handed the host side of a mounted path (VLLM_CACHE_ROOT).
         spec_env = mounted_env(spec_env, main.volumes)
     expected_env = {**env_baseline, **spec_env}
-    if rt.name == "process" and main.device_ids:
+    if rt.devices_in_env and main.device_ids:
         expected_env["CUDA_VISIBLE_DEVICES"] = ",".join(main.device_ids)
     expected_flags = expected_values(recipe, list(rec.check_keys), dark=rec.dark, port=rec.port)
     if isinstance(rt, ProcessRuntime):
@@ -54,10 +54,7 @@ def check_booted(
         checks.check_flags(info.argv, expected_flags),
         checks.check_env(
             info.env, expected_env,
-            baseline_note=(
-                "recipe env + the image's default env (docker inspect of the image)" if rt.name == "docker"
-                else "recipe env + PATH/HOME/LANG/VLLM_CACHE_ROOT... passed through from the invoking shell"
-            ),
+            baseline_note=rt.env_baseline,
         ),  # fmt: skip
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
         checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),

@@ -31,9 +31,10 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 
 from gb300lane.errors import InventoryError
 from gb300lane.models import FrozenModel, format_validation_error
-from gb300lane.names import name_problem
+from gb300lane.names import RuntimeName, name_problem
 from gb300lane.placement import Placement, SshAccess, TlsAccess
 from gb300lane.recipes.yamlio import load_mapping
+from gb300lane.runtime import reaches_remote_hosts
 
 #: Environment variable naming the inventory file (else ./lanes.yaml).
 INVENTORY_ENV = "GB300LANE_INVENTORY"
@@ -65,7 +66,7 @@ class LaneEntry(FrozenModel):
     """One lane a host carries: its name and where on the host it serves."""
 
     name: str = Field(description="Lane name, unique in the inventory (`--host HOST/LANE`, `--lanes a,b`).")
-    runtime: Literal["docker", "process"] | None = Field(
+    runtime: RuntimeName | None = Field(
         default=None, description="Runtime it boots on (process only on this machine); None: the recipe's."
     )
     port: StrictInt | None = Field(default=None, ge=1, le=65535, description="Serving port; None: the recipe's lane.port.")
@@ -120,7 +121,7 @@ class HostEntry(FrozenModel):
             raise ValueError("tls goes with a tcp:// docker URL only; remove it or change docker")
         if scheme != "ssh" and (self.ssh_key or self.known_hosts):
             raise ValueError("ssh_key and known_hosts go with an ssh:// docker URL only; remove them or change docker")
-        if scheme != "local" and any(lane.runtime == "process" for lane in self.lanes):
+        if scheme != "local" and any(lane.runtime is not None and not reaches_remote_hosts(lane.runtime) for lane in self.lanes):
             raise ValueError("the process runtime runs on this machine only; give remote lanes runtime: docker")
         ports: dict[int, str] = {}
         for lane in self.lanes:

@@ -21,8 +21,17 @@ from gb300lane.errors import LaneError, StateError
 from gb300lane.lane import instances, probe
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.models import FrozenModel
-from gb300lane.runtime import dockerhost
-from gb300lane.runtime import LABEL_INSTANCE, LABEL_LANE, LABEL_STATE, ContainerInfo, Runtime, get_runtime, state_label
+
+from gb300lane.runtime import (
+    LABEL_INSTANCE,
+    LABEL_LANE,
+    LABEL_STATE,
+    ContainerInfo,
+    Runtime,
+    get_runtime,
+    state_label,
+    unasked_note,
+)
 
 InstanceState = Literal["running", "stopped", "partial", "missing", "failed"]
 
@@ -67,7 +76,7 @@ def _runtimes(names: set[str]) -> tuple[dict[str, Runtime], dict[str, str]]:
     found: dict[str, Runtime] = {}
     notes: dict[str, str] = {}
     for name in sorted(names | {"process", "docker"}):
-        note = _docker_unasked() if name == "docker" and name not in names else None
+        note = unasked_note(name) if name not in names else None
         if note is not None:
             notes[name] = note
             continue
@@ -77,21 +86,6 @@ def _runtimes(names: set[str]) -> tuple[dict[str, Runtime], dict[str, str]]:
         except LaneError as exc:
             notes[name] = str(exc)
     return found, notes
-
-
-def _docker_unasked() -> str | None:
-    """Docker's note when no instance record uses it and the SDK need not be loaded, else None (ask it).
-
-    The local engine does not answer (nothing to list), or it answers and no container of this state
-    directory can be on it (see `gb300lane.runtime.dockerhost`).
-    """
-    sock = dockerhost.local_socket()
-    if sock is None:
-        return None
-    why = dockerhost.ping(sock)
-    if why is not None:
-        return dockerhost.unavailable_message(why)
-    return "reachable" if dockerhost.known_none(sock) else None
 
 
 def _state(infos: list[ContainerInfo], phase: str) -> InstanceState:
@@ -130,11 +124,7 @@ def _list(recs: list[instances.InstanceRecord], rts: dict[str, Runtime]) -> list
     out = [_info(rec, rts.get(rec.runtime)) for rec in recs]
     known = {c for rec in recs for c in rec.containers}
     for rt_name, rt in rts.items():
-        sock = dockerhost.local_socket() if rt_name == "docker" else None
-        seen = dockerhost.epoch() if sock is not None else None
-        listed = rt.list({LABEL_STATE: state_label()})
-        if sock is not None and not listed:
-            dockerhost.record_none(seen, sock)
+        listed = rt.list_state({LABEL_STATE: state_label()})
         leftovers: dict[str, list[ContainerInfo]] = {}
         for c in listed:
             if c.name not in known and LABEL_LANE in c.labels:

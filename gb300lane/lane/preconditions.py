@@ -54,8 +54,8 @@ def check_preconditions(
                 f"port {spec.port} ({spec.role}) is in use by {facts.port_holders(spec.port)} on {_where()}; "
                 "pass --port N (it moves the whole lane: main to N, the sidecar beside it)"
             )
-    if rt.name == "docker":
-        # Only a docker boot needs the image builder (and its imports).
+    if rt.builds_engine_image:
+        # Only a runtime that runs images needs the image builder (and its imports).
         from gb300lane.runtime.image import ENGINE_IMAGE, ensure_engine_image
 
         if any(spec.image == ENGINE_IMAGE for spec in rendered.containers):

@@ -15,9 +15,9 @@ client or the SSH forwarder at all).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.errors import LaneError, MetricsError
 from gb300lane.models import FrozenModel
@@ -71,7 +71,7 @@ async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, *, timeo
 
 async def get_json(
     session: aiohttp.ClientSession, url: str, *, timeout_s: float = 10.0
-) -> tuple[Any, str | None]:
+) -> tuple[JsonValue, str | None]:
     """GET a JSON document (arbitrary JSON, for the caller to read); returns (body, None) or (None, reason)."""
     status, body = await get(session, url, timeout_s=timeout_s)
     if status is None:

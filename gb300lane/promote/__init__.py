@@ -33,9 +33,11 @@ if TYPE_CHECKING:
         TransitionReport,
         VerdictInfo,
     )
-    from gb300lane.promote.ops import InstanceFact, PromotionOps, default_ops
+    from gb300lane.promote.lane_ops import default_ops
+    from gb300lane.promote.ops import InstanceFact, PromotionOps
     from gb300lane.promote.state import current_production
-    from gb300lane.promote.transitions import CrashHook, crash_points, promote, rollback
+    from gb300lane.promote.runs import CrashHook
+    from gb300lane.promote.transitions import crash_points, promote, rollback
 
 __getattr__, __dir__ = attach(
     __name__,
@@ -58,9 +60,9 @@ __getattr__, __dir__ = attach(
         "VerdictInfo": "models",
         "InstanceFact": "ops",
         "PromotionOps": "ops",
-        "default_ops": "ops",
+        "default_ops": "lane_ops",
         "current_production": "state",
-        "CrashHook": "transitions",
+        "CrashHook": "runs",
         "crash_points": "transitions",
         "promote": "transitions",
         "rollback": "transitions",

@@ -6,7 +6,7 @@ seals it, the boot report, the recipe fingerprint, each with its sha256) and
 the previous row's signature. `verify_production` walks:
 
     ledger rows -> the promotion of the production instance -> its verdict file
-    (unchanged since the promotion) -> the card's receipts (`cards.custody`) ->
+    (unchanged since the promotion) -> the card's receipts (`cards.record.custody`) ->
     the boot report (unchanged, same fingerprint) -> the recipe (same fingerprint now)
 
 and `verify_everything` adds every card's receipts. Nothing here changes the
@@ -23,7 +23,7 @@ from pydantic import JsonValue
 
 from gb300lane import signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
-from gb300lane.cards.custody import Chain, Link, LinkStatus, verify_receipts
+from gb300lane.cards.record.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger

@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, generate_latest, write_to_textf
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gb300lane.cards.receipts import all_receipts
-from gb300lane.cards.verdicts import newest_verdict
+from gb300lane.cards.record.receipts import all_receipts
+from gb300lane.cards.record.verdicts import newest_verdict
 from gb300lane.errors import LaneError
 from gb300lane.lane import ledger as hash_ledger
 from gb300lane.promote.housekeeping import history

@@ -21,6 +21,7 @@ from gb300lane.promote.housekeeping import history
 from gb300lane.promote.models import LedgerEvent
 from gb300lane.promote.rollout import FleetInFlight, fleet_in_flight
 from gb300lane.promote.view import lane_view
+from gb300lane.runtime import reaches_remote_hosts
 
 
 class FleetInstance(FrozenModel):
@@ -96,7 +97,8 @@ def _row(place: Placement) -> FleetRow:
         health = "; ".join(f"{r.name} {r.health}" for r in serving) if len(serving) > 1 else serving[0].health
     else:
         health = "nothing running"
-    problems = [note for rt, note in view.runtimes.items() if note != "reachable" and (rt == "docker" or not place.remote)]
+    problems = [note for rt, note in view.runtimes.items()
+                if note != "reachable" and (reaches_remote_hosts(rt) or not place.remote)]
     error = view.ledger_error or view.ledger_read_only
     if error is None and place.remote and problems:
         error = problems[0]

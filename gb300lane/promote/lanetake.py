@@ -23,9 +23,10 @@ from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import CustodyLinks, NewEvent, Slot, TakeLanePlan, TransitionReport
-from gb300lane.promote.ops import Progress, PromotionOps, default_ops
+from gb300lane.promote.lane_ops import default_ops
+from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.state import explain, open_ledger
-from gb300lane.promote.transitions import CrashHook, _first_line, _open_or_close_prune, _report_link, _Run
+from gb300lane.promote.runs import CrashHook, Run, first_line, open_or_close_prune, report_link
 
 
 @dataclass
@@ -48,7 +49,7 @@ def take_lane(
     """
     ops = ops or default_ops()
     with TransitionLock(f"card {card} --take-lane"), open_ledger() as ledger:
-        open_tr = _open_or_close_prune(ledger)
+        open_tr = open_or_close_prune(ledger)
         if open_tr is not None:
             text, _ = explain(ledger, open_tr, crashed=True)
             raise StateError(f"{ledger.path}: cannot take the lane: {text}")
@@ -59,7 +60,7 @@ def take_lane(
         require_free(paths.state_dir(), action=f"take the lane for card {card}")
         plan = TakeLanePlan(card=card, production=prod, port=ledger.port() or ops.describe(prod.recipe)[1])
         tid = ledger.begin(prod.recipe, prod.recipe, plan)
-        run = _Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress)
+        run = Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress)
         _, running = run.fact(prod.instance)
         if running:
             with run.step("stop_production", instance=prod.instance):
@@ -72,7 +73,7 @@ def take_lane(
             taken.report = give_back(run, plan, held_s=time.monotonic() - t0)
 
 
-def give_back(run: _Run, plan: TakeLanePlan, *, held_s: float | None) -> TransitionReport:
+def give_back(run: Run, plan: TakeLanePlan, *, held_s: float | None) -> TransitionReport:
     """Stop any arm left on the production port, restart production, record it; a failed restart stays open."""
     prod = plan.production
     t0 = time.monotonic()
@@ -80,7 +81,7 @@ def give_back(run: _Run, plan: TakeLanePlan, *, held_s: float | None) -> Transit
     try:
         boot = run.bring_up(prod, "restore_production")
     except LaneError as exc:
-        why = _first_line(exc)
+        why = first_line(exc)
         return TransitionReport(
             kind="take_lane", ok=False, production=None, rollback_pair=None,
             message=f"card {plan.card}: restarting production {prod.recipe} ({prod.instance}) failed: {why}; "
@@ -95,7 +96,7 @@ def give_back(run: _Run, plan: TakeLanePlan, *, held_s: float | None) -> Transit
     event_id = run.ledger.finish(
         run.tr.id, "restored",
         production=prod.model_copy(update={"endpoint": endpoint}),
-        links=CustodyLinks(recipe=prod.recipe, fingerprint=prod.fingerprint, boot_report=_report_link(boot)),
+        links=CustodyLinks(recipe=prod.recipe, fingerprint=prod.fingerprint, boot_report=report_link(boot)),
         event=NewEvent(
             kind="take_lane", recipe=prod.recipe, instance=prod.instance, fingerprint=prod.fingerprint,
             previous=prod.recipe, reason=f"card {plan.card} ran its arms on the lane",

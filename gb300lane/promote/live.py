@@ -13,10 +13,11 @@ from pathlib import Path
 
 from gb300lane import cards, lane, placement
 from gb300lane.bench import run_smoke
-from gb300lane.cards.custody import verify_receipts
+from gb300lane.cards.record.custody import verify_receipts
 from gb300lane.errors import BootError
 from gb300lane.fsio import sha256_file
 from gb300lane.lane.facts import port_in_use
+from gb300lane.lane.report import BootReport
 from gb300lane.promote.models import BootInfo, KeptCandidate, SmokeInfo, VerdictInfo
 from gb300lane.promote.ops import InstanceFact, Progress
 from gb300lane.recipes import Recipe, fingerprint, load_recipe
@@ -127,8 +128,9 @@ class LiveOps:
         return not port_in_use(port)
 
     def kept_candidate(self, card: str) -> KeptCandidate:
-        from gb300lane.cards.receipts import receipts_for, stage_count
-        from gb300lane.cards.verdicts import newest_verdict
+        from gb300lane.cards.record.receipts import receipts_for
+        from gb300lane.cards.schema import stage_count
+        from gb300lane.cards.record.verdicts import newest_verdict
 
         rec = receipts_for(card)
         spec = rec.card()
@@ -138,20 +140,20 @@ class LiveOps:
         for stage in range(stage_count(spec), 0, -1):  # a sequential card's last stage booted the arm last
             n = rec.finished_attempt(arm.name, stage)
             if n is not None:
-                boot = rec.read_json(rec.attempt_dir(arm.name, n, stage) / "boot.json")
+                boot = rec.read_model(rec.attempt_dir(arm.name, n, stage) / "boot.json", BootReport)
                 break
-        instance = None if boot is None else str(boot["instance"])
+        instance = None if boot is None else boot.instance
         problem = None
         if boot is not None and instance is not None:
-            why = lane.kept_problem(instance, str(boot["run"]))
+            why = lane.kept_problem(instance, boot.run)
             if why is not None:
                 problem = (f"its kept candidate {instance} {why}; `gb300lane promote {arm.recipe}` boots "
                            f"{arm.recipe} afresh on the production port")
         return KeptCandidate(
             card=spec.name, receipts=str(rec.root), arm=arm.name, recipe=arm.recipe,
             verdict=newest.verdict if newest is not None else None, instance=instance,
-            port=port_of(boot.get("endpoint")) if boot is not None else None,
-            fingerprint=boot.get("fingerprint") if boot is not None else None, problem=problem,
+            port=port_of(boot.endpoint) if boot is not None else None,
+            fingerprint=boot.fingerprint if boot is not None else None, problem=problem,
         )  # fmt: skip
 
 

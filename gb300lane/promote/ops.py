@@ -1,7 +1,7 @@
 """What promotion asks of the lane, behind one seam: boot, stop-and-keep, restart, smoke, verdicts.
 
 `PromotionOps` is the Protocol the state machine in `transitions` drives;
-`default_ops()` is the live lane (`live.LiveOps`, over `gb300lane.lane`,
+`lane_ops.default_ops()` is the live lane (`live.LiveOps`, over `gb300lane.lane`,
 `bench`, `cards` and `recipes`). Tests and rehearsals pass another, such as
 `gb300lane.testing.simlane.SimLane`.
 """
@@ -99,12 +99,3 @@ def wait_port_free(ops: PromotionOps, port: int, *, timeout_s: float = 15.0) -> 
                 "stop it (`gb300lane down` or the process) and run the command again"
             )
         time.sleep(0.1)
-
-
-def default_ops() -> PromotionOps:
-    """The live lane."""
-    # Imported here, not at the top: the live lane pulls in lane, bench and cards, which
-    # `history`, `status` and the ledger alone never need (CLI start-up time).
-    from gb300lane.promote.live import LiveOps
-
-    return LiveOps()

@@ -42,7 +42,8 @@ from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import TransitionReport
 from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.state import current_production
-from gb300lane.promote.transitions import CrashHook, promote, rollback
+from gb300lane.promote.runs import CrashHook
+from gb300lane.promote.transitions import promote, rollback
 
 LaneStatus = Literal["pending", "moving", "moved", "already", "failed", "reverting", "reverted", "revert_failed", "skipped"]
 Outcome = Literal["running", "promoted", "rolled_back", "mixed"]

@@ -21,16 +21,12 @@ can die there; `gb300lane.testing.crash` does it like kill -9 for the CLI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-
-from pydantic import JsonValue
 
 from gb300lane import keyed, paths, signing
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
-from gb300lane.promote.ledger import Detail, Ledger, Transition, utcnow
+from gb300lane.promote.ledger import Transition, utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import (
     BootInfo,
@@ -46,10 +42,11 @@ from gb300lane.promote.models import (
     VerdictCustody,
     VerdictInfo,
 )
-from gb300lane.promote.ops import Progress, PromotionOps, default_ops, wait_port_free
-from gb300lane.promote.state import explain, open_ledger, refuse_if_running
-
-CrashHook = Callable[[str], None]
+from gb300lane.promote.lane_ops import default_ops
+from gb300lane.promote.lanetake import give_back
+from gb300lane.promote.ops import Progress, PromotionOps
+from gb300lane.promote.runs import CrashHook, Run, first_line, instance_fact, open_or_close_prune, report_link
+from gb300lane.promote.state import explain, open_ledger
 
 
 def crash_points() -> dict[str, tuple[str, ...]]:
@@ -72,67 +69,6 @@ def crash_points() -> dict[str, tuple[str, ...]]:
         "rollback_failure": both("rollback", rb_failure),
         "take_lane": both("take_lane", take),
     }
-
-
-class _Run:
-    """One transition being driven: the ledger, the lane, the journal and the crash seam."""
-
-    def __init__(
-        self, ledger: Ledger, ops: PromotionOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False,
-        progress: Progress | None = None,
-    ) -> None:
-        self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
-        # True when this process picks up a transition a killed one began.
-        self.resumed = resumed
-        self.progress = progress
-        self.port = tr.plan.port if isinstance(tr.plan, (PromotePlan, RollbackPlan, TakeLanePlan)) else 0
-
-    def _point(self, name: str) -> None:
-        if self.hook is not None:
-            self.hook(name)
-
-    @contextmanager
-    def step(self, name: str, **detail: JsonValue) -> Iterator[Detail]:
-        self.ledger.journal(self.tr.id, name, "intent", detail)
-        self._point(f"{self.tr.kind}.{name}")
-        out: Detail = {}
-        try:
-            yield out
-        except LaneError as exc:
-            self.ledger.journal(self.tr.id, name, "failed", {"error": str(exc)})
-            raise
-        self._point(f"{self.tr.kind}.{name}:after")
-        self.ledger.journal(self.tr.id, name, "done", out)
-
-    def fact(self, instance: str | None) -> tuple[bool, bool]:
-        return _fact(self.ops, instance)
-
-    def stop_others(self, keep_running: str | None, step: str, *, also: str | None = None) -> list[str]:
-        """Stop (and keep) every running instance on the production port, and `also`, except `keep_running`."""
-        stopped = []
-        for f in self.ops.instances():
-            if f.running and (f.port == self.port or f.name == also) and f.name != keep_running:
-                with self.step(step, instance=f.name):
-                    self.ops.stop_keep(f.name)
-                stopped.append(f.name)
-        return stopped
-
-    def free_port(self) -> None:
-        with self.step("check_port", port=self.port):
-            wait_port_free(self.ops, self.port)
-
-    def bring_up(self, slot: Slot | None, step: str) -> BootInfo | None:
-        """Start a kept instance, or wait for one that already runs (a start a killed process began) to be ready."""
-        if slot is None:
-            return None
-        _, running = self.fact(slot.instance)
-        if running:
-            # It may still be booting: wait for readiness (and its boot checks) within the lane's boot limit.
-            with self.step(step, instance=slot.instance, awaited=True):
-                return self.ops.await_ready(slot.instance, progress=self.progress)
-        self.free_port()
-        with self.step(step, instance=slot.instance):
-            return self.ops.start_kept(slot.instance)
 
 
 def preflight(ops: PromotionOps, *, starts: tuple[str | None, ...] = ()) -> None:
@@ -192,10 +128,10 @@ def promote(
         )
     with TransitionLock(f"promote {recipe}"), open_ledger() as ledger:
         preflight(ops)
-        open_tr = _open_or_close_prune(ledger)
+        open_tr = open_or_close_prune(ledger)
         if open_tr is not None:
             if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
-                run = _Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
+                run = Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
                 return _drive_promote(run, open_tr.plan)
             text, _ = explain(ledger, open_tr, crashed=True)
             raise StateError(f"{ledger.path}: {text}")
@@ -206,7 +142,7 @@ def promote(
         fingerprint, recipe_port = ops.describe(recipe)
         prod, pair = ledger.production(), ledger.rollback_pair()
         if prod and prod.recipe == recipe and prod.fingerprint == fingerprint:
-            _, running = _fact(ops, prod.instance)
+            _, running = instance_fact(ops, prod.instance)
             if running:
                 return TransitionReport(
                     kind="promote", ok=True, production=recipe,
@@ -256,7 +192,7 @@ def promote(
                 tag = f"{recipe}-{n}"
             instance = ops.plan_instance(recipe, tag)
         # A failed candidate is reverted by restarting production: it must be startable before it is stopped.
-        preflight(ops, starts=(prod.instance if prod is not None and _fact(ops, prod.instance)[0] else None,
+        preflight(ops, starts=(prod.instance if prod is not None and instance_fact(ops, prod.instance)[0] else None,
                                instance if kept is not None else None))
         plan = PromotePlan(
             recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=instance,
@@ -276,10 +212,10 @@ def promote(
             )  # fmt: skip
         require_free(paths.state_dir(), action=f"promote {recipe}")
         tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
-        return _drive_promote(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
+        return _drive_promote(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
 
-def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
+def _drive_promote(run: Run, p: PromotePlan) -> TransitionReport:
     recipe, instance, prev = p.recipe, p.instance, p.previous
     t0 = time.monotonic()
     if prev:
@@ -306,7 +242,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
             with run.step("start_candidate", instance=instance, awaited=True):
                 boot = run.ops.await_ready(instance, progress=run.progress)
     except LaneError as exc:
-        return _revert_promote(run, p, f"{recipe} failed to boot: {_first_line(exc)}", t0)
+        return _revert_promote(run, p, f"{recipe} failed to boot: {first_line(exc)}", t0)
     endpoint = boot.endpoint if boot else _endpoint(run.ops, instance, p.port)
     try:
         with run.step("smoke_candidate", recipe=recipe) as out:
@@ -314,7 +250,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
             out.update(passed=smoke.passed, summary=smoke.summary)
     except LaneError as exc:
         # A smoke that could not run or be recorded (a full disk) is not a pass: put production back.
-        return _revert_promote(run, p, f"{recipe}'s smoke could not be run or recorded: {_first_line(exc)}", t0)
+        return _revert_promote(run, p, f"{recipe}'s smoke could not be run or recorded: {first_line(exc)}", t0)
     if not smoke.passed:
         return _revert_promote(run, p, f"{recipe} failed smoke: {smoke.summary}", t0)
     with run.step("record"):
@@ -328,7 +264,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
         run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
         links=CustodyLinks(recipe=recipe, fingerprint=new_prod.fingerprint, verdict=p.verdict_custody,
-                           forced=p.forced, boot_report=_report_link(boot)),
+                           forced=p.forced, boot_report=report_link(boot)),
         event=NewEvent(
             kind="promote", recipe=recipe, instance=instance, fingerprint=new_prod.fingerprint,
             previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=p.reason,
@@ -346,7 +282,7 @@ def _drive_promote(run: _Run, p: PromotePlan) -> TransitionReport:
 
 
 def _revert_promote(
-    run: _Run, p: PromotePlan, why: str, t0: float, *, recovering: bool = False
+    run: Run, p: PromotePlan, why: str, t0: float, *, recovering: bool = False
 ) -> TransitionReport:
     """Put the previous production back: stop (keep) the candidate, restart the previous, record why."""
     prev = p.previous
@@ -361,7 +297,7 @@ def _revert_promote(
     try:
         restored = run.bring_up(prev, "restore_previous")
     except LaneError as exc:
-        restore_error = _first_line(exc)
+        restore_error = first_line(exc)
     restore_s = time.monotonic() - t0
     with run.step("record"):
         pass
@@ -413,7 +349,7 @@ def rollback(
     ops = ops or default_ops()
     with TransitionLock("rollback"), open_ledger() as ledger:
         preflight(ops)
-        open_tr = ledger.open_transition() if dry_run else _open_or_close_prune(ledger)
+        open_tr = ledger.open_transition() if dry_run else open_or_close_prune(ledger)
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
             action = (f"restore {open_tr.previous or 'nothing'}" if open_tr.kind in ("promote", "take_lane")
@@ -421,15 +357,13 @@ def rollback(
             return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
                                     message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
         if open_tr is not None:
-            run = _Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
+            run = Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
             if isinstance(open_tr.plan, PromotePlan):
                 text, _ = explain(ledger, open_tr, crashed=True)
                 return _revert_promote(run, open_tr.plan, text.split(";")[0], time.monotonic(), recovering=True)
             if isinstance(open_tr.plan, RollbackPlan):
                 return _drive_rollback(run, open_tr.plan)
             if isinstance(open_tr.plan, TakeLanePlan):
-                from gb300lane.promote.lanetake import give_back
-
                 return give_back(run, open_tr.plan, held_s=None)
         prod, pair = ledger.production(), ledger.rollback_pair()
         if pair is None:
@@ -437,14 +371,14 @@ def rollback(
                 f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
                 "a pair is kept by `gb300lane promote` when it replaces a production recipe"
             )
-        if not _fact(ops, pair.instance)[0]:
+        if not instance_fact(ops, pair.instance)[0]:
             # A plan is offered only when it can run: the pair's containers must still exist to be started.
             raise StateError(
                 f"{ledger.path}: the rollback pair {pair.recipe} ({pair.instance}) no longer exists on this host "
                 "(removed outside gb300lane); there is nothing to roll back to: `gb300lane promote "
                 f"{pair.recipe} --force --reason \"...\"` boots it again as production"
             )
-        if prod is not None and not _fact(ops, prod.instance)[0]:
+        if prod is not None and not instance_fact(ops, prod.instance)[0]:
             prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
         preflight(ops, starts=(pair.instance, prod.instance if prod is not None else None))
         plan = RollbackPlan(
@@ -459,10 +393,10 @@ def rollback(
             )  # fmt: skip
         require_free(paths.state_dir(), action="roll back")
         tid = ledger.begin(pair.recipe, prod.recipe if prod else None, plan)
-        return _drive_rollback(_Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
+        return _drive_rollback(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
 
-def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
+def _drive_rollback(run: Run, p: RollbackPlan) -> TransitionReport:
     target, prev = p.target, p.previous
     t0 = time.monotonic()
     if prev:
@@ -474,7 +408,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
     try:
         boot = run.bring_up(target, "start_pair")
     except LaneError as exc:
-        return _revert_rollback(run, p, f"the kept pair {target.recipe} failed to start: {_first_line(exc)}")
+        return _revert_rollback(run, p, f"the kept pair {target.recipe} failed to start: {first_line(exc)}")
     restore_s = time.monotonic() - t0
     endpoint = boot.endpoint if boot else target.endpoint
     try:
@@ -483,7 +417,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
             out.update(passed=smoke.passed, summary=smoke.summary)
     except LaneError as exc:
         return _revert_rollback(run, p, f"the kept pair {target.recipe}'s smoke could not be run or recorded: "
-                                f"{_first_line(exc)}")
+                                f"{first_line(exc)}")
     if not smoke.passed:
         return _revert_rollback(run, p, f"the kept pair {target.recipe} failed smoke: {smoke.summary}")
     # The tool's share: everything in the restore outside the pair's own start-to-ready.
@@ -497,7 +431,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
     event_id = run.ledger.finish(
         run.tr.id, "rolled_back", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if new_pair else [],
-        links=CustodyLinks(recipe=target.recipe, fingerprint=target.fingerprint, boot_report=_report_link(boot)),
+        links=CustodyLinks(recipe=target.recipe, fingerprint=target.fingerprint, boot_report=report_link(boot)),
         event=NewEvent(
             kind="rollback", recipe=target.recipe, instance=target.instance, fingerprint=target.fingerprint,
             previous=prev.recipe if prev else None,
@@ -515,7 +449,7 @@ def _drive_rollback(run: _Run, p: RollbackPlan) -> TransitionReport:
     )  # fmt: skip
 
 
-def _revert_rollback(run: _Run, p: RollbackPlan, why: str) -> TransitionReport:
+def _revert_rollback(run: Run, p: RollbackPlan, why: str) -> TransitionReport:
     """The pair would not serve: stop (keep) it and put back what was production."""
     target, prev = p.target, p.previous
     run.stop_others(prev.instance if prev else None, "stop_pair", also=target.instance)
@@ -523,7 +457,7 @@ def _revert_rollback(run: _Run, p: RollbackPlan, why: str) -> TransitionReport:
     try:
         run.bring_up(prev, "restore_previous")
     except LaneError as exc:
-        error = _first_line(exc)
+        error = first_line(exc)
     with run.step("record"):
         pass
     production = None if error or not prev else prev
@@ -543,17 +477,6 @@ def _revert_rollback(run: _Run, p: RollbackPlan, why: str) -> TransitionReport:
 
 
 # -- shared ------------------------------------------------------------------------------------
-
-
-def _open_or_close_prune(ledger: Ledger) -> Transition | None:
-    """The unfinished transition, closing a killed prune (its removals are idempotent) on the way."""
-    tr = ledger.open_transition()
-    if tr is not None:
-        refuse_if_running(ledger, tr)
-    if tr is not None and tr.kind == "prune":
-        ledger.finish(tr.id, "interrupted")
-        return None
-    return tr
 
 
 def _kept(kc: KeptCandidate, recipe: str, fingerprint: str, verdict: VerdictInfo | None) -> KeptCandidate:
@@ -598,13 +521,6 @@ def _verdict_custody(verdict: VerdictInfo | None) -> VerdictCustody | None:
                           manifest=verdict.manifest, manifest_sha256=verdict.manifest_sha256, verdict=verdict.verdict)
 
 
-def _report_link(boot: BootInfo | None) -> BootReportLink | None:
-    if boot is None or boot.report is None:
-        return None
-    return BootReportLink(file=boot.report, sha256=boot.report_sha256, instance=boot.instance,
-                          fingerprint=boot.fingerprint)
-
-
 def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:
     """The instance's endpoint as the lane recorded it (loopback on the port when it has none)."""
     for f in ops.instances():
@@ -613,16 +529,3 @@ def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def _fact(ops: PromotionOps, instance: str | None) -> tuple[bool, bool]:
-    """(exists, running) for an instance, read from the lane now."""
-    if not instance:
-        return False, False
-    for f in ops.instances():
-        if f.name == instance:
-            return True, f.running
-    return False, False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictInt, field_validator, model_validator
 
 from gb300lane.models import FrozenModel
-from gb300lane.names import env_key_problem, image_ref_problem, name_problem
+from gb300lane.names import RuntimeName, env_key_problem, image_ref_problem, name_problem
 
 #: Most drafts per verify step a recipe may ask for. vLLM sizes its draft buffers and CUDA-graph
 #: capture list by 1 + k, and the lane's checkpoints are trained on blocks of 5; the embedded
@@ -475,7 +475,7 @@ class Recipe(FrozenModel):
     description: str = Field(description="One line: what this version is.")
     extends: str | None = Field(default=None, description="Parent recipe this one was merged onto.")
     engine: Literal["vllm", "embedded"] = Field(description="vllm (real image) or the embedded lane engine.")
-    runtime: Literal["docker", "process"] = Field(description="Default runtime that boots the containers.")
+    runtime: RuntimeName = Field(description="Default runtime that boots the containers.")
     lane: Lane = Field(description="Where the lane serves.")
     image: Image = Field(description="The image and what its compile hash covers.")
     model: Model = Field(description="The model and its checkpoint facts.")

@@ -24,9 +24,32 @@ from gb300lane.runtime.base import (
     image_fix,
     state_label,
 )
+from gb300lane.names import RUNTIME_NAMES, RuntimeName
+from gb300lane.runtime import dockerhost
 from gb300lane.runtime.process import ProcessRuntime
 
-RUNTIMES = ("docker", "process")
+RUNTIMES = RUNTIME_NAMES
+
+
+def reaches_remote_hosts(name: str) -> bool:
+    """Whether the runtime can serve a lane on another host (docker, through the lane's DOCKER_HOST); the
+    process runtime runs on this machine only."""
+    return name == "docker"
+
+
+def unasked_note(name: str) -> str | None:
+    """A runtime no instance record names: its status note when it need not be loaded to know it, else None
+    (ask it). Docker's local engine says it cheaply: it does not answer, or it answers and no container of
+    this state directory can be on it (see `gb300lane.runtime.dockerhost`), all without the SDK."""
+    if name != "docker":
+        return None
+    sock = dockerhost.local_socket()
+    if sock is None:
+        return None
+    why = dockerhost.ping(sock)
+    if why is not None:
+        return dockerhost.unavailable_message(why)
+    return "reachable" if dockerhost.known_none(sock) else None
 
 
 def get_runtime(name: str, *, pull: bool = False) -> Runtime:
@@ -46,24 +69,25 @@ def get_runtime(name: str, *, pull: bool = False) -> Runtime:
     raise LaneError(f"unknown runtime {name!r}; use one of: {', '.join(RUNTIMES)} (--runtime)")
 
 
-__all__ = sorted(
-    [
-        "LABEL_ARM",
-        "LABEL_FINGERPRINT",
-        "LABEL_INSTANCE",
-        "LABEL_LANE",
-        "LABEL_PORT",
-        "LABEL_RECIPE",
-        "LABEL_ROLE",
-        "LABEL_RUN",
-        "LABEL_STATE",
-        "RUNTIMES",
-        "ENGINE_IMAGE",
-        "ContainerInfo",
-        "ProcessRuntime",
-        "Runtime",
-        "get_runtime",
-        "image_fix",
-        "state_label",
-    ]
-)
+__all__ = [
+    "ContainerInfo",
+    "ENGINE_IMAGE",
+    "LABEL_ARM",
+    "LABEL_FINGERPRINT",
+    "LABEL_INSTANCE",
+    "LABEL_LANE",
+    "LABEL_PORT",
+    "LABEL_RECIPE",
+    "LABEL_ROLE",
+    "LABEL_RUN",
+    "LABEL_STATE",
+    "ProcessRuntime",
+    "RUNTIMES",
+    "Runtime",
+    "RuntimeName",
+    "get_runtime",
+    "image_fix",
+    "reaches_remote_hosts",
+    "state_label",
+    "unasked_note",
+]

@@ -10,6 +10,7 @@ container, records in the state directory) and `docker` (the Docker SDK).
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
@@ -124,6 +125,12 @@ class Runtime(abc.ABC):
     name: str = ""
     #: Whether `create` may pull a missing image (only the docker runtime has images to pull).
     pull: bool = False
+    #: Whether a boot runs the embedded engine from an image built on this host (which must be built first).
+    builds_engine_image: bool = False
+    #: Whether a container's device ids reach it as CUDA_VISIBLE_DEVICES in its environment (no device cgroup).
+    devices_in_env: bool = True
+    #: What a booted container's environment is, beside the recipe's: the env check's baseline, in words.
+    env_baseline: str = "recipe env + PATH/HOME/LANG/VLLM_CACHE_ROOT... passed through from the invoking shell"
 
     @abc.abstractmethod
     def create(self, spec: SpecLike) -> ContainerInfo:
@@ -169,6 +176,11 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     def list(self, labels: Mapping[str, str] | None = None) -> list[ContainerInfo]:
         """Every container this tool created, filtered by label equality."""
+
+    def list_state(self, labels: Mapping[str, str]) -> builtins.list[ContainerInfo]:
+        """`list(labels)` for a listing of this state directory's containers (a runtime may remember that it
+        found none, so the next listing need not ask)."""
+        return self.list(labels)
 
     @abc.abstractmethod
     def image_present(self, image: str) -> bool | None:

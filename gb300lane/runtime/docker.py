@@ -9,6 +9,7 @@ spec carries. Images are never pulled unless asked (`pull=True`).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -78,6 +79,9 @@ class DockerRuntime(Runtime):
     """Containers on a Docker engine, through the SDK."""
 
     name = "docker"
+    builds_engine_image = True
+    devices_in_env = False
+    env_baseline = "recipe env + the image's default env (docker inspect of the image)"
 
     def __init__(self, *, pull: bool = False, timeout_s: float = 30.0, placement: Placement | None = None) -> None:
         self.pull = pull
@@ -296,7 +300,7 @@ class DockerRuntime(Runtime):
         kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "tail": tail if tail is not None else "all"}
         if since is not None:
             kwargs["since"] = float(since)
-        raw = self._call(f"logs {name}", container.logs, **kwargs)
+        raw: bytes = self._call(f"logs {name}", container.logs, **kwargs)
         return raw.decode("utf-8", "replace")
 
     def follow(self, name: str, *, tail: int | None = None) -> Iterator[str]:
@@ -318,6 +322,16 @@ class DockerRuntime(Runtime):
         found = self._call("list containers", self.client.containers.list, all=True, filters={"label": filters})
         return [self._info(c) for c in found if label_filter(c.labels, labels)]
 
+
+    def list_state(self, labels: Mapping[str, str]) -> builtins.list[ContainerInfo]:
+        """`list`, and on this machine's engine a record that it holds none of this state's containers when it
+        listed none (`dockerhost`: the next `status` need not load the SDK to learn it)."""
+        sock = dockerhost.local_socket()
+        seen = dockerhost.epoch() if sock is not None else None
+        listed = self.list(labels)
+        if sock is not None and not listed:
+            dockerhost.record_none(seen, sock)
+        return listed
     def host_path(self, spec: SpecLike, container_path: str) -> Path | None:
         """Map a container path through the bind mounts; None when no mount covers it.
 

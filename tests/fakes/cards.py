@@ -15,7 +15,7 @@ import numpy as np
 
 from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
 from gb300lane.bench.stats import Percentiles
-from gb300lane.cards.run import ForeignCount
+from gb300lane.cards.record.models import ForeignCount
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.report import BootReport
 from gb300lane.recipes import fingerprint, load_recipe

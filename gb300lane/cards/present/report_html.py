@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from gb300lane import templating
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.receipts import Receipts
-from gb300lane.cards.report import RatioRow, a_p_rows, draw_accepted, draw_marginal, draw_ratio, svg_text
-from gb300lane.cards.results import GateTest
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.record.receipts import Receipts
+from gb300lane.cards.present.figures import RatioRow, a_p_rows, draw_accepted, draw_marginal, draw_ratio, svg_text
+from gb300lane.cards.decide.results import GateTest
 from gb300lane.cards.schema import Card
-from gb300lane.cards.verdicts import Verdict
+from gb300lane.cards.decide.verdict import Verdict
 from gb300lane.fsio import sha256_file
 
 
@@ -98,8 +98,7 @@ def page(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict]
     manifests = rec.manifests()
     manifest = None
     if manifests:
-        last = rec.read_json(manifests[-1])
-        manifest = {"name": manifests[-1].name, "files": sorted(last["files"].items())}
+        manifest = {"name": manifests[-1].name, "files": sorted(rec.manifest_files(manifests[-1]).items())}
     return templating.render(
         "card.html", card=card, reg=rec.registration(), verdict=verdicts[-1], verdicts=verdicts,
         sources={a.arm: a.source for a in arms}, window=card.window(card.primary_window),

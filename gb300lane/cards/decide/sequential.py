@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Literal
 
 import numpy as np
 
-Spending = Literal["obrien_fleming", "pocock"]
+from gb300lane.cards.schema import Spending
+
 
 _GRID = 1201
 

@@ -10,15 +10,16 @@ written: the transcribed receipts stay as shipped.
 from __future__ import annotations
 
 import json
-from typing import Any
 from pathlib import Path
 
-from gb300lane.cards.data import ArmData, CellAgg, marginal, merged_cells, tokens_per_step_from_a_p
-from gb300lane.cards.gates import evaluate, overall
-from gb300lane.cards.receipts import Receipts
+from gb300lane.cards.decide.data import ArmData, CellAgg, NoiseFloor, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.decide.gates import evaluate, overall
+from gb300lane.cards.record.models import TranscribedRescore
+from gb300lane.cards.record.receipts import Receipts
 from gb300lane.cards.schema import Card
-from gb300lane.cards.stats import arms_as_units
-from gb300lane.cards.verdicts import Verdict, apply_changes, transcribed_verdicts
+from gb300lane.cards.decide.stats import arms_as_units
+from gb300lane.cards.decide.verdict import Verdict, apply_changes
+from gb300lane.cards.record.verdicts import transcribed_verdicts
 from gb300lane.errors import CardError
 from gb300lane import paths
 
@@ -112,7 +113,7 @@ def reproduce_br1() -> list[str]:
     v1, v2, rs = transcribed_verdicts(rec)
     out.append(f"Pre-registered gates over the transcribed receipts (write-up: {stated['verdict_1']}):")
     out += verdict_lines(v1)
-    out.append("  instrument reasons: " + (rs["reason"] if rs else "-"))
+    out.append("  instrument reasons: " + (rs.reason if rs else "-"))
     if v2 is not None:
         out.append("")
         out.append(f"Re-score (write-up: {stated['verdict_2']}): " + "; ".join(f"{c.gate}.{c.key}: {c.old} -> {c.new}" for c in v2.changes))
@@ -128,7 +129,7 @@ def reproduce_br1() -> list[str]:
 ALPHA = 0.025
 
 
-def new_design_br1(rec: Receipts, card: Card, rs: dict[str, Any] | None) -> list[str]:
+def new_design_br1(rec: Receipts, card: Card, rs: TranscribedRescore | None) -> list[str]:
     """What the pre-registered-test design says of BR1's transcribed data (printed beside the write-up's verdicts)."""
     arms = {a.arm: a for a in rec.load_arms(card)}
     cells = {n: merged_cells(arms[n].windows["primary"]) for n in ("A", "B", "A2")}
@@ -137,13 +138,14 @@ def new_design_br1(rec: Receipts, card: Card, rs: dict[str, Any] | None) -> list
         return _rate(cells[arm], cls, conc)
 
     out = ["What the new design says of the same data (pre-registered tests, one-sided alpha 2.5%):"]
-    floor = (rec.noise_floor_stated() or {}).get("decode_tok_s", {}).get("1")
+    stated = rec.noise_floor_stated()
+    floor = stated.decode_tok_s.get("1") if stated is not None else None
     gaps = {cls: 1 - min(rate("A", cls, 1), rate("A2", cls, 1)) / max(rate("A", cls, 1), rate("A2", cls, 1))
             for cls in card.window("primary").classes}
     widest = max(gaps, key=lambda c: gaps[c])
     if rs is not None and floor is not None:
-        gates, _ = apply_changes(card, card.gates, rs["changes"])
-        lower = {"decode_tok_s": {"1": round(floor - 0.001, 3)}}
+        gates, _ = apply_changes(card, card.gates, rs.changes)
+        lower = NoiseFloor(decode_tok_s={"1": round(floor - 0.001, 3)})
         again = overall(evaluate(card, gates, list(arms.values()), lower))
         out.append(f"  circular bar: the re-score's controls-agree bar is the stated noise floor {floor:.1%}, which is "
                    f"the widest A vs A2 gap at C1 ({widest} {gaps[widest]:.1%}), the very statistic the gate tests; "

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gb300lane.cards.results import IntervalMethod, Status, TestKind
+from gb300lane.cards.decide.results import Status
+from gb300lane.cards.schema import IntervalMethod, TestKind
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261026

@@ -36,12 +36,13 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, JsonValue
 
 from gb300lane import __version__
-from gb300lane.cards.receipts import MANIFEST_SEAL, Receipts
-from gb300lane.cards.schema import Card, Gate, gates_hash, gates_payload
-from gb300lane.cards.verdicts import Verdict, compute_verdict
+from gb300lane.cards.record.receipts import MANIFEST_SEAL, Receipts
+from gb300lane.cards.schema import Card, gates_hash, gates_payload
+from gb300lane.cards.decide.verdict import Verdict, gates_of
+from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.keyed import check_seal
@@ -49,7 +50,6 @@ from gb300lane.models import FrozenModel
 from gb300lane.paths import writeup_receipts_dirs
 
 LinkStatus = Literal["ok", "broken", "note"]
-_GATE: TypeAdapter[Any] = TypeAdapter(Gate)
 
 
 class Link(FrozenModel):
@@ -87,7 +87,7 @@ class Chain(FrozenModel):
                      else f"  chain breaks at {br.file or br.kind}: {br.detail}")
         return "\n".join(lines)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         br = self.first_break
         return {"subject": self.subject, "ok": self.ok, "breaks_at": br.model_dump() if br else None,
                 "links": [link.model_dump() for link in self.links]}
@@ -273,8 +273,7 @@ def _superseded(rec: Receipts, n: int, numbers: list[int]) -> Verdict | None:
 def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded: Verdict | None) -> Link:
     """The verdict against what its own gates give over the receipts now."""
     try:
-        gates = tuple(_GATE.validate_python(g) for g in verdict.gates)
-        again = compute_verdict(card, gates, rec, number=verdict.number)
+        again = verdict_over(rec, card, gates_of(verdict), number=verdict.number)
     except (LaneError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError, OSError) as exc:
         return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
     said = {r.id: r.status for r in verdict.results}

@@ -1,10 +1,8 @@
-"""The card report: a markdown page and PNG figures rendered into the receipts.
+"""The card's figures and the tables beside them: drawn once, for the markdown report and the HTML page alike.
 
-Tables come in the write-up's shapes (decode tok/s per class x C1/C8 x
-A/A2/B with B / ctrl; tokens/step per arm; a_p per position), every verdict
-on record is listed (the pre-registered one first), and the figures are
-accepted-at-position per arm (the write-up's Figure 4), marginal acceptance
-per position (Figure 5) and B / ctrl per class.
+Accepted-at-position per arm (the write-up's Figure 4), marginal acceptance per position (Figure 5) and
+B / ctrl per class, as PNG files for the report and as SVG text for the page; the ratio and a_p rows both
+pages tabulate. matplotlib is imported only when a figure is drawn.
 """
 
 from __future__ import annotations
@@ -14,14 +12,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from gb300lane import templating
-from gb300lane.cards.custody import require_intact
-from gb300lane.cards.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
-from gb300lane.cards.receipts import Receipts
+from gb300lane.cards.decide.data import ArmData, marginal, merged_cells, tokens_per_step_from_a_p
+from gb300lane.cards.decide.stats import PairedCI, paired_bootstrap, spread
 from gb300lane.cards.schema import Card
-from gb300lane.cards.stats import PairedCI, paired_bootstrap, spread
-from gb300lane.cards.verdicts import Verdict, read_verdict
-from gb300lane.errors import CardError, ReceiptExists
 from gb300lane.fsio import write_once
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
@@ -56,7 +49,8 @@ def _save(fig: Figure, path: Path) -> None:
     write_once(path, buf.getvalue())
 
 
-def _arm_a_p(a: ArmData, window: str) -> tuple[tuple[float, ...] | None, str]:
+def arm_a_p(a: ArmData, window: str) -> tuple[tuple[float, ...] | None, str]:
+    """An arm's a_p in `window` and where it came from (the window's own, else the one-user cells')."""
     w = a.windows.get(window)
     if w is None:
         return None, ""
@@ -112,10 +106,11 @@ def svg_text(fig: Figure) -> str:
 def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
     """The write-up's Figure 4: accepted at position per arm; None when no arm has a_p."""
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
     for a in arms:
-        ap, where = _arm_a_p(a, card.primary_window)
+        ap, where = arm_a_p(a, card.primary_window)
         if not ap:
             continue
         xs = list(range(1, len(ap) + 1))
@@ -135,6 +130,7 @@ def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
 def draw_marginal(card: Card, arms: list[ArmData]) -> Figure | None:
     """The write-up's Figure 5: marginal acceptance per position; None when no arm has a_p."""
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
     widths = []
@@ -207,6 +203,7 @@ def draw_ratio(card: Card, rows: list[RatioRow]) -> Figure | None:
     if not rows:
         return None
     plt = _pyplot()
+    fig: Figure
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     concs = sorted({r.concurrency for r in rows})
     classes = list(dict.fromkeys(r.cls for r in rows))
@@ -235,7 +232,8 @@ def draw_ratio(card: Card, rows: list[RatioRow]) -> Figure | None:
     return fig
 
 
-def _f(v: float | None, fmt: str = ",.1f") -> str:
+def table_value(v: float | None, fmt: str = ",.1f") -> str:
+    """A table cell: the value formatted, or a dash where there is none."""
     return "—" if v is None else format(v, fmt)
 
 
@@ -256,86 +254,10 @@ def a_p_rows(card: Card, arms: list[ArmData]) -> list[APRow]:
     out = []
     for arm in arms:
         win = arm.windows.get(card.primary_window)
-        ap, where = _arm_a_p(arm, card.primary_window)
+        ap, where = arm_a_p(arm, card.primary_window)
         out.append(APRow(
             arm=arm.arm, recipe=arm.recipe, tokens_per_step=win.tokens_per_step if win else None,
             from_a_p=tokens_per_step_from_a_p(ap) if ap else None, a_p=ap,
             text=" ".join(f"{v:.3f}" for v in ap) + f" ({where})" if ap else "—",
         ))  # fmt: skip
     return out
-
-
-def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
-             figures: list[str]) -> str:
-    """The report as markdown, from the `card.md` template (a user's ./templates/card.md wins)."""
-    w = card.window(card.primary_window)
-    clocks = {a.windows[w.name].clock for a in arms if w.name in a.windows}
-    return templating.render(
-        "card.md", card=card, reg=rec.registration(), sources={a.arm: a.source for a in arms}, verdicts=verdicts,
-        window=w, clocks=sorted(c or "?" for c in clocks), arm_names=[a.name for a in card.arms],
-        candidate=card.candidate.name, rows=rows, a_p=a_p_rows(card, arms), figures=figures, f=_f,
-    )  # fmt: skip
-
-
-HTML = "card.html"
-
-
-def _reported(rec: Receipts, number: int | None) -> tuple[Card, int, list[int]]:
-    card = rec.card()
-    nums = rec.verdict_numbers()
-    if not nums:
-        raise CardError(f"{rec.root}: no verdict yet; run `gb300lane card score {card.name}` first")
-    n = number or nums[-1]
-    if n not in nums:
-        raise CardError(f"{rec.root}: no verdict {n}; verdicts on record: {nums}")
-    return card, n, nums
-
-
-def _write_html(rec: Receipts, card: Card, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
-                path: Path) -> Path:
-    from gb300lane.cards.report_html import page
-
-    return write_once(path, page(card, rec, arms, verdicts, rows))
-
-
-def render_report(rec: Receipts, number: int | None = None, *, html: bool = True) -> Path:
-    """Write report/verdict-<n>/card.md, its figures and (unless html=False) card.html, write-once.
-
-    Returns the markdown path; the HTML page is `HTML` beside it.
-    """
-    card, n, nums = _reported(rec, number)
-    out = rec.report_dir(n)
-    if (out / "card.md").exists():
-        raise ReceiptExists(f"{out / 'card.md'}: the report of verdict {n} already exists; receipts are write-once")
-    if html and (out / HTML).exists():
-        raise ReceiptExists(f"{out / HTML}: the page of verdict {n} already exists; receipts are write-once")
-    require_intact(rec, "report")
-    verdicts = [read_verdict(rec, k) for k in nums if k <= n]
-    arms = rec.load_arms(card)
-    rows = ratio_rows(card, arms)
-    figures = []
-    if fig_accepted(card, arms, out / FIG4):
-        figures.append(FIG4)
-    if fig_marginal(card, arms, out / FIG5):
-        figures.append(FIG5)
-    if fig_ratio(card, rows, out / FIG_RATIO):
-        figures.append(FIG_RATIO)
-    path = write_once(out / "card.md", markdown(card, rec, arms, verdicts, rows, figures))
-    if html:
-        _write_html(rec, card, arms, verdicts, rows, out / HTML)
-    rec.write_manifest(f"report-{n}")
-    return path
-
-
-def render_html(rec: Receipts, number: int | None = None) -> Path:
-    """Write report/verdict-<n>/card.html alone (for a report rendered before pages were; write-once)."""
-    card, n, nums = _reported(rec, number)
-    path = rec.report_dir(n) / HTML
-    if path.exists():
-        raise ReceiptExists(f"{path}: the page of verdict {n} already exists; receipts are write-once")
-    require_intact(rec, "report")
-    verdicts = [read_verdict(rec, k) for k in nums if k <= n]
-    arms = rec.load_arms(card)
-    written = _write_html(rec, card, arms, verdicts, ratio_rows(card, arms), path)
-    rec.write_manifest(f"report-{n}-html")
-    return written

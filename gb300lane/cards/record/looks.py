@@ -11,43 +11,12 @@ card stopped at.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
 from gb300lane import __version__
-from gb300lane.cards.evidence import Look
-from gb300lane.cards.gates import evaluate, overall
-from gb300lane.cards.receipts import Receipts, stage_count, utc_now
-from gb300lane.cards.results import GateResult, Status
-from gb300lane.cards.schema import Card, GroupSequential
+from gb300lane.cards.decide.gates import evaluate
+from gb300lane.cards.decide.looks import LookRecord, decide, design_look
+from gb300lane.cards.record.receipts import Receipts, utc_now
+from gb300lane.cards.schema import Card, GroupSequential, stage_count
 from gb300lane.errors import CardError
-from gb300lane.models import FrozenModel
-
-Action = Literal["stop", "continue", "final"]
-
-
-class LookRecord(FrozenModel):
-    """What one look saw and decided."""
-
-    schema_version: Literal[1] = Field(description="File format version.")
-    card: str = Field(description="Card name.")
-    look: int = Field(ge=1, description="This look (1-based).")
-    looks: int = Field(ge=1, description="Looks the design plans.")
-    spending: str = Field(description="Alpha spending function of the design.")
-    written_at: str = Field(description="UTC time of the look.")
-    tool_version: str = Field(description="gb300lane version that looked.")
-    requests_per_arm: int = Field(description="Requests per arm in the primary window so far (candidate arm).")
-    verdict: Status = Field(description="The card's verdict if it stopped here.")
-    action: Action = Field(description="stop (PASS or FAIL reached), continue (run the next stage), final (last look).")
-    results: tuple[GateResult, ...] = Field(description="Every gate at this look.")
-
-
-def design_look(card: Card, look: int) -> Look:
-    """The Look of stage `look` under the card's design (a fixed design's only look is 1 of 1)."""
-    if isinstance(card.design, GroupSequential):
-        return Look(number=look, looks=card.design.looks, spending=card.design.spending)
-    return Look()
 
 
 def primary_requests(rec: Receipts, card: Card, stages: int) -> int:
@@ -55,13 +24,6 @@ def primary_requests(rec: Receipts, card: Card, stages: int) -> int:
     cand = arms.get(card.candidate.name)
     w = cand.windows.get(card.primary_window) if cand else None
     return sum(len(c.per_transcript) for c in w.cells) if w else 0
-
-
-def decide(results: list[GateResult], look: Look) -> tuple[Status, Action]:
-    verdict = overall(results)
-    if verdict in ("PASS", "FAIL"):
-        return verdict, "stop"
-    return verdict, "final" if look.number >= look.looks else "continue"
 
 
 def take_look(rec: Receipts, card: Card, stage: int) -> LookRecord:

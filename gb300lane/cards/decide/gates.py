@@ -1,7 +1,7 @@
 """Evaluating a card's gates over its arms' data.
 
 Tested gates (tokens/step, decode tok/s, the controls' equivalence) are
-decided by pre-registered paired tests in `cards.evidence`. Boot checks and
+decided by pre-registered paired tests in `cards.decide.evidence`. Boot checks and
 parity compare facts across arms. The write-up's point-ratio gates
 (`tokens_per_step_ratio`, `decode_ratio`, `controls_agree`) are kept so its
 own cards score as they did: they report the controls' spread (A vs A2), the
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, assert_never
 
-from gb300lane.cards.data import ArmData, BootFacts, CellAgg, merged_cells
-from gb300lane.cards.evidence import Look, eval_tested
-from gb300lane.cards.results import CellCheck, GateResult, Status, combine
+from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
+from gb300lane.cards.decide.evidence import Look, eval_tested
+from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (
     Bar,
     Card,
@@ -27,17 +27,18 @@ from gb300lane.cards.schema import (
     DecodeRatioGate,
     DecodeTest,
     EnvEqualGate,
+    FeatureLiveGate,
     FlagGate,
     ForeignClientsGate,
     Gate,
     HashHitGate,
     KvPoolGate,
-    FeatureLiveGate,
     ParityGate,
+    TestedGate,
     TokensPerStepGate,
     TokensPerStepTest,
 )
-from gb300lane.cards.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
+from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
 from gb300lane.errors import CardError
 
 __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
@@ -59,13 +60,13 @@ def _seed(*parts: Any) -> int:
 
 
 class _Ctx:
-    def __init__(self, card: Card, arms: list[ArmData], stated_floor: dict[str, Any] | None) -> None:
+    def __init__(self, card: Card, arms: list[ArmData], stated_floor: NoiseFloor | None) -> None:
         self.card = card
         self.by_name = {a.arm: a for a in arms}
         self.cand = self.by_name.get(card.candidate.name)
         self.ctrls = [self.by_name[a.name] for a in card.controls if a.name in self.by_name]
         self.missing = [a.name for a in card.arms if a.name not in self.by_name]
-        self.stated_floor = stated_floor or {}
+        self.stated_floor = stated_floor.decode_tok_s if stated_floor is not None else {}
 
     def cells(self, window: str) -> tuple[dict[CellKey, CellAgg], list[dict[CellKey, CellAgg]]]:
         c = merged_cells(self.cand.windows.get(window)) if self.cand else {}
@@ -98,7 +99,7 @@ class _Ctx:
         return any(window in a.windows and a.windows[window].unit == "ratio_to_controls_mean" for a in arms)
 
     def stated(self, concurrency: int) -> float | None:
-        v = (self.stated_floor.get("decode_tok_s") or {}).get(str(concurrency))
+        v = self.stated_floor.get(str(concurrency))
         return float(v) if v is not None else None
 
     def resolve_bar(self, bar: Bar, ctrl_spread: float | None, rounds_spread: float | None,
@@ -344,19 +345,19 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
         obs = " / ".join({True: "live", False: "NOT LIVE", None: "-"}[x] for x in live.values())
         why = "; ".join(f"{k}: {boots[k].feature_live_summary}" for k in dead)
         return _per_arm(ctx, gate, live, not dead, f"{obs} ({names})", "every asked-for feature runs", why)
-    raise AssertionError(f"unhandled gate kind {gate.kind}")
+    assert_never(gate)
 
 
 def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
-             stated_floor: dict[str, Any] | None = None, look: Look | None = None) -> list[GateResult]:
+             stated_floor: NoiseFloor | None = None, look: Look | None = None) -> list[GateResult]:
     """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data, at `look` (default: fixed)."""
     ctx = _Ctx(card, arms, stated_floor)
     out: list[GateResult] = []
     for gate in gates:
-        if isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+        if isinstance(gate, TestedGate):
             miss = _missing_arms(ctx, gate)
             out.append(miss if miss is not None else eval_tested(card, gate, ctx.cand, ctx.ctrls, look or Look()))
-        elif isinstance(gate, (TokensPerStepGate, DecodeRatioGate, ControlsAgreeGate, ParityGate)):
+        elif isinstance(gate, WindowGate):
             miss = _missing_arms(ctx, gate)
             if miss is not None:
                 out.append(miss)
@@ -366,8 +367,10 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
                 out.append(_eval_tps(ctx, gate))
             else:
                 out.append(_eval_ratio(ctx, gate))
-        else:
+        elif isinstance(gate, BootGate):
             out.append(_eval_boot(ctx, gate))
+        else:
+            assert_never(gate)  # a new gate kind: add it to one of the unions above and evaluate it
     return out
 
 

@@ -16,11 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from gb300lane.cards.schema import IntervalMethod, TestKind
 from gb300lane.models import FrozenModel
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-TestKind = Literal["superiority", "non_inferiority", "equivalence"]
-IntervalMethod = Literal["t", "bca"]
 Metric = Literal["tokens_per_step", "decode_tok_s"]
 
 

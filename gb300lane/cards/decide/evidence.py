@@ -10,7 +10,7 @@ is derived from the data it judges. At a look of a group-sequential design,
 the one-sided level is the one the design's alpha spending allows there.
 
 A gate's registered `boot_sd` adds each arm's boot-to-boot shift to the
-test's variance (`cards.stats`): an arm boots once per stage, so at look s
+test's variance (`cards.decide.stats`): an arm boots once per stage, so at look s
 its data spans s boots, and the component is divided by s.
 
 Verdict mapping: a superiority or non-inferiority test decides the gate
@@ -25,13 +25,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from gb300lane.cards.data import ArmData, merged_cells
-from gb300lane.cards.results import GateResult, GateTest, Metric, Status, combine
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, TokensPerStepTest
-from gb300lane.cards.sequential import Spending, nominal_level
-from gb300lane.cards.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
+from gb300lane.cards.decide.data import ArmData, merged_cells
+from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status, combine
+from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
+from gb300lane.cards.decide.sequential import nominal_level
+from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
 
-TestedGate = TokensPerStepTest | DecodeTest | ControlsEquivalence
 
 NO_TPS = ("no per-request tokens/step recorded: the lane must report each request's spec-decode counters "
           "(engine_args.extra_args.per_request_spec_decode_metrics: summary in the recipe)")
@@ -56,7 +55,7 @@ Units = dict[tuple[str, int], dict[str, float]]
 METRIC_LABEL = {"tokens_per_step": "tokens/step", "decode_tok_s": "decode tok/s"}
 
 
-def _units(arm: ArmData, gate: TestedGate, metric: str) -> tuple[Units, dict[tuple[str, int], int]]:
+def units_of(arm: ArmData, gate: TestedGate, metric: str) -> tuple[Units, dict[tuple[str, int], int]]:
     """Per cell, transcript -> value (rounds averaged); and per cell the requests behind them."""
     w = arm.windows.get(gate.window)
     out: Units = {}
@@ -83,7 +82,7 @@ def _seed(*parts: object) -> int:
     return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
 
 
-def _by_transcript(units: Units, keys: list[tuple[str, int]]) -> dict[str, tuple[float, int]]:
+def by_transcript(units: Units, keys: list[tuple[str, int]]) -> dict[str, tuple[float, int]]:
     """Transcript -> (mean over the cells `keys`, cells averaged).
 
     A transcript is the independent unit: within an arm its requests at
@@ -118,8 +117,7 @@ def _describe(t: GateTest) -> str:
 def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[ArmData], look: Look) -> GateResult:
     """Run a tested gate's test(s) and fold them into one GateResult."""
     equivalence = isinstance(gate, ControlsEquivalence)
-    metric: Metric = gate.metric if isinstance(gate, ControlsEquivalence) else (
-        "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s")
+    metric: Metric = gate.metric
     if equivalence:
         if len(ctrls) < 2:
             return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="one control",
@@ -132,15 +130,15 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         assert cand is not None
         subject, refs = cand, ctrls
         comparison = f"{cand.arm} / mean({', '.join(a.arm for a in ctrls)})"
-    s_units, requests = _units(subject, gate, metric)
-    r_units = [_units(r, gate, metric)[0] for r in refs]
+    s_units, requests = units_of(subject, gate, metric)
+    r_units = [units_of(r, gate, metric)[0] for r in refs]
     keys = sorted(set(s_units).intersection(*[set(r) for r in r_units]) if r_units else set(),
                   key=lambda k: (k[1], k[0]))
     level = look.level(gate.alpha)
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
     tests: list[GateTest] = []
     for cell, ks in groups:
-        sub, ref = _paired(_by_transcript(s_units, ks), [_by_transcript(r, ks) for r in r_units])
+        sub, ref = _paired(by_transcript(s_units, ks), [by_transcript(r, ks) for r in r_units])
         b, c = paired_units(sub, ref)
         boot = BootVariance(sd=gate.boot_sd, df=gate.boot_df, refs=len(refs), boots=look.number)
         rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,

@@ -4,7 +4,7 @@ A boot has its own numerics (on the embedded engine its boot seed moves
 every context's weights; on a real lane, kernels and autotuning), so every
 request of an arm shares a shift its own spread cannot show. With N boots of
 the control recipe, each running the same transcripts with its own seeds,
-the per-transcript units of a gate (`cards.evidence`) follow
+the per-transcript units of a gate (`cards.decide.evidence`) follow
 
     y[boot, t] = mu_t + beta_boot + e[boot, t],   Var(beta) = sigma_b^2,  Var(e) = sigma_e^2
 
@@ -23,13 +23,15 @@ boots as a check.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.evidence import TestedGate, _by_transcript, _units
-from gb300lane.cards.schema import ControlsEquivalence, TokensPerStepTest
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.evidence import by_transcript, units_of
+from gb300lane.cards.schema import TestedGate
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class BootEstimate:
 BOOT_SEED_VAR = "GB300LANE_BOOT_SEED"
 
 
-def refuse_pinned_boot_seed(what: str, env: Any = None) -> None:
+def refuse_pinned_boot_seed(what: str, env: Mapping[str, str] | None = None) -> None:
     """CardError when the environment pins every boot's seed: each in-process boot (and each engine the lane
     starts) would then share one boot's numerics, and `what` would measure no boot variance at all."""
     import os
@@ -69,22 +71,16 @@ def refuse_pinned_boot_seed(what: str, env: Any = None) -> None:
                         "and run again")
 
 
-def metric_of(gate: TestedGate) -> str:
-    if isinstance(gate, ControlsEquivalence):
-        return gate.metric
-    return "tokens_per_step" if isinstance(gate, TokensPerStepTest) else "decode_tok_s"
-
-
 BootUnits = dict[Any, dict[str, float]]
 
 
 def boot_units(gate: TestedGate, arm: ArmData) -> BootUnits:
     """One boot's units for `gate`: per test group (None for an aggregate gate, the cell otherwise),
     transcript -> value."""
-    units, _ = _units(arm, gate, metric_of(gate))
+    units, _ = units_of(arm, gate, gate.metric)
     keys = sorted(units, key=lambda k: (k[1], k[0]))
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
-    return {g: {u: v for u, (v, _) in _by_transcript(units, ks).items()} for g, ks in groups}
+    return {g: {u: v for u, (v, _) in by_transcript(units, ks).items()} for g, ks in groups}
 
 
 def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | None:
@@ -219,4 +215,4 @@ def boots_to_see(sd: float, units: int, within: float, power: float = 0.9, limit
 
 
 __all__ = ["BOOT_SEED_VAR", "BootEstimate", "BootUnits", "boot_units", "boots_to_see", "critical_boot_sd", "estimate_boot_sd",
-           "estimate_from_units", "exceeds_registered", "metric_of", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]
+           "estimate_from_units", "exceeds_registered", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]

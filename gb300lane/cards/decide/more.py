@@ -18,24 +18,45 @@ leaves room under se_needed^2 comes first, then the requests per arm.
 Every verdict also checks a gate's registered `boot_sd` against what was
 measured of the control recipe: the card's own A against A2 (one degree of
 freedom per cell), and every boot study of the same recipe and shape under
-results/pilots/ (`cards.boots.registered_check`); a contradiction is a note
-on the verdict, never a change of its status.
+results/pilots/ (`cards.decide.boots.registered_check`), which the caller
+reads and passes in (`BootStudy`); a contradiction is a note on the verdict,
+never a change of its status.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
-from gb300lane.cards.boots import boot_units, estimate_from_units, registered_check
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.results import GateResult, GateTest
-from gb300lane.cards.schema import Card, ControlsEquivalence, DecodeTest, GroupSequential, TokensPerStepTest
+from gb300lane.cards.decide.boots import (BootEstimate, boot_units, critical_boot_sd, estimate_from_units,
+                                          registered_check)
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.results import GateResult, GateTest
+from gb300lane.cards.schema import Card, ControlsEquivalence, Gate, GroupSequential, TestedGate
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9
+
+#: The boot studies of a card's control recipe: every boot as one arm, and a line naming them.
+BootStudy = tuple[list[ArmData], str]
+
+
+def boots_per_arm(card: Card) -> int:
+    """Boots each arm has: one per stage of a sequential card, one for a fixed design."""
+    return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def boot_factor(card: Card, gate: TestedGate) -> float:
+    """How many boots' variances one test's estimate carries: B against the controls' mean, or A against A2."""
+    return 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
+
+
+def boot_checked(gates: Sequence[Gate]) -> list[TestedGate]:
+    """The deciding tested gates that register a boot sd: the ones a verdict checks against measured boots."""
+    return [g for g in gates if isinstance(g, TestedGate)
+            and g.decides and g.boot_sd > 0]
 
 
 class MoreNeeded(FrozenModel):
@@ -70,11 +91,11 @@ def _se(t: GateTest) -> float | None:
     return (t.high - t.low) / (2 * _z((1 - t.level) / 2))
 
 
-def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
+def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
     """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power."""
     if result.status != "INCONCLUSIVE" or not result.decides:
         return None
-    if not isinstance(gate, (TokensPerStepTest, DecodeTest, ControlsEquivalence)):
+    if not isinstance(gate, TestedGate):
         return None
     open_tests = [t for t in result.tests if t.decision == "INCONCLUSIVE"]
     ses = [(s, t) for t in open_tests if (s := _se(t)) is not None]
@@ -107,21 +128,15 @@ def more_needed(card: Card, gate: Any, result: GateResult, target: float = TARGE
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
-def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: Any = None,
-               own: str | None = None) -> list[str]:
+def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: BootStudy | None,
+               lane_noise: Mapping[str, tuple[BootEstimate, str]] | None = None) -> list[str]:
     """A registered boot sd checked against the card's own controls (A against A2), the lane's noise ledger
-    (every other scored card of the lane; `own` names this card's receipts directory, left out) and the recipe's
-    boot studies."""
-    from gb300lane.cards.plan import _boots_per_arm, _factor, earlier_boots
-    from gb300lane.cards.boots import critical_boot_sd, metric_of
-    from gb300lane.cards.noise import for_card
-
-    tested = [g for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
-              and g.decides and g.boot_sd > 0]
+    (`lane_noise`: metric -> its pooled estimate over the lane's other scored cards, and where it is from) and
+    the recipe's boot studies."""
+    tested = boot_checked(gates)
     if not tested:
         return []
     ctrls = [a for a in arms if a.role == "control" and card.primary_window in a.windows]
-    study = earlier_boots(card, base)
     out = []
     for g in tested:
         measured = []
@@ -129,15 +144,15 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
             est = estimate_from_units([boot_units(g, a) for a in ctrls], min_boots=2)
             if est is not None:
                 measured.append((est, "the card's own controls (A against A2)"))
-        led = for_card(card, metric_of(g), base=base, exclude=own) if g.scope == "aggregate" else None
+        led = (lane_noise or {}).get(g.metric) if g.scope == "aggregate" else None
         if led is not None:
-            measured.append((led.as_boot_estimate(), led.source()))
+            measured.append(led)
         if study is not None:
             est = estimate_from_units([boot_units(g, a) for a in study[0]])
             if est is not None:
                 measured.append((est, f"a boot study ({study[1]})"))
         effect = 0.0 if isinstance(g, ControlsEquivalence) else float(g.mde or 0.0)
-        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, _factor(card, g), _boots_per_arm(card),
+        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card),
                                 TARGET_POWER)
         for est, where in measured:
             # the card's own two boots can rule a figure out, never show a study too small: that is the studies' job
@@ -151,17 +166,15 @@ def boot_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], base: An
 _COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
 
 
-def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], recorded: tuple[dict[str, Any], ...]
-                     ) -> list[str]:
+def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], recorded: Sequence[Mapping[str, JsonValue]],
+                     measured_now: Mapping[str, JsonValue] | None) -> list[str]:
     """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
-    on: one note per boot study the registration recorded (nothing when none was recorded)."""
-    from gb300lane.cards.plan import measured_on
-
-    ids = [g.id for g in gates if isinstance(g, (TokensPerStepTest, DecodeTest, ControlsEquivalence))
-           and g.decides and g.boot_sd > 0]
+    on (`measured_now`: what a boot study would record now): one note per boot study the registration recorded
+    (nothing when none was recorded)."""
+    ids = [g.id for g in boot_checked(gates)]
     if not ids or not recorded:
         return []
-    now = dict(measured_on(card))
+    now = dict(measured_now or {})
     booted = {a.boot.fingerprint for a in arms if a.role == "control" and a.boot is not None and a.boot.fingerprint}
     if len(booted) == 1:  # what the control arms actually booted, over the recipe as it loads now
         now["recipe_fingerprint"] = booted.pop()
@@ -175,4 +188,5 @@ def provenance_notes(card: Card, gates: tuple[Any, ...], arms: list[ArmData], re
     return out
 
 
-__all__ = ["MoreNeeded", "boot_notes", "more_needed", "provenance_notes"]
+__all__ = ["BootStudy", "MoreNeeded", "boot_checked", "boot_factor", "boot_notes", "boots_per_arm", "more_needed",
+           "provenance_notes"]

@@ -24,25 +24,31 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane import __version__
-from gb300lane.cards.data import (
+from gb300lane.cards.decide.data import (
     ArmData,
     BootFacts,
+    NoiseFloor,
     TranscribedArm,
     WindowData,
-    boot_facts_from_report,
-    window_data_from_result,
+    merge_boots,
+    merge_stages,
 )
-from gb300lane.cards.results import CardPlan
-from gb300lane.cards.schema import (Card, GroupSequential, gates_hash, load_card, parse_card, read_card_text,
-                                     small_sample_refusals)
+from gb300lane.bench.models import WindowResult
+from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
+from gb300lane.cards.record.models import DoneReceipt, ForeignReceipt
+from gb300lane.lane.report import BootReport
+from gb300lane.cards.decide.results import CardPlan
+from gb300lane.cards.decide.verdict import Verdict
+from gb300lane.cards.cardfile import load_card, read_card_text
+from gb300lane.cards.schema import Card, gates_hash, parse_card, small_sample_refusals, stage_count
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
@@ -83,7 +89,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> dict[str, str | int | None]:
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -169,17 +175,24 @@ class Receipts:
                 "register the card again and run it"
             ) from None
 
-    def read_json(self, path: Path) -> Any:
+    def read_json(self, path: Path) -> JsonValue:
+        """A receipt's JSON as it stands (a manifest, a file a test or a tool reads raw); `read_model` types it."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            got: JsonValue = json.loads(path.read_text(encoding="utf-8"))
+            return got
         except (OSError, ValueError) as exc:
             raise CardError(
                 f"{path}: unreadable receipt ({type(exc).__name__}: {exc}); the receipts directory is damaged: restore "
                 "the file from a backup (receipts are write-once), or register the card again and run it"
             ) from None
 
-    def write_json(self, path: Path, obj: Any) -> Path:
+    def write_json(self, path: Path, obj: Mapping[str, object]) -> Path:
+        """Write a receipt once, as canonical JSON."""
         return write_once(path, dumps_json(obj))
+
+    def write_model(self, path: Path, model: FrozenModel) -> Path:
+        """Write a receipt once, as its model's JSON."""
+        return self.write_json(path, model.model_dump(mode="json"))
 
     def verdict_numbers(self) -> list[int]:
         d = self.root / "verdicts"
@@ -189,7 +202,7 @@ class Receipts:
 
     def finished_attempt(self, arm: str, stage: int = 1) -> int | None:
         done = self.arm_dir(arm, stage) / "done.json"
-        return int(self.read_json(done)["attempt"]) if done.is_file() else None
+        return self.read_model(done, DoneReceipt).attempt if done.is_file() else None
 
     def next_attempt(self, arm: str, stage: int = 1) -> int:
         d = self.arm_dir(arm, stage)
@@ -238,22 +251,24 @@ class Receipts:
                 if n is None:
                     break
                 adir = self.attempt_dir(arm.name, n, stage)
-                foreign = self.read_json(adir / "foreign.json") if (adir / "foreign.json").is_file() else {}
-                boots.append(boot_facts_from_report(self.read_json(adir / "boot.json"), foreign.get("foreign_clients")))
+                ff = adir / "foreign.json"
+                foreign = self.read_model(ff, ForeignReceipt).foreign_clients if ff.is_file() else None
+                boots.append(boot_facts_from_report(self.read_model(adir / "boot.json", BootReport), foreign))
                 for w in card.windows:
                     wf = adir / "windows" / f"{w.name}.json"
                     if wf.is_file():
-                        parts.setdefault(w.name, []).append(window_data_from_result(self.read_json(wf), w.name))
+                        parts.setdefault(w.name, []).append(
+                            window_data_from_result(self.read_model(wf, WindowResult), w.name))
             if not boots:
                 continue
             out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured",
                                boot=merge_boots(boots), windows={k: merge_stages(v) for k, v in parts.items()}))
         return out
 
-    def noise_floor_stated(self) -> dict[str, Any] | None:
+    def noise_floor_stated(self) -> NoiseFloor | None:
         """A written-up card's published noise floor (used only where rounds were not published)."""
         p = self.root / "noise_floor.json"
-        return self.read_json(p) if p.is_file() else None
+        return self.read_model(p, NoiseFloor) if p.is_file() else None
 
     # manifests
     def files(self) -> list[Path]:
@@ -276,7 +291,7 @@ class Receipts:
             "files": {str(p.relative_to(self.root)): sha256_file(p) for p in self.files()},
         }
         # The seal (an SSH signature with the user's key, outside the results and state directories) is what a
-        # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.custody` checks
+        # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.record.custody` checks
         # it before any receipt counts.
         body["seal"] = seal(MANIFEST_SEAL, body)
         return self.write_json(self.root / name, body)
@@ -287,62 +302,23 @@ class Receipts:
         later = sorted(self.root.glob("manifest-*.json"), key=lambda p: (_written_at(p), p.name))
         return first + later
 
+    def manifest_files(self, path: Path) -> dict[str, str]:
+        """A manifest's `files`: each receipt's path inside the directory -> its sha256."""
+        m = self.read_json(path)
+        files = m.get("files") if isinstance(m, dict) else None
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise CardError(f"{path}: not a manifest (no files -> sha256 mapping); the receipts directory is damaged: "
+                            "restore the file from a backup (receipts are write-once)")
+        return {k: str(v) for k, v in files.items()}
+
     def verify_manifest(self, name: str = "manifest.json") -> list[str]:
         """Files whose sha256 no longer matches the manifest (empty when intact)."""
-        m = self.read_json(self.root / name)
         bad = []
-        for rel, digest in m["files"].items():
+        for rel, digest in self.manifest_files(self.root / name).items():
             p = self.root / rel
             if not p.is_file() or sha256_file(p) != digest:
                 bad.append(rel)
         return bad
-
-
-def stage_count(card: Card) -> int:
-    """Stages of the card's design: its looks, or 1 for a fixed design."""
-    return card.design.looks if isinstance(card.design, GroupSequential) else 1
-
-
-def merge_stages(parts: list[WindowData]) -> WindowData:
-    """One window out of its stages: each stage's rounds are numbered after the previous stage's."""
-    if len(parts) == 1:
-        return parts[0]
-    cells = []
-    offset = 0
-    drafts = accepted = 0.0
-    for w in parts:
-        top = max((c.round or 0 for c in w.cells), default=0)
-        cells += [c.model_copy(update={"round": (c.round or 0) + offset}) for c in w.cells]
-        offset += top
-        for c in w.cells:
-            if c.num_drafts and c.tokens_per_step is not None:
-                drafts += c.num_drafts
-                accepted += (c.tokens_per_step - 1.0) * c.num_drafts
-    clocks = {w.clock for w in parts}
-    a_ps = [w.a_p for w in parts if w.a_p]
-    width = max((len(a) for a in a_ps), default=0)
-    a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
-    return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
-                      unit=parts[0].unit, cells=tuple(cells),
-                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p)
-
-
-def merge_boots(boots: list[BootFacts]) -> BootFacts:
-    """One arm's boot facts over its stages: a hit only if every boot hit, the most foreign clients seen."""
-    if len(boots) == 1:
-        return boots[0]
-    first = boots[0]
-    hits = [b.hash_hit for b in boots]
-    foreign = [b.foreign_clients for b in boots]
-    kv = {b.kv_pool_tokens for b in boots}
-    digests = {b.env_set_digest for b in boots}
-    return first.model_copy(update={
-        "hash_hit": None if None in hits else all(h for h in hits),
-        "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
-        "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
-        "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
-        "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
-    })
 
 
 def _written_at(path: Path) -> str:
@@ -438,8 +414,6 @@ class ReceiptsState(FrozenModel):
 
 def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
     """What `rec` holds (finished, partial, scored) and the commands that take it on from there."""
-    from gb300lane.cards.verdicts import read_verdict
-
     card = rec.card()
     ref = card_ref or card.name
     finished = tuple(a.name for a in card.arms if rec.finished_attempt(a.name) is not None)
@@ -458,6 +432,11 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
         state, nxt = "registered", (f"gb300lane card run {ref}",)
     return ReceiptsState(receipts=str(rec.root), registered_at=rec.registration().registered_at, state=state,
                          finished=finished, unfinished=unfinished, verdicts=verdicts, next=nxt)
+
+
+def read_verdict(rec: Receipts, n: int) -> Verdict:
+    """Verdict `n` of the receipts, validated."""
+    return rec.read_model(rec.verdict_file(n), Verdict)
 
 
 def find_receipts(card_name: str, base: Path | None = None) -> Receipts:

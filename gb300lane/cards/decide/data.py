@@ -13,8 +13,18 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gb300lane.fsio import sha256_bytes
 from gb300lane.models import FrozenModel
+
+
+class NoiseFloor(FrozenModel):
+    """A written-up card's published noise floor (`noise_floor.json`), used only where rounds were not published."""
+
+    schema_version: Literal[1] = Field(default=1, description="File format version.")
+    decode_tok_s: dict[str, float] = Field(description="Concurrency (as text) -> the stated relative noise floor.")
+    note: str = Field(default="", description="How the floor is used.")
+    quote: str = Field(default="", description="The source's own words.")
+    source: str = Field(default="", description="Where it was published.")
+    transcribed: bool = Field(default=True, description="Transcribed from a write-up, never measured here.")
 
 
 class BootFacts(FrozenModel):
@@ -108,119 +118,6 @@ class TranscribedArm(FrozenModel):
     windows: dict[str, WindowData] = Field(default_factory=dict, description="Window name -> transcribed cells.")
 
 
-# ---------------------------------------------------------------- adapters
-
-
-def window_data_from_result(result: dict[str, Any], window_name: str) -> WindowData:
-    """bench's WindowResult (as data) -> WindowData, keeping per-transcript rates."""
-    per: dict[tuple[str, int, int], dict[str, float]] = {}
-    tps: dict[tuple[str, int, int], dict[str, float]] = {}
-    outs: dict[tuple[str, int, int], dict[str, str]] = {}
-    for rec in result.get("records", []):
-        key = (rec["cls"], int(rec["concurrency"]), int(rec["round"]))
-        # A concurrency above the transcript count sends each transcript once per pass, each pass its own sample.
-        sample = str(rec["transcript_id"]) + (f"#{rec['repeat']}" if rec.get("repeat") else "")
-        if rec.get("ok") and rec.get("decode_tok_s") is not None:
-            per.setdefault(key, {})[sample] = float(rec["decode_tok_s"])
-        sd = rec.get("spec_decode") if rec.get("ok") else None
-        if isinstance(sd, dict) and sd.get("num_drafts"):
-            tps.setdefault(key, {})[sample] = 1.0 + sd["num_accepted_tokens"] / sd["num_drafts"]
-        if rec.get("ok"):
-            outs.setdefault(key, {})[sample] = sha256_bytes(rec.get("text") or "")
-    cells = []
-    clocks = set()
-    accepted = drafts = 0
-    ap_weighted: list[float] = []
-    ap_weight: list[float] = []
-    for cell in result.get("cells", []):
-        if not cell.get("valid", True):
-            continue
-        clocks.add(cell.get("clock"))
-        spec = cell.get("spec") or None
-        key = (cell["cls"], int(cell["concurrency"]), int(cell["round"]))
-        # over all drafts (vLLM's convention) is what sums to tokens/step and merges
-        # exactly by weighting with the drafts; the per-length view feeds the marginals
-        a_p = tuple(spec.get("vllm_per_position") or spec["a_p"]) if spec else None
-        a_p_given = tuple(spec["a_p"]) if spec else None
-        n = int(spec["num_drafts"]) if spec else None
-        if spec and n:
-            drafts += n
-            accepted += int(spec["num_accepted_tokens"])
-            for i, v in enumerate(a_p or ()):
-                while len(ap_weighted) <= i:
-                    ap_weighted.append(0.0)
-                    ap_weight.append(0.0)
-                ap_weighted[i] += v * n
-                ap_weight[i] += n
-        cells.append(
-            CellData(
-                cls=cell["cls"],
-                concurrency=int(cell["concurrency"]),
-                round=int(cell["round"]),
-                decode_tok_s=cell.get("decode_tok_s"),
-                tokens_per_step=spec["tokens_per_step"] if spec else None,
-                a_p=a_p,
-                a_p_given=a_p_given,
-                num_drafts=n,
-                per_transcript=per.get(key, {}),
-                per_transcript_tps=tps.get(key, {}),
-                outputs=outs.get(key, {}),
-            )
-        )
-    clock = clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else None)
-    return WindowData(
-        window=window_name,
-        clock=clock,
-        cells=tuple(cells),
-        tokens_per_step=(1.0 + accepted / drafts) if drafts else None,
-        a_p=tuple(w / n for w, n in zip(ap_weighted, ap_weight) if n) or None,
-    )
-
-
-def _checks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for c in report.get("checks", []) or []:
-        if isinstance(c, dict) and c.get("name"):
-            out[str(c["name"])] = c
-    return out
-
-
-def boot_facts_from_report(report: dict[str, Any], foreign_clients: int | None) -> BootFacts:
-    """The lane's BootReport (as data) -> BootFacts.
-
-    The report carries named checks (autotune, flags, env, kv_pool, dark) with
-    their evidence; the gates compare that evidence across arms. The runtime's
-    env order is kept when the report has the raw list, else the order-free
-    digest stands for the set.
-    """
-    checks = _checks(report)
-    ev = {name: (c.get("evidence") or {}) for name, c in checks.items()}
-    observed = ev.get("autotune", {}).get("observed")
-    # A reload found the hash and compiled again: it paid a compile, so it is no hit.
-    hash_hit = {"hit": True, "miss": False, "reload": False}.get(observed) if isinstance(observed, str) else None
-    live = checks.get("feature_live")
-    flags: dict[str, Any] = {}
-    for row in ev.get("flags", {}).get("keys", []) or []:
-        if row.get("present"):
-            flags[str(row["key"])] = row.get("actual")
-    env = report.get("env_list") or ev.get("env", {}).get("env_list")
-    kv = ev.get("kv_pool", {}).get("observed")
-    if foreign_clients is None:
-        fr = ev.get("foreign_clients", {}).get("foreign_requests")
-        foreign_clients = int(fr) if isinstance(fr, (int, float)) else None
-    return BootFacts(
-        hash_hit=hash_hit,
-        boot_seconds=report.get("boot_seconds"),
-        flags=flags,
-        env=tuple(str(e) for e in env) if isinstance(env, (list, tuple)) else None,
-        env_set_digest=ev.get("env", {}).get("set_digest"),
-        kv_pool_tokens=int(kv) if isinstance(kv, (int, float)) else None,
-        foreign_clients=foreign_clients,
-        fingerprint=report.get("fingerprint"),
-        feature_live={"pass": True, "fail": False}.get(str(live.get("status"))) if live else None,
-        feature_live_summary=str(live.get("summary")) if live else None,
-        instance=report.get("instance"),
-    )
 
 
 # ---------------------------------------------------------------- merged views
@@ -296,3 +193,45 @@ def marginal(a_p: tuple[float, ...] | list[float]) -> list[float | None]:
         out.append(v / prev if prev > 0 else None)
         prev = v
     return out
+
+
+def merge_stages(parts: list[WindowData]) -> WindowData:
+    """One window out of its stages: each stage's rounds are numbered after the previous stage's."""
+    if len(parts) == 1:
+        return parts[0]
+    cells = []
+    offset = 0
+    drafts = accepted = 0.0
+    for w in parts:
+        top = max((c.round or 0 for c in w.cells), default=0)
+        cells += [c.model_copy(update={"round": (c.round or 0) + offset}) for c in w.cells]
+        offset += top
+        for c in w.cells:
+            if c.num_drafts and c.tokens_per_step is not None:
+                drafts += c.num_drafts
+                accepted += (c.tokens_per_step - 1.0) * c.num_drafts
+    clocks = {w.clock for w in parts}
+    a_ps = [w.a_p for w in parts if w.a_p]
+    width = max((len(a) for a in a_ps), default=0)
+    a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
+    return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
+                      unit=parts[0].unit, cells=tuple(cells),
+                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p)
+
+
+def merge_boots(boots: list[BootFacts]) -> BootFacts:
+    """One arm's boot facts over its stages: a hit only if every boot hit, the most foreign clients seen."""
+    if len(boots) == 1:
+        return boots[0]
+    first = boots[0]
+    hits = [b.hash_hit for b in boots]
+    foreign = [b.foreign_clients for b in boots]
+    kv = {b.kv_pool_tokens for b in boots}
+    digests = {b.env_set_digest for b in boots}
+    return first.model_copy(update={
+        "hash_hit": None if None in hits else all(h for h in hits),
+        "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
+        "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
+        "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
+        "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
+    })

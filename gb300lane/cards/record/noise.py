@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gb300lane.cards.boots import BootEstimate, boot_units
-from gb300lane.cards.data import ArmData
-from gb300lane.cards.receipts import Receipts, all_receipts
+from gb300lane.cards.decide.boots import BootEstimate, boot_units
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.record.receipts import Receipts, all_receipts
 from gb300lane.cards.schema import Card, ControlsEquivalence
 from gb300lane.errors import CardError, RecipeError
 from gb300lane.recipes.loader import load_recipe

@@ -1,0 +1,168 @@
+"""Calibration on the lane itself: replicates of a card through the lane's own boots and HTTP, each a card.
+
+`card calibrate` measures a card's instrument on the embedded engine in process, where a replicate costs
+milliseconds. On any other lane (real vLLM on this CPU, the box) the noise that matters is the lane's, so
+`card calibrate CARD --lane` runs the same two scenarios as real cards:
+
+- `aa`: the card with B booting the control recipe (`calibrate.aa_card`): its PASS rate is the false
+  "B better" rate, its FAIL rate the false FAIL rate;
+- `card`: the card as written: its PASS rate is the power against whatever B really does.
+
+Replicate r of a scenario is the card renamed `<card>-lane-<scenario>-<r>` with the primary window's seed base
+a hash of (card, seed, r), so each replicate's requests are new draws and a rerun of the same seed repeats
+them. Every replicate is registered, run and scored like any card, as a receipts directory of its own under
+`results/calibrations/<date>-<card>-lane-s<seed>/` (so its boots, windows and verdict are receipts, under
+custody like any card's). A replicate already scored there is read, not run again (resumable); with a time
+budget, no replicate starts once the budget is spent, and the rates are over the replicates that finished,
+with their count. Rates carry 95% Clopper-Pearson intervals (`cards.stats.proportion`), beside the power the
+card's plan predicts from the lane's own noise (`cards.plan.registration_plan`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field
+
+from gb300lane.cards.calibrate import aa_card
+from gb300lane.cards.decide.stats import proportion
+from gb300lane.cards.plan import registration_plan
+from gb300lane.cards.record.receipts import Receipts, read_verdict, register
+from gb300lane.cards.record.verdicts import score
+from gb300lane.cards.run import ArmOps, run_card
+from gb300lane.cards.schema import Card
+from gb300lane.errors import CardError, LaneError
+from gb300lane.models import FrozenModel
+from gb300lane.paths import results_dir
+
+LaneScenario = Literal["aa", "card"]
+
+
+class LaneReplicate(FrozenModel):
+    """One replicate of one scenario, as its card scored it."""
+
+    scenario: LaneScenario = Field(description="aa (B boots the control recipe) or card (as written).")
+    replicate: int = Field(description="Replicate number (0-based).")
+    seed_base: int = Field(description="The replicate's primary-window seed base.")
+    receipts: str = Field(description="The replicate's receipts directory.")
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] = Field(description="Its verdict.")
+    seconds: float = Field(description="Wall-clock seconds it took (0 when read back from an earlier run).")
+
+
+class LaneRate(FrozenModel):
+    rate: float = Field(description="events / replicates (NaN with none).")
+    low: float = Field(description="95% Clopper-Pearson lower bound.")
+    high: float = Field(description="95% Clopper-Pearson upper bound.")
+    events: int = Field(description="Replicates with the event.")
+    replicates: int = Field(description="Replicates that finished.")
+
+
+class LaneCalibration(FrozenModel):
+    """What `card calibrate --lane` measured."""
+
+    schema_version: Literal[1] = Field(default=1, description="File format version.")
+    card: str = Field(description="Card name.")
+    seed: int = Field(description="Calibration seed.")
+    root: str = Field(description="Where the replicates' receipts are.")
+    requested: int = Field(description="Replicates per scenario asked for.")
+    false_better: LaneRate = Field(description="A/A replicates that PASS.")
+    false_fail: LaneRate = Field(description="A/A replicates that FAIL.")
+    power: LaneRate = Field(description="As-written replicates that PASS.")
+    fail_when_real: LaneRate = Field(description="As-written replicates that FAIL.")
+    planned_power: float | None = Field(description="The card's power as its plan predicts it from the lane's noise.")
+    plan_source: str = Field(default="", description="Where that plan's noise came from.")
+    budget_s: float | None = Field(description="Time budget (None: none).")
+    stopped_by_budget: bool = Field(description="Whether the budget stopped it before every replicate ran.")
+    seconds: float = Field(description="Wall-clock seconds of this run.")
+    replicates: tuple[LaneReplicate, ...] = Field(description="Every replicate, in the order run.")
+
+
+def calibration_root(card: Card, seed: int, date: str | None = None) -> Path:
+    day = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    return results_dir() / "calibrations" / f"{day}-{card.name}-lane-s{seed}"
+
+
+def replicate_seed(card: Card, seed: int, r: int) -> int:
+    return int(hashlib.sha256(f"{card.name}|lane|{seed}|{r}".encode()).hexdigest()[:8], 16)
+
+
+def replicate_card(card: Card, scenario: LaneScenario, seed: int, r: int) -> Card:
+    """The card replicate r of `scenario` runs: renamed, its primary window given the replicate's seed base."""
+    base = aa_card(card) if scenario == "aa" else card
+    seed_base = replicate_seed(card, seed, r)
+    windows = tuple(w.model_copy(update={"seed_base": seed_base}) if w.name == card.primary_window else w
+                    for w in base.windows)
+    return base.model_copy(update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows})
+
+
+def _rate(events: int, trials: int) -> LaneRate:
+    r = proportion(events, trials)
+    return LaneRate(rate=r.rate, low=r.low, high=r.high, events=events, replicates=trials)
+
+
+def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, budget_s: float | None = None,
+                   progress: Callable[[str], None] | None = None, date: str | None = None) -> LaneCalibration:
+    """Run (or read back) `replicates` replicates of both scenarios through `ops`, A/A first in each pair."""
+    if replicates < 1:
+        raise CardError("--replicates must be at least 1")
+    say = progress or (lambda _m: None)
+    root = calibration_root(card, seed, date)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    done: list[LaneReplicate] = []
+    stopped = False
+    for r in range(replicates):
+        scenarios: tuple[LaneScenario, ...] = ("aa", "card")
+        for scenario in scenarios:
+            rep = replicate_card(card, scenario, seed, r)
+            text = yaml.safe_dump(rep.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+            rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")))
+            numbers = rec.verdict_numbers()
+            if numbers:
+                done.append(_replicate(scenario, r, rep, rec, read_verdict(rec, numbers[0]).verdict, 0.0))
+                continue
+            if budget_s is not None and time.monotonic() - t0 > budget_s:
+                stopped = True
+                break
+            started = time.monotonic()
+            say(f"replicate {r + 1}/{replicates} {scenario}: {rec.root.name}")
+            try:
+                run_card(rec, ops=ops, progress=say)
+            except (CardError, LaneError) as exc:
+                say(f"replicate {r + 1} {scenario} did not finish ({exc}); a later run of the same seed resumes it")
+                continue
+            verdict = score(rec).verdict
+            done.append(_replicate(scenario, r, rep, rec, verdict, time.monotonic() - started))
+            say(f"replicate {r + 1}/{replicates} {scenario}: {verdict}")
+        if stopped:
+            break
+    aa = [d for d in done if d.scenario == "aa"]
+    written = [d for d in done if d.scenario == "card"]
+    plan = registration_plan(card)
+    cal = LaneCalibration(
+        card=card.name, seed=seed, root=str(root), requested=replicates,
+        false_better=_rate(sum(d.verdict == "PASS" for d in aa), len(aa)),
+        false_fail=_rate(sum(d.verdict == "FAIL" for d in aa), len(aa)),
+        power=_rate(sum(d.verdict == "PASS" for d in written), len(written)),
+        fail_when_real=_rate(sum(d.verdict == "FAIL" for d in written), len(written)),
+        planned_power=plan.power if plan is not None else None, plan_source=plan.source if plan is not None else "",
+        budget_s=budget_s, stopped_by_budget=stopped, seconds=round(time.monotonic() - t0, 1), replicates=tuple(done),
+    )  # fmt: skip
+    out = root / "calibration.json"
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(cal.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    return cal
+
+
+def _replicate(scenario: LaneScenario, r: int, rep: Card, rec: Receipts,
+               verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"], seconds: float) -> LaneReplicate:
+    w = rep.window(rep.primary_window)
+    return LaneReplicate(scenario=scenario, replicate=r, seed_base=int(w.seed_base or 0), receipts=str(rec.root),
+                         verdict=verdict, seconds=round(seconds, 1))

@@ -1,0 +1,53 @@
+"""What a verdict is computed from, read from a receipts directory (and the boot studies beside it).
+
+`verdict_inputs` gathers the typed arm data and the facts the verdict's notes check; `verdict_over` hands
+them, with the card and the gates, to the pure `cards.decide.verdict.compute_verdict`.
+"""
+
+from __future__ import annotations
+
+from gb300lane.cards.decide.boots import BootEstimate
+from gb300lane.cards.decide.more import boot_checked
+from gb300lane.cards.decide.verdict import GateChange, PreviousVerdict, Verdict, VerdictInputs, compute_verdict
+from gb300lane.cards.record.noise import for_card
+from gb300lane.cards.record.receipts import Receipts, utc_now
+from gb300lane.cards.record.studies import earlier_boots, measured_on
+from gb300lane.cards.schema import Card, Gate, stage_count
+
+
+def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> VerdictInputs:
+    """The receipts' arms at the look the card ended on, and (for gates that register a boot sd) the boot
+    studies and what they would be measured on now."""
+    stages = rec.stages_done(card) if stage_count(card) > 1 else 1
+    arms = rec.load_arms(card, stages=stages)
+    reg = rec.registration()
+    checked = bool(boot_checked(gates)) and not reg.transcribed
+    recorded = reg.plan.boot_measured_on if reg.plan is not None and not reg.transcribed else ()
+    return VerdictInputs(
+        arms=tuple(arms), stages=max(stages, 1), noise_floor=rec.noise_floor_stated(), transcribed=reg.transcribed,
+        boot_study=earlier_boots(card, rec.root.parent) if checked else None,
+        boot_measured_on=recorded,
+        measured_now=measured_on(card) if checked and recorded else None,
+        lane_noise=_lane_noise(rec, card, gates) if checked else {},
+    )
+
+
+def _lane_noise(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> dict[str, tuple[BootEstimate, str]]:
+    """The lane's noise ledger for the metrics of the gates that register a boot sd, this card's receipts left out."""
+    out: dict[str, tuple[BootEstimate, str]] = {}
+    for metric in sorted({g.metric for g in boot_checked(gates)}):
+        led = for_card(card, metric, base=rec.root.parent, exclude=rec.root.name)
+        if led is not None:
+            out[metric] = (led.as_boot_estimate(), led.source())
+    return out
+
+
+def verdict_over(rec: Receipts, card: Card, gates: tuple[Gate, ...], *, number: int = 1,
+                 previous: PreviousVerdict | None = None, reason: str | None = None,
+                 changes: tuple[GateChange, ...] = ()) -> Verdict:
+    """Score `gates` over the receipts without writing anything, at the look the card ended on."""
+    return compute_verdict(card, gates, verdict_inputs(rec, card, gates), written_at=utc_now(), number=number,
+                           previous=previous, reason=reason, changes=changes)
+
+
+__all__ = ["verdict_inputs", "verdict_over"]

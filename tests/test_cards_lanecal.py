@@ -1,0 +1,70 @@
+"""`card calibrate --lane`: replicates of a card run as real cards through the lane's ops, resumable, budgeted."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gb300lane.cards import load_card
+from gb300lane.cards.lanecal import calibrate_lane, replicate_card
+from gb300lane.cards.record.receipts import Receipts
+
+from fakes import cards as fakes
+
+DATA = Path(__file__).parent / "data" / "cards"
+
+
+class RecipeLane(fakes.FakeLane):
+    """A fake lane whose numbers follow the recipe an arm boots (as a real lane's do), not the arm's name."""
+
+    @contextmanager
+    def instance(self, recipe, *, arm, check_keys=None, **kw):  # type: ignore[no-untyped-def]
+        with super().instance(recipe, arm=arm, check_keys=check_keys, **kw) as rep:
+            self._arm_by_endpoint[rep.endpoint] = recipe
+            yield rep
+
+
+@pytest.fixture(autouse=True)
+def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+def test_replicates_are_cards_with_their_own_seeds_and_a_bs_control_recipe_in_aa() -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    aa0, aa1, w0 = (replicate_card(card, "aa", 0, 0), replicate_card(card, "aa", 0, 1),
+                    replicate_card(card, "card", 0, 0))
+    assert aa0.candidate.recipe == card.controls[0].recipe and w0.candidate.recipe == card.candidate.recipe
+    seeds = {c.window(c.primary_window).seed_base for c in (aa0, aa1)}
+    assert len(seeds) == 2 and w0.window(w0.primary_window).seed_base == aa0.window(aa0.primary_window).seed_base
+    assert aa0.name == "tested-lane-aa-000" and w0.name == "tested-lane-card-000"
+
+
+def test_calibration_through_the_lane_counts_verdicts_resumes_and_keeps_every_replicate_a_receipt(tmp_path: Path) -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    # B as written is 8% better in tokens per step: the card should PASS; A/A has nothing to find
+    lane = RecipeLane(card, {}, tps={"local-v27": 1.08}, noise=0.01)
+    cal = calibrate_lane(card, 3, ops=lane.ops(), seed=5)
+    assert cal.false_better.replicates == 3 and cal.power.replicates == 3
+    assert cal.false_better.events == 0 and cal.power.events == 3, cal
+    assert 0.0 <= cal.power.low <= 1.0 <= cal.power.high + 1e-9
+    for rep in cal.replicates:
+        rec = Receipts(Path(rep.receipts))
+        assert rec.verdict_numbers() == [1] and rec.verify_manifest() == []
+    on_disk = json.loads((Path(cal.root) / "calibration.json").read_text())
+    assert on_disk["power"]["events"] == 3
+    # a second run of the same seed reads every replicate back and boots nothing
+    again = RecipeLane(card, {}, tps={"local-v27": 1.08}, noise=0.01)
+    cal2 = calibrate_lane(card, 3, ops=again.ops(), seed=5)
+    assert not [c for c in again.calls if c[0] == "up"] and cal2.power.events == 3
+    assert all(r.seconds == 0.0 for r in cal2.replicates)
+
+
+def test_a_spent_budget_starts_no_replicate_and_says_so() -> None:
+    card, _ = load_card(DATA / "tested.yaml")
+    lane = fakes.FakeLane(card, {}, noise=0.01)
+    cal = calibrate_lane(card, 50, ops=lane.ops(), seed=9, budget_s=0.0)
+    assert cal.stopped_by_budget and cal.false_better.replicates <= 1 and cal.power.replicates <= 1
