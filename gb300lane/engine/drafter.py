@@ -296,6 +296,7 @@ class DSparkDrafter:
         self.tabulate = tabulate
         self._tables: dict | None = None
         self._tables_numerics: tuple[int, float] | None = None
+        self._keeps: dict[tuple[bool, int], np.ndarray] = {}
 
 
     def draft(
@@ -414,12 +415,41 @@ class DSparkDrafter:
     def _anchor_rows(self, tables: _BootTables, cls, prev2, prev, slot: int, k: int):
         """Contexts without pair rows at temperature 1: the anchor token's candidates, the target there,
         and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer passes)."""
-        key3 = self.model._keys3(cls, prev2, prev)
-        cand = tables.anchor_cand.take(prev, axis=0)
-        p = tables.other_p(cls, prev, key3)
-        z, miss_u = _errors(key3, cand, slot, self.vocab)
+        compiled = kernels.active()
+        if compiled is not None and slot < 16 and cls.dtype == prev2.dtype == prev.dtype == np.int64:
+            # The same candidates, target values, error uniforms and scale, in one pass (_kernels.c).
+            n, width = prev.shape[0], tables.anchor_cand.shape[1]
+            cand = np.empty((n, width), dtype=np.int64)
+            p = np.empty((n, width), dtype=np.float32)
+            err = np.empty((n, width))
+            miss_u, scale = np.empty(n), np.empty(n)
+            compiled.anchor_rows(cls, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p, tables.bi_p,
+                                 self._keep(k, slot), cand, p, err, miss_u, scale, self.vocab, slot,
+                                 int(_ERROR_KEY[0]), int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise))
+            z = ndtri(err)
+        else:
+            key3 = self.model._keys3(cls, prev2, prev)
+            cand = tables.anchor_cand.take(prev, axis=0)
+            p = tables.other_p(cls, prev, key3)
+            z, miss_u = _errors(key3, cand, slot, self.vocab)
+            scale = self.slot_error_scale(cls, k, slot, miss_u)
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
-        return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
+        return cand, p, self._softmax(logp, z, scale)
+
+    def _keep(self, k: int, slot: int) -> np.ndarray:
+        """Per class, the chance slot `slot` of a k-slot block keeps the small error (`slot_error_scale`'s keep)."""
+        key = (k > self.block_size, slot)
+        keep = self._keeps.get(key)
+        if keep is None:
+            classes = np.arange(self.miss.shape[0])
+            keep = 1.0 - self.miss[classes]
+            if k > self.block_size:
+                keep *= 1.0 - self.wide_block[classes]
+            past = slot + 1 - self.block_size
+            if past > 0:
+                keep *= (1.0 - self.cliff) ** past
+            keep = self._keeps[key] = np.ascontiguousarray(keep, dtype=np.float64)
+        return keep
 
     def _draft_tabulated(self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms,
                          probabilistic, numerics) -> DraftBlock:

@@ -14,6 +14,9 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
  *   the row's distribution, its inverse-CDF draw, the token and the next pair.
+ * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
+ *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
+ *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -376,6 +379,73 @@ done:
     return ret;
 }
 
+/* anchor_rows(cls, prev2, prev (n,) int64, anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) float32,
+ *             bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, p (n, K) float32, err (n, K) float64,
+ *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
+ * Indices are checked against the tables before the loop. */
+static PyObject *anchor_rows(PyObject *self, PyObject *args) {
+    static const char *const names[13] = {"cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p", "bi_p", "keep",
+                                          "cand", "p", "err", "miss_u", "scale"};
+    Buf b[13];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    long long vocab, slot;
+    unsigned long long err_key, miss_key;
+    double noise, miss_noise;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs != 19) {
+        PyErr_Format(PyExc_TypeError, "anchor_rows: expected 19 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *tail = PyTuple_GetSlice(args, 13, 19);
+    if (tail == NULL) return NULL;
+    int parsed = PyArg_ParseTuple(tail, "LLKKdd", &vocab, &slot, &err_key, &miss_key, &noise, &miss_noise);
+    Py_DECREF(tail);
+    if (!parsed) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, 13);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, 13, 8);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1;
+    Py_ssize_t width = b[3].view.ndim == 2 ? b[3].view.shape[1] : -1, nanchor = width >= 0 ? b[3].view.shape[0] : 0;
+    Py_ssize_t ntri = b[4].view.ndim == 1 ? b[4].view.shape[0] : -1;
+    Py_ssize_t nbi = b[6].view.ndim == 2 ? b[6].view.shape[0] : -1, nkeep = b[7].view.ndim == 1 ? b[7].view.shape[0] : -1;
+    int ok = n >= 0 && width >= 1 && ntri >= 0 && nbi >= 0 && nkeep >= 0 && vocab > 0 && slot >= 0 && slot < 16 &&
+             kind(&b[3]) == 'q' && kind(&b[4]) == 'q' && kind(&b[5]) == 'f' && b[5].view.ndim == 2 &&
+             b[5].view.shape[0] == ntri && b[5].view.shape[1] == width && kind(&b[6]) == 'f' &&
+             b[6].view.shape[1] == width && kind(&b[7]) == 'd';
+    for (int i = 8; ok && i < 11; i++)
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width &&
+             kind(&b[i]) == (i == 8 ? 'q' : i == 9 ? 'f' : 'd');
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_rows: anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) "
+                                          "float32, bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, "
+                                          "p (n, K) float32, err (n, K) float64, 0 <= slot < 16");
+        goto done;
+    }
+    Buf vec[5] = {b[0], b[1], b[2], b[11], b[12]};
+    if (check_vectors(vec, "qqqdd", 5, n, "anchor_rows")) goto done;
+    const int64_t *cls = b[0].view.buf, *prev2 = b[1].view.buf, *prev = b[2].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (cls[j] < 0 || cls[j] >= nkeep || prev[j] < 0 || prev[j] >= nanchor || prev[j] >= vocab || prev2[j] < 0 ||
+            prev2[j] >= vocab || (cls[j] * vocab + prev[j]) >= nbi) {
+            PyErr_SetString(PyExc_IndexError, "anchor_rows: a class or token is out of the tables' range");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_rows(cls, prev2, prev, n, vocab, slot, b[3].view.buf, width, b[4].view.buf, ntri, b[5].view.buf,
+                  b[6].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[7].view.buf, noise, miss_noise,
+                  b[8].view.buf, b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 13);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
@@ -383,6 +453,7 @@ static PyMethodDef methods[] = {
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
+    {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
     {NULL, NULL, 0, NULL},
 };
 

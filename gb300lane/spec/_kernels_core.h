@@ -343,4 +343,57 @@ static void k_draft_slot(const double *table, ptrdiff_t width, const int32_t *re
     }
 }
 
+/* SplitMix64's finaliser (streams._mix), wrapping modulo 2**64 as numpy's uint64 arithmetic does. */
+static inline uint64_t k_mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* streams.uniforms_at for one word: the top 53 bits of the mixed word as a double in [0, 1). */
+static inline double k_uniform(uint64_t key, uint64_t word) {
+    return (double)(k_mix(key + word * 0x9E3779B97F4A7C15ULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* anchor_rows' loop (`DSparkDrafter._anchor_rows` before its ndtri and softmax), per row j of n:
+ * key3 = (cls * V + prev2) * V + prev; the anchor token's candidates; the target there (the trigram
+ * row of key3 where tri_keys has it, else the (cls, prev) bigram row); the checkpoint's unit-error
+ * uniforms at (key3, candidate, slot) clipped to [1e-12, 1 - 1e-12] and the miss uniform (`_errors`);
+ * and the slot's error scale (noise where miss_u < keep[cls], else miss_noise). */
+static void k_anchor_rows(const int64_t *cls, const int64_t *prev2, const int64_t *prev, ptrdiff_t n, int64_t vocab,
+                          int64_t slot, const int64_t *anchor_cand, ptrdiff_t width, const int64_t *tri_keys,
+                          ptrdiff_t ntri, const float *tri_p, const float *bi_p, uint64_t err_key, uint64_t miss_key,
+                          const double *keep, double noise, double miss_noise, int64_t *cand, float *p, double *err,
+                          double *miss_u, double *scale) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        int64_t key3 = (cls[j] * vocab + prev2[j]) * vocab + prev[j];
+        /* _csr_lookup: searchsorted (left), clipped to the last row, kept where the key matches. */
+        ptrdiff_t lo = 0, hi = ntri;
+        while (lo < hi) {
+            ptrdiff_t mid = lo + (hi - lo) / 2;
+            if (tri_keys[mid] < key3) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo > ntri - 1) lo = ntri - 1;
+        const float *src = ntri > 0 && tri_keys[lo] == key3 ? tri_p + lo * width
+                                                            : bi_p + (cls[j] * vocab + prev[j]) * width;
+        uint64_t ctx = ((uint64_t)key3 << 4) | (uint64_t)slot;
+        uint64_t base = (ctx - (uint64_t)slot) * (uint64_t)vocab + (uint64_t)slot;
+        for (ptrdiff_t x = 0; x < width; x++) {
+            int64_t c = anchor_cand[prev[j] * width + x];
+            cand[j * width + x] = c;
+            p[j * width + x] = src[x];
+            double u = k_uniform(err_key, ((uint64_t)c << 4) + base);
+            if (u < 1e-12) u = 1e-12;
+            if (u > 1.0 - 1e-12) u = 1.0 - 1e-12;
+            err[j * width + x] = u;
+        }
+        double m = k_uniform(miss_key, ctx);
+        miss_u[j] = m;
+        scale[j] = m < keep[cls[j]] ? noise : miss_noise;
+    }
+}
+
 #endif
