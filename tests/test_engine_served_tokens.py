@@ -18,6 +18,9 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
+
+from gb300lane.engine import server
 
 from engines import running_engine
 
@@ -102,7 +105,10 @@ async def _all(url: str) -> list[dict[str, Any]]:
         return await asyncio.gather(*(_one(session, url, route, body) for route, body in REQUESTS))
 
 
-def test_served_tokens_for_fixed_seeds_are_pinned():
+@pytest.mark.parametrize("backed_up", [False, True], ids=["step-loop-writes", "handler-writes"])
+def test_served_tokens_for_fixed_seeds_are_pinned(monkeypatch, backed_up):
+    if backed_up:  # every socket reads as backed up: the handlers write every chunk, draining
+        monkeypatch.setattr(server, "SSE_DIRECT_LIMIT", -1)
     with running_engine(FLAGS) as eng:
         answers = asyncio.run(_all(eng.url))
     digests = [_digest(a) for a in answers]

@@ -455,3 +455,21 @@ def test_responses_answers_text_as_vllm_does_through_the_official_client():
         assert listed.output_text and listed.usage.output_tokens <= 8
         with pytest.raises(openai.BadRequestError, match="streaming is not served"):
             client.responses.create(model="lane", input="x", stream=True)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_templated_chunk_is_the_bytes_json_dumps_gives(chat, continuous):
+    from gb300lane.engine.api import chunk, parse_request
+    from gb300lane.engine.server import SseChunk
+
+    model = 'lane "%s" \u00e9'
+    body = {"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"}
+    req = parse_request({**body, "stream": True}, chat=chat, served_model_name=model)
+    template = SseChunk(req, model, 17, continuous)
+    for text in ("hello", "", 'a%sb%%\n"\\ \u00e9\u4e2d\U0001f600', "%d", "\x00text\x00"):
+        obj = chunk(req, model, None, None, fields={"content": text}) if chat else chunk(req, model, text, None)
+        obj["created"] = 1_800_000_000
+        if continuous:
+            obj["usage"] = {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}
+        assert template.render(text, 1_800_000_000, 5) == b"data: " + json.dumps(obj).encode() + b"\n\n"

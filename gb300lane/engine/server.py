@@ -18,7 +18,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from aiohttp import web
