@@ -473,3 +473,23 @@ def test_a_templated_chunk_is_the_bytes_json_dumps_gives(chat, continuous):
         if continuous:
             obj["usage"] = {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}
         assert template.render(text, 1_800_000_000, 5) == b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_observing_a_requests_gaps_at_once_is_observing_them_one_by_one():
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from gb300lane.engine.metrics import _LATENCY_BUCKETS, observe_all
+
+    one, all_ = CollectorRegistry(), CollectorRegistry()
+    h1 = Histogram("gap", "gap", ["m"], registry=one, buckets=_LATENCY_BUCKETS).labels(m="lane")
+    h2 = Histogram("gap", "gap", ["m"], registry=all_, buckets=_LATENCY_BUCKETS).labels(m="lane")
+    rng = random.Random(1)
+    for _ in range(40):
+        values = [rng.choice([0.0, 0.001, 0.005, 80.0, 100.0, -1.0, float("inf"), rng.random() * 0.1,
+                              rng.expovariate(3)]) for _ in range(rng.randint(0, 300))]
+        for v in values:
+            h1.observe(v)
+        observe_all(h2, values)
+    assert generate_latest(one) == generate_latest(all_)
