@@ -194,3 +194,27 @@ def test_the_engine_on_numpy_alone_gives_the_same_tokens(compiled, method):
     assert runs["0"]["path"].startswith("compiled kernels") and runs["1"]["path"].startswith("numpy"), runs
     assert all(len(t) == 48 for t in runs["0"]["tokens"])
     assert runs["0"]["tokens"] == runs["1"]["tokens"]
+
+
+@pytest.mark.parametrize("numerics", [None, (7, 0.01)])
+def test_the_targets_rows_in_the_kernel_are_numpys_bit_for_bit(compiled, numerics):
+    from gb300lane.engine.model import MIXED, load_model
+
+    model = load_model()
+    rng = np.random.default_rng(3)
+    vocab = model.vocab_size
+    # Trigram contexts the model has, bigram-only contexts, and arbitrary ones, every class.
+    tri = model.tri_keys[rng.integers(0, model.tri_keys.size, 300)]
+    cls = np.concatenate([tri // (vocab * vocab), rng.integers(0, MIXED + 1, 200)])
+    c2 = np.concatenate([(tri // vocab) % vocab, rng.integers(0, vocab, 200)])
+    c1 = np.concatenate([tri % vocab, rng.integers(0, vocab, 200)])
+    got = model.target_probs(cls, c2, c1, numerics)
+    with kernels.numpy_only():
+        expected = model.target_probs(cls, c2, c1, numerics)
+    assert got.dtype == expected.dtype == np.float32
+    assert np.array_equal(got, expected)
+    with pytest.raises(IndexError):
+        compiled.target_rows(np.array([0]), np.array([0]), np.array([vocab]), model.bigram, model.bi_keys,
+                             model.bi_indptr, model.bi_cols, model.bi_ml, model.bi_lambda, model.tri_keys,
+                             model.tri_indptr, model.tri_cols, model.tri_ml, model.tri_lambda,
+                             np.empty((1, vocab), dtype=np.float32))

@@ -35,6 +35,7 @@ from gb300lane.engine.intent import read_intent
 from gb300lane.engine.streams import uniforms_at
 from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
 from gb300lane.fsio import sha256_bytes
+from gb300lane.spec import kernels
 
 #: The shipped corpora (package data, read through importlib.resources).
 CORPORA_DIR = resources.files("gb300lane.engine") / "corpora"
@@ -149,6 +150,16 @@ class BuiltinModel:
         variant kernels change the last bits of a real lane's logits.
         """
         vocab = self.vocab_size
+        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
+        compiled = kernels.active()
+        if compiled is not None and self.bigram.dtype == np.float32 and bi_lambda.dtype == tri_lambda.dtype == np.float32:
+            # The same float32 operations, row by row, in one pass (_kernels.c target_rows).
+            out = np.empty((np.shape(c1)[0], vocab), dtype=np.float32)
+            compiled.target_rows(np.ascontiguousarray(cls, dtype=np.int64), np.ascontiguousarray(c2, dtype=np.int64),
+                                 np.ascontiguousarray(c1, dtype=np.int64), self.bigram, self.bi_keys, self.bi_indptr,
+                                 self.bi_cols, self.bi_ml, bi_lambda, self.tri_keys, self.tri_indptr, self.tri_cols,
+                                 self.tri_ml, tri_lambda, out)
+            return out
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
         n = probs.shape[0]
         base = cls.astype(np.int64) * vocab
@@ -161,7 +172,6 @@ class BuiltinModel:
         if nt < n:
             ct = ct[rt]
         # Both layers at once where the arithmetic is per context: weights (jittered per boot), sparse-row indices.
-        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
         lam = np.concatenate([bi_lambda[cb], tri_lambda[ct]])
         starts = np.concatenate([self.bi_indptr[cb], self.tri_indptr[ct]])
         lengths = np.concatenate([self.bi_indptr[cb + 1], self.tri_indptr[ct + 1]]) - starts

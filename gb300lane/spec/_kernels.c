@@ -14,6 +14,8 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
  *   the row's distribution, its inverse-CDF draw, the token and the next pair.
+ * target_rows: the builtin target's rows (`BuiltinModel.target_probs`): the bigram row, then the
+ *   class bigram and trigram layers, float32 operations in numpy's order, one pass per row.
  * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
  *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
  *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls.
@@ -446,6 +448,70 @@ done:
     return ret;
 }
 
+/* target_rows(cls, c2, c1 (n,) int64, bigram (V, V) float32, bi_keys (N2,) int64, bi_indptr (N2 + 1,) int64,
+ *             bi_cols int32, bi_ml float32, bi_lam (N2,) float32, tri_keys, tri_indptr, tri_cols, tri_ml, tri_lam,
+ *             out (n, V) float32) -> None. Tokens, classes and the sparse rows are checked before the loop. */
+static PyObject *target_rows(PyObject *self, PyObject *args) {
+    static const char *const names[15] = {"cls", "c2", "c1", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml",
+                                          "bi_lam", "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lam", "out"};
+    Buf b[15];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (get_arrays(args, 0, b, names, 15, 14)) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1;
+    Py_ssize_t vocab = b[3].view.ndim == 2 ? b[3].view.shape[0] : -1;
+    int ok = n >= 0 && vocab > 0 && b[3].view.shape[1] == vocab && kind(&b[3]) == 'f' && kind(&b[14]) == 'f' &&
+             b[14].view.ndim == 2 && b[14].view.shape[0] == n && b[14].view.shape[1] == vocab;
+    for (int layer = 0; ok && layer < 2; layer++) {
+        Buf *l = &b[4 + 5 * layer];
+        Py_ssize_t rows = l[0].view.ndim == 1 ? l[0].view.shape[0] : -1;
+        ok = rows >= 0 && kind(&l[0]) == 'q' && kind(&l[1]) == 'q' && l[1].view.ndim == 1 &&
+             l[1].view.shape[0] == rows + 1 && kind(&l[2]) == 'i' && kind(&l[3]) == 'f' && l[2].view.ndim == 1 &&
+             l[3].view.ndim == 1 && l[2].view.shape[0] == l[3].view.shape[0] && kind(&l[4]) == 'f' &&
+             l[4].view.ndim == 1 && l[4].view.shape[0] == rows;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "target_rows: bigram (V, V) float32, per layer keys (N,) int64, indptr "
+                                          "(N + 1,) int64, cols int32 and ml float32 inside the vocabulary, lam (N,) "
+                                          "float32, out (n, V) float32");
+        goto done;
+    }
+    Buf vec[3] = {b[0], b[1], b[2]};
+    if (check_vectors(vec, "qqq", 3, n, "target_rows")) goto done;
+    const int64_t *cls = b[0].view.buf, *c2 = b[1].view.buf, *c1 = b[2].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (cls[j] < 0 || c2[j] < 0 || c2[j] >= vocab || c1[j] < 0 || c1[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "target_rows: a class or token is out of range");
+            goto done;
+        }
+        /* The contexts this row reads: their entries lie inside cols and ml and name vocabulary columns. */
+        for (int layer = 0; layer < 2; layer++) {
+            Buf *l = &b[4 + 5 * layer];
+            int64_t key = layer == 0 ? cls[j] * vocab + c1[j] : (cls[j] * vocab + c2[j]) * vocab + c1[j];
+            ptrdiff_t r = k_csr_row(l[0].view.buf, l[0].view.shape[0], key);
+            if (r < 0) continue;
+            const int64_t *indptr = l[1].view.buf;
+            const int32_t *cols = l[2].view.buf;
+            int good = indptr[r] >= 0 && indptr[r] <= indptr[r + 1] && indptr[r + 1] <= l[2].view.shape[0];
+            for (int64_t f = indptr[r]; good && f < indptr[r + 1]; f++) good = cols[f] >= 0 && cols[f] < vocab;
+            if (!good) {
+                PyErr_SetString(PyExc_IndexError, "target_rows: a context's sparse row is out of range");
+                goto done;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_target_rows(cls, c2, c1, n, vocab, b[3].view.buf, b[4].view.buf, b[4].view.shape[0], b[5].view.buf,
+                  b[6].view.buf, b[7].view.buf, b[8].view.buf, b[9].view.buf, b[9].view.shape[0], b[10].view.buf,
+                  b[11].view.buf, b[12].view.buf, b[13].view.buf, b[14].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 15);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
@@ -453,6 +519,7 @@ static PyMethodDef methods[] = {
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
+    {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
     {NULL, NULL, 0, NULL},
 };

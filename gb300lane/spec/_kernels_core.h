@@ -396,4 +396,44 @@ static void k_anchor_rows(const int64_t *cls, const int64_t *prev2, const int64_
     }
 }
 
+/* _csr_lookup for one key: its row in sorted keys[0..n), or -1 (searchsorted left, clipped, compared). */
+static inline ptrdiff_t k_csr_row(const int64_t *keys, ptrdiff_t n, int64_t key) {
+    if (n <= 0) return -1;
+    ptrdiff_t lo = 0, hi = n;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo > n - 1) lo = n - 1;
+    return keys[lo] == key ? lo : -1;
+}
+
+/* One interpolation layer on a row: row *= 1 - lam, then row[col] += lam * ml over the context's entries
+ * (float32 throughout, as numpy's float32 operations round). */
+static inline void k_layer(float *row, float lam, const int64_t *indptr, const int32_t *cols, const float *ml,
+                           ptrdiff_t ctx, ptrdiff_t vocab) {
+    float keep = 1.0f - lam;
+    for (ptrdiff_t x = 0; x < vocab; x++) row[x] *= keep;
+    for (int64_t f = indptr[ctx]; f < indptr[ctx + 1]; f++) row[cols[f]] += lam * ml[f];
+}
+
+/* BuiltinModel.target_probs' rows: per row the bigram row of c1, then the class bigram layer, then the
+ * trigram layer, where the model has those contexts. */
+static void k_target_rows(const int64_t *cls, const int64_t *c2, const int64_t *c1, ptrdiff_t n, int64_t vocab,
+                          const float *bigram, const int64_t *bi_keys, ptrdiff_t nbi, const int64_t *bi_indptr,
+                          const int32_t *bi_cols, const float *bi_ml, const float *bi_lam, const int64_t *tri_keys,
+                          ptrdiff_t ntri, const int64_t *tri_indptr, const int32_t *tri_cols, const float *tri_ml,
+                          const float *tri_lam, float *out) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        float *row = out + j * vocab;
+        memcpy(row, bigram + c1[j] * vocab, (size_t)vocab * sizeof(float));
+        int64_t base = cls[j] * vocab;
+        ptrdiff_t b = k_csr_row(bi_keys, nbi, base + c1[j]);
+        if (b >= 0) k_layer(row, bi_lam[b], bi_indptr, bi_cols, bi_ml, b, vocab);
+        ptrdiff_t t = k_csr_row(tri_keys, ntri, (base + c2[j]) * vocab + c1[j]);
+        if (t >= 0) k_layer(row, tri_lam[t], tri_indptr, tri_cols, tri_ml, t, vocab);
+    }
+}
+
 #endif
