@@ -412,25 +412,25 @@ class DSparkDrafter:
         probs /= probs.sum(axis=1, keepdims=True)
         return probs
 
-    def _anchor_rows(self, tables: _BootTables, cls, prev2, prev, slot: int, k: int):
-        """Contexts without pair rows at temperature 1: the anchor token's candidates, the target there,
-        and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer passes)."""
-        compiled = kernels.active()
-        if compiled is not None and slot < 16 and cls.dtype == prev2.dtype == prev.dtype == np.int64:
-            # The same candidates, target values, error uniforms and scale, in one pass (_kernels.c).
-            n, width = prev.shape[0], tables.anchor_cand.shape[1]
+    def _anchor_rows(self, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int, compiled=None):
+        """Contexts without pair rows at temperature 1 (batch rows `rows`): the anchor token's candidates, the
+        target there, and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer
+        passes); `compiled` (the kernels) gathers the first three and the error scale in one pass."""
+        if compiled is not None:
+            n, width = rows.shape[0], tables.anchor_cand.shape[1]
             cand = np.empty((n, width), dtype=np.int64)
             p = np.empty((n, width), dtype=np.float32)
             err = np.empty((n, width))
             miss_u, scale = np.empty(n), np.empty(n)
-            compiled.anchor_rows(cls, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p, tables.bi_p,
-                                 self._keep(k, slot), cand, p, err, miss_u, scale, self.vocab, slot,
+            compiled.anchor_rows(rows, classes, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
+                                 tables.bi_p, self._keep(k, slot), cand, p, err, miss_u, scale, self.vocab, slot,
                                  int(_ERROR_KEY[0]), int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise))
             z = ndtri(err)
         else:
-            key3 = self.model._keys3(cls, prev2, prev)
-            cand = tables.anchor_cand.take(prev, axis=0)
-            p = tables.other_p(cls, prev, key3)
+            cls, prev_m = classes[rows], prev[rows]
+            key3 = self.model._keys3(cls, prev2[rows], prev_m)
+            cand = tables.anchor_cand.take(prev_m, axis=0)
+            p = tables.other_p(cls, prev_m, key3)
             z, miss_u = _errors(key3, cand, slot, self.vocab)
             scale = self.slot_error_scale(cls, k, slot, miss_u)
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
@@ -473,6 +473,9 @@ class DSparkDrafter:
         if compiled is not None:
             u_cols = np.ascontiguousarray(uniforms.T, dtype=np.float64)
             argmax = (greedy_rows if probabilistic else np.ones(batch, dtype=bool)).astype(np.int64)
+        # Rows without pair rows go through the kernels too where every input is as they take it.
+        fused = (compiled is not None and not any_own and k <= 16 and classes.dtype == prev2.dtype == prev.dtype
+                 == np.int64 and classes.flags.c_contiguous)
         # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end.
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
@@ -506,10 +509,18 @@ class DSparkDrafter:
                     n = np.flatnonzero(at < 0)
                     rn = m[n]
                 cls_m = classes[m]
-                if n is None:
+                if n is None and fused and compiled is not None:
+                    # Contexts without pair rows at temperature 1, in the kernels: gathered, softmaxed by
+                    # numpy, then drawn and written into this slot's arrays in one more pass.
+                    c_m, p_m, dist = self._anchor_rows(tables, m, classes, prev2, prev, slot, k, compiled)
+                    compiled.anchor_finish(m, dist, u_cols[slot], argmax, c_m, tables.anchor_next, classes, prev,
+                                           probs, choice, token, nxt, vocab)
+                    computed.append((slot, m, c_m, p_m))
+                    m = None  # drawn: nothing is left for the rows below
+                elif n is None:
                     # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
                     prev_m = prev[m]
-                    c_m, p_m, probs[m] = self._anchor_rows(tables, cls_m, prev2[m], prev_m, slot, k)
+                    c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
                 else:
                     if rn.size:
                         c_n = tables.anchor_cand.take(prev[rn], axis=0)

@@ -18,7 +18,8 @@
  *   class bigram and trigram layers, float32 operations in numpy's order, one pass per row.
  * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
  *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
- *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls.
+ *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls;
+ *   anchor_finish: those rows' draw, token and next pair once numpy's softmax has their distribution.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -381,70 +382,130 @@ done:
     return ret;
 }
 
-/* anchor_rows(cls, prev2, prev (n,) int64, anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) float32,
- *             bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, p (n, K) float32, err (n, K) float64,
- *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
- * Indices are checked against the tables before the loop. */
+/* anchor_rows(rows (n,) int64, cls, prev2, prev (B,) int64, anchor_cand (V, K) int64, tri_keys (N,) int64,
+ *             tri_p (N, K) float32, bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, p (n, K) float32,
+ *             err (n, K) float64, miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise,
+ *             miss_noise) -> None. Rows, classes and tokens are checked against the tables before the loop. */
 static PyObject *anchor_rows(PyObject *self, PyObject *args) {
-    static const char *const names[13] = {"cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p", "bi_p", "keep",
-                                          "cand", "p", "err", "miss_u", "scale"};
-    Buf b[13];
+    static const char *const names[14] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p", "bi_p",
+                                          "keep", "cand", "p", "err", "miss_u", "scale"};
+    Buf b[14];
     memset(b, 0, sizeof(b));
     PyObject *ret = NULL;
     long long vocab, slot;
     unsigned long long err_key, miss_key;
     double noise, miss_noise;
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs != 19) {
-        PyErr_Format(PyExc_TypeError, "anchor_rows: expected 19 arguments, got %zd", nargs);
+    if (nargs != 20) {
+        PyErr_Format(PyExc_TypeError, "anchor_rows: expected 20 arguments, got %zd", nargs);
         return NULL;
     }
-    PyObject *tail = PyTuple_GetSlice(args, 13, 19);
+    PyObject *tail = PyTuple_GetSlice(args, 14, 20);
     if (tail == NULL) return NULL;
     int parsed = PyArg_ParseTuple(tail, "LLKKdd", &vocab, &slot, &err_key, &miss_key, &noise, &miss_noise);
     Py_DECREF(tail);
     if (!parsed) return NULL;
-    PyObject *head = PyTuple_GetSlice(args, 0, 13);
+    PyObject *head = PyTuple_GetSlice(args, 0, 14);
     if (head == NULL) return NULL;
-    int bad = get_arrays(head, 0, b, names, 13, 8);
+    int bad = get_arrays(head, 0, b, names, 14, 9);
     Py_DECREF(head);
     if (bad) goto done;
-    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1;
-    Py_ssize_t width = b[3].view.ndim == 2 ? b[3].view.shape[1] : -1, nanchor = width >= 0 ? b[3].view.shape[0] : 0;
-    Py_ssize_t ntri = b[4].view.ndim == 1 ? b[4].view.shape[0] : -1;
-    Py_ssize_t nbi = b[6].view.ndim == 2 ? b[6].view.shape[0] : -1, nkeep = b[7].view.ndim == 1 ? b[7].view.shape[0] : -1;
-    int ok = n >= 0 && width >= 1 && ntri >= 0 && nbi >= 0 && nkeep >= 0 && vocab > 0 && slot >= 0 && slot < 16 &&
-             kind(&b[3]) == 'q' && kind(&b[4]) == 'q' && kind(&b[5]) == 'f' && b[5].view.ndim == 2 &&
-             b[5].view.shape[0] == ntri && b[5].view.shape[1] == width && kind(&b[6]) == 'f' &&
-             b[6].view.shape[1] == width && kind(&b[7]) == 'd';
-    for (int i = 8; ok && i < 11; i++)
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1;
+    Py_ssize_t width = b[4].view.ndim == 2 ? b[4].view.shape[1] : -1, nanchor = width >= 0 ? b[4].view.shape[0] : 0;
+    Py_ssize_t ntri = b[5].view.ndim == 1 ? b[5].view.shape[0] : -1;
+    Py_ssize_t nbi = b[7].view.ndim == 2 ? b[7].view.shape[0] : -1, nkeep = b[8].view.ndim == 1 ? b[8].view.shape[0] : -1;
+    int ok = n >= 0 && batch >= 0 && width >= 1 && ntri >= 0 && nbi >= 0 && nkeep >= 0 && vocab > 0 && slot >= 0 &&
+             slot < 16 && kind(&b[4]) == 'q' && kind(&b[5]) == 'q' && kind(&b[6]) == 'f' && b[6].view.ndim == 2 &&
+             b[6].view.shape[0] == ntri && b[6].view.shape[1] == width && kind(&b[7]) == 'f' &&
+             b[7].view.shape[1] == width && kind(&b[8]) == 'd';
+    for (int i = 9; ok && i < 12; i++)
         ok = b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width &&
-             kind(&b[i]) == (i == 8 ? 'q' : i == 9 ? 'f' : 'd');
+             kind(&b[i]) == (i == 9 ? 'q' : i == 10 ? 'f' : 'd');
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "anchor_rows: anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) "
                                           "float32, bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, "
                                           "p (n, K) float32, err (n, K) float64, 0 <= slot < 16");
         goto done;
     }
-    Buf vec[5] = {b[0], b[1], b[2], b[11], b[12]};
-    if (check_vectors(vec, "qqqdd", 5, n, "anchor_rows")) goto done;
-    const int64_t *cls = b[0].view.buf, *prev2 = b[1].view.buf, *prev = b[2].view.buf;
+    Buf rows_vec[3] = {b[1], b[2], b[3]};
+    Buf out_vec[3] = {b[0], b[12], b[13]};
+    if (check_vectors(rows_vec, "qqq", 3, batch, "anchor_rows") || check_vectors(out_vec, "qdd", 3, n, "anchor_rows"))
+        goto done;
+    const int64_t *rows = b[0].view.buf, *cls = b[1].view.buf, *prev2 = b[2].view.buf, *prev = b[3].view.buf;
     for (Py_ssize_t j = 0; j < n; j++) {
-        if (cls[j] < 0 || cls[j] >= nkeep || prev[j] < 0 || prev[j] >= nanchor || prev[j] >= vocab || prev2[j] < 0 ||
-            prev2[j] >= vocab || (cls[j] * vocab + prev[j]) >= nbi) {
-            PyErr_SetString(PyExc_IndexError, "anchor_rows: a class or token is out of the tables' range");
+        int64_t r = rows[j];
+        if (r < 0 || r >= batch || cls[r] < 0 || cls[r] >= nkeep || prev[r] < 0 || prev[r] >= nanchor ||
+            prev[r] >= vocab || prev2[r] < 0 || prev2[r] >= vocab || (cls[r] * vocab + prev[r]) >= nbi) {
+            PyErr_SetString(PyExc_IndexError, "anchor_rows: a row, class or token is out of the tables' range");
             goto done;
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    k_anchor_rows(cls, prev2, prev, n, vocab, slot, b[3].view.buf, width, b[4].view.buf, ntri, b[5].view.buf,
-                  b[6].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[7].view.buf, noise, miss_noise,
-                  b[8].view.buf, b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf);
+    k_anchor_rows(rows, cls, prev2, prev, n, vocab, slot, b[4].view.buf, width, b[5].view.buf, ntri, b[6].view.buf,
+                  b[7].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[8].view.buf, noise, miss_noise,
+                  b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf, b[13].view.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    release_all(b, 13);
+    release_all(b, 14);
+    return ret;
+}
+
+/* anchor_finish(rows (n,) int64, dist (n, K) float64, u (B,) float64, argmax (B,) int64, cand (n, K) int64,
+ *               anchor_next (C*V, K) int32, cls, prev (B,) int64, probs (B, K) float64, choice, token, nxt (B,)
+ *               int64, vocab) -> None: anchor_rows' rows drawn and written into the slot's arrays. */
+static PyObject *anchor_finish(PyObject *self, PyObject *args) {
+    static const char *const names[12] = {"rows", "dist", "u", "argmax", "cand", "anchor_next", "cls", "prev",
+                                          "probs", "choice", "token", "nxt"};
+    Buf b[12];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    long long vocab;
+    if (PyTuple_GET_SIZE(args) != 13) {
+        PyErr_Format(PyExc_TypeError, "anchor_finish: expected 13 arguments, got %zd", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    vocab = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 12));
+    if (vocab == -1 && PyErr_Occurred()) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, 12);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, 12, 8);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[2].view.ndim == 1 ? b[2].view.shape[0] : -1;
+    Py_ssize_t width = b[1].view.ndim == 2 ? b[1].view.shape[1] : -1;
+    Py_ssize_t nnext = b[5].view.ndim == 2 ? b[5].view.shape[0] : -1;
+    int ok = n >= 0 && batch >= 0 && width >= 1 && vocab > 0 && kind(&b[1]) == 'd' && b[1].view.shape[0] == n &&
+             kind(&b[4]) == 'q' && b[4].view.ndim == 2 && b[4].view.shape[0] == n && b[4].view.shape[1] == width &&
+             kind(&b[5]) == 'i' && nnext >= 0 && b[5].view.shape[1] == width && kind(&b[8]) == 'd' &&
+             b[8].view.ndim == 2 && b[8].view.shape[0] == batch && b[8].view.shape[1] == width;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_finish: dist (n, K) float64, cand (n, K) int64, anchor_next "
+                                          "(C*V, K) int32, probs (B, K) float64");
+        goto done;
+    }
+    Buf rows_vec[1] = {b[0]};
+    Buf batch_vec[7] = {b[2], b[3], b[6], b[7], b[9], b[10], b[11]};
+    if (check_vectors(rows_vec, "q", 1, n, "anchor_finish") ||
+        check_vectors(batch_vec, "dqqqqqq", 7, batch, "anchor_finish"))
+        goto done;
+    const int64_t *rows = b[0].view.buf, *cls = b[6].view.buf, *prev = b[7].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = rows[j];
+        if (r < 0 || r >= batch || cls[r] < 0 || prev[r] < 0 || prev[r] >= vocab || cls[r] * vocab + prev[r] >= nnext) {
+            PyErr_SetString(PyExc_IndexError, "anchor_finish: a row, class or token is out of range");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_finish(rows, n, b[1].view.buf, width, b[2].view.buf, b[3].view.buf, b[4].view.buf, b[5].view.buf, cls,
+                    prev, vocab, b[8].view.buf, b[9].view.buf, b[10].view.buf, b[11].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 12);
     return ret;
 }
 
@@ -521,6 +582,7 @@ static PyMethodDef methods[] = {
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
+    {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows drawn: distribution, choice, token, next pair."},
     {NULL, NULL, 0, NULL},
 };
 

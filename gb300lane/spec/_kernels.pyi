@@ -57,6 +57,7 @@ def draft_slot(
     /,
 ) -> None: ...
 def anchor_rows(
+    rows: np.ndarray,
     cls: np.ndarray,
     prev2: np.ndarray,
     prev: np.ndarray,
@@ -76,5 +77,39 @@ def anchor_rows(
     miss_key: int,
     noise: float,
     miss_noise: float,
+    /,
+) -> None: ...
+def anchor_finish(
+    rows: np.ndarray,
+    dist: np.ndarray,
+    u: np.ndarray,
+    argmax: np.ndarray,
+    cand: np.ndarray,
+    anchor_next: np.ndarray,
+    cls: np.ndarray,
+    prev: np.ndarray,
+    probs: np.ndarray,
+    choice: np.ndarray,
+    token: np.ndarray,
+    nxt: np.ndarray,
+    vocab: int,
+    /,
+) -> None: ...
+def target_rows(
+    cls: np.ndarray,
+    c2: np.ndarray,
+    c1: np.ndarray,
+    bigram: np.ndarray,
+    bi_keys: np.ndarray,
+    bi_indptr: np.ndarray,
+    bi_cols: np.ndarray,
+    bi_ml: np.ndarray,
+    bi_lam: np.ndarray,
+    tri_keys: np.ndarray,
+    tri_indptr: np.ndarray,
+    tri_cols: np.ndarray,
+    tri_ml: np.ndarray,
+    tri_lam: np.ndarray,
+    out: np.ndarray,
     /,
 ) -> None: ...

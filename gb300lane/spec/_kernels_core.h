@@ -357,18 +357,21 @@ static inline double k_uniform(uint64_t key, uint64_t word) {
     return (double)(k_mix(key + word * 0x9E3779B97F4A7C15ULL) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* anchor_rows' loop (`DSparkDrafter._anchor_rows` before its ndtri and softmax), per row j of n:
+/* anchor_rows' loop (`DSparkDrafter._anchor_rows` before its ndtri and softmax), per row j of n (batch row
+ * rows[j] of cls, prev2 and prev; the outputs are indexed by j):
  * key3 = (cls * V + prev2) * V + prev; the anchor token's candidates; the target there (the trigram
  * row of key3 where tri_keys has it, else the (cls, prev) bigram row); the checkpoint's unit-error
  * uniforms at (key3, candidate, slot) clipped to [1e-12, 1 - 1e-12] and the miss uniform (`_errors`);
  * and the slot's error scale (noise where miss_u < keep[cls], else miss_noise). */
-static void k_anchor_rows(const int64_t *cls, const int64_t *prev2, const int64_t *prev, ptrdiff_t n, int64_t vocab,
+static void k_anchor_rows(const int64_t *rows, const int64_t *cls, const int64_t *prev2, const int64_t *prev,
+                          ptrdiff_t n, int64_t vocab,
                           int64_t slot, const int64_t *anchor_cand, ptrdiff_t width, const int64_t *tri_keys,
                           ptrdiff_t ntri, const float *tri_p, const float *bi_p, uint64_t err_key, uint64_t miss_key,
                           const double *keep, double noise, double miss_noise, int64_t *cand, float *p, double *err,
                           double *miss_u, double *scale) {
     for (ptrdiff_t j = 0; j < n; j++) {
-        int64_t key3 = (cls[j] * vocab + prev2[j]) * vocab + prev[j];
+        int64_t r = rows[j], cj = cls[r], pj = prev[r];
+        int64_t key3 = (cj * vocab + prev2[r]) * vocab + pj;
         /* _csr_lookup: searchsorted (left), clipped to the last row, kept where the key matches. */
         ptrdiff_t lo = 0, hi = ntri;
         while (lo < hi) {
@@ -377,12 +380,11 @@ static void k_anchor_rows(const int64_t *cls, const int64_t *prev2, const int64_
             else hi = mid;
         }
         if (lo > ntri - 1) lo = ntri - 1;
-        const float *src = ntri > 0 && tri_keys[lo] == key3 ? tri_p + lo * width
-                                                            : bi_p + (cls[j] * vocab + prev[j]) * width;
+        const float *src = ntri > 0 && tri_keys[lo] == key3 ? tri_p + lo * width : bi_p + (cj * vocab + pj) * width;
         uint64_t ctx = ((uint64_t)key3 << 4) | (uint64_t)slot;
         uint64_t base = (ctx - (uint64_t)slot) * (uint64_t)vocab + (uint64_t)slot;
         for (ptrdiff_t x = 0; x < width; x++) {
-            int64_t c = anchor_cand[prev[j] * width + x];
+            int64_t c = anchor_cand[pj * width + x];
             cand[j * width + x] = c;
             p[j * width + x] = src[x];
             double u = k_uniform(err_key, ((uint64_t)c << 4) + base);
@@ -392,7 +394,7 @@ static void k_anchor_rows(const int64_t *cls, const int64_t *prev2, const int64_
         }
         double m = k_uniform(miss_key, ctx);
         miss_u[j] = m;
-        scale[j] = m < keep[cls[j]] ? noise : miss_noise;
+        scale[j] = m < keep[cj] ? noise : miss_noise;
     }
 }
 
@@ -433,6 +435,43 @@ static void k_target_rows(const int64_t *cls, const int64_t *c2, const int64_t *
         if (b >= 0) k_layer(row, bi_lam[b], bi_indptr, bi_cols, bi_ml, b, vocab);
         ptrdiff_t t = k_csr_row(tri_keys, ntri, (base + c2[j]) * vocab + c1[j]);
         if (t >= 0) k_layer(row, tri_lam[t], tri_indptr, tri_cols, tri_ml, t, vocab);
+    }
+}
+
+/* The inverse-CDF draw of one distribution row (a running sum left to right, the count of CDF values
+ * below u * total), or its first largest value where `argmax` is set: `drafter._draw` and draft_slot's. */
+static inline int64_t k_draw(const double *row, ptrdiff_t width, double u, int argmax) {
+    int64_t c = 0;
+    if (argmax) {
+        double best = row[0];
+        for (ptrdiff_t x = 0; x < width && best == best; x++)
+            if (row[x] > best || row[x] != row[x]) {
+                best = row[x];
+                c = x;
+            }
+        return c;
+    }
+    double cdf[width > 0 ? width : 1];
+    double run = 0.0;
+    for (ptrdiff_t x = 0; x < width; x++) cdf[x] = run = run + row[x];
+    double threshold = u * cdf[width - 1];
+    for (ptrdiff_t x = 0; x < width; x++) c += cdf[x] < threshold;
+    return c;
+}
+
+/* anchor_finish's loop: per row j of n (batch row rows[j]), its distribution dist[j] copied into probs,
+ * the candidate drawn, its token from cand[j] and its next pair from anchor_next (class, anchor, choice). */
+static void k_anchor_finish(const int64_t *rows, ptrdiff_t n, const double *dist, ptrdiff_t width, const double *u,
+                            const int64_t *argmax, const int64_t *cand, const int32_t *anchor_next, const int64_t *cls,
+                            const int64_t *prev, int64_t vocab, double *probs, int64_t *choice, int64_t *token,
+                            int64_t *nxt) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        int64_t r = rows[j];
+        memcpy(probs + r * width, dist + j * width, (size_t)width * sizeof(double));
+        int64_t c = k_draw(dist + j * width, width, u[r], (int)argmax[r]);
+        choice[r] = c;
+        token[r] = cand[j * width + c];
+        nxt[r] = anchor_next[(cls[r] * vocab + prev[r]) * width + c];
     }
 }
 
