@@ -87,6 +87,9 @@ class _BootTables:
         cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
         self.bi_p = _chunked(lambda lo, hi: model.target_at(
             cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
+        # Their logs as the drafter's softmax reads them (numpy's log, elementwise: the same values as at a step).
+        self.tri_logp = np.log(np.maximum(self.tri_p, 1e-30).astype(np.float64))
+        self.bi_logp = np.log(np.maximum(self.bi_p, 1e-30).astype(np.float64))
         self.anchor_next = _anchor_next(model, topk)
         # The anchor token's candidates (what a context without pair rows drafts from), ready to gather.
         self.anchor_cand = model.draft_ids[0, :, :topk].astype(np.int64)
@@ -412,29 +415,35 @@ class DSparkDrafter:
         probs /= probs.sum(axis=1, keepdims=True)
         return probs
 
-    def _anchor_rows(self, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int, compiled=None):
+    def _anchor_rows(self, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
         """Contexts without pair rows at temperature 1 (batch rows `rows`): the anchor token's candidates, the
         target there, and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer
-        passes); `compiled` (the kernels) gathers the first three and the error scale in one pass."""
-        if compiled is not None:
-            n, width = rows.shape[0], tables.anchor_cand.shape[1]
-            cand = np.empty((n, width), dtype=np.int64)
-            p = np.empty((n, width), dtype=np.float32)
-            err = np.empty((n, width))
-            miss_u, scale = np.empty(n), np.empty(n)
-            compiled.anchor_rows(rows, classes, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
-                                 tables.bi_p, self._keep(k, slot), cand, p, err, miss_u, scale, self.vocab, slot,
-                                 int(_ERROR_KEY[0]), int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise))
-            z = ndtri(err)
-        else:
-            cls, prev_m = classes[rows], prev[rows]
-            key3 = self.model._keys3(cls, prev2[rows], prev_m)
-            cand = tables.anchor_cand.take(prev_m, axis=0)
-            p = tables.other_p(cls, prev_m, key3)
-            z, miss_u = _errors(key3, cand, slot, self.vocab)
-            scale = self.slot_error_scale(cls, k, slot, miss_u)
+        passes)."""
+        cls, prev_m = classes[rows], prev[rows]
+        key3 = self.model._keys3(cls, prev2[rows], prev_m)
+        cand = tables.anchor_cand.take(prev_m, axis=0)
+        p = tables.other_p(cls, prev_m, key3)
+        z, miss_u = _errors(key3, cand, slot, self.vocab)
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
-        return cand, p, self._softmax(logp, z, scale)
+        return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
+
+    def _anchor_rows_compiled(self, compiled, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
+        """`_anchor_rows` in the kernels, up to the softmax's normalisation: (candidates, target there,
+        exp(logits - row max), row sums). The kernels gather and form the logits; ndtri, exp and the sums
+        are numpy's, so the distribution `anchor_finish` divides out is `_softmax`'s bit for bit."""
+        n, width = rows.shape[0], tables.anchor_cand.shape[1]
+        cand = np.empty((n, width), dtype=np.int64)
+        p = np.empty((n, width), dtype=np.float32)
+        logp, err = np.empty((n, width)), np.empty((n, width))
+        miss_u, scale = np.empty(n), np.empty(n)
+        compiled.anchor_rows(rows, classes, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
+                             tables.bi_p, tables.tri_logp, tables.bi_logp, self._keep(k, slot), cand, p, logp, err,
+                             miss_u, scale, self.vocab, slot, int(_ERROR_KEY[0]), int(_MISS_KEY[0]),
+                             float(self.noise), float(self.miss_noise))
+        logits = np.empty((n, width))
+        compiled.anchor_logits(logp, ndtri(err), scale, logits, float(self.sharpness))
+        np.exp(logits, out=logits)
+        return cand, p, logits, logits.sum(axis=1)
 
     def _keep(self, k: int, slot: int) -> np.ndarray:
         """Per class, the chance slot `slot` of a k-slot block keeps the small error (`slot_error_scale`'s keep)."""
@@ -512,9 +521,10 @@ class DSparkDrafter:
                 if n is None and fused and compiled is not None:
                     # Contexts without pair rows at temperature 1, in the kernels: gathered, softmaxed by
                     # numpy, then drawn and written into this slot's arrays in one more pass.
-                    c_m, p_m, dist = self._anchor_rows(tables, m, classes, prev2, prev, slot, k, compiled)
-                    compiled.anchor_finish(m, dist, u_cols[slot], argmax, c_m, tables.anchor_next, classes, prev,
-                                           probs, choice, token, nxt, vocab)
+                    c_m, p_m, dist, sums = self._anchor_rows_compiled(compiled, tables, m, classes, prev2, prev,
+                                                                      slot, k)
+                    compiled.anchor_finish(m, dist, sums, u_cols[slot], argmax, c_m, tables.anchor_next, classes,
+                                           prev, probs, choice, token, nxt, vocab)
                     computed.append((slot, m, c_m, p_m))
                     m = None  # drawn: nothing is left for the rows below
                 elif n is None:

@@ -19,7 +19,8 @@
  * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
  *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
  *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls;
- *   anchor_finish: those rows' draw, token and next pair once numpy's softmax has their distribution.
+ *   anchor_logits: their softmax up to its exp; anchor_finish: its normalisation by numpy's row sums,
+ *   the draw, token and next pair (numpy computes ndtri, exp and the sums between).
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -383,52 +384,59 @@ done:
 }
 
 /* anchor_rows(rows (n,) int64, cls, prev2, prev (B,) int64, anchor_cand (V, K) int64, tri_keys (N,) int64,
- *             tri_p (N, K) float32, bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, p (n, K) float32,
- *             err (n, K) float64, miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise,
- *             miss_noise) -> None. Rows, classes and tokens are checked against the tables before the loop. */
+ *             tri_p (N, K) float32, bi_p (C*V, K) float32, tri_logp (N, K) float64, bi_logp (C*V, K) float64,
+ *             keep (C,) float64, cand (n, K) int64, p (n, K) float32, logp (n, K) float64, err (n, K) float64,
+ *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
+ * Rows, classes and tokens are checked against the tables before the loop. */
 static PyObject *anchor_rows(PyObject *self, PyObject *args) {
-    static const char *const names[14] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p", "bi_p",
-                                          "keep", "cand", "p", "err", "miss_u", "scale"};
-    Buf b[14];
+    enum { ARRAYS = 17, INPUTS = 11 };
+    static const char *const names[ARRAYS] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p",
+                                              "bi_p", "tri_logp", "bi_logp", "keep", "cand", "p", "logp", "err",
+                                              "miss_u", "scale"};
+    Buf b[ARRAYS];
     memset(b, 0, sizeof(b));
     PyObject *ret = NULL;
     long long vocab, slot;
     unsigned long long err_key, miss_key;
     double noise, miss_noise;
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs != 20) {
-        PyErr_Format(PyExc_TypeError, "anchor_rows: expected 20 arguments, got %zd", nargs);
+    if (nargs != ARRAYS + 6) {
+        PyErr_Format(PyExc_TypeError, "anchor_rows: expected %d arguments, got %zd", ARRAYS + 6, nargs);
         return NULL;
     }
-    PyObject *tail = PyTuple_GetSlice(args, 14, 20);
+    PyObject *tail = PyTuple_GetSlice(args, ARRAYS, ARRAYS + 6);
     if (tail == NULL) return NULL;
     int parsed = PyArg_ParseTuple(tail, "LLKKdd", &vocab, &slot, &err_key, &miss_key, &noise, &miss_noise);
     Py_DECREF(tail);
     if (!parsed) return NULL;
-    PyObject *head = PyTuple_GetSlice(args, 0, 14);
+    PyObject *head = PyTuple_GetSlice(args, 0, ARRAYS);
     if (head == NULL) return NULL;
-    int bad = get_arrays(head, 0, b, names, 14, 9);
+    int bad = get_arrays(head, 0, b, names, ARRAYS, INPUTS);
     Py_DECREF(head);
     if (bad) goto done;
     Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1;
     Py_ssize_t width = b[4].view.ndim == 2 ? b[4].view.shape[1] : -1, nanchor = width >= 0 ? b[4].view.shape[0] : 0;
     Py_ssize_t ntri = b[5].view.ndim == 1 ? b[5].view.shape[0] : -1;
-    Py_ssize_t nbi = b[7].view.ndim == 2 ? b[7].view.shape[0] : -1, nkeep = b[8].view.ndim == 1 ? b[8].view.shape[0] : -1;
+    Py_ssize_t nbi = b[7].view.ndim == 2 ? b[7].view.shape[0] : -1;
+    Py_ssize_t nkeep = b[10].view.ndim == 1 ? b[10].view.shape[0] : -1;
     int ok = n >= 0 && batch >= 0 && width >= 1 && ntri >= 0 && nbi >= 0 && nkeep >= 0 && vocab > 0 && slot >= 0 &&
-             slot < 16 && kind(&b[4]) == 'q' && kind(&b[5]) == 'q' && kind(&b[6]) == 'f' && b[6].view.ndim == 2 &&
-             b[6].view.shape[0] == ntri && b[6].view.shape[1] == width && kind(&b[7]) == 'f' &&
-             b[7].view.shape[1] == width && kind(&b[8]) == 'd';
-    for (int i = 9; ok && i < 12; i++)
+             slot < 16 && kind(&b[4]) == 'q' && kind(&b[5]) == 'q' && kind(&b[10]) == 'd';
+    /* tri_p, bi_p float32 and tri_logp, bi_logp float64, (N, K) and (C*V, K). */
+    for (int i = 6; ok && i < 10; i++)
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == (i % 2 == 0 ? ntri : nbi) && b[i].view.shape[1] == width &&
+             kind(&b[i]) == (i < 8 ? 'f' : 'd');
+    for (int i = 11; ok && i < 15; i++)
         ok = b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width &&
-             kind(&b[i]) == (i == 9 ? 'q' : i == 10 ? 'f' : 'd');
+             kind(&b[i]) == (i == 11 ? 'q' : i == 12 ? 'f' : 'd');
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "anchor_rows: anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) "
-                                          "float32, bi_p (C*V, K) float32, keep (C,) float64, cand (n, K) int64, "
-                                          "p (n, K) float32, err (n, K) float64, 0 <= slot < 16");
+                                          "float32, bi_p (C*V, K) float32, tri_logp and bi_logp float64 alike, keep "
+                                          "(C,) float64, cand (n, K) int64, p (n, K) float32, logp and err (n, K) "
+                                          "float64, 0 <= slot < 16");
         goto done;
     }
     Buf rows_vec[3] = {b[1], b[2], b[3]};
-    Buf out_vec[3] = {b[0], b[12], b[13]};
+    Buf out_vec[3] = {b[0], b[15], b[16]};
     if (check_vectors(rows_vec, "qqq", 3, batch, "anchor_rows") || check_vectors(out_vec, "qdd", 3, n, "anchor_rows"))
         goto done;
     const int64_t *rows = b[0].view.buf, *cls = b[1].view.buf, *prev2 = b[2].view.buf, *prev = b[3].view.buf;
@@ -442,55 +450,95 @@ static PyObject *anchor_rows(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     k_anchor_rows(rows, cls, prev2, prev, n, vocab, slot, b[4].view.buf, width, b[5].view.buf, ntri, b[6].view.buf,
-                  b[7].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[8].view.buf, noise, miss_noise,
-                  b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf, b[13].view.buf);
+                  b[7].view.buf, b[8].view.buf, b[9].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[10].view.buf,
+                  noise, miss_noise, b[11].view.buf, b[12].view.buf, b[13].view.buf, b[14].view.buf, b[15].view.buf,
+                  b[16].view.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    release_all(b, 14);
+    release_all(b, ARRAYS);
     return ret;
 }
 
-/* anchor_finish(rows (n,) int64, dist (n, K) float64, u (B,) float64, argmax (B,) int64, cand (n, K) int64,
- *               anchor_next (C*V, K) int32, cls, prev (B,) int64, probs (B, K) float64, choice, token, nxt (B,)
- *               int64, vocab) -> None: anchor_rows' rows drawn and written into the slot's arrays. */
+/* anchor_logits(logp (n, K) float64, z (n, K) float64, scale (n,) float64, out (n, K) float64, sharpness) -> None:
+ * the drafter's softmax up to its exp, for anchor_rows' rows. */
+static PyObject *anchor_logits(PyObject *self, PyObject *args) {
+    static const char *const names[4] = {"logp", "z", "scale", "out"};
+    Buf b[4];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (PyTuple_GET_SIZE(args) != 5) {
+        PyErr_Format(PyExc_TypeError, "anchor_logits: expected 5 arguments, got %zd", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    double sharpness = PyFloat_AsDouble(PyTuple_GET_ITEM(args, 4));
+    if (sharpness == -1.0 && PyErr_Occurred()) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, 4);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, 4, 3);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, width = n >= 0 ? b[0].view.shape[1] : -1;
+    int ok = n >= 0 && width >= 1 && kind(&b[0]) == 'd';
+    for (int i = 1; ok && i < 4; i += 2)
+        ok = kind(&b[i]) == 'd' && b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_logits: logp, z and out (n, K) float64");
+        goto done;
+    }
+    Buf vec[1] = {b[2]};
+    if (check_vectors(vec, "d", 1, n, "anchor_logits")) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_logits(b[0].view.buf, b[1].view.buf, b[2].view.buf, n, width, sharpness, b[3].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 4);
+    return ret;
+}
+
+/* anchor_finish(rows (n,) int64, dist (n, K) float64, sums (n,) float64, u (B,) float64, argmax (B,) int64,
+ *               cand (n, K) int64, anchor_next (C*V, K) int32, cls, prev (B,) int64, probs (B, K) float64, choice,
+ *               token, nxt (B,) int64, vocab) -> None: anchor_rows' rows normalised, drawn and written into the
+ *               slot's arrays. */
 static PyObject *anchor_finish(PyObject *self, PyObject *args) {
-    static const char *const names[12] = {"rows", "dist", "u", "argmax", "cand", "anchor_next", "cls", "prev",
+    static const char *const names[13] = {"rows", "dist", "sums", "u", "argmax", "cand", "anchor_next", "cls", "prev",
                                           "probs", "choice", "token", "nxt"};
-    Buf b[12];
+    Buf b[13];
     memset(b, 0, sizeof(b));
     PyObject *ret = NULL;
     long long vocab;
-    if (PyTuple_GET_SIZE(args) != 13) {
-        PyErr_Format(PyExc_TypeError, "anchor_finish: expected 13 arguments, got %zd", PyTuple_GET_SIZE(args));
+    if (PyTuple_GET_SIZE(args) != 14) {
+        PyErr_Format(PyExc_TypeError, "anchor_finish: expected 14 arguments, got %zd", PyTuple_GET_SIZE(args));
         return NULL;
     }
-    vocab = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 12));
+    vocab = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 13));
     if (vocab == -1 && PyErr_Occurred()) return NULL;
-    PyObject *head = PyTuple_GetSlice(args, 0, 12);
+    PyObject *head = PyTuple_GetSlice(args, 0, 13);
     if (head == NULL) return NULL;
-    int bad = get_arrays(head, 0, b, names, 12, 8);
+    int bad = get_arrays(head, 0, b, names, 13, 9);
     Py_DECREF(head);
     if (bad) goto done;
-    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[2].view.ndim == 1 ? b[2].view.shape[0] : -1;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
     Py_ssize_t width = b[1].view.ndim == 2 ? b[1].view.shape[1] : -1;
-    Py_ssize_t nnext = b[5].view.ndim == 2 ? b[5].view.shape[0] : -1;
+    Py_ssize_t nnext = b[6].view.ndim == 2 ? b[6].view.shape[0] : -1;
     int ok = n >= 0 && batch >= 0 && width >= 1 && vocab > 0 && kind(&b[1]) == 'd' && b[1].view.shape[0] == n &&
-             kind(&b[4]) == 'q' && b[4].view.ndim == 2 && b[4].view.shape[0] == n && b[4].view.shape[1] == width &&
-             kind(&b[5]) == 'i' && nnext >= 0 && b[5].view.shape[1] == width && kind(&b[8]) == 'd' &&
-             b[8].view.ndim == 2 && b[8].view.shape[0] == batch && b[8].view.shape[1] == width;
+             kind(&b[5]) == 'q' && b[5].view.ndim == 2 && b[5].view.shape[0] == n && b[5].view.shape[1] == width &&
+             kind(&b[6]) == 'i' && nnext >= 0 && b[6].view.shape[1] == width && kind(&b[9]) == 'd' &&
+             b[9].view.ndim == 2 && b[9].view.shape[0] == batch && b[9].view.shape[1] == width;
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "anchor_finish: dist (n, K) float64, cand (n, K) int64, anchor_next "
                                           "(C*V, K) int32, probs (B, K) float64");
         goto done;
     }
-    Buf rows_vec[1] = {b[0]};
-    Buf batch_vec[7] = {b[2], b[3], b[6], b[7], b[9], b[10], b[11]};
-    if (check_vectors(rows_vec, "q", 1, n, "anchor_finish") ||
+    Buf rows_vec[2] = {b[0], b[2]};
+    Buf batch_vec[7] = {b[3], b[4], b[7], b[8], b[10], b[11], b[12]};
+    if (check_vectors(rows_vec, "qd", 2, n, "anchor_finish") ||
         check_vectors(batch_vec, "dqqqqqq", 7, batch, "anchor_finish"))
         goto done;
-    const int64_t *rows = b[0].view.buf, *cls = b[6].view.buf, *prev = b[7].view.buf;
+    const int64_t *rows = b[0].view.buf, *cls = b[7].view.buf, *prev = b[8].view.buf;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t r = rows[j];
         if (r < 0 || r >= batch || cls[r] < 0 || prev[r] < 0 || prev[r] >= vocab || cls[r] * vocab + prev[r] >= nnext) {
@@ -499,13 +547,13 @@ static PyObject *anchor_finish(PyObject *self, PyObject *args) {
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    k_anchor_finish(rows, n, b[1].view.buf, width, b[2].view.buf, b[3].view.buf, b[4].view.buf, b[5].view.buf, cls,
-                    prev, vocab, b[8].view.buf, b[9].view.buf, b[10].view.buf, b[11].view.buf);
+    k_anchor_finish(rows, n, b[1].view.buf, b[2].view.buf, width, b[3].view.buf, b[4].view.buf, b[5].view.buf,
+                    b[6].view.buf, cls, prev, vocab, b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf);
     Py_END_ALLOW_THREADS
     ret = Py_None;
     Py_INCREF(ret);
 done:
-    release_all(b, 12);
+    release_all(b, 13);
     return ret;
 }
 
@@ -582,7 +630,8 @@ static PyMethodDef methods[] = {
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
-    {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows drawn: distribution, choice, token, next pair."},
+    {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},
+    {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows normalised and drawn: choice, token, next pair."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -65,9 +65,12 @@ def anchor_rows(
     tri_keys: np.ndarray,
     tri_p: np.ndarray,
     bi_p: np.ndarray,
+    tri_logp: np.ndarray,
+    bi_logp: np.ndarray,
     keep: np.ndarray,
     cand: np.ndarray,
     p: np.ndarray,
+    logp: np.ndarray,
     err: np.ndarray,
     miss_u: np.ndarray,
     scale: np.ndarray,
@@ -79,9 +82,11 @@ def anchor_rows(
     miss_noise: float,
     /,
 ) -> None: ...
+def anchor_logits(logp: np.ndarray, z: np.ndarray, scale: np.ndarray, out: np.ndarray, sharpness: float, /) -> None: ...
 def anchor_finish(
     rows: np.ndarray,
     dist: np.ndarray,
+    sums: np.ndarray,
     u: np.ndarray,
     argmax: np.ndarray,
     cand: np.ndarray,

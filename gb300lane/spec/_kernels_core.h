@@ -360,15 +360,17 @@ static inline double k_uniform(uint64_t key, uint64_t word) {
 /* anchor_rows' loop (`DSparkDrafter._anchor_rows` before its ndtri and softmax), per row j of n (batch row
  * rows[j] of cls, prev2 and prev; the outputs are indexed by j):
  * key3 = (cls * V + prev2) * V + prev; the anchor token's candidates; the target there (the trigram
- * row of key3 where tri_keys has it, else the (cls, prev) bigram row); the checkpoint's unit-error
+ * row of key3 where tri_keys has it, else the (cls, prev) bigram row) and its log (tabulated with numpy's
+ * log at boot); the checkpoint's unit-error
  * uniforms at (key3, candidate, slot) clipped to [1e-12, 1 - 1e-12] and the miss uniform (`_errors`);
  * and the slot's error scale (noise where miss_u < keep[cls], else miss_noise). */
 static void k_anchor_rows(const int64_t *rows, const int64_t *cls, const int64_t *prev2, const int64_t *prev,
                           ptrdiff_t n, int64_t vocab,
                           int64_t slot, const int64_t *anchor_cand, ptrdiff_t width, const int64_t *tri_keys,
-                          ptrdiff_t ntri, const float *tri_p, const float *bi_p, uint64_t err_key, uint64_t miss_key,
-                          const double *keep, double noise, double miss_noise, int64_t *cand, float *p, double *err,
-                          double *miss_u, double *scale) {
+                          ptrdiff_t ntri, const float *tri_p, const float *bi_p, const double *tri_logp,
+                          const double *bi_logp, uint64_t err_key, uint64_t miss_key,
+                          const double *keep, double noise, double miss_noise, int64_t *cand, float *p, double *logp,
+                          double *err, double *miss_u, double *scale) {
     for (ptrdiff_t j = 0; j < n; j++) {
         int64_t r = rows[j], cj = cls[r], pj = prev[r];
         int64_t key3 = (cj * vocab + prev2[r]) * vocab + pj;
@@ -380,13 +382,17 @@ static void k_anchor_rows(const int64_t *rows, const int64_t *cls, const int64_t
             else hi = mid;
         }
         if (lo > ntri - 1) lo = ntri - 1;
-        const float *src = ntri > 0 && tri_keys[lo] == key3 ? tri_p + lo * width : bi_p + (cj * vocab + pj) * width;
+        int tri = ntri > 0 && tri_keys[lo] == key3;
+        ptrdiff_t at = tri ? lo * width : (cj * vocab + pj) * width;
+        const float *src = (tri ? tri_p : bi_p) + at;
+        const double *lsrc = (tri ? tri_logp : bi_logp) + at;
         uint64_t ctx = ((uint64_t)key3 << 4) | (uint64_t)slot;
         uint64_t base = (ctx - (uint64_t)slot) * (uint64_t)vocab + (uint64_t)slot;
         for (ptrdiff_t x = 0; x < width; x++) {
             int64_t c = anchor_cand[pj * width + x];
             cand[j * width + x] = c;
             p[j * width + x] = src[x];
+            logp[j * width + x] = lsrc[x];
             double u = k_uniform(err_key, ((uint64_t)c << 4) + base);
             if (u < 1e-12) u = 1e-12;
             if (u > 1.0 - 1e-12) u = 1.0 - 1e-12;
@@ -459,16 +465,38 @@ static inline int64_t k_draw(const double *row, ptrdiff_t width, double u, int a
     return c;
 }
 
-/* anchor_finish's loop: per row j of n (batch row rows[j]), its distribution dist[j] copied into probs,
- * the candidate drawn, its token from cand[j] and its next pair from anchor_next (class, anchor, choice). */
-static void k_anchor_finish(const int64_t *rows, ptrdiff_t n, const double *dist, ptrdiff_t width, const double *u,
+/* The drafter's softmax up to its exp (`DSparkDrafter._softmax`): logits = sharpness * logp, plus
+ * scale * z on every row when any row's scale is positive, less each row's largest logit. */
+static void k_anchor_logits(const double *logp, const double *z, const double *scale, ptrdiff_t n, ptrdiff_t width,
+                            double sharpness, double *out) {
+    int any = 0;
+    for (ptrdiff_t j = 0; j < n; j++) any |= scale[j] > 0.0;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        double *row = out + j * width;
+        for (ptrdiff_t x = 0; x < width; x++) row[x] = sharpness * logp[j * width + x];
+        if (any)
+            for (ptrdiff_t x = 0; x < width; x++) row[x] += scale[j] * z[j * width + x];
+        /* numpy's maximum.reduce: the largest, a NaN propagating. */
+        double best = row[0];
+        for (ptrdiff_t x = 1; x < width; x++)
+            if (!(best >= row[x])) best = (best != best) ? best : row[x];
+        for (ptrdiff_t x = 0; x < width; x++) row[x] -= best;
+    }
+}
+
+/* anchor_finish's loop: per row j of n (batch row rows[j]), its distribution dist[j] / sums[j] written
+ * into probs, the candidate drawn, its token from cand[j] and its next pair from anchor_next (class,
+ * anchor, choice). */
+static void k_anchor_finish(const int64_t *rows, ptrdiff_t n, const double *dist, const double *sums, ptrdiff_t width,
+                            const double *u,
                             const int64_t *argmax, const int64_t *cand, const int32_t *anchor_next, const int64_t *cls,
                             const int64_t *prev, int64_t vocab, double *probs, int64_t *choice, int64_t *token,
                             int64_t *nxt) {
     for (ptrdiff_t j = 0; j < n; j++) {
         int64_t r = rows[j];
-        memcpy(probs + r * width, dist + j * width, (size_t)width * sizeof(double));
-        int64_t c = k_draw(dist + j * width, width, u[r], (int)argmax[r]);
+        double *row = probs + r * width;
+        for (ptrdiff_t x = 0; x < width; x++) row[x] = dist[j * width + x] / sums[j];
+        int64_t c = k_draw(row, width, u[r], (int)argmax[r]);
         choice[r] = c;
         token[r] = cand[j * width + c];
         nxt[r] = anchor_next[(cls[r] * vocab + prev[r]) * width + c];
