@@ -151,14 +151,13 @@ class BuiltinModel:
         """
         vocab = self.vocab_size
         bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
-        compiled = kernels.active()
-        if compiled is not None and self.bigram.dtype == np.float32 and bi_lambda.dtype == tri_lambda.dtype == np.float32:
+        tables = self.target_tables(numerics) if kernels.active() is not None else None
+        if tables is not None:
             # The same float32 operations, row by row, in one pass (_kernels.c target_rows).
             out = np.empty((np.shape(c1)[0], vocab), dtype=np.float32)
-            compiled.target_rows(np.ascontiguousarray(cls, dtype=np.int64), np.ascontiguousarray(c2, dtype=np.int64),
-                                 np.ascontiguousarray(c1, dtype=np.int64), self.bigram, self.bi_keys, self.bi_indptr,
-                                 self.bi_cols, self.bi_ml, bi_lambda, self.tri_keys, self.tri_indptr, self.tri_cols,
-                                 self.tri_ml, tri_lambda, out)
+            kernels.active().target_rows(  # type: ignore[union-attr]
+                np.ascontiguousarray(cls, dtype=np.int64), np.ascontiguousarray(c2, dtype=np.int64),
+                np.ascontiguousarray(c1, dtype=np.int64), *tables, out)
             return out
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
         n = probs.shape[0]
@@ -194,6 +193,16 @@ class BuiltinModel:
             r, f = row_of[lo:hi], flat[lo:hi]
             probs[r - first if rows.size == n else rows[r - first], cols[f]] += lam[r] * ml[f]
         return probs
+
+    def target_tables(self, numerics: tuple[int, float] | None = None) -> tuple[np.ndarray, ...] | None:
+        """The arrays the compiled kernels read `target_probs`' rows from under a boot's numerics (bigram, then
+        per layer keys, indptr, cols, ML values and weights), or None where they are not in the kernels' dtypes."""
+        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
+        if not (self.bigram.dtype == self.bi_ml.dtype == self.tri_ml.dtype == bi_lambda.dtype == tri_lambda.dtype
+                == np.float32 and self.bi_cols.dtype == self.tri_cols.dtype == np.int32):
+            return None
+        return (self.bigram, self.bi_keys, self.bi_indptr, self.bi_cols, self.bi_ml, bi_lambda, self.tri_keys,
+                self.tri_indptr, self.tri_cols, self.tri_ml, tri_lambda)
 
     def target_at(
         self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, cols: np.ndarray,

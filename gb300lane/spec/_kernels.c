@@ -14,6 +14,8 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
  *   the row's distribution, its inverse-CDF draw, the token and the next pair.
+ * support_step: a whole verify step on the draft support (`verify_support` with the builtin target's
+ *   rows): the accept rule, the target's row at each row's next position, its token, the tokens laid out.
  * target_rows: the builtin target's rows (`BuiltinModel.target_probs`): the bigram row, then the
  *   class bigram and trigram layers, float32 operations in numpy's order, one pass per row.
  * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
@@ -621,6 +623,127 @@ done:
     return ret;
 }
 
+/* support_step(block, p_sup (B, k, K) float32, q_sup (B, k, K) float32, choice (B, k) int64, u_accept (B, k) float64,
+ *              u_sample (B,) float64, cand (B, k, K) int64, drafts (B, k) int64, cls (B,) int64, full (B, k + 2) int64,
+ *              bigram, bi_keys, bi_indptr, bi_cols, bi_ml, bi_lam, tri_keys, tri_indptr, tri_cols, tri_ml, tri_lam
+ *              (target_rows' tables), tau (B,) int64, tokens (B, k + 1) int64, scale (B,) float64) -> None.
+ * A whole verify step on the draft support in one call: the accept rule (standard, or block as support_accept
+ * forms it), the target's row at each row's next position, its correction token, and the tokens laid out. */
+static PyObject *support_step(PyObject *self, PyObject *args) {
+    enum { ARRAYS = 23, INPUTS = 20 };
+    static const char *const names[ARRAYS] = {"p_sup", "q_sup", "choice", "u_accept", "u_sample", "cand", "drafts",
+                                              "cls", "full", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml",
+                                              "bi_lam", "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lam",
+                                              "tau", "tokens", "scale"};
+    Buf b[ARRAYS];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    double *joints = NULL;
+    float *rowbuf = NULL, *dense_q = NULL;
+    if (PyTuple_GET_SIZE(args) != ARRAYS + 1) {
+        PyErr_Format(PyExc_TypeError, "support_step: expected %d arguments, got %zd", ARRAYS + 1, PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    int is_block = PyObject_IsTrue(PyTuple_GET_ITEM(args, 0));
+    if (is_block < 0) return NULL;
+    PyObject *rest = PyTuple_GetSlice(args, 1, ARRAYS + 1);
+    if (rest == NULL) return NULL;
+    int bad = get_arrays(rest, 0, b, names, ARRAYS, INPUTS);
+    Py_DECREF(rest);
+    if (bad) goto done;
+    Py_ssize_t batch = b[0].view.ndim == 3 ? b[0].view.shape[0] : -1, k = batch >= 0 ? b[0].view.shape[1] : 0;
+    Py_ssize_t width = batch >= 0 ? b[0].view.shape[2] : 0;
+    Py_ssize_t vocab = b[9].view.ndim == 2 ? b[9].view.shape[0] : -1;
+    int ok = batch >= 0 && k >= 1 && width >= 1 && vocab > 0 && b[9].view.shape[1] == vocab && kind(&b[9]) == 'f' &&
+             kind(&b[0]) == 'f' && kind(&b[1]) == 'f' && kind(&b[5]) == 'q';
+    for (int i = 1; ok && i < 6; i += 4)  /* q_sup and cand: (B, k, K) */
+        ok = b[i].view.ndim == 3 && b[i].view.shape[0] == batch && b[i].view.shape[1] == k && b[i].view.shape[2] == width;
+    for (int i = 2; ok && i < 7; i++) {  /* choice, u_accept, drafts (B, k); u_sample (B,) */
+        if (i == 4 || i == 5) continue;
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == batch && b[i].view.shape[1] == k &&
+             kind(&b[i]) == (i == 3 ? 'd' : 'q');
+    }
+    ok = ok && kind(&b[8]) == 'q' && b[8].view.ndim == 2 && b[8].view.shape[0] == batch && b[8].view.shape[1] == k + 2 &&
+         kind(&b[21]) == 'q' && b[21].view.ndim == 2 && b[21].view.shape[0] == batch && b[21].view.shape[1] == k + 1;
+    for (int layer = 0; ok && layer < 2; layer++) {
+        Buf *l = &b[10 + 5 * layer];
+        Py_ssize_t rows = l[0].view.ndim == 1 ? l[0].view.shape[0] : -1;
+        ok = rows >= 0 && kind(&l[0]) == 'q' && kind(&l[1]) == 'q' && l[1].view.ndim == 1 &&
+             l[1].view.shape[0] == rows + 1 && kind(&l[2]) == 'i' && kind(&l[3]) == 'f' && l[2].view.ndim == 1 &&
+             l[3].view.ndim == 1 && l[2].view.shape[0] == l[3].view.shape[0] && kind(&l[4]) == 'f' &&
+             l[4].view.ndim == 1 && l[4].view.shape[0] == rows;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "support_step: p_sup, q_sup (B, k, K) float32 with k >= 1, cand (B, k, K) "
+                                          "int64, choice and drafts (B, k) int64, u_accept (B, k) float64, full "
+                                          "(B, k + 2) int64, tokens (B, k + 1) int64, target_rows' tables");
+        goto done;
+    }
+    Buf vec[4] = {b[4], b[7], b[20], b[22]};
+    if (check_vectors(vec, "dqqd", 4, batch, "support_step")) goto done;
+    const int64_t *choice = b[2].view.buf, *cand = b[5].view.buf, *cls = b[7].view.buf, *full = b[8].view.buf;
+    for (Py_ssize_t j = 0; j < batch * k; j++)
+        if (choice[j] < 0 || choice[j] >= width) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a drafted candidate is out of range");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < batch * k * width; j++)
+        if (cand[j] < 0 || cand[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a support column is out of range");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < batch * (k + 2); j++)
+        if (full[j] < 0 || full[j] >= vocab || (j % (k + 2) == 0 && cls[j / (k + 2)] < 0)) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a class or token is out of range");
+            goto done;
+        }
+    joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
+    rowbuf = PyMem_Malloc((size_t)vocab * sizeof(float));
+    dense_q = PyMem_Calloc((size_t)vocab, sizeof(float));
+    if (!joints || !rowbuf || !dense_q) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *tau = b[20].view.buf;
+    double *scale = b[22].view.buf;
+    if (is_block)
+        k_support_accept(b[0].view.buf, b[1].view.buf, batch, k, width, choice, b[3].view.buf, tau, scale, joints);
+    else
+        k_support_standard(b[0].view.buf, b[1].view.buf, batch, k, width, choice, b[3].view.buf, tau, scale);
+    /* The contexts the rows read next: their sparse entries lie inside cols and name vocabulary columns. */
+    for (Py_ssize_t r = 0; r < batch; r++) {
+        const int64_t *ctx = full + r * (k + 2) + tau[r];
+        for (int layer = 0; layer < 2; layer++) {
+            Buf *l = &b[10 + 5 * layer];
+            int64_t key = layer == 0 ? cls[r] * vocab + ctx[1] : (cls[r] * vocab + ctx[0]) * vocab + ctx[1];
+            ptrdiff_t row = k_csr_row(l[0].view.buf, l[0].view.shape[0], key);
+            if (row < 0) continue;
+            const int64_t *indptr = l[1].view.buf;
+            const int32_t *cols = l[2].view.buf;
+            int good = indptr[row] >= 0 && indptr[row] <= indptr[row + 1] && indptr[row + 1] <= l[2].view.shape[0];
+            for (int64_t f = indptr[row]; good && f < indptr[row + 1]; f++) good = cols[f] >= 0 && cols[f] < vocab;
+            if (!good) {
+                PyErr_SetString(PyExc_IndexError, "support_step: a context's sparse row is out of range");
+                goto done;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_support_emit(batch, k, width, b[1].view.buf, cand, b[6].view.buf, cls, full, b[4].view.buf, tau, scale, vocab,
+                   b[9].view.buf, b[10].view.buf, b[10].view.shape[0], b[11].view.buf, b[12].view.buf, b[13].view.buf,
+                   b[14].view.buf, b[15].view.buf, b[15].view.shape[0], b[16].view.buf, b[17].view.buf,
+                   b[18].view.buf, b[19].view.buf, b[21].view.buf, rowbuf, dense_q);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(joints);
+    PyMem_Free(rowbuf);
+    PyMem_Free(dense_q);
+    release_all(b, ARRAYS);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
@@ -628,6 +751,7 @@ static PyMethodDef methods[] = {
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
+    {"support_step", support_step, METH_VARARGS, "A verify step on the draft support: accept, target row, token."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
     {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},

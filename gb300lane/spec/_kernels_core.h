@@ -503,4 +503,45 @@ static void k_anchor_finish(const int64_t *rows, ptrdiff_t n, const double *dist
     }
 }
 
+/* The standard rule on the support (`verify_support`'s numpy test): per row the count of leading drafts with
+ * p > 0 and u * q <= p at the drafted candidate, p and q read as doubles. */
+static void k_support_standard(const float *ps, const float *qs, ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width,
+                               const int64_t *choice, const double *us, int64_t *tau, double *scale) {
+    for (ptrdiff_t r = 0; r < batch; r++) {
+        ptrdiff_t t = 0;
+        while (t < k) {
+            ptrdiff_t at = (r * k + t) * width + choice[r * k + t];
+            double p = (double)ps[at], q = (double)qs[at];
+            if (!(p > 0.0 && us[r * k + t] * q <= p)) break;
+            t++;
+        }
+        tau[r] = t;
+        scale[r] = 1.0;
+    }
+}
+
+/* support_step's second half, per row: the target's row at the position after the accepted drafts
+ * (k_target_rows on that context), the correction drawn from it (k_sample_support), and the row's tokens
+ * as `verification._emit` lays them out (drafts, then the target's token, then -1). */
+static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const float *qs, const int64_t *cand,
+                           const int64_t *drafts, const int64_t *cls, const int64_t *full, const double *u_sample,
+                           const int64_t *tau, const double *scale, int64_t vocab, const float *bigram,
+                           const int64_t *bi_keys, ptrdiff_t nbi, const int64_t *bi_indptr, const int32_t *bi_cols,
+                           const float *bi_ml, const float *bi_lam, const int64_t *tri_keys, ptrdiff_t ntri,
+                           const int64_t *tri_indptr, const int32_t *tri_cols, const float *tri_ml,
+                           const float *tri_lam, int64_t *tokens, float *rowbuf, float *dense_q) {
+    for (ptrdiff_t r = 0; r < batch; r++) {
+        int64_t t = tau[r];
+        const int64_t *ctx = full + r * (k + 2) + t;
+        k_target_rows(cls + r, ctx, ctx + 1, 1, vocab, bigram, bi_keys, nbi, bi_indptr, bi_cols, bi_ml, bi_lam,
+                      tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, rowbuf);
+        ptrdiff_t at = t < k ? t : k - 1;
+        int64_t has_q = t < k, final;
+        k_sample_support(rowbuf, 1, vocab, scale + r, cand + (r * k + at) * width, width, qs + (r * k + at) * width,
+                         &has_q, u_sample + r, &final, dense_q);
+        int64_t *out = tokens + r * (k + 1);
+        for (ptrdiff_t i = 0; i <= k; i++) out[i] = i < t ? drafts[r * k + i] : i == t ? final : -1;
+    }
+}
+
 #endif
