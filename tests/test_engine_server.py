@@ -493,3 +493,27 @@ def test_observing_a_requests_gaps_at_once_is_observing_them_one_by_one():
             h1.observe(v)
         observe_all(h2, values)
     assert generate_latest(one) == generate_latest(all_)
+
+
+def test_the_engines_exposition_is_generate_latests_bytes():
+    from prometheus_client import generate_latest
+
+    from gb300lane.engine.core import EngineCounters, Sequence
+    from gb300lane.engine.metrics import EngineMetrics
+    from gb300lane.engine.sampling import SamplingParams
+
+    metrics = EngineMetrics('lane "a"\\b\nc')  # a label value that needs escaping
+    assert metrics._text._same
+    for step in range(3):
+        counters = EngineCounters(num_drafts=10 * step, num_draft_tokens=50 * step, num_accepted=31 * step,
+                                  accepted_per_pos=[9 * step, 7 * step, 5 * step], drafts_by_length={5: 10 * step},
+                                  generation_tokens=400 * step, prompt_tokens=90 * step, verify_steps=20 * step,
+                                  modelled_seconds=0.3 * step)
+        metrics.sync(counters, 8 - step, step)
+        seq = Sequence(f"r{step}", [1] * 10, SamplingParams(max_tokens=64))
+        seq.finish_reason = ("length", "stop", None)[step]
+        seq.token_wall = [0.0013 * i * (step + 1) for i in range(64)]
+        seq.token_modelled = [1e7 * i for i in range(64)]  # past every bucket, in Go's exponent notation
+        seq.admitted_wall = seq.admitted_modelled = 0.0
+        metrics.finished(seq)
+        assert metrics.exposition() == generate_latest(metrics.registry)
