@@ -698,8 +698,8 @@ static PyObject *support_step(PyObject *self, PyObject *args) {
             goto done;
         }
     joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
-    rowbuf = PyMem_Malloc((size_t)vocab * sizeof(float));
-    dense_q = PyMem_Calloc((size_t)vocab, sizeof(float));
+    rowbuf = PyMem_Malloc((size_t)(batch > 0 ? batch : 1) * (size_t)vocab * sizeof(float));
+    dense_q = PyMem_Calloc((size_t)GROUP * (size_t)vocab, sizeof(float));
     if (!joints || !rowbuf || !dense_q) {
         PyErr_NoMemory();
         goto done;

@@ -520,9 +520,36 @@ static void k_support_standard(const float *ps, const float *qs, ptrdiff_t batch
     }
 }
 
-/* support_step's second half, per row: the target's row at the position after the accepted drafts
- * (k_target_rows on that context), the correction drawn from it (k_sample_support), and the row's tokens
- * as `verification._emit` lays them out (drafts, then the target's token, then -1). */
+/* CORRECTION_ROW for up to GROUP rows at once: the same per-row element arithmetic and the same left-to-right
+ * sums, the rows' additions interleaved so that they do not wait on each other. prows[g] is row g's target
+ * row, qrows[g] its scattered q (NULL: the bonus row), s[g] its scale, u[g] its uniform. A row whose residual
+ * has no mass is left to CORRECTION_ROW itself (out[g] = -2 here). */
+WIDE static void correction_group(const float *const *prows, const float *const *qrows, const double *s,
+                                  const double *u, int live, ptrdiff_t vocab, int64_t *out) {
+    double total[GROUP] = {0.0}, cdf[GROUP] = {0.0}, threshold[GROUP];
+    int64_t count[GROUP] = {0};
+    for (ptrdiff_t c = 0; c < vocab; c++)
+        for (int g = 0; g < live; g++) {
+            float v = AS_FLOAT((double)prows[g][c] * s[g]);
+            if (qrows[g]) v = RELU(v - qrows[g][c], fabsf);
+            total[g] += (double)v;
+        }
+    for (int g = 0; g < live; g++) threshold[g] = u[g] * total[g];
+    for (ptrdiff_t c = 0; c < vocab; c++)
+        for (int g = 0; g < live; g++) {
+            float v = AS_FLOAT((double)prows[g][c] * s[g]);
+            if (qrows[g]) v = RELU(v - qrows[g][c], fabsf);
+            cdf[g] += (double)v;
+            count[g] += cdf[g] <= threshold[g];
+        }
+    for (int g = 0; g < live; g++) out[g] = !(total[g] > 0.0) ? -2 : count[g] < vocab ? count[g] : vocab - 1;
+}
+
+/* support_step's second half: the target's row at each row's position after its accepted drafts
+ * (k_target_rows on that context, into rowbuf (batch, vocab)), the correction drawn from it as
+ * k_sample_support draws it (rows in groups, correction_group), and the row's tokens as
+ * `verification._emit` lays them out (drafts, then the target's token, then -1). dense_q holds
+ * GROUP * vocab zeroed floats of scratch (left zeroed). */
 static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const float *qs, const int64_t *cand,
                            const int64_t *drafts, const int64_t *cls, const int64_t *full, const double *u_sample,
                            const int64_t *tau, const double *scale, int64_t vocab, const float *bigram,
@@ -531,16 +558,41 @@ static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const 
                            const int64_t *tri_indptr, const int32_t *tri_cols, const float *tri_ml,
                            const float *tri_lam, int64_t *tokens, float *rowbuf, float *dense_q) {
     for (ptrdiff_t r = 0; r < batch; r++) {
-        int64_t t = tau[r];
-        const int64_t *ctx = full + r * (k + 2) + t;
+        const int64_t *ctx = full + r * (k + 2) + tau[r];
         k_target_rows(cls + r, ctx, ctx + 1, 1, vocab, bigram, bi_keys, nbi, bi_indptr, bi_cols, bi_ml, bi_lam,
-                      tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, rowbuf);
-        ptrdiff_t at = t < k ? t : k - 1;
-        int64_t has_q = t < k, final;
-        k_sample_support(rowbuf, 1, vocab, scale + r, cand + (r * k + at) * width, width, qs + (r * k + at) * width,
-                         &has_q, u_sample + r, &final, dense_q);
-        int64_t *out = tokens + r * (k + 1);
-        for (ptrdiff_t i = 0; i <= k; i++) out[i] = i < t ? drafts[r * k + i] : i == t ? final : -1;
+                      tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, rowbuf + r * vocab);
+    }
+    for (ptrdiff_t r0 = 0; r0 < batch; r0 += GROUP) {
+        int live = batch - r0 < GROUP ? (int)(batch - r0) : GROUP;
+        const float *prows[GROUP], *qrows[GROUP];
+        double s[GROUP], u[GROUP];
+        int64_t out[GROUP];
+        for (int g = 0; g < live; g++) {
+            ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
+            prows[g] = rowbuf + r * vocab;
+            qrows[g] = NULL;
+            if (tau[r] < k) {
+                float *dq = dense_q + g * vocab;
+                for (ptrdiff_t i = 0; i < width; i++) dq[cand[(r * k + at) * width + i]] = qs[(r * k + at) * width + i];
+                qrows[g] = dq;
+            }
+            s[g] = scale[r];
+            u[g] = u_sample[r];
+        }
+        correction_group(prows, qrows, s, u, live, vocab, out);
+        for (int g = 0; g < live; g++) {
+            ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
+            if (qrows[g])
+                for (ptrdiff_t i = 0; i < width; i++) dense_q[g * vocab + cand[(r * k + at) * width + i]] = 0.0f;
+            if (out[g] == -2) {
+                /* No residual mass: the single-row path, which falls back to the target's own row. */
+                int64_t has_q = tau[r] < k;
+                k_sample_support(prows[g], 1, vocab, scale + r, cand + (r * k + at) * width, width,
+                                 qs + (r * k + at) * width, &has_q, u_sample + r, &out[g], dense_q);
+            }
+            int64_t t = tau[r], *row = tokens + r * (k + 1);
+            for (ptrdiff_t i = 0; i <= k; i++) row[i] = i < t ? drafts[r * k + i] : i == t ? out[g] : -1;
+        }
     }
 }
 
