@@ -218,3 +218,37 @@ def test_the_targets_rows_in_the_kernel_are_numpys_bit_for_bit(compiled, numeric
                              model.bi_indptr, model.bi_cols, model.bi_ml, model.bi_lambda, model.tri_keys,
                              model.tri_indptr, model.tri_cols, model.tri_ml, model.tri_lambda,
                              np.empty((1, vocab), dtype=np.float32))
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+def test_a_fused_support_step_is_verify_support_on_the_targets_rows(compiled, method):
+    # A small target of bigram rows only (no sparse layers), so every next row is bigram[c1]; rows whose
+    # draft q covers the target's mass leave no residual and take the target's row itself.
+    rng = np.random.default_rng(11)
+    vocab, width, batch, k = 16, 4, 7, 3
+    bigram = rng.dirichlet(np.full(vocab, 0.5), size=vocab).astype(np.float32)
+    bigram[:4, 4:] = 0.0  # rows with all their mass on the first four tokens
+    bigram /= bigram.sum(axis=1, keepdims=True)
+    empty = (np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int32),
+             np.empty(0, dtype=np.float32), np.empty(0, dtype=np.float32))
+    for trial in range(30):
+        covered = trial % 3 == 0  # the support is the first four tokens and q is above the target there
+        cand = np.stack([np.stack([rng.permutation(4 if covered else 8)[:width] for _ in range(k)])
+                         for _ in range(batch)])
+        q_sup = rng.dirichlet(np.ones(width), size=(batch, k)).astype(np.float32)
+        if covered:
+            q_sup[:] = 1.0
+        p_sup = rng.random((batch, k, width)).astype(np.float32)
+        choice = rng.integers(0, width, (batch, k))
+        drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0]
+        full = np.concatenate([rng.integers(0, 4, (batch, 2)), drafts % 4], axis=1)
+        u_accept, u_sample = rng.random((batch, k)), rng.random(batch)
+        tau, tokens = np.empty(batch, dtype=np.int64), np.empty((batch, k + 1), dtype=np.int64)
+        compiled.support_step(method == "block", p_sup, q_sup, choice, u_accept, u_sample, cand, drafts,
+                              np.zeros(batch, dtype=np.int64), full, bigram, *empty, *empty, tau, tokens,
+                              np.empty(batch))
+        with kernels.numpy_only():
+            expected = verification.verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample,
+                                                   lambda rows, pos: bigram[full[rows, pos + 1]], drafts=drafts)
+        assert np.array_equal(tau, expected.accepted), trial
+        assert np.array_equal(tokens, expected.tokens), trial

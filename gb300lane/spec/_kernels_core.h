@@ -520,36 +520,64 @@ static void k_support_standard(const float *ps, const float *qs, ptrdiff_t batch
     }
 }
 
-/* CORRECTION_ROW for up to GROUP rows at once: the same per-row element arithmetic and the same left-to-right
- * sums, the rows' additions interleaved so that they do not wait on each other. prows[g] is row g's target
- * row, qrows[g] its scattered q (NULL: the bonus row), s[g] its scale, u[g] its uniform. A row whose residual
- * has no mass is left to CORRECTION_ROW itself (out[g] = -2 here). */
-WIDE static void correction_group(const float *const *prows, const float *const *qrows, const double *s,
-                                  const double *u, int live, ptrdiff_t vocab, int64_t *out) {
+/* One correction row's elements, v_c = max(0, round(scale * p_c) - q_c) (q absent: round(scale * p_c)),
+ * formed as CORRECTION_ROW forms them, written over the row: a loop with no carried sum, so it vectorises. */
+WIDE static void correction_elements(float *row, const float *q, double scale, ptrdiff_t vocab) {
+    if (q) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            float v = AS_FLOAT((double)row[c] * scale) - q[c];
+            row[c] = RELU(v, fabsf);
+        }
+    } else {
+        for (ptrdiff_t c = 0; c < vocab; c++) row[c] = AS_FLOAT((double)row[c] * scale);
+    }
+}
+
+/* CORRECTION_ROW's two passes for up to GROUP rows of formed elements (correction_elements) at once: the
+ * same left-to-right sums per row, the rows' additions interleaved so that they do not wait on each other.
+ * A row whose residual has no mass is left to the caller (out[g] = -2). */
+static void correction_group(const float *const *vs, const double *u, int live, ptrdiff_t vocab, int64_t *out) {
     double total[GROUP] = {0.0}, cdf[GROUP] = {0.0}, threshold[GROUP];
     int64_t count[GROUP] = {0};
-    for (ptrdiff_t c = 0; c < vocab; c++)
-        for (int g = 0; g < live; g++) {
-            float v = AS_FLOAT((double)prows[g][c] * s[g]);
-            if (qrows[g]) v = RELU(v - qrows[g][c], fabsf);
-            total[g] += (double)v;
+    if (live == GROUP) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            total[0] += (double)vs[0][c];
+            total[1] += (double)vs[1][c];
+            total[2] += (double)vs[2][c];
+            total[3] += (double)vs[3][c];
         }
+    } else {
+        for (int g = 0; g < live; g++)
+            for (ptrdiff_t c = 0; c < vocab; c++) total[g] += (double)vs[g][c];
+    }
     for (int g = 0; g < live; g++) threshold[g] = u[g] * total[g];
-    for (ptrdiff_t c = 0; c < vocab; c++)
-        for (int g = 0; g < live; g++) {
-            float v = AS_FLOAT((double)prows[g][c] * s[g]);
-            if (qrows[g]) v = RELU(v - qrows[g][c], fabsf);
-            cdf[g] += (double)v;
-            count[g] += cdf[g] <= threshold[g];
+    if (live == GROUP) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            cdf[0] += (double)vs[0][c];
+            cdf[1] += (double)vs[1][c];
+            cdf[2] += (double)vs[2][c];
+            cdf[3] += (double)vs[3][c];
+            count[0] += cdf[0] <= threshold[0];
+            count[1] += cdf[1] <= threshold[1];
+            count[2] += cdf[2] <= threshold[2];
+            count[3] += cdf[3] <= threshold[3];
         }
+    } else {
+        for (int g = 0; g < live; g++)
+            for (ptrdiff_t c = 0; c < vocab; c++) {
+                cdf[g] += (double)vs[g][c];
+                count[g] += cdf[g] <= threshold[g];
+            }
+    }
     for (int g = 0; g < live; g++) out[g] = !(total[g] > 0.0) ? -2 : count[g] < vocab ? count[g] : vocab - 1;
 }
 
 /* support_step's second half: the target's row at each row's position after its accepted drafts
  * (k_target_rows on that context, into rowbuf (batch, vocab)), the correction drawn from it as
- * k_sample_support draws it (rows in groups, correction_group), and the row's tokens as
+ * k_sample_support draws it (the elements formed over the row, then summed in groups of rows), and the
+ * row's tokens as
  * `verification._emit` lays them out (drafts, then the target's token, then -1). dense_q holds
- * GROUP * vocab zeroed floats of scratch (left zeroed). */
+ * vocab zeroed floats of scratch (left zeroed). */
 static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const float *qs, const int64_t *cand,
                            const int64_t *drafts, const int64_t *cls, const int64_t *full, const double *u_sample,
                            const int64_t *tau, const double *scale, int64_t vocab, const float *bigram,
@@ -564,34 +592,37 @@ static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const 
     }
     for (ptrdiff_t r0 = 0; r0 < batch; r0 += GROUP) {
         int live = batch - r0 < GROUP ? (int)(batch - r0) : GROUP;
-        const float *prows[GROUP], *qrows[GROUP];
-        double s[GROUP], u[GROUP];
+        const float *vs[GROUP];
+        double u[GROUP];
         int64_t out[GROUP];
         for (int g = 0; g < live; g++) {
             ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
-            prows[g] = rowbuf + r * vocab;
-            qrows[g] = NULL;
+            float *dq = NULL;
             if (tau[r] < k) {
-                float *dq = dense_q + g * vocab;
+                dq = dense_q;
                 for (ptrdiff_t i = 0; i < width; i++) dq[cand[(r * k + at) * width + i]] = qs[(r * k + at) * width + i];
-                qrows[g] = dq;
             }
-            s[g] = scale[r];
+            correction_elements(rowbuf + r * vocab, dq, scale[r], vocab);
+            if (dq)
+                for (ptrdiff_t i = 0; i < width; i++) dq[cand[(r * k + at) * width + i]] = 0.0f;
+            vs[g] = rowbuf + r * vocab;
             u[g] = u_sample[r];
         }
-        correction_group(prows, qrows, s, u, live, vocab, out);
+        correction_group(vs, u, live, vocab, out);
         for (int g = 0; g < live; g++) {
             ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
-            if (qrows[g])
-                for (ptrdiff_t i = 0; i < width; i++) dense_q[g * vocab + cand[(r * k + at) * width + i]] = 0.0f;
             if (out[g] == -2) {
-                /* No residual mass: the single-row path, which falls back to the target's own row. */
+                /* No residual mass: the target's row again, on the single-row path, which falls back to it. */
+                const int64_t *ctx = full + r * (k + 2) + tau[r];
+                float *row = rowbuf + r * vocab;
                 int64_t has_q = tau[r] < k;
-                k_sample_support(prows[g], 1, vocab, scale + r, cand + (r * k + at) * width, width,
+                k_target_rows(cls + r, ctx, ctx + 1, 1, vocab, bigram, bi_keys, nbi, bi_indptr, bi_cols, bi_ml,
+                              bi_lam, tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, row);
+                k_sample_support(row, 1, vocab, scale + r, cand + (r * k + at) * width, width,
                                  qs + (r * k + at) * width, &has_q, u_sample + r, &out[g], dense_q);
             }
-            int64_t t = tau[r], *row = tokens + r * (k + 1);
-            for (ptrdiff_t i = 0; i <= k; i++) row[i] = i < t ? drafts[r * k + i] : i == t ? out[g] : -1;
+            int64_t t = tau[r], *toks = tokens + r * (k + 1);
+            for (ptrdiff_t i = 0; i <= k; i++) toks[i] = i < t ? drafts[r * k + i] : i == t ? out[g] : -1;
         }
     }
 }
