@@ -485,16 +485,22 @@ class DSparkDrafter:
         # Rows without pair rows go through the kernels too where every input is as they take it.
         fused = (compiled is not None and not any_own and k <= 16 and classes.dtype == prev2.dtype == prev.dtype
                  == np.int64 and classes.flags.c_contiguous)
-        # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end.
+        # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end (the kernels
+        # write them into rows of arrays laid out for that).
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
+        if compiled is not None:
+            pair_rows = np.empty((k + 1, batch), dtype=np.int64)
+            pair_rows[0] = pair
+            pair = pair_rows[0]
+            choice_rows, token_rows = np.empty((k, batch), dtype=np.int64), np.empty((k, batch), dtype=np.int64)
+            dist_rows = np.empty((k, batch, topk))
         for slot in range(k):
             table, remap, over = slot_tables[slot]
             if compiled is not None:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
-                probs = np.empty((batch, topk))
-                choice, token, nxt = np.empty(batch, dtype=np.int64), np.empty_like(pair), np.empty_like(pair)
+                probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
                 compiled.draft_slot(table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over,
                                     pair, u_cols[slot], argmax, tables.cand_flat, tables.next_flat,
                                     probs, choice, token, nxt)
@@ -510,14 +516,13 @@ class DSparkDrafter:
             else:
                 m = np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
             if m is not None:
-                at = pair[m]
                 n: np.ndarray | None = None
                 if any_own:
+                    at = pair[m]
                     c_m, p_m = tables.cand[at], tables.p[at]
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
                     n = np.flatnonzero(at < 0)
                     rn = m[n]
-                cls_m = classes[m]
                 if n is None and fused and compiled is not None:
                     # Contexts without pair rows at temperature 1, in the kernels: gathered, softmaxed by
                     # numpy, then drawn and written into this slot's arrays in one more pass.
@@ -527,18 +532,20 @@ class DSparkDrafter:
                                            prev, probs, choice, token, nxt, vocab)
                     computed.append((slot, m, c_m, p_m))
                     m = None  # drawn: nothing is left for the rows below
-                elif n is None:
-                    # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
-                    prev_m = prev[m]
-                    c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
                 else:
-                    if rn.size:
-                        c_n = tables.anchor_cand.take(prev[rn], axis=0)
-                        key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
-                        c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
-                        z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
-                    logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
-                    probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
+                    cls_m = classes[m]
+                    if n is None:
+                        # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
+                        prev_m = prev[m]
+                        c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
+                    else:
+                        if rn.size:
+                            c_n = tables.anchor_cand.take(prev[rn], axis=0)
+                            key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
+                            c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
+                            z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
+                        logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
+                        probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
             if compiled is None:
                 choice = _draw(probs, u_slots[slot], greedy_rows if any_greedy else None, probabilistic)
                 # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last
@@ -556,18 +563,24 @@ class DSparkDrafter:
                 else:  # every odd row drafted from its anchor token's candidates
                     nxt[m] = tables.anchor_next[cls_m * vocab + prev_m, pick]
                 computed.append((slot, m, c_m, p_m))
-            pairs.append(pair)
-            choices.append(choice)
-            tokens.append(token)
-            dists.append(probs)
+            if compiled is None:
+                pairs.append(pair)
+                choices.append(choice)
+                tokens.append(token)
+                dists.append(probs)
             prev2, prev, pair = prev, token, nxt
-        pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
+        if compiled is not None:
+            pair_all, choice_all, tokens_all = pair_rows[:k].T.copy(), choice_rows.T.copy(), token_rows.T.copy()
+            dist_all = dist_rows
+        else:
+            pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
+            tokens_all, dist_all = np.array(tokens, dtype=np.int64).T.copy(), np.array(dists)
         cand_all, p_all = tables.cand.take(pair_all, axis=0), tables.p.take(pair_all, axis=0)
         for slot, m, c_m, p_m in computed:
             cand_all[m, slot] = c_m
             p_all[m, slot] = p_m
         if probabilistic:
-            q_all = np.array(dists).transpose(1, 0, 2).astype(np.float32, order="C")
+            q_all = dist_all.transpose(1, 0, 2).astype(np.float32, order="C")
             if any_greedy:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
                 g = np.flatnonzero(greedy_rows)
                 q_all[g] = 0.0
@@ -575,7 +588,7 @@ class DSparkDrafter:
         else:
             q_all = np.zeros((batch, k, topk), dtype=np.float32)
             q_all[rows[:, None], np.arange(k)[None, :], choice_all] = 1.0
-        return DraftBlock(np.array(tokens, dtype=np.int64).T.copy(), cand_all, q_all, p_all, choice_all)
+        return DraftBlock(tokens_all, cand_all, q_all, p_all, choice_all)
 
     def draft_block(
         self,
