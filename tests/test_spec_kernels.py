@@ -252,3 +252,17 @@ def test_a_fused_support_step_is_verify_support_on_the_targets_rows(compiled, me
                                                    lambda rows, pos: bigram[full[rows, pos + 1]], drafts=drafts)
         assert np.array_equal(tau, expected.accepted), trial
         assert np.array_equal(tokens, expected.tokens), trial
+
+
+def test_a_steps_uniforms_in_the_kernel_are_numpys(compiled):
+    from gb300lane.engine import streams
+
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 2**63, 40, dtype=np.uint64)
+    positions = rng.integers(0, 2**40, 40)
+    for k in (0, 1, 5, 9):
+        got = streams.step_uniforms(keys, positions, k)
+        with kernels.numpy_only():
+            expected = streams.step_uniforms(keys, positions, k)
+        for a, b in zip(got, expected):
+            assert np.array_equal(a, b)

@@ -14,6 +14,7 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
  *   the row's distribution, its inverse-CDF draw, the token and the next pair.
+ * step_uniforms: a verify step's draws (`streams.step_uniforms`), SplitMix64 in integer arithmetic.
  * support_step: a whole verify step on the draft support (`verify_support` with the builtin target's
  *   rows): the accept rule, the target's row at each row's next position, its token, the tokens laid out.
  * target_rows: the builtin target's rows (`BuiltinModel.target_probs`): the bigram row, then the
@@ -744,6 +745,36 @@ done:
     return ret;
 }
 
+/* step_uniforms(keys (B,) uint64, positions (B,) int64, words (S,) uint64, out (B, S) float64) -> None:
+ * `streams.uniforms_at(keys, (positions << 16) | words)`, SplitMix64 counter-based, integer arithmetic. */
+static PyObject *step_uniforms(PyObject *self, PyObject *args) {
+    static const char *const names[4] = {"keys", "positions", "words", "out"};
+    Buf b[4];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (get_arrays(args, 0, b, names, 4, 3)) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, width = b[2].view.ndim == 1 ? b[2].view.shape[0] : -1;
+    if (n < 0 || width < 0 || b[0].view.itemsize != 8 || b[2].view.itemsize != 8 || kind(&b[1]) != 'q' ||
+        b[1].view.ndim != 1 || b[1].view.shape[0] != n || kind(&b[3]) != 'd' || b[3].view.ndim != 2 ||
+        b[3].view.shape[0] != n || b[3].view.shape[1] != width) {
+        PyErr_SetString(PyExc_ValueError, "step_uniforms: keys (B,) uint64, positions (B,) int64, words (S,) uint64, "
+                                          "out (B, S) float64");
+        goto done;
+    }
+    const uint64_t *keys = b[0].view.buf, *words = b[2].view.buf;
+    const int64_t *pos = b[1].view.buf;
+    double *out = b[3].view.buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        uint64_t base = (uint64_t)pos[r] << 16;
+        for (Py_ssize_t j = 0; j < width; j++) out[r * width + j] = k_uniform(keys[r], base | words[j]);
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 4);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
@@ -751,6 +782,7 @@ static PyMethodDef methods[] = {
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
+    {"step_uniforms", step_uniforms, METH_VARARGS, "A verify step's uniforms: SplitMix64 at (position, use, slot)."},
     {"support_step", support_step, METH_VARARGS, "A verify step on the draft support: accept, target row, token."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
