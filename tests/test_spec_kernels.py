@@ -266,3 +266,6 @@ def test_a_steps_uniforms_in_the_kernel_are_numpys(compiled):
             expected = streams.step_uniforms(keys, positions, k)
         for a, b in zip(got, expected):
             assert np.array_equal(a, b)
+    for bad in (np.array([-1, 3]), np.array([2**47])):
+        with pytest.raises(ValueError, match="positions must lie in"):
+            streams.step_uniforms(keys[: bad.size], bad, 5)

@@ -109,14 +109,15 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
     The same values as three `uniforms` calls (the same counter words), for a
     step's fixed cost.
     """
-    pos = _positions(positions)
     compiled = kernels.active()
-    if compiled is not None:
-        # The same counter words and finaliser in one pass (_kernels.c step_uniforms).
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if compiled is not None and pos.ndim == 1:
+        # The same counter words and finaliser in one pass (_kernels.c step_uniforms), which checks the positions.
         u = np.empty((pos.shape[0], 2 * k + 1))
-        compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(pos),
-                               _step_words(k), u)
+        if not compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, _step_words(k), u):
+            _positions(pos)  # raises, naming the range
     else:
+        pos = _positions(pos)
         u = uniforms_at(keys, (pos.astype(np.uint64) << _S16)[:, None] | _step_words(k))
     return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
 

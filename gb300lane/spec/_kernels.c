@@ -745,8 +745,9 @@ done:
     return ret;
 }
 
-/* step_uniforms(keys (B,) uint64, positions (B,) int64, words (S,) uint64, out (B, S) float64) -> None:
- * `streams.uniforms_at(keys, (positions << 16) | words)`, SplitMix64 counter-based, integer arithmetic. */
+/* step_uniforms(keys (B,) uint64, positions (B,) int64, words (S,) uint64, out (B, S) float64) -> bool:
+ * `streams.uniforms_at(keys, (positions << 16) | words)`, SplitMix64 counter-based, integer arithmetic;
+ * False (out unwritten) where a position lies outside [0, 2**47). */
 static PyObject *step_uniforms(PyObject *self, PyObject *args) {
     static const char *const names[4] = {"keys", "positions", "words", "out"};
     Buf b[4];
@@ -764,11 +765,17 @@ static PyObject *step_uniforms(PyObject *self, PyObject *args) {
     const uint64_t *keys = b[0].view.buf, *words = b[2].view.buf;
     const int64_t *pos = b[1].view.buf;
     double *out = b[3].view.buf;
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (pos[r] < 0 || pos[r] >= ((int64_t)1 << 47)) {
+            ret = Py_False;  /* a position outside the counter layout: the caller says which */
+            Py_INCREF(ret);
+            goto done;
+        }
     for (Py_ssize_t r = 0; r < n; r++) {
         uint64_t base = (uint64_t)pos[r] << 16;
         for (Py_ssize_t j = 0; j < width; j++) out[r * width + j] = k_uniform(keys[r], base | words[j]);
     }
-    ret = Py_None;
+    ret = Py_True;
     Py_INCREF(ret);
 done:
     release_all(b, 4);
