@@ -14,8 +14,13 @@ One engine boot (`python -m gb300lane.engine serve`, time scale 0, tools enabled
 
 - served throughput: a C8 window (k=5 at every batch size, 16 prose requests x
   256 tokens) through the bench client, as a card runs it; output tokens per
-  CPU second of the engine process (psutil), the figure a faster served step
-  moves. Reported, no floor yet.
+  CPU second of the engine process (psutil user + system), the figure a faster
+  served step moves. The same window is served, in the same run, by a baseline
+  engine booted from a git worktree of --baseline-ref (the tree before the step
+  and stream path were batched, its C kernels built in place), the two engines
+  up side by side and their windows alternating --served-repeats times, so the
+  ratio is measured under the same host load; the tokens/step of the two must
+  agree (same seeds, same k: the same accepted tokens). Reported, no floor yet.
 
 Floors: /health's max latency under the 30 MB prompt below 500 ms (a seventh of the
 3.5 s before; what is left is the stdlib JSON parse of the 30 MB body, which holds the
@@ -23,7 +28,7 @@ interpreter for about 150 ms, and the host's scheduling on a shared machine); co
 output at least 0.2x the unconstrained tokens per second. Prints a table and
 writes benchmarks/results/engine_api.json.
 
-    python benchmarks/engine_api.py [--prompt-mb 30]
+    python benchmarks/engine_api.py [--prompt-mb 30] [--baseline-ref 3e727f5] [--served-repeats 5]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +56,9 @@ from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.testing.ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine_api.json"
+ROOT = Path(__file__).resolve().parent.parent
+#: The tree the served figure is compared against: main before the step and stream path were batched.
+BASELINE_REF = "3e727f5"
 SPEC = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
 FLOOR_HEALTH_MAX_MS = 500.0
 FLOOR_CONSTRAINED_RATIO = 0.2
@@ -78,12 +87,16 @@ def _health_ms(url: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _boot(port: int, cache: str) -> subprocess.Popen:
+def _boot(port: int, cache: str, tree: Path | None = None) -> subprocess.Popen:
+    """The engine from this checkout, or (`tree`) from another checkout's sources."""
+    env = {**os.environ, "VLLM_CACHE_ROOT": cache}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     argv = [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name", "bench",
             "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0", "--seed", "0", "--boot-seed", "1",
             "--speculative-config", json.dumps(SPEC), "--enable-auto-tool-choice", "--tool-call-parser", "builtin"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "VLLM_CACHE_ROOT": cache})
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            cwd=str(tree) if tree is not None else None)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -149,8 +162,8 @@ def structured_cost(url: str, requests: int, tokens: int) -> dict:
     return out
 
 
-def served_throughput(url: str, pid: int, tokens: int = 256) -> dict:
-    """A C8 window through the bench client; the engine's output tokens per CPU second over it."""
+def _window(url: str, pid: int, tokens: int) -> dict:
+    """One C8 window through the bench client; the engine process's CPU seconds over it."""
     import asyncio
 
     import psutil
@@ -165,10 +178,56 @@ def served_throughput(url: str, pid: int, tokens: int = 256) -> dict:
     result = asyncio.run(run_window_async(url, window, model="bench"))
     cpu = sum(proc.cpu_times()[:2]) - cpu0
     (cell,) = result.cells
-    return {"concurrency": 8, "k": SPEC["num_speculative_tokens"], "output_tokens": cell.output_tokens,
-            "engine_cpu_s": cpu, "tok_per_cpu_s": cell.output_tokens / cpu if cpu > 0 else None,
-            "wall_s": cell.wall_span_s, "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None,
-            "valid": cell.valid}
+    return {"output_tokens": cell.output_tokens, "engine_cpu_s": cpu, "wall_s": cell.wall_span_s,
+            "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None, "valid": cell.valid}
+
+
+def _totals(windows: list[dict]) -> dict:
+    tokens = sum(w["output_tokens"] for w in windows)
+    cpu = sum(w["engine_cpu_s"] for w in windows)
+    return {"concurrency": 8, "k": SPEC["num_speculative_tokens"], "windows": len(windows), "output_tokens": tokens,
+            "engine_cpu_s": cpu, "tok_per_cpu_s": tokens / cpu if cpu > 0 else None,
+            "wall_s": sum(w["wall_s"] for w in windows), "tokens_per_step": [w["tokens_per_step"] for w in windows],
+            "valid": all(w["valid"] for w in windows)}
+
+
+def served_throughput(url: str, pid: int, tokens: int = 256, *, repeats: int = 1,
+                      baseline: tuple[str, int] | None = None) -> dict:
+    """C8 windows through the bench client, alternating with the baseline engine's where one is up.
+
+    The first window of each engine warms it (its first requests pay imports and first-touch
+    costs a card's window does not) and is not counted.
+    """
+    engines = {"this tree": (url, pid)}
+    if baseline is not None:
+        engines["baseline"] = baseline
+    runs: dict[str, list[dict]] = {name: [] for name in engines}
+    for name, (u, p) in engines.items():
+        _window(u, p, tokens)
+    for _ in range(repeats):
+        for name, (u, p) in engines.items():
+            runs[name].append(_window(u, p, tokens))
+    out = {name: _totals(ws) for name, ws in runs.items()}
+    if baseline is not None:
+        new, old = out["this tree"]["tok_per_cpu_s"], out["baseline"]["tok_per_cpu_s"]
+        out["ratio"] = new / old if new and old else None
+        out["same_tokens_per_step"] = out["this tree"]["tokens_per_step"] == out["baseline"]["tokens_per_step"]
+    return out
+
+
+def baseline_tree(ref: str, where: Path) -> Path:
+    """A detached git worktree of `ref` at `where`, its C kernels built in place (as an install builds them)."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(where), ref], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return where
+
+
+def remove_tree(where: Path) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shutil.rmtree(where, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,18 +235,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-mb", type=int, default=30)
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--baseline-ref", default=BASELINE_REF,
+                    help="git revision whose engine serves the same windows for the ratio ('' skips it)")
+    ap.add_argument("--served-repeats", type=int, default=5, help="C8 windows per engine, alternating")
     args = ap.parse_args(argv)
     port = free_port()
     with tempfile.TemporaryDirectory() as cache:
         proc = _boot(port, cache)
+        base_proc = None
+        tree = Path(cache) / "baseline"
         try:
             url = f"http://127.0.0.1:{port}"
             health = health_under_prompt(url, args.prompt_mb)
             cost = structured_cost(url, args.requests, args.tokens)
-            served = served_throughput(url, proc.pid)
+            baseline = None
+            if args.baseline_ref:
+                base_port = free_port()
+                base_proc = _boot(base_port, cache, baseline_tree(args.baseline_ref, tree))
+                baseline = (f"http://127.0.0.1:{base_port}", base_proc.pid)
+            served = served_throughput(url, proc.pid, repeats=args.served_repeats, baseline=baseline)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for p in (proc, base_proc):
+                if p is not None:
+                    p.terminate()
+                    p.wait(30)
+            if args.baseline_ref:
+                remove_tree(tree)
     ok_health = health["health_max_ms"] < FLOOR_HEALTH_MAX_MS
     ok_cost = cost["ratio"] >= FLOOR_CONSTRAINED_RATIO
     console = Console()
@@ -207,16 +280,28 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['tokens_per_step']:.2f}")
     console.print(table)
     console.print(f"json_schema / free tok/s: {cost['ratio']:.2f} (floor {FLOOR_CONSTRAINED_RATIO})")
-    table = Table(title="served through HTTP as a card runs it: C8, k=5, 16 x 256 tokens (one run)")
-    for col in ("output tokens", "engine CPU s", "tok / CPU s", "wall s", "tokens/step", "valid"):
+    table = Table(title=f"served through HTTP as a card runs it: C8, k=5, 16 x 256 tokens, {args.served_repeats} "
+                        f"windows per engine, alternating (one run); baseline = a git worktree at {args.baseline_ref}")
+    for col in ("engine", "output tokens", "engine CPU s", "tok / CPU s", "wall s", "tokens/step", "valid"):
         table.add_column(col, justify="right")
-    table.add_row(str(served["output_tokens"]), f"{served['engine_cpu_s']:.3f}", f"{served['tok_per_cpu_s']:,.0f}",
-                  f"{served['wall_s']:.2f}", f"{served['tokens_per_step']:.2f}", str(served["valid"]))
+    labels = {"this tree": "this tree", "baseline": f"baseline {args.baseline_ref}"}
+    for name in ("baseline", "this tree"):
+        if name not in served:
+            continue
+        row = served[name]
+        steps = sorted({round(t, 4) for t in row["tokens_per_step"] if t is not None})
+        table.add_row(labels[name], str(row["output_tokens"]), f"{row['engine_cpu_s']:.3f}",
+                      f"{row['tok_per_cpu_s']:,.0f}", f"{row['wall_s']:.2f}", ", ".join(f"{t:.3f}" for t in steps),
+                      str(row["valid"]))
     console.print(table)
+    if "ratio" in served:
+        console.print(f"tok / CPU s, this tree / baseline: {served['ratio']:.2f}x "
+                      f"(same tokens/step in every window: {served['same_tokens_per_step']})")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(RESULTS, dumps_json({
         "schema_version": 1, "tool_version": __version__, "python": platform.python_version(),
         "platform": platform.platform(), "health": health, "structured": cost, "served": served,
+        "baseline_ref": args.baseline_ref or None,
         "floors": {"health_max_ms": FLOOR_HEALTH_MAX_MS, "constrained_ratio": FLOOR_CONSTRAINED_RATIO},
         "passed": ok_health and ok_cost,
     }))

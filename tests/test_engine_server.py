@@ -455,3 +455,65 @@ def test_responses_answers_text_as_vllm_does_through_the_official_client():
         assert listed.output_text and listed.usage.output_tokens <= 8
         with pytest.raises(openai.BadRequestError, match="streaming is not served"):
             client.responses.create(model="lane", input="x", stream=True)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_templated_chunk_is_the_bytes_json_dumps_gives(chat, continuous):
+    from gb300lane.engine.api import chunk, parse_request
+    from gb300lane.engine.server import SseChunk
+
+    model = 'lane "%s" \u00e9'
+    body = {"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"}
+    req = parse_request({**body, "stream": True}, chat=chat, served_model_name=model)
+    template = SseChunk(req, model, 17, continuous)
+    for text in ("hello", "", 'a%sb%%\n"\\ \u00e9\u4e2d\U0001f600', "%d", "\x00text\x00"):
+        obj = chunk(req, model, None, None, fields={"content": text}) if chat else chunk(req, model, text, None)
+        obj["created"] = 1_800_000_000
+        if continuous:
+            obj["usage"] = {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}
+        assert template.render(text, 1_800_000_000, 5) == b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_observing_a_requests_gaps_at_once_is_observing_them_one_by_one():
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from gb300lane.engine.metrics import _LATENCY_BUCKETS, observe_all
+
+    one, all_ = CollectorRegistry(), CollectorRegistry()
+    h1 = Histogram("gap", "gap", ["m"], registry=one, buckets=_LATENCY_BUCKETS).labels(m="lane")
+    h2 = Histogram("gap", "gap", ["m"], registry=all_, buckets=_LATENCY_BUCKETS).labels(m="lane")
+    rng = random.Random(1)
+    for _ in range(40):
+        values = [rng.choice([0.0, 0.001, 0.005, 80.0, 100.0, -1.0, float("inf"), rng.random() * 0.1,
+                              rng.expovariate(3)]) for _ in range(rng.randint(0, 300))]
+        for v in values:
+            h1.observe(v)
+        observe_all(h2, values)
+    assert generate_latest(one) == generate_latest(all_)
+
+
+def test_the_engines_exposition_is_generate_latests_bytes():
+    from prometheus_client import generate_latest
+
+    from gb300lane.engine.core import EngineCounters, Sequence
+    from gb300lane.engine.metrics import EngineMetrics
+    from gb300lane.engine.sampling import SamplingParams
+
+    metrics = EngineMetrics('lane "a"\\b\nc')  # a label value that needs escaping
+    assert metrics._text._same
+    for step in range(3):
+        counters = EngineCounters(num_drafts=10 * step, num_draft_tokens=50 * step, num_accepted=31 * step,
+                                  accepted_per_pos=[9 * step, 7 * step, 5 * step], drafts_by_length={5: 10 * step},
+                                  generation_tokens=400 * step, prompt_tokens=90 * step, verify_steps=20 * step,
+                                  modelled_seconds=0.3 * step)
+        metrics.sync(counters, 8 - step, step)
+        seq = Sequence(f"r{step}", [1] * 10, SamplingParams(max_tokens=64))
+        seq.finish_reason = ("length", "stop", None)[step]
+        seq.token_wall = [0.0013 * i * (step + 1) for i in range(64)]
+        seq.token_modelled = [1e7 * i for i in range(64)]  # past every bucket, in Go's exponent notation
+        seq.admitted_wall = seq.admitted_modelled = 0.0
+        metrics.finished(seq)
+        assert metrics.exposition() == generate_latest(metrics.registry)

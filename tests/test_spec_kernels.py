@@ -194,3 +194,78 @@ def test_the_engine_on_numpy_alone_gives_the_same_tokens(compiled, method):
     assert runs["0"]["path"].startswith("compiled kernels") and runs["1"]["path"].startswith("numpy"), runs
     assert all(len(t) == 48 for t in runs["0"]["tokens"])
     assert runs["0"]["tokens"] == runs["1"]["tokens"]
+
+
+@pytest.mark.parametrize("numerics", [None, (7, 0.01)])
+def test_the_targets_rows_in_the_kernel_are_numpys_bit_for_bit(compiled, numerics):
+    from gb300lane.engine.model import MIXED, load_model
+
+    model = load_model()
+    rng = np.random.default_rng(3)
+    vocab = model.vocab_size
+    # Trigram contexts the model has, bigram-only contexts, and arbitrary ones, every class.
+    tri = model.tri_keys[rng.integers(0, model.tri_keys.size, 300)]
+    cls = np.concatenate([tri // (vocab * vocab), rng.integers(0, MIXED + 1, 200)])
+    c2 = np.concatenate([(tri // vocab) % vocab, rng.integers(0, vocab, 200)])
+    c1 = np.concatenate([tri % vocab, rng.integers(0, vocab, 200)])
+    got = model.target_probs(cls, c2, c1, numerics)
+    with kernels.numpy_only():
+        expected = model.target_probs(cls, c2, c1, numerics)
+    assert got.dtype == expected.dtype == np.float32
+    assert np.array_equal(got, expected)
+    with pytest.raises(IndexError):
+        compiled.target_rows(np.array([0]), np.array([0]), np.array([vocab]), model.bigram, model.bi_keys,
+                             model.bi_indptr, model.bi_cols, model.bi_ml, model.bi_lambda, model.tri_keys,
+                             model.tri_indptr, model.tri_cols, model.tri_ml, model.tri_lambda,
+                             np.empty((1, vocab), dtype=np.float32))
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+def test_a_fused_support_step_is_verify_support_on_the_targets_rows(compiled, method):
+    # A small target of bigram rows only (no sparse layers), so every next row is bigram[c1]; rows whose
+    # draft q covers the target's mass leave no residual and take the target's row itself.
+    rng = np.random.default_rng(11)
+    vocab, width, batch, k = 16, 4, 7, 3
+    bigram = rng.dirichlet(np.full(vocab, 0.5), size=vocab).astype(np.float32)
+    bigram[:4, 4:] = 0.0  # rows with all their mass on the first four tokens
+    bigram /= bigram.sum(axis=1, keepdims=True)
+    empty = (np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int32),
+             np.empty(0, dtype=np.float32), np.empty(0, dtype=np.float32))
+    for trial in range(30):
+        covered = trial % 3 == 0  # the support is the first four tokens and q is above the target there
+        cand = np.stack([np.stack([rng.permutation(4 if covered else 8)[:width] for _ in range(k)])
+                         for _ in range(batch)])
+        q_sup = rng.dirichlet(np.ones(width), size=(batch, k)).astype(np.float32)
+        if covered:
+            q_sup[:] = 1.0
+        p_sup = rng.random((batch, k, width)).astype(np.float32)
+        choice = rng.integers(0, width, (batch, k))
+        drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0]
+        full = np.concatenate([rng.integers(0, 4, (batch, 2)), drafts % 4], axis=1)
+        u_accept, u_sample = rng.random((batch, k)), rng.random(batch)
+        tau, tokens = np.empty(batch, dtype=np.int64), np.empty((batch, k + 1), dtype=np.int64)
+        compiled.support_step(method == "block", p_sup, q_sup, choice, u_accept, u_sample, cand, drafts,
+                              np.zeros(batch, dtype=np.int64), full, bigram, *empty, *empty, tau, tokens,
+                              np.empty(batch))
+        with kernels.numpy_only():
+            expected = verification.verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample,
+                                                   lambda rows, pos: bigram[full[rows, pos + 1]], drafts=drafts)
+        assert np.array_equal(tau, expected.accepted), trial
+        assert np.array_equal(tokens, expected.tokens), trial
+
+
+def test_a_steps_uniforms_in_the_kernel_are_numpys(compiled):
+    from gb300lane.engine import streams
+
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 2**63, 40, dtype=np.uint64)
+    positions = rng.integers(0, 2**40, 40)
+    for k in (0, 1, 5, 9):
+        got = streams.step_uniforms(keys, positions, k)
+        with kernels.numpy_only():
+            expected = streams.step_uniforms(keys, positions, k)
+        for a, b in zip(got, expected):
+            assert np.array_equal(a, b)
+    for bad in (np.array([-1, 3]), np.array([2**47])):
+        with pytest.raises(ValueError, match="positions must lie in"):
+            streams.step_uniforms(keys[: bad.size], bad, 5)

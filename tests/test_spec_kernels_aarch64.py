@@ -107,7 +107,83 @@ def _cases() -> list[tuple[str, str, list[np.ndarray]]]:
             np.array([0, 1, 0, 0, 1, 0, 0, 0, 0], np.int64), rng.integers(0, 500, m * width).astype(np.int32),
             rng.integers(-1, m, m * width).astype(np.int32), np.zeros((batch, width)), np.full(batch, -7, np.int64),
             np.full(batch, -7, np.int64), np.full(batch, -7, np.int64)]))
+    cases.extend(_engine_cases(rng))
     return cases
+
+
+def _target_tables(rng: np.random.Generator, classes: int, vocab: int) -> list[np.ndarray]:
+    """A small builtin-style target: bigram rows, then class bigram and trigram layers as sorted sparse rows."""
+    bigram = _dist(rng, (vocab, vocab), np.float32)
+    layers = []
+    for contexts in (classes * vocab, classes * vocab * vocab):
+        keys = np.sort(rng.choice(contexts, size=min(contexts, 3 * vocab), replace=False)).astype(np.int64)
+        lengths = rng.integers(0, 5, keys.size)
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        cols = np.concatenate([rng.choice(vocab, n, replace=False) for n in lengths]).astype(np.int32)
+        layers += [keys, indptr, cols, rng.random(cols.size).astype(np.float32),
+                   rng.uniform(0.1, 0.9, keys.size).astype(np.float32)]
+    return [bigram, *layers]
+
+
+def _engine_cases(rng: np.random.Generator) -> list[tuple[str, str, list[np.ndarray]]]:
+    """The engine's drafting and verify-step kernels, on small tables of the shapes the engine passes."""
+    cases = []
+    classes, vocab, width, batch, k = 2, 12, 4, 6, 3
+    tables = _target_tables(rng, classes, vocab)
+    tri_keys = tables[6]
+    cls = rng.integers(0, classes, batch).astype(np.int64)
+    # Contexts the trigram layer has, and others.
+    c2, c1 = rng.integers(0, vocab, batch).astype(np.int64), rng.integers(0, vocab, batch).astype(np.int64)
+    c2[:3], c1[:3] = (tri_keys[:3] // vocab) % vocab, tri_keys[:3] % vocab
+    cls[:3] = tri_keys[:3] // (vocab * vocab)
+    cases.append(("target_rows", "tables", [cls, c2, c1, *tables, np.zeros((batch, vocab), np.float32)]))
+    tri_p = _dist(rng, (tri_keys.size, width), np.float32)
+    bi_p = _dist(rng, (classes * vocab, width), np.float32)
+    logs = [np.log(np.maximum(t, 1e-30).astype(np.float64)) for t in (tri_p, bi_p)]
+    rows = np.array([0, 2, 3, 5], np.int64)
+    n = rows.size
+    cases.append(("anchor_rows", "slot2", [
+        rows, cls, c2, c1, rng.integers(0, vocab, (vocab, width)).astype(np.int64), tri_keys, tri_p, bi_p, *logs,
+        rng.uniform(0.3, 0.9, classes), np.zeros((n, width), np.int64), np.zeros((n, width), np.float32),
+        np.zeros((n, width)), np.zeros((n, width)), np.zeros(n), np.zeros(n),
+        np.array([vocab], np.int64), np.array([2], np.int64), np.array([0x5EED], np.int64), np.array([0xA77], np.int64),
+        np.array([0.4]), np.array([2.5])]))
+    cases.append(("anchor_logits", "scaled", [
+        np.log(_dist(rng, (n, width), np.float64)), rng.standard_normal((n, width)), np.array([0.0, 0.4, 2.5, 0.4]),
+        np.zeros((n, width)), np.array([1.3])]))
+    dist = rng.random((n, width)) + 0.01
+    cases.append(("anchor_finish", "rows", [
+        rows, dist, dist.sum(axis=1), rng.random(batch), np.array([0, 1, 0, 0, 0, 0], np.int64),
+        rng.integers(0, vocab, (n, width)).astype(np.int64), rng.integers(-1, 40, (classes * vocab, width)).astype(np.int32),
+        cls, c1, np.zeros((batch, width)), np.full(batch, -7, np.int64), np.full(batch, -7, np.int64),
+        np.full(batch, -7, np.int64), np.array([vocab], np.int64)]))
+    for block in (0, 1):
+        cand = np.stack([np.stack([rng.permutation(vocab)[:width] for _ in range(k)]) for _ in range(batch)])
+        choice = rng.integers(0, width, (batch, k)).astype(np.int64)
+        drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0].copy()
+        full = np.concatenate([np.stack([c2, c1], axis=1), drafts], axis=1).astype(np.int64)
+        p_sup = (0.9 * _dist(rng, (batch, k, width), np.float64)).astype(np.float32)
+        cases.append(("support_step", ("standard", "block")[block], [
+            np.array([block], np.int64), p_sup, _dist(rng, (batch, k, width), np.float32), choice,
+            rng.random((batch, k)), rng.random(batch), cand.astype(np.int64), drafts, cls, full, *tables,
+            np.full(batch, -7, np.int64), np.full((batch, k + 1), -7, np.int64), np.zeros(batch)]))
+    return cases
+
+
+#: Kernels whose first array is their flag, and how many of their last arrays are scalars, as the
+#: extension takes them (the harness reads every argument as an array).
+FLAG_FIRST = {"accept", "support_step"}
+TRAILING_SCALARS = {"anchor_rows": 6, "anchor_logits": 1, "anchor_finish": 1}
+
+
+def _extension_args(kernel: str, arrays: list[np.ndarray]) -> list:
+    args: list = list(arrays)
+    if kernel in FLAG_FIRST:
+        args[0] = bool(args[0][0])
+    scalars = TRAILING_SCALARS.get(kernel, 0)
+    if scalars:
+        args[-scalars:] = [a.item() for a in args[-scalars:]]
+    return args
 
 
 CASES = _cases()
@@ -120,8 +196,7 @@ def test_the_kernels_compute_the_same_bits_on_aarch64_as_on_x86_64(
     built = kernels.active()
     assert built is not None, f"verification runs on {kernels.describe()}: the extension is the expected result here"
     expected = [a.copy() for a in arrays]
-    args = [bool(expected[0][0]), *expected[1:]] if kernel == "accept" else expected
-    getattr(built, kernel)(*args)
+    getattr(built, kernel)(*_extension_args(kernel, expected))
     _write(tmp_path / "in.bin", arrays)
     for arch, command in harnesses.items():
         out = tmp_path / f"out-{arch}.bin"

@@ -60,7 +60,7 @@ from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_rows
 from gb300lane.engine.streams import GRAMMAR, boot_key, request_key, step_uniforms, uniforms, unseeded_key
 from gb300lane.engine.tokenizer import EOS_ID
-from gb300lane.spec import verify
+from gb300lane.spec import kernels, verify
 from gb300lane.spec.verification import verify_support
 
 #: Relative move of the target's interpolation weights between boots (see the module docstring);
@@ -308,7 +308,10 @@ class EngineCore:
                 at = rows if every else sup[rows]
                 return self.model.target_probs(classes[at], full[at, pos], full[at, pos + 1], self._numerics)
 
-            if every:
+            fused = self._verify_fused(method, block, u_accept, u_sample, classes, full) if every else None
+            if fused is not None:
+                accepted_arr, tokens_arr = fused
+            elif every:
                 res = verify_support(method, block.p, block.q, block.cand, block.choice, u_accept, u_sample, rows_at,
                                      drafts=block.tokens)
                 accepted_arr, tokens_arr = res.accepted, res.tokens
@@ -374,6 +377,28 @@ class EngineCore:
         if finished:
             self.running = [s for s in self.running if not s.finished]
         return StepOutcome(emitted=emitted, finished=finished, step_seconds=seconds, k=k, batch=batch)
+
+    def _verify_fused(self, method, block, u_accept, u_sample, classes, full) -> tuple[np.ndarray, np.ndarray] | None:
+        """`verify_support` on every row with the target's rows read in the same compiled call (support_step):
+        the accept rule, the row at each next position and its token, as the kernels `verify_support` calls
+        give them; None where that call does not apply (no kernels, no drafts, other dtypes)."""
+        compiled = kernels.active()
+        batch, k = block.tokens.shape
+        if compiled is None or k == 0 or method not in ("standard", "block") or not (
+                block.p.dtype == block.q.dtype == np.float32 and block.choice.dtype == classes.dtype == np.int64):
+            return None
+        tables = self.model.target_tables(self._numerics)
+        if tables is None:
+            return None
+        tau = np.empty(batch, dtype=np.int64)
+        tokens = np.empty((batch, k + 1), dtype=np.int64)
+        compiled.support_step(method == "block", np.ascontiguousarray(block.p), np.ascontiguousarray(block.q),
+                              np.ascontiguousarray(block.choice), np.ascontiguousarray(u_accept, dtype=np.float64),
+                              np.ascontiguousarray(u_sample, dtype=np.float64),
+                              np.ascontiguousarray(block.cand, dtype=np.int64),
+                              np.ascontiguousarray(block.tokens, dtype=np.int64), np.ascontiguousarray(classes),
+                              np.ascontiguousarray(full, dtype=np.int64), *tables, tau, tokens, np.empty(batch))
+        return tau, tokens
 
     def _take(self, seq: Sequence, tokens: list[int]) -> list[int]:
         """The prefix of a step's tokens the request keeps; sets its finish reason."""

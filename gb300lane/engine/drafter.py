@@ -87,6 +87,9 @@ class _BootTables:
         cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
         self.bi_p = _chunked(lambda lo, hi: model.target_at(
             cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
+        # Their logs as the drafter's softmax reads them (numpy's log, elementwise: the same values as at a step).
+        self.tri_logp = np.log(np.maximum(self.tri_p, 1e-30).astype(np.float64))
+        self.bi_logp = np.log(np.maximum(self.bi_p, 1e-30).astype(np.float64))
         self.anchor_next = _anchor_next(model, topk)
         # The anchor token's candidates (what a context without pair rows drafts from), ready to gather.
         self.anchor_cand = model.draft_ids[0, :, :topk].astype(np.int64)
@@ -296,6 +299,7 @@ class DSparkDrafter:
         self.tabulate = tabulate
         self._tables: dict | None = None
         self._tables_numerics: tuple[int, float] | None = None
+        self._keeps: dict[tuple[bool, int], np.ndarray] = {}
 
 
     def draft(
@@ -411,15 +415,50 @@ class DSparkDrafter:
         probs /= probs.sum(axis=1, keepdims=True)
         return probs
 
-    def _anchor_rows(self, tables: _BootTables, cls, prev2, prev, slot: int, k: int):
-        """Contexts without pair rows at temperature 1: the anchor token's candidates, the target there,
-        and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer passes)."""
-        key3 = self.model._keys3(cls, prev2, prev)
-        cand = tables.anchor_cand.take(prev, axis=0)
-        p = tables.other_p(cls, prev, key3)
+    def _anchor_rows(self, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
+        """Contexts without pair rows at temperature 1 (batch rows `rows`): the anchor token's candidates, the
+        target there, and the slot's draft distribution (what `_contexts` and `_softmax` give them, in fewer
+        passes)."""
+        cls, prev_m = classes[rows], prev[rows]
+        key3 = self.model._keys3(cls, prev2[rows], prev_m)
+        cand = tables.anchor_cand.take(prev_m, axis=0)
+        p = tables.other_p(cls, prev_m, key3)
         z, miss_u = _errors(key3, cand, slot, self.vocab)
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
         return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
+
+    def _anchor_rows_compiled(self, compiled, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
+        """`_anchor_rows` in the kernels, up to the softmax's normalisation: (candidates, target there,
+        exp(logits - row max), row sums). The kernels gather and form the logits; ndtri, exp and the sums
+        are numpy's, so the distribution `anchor_finish` divides out is `_softmax`'s bit for bit."""
+        n, width = rows.shape[0], tables.anchor_cand.shape[1]
+        cand = np.empty((n, width), dtype=np.int64)
+        p = np.empty((n, width), dtype=np.float32)
+        logp, err = np.empty((n, width)), np.empty((n, width))
+        miss_u, scale = np.empty(n), np.empty(n)
+        compiled.anchor_rows(rows, classes, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
+                             tables.bi_p, tables.tri_logp, tables.bi_logp, self._keep(k, slot), cand, p, logp, err,
+                             miss_u, scale, self.vocab, slot, int(_ERROR_KEY[0]), int(_MISS_KEY[0]),
+                             float(self.noise), float(self.miss_noise))
+        logits = np.empty((n, width))
+        compiled.anchor_logits(logp, ndtri(err), scale, logits, float(self.sharpness))
+        np.exp(logits, out=logits)
+        return cand, p, logits, logits.sum(axis=1)
+
+    def _keep(self, k: int, slot: int) -> np.ndarray:
+        """Per class, the chance slot `slot` of a k-slot block keeps the small error (`slot_error_scale`'s keep)."""
+        key = (k > self.block_size, slot)
+        keep = self._keeps.get(key)
+        if keep is None:
+            classes = np.arange(self.miss.shape[0])
+            keep = 1.0 - self.miss[classes]
+            if k > self.block_size:
+                keep *= 1.0 - self.wide_block[classes]
+            past = slot + 1 - self.block_size
+            if past > 0:
+                keep *= (1.0 - self.cliff) ** past
+            keep = self._keeps[key] = np.ascontiguousarray(keep, dtype=np.float64)
+        return keep
 
     def _draft_tabulated(self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms,
                          probabilistic, numerics) -> DraftBlock:
@@ -443,16 +482,25 @@ class DSparkDrafter:
         if compiled is not None:
             u_cols = np.ascontiguousarray(uniforms.T, dtype=np.float64)
             argmax = (greedy_rows if probabilistic else np.ones(batch, dtype=bool)).astype(np.int64)
-        # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end.
+        # Rows without pair rows go through the kernels too where every input is as they take it.
+        fused = (compiled is not None and not any_own and k <= 16 and classes.dtype == prev2.dtype == prev.dtype
+                 == np.int64 and classes.flags.c_contiguous)
+        # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end (the kernels
+        # write them into rows of arrays laid out for that).
         pairs, choices, tokens, dists = [], [], [], []
         computed = []
+        if compiled is not None:
+            pair_rows = np.empty((k + 1, batch), dtype=np.int64)
+            pair_rows[0] = pair
+            pair = pair_rows[0]
+            choice_rows, token_rows = np.empty((k, batch), dtype=np.int64), np.empty((k, batch), dtype=np.int64)
+            dist_rows = np.empty((k, batch, topk))
         for slot in range(k):
             table, remap, over = slot_tables[slot]
             if compiled is not None:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
-                probs = np.empty((batch, topk))
-                choice, token, nxt = np.empty(batch, dtype=np.int64), np.empty_like(pair), np.empty_like(pair)
+                probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
                 compiled.draft_slot(table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over,
                                     pair, u_cols[slot], argmax, tables.cand_flat, tables.next_flat,
                                     probs, choice, token, nxt)
@@ -468,26 +516,36 @@ class DSparkDrafter:
             else:
                 m = np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
             if m is not None:
-                at = pair[m]
                 n: np.ndarray | None = None
                 if any_own:
+                    at = pair[m]
                     c_m, p_m = tables.cand[at], tables.p[at]
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
                     n = np.flatnonzero(at < 0)
                     rn = m[n]
-                cls_m = classes[m]
-                if n is None:
-                    # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
-                    prev_m = prev[m]
-                    c_m, p_m, probs[m] = self._anchor_rows(tables, cls_m, prev2[m], prev_m, slot, k)
+                if n is None and fused and compiled is not None:
+                    # Contexts without pair rows at temperature 1, in the kernels: gathered, softmaxed by
+                    # numpy, then drawn and written into this slot's arrays in one more pass.
+                    c_m, p_m, dist, sums = self._anchor_rows_compiled(compiled, tables, m, classes, prev2, prev,
+                                                                      slot, k)
+                    compiled.anchor_finish(m, dist, sums, u_cols[slot], argmax, c_m, tables.anchor_next, classes,
+                                           prev, probs, choice, token, nxt, vocab)
+                    computed.append((slot, m, c_m, p_m))
+                    m = None  # drawn: nothing is left for the rows below
                 else:
-                    if rn.size:
-                        c_n = tables.anchor_cand.take(prev[rn], axis=0)
-                        key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
-                        c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
-                        z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
-                    logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
-                    probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
+                    cls_m = classes[m]
+                    if n is None:
+                        # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
+                        prev_m = prev[m]
+                        c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
+                    else:
+                        if rn.size:
+                            c_n = tables.anchor_cand.take(prev[rn], axis=0)
+                            key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
+                            c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
+                            z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
+                        logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
+                        probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
             if compiled is None:
                 choice = _draw(probs, u_slots[slot], greedy_rows if any_greedy else None, probabilistic)
                 # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last
@@ -505,18 +563,24 @@ class DSparkDrafter:
                 else:  # every odd row drafted from its anchor token's candidates
                     nxt[m] = tables.anchor_next[cls_m * vocab + prev_m, pick]
                 computed.append((slot, m, c_m, p_m))
-            pairs.append(pair)
-            choices.append(choice)
-            tokens.append(token)
-            dists.append(probs)
+            if compiled is None:
+                pairs.append(pair)
+                choices.append(choice)
+                tokens.append(token)
+                dists.append(probs)
             prev2, prev, pair = prev, token, nxt
-        pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
+        if compiled is not None:
+            pair_all, choice_all, tokens_all = pair_rows[:k].T.copy(), choice_rows.T.copy(), token_rows.T.copy()
+            dist_all = dist_rows
+        else:
+            pair_all, choice_all = np.array(pairs, dtype=np.int64).T.copy(), np.array(choices).T.copy()
+            tokens_all, dist_all = np.array(tokens, dtype=np.int64).T.copy(), np.array(dists)
         cand_all, p_all = tables.cand.take(pair_all, axis=0), tables.p.take(pair_all, axis=0)
         for slot, m, c_m, p_m in computed:
             cand_all[m, slot] = c_m
             p_all[m, slot] = p_m
         if probabilistic:
-            q_all = np.array(dists).transpose(1, 0, 2).astype(np.float32, order="C")
+            q_all = dist_all.transpose(1, 0, 2).astype(np.float32, order="C")
             if any_greedy:  # a greedy row's verifier path ignores q; one-hot keeps it a distribution
                 g = np.flatnonzero(greedy_rows)
                 q_all[g] = 0.0
@@ -524,7 +588,7 @@ class DSparkDrafter:
         else:
             q_all = np.zeros((batch, k, topk), dtype=np.float32)
             q_all[rows[:, None], np.arange(k)[None, :], choice_all] = 1.0
-        return DraftBlock(np.array(tokens, dtype=np.int64).T.copy(), cand_all, q_all, p_all, choice_all)
+        return DraftBlock(tokens_all, cand_all, q_all, p_all, choice_all)
 
     def draft_block(
         self,

@@ -35,6 +35,7 @@ from gb300lane.engine.intent import read_intent
 from gb300lane.engine.streams import uniforms_at
 from gb300lane.engine.tokenizer import EOS_TEXT, Tokenizer
 from gb300lane.fsio import sha256_bytes
+from gb300lane.spec import kernels
 
 #: The shipped corpora (package data, read through importlib.resources).
 CORPORA_DIR = resources.files("gb300lane.engine") / "corpora"
@@ -149,6 +150,15 @@ class BuiltinModel:
         variant kernels change the last bits of a real lane's logits.
         """
         vocab = self.vocab_size
+        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
+        tables = self.target_tables(numerics) if kernels.active() is not None else None
+        if tables is not None:
+            # The same float32 operations, row by row, in one pass (_kernels.c target_rows).
+            out = np.empty((np.shape(c1)[0], vocab), dtype=np.float32)
+            kernels.active().target_rows(  # type: ignore[union-attr]
+                np.ascontiguousarray(cls, dtype=np.int64), np.ascontiguousarray(c2, dtype=np.int64),
+                np.ascontiguousarray(c1, dtype=np.int64), *tables, out)
+            return out
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
         n = probs.shape[0]
         base = cls.astype(np.int64) * vocab
@@ -161,7 +171,6 @@ class BuiltinModel:
         if nt < n:
             ct = ct[rt]
         # Both layers at once where the arithmetic is per context: weights (jittered per boot), sparse-row indices.
-        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
         lam = np.concatenate([bi_lambda[cb], tri_lambda[ct]])
         starts = np.concatenate([self.bi_indptr[cb], self.tri_indptr[ct]])
         lengths = np.concatenate([self.bi_indptr[cb + 1], self.tri_indptr[ct + 1]]) - starts
@@ -184,6 +193,16 @@ class BuiltinModel:
             r, f = row_of[lo:hi], flat[lo:hi]
             probs[r - first if rows.size == n else rows[r - first], cols[f]] += lam[r] * ml[f]
         return probs
+
+    def target_tables(self, numerics: tuple[int, float] | None = None) -> tuple[np.ndarray, ...] | None:
+        """The arrays the compiled kernels read `target_probs`' rows from under a boot's numerics (bigram, then
+        per layer keys, indptr, cols, ML values and weights), or None where they are not in the kernels' dtypes."""
+        bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
+        if not (self.bigram.dtype == self.bi_ml.dtype == self.tri_ml.dtype == bi_lambda.dtype == tri_lambda.dtype
+                == np.float32 and self.bi_cols.dtype == self.tri_cols.dtype == np.int32):
+            return None
+        return (self.bigram, self.bi_keys, self.bi_indptr, self.bi_cols, self.bi_ml, bi_lambda, self.tri_keys,
+                self.tri_indptr, self.tri_cols, self.tri_ml, tri_lambda)
 
     def target_at(
         self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, cols: np.ndarray,

@@ -17,6 +17,8 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from aiohttp import web
@@ -53,6 +55,11 @@ HEADER_READ_TIMEOUT_S = 15.0
 BODY_READ_TIMEOUT_S = 60.0
 #: The largest request body, as vLLM's server accepts (bytes).
 MAX_BODY_BYTES = 64 * 2**20
+#: Bodies up to this many bytes are parsed, and prompts up to this many characters tokenized, on the
+#: event loop (about 0.1 ms and 1 ms at most, against a worker thread's hand-off); larger ones in a worker
+#: thread, so a long prompt never holds the steps or /health.
+INLINE_BODY_BYTES = 64 * 2**10
+INLINE_PROMPT_CHARS = 4096
 
 
 class _Stream:
@@ -73,11 +80,28 @@ class _Stream:
         self._text: list[str] = []
         self._tokens = 0
         self.wake = asyncio.Event()
+        # Set by the handler while it waits with nothing pending: the step loop writes the step's
+        # chunk itself (`_Stream.deliver`), without waking the handler; None means push and wake.
+        self.writer: Callable[[str, int], bool] | None = None
+
+    def deliver(self, text: str, tokens: int) -> None:
+        """A step's text and token count: written at once where the handler armed a writer, else pushed."""
+        writer = self.writer
+        if writer is not None and not self.closed:
+            if writer(text, tokens):
+                return
+            self.writer = None  # the socket is backed up (or going): the handler writes, draining, from here
+        self.push(text, tokens)
 
     def push(self, text: str, tokens: int) -> None:
         self._text.append(text)
         self._tokens += tokens
         self.wake.set()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a step's text or tokens wait for the handler."""
+        return bool(self._text)
 
     def take(self) -> tuple[str, int, bool]:
         """(pending text, pending tokens, whether the stream is closed), clearing what was pending."""
@@ -217,11 +241,11 @@ class EngineServer:
                 delta = self._apply_stop(stream, delta)
             else:
                 stream.text += delta
-            # A step whose text is empty still pushes its tokens: they ride on the next chunk's usage.
-            stream.push(delta, len(new))
+            # A step whose text is empty still delivers its tokens: they ride on the next chunk's usage.
+            stream.deliver(delta, len(new))
         for seq in outcome.finished:
             self._finish(seq)
-        self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
+        # The Prometheus counters are brought up to the core's when /metrics is read (metrics_handler).
 
     def _fail_all(self, exc: Exception) -> None:
         self.log.error("core.py:512", f"EngineCore step failed: {type(exc).__name__}: {exc}; failing the requests in flight")
@@ -387,6 +411,8 @@ class EngineServer:
         except asyncio.TimeoutError:
             raise ApiError(f"the request body did not arrive within {self.body_read_timeout_s:g} s; "
                            "send the whole body at once", status=408) from None
+        if len(raw) <= INLINE_BODY_BYTES:
+            return parse_json_body(raw)
         return await asyncio.to_thread(parse_json_body, raw)
 
     async def _generate(self, request: web.Request, *, chat: bool, body: Any = None) -> web.StreamResponse:
@@ -396,8 +422,13 @@ class EngineServer:
             body = await self._read_json(request)
         req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
         # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
-        ids = req.prompt_ids if req.prompt_ids is not None else await asyncio.to_thread(
-            encode_within, self.tokenizer, req.prompt_text or "", self.args.max_model_len)
+        text = req.prompt_text or ""
+        if req.prompt_ids is not None:
+            ids: list[int] | int = req.prompt_ids
+        elif len(text) <= INLINE_PROMPT_CHARS:
+            ids = encode_within(self.tokenizer, text, self.args.max_model_len)
+        else:
+            ids = await asyncio.to_thread(encode_within, self.tokenizer, text, self.args.max_model_len)
         seq = self._prepare(req, ids)
         seq.grammar = await self._grammar(req)
         stream = _Stream(seq, req.stop)
@@ -412,7 +443,7 @@ class EngineServer:
                 resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
                 try:
                     await resp.prepare(request)
-                    await self._stream_response(resp, req, stream)
+                    await self._stream_response(resp, req, stream, request)
                 except ConnectionResetError:
                     # The client went away mid-stream: abort its request (finally below), one line, no traceback.
                     self.log.info("serving_chat.py:1401" if req.chat else "serving_completion.py:402",
@@ -473,11 +504,20 @@ class EngineServer:
                               "param": None, "code": 500}}
             return web.json_response(body, status=500)
 
-    async def _stream_response(self, resp: web.StreamResponse, req: GenerateRequest, stream: _Stream) -> None:
+    async def _stream_response(
+        self, resp: web.StreamResponse, req: GenerateRequest, stream: _Stream, request: web.Request,
+    ) -> None:
         """Write the SSE stream; each token's reported wall time is when its chunk is written.
 
         `sent` counts the tokens whose chunks have been written: per-chunk usage
         reports it, and a step with no text adds its tokens to the next chunk.
+        A plain text stream (a completion, or a chat without tools), once its
+        first chunk is out, arms `stream.writer`: the step loop then writes each
+        step's chunk itself, the chunk's bytes built from a template of this
+        stream's chunk (`SseChunk`, the same bytes `json.dumps` gives), one
+        encode and one socket write per stream per step, no handler wake-up.
+        The handler writes again (and drains) whenever the socket's buffer is
+        backed up, and for the first chunk, the tool-call deltas and the end.
         """
         name = self.args.served_model_name
         seq = stream.seq
@@ -521,8 +561,30 @@ class EngineServer:
                 await send(with_usage(chunk(req, name, None, None, fields=part), carry), carry)
                 carry = 0
 
+        plain = req.tools.mode == "none"
+        template = SseChunk(req, name, len(seq.prompt_ids), continuous) if plain else None
+
+        def direct(text: str, tokens: int) -> bool:
+            # The step loop's write (see the docstring): what `emit` sends for plain text, written now.
+            nonlocal sent, carry
+            transport = request.transport
+            if transport is None or transport.is_closing() or transport.get_write_buffer_size() > SSE_DIRECT_LIMIT:
+                return False
+            carry += tokens
+            if not text:
+                return True
+            data = template.render(text, int(time.time()), sent + carry)  # type: ignore[union-attr]
+            if carry:
+                seq.token_wall[sent : sent + carry] = [time.monotonic() - seq.arrival_wall] * carry
+                sent, carry = sent + carry, 0
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            return True
+
         while True:
+            if template is not None and not first and not stream.pending:
+                stream.writer = direct
             await stream.wake.wait()
+            stream.writer = None
             text, tokens, closed = stream.take()
             carry += tokens
             if stream.error is not None:
@@ -559,6 +621,48 @@ class EngineServer:
         await send(last)
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
+
+
+#: Bytes a stream's socket may hold unsent before the step loop stops writing its chunks itself and
+#: hands them to the handler, which drains (aiohttp's own write limit).
+SSE_DIRECT_LIMIT = 0x10000
+
+
+class SseChunk:
+    """One stream's text chunk as SSE bytes: `json.dumps` of `chunk(...)` (with its usage), filled in.
+
+    The chunk's JSON is rendered once with markers where the text, the
+    `created` second and the usage counts go, and cut there; a chunk is then
+    the text's JSON string and three integers put between fixed pieces, the
+    bytes `json.dumps` writes for the same chunk.
+    """
+
+    _MARKS = {"created": "\x00created\x00", "text": "\x00text\x00", "done": "\x00done\x00", "total": "\x00total\x00"}
+
+    def __init__(self, req: GenerateRequest, model: str, prompt_tokens: int, continuous: bool) -> None:
+        marks = self._MARKS
+        obj = chunk(req, model, None, None, fields={"content": marks["text"]}) if req.chat \
+            else chunk(req, model, marks["text"], None)
+        obj["created"] = marks["created"]
+        if continuous:
+            obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": marks["done"],
+                            "total_tokens": marks["total"]}
+        text = "data: " + json.dumps(obj).replace("%", "%%") + "\n\n"
+        found = sorted((text.index(json.dumps(mark)), name) for name, mark in marks.items() if json.dumps(mark) in text)
+        order = tuple(name for _, name in found)
+        if order != ("created", "text", "done", "total")[: len(order)] or len(order) not in (2, 4):
+            raise ValueError(f"a stream chunk's fields came out in an unexpected order: {order}")
+        for name in order:
+            text = text.replace(json.dumps(marks[name]), "%s")
+        self._format = text
+        self._continuous = len(order) == 4
+        self._prompt = prompt_tokens
+
+    def render(self, text: str, created: int, completion_tokens: int) -> bytes:
+        if self._continuous:
+            return (self._format % (created, encode_basestring_ascii(text), completion_tokens,
+                                    self._prompt + completion_tokens)).encode()
+        return (self._format % (created, encode_basestring_ascii(text))).encode()
 
 
 #: Characters tokenized per slice of a long prompt (see `encode_within`).

@@ -25,6 +25,8 @@ import functools
 
 import numpy as np
 
+from gb300lane.spec import kernels
+
 #: What a draw is for; part of the counter, so the uses never share a value.
 DRAFT, ACCEPT, SAMPLE, NUMERICS = 0, 1, 2, 3
 #: A draft redrawn inside a request's grammar (engine/grammar.py).
@@ -107,8 +109,16 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
     The same values as three `uniforms` calls (the same counter words), for a
     step's fixed cost.
     """
-    words = (_positions(positions).astype(np.uint64) << _S16)[:, None] | _step_words(k)
-    u = uniforms_at(keys, words)
+    compiled = kernels.active()
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if compiled is not None and pos.ndim == 1:
+        # The same counter words and finaliser in one pass (_kernels.c step_uniforms), which checks the positions.
+        u = np.empty((pos.shape[0], 2 * k + 1))
+        if not compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, _step_words(k), u):
+            _positions(pos)  # raises, naming the range
+    else:
+        pos = _positions(pos)
+        u = uniforms_at(keys, (pos.astype(np.uint64) << _S16)[:, None] | _step_words(k))
     return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
 
 

@@ -14,6 +14,16 @@
  * support_accept: `verify_support`'s block rule on the draft support.
  * draft_slot: one slot of the drafter's boot-table walk (`DSparkDrafter._draft_tabulated`):
  *   the row's distribution, its inverse-CDF draw, the token and the next pair.
+ * step_uniforms: a verify step's draws (`streams.step_uniforms`), SplitMix64 in integer arithmetic.
+ * support_step: a whole verify step on the draft support (`verify_support` with the builtin target's
+ *   rows): the accept rule, the target's row at each row's next position, its token, the tokens laid out.
+ * target_rows: the builtin target's rows (`BuiltinModel.target_probs`): the bigram row, then the
+ *   class bigram and trigram layers, float32 operations in numpy's order, one pass per row.
+ * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
+ *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
+ *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls;
+ *   anchor_logits: their softmax up to its exp; anchor_finish: its normalisation by numpy's row sums,
+ *   the draw, token and next pair (numpy computes ndtri, exp and the sums between).
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -376,6 +386,402 @@ done:
     return ret;
 }
 
+/* anchor_rows(rows (n,) int64, cls, prev2, prev (B,) int64, anchor_cand (V, K) int64, tri_keys (N,) int64,
+ *             tri_p (N, K) float32, bi_p (C*V, K) float32, tri_logp (N, K) float64, bi_logp (C*V, K) float64,
+ *             keep (C,) float64, cand (n, K) int64, p (n, K) float32, logp (n, K) float64, err (n, K) float64,
+ *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
+ * Rows, classes and tokens are checked against the tables before the loop. */
+static PyObject *anchor_rows(PyObject *self, PyObject *args) {
+    enum { ARRAYS = 17, INPUTS = 11 };
+    static const char *const names[ARRAYS] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p",
+                                              "bi_p", "tri_logp", "bi_logp", "keep", "cand", "p", "logp", "err",
+                                              "miss_u", "scale"};
+    Buf b[ARRAYS];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    long long vocab, slot;
+    unsigned long long err_key, miss_key;
+    double noise, miss_noise;
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs != ARRAYS + 6) {
+        PyErr_Format(PyExc_TypeError, "anchor_rows: expected %d arguments, got %zd", ARRAYS + 6, nargs);
+        return NULL;
+    }
+    PyObject *tail = PyTuple_GetSlice(args, ARRAYS, ARRAYS + 6);
+    if (tail == NULL) return NULL;
+    int parsed = PyArg_ParseTuple(tail, "LLKKdd", &vocab, &slot, &err_key, &miss_key, &noise, &miss_noise);
+    Py_DECREF(tail);
+    if (!parsed) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, ARRAYS);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, ARRAYS, INPUTS);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1;
+    Py_ssize_t width = b[4].view.ndim == 2 ? b[4].view.shape[1] : -1, nanchor = width >= 0 ? b[4].view.shape[0] : 0;
+    Py_ssize_t ntri = b[5].view.ndim == 1 ? b[5].view.shape[0] : -1;
+    Py_ssize_t nbi = b[7].view.ndim == 2 ? b[7].view.shape[0] : -1;
+    Py_ssize_t nkeep = b[10].view.ndim == 1 ? b[10].view.shape[0] : -1;
+    int ok = n >= 0 && batch >= 0 && width >= 1 && ntri >= 0 && nbi >= 0 && nkeep >= 0 && vocab > 0 && slot >= 0 &&
+             slot < 16 && kind(&b[4]) == 'q' && kind(&b[5]) == 'q' && kind(&b[10]) == 'd';
+    /* tri_p, bi_p float32 and tri_logp, bi_logp float64, (N, K) and (C*V, K). */
+    for (int i = 6; ok && i < 10; i++)
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == (i % 2 == 0 ? ntri : nbi) && b[i].view.shape[1] == width &&
+             kind(&b[i]) == (i < 8 ? 'f' : 'd');
+    for (int i = 11; ok && i < 15; i++)
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width &&
+             kind(&b[i]) == (i == 11 ? 'q' : i == 12 ? 'f' : 'd');
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_rows: anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) "
+                                          "float32, bi_p (C*V, K) float32, tri_logp and bi_logp float64 alike, keep "
+                                          "(C,) float64, cand (n, K) int64, p (n, K) float32, logp and err (n, K) "
+                                          "float64, 0 <= slot < 16");
+        goto done;
+    }
+    Buf rows_vec[3] = {b[1], b[2], b[3]};
+    Buf out_vec[3] = {b[0], b[15], b[16]};
+    if (check_vectors(rows_vec, "qqq", 3, batch, "anchor_rows") || check_vectors(out_vec, "qdd", 3, n, "anchor_rows"))
+        goto done;
+    const int64_t *rows = b[0].view.buf, *cls = b[1].view.buf, *prev2 = b[2].view.buf, *prev = b[3].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = rows[j];
+        if (r < 0 || r >= batch || cls[r] < 0 || cls[r] >= nkeep || prev[r] < 0 || prev[r] >= nanchor ||
+            prev[r] >= vocab || prev2[r] < 0 || prev2[r] >= vocab || (cls[r] * vocab + prev[r]) >= nbi) {
+            PyErr_SetString(PyExc_IndexError, "anchor_rows: a row, class or token is out of the tables' range");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_rows(rows, cls, prev2, prev, n, vocab, slot, b[4].view.buf, width, b[5].view.buf, ntri, b[6].view.buf,
+                  b[7].view.buf, b[8].view.buf, b[9].view.buf, (uint64_t)err_key, (uint64_t)miss_key, b[10].view.buf,
+                  noise, miss_noise, b[11].view.buf, b[12].view.buf, b[13].view.buf, b[14].view.buf, b[15].view.buf,
+                  b[16].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, ARRAYS);
+    return ret;
+}
+
+/* anchor_logits(logp (n, K) float64, z (n, K) float64, scale (n,) float64, out (n, K) float64, sharpness) -> None:
+ * the drafter's softmax up to its exp, for anchor_rows' rows. */
+static PyObject *anchor_logits(PyObject *self, PyObject *args) {
+    static const char *const names[4] = {"logp", "z", "scale", "out"};
+    Buf b[4];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (PyTuple_GET_SIZE(args) != 5) {
+        PyErr_Format(PyExc_TypeError, "anchor_logits: expected 5 arguments, got %zd", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    double sharpness = PyFloat_AsDouble(PyTuple_GET_ITEM(args, 4));
+    if (sharpness == -1.0 && PyErr_Occurred()) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, 4);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, 4, 3);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 2 ? b[0].view.shape[0] : -1, width = n >= 0 ? b[0].view.shape[1] : -1;
+    int ok = n >= 0 && width >= 1 && kind(&b[0]) == 'd';
+    for (int i = 1; ok && i < 4; i += 2)
+        ok = kind(&b[i]) == 'd' && b[i].view.ndim == 2 && b[i].view.shape[0] == n && b[i].view.shape[1] == width;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_logits: logp, z and out (n, K) float64");
+        goto done;
+    }
+    Buf vec[1] = {b[2]};
+    if (check_vectors(vec, "d", 1, n, "anchor_logits")) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_logits(b[0].view.buf, b[1].view.buf, b[2].view.buf, n, width, sharpness, b[3].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 4);
+    return ret;
+}
+
+/* anchor_finish(rows (n,) int64, dist (n, K) float64, sums (n,) float64, u (B,) float64, argmax (B,) int64,
+ *               cand (n, K) int64, anchor_next (C*V, K) int32, cls, prev (B,) int64, probs (B, K) float64, choice,
+ *               token, nxt (B,) int64, vocab) -> None: anchor_rows' rows normalised, drawn and written into the
+ *               slot's arrays. */
+static PyObject *anchor_finish(PyObject *self, PyObject *args) {
+    static const char *const names[13] = {"rows", "dist", "sums", "u", "argmax", "cand", "anchor_next", "cls", "prev",
+                                          "probs", "choice", "token", "nxt"};
+    Buf b[13];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    long long vocab;
+    if (PyTuple_GET_SIZE(args) != 14) {
+        PyErr_Format(PyExc_TypeError, "anchor_finish: expected 14 arguments, got %zd", PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    vocab = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 13));
+    if (vocab == -1 && PyErr_Occurred()) return NULL;
+    PyObject *head = PyTuple_GetSlice(args, 0, 13);
+    if (head == NULL) return NULL;
+    int bad = get_arrays(head, 0, b, names, 13, 9);
+    Py_DECREF(head);
+    if (bad) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[3].view.ndim == 1 ? b[3].view.shape[0] : -1;
+    Py_ssize_t width = b[1].view.ndim == 2 ? b[1].view.shape[1] : -1;
+    Py_ssize_t nnext = b[6].view.ndim == 2 ? b[6].view.shape[0] : -1;
+    int ok = n >= 0 && batch >= 0 && width >= 1 && vocab > 0 && kind(&b[1]) == 'd' && b[1].view.shape[0] == n &&
+             kind(&b[5]) == 'q' && b[5].view.ndim == 2 && b[5].view.shape[0] == n && b[5].view.shape[1] == width &&
+             kind(&b[6]) == 'i' && nnext >= 0 && b[6].view.shape[1] == width && kind(&b[9]) == 'd' &&
+             b[9].view.ndim == 2 && b[9].view.shape[0] == batch && b[9].view.shape[1] == width;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "anchor_finish: dist (n, K) float64, cand (n, K) int64, anchor_next "
+                                          "(C*V, K) int32, probs (B, K) float64");
+        goto done;
+    }
+    Buf rows_vec[2] = {b[0], b[2]};
+    Buf batch_vec[7] = {b[3], b[4], b[7], b[8], b[10], b[11], b[12]};
+    if (check_vectors(rows_vec, "qd", 2, n, "anchor_finish") ||
+        check_vectors(batch_vec, "dqqqqqq", 7, batch, "anchor_finish"))
+        goto done;
+    const int64_t *rows = b[0].view.buf, *cls = b[7].view.buf, *prev = b[8].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t r = rows[j];
+        if (r < 0 || r >= batch || cls[r] < 0 || prev[r] < 0 || prev[r] >= vocab || cls[r] * vocab + prev[r] >= nnext) {
+            PyErr_SetString(PyExc_IndexError, "anchor_finish: a row, class or token is out of range");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_anchor_finish(rows, n, b[1].view.buf, b[2].view.buf, width, b[3].view.buf, b[4].view.buf, b[5].view.buf,
+                    b[6].view.buf, cls, prev, vocab, b[9].view.buf, b[10].view.buf, b[11].view.buf, b[12].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 13);
+    return ret;
+}
+
+/* target_rows(cls, c2, c1 (n,) int64, bigram (V, V) float32, bi_keys (N2,) int64, bi_indptr (N2 + 1,) int64,
+ *             bi_cols int32, bi_ml float32, bi_lam (N2,) float32, tri_keys, tri_indptr, tri_cols, tri_ml, tri_lam,
+ *             out (n, V) float32) -> None. Tokens, classes and the sparse rows are checked before the loop. */
+static PyObject *target_rows(PyObject *self, PyObject *args) {
+    static const char *const names[15] = {"cls", "c2", "c1", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml",
+                                          "bi_lam", "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lam", "out"};
+    Buf b[15];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (get_arrays(args, 0, b, names, 15, 14)) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1;
+    Py_ssize_t vocab = b[3].view.ndim == 2 ? b[3].view.shape[0] : -1;
+    int ok = n >= 0 && vocab > 0 && b[3].view.shape[1] == vocab && kind(&b[3]) == 'f' && kind(&b[14]) == 'f' &&
+             b[14].view.ndim == 2 && b[14].view.shape[0] == n && b[14].view.shape[1] == vocab;
+    for (int layer = 0; ok && layer < 2; layer++) {
+        Buf *l = &b[4 + 5 * layer];
+        Py_ssize_t rows = l[0].view.ndim == 1 ? l[0].view.shape[0] : -1;
+        ok = rows >= 0 && kind(&l[0]) == 'q' && kind(&l[1]) == 'q' && l[1].view.ndim == 1 &&
+             l[1].view.shape[0] == rows + 1 && kind(&l[2]) == 'i' && kind(&l[3]) == 'f' && l[2].view.ndim == 1 &&
+             l[3].view.ndim == 1 && l[2].view.shape[0] == l[3].view.shape[0] && kind(&l[4]) == 'f' &&
+             l[4].view.ndim == 1 && l[4].view.shape[0] == rows;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "target_rows: bigram (V, V) float32, per layer keys (N,) int64, indptr "
+                                          "(N + 1,) int64, cols int32 and ml float32 inside the vocabulary, lam (N,) "
+                                          "float32, out (n, V) float32");
+        goto done;
+    }
+    Buf vec[3] = {b[0], b[1], b[2]};
+    if (check_vectors(vec, "qqq", 3, n, "target_rows")) goto done;
+    const int64_t *cls = b[0].view.buf, *c2 = b[1].view.buf, *c1 = b[2].view.buf;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (cls[j] < 0 || c2[j] < 0 || c2[j] >= vocab || c1[j] < 0 || c1[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "target_rows: a class or token is out of range");
+            goto done;
+        }
+        /* The contexts this row reads: their entries lie inside cols and ml and name vocabulary columns. */
+        for (int layer = 0; layer < 2; layer++) {
+            Buf *l = &b[4 + 5 * layer];
+            int64_t key = layer == 0 ? cls[j] * vocab + c1[j] : (cls[j] * vocab + c2[j]) * vocab + c1[j];
+            ptrdiff_t r = k_csr_row(l[0].view.buf, l[0].view.shape[0], key);
+            if (r < 0) continue;
+            const int64_t *indptr = l[1].view.buf;
+            const int32_t *cols = l[2].view.buf;
+            int good = indptr[r] >= 0 && indptr[r] <= indptr[r + 1] && indptr[r + 1] <= l[2].view.shape[0];
+            for (int64_t f = indptr[r]; good && f < indptr[r + 1]; f++) good = cols[f] >= 0 && cols[f] < vocab;
+            if (!good) {
+                PyErr_SetString(PyExc_IndexError, "target_rows: a context's sparse row is out of range");
+                goto done;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_target_rows(cls, c2, c1, n, vocab, b[3].view.buf, b[4].view.buf, b[4].view.shape[0], b[5].view.buf,
+                  b[6].view.buf, b[7].view.buf, b[8].view.buf, b[9].view.buf, b[9].view.shape[0], b[10].view.buf,
+                  b[11].view.buf, b[12].view.buf, b[13].view.buf, b[14].view.buf);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    release_all(b, 15);
+    return ret;
+}
+
+/* support_step(block, p_sup (B, k, K) float32, q_sup (B, k, K) float32, choice (B, k) int64, u_accept (B, k) float64,
+ *              u_sample (B,) float64, cand (B, k, K) int64, drafts (B, k) int64, cls (B,) int64, full (B, k + 2) int64,
+ *              bigram, bi_keys, bi_indptr, bi_cols, bi_ml, bi_lam, tri_keys, tri_indptr, tri_cols, tri_ml, tri_lam
+ *              (target_rows' tables), tau (B,) int64, tokens (B, k + 1) int64, scale (B,) float64) -> None.
+ * A whole verify step on the draft support in one call: the accept rule (standard, or block as support_accept
+ * forms it), the target's row at each row's next position, its correction token, and the tokens laid out. */
+static PyObject *support_step(PyObject *self, PyObject *args) {
+    enum { ARRAYS = 23, INPUTS = 20 };
+    static const char *const names[ARRAYS] = {"p_sup", "q_sup", "choice", "u_accept", "u_sample", "cand", "drafts",
+                                              "cls", "full", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml",
+                                              "bi_lam", "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lam",
+                                              "tau", "tokens", "scale"};
+    Buf b[ARRAYS];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    double *joints = NULL;
+    float *rowbuf = NULL, *dense_q = NULL;
+    if (PyTuple_GET_SIZE(args) != ARRAYS + 1) {
+        PyErr_Format(PyExc_TypeError, "support_step: expected %d arguments, got %zd", ARRAYS + 1, PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    int is_block = PyObject_IsTrue(PyTuple_GET_ITEM(args, 0));
+    if (is_block < 0) return NULL;
+    PyObject *rest = PyTuple_GetSlice(args, 1, ARRAYS + 1);
+    if (rest == NULL) return NULL;
+    int bad = get_arrays(rest, 0, b, names, ARRAYS, INPUTS);
+    Py_DECREF(rest);
+    if (bad) goto done;
+    Py_ssize_t batch = b[0].view.ndim == 3 ? b[0].view.shape[0] : -1, k = batch >= 0 ? b[0].view.shape[1] : 0;
+    Py_ssize_t width = batch >= 0 ? b[0].view.shape[2] : 0;
+    Py_ssize_t vocab = b[9].view.ndim == 2 ? b[9].view.shape[0] : -1;
+    int ok = batch >= 0 && k >= 1 && width >= 1 && vocab > 0 && b[9].view.shape[1] == vocab && kind(&b[9]) == 'f' &&
+             kind(&b[0]) == 'f' && kind(&b[1]) == 'f' && kind(&b[5]) == 'q';
+    for (int i = 1; ok && i < 6; i += 4)  /* q_sup and cand: (B, k, K) */
+        ok = b[i].view.ndim == 3 && b[i].view.shape[0] == batch && b[i].view.shape[1] == k && b[i].view.shape[2] == width;
+    for (int i = 2; ok && i < 7; i++) {  /* choice, u_accept, drafts (B, k); u_sample (B,) */
+        if (i == 4 || i == 5) continue;
+        ok = b[i].view.ndim == 2 && b[i].view.shape[0] == batch && b[i].view.shape[1] == k &&
+             kind(&b[i]) == (i == 3 ? 'd' : 'q');
+    }
+    ok = ok && kind(&b[8]) == 'q' && b[8].view.ndim == 2 && b[8].view.shape[0] == batch && b[8].view.shape[1] == k + 2 &&
+         kind(&b[21]) == 'q' && b[21].view.ndim == 2 && b[21].view.shape[0] == batch && b[21].view.shape[1] == k + 1;
+    for (int layer = 0; ok && layer < 2; layer++) {
+        Buf *l = &b[10 + 5 * layer];
+        Py_ssize_t rows = l[0].view.ndim == 1 ? l[0].view.shape[0] : -1;
+        ok = rows >= 0 && kind(&l[0]) == 'q' && kind(&l[1]) == 'q' && l[1].view.ndim == 1 &&
+             l[1].view.shape[0] == rows + 1 && kind(&l[2]) == 'i' && kind(&l[3]) == 'f' && l[2].view.ndim == 1 &&
+             l[3].view.ndim == 1 && l[2].view.shape[0] == l[3].view.shape[0] && kind(&l[4]) == 'f' &&
+             l[4].view.ndim == 1 && l[4].view.shape[0] == rows;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "support_step: p_sup, q_sup (B, k, K) float32 with k >= 1, cand (B, k, K) "
+                                          "int64, choice and drafts (B, k) int64, u_accept (B, k) float64, full "
+                                          "(B, k + 2) int64, tokens (B, k + 1) int64, target_rows' tables");
+        goto done;
+    }
+    Buf vec[4] = {b[4], b[7], b[20], b[22]};
+    if (check_vectors(vec, "dqqd", 4, batch, "support_step")) goto done;
+    const int64_t *choice = b[2].view.buf, *cand = b[5].view.buf, *cls = b[7].view.buf, *full = b[8].view.buf;
+    for (Py_ssize_t j = 0; j < batch * k; j++)
+        if (choice[j] < 0 || choice[j] >= width) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a drafted candidate is out of range");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < batch * k * width; j++)
+        if (cand[j] < 0 || cand[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a support column is out of range");
+            goto done;
+        }
+    for (Py_ssize_t j = 0; j < batch * (k + 2); j++)
+        if (full[j] < 0 || full[j] >= vocab || (j % (k + 2) == 0 && cls[j / (k + 2)] < 0)) {
+            PyErr_SetString(PyExc_IndexError, "support_step: a class or token is out of range");
+            goto done;
+        }
+    joints = PyMem_Malloc((size_t)(k + 1) * sizeof(double));
+    rowbuf = PyMem_Malloc((size_t)(batch > 0 ? batch : 1) * (size_t)vocab * sizeof(float));
+    dense_q = PyMem_Calloc((size_t)GROUP * (size_t)vocab, sizeof(float));
+    if (!joints || !rowbuf || !dense_q) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *tau = b[20].view.buf;
+    double *scale = b[22].view.buf;
+    if (is_block)
+        k_support_accept(b[0].view.buf, b[1].view.buf, batch, k, width, choice, b[3].view.buf, tau, scale, joints);
+    else
+        k_support_standard(b[0].view.buf, b[1].view.buf, batch, k, width, choice, b[3].view.buf, tau, scale);
+    /* The contexts the rows read next: their sparse entries lie inside cols and name vocabulary columns. */
+    for (Py_ssize_t r = 0; r < batch; r++) {
+        const int64_t *ctx = full + r * (k + 2) + tau[r];
+        for (int layer = 0; layer < 2; layer++) {
+            Buf *l = &b[10 + 5 * layer];
+            int64_t key = layer == 0 ? cls[r] * vocab + ctx[1] : (cls[r] * vocab + ctx[0]) * vocab + ctx[1];
+            ptrdiff_t row = k_csr_row(l[0].view.buf, l[0].view.shape[0], key);
+            if (row < 0) continue;
+            const int64_t *indptr = l[1].view.buf;
+            const int32_t *cols = l[2].view.buf;
+            int good = indptr[row] >= 0 && indptr[row] <= indptr[row + 1] && indptr[row + 1] <= l[2].view.shape[0];
+            for (int64_t f = indptr[row]; good && f < indptr[row + 1]; f++) good = cols[f] >= 0 && cols[f] < vocab;
+            if (!good) {
+                PyErr_SetString(PyExc_IndexError, "support_step: a context's sparse row is out of range");
+                goto done;
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    k_support_emit(batch, k, width, b[1].view.buf, cand, b[6].view.buf, cls, full, b[4].view.buf, tau, scale, vocab,
+                   b[9].view.buf, b[10].view.buf, b[10].view.shape[0], b[11].view.buf, b[12].view.buf, b[13].view.buf,
+                   b[14].view.buf, b[15].view.buf, b[15].view.shape[0], b[16].view.buf, b[17].view.buf,
+                   b[18].view.buf, b[19].view.buf, b[21].view.buf, rowbuf, dense_q);
+    Py_END_ALLOW_THREADS
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(joints);
+    PyMem_Free(rowbuf);
+    PyMem_Free(dense_q);
+    release_all(b, ARRAYS);
+    return ret;
+}
+
+/* step_uniforms(keys (B,) uint64, positions (B,) int64, words (S,) uint64, out (B, S) float64) -> bool:
+ * `streams.uniforms_at(keys, (positions << 16) | words)`, SplitMix64 counter-based, integer arithmetic;
+ * False (out unwritten) where a position lies outside [0, 2**47). */
+static PyObject *step_uniforms(PyObject *self, PyObject *args) {
+    static const char *const names[4] = {"keys", "positions", "words", "out"};
+    Buf b[4];
+    memset(b, 0, sizeof(b));
+    PyObject *ret = NULL;
+    if (get_arrays(args, 0, b, names, 4, 3)) goto done;
+    Py_ssize_t n = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, width = b[2].view.ndim == 1 ? b[2].view.shape[0] : -1;
+    if (n < 0 || width < 0 || b[0].view.itemsize != 8 || b[2].view.itemsize != 8 || kind(&b[1]) != 'q' ||
+        b[1].view.ndim != 1 || b[1].view.shape[0] != n || kind(&b[3]) != 'd' || b[3].view.ndim != 2 ||
+        b[3].view.shape[0] != n || b[3].view.shape[1] != width) {
+        PyErr_SetString(PyExc_ValueError, "step_uniforms: keys (B,) uint64, positions (B,) int64, words (S,) uint64, "
+                                          "out (B, S) float64");
+        goto done;
+    }
+    const uint64_t *keys = b[0].view.buf, *words = b[2].view.buf;
+    const int64_t *pos = b[1].view.buf;
+    double *out = b[3].view.buf;
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (pos[r] < 0 || pos[r] >= ((int64_t)1 << 47)) {
+            ret = Py_False;  /* a position outside the counter layout: the caller says which */
+            Py_INCREF(ret);
+            goto done;
+        }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        uint64_t base = (uint64_t)pos[r] << 16;
+        for (Py_ssize_t j = 0; j < width; j++) out[r * width + j] = k_uniform(keys[r], base | words[j]);
+    }
+    ret = Py_True;
+    Py_INCREF(ret);
+done:
+    release_all(b, 4);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
@@ -383,6 +789,12 @@ static PyMethodDef methods[] = {
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
     {"support_accept", support_accept, METH_VARARGS, "verify_support's block rule: accepted length and joint."},
     {"draft_slot", draft_slot, METH_VARARGS, "One drafter slot from the boot tables: distribution, draw, token, next."},
+    {"step_uniforms", step_uniforms, METH_VARARGS, "A verify step's uniforms: SplitMix64 at (position, use, slot)."},
+    {"support_step", support_step, METH_VARARGS, "A verify step on the draft support: accept, target row, token."},
+    {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
+    {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
+    {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},
+    {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows normalised and drawn: choice, token, next pair."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -343,4 +343,288 @@ static void k_draft_slot(const double *table, ptrdiff_t width, const int32_t *re
     }
 }
 
+/* SplitMix64's finaliser (streams._mix), wrapping modulo 2**64 as numpy's uint64 arithmetic does. */
+static inline uint64_t k_mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* streams.uniforms_at for one word: the top 53 bits of the mixed word as a double in [0, 1). */
+static inline double k_uniform(uint64_t key, uint64_t word) {
+    return (double)(k_mix(key + word * 0x9E3779B97F4A7C15ULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* anchor_rows' loop (`DSparkDrafter._anchor_rows` before its ndtri and softmax), per row j of n (batch row
+ * rows[j] of cls, prev2 and prev; the outputs are indexed by j):
+ * key3 = (cls * V + prev2) * V + prev; the anchor token's candidates; the target there (the trigram
+ * row of key3 where tri_keys has it, else the (cls, prev) bigram row) and its log (tabulated with numpy's
+ * log at boot); the checkpoint's unit-error
+ * uniforms at (key3, candidate, slot) clipped to [1e-12, 1 - 1e-12] and the miss uniform (`_errors`);
+ * and the slot's error scale (noise where miss_u < keep[cls], else miss_noise). */
+static void k_anchor_rows(const int64_t *rows, const int64_t *cls, const int64_t *prev2, const int64_t *prev,
+                          ptrdiff_t n, int64_t vocab,
+                          int64_t slot, const int64_t *anchor_cand, ptrdiff_t width, const int64_t *tri_keys,
+                          ptrdiff_t ntri, const float *tri_p, const float *bi_p, const double *tri_logp,
+                          const double *bi_logp, uint64_t err_key, uint64_t miss_key,
+                          const double *keep, double noise, double miss_noise, int64_t *cand, float *p, double *logp,
+                          double *err, double *miss_u, double *scale) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        int64_t r = rows[j], cj = cls[r], pj = prev[r];
+        int64_t key3 = (cj * vocab + prev2[r]) * vocab + pj;
+        /* _csr_lookup: searchsorted (left), clipped to the last row, kept where the key matches. */
+        ptrdiff_t lo = 0, hi = ntri;
+        while (lo < hi) {
+            ptrdiff_t mid = lo + (hi - lo) / 2;
+            if (tri_keys[mid] < key3) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo > ntri - 1) lo = ntri - 1;
+        int tri = ntri > 0 && tri_keys[lo] == key3;
+        ptrdiff_t at = tri ? lo * width : (cj * vocab + pj) * width;
+        const float *src = (tri ? tri_p : bi_p) + at;
+        const double *lsrc = (tri ? tri_logp : bi_logp) + at;
+        uint64_t ctx = ((uint64_t)key3 << 4) | (uint64_t)slot;
+        uint64_t base = (ctx - (uint64_t)slot) * (uint64_t)vocab + (uint64_t)slot;
+        for (ptrdiff_t x = 0; x < width; x++) {
+            int64_t c = anchor_cand[pj * width + x];
+            cand[j * width + x] = c;
+            p[j * width + x] = src[x];
+            logp[j * width + x] = lsrc[x];
+            double u = k_uniform(err_key, ((uint64_t)c << 4) + base);
+            if (u < 1e-12) u = 1e-12;
+            if (u > 1.0 - 1e-12) u = 1.0 - 1e-12;
+            err[j * width + x] = u;
+        }
+        double m = k_uniform(miss_key, ctx);
+        miss_u[j] = m;
+        scale[j] = m < keep[cj] ? noise : miss_noise;
+    }
+}
+
+/* _csr_lookup for one key: its row in sorted keys[0..n), or -1 (searchsorted left, clipped, compared). */
+static inline ptrdiff_t k_csr_row(const int64_t *keys, ptrdiff_t n, int64_t key) {
+    if (n <= 0) return -1;
+    ptrdiff_t lo = 0, hi = n;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo > n - 1) lo = n - 1;
+    return keys[lo] == key ? lo : -1;
+}
+
+/* One interpolation layer on a row: row *= 1 - lam, then row[col] += lam * ml over the context's entries
+ * (float32 throughout, as numpy's float32 operations round). */
+static inline void k_layer(float *row, float lam, const int64_t *indptr, const int32_t *cols, const float *ml,
+                           ptrdiff_t ctx, ptrdiff_t vocab) {
+    float keep = 1.0f - lam;
+    for (ptrdiff_t x = 0; x < vocab; x++) row[x] *= keep;
+    for (int64_t f = indptr[ctx]; f < indptr[ctx + 1]; f++) row[cols[f]] += lam * ml[f];
+}
+
+/* BuiltinModel.target_probs' rows: per row the bigram row of c1, then the class bigram layer, then the
+ * trigram layer, where the model has those contexts. */
+static void k_target_rows(const int64_t *cls, const int64_t *c2, const int64_t *c1, ptrdiff_t n, int64_t vocab,
+                          const float *bigram, const int64_t *bi_keys, ptrdiff_t nbi, const int64_t *bi_indptr,
+                          const int32_t *bi_cols, const float *bi_ml, const float *bi_lam, const int64_t *tri_keys,
+                          ptrdiff_t ntri, const int64_t *tri_indptr, const int32_t *tri_cols, const float *tri_ml,
+                          const float *tri_lam, float *out) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        float *row = out + j * vocab;
+        memcpy(row, bigram + c1[j] * vocab, (size_t)vocab * sizeof(float));
+        int64_t base = cls[j] * vocab;
+        ptrdiff_t b = k_csr_row(bi_keys, nbi, base + c1[j]);
+        if (b >= 0) k_layer(row, bi_lam[b], bi_indptr, bi_cols, bi_ml, b, vocab);
+        ptrdiff_t t = k_csr_row(tri_keys, ntri, (base + c2[j]) * vocab + c1[j]);
+        if (t >= 0) k_layer(row, tri_lam[t], tri_indptr, tri_cols, tri_ml, t, vocab);
+    }
+}
+
+/* The inverse-CDF draw of one distribution row (a running sum left to right, the count of CDF values
+ * below u * total), or its first largest value where `argmax` is set: `drafter._draw` and draft_slot's. */
+static inline int64_t k_draw(const double *row, ptrdiff_t width, double u, int argmax) {
+    int64_t c = 0;
+    if (argmax) {
+        double best = row[0];
+        for (ptrdiff_t x = 0; x < width && best == best; x++)
+            if (row[x] > best || row[x] != row[x]) {
+                best = row[x];
+                c = x;
+            }
+        return c;
+    }
+    double cdf[width > 0 ? width : 1];
+    double run = 0.0;
+    for (ptrdiff_t x = 0; x < width; x++) cdf[x] = run = run + row[x];
+    double threshold = u * cdf[width - 1];
+    for (ptrdiff_t x = 0; x < width; x++) c += cdf[x] < threshold;
+    return c;
+}
+
+/* The drafter's softmax up to its exp (`DSparkDrafter._softmax`): logits = sharpness * logp, plus
+ * scale * z on every row when any row's scale is positive, less each row's largest logit. */
+static void k_anchor_logits(const double *logp, const double *z, const double *scale, ptrdiff_t n, ptrdiff_t width,
+                            double sharpness, double *out) {
+    int any = 0;
+    for (ptrdiff_t j = 0; j < n; j++) any |= scale[j] > 0.0;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        double *row = out + j * width;
+        for (ptrdiff_t x = 0; x < width; x++) row[x] = sharpness * logp[j * width + x];
+        if (any)
+            for (ptrdiff_t x = 0; x < width; x++) row[x] += scale[j] * z[j * width + x];
+        /* numpy's maximum.reduce: the largest, a NaN propagating. */
+        double best = row[0];
+        for (ptrdiff_t x = 1; x < width; x++)
+            if (!(best >= row[x])) best = (best != best) ? best : row[x];
+        for (ptrdiff_t x = 0; x < width; x++) row[x] -= best;
+    }
+}
+
+/* anchor_finish's loop: per row j of n (batch row rows[j]), its distribution dist[j] / sums[j] written
+ * into probs, the candidate drawn, its token from cand[j] and its next pair from anchor_next (class,
+ * anchor, choice). */
+static void k_anchor_finish(const int64_t *rows, ptrdiff_t n, const double *dist, const double *sums, ptrdiff_t width,
+                            const double *u,
+                            const int64_t *argmax, const int64_t *cand, const int32_t *anchor_next, const int64_t *cls,
+                            const int64_t *prev, int64_t vocab, double *probs, int64_t *choice, int64_t *token,
+                            int64_t *nxt) {
+    for (ptrdiff_t j = 0; j < n; j++) {
+        int64_t r = rows[j];
+        double *row = probs + r * width;
+        for (ptrdiff_t x = 0; x < width; x++) row[x] = dist[j * width + x] / sums[j];
+        int64_t c = k_draw(row, width, u[r], (int)argmax[r]);
+        choice[r] = c;
+        token[r] = cand[j * width + c];
+        nxt[r] = anchor_next[(cls[r] * vocab + prev[r]) * width + c];
+    }
+}
+
+/* The standard rule on the support (`verify_support`'s numpy test): per row the count of leading drafts with
+ * p > 0 and u * q <= p at the drafted candidate, p and q read as doubles. */
+static void k_support_standard(const float *ps, const float *qs, ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width,
+                               const int64_t *choice, const double *us, int64_t *tau, double *scale) {
+    for (ptrdiff_t r = 0; r < batch; r++) {
+        ptrdiff_t t = 0;
+        while (t < k) {
+            ptrdiff_t at = (r * k + t) * width + choice[r * k + t];
+            double p = (double)ps[at], q = (double)qs[at];
+            if (!(p > 0.0 && us[r * k + t] * q <= p)) break;
+            t++;
+        }
+        tau[r] = t;
+        scale[r] = 1.0;
+    }
+}
+
+/* One correction row's elements, v_c = max(0, round(scale * p_c) - q_c) (q absent: round(scale * p_c)),
+ * formed as CORRECTION_ROW forms them, written over the row: a loop with no carried sum, so it vectorises. */
+WIDE static void correction_elements(float *row, const float *q, double scale, ptrdiff_t vocab) {
+    if (q) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            float v = AS_FLOAT((double)row[c] * scale) - q[c];
+            row[c] = RELU(v, fabsf);
+        }
+    } else {
+        for (ptrdiff_t c = 0; c < vocab; c++) row[c] = AS_FLOAT((double)row[c] * scale);
+    }
+}
+
+/* CORRECTION_ROW's two passes for up to GROUP rows of formed elements (correction_elements) at once: the
+ * same left-to-right sums per row, the rows' additions interleaved so that they do not wait on each other.
+ * A row whose residual has no mass is left to the caller (out[g] = -2). */
+static void correction_group(const float *const *vs, const double *u, int live, ptrdiff_t vocab, int64_t *out) {
+    double total[GROUP] = {0.0}, cdf[GROUP] = {0.0}, threshold[GROUP];
+    int64_t count[GROUP] = {0};
+    if (live == GROUP) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            total[0] += (double)vs[0][c];
+            total[1] += (double)vs[1][c];
+            total[2] += (double)vs[2][c];
+            total[3] += (double)vs[3][c];
+        }
+    } else {
+        for (int g = 0; g < live; g++)
+            for (ptrdiff_t c = 0; c < vocab; c++) total[g] += (double)vs[g][c];
+    }
+    for (int g = 0; g < live; g++) threshold[g] = u[g] * total[g];
+    if (live == GROUP) {
+        for (ptrdiff_t c = 0; c < vocab; c++) {
+            cdf[0] += (double)vs[0][c];
+            cdf[1] += (double)vs[1][c];
+            cdf[2] += (double)vs[2][c];
+            cdf[3] += (double)vs[3][c];
+            count[0] += cdf[0] <= threshold[0];
+            count[1] += cdf[1] <= threshold[1];
+            count[2] += cdf[2] <= threshold[2];
+            count[3] += cdf[3] <= threshold[3];
+        }
+    } else {
+        for (int g = 0; g < live; g++)
+            for (ptrdiff_t c = 0; c < vocab; c++) {
+                cdf[g] += (double)vs[g][c];
+                count[g] += cdf[g] <= threshold[g];
+            }
+    }
+    for (int g = 0; g < live; g++) out[g] = !(total[g] > 0.0) ? -2 : count[g] < vocab ? count[g] : vocab - 1;
+}
+
+/* support_step's second half: the target's row at each row's position after its accepted drafts
+ * (k_target_rows on that context, into rowbuf (batch, vocab)), the correction drawn from it as
+ * k_sample_support draws it (the elements formed over the row, then summed in groups of rows), and the
+ * row's tokens as
+ * `verification._emit` lays them out (drafts, then the target's token, then -1). dense_q holds
+ * vocab zeroed floats of scratch (left zeroed). */
+static void k_support_emit(ptrdiff_t batch, ptrdiff_t k, ptrdiff_t width, const float *qs, const int64_t *cand,
+                           const int64_t *drafts, const int64_t *cls, const int64_t *full, const double *u_sample,
+                           const int64_t *tau, const double *scale, int64_t vocab, const float *bigram,
+                           const int64_t *bi_keys, ptrdiff_t nbi, const int64_t *bi_indptr, const int32_t *bi_cols,
+                           const float *bi_ml, const float *bi_lam, const int64_t *tri_keys, ptrdiff_t ntri,
+                           const int64_t *tri_indptr, const int32_t *tri_cols, const float *tri_ml,
+                           const float *tri_lam, int64_t *tokens, float *rowbuf, float *dense_q) {
+    for (ptrdiff_t r = 0; r < batch; r++) {
+        const int64_t *ctx = full + r * (k + 2) + tau[r];
+        k_target_rows(cls + r, ctx, ctx + 1, 1, vocab, bigram, bi_keys, nbi, bi_indptr, bi_cols, bi_ml, bi_lam,
+                      tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, rowbuf + r * vocab);
+    }
+    for (ptrdiff_t r0 = 0; r0 < batch; r0 += GROUP) {
+        int live = batch - r0 < GROUP ? (int)(batch - r0) : GROUP;
+        const float *vs[GROUP];
+        double u[GROUP];
+        int64_t out[GROUP];
+        for (int g = 0; g < live; g++) {
+            ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
+            float *dq = NULL;
+            if (tau[r] < k) {
+                dq = dense_q;
+                for (ptrdiff_t i = 0; i < width; i++) dq[cand[(r * k + at) * width + i]] = qs[(r * k + at) * width + i];
+            }
+            correction_elements(rowbuf + r * vocab, dq, scale[r], vocab);
+            if (dq)
+                for (ptrdiff_t i = 0; i < width; i++) dq[cand[(r * k + at) * width + i]] = 0.0f;
+            vs[g] = rowbuf + r * vocab;
+            u[g] = u_sample[r];
+        }
+        correction_group(vs, u, live, vocab, out);
+        for (int g = 0; g < live; g++) {
+            ptrdiff_t r = r0 + g, at = tau[r] < k ? tau[r] : k - 1;
+            if (out[g] == -2) {
+                /* No residual mass: the target's row again, on the single-row path, which falls back to it. */
+                const int64_t *ctx = full + r * (k + 2) + tau[r];
+                float *row = rowbuf + r * vocab;
+                int64_t has_q = tau[r] < k;
+                k_target_rows(cls + r, ctx, ctx + 1, 1, vocab, bigram, bi_keys, nbi, bi_indptr, bi_cols, bi_ml,
+                              bi_lam, tri_keys, ntri, tri_indptr, tri_cols, tri_ml, tri_lam, row);
+                k_sample_support(row, 1, vocab, scale + r, cand + (r * k + at) * width, width,
+                                 qs + (r * k + at) * width, &has_q, u_sample + r, &out[g], dense_q);
+            }
+            int64_t t = tau[r], *toks = tokens + r * (k + 1);
+            for (ptrdiff_t i = 0; i <= k; i++) toks[i] = i < t ? drafts[r * k + i] : i == t ? out[g] : -1;
+        }
+    }
+}
+
 #endif

@@ -3,8 +3,10 @@
 `pip install` builds them with the package wherever a C compiler is present
 (setup.py marks the extension optional, so an install without one still
 succeeds). Callers keep a numpy path that gives the same results; the kernels
-only fuse the passes numpy makes over a vocabulary row. `GB300LANE_NO_KERNELS=1`
-selects the numpy path, to compare the two.
+only fuse passes numpy makes (over a vocabulary row, a drafter slot's rows, a
+verify step's rows and draws), with the same element arithmetic in the same
+order; numpy keeps the transcendental functions (exp, log, ndtri).
+`GB300LANE_NO_KERNELS=1` selects the numpy path, to compare the two.
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@
  *
  * File format (little-endian): int64 count; per array: int64 dtype (0 float32, 1 float64, 2 int64, 3 int32),
  * int64 ndim, int64 dims[ndim], then the C-ordered data. The arrays come in the extension's argument order
- * (accept's `block` flag as a one-element int64 array). */
+ * (accept's and support_step's `block` flag as a one-element int64 array; a kernel's trailing scalars as
+ * one-element arrays: int64 for integers, float64 for floats). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "../../gb300lane/spec/_kernels_core.h"
 
-#define MAX_ARRAYS 16
+#define MAX_ARRAYS 32
 
 typedef struct {
     int64_t dtype, ndim, dims[4];
@@ -96,6 +97,39 @@ int main(int argc, char **argv) {
     } else if (!strcmp(k, "draft_slot") && n == 12) {
         k_draft_slot(a[0].data, a[0].dims[1], a[1].data, a[1].dims[0], a[2].data, a[3].data, a[3].dims[0], a[4].data,
                      a[5].data, a[6].data, a[7].data, a[8].data, a[9].data, a[10].data, a[11].data);
+    } else if (!strcmp(k, "target_rows") && n == 15) {
+        k_target_rows(a[0].data, a[1].data, a[2].data, a[0].dims[0], a[3].dims[0], a[3].data, a[4].data, a[4].dims[0],
+                      a[5].data, a[6].data, a[7].data, a[8].data, a[9].data, a[9].dims[0], a[10].data, a[11].data,
+                      a[12].data, a[13].data, a[14].data);
+    } else if (!strcmp(k, "anchor_rows") && n == 23) {
+        const int64_t *iv[4] = {a[17].data, a[18].data, a[19].data, a[20].data};
+        k_anchor_rows(a[0].data, a[1].data, a[2].data, a[3].data, a[0].dims[0], *iv[0], *iv[1], a[4].data,
+                      a[4].dims[1], a[5].data, a[5].dims[0], a[6].data, a[7].data, a[8].data, a[9].data,
+                      (uint64_t)*iv[2], (uint64_t)*iv[3], a[10].data, *(double *)a[21].data, *(double *)a[22].data,
+                      a[11].data, a[12].data, a[13].data, a[14].data, a[15].data, a[16].data);
+    } else if (!strcmp(k, "anchor_logits") && n == 5) {
+        k_anchor_logits(a[0].data, a[1].data, a[2].data, a[0].dims[0], a[0].dims[1], *(double *)a[4].data, a[3].data);
+    } else if (!strcmp(k, "anchor_finish") && n == 14) {
+        k_anchor_finish(a[0].data, a[0].dims[0], a[1].data, a[2].data, a[1].dims[1], a[3].data, a[4].data, a[5].data,
+                        a[6].data, a[7].data, a[8].data, *(int64_t *)a[13].data, a[9].data, a[10].data, a[11].data,
+                        a[12].data);
+    } else if (!strcmp(k, "support_step") && n == 24) {
+        ptrdiff_t batch = a[1].dims[0], kk = a[1].dims[1], width = a[1].dims[2], vocab = a[10].dims[0];
+        double *joints = malloc((size_t)(kk + 1) * sizeof(double));
+        float *rowbuf = malloc((size_t)(batch > 0 ? batch : 1) * (size_t)vocab * sizeof(float));
+        float *dense_q = calloc((size_t)vocab, sizeof(float));
+        if (((int64_t *)a[0].data)[0])
+            k_support_accept(a[1].data, a[2].data, batch, kk, width, a[3].data, a[4].data, a[21].data, a[23].data,
+                             joints);
+        else
+            k_support_standard(a[1].data, a[2].data, batch, kk, width, a[3].data, a[4].data, a[21].data, a[23].data);
+        k_support_emit(batch, kk, width, a[2].data, a[6].data, a[7].data, a[8].data, a[9].data, a[5].data,
+                       a[21].data, a[23].data, vocab, a[10].data, a[11].data, a[11].dims[0], a[12].data, a[13].data,
+                       a[14].data, a[15].data, a[16].data, a[16].dims[0], a[17].data, a[18].data, a[19].data,
+                       a[20].data, a[22].data, rowbuf, dense_q);
+        free(joints);
+        free(rowbuf);
+        free(dense_q);
     } else {
         die("unknown kernel or wrong number of arrays");
     }
