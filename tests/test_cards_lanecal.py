@@ -41,6 +41,9 @@ def test_replicates_are_cards_with_their_own_seeds_and_a_bs_control_recipe_in_aa
     seeds = {c.window(c.primary_window).seed_base for c in (aa0, aa1)}
     assert len(seeds) == 2 and w0.window(w0.primary_window).seed_base == aa0.window(aa0.primary_window).seed_base
     assert aa0.name == "tested-lane-aa-000" and w0.name == "tested-lane-card-000"
+    # only the tests are calibrated: a boot gate (here hash-hit) is a fact of one boot, not an error rate
+    assert "hash_hit" in {g.kind for g in card.gates} and "hash_hit" not in {g.kind for g in aa0.gates}
+    assert [g.id for g in w0.gates] == [g.id for g in card.gates if g.kind != "hash_hit"]
 
 
 def test_calibration_through_the_lane_counts_verdicts_resumes_and_keeps_every_replicate_a_receipt(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from typing import Literal
 import yaml
 from pydantic import Field
 
-from gb300lane.cards.calibrate import aa_card
+from gb300lane.cards.calibrate import aa_card, window_gates
 from gb300lane.cards.decide.stats import proportion
 from gb300lane.cards.plan import registration_plan
 from gb300lane.cards.record.receipts import Receipts, read_verdict, register
@@ -93,12 +93,15 @@ def replicate_seed(card: Card, seed: int, r: int) -> int:
 
 
 def replicate_card(card: Card, scenario: LaneScenario, seed: int, r: int) -> Card:
-    """The card replicate r of `scenario` runs: renamed, its primary window given the replicate's seed base."""
+    """The card replicate r of `scenario` runs: renamed, its primary window given the replicate's seed base, and
+    only its window gates (the tests whose error rates are calibrated, as `card calibrate` scores them): a boot
+    gate is a fact of one boot, and in the A/A scenario the changed-flag gate fails by construction."""
     base = aa_card(card) if scenario == "aa" else card
     seed_base = replicate_seed(card, seed, r)
     windows = tuple(w.model_copy(update={"seed_base": seed_base}) if w.name == card.primary_window else w
                     for w in base.windows)
-    return base.model_copy(update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows})
+    return base.model_copy(update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows,
+                                   "gates": window_gates(base)})
 
 
 def _rate(events: int, trials: int) -> LaneRate:
