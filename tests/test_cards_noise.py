@@ -115,7 +115,8 @@ def test_card_plan_uses_the_lane_ledger_and_says_which(tmp_path: Path) -> None:
     assert all(r["cards"] == LEDGER_MIN_CARDS for r in rows)
     planned = runner.invoke(app, ["card", "plan", str(DATA / "tested.yaml"), "--no-pilot"])
     assert planned.exit_code == 0, planned.output
-    assert "boot sd of the aggregate gates from the lane's noise ledger" in planned.output
+    assert "from the lane's noise ledger: the controls of 3 scored cards" in planned.output
+    assert "boot sd of tokens-per-step, " in planned.output
 
 
 def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in_the_verdict(tmp_path: Path) -> None:

@@ -144,10 +144,13 @@ def plan_cmd(
     out = _say(False)
     out(f"{p.card}: {p.requests_per_arm} requests per arm in the primary window as written; design {p.design}")
     out(f"  noise from {p.source} ({p.source_requests} requests)")
-    out(f"  boot sd from {p.boot_source or 'the gates as registered (no boot study: card plan --boots N runs one)'}")
-    for src in sorted({g.boot_sd_source for g in p.gates if g.boot_sd_source.startswith("the lane's")}):
-        out(f"  boot sd of the aggregate gates from {src}; `gb300lane card noise` lists it")
     fallback = [g.gate for g in p.gates if g.boot_sd_source in ("the boot study", "registered")]
+    if fallback or not p.gates:
+        out(f"  boot sd from {p.boot_source or 'the gates as registered (no boot study: card plan --boots N runs one)'}"
+            + (f" for {', '.join(fallback)}" if len(fallback) < len(p.gates) else ""))
+    for src in sorted({g.boot_sd_source for g in p.gates if g.boot_sd_source.startswith("the lane's")}):
+        users = [g.gate for g in p.gates if g.boot_sd_source == src]
+        out(f"  boot sd of {', '.join(users)} from {src}; `gb300lane card noise` lists it")
     if fallback:
         err_console.print(f"[yellow]warning:[/] no noise ledger of this lane and window shape rests on "
                           f"{LEDGER_MIN_CARDS} scored cards yet: {', '.join(fallback)} use "
