@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper, grammar_from
