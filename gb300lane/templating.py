@@ -18,13 +18,14 @@ from __future__ import annotations
 import shlex
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gb300lane import paths
 from gb300lane.errors import TemplateError
 
 if TYPE_CHECKING:
     import jinja2
+    from markupsafe import Markup
 
 
 @lru_cache(maxsize=8)
@@ -58,7 +59,7 @@ def template_path(name: str) -> Path:
                         f"templates/{name} in the working directory")
 
 
-def render(name: str, **context: Any) -> str:
+def render(name: str, **context: object) -> str:
     """Render template `name` with `context`; a missing, broken or mistyped template is a TemplateError."""
     import jinja2
 
@@ -73,7 +74,7 @@ def render(name: str, **context: Any) -> str:
                             "the template, or remove your copy to use the shipped one") from exc
 
 
-def markup(html: str) -> Any:
+def markup(html: str) -> Markup:
     """A fragment the caller built as HTML (an SVG figure): inserted into an autoescaped template as it is."""
     from markupsafe import Markup
 

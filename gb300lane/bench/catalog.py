@@ -57,9 +57,8 @@ def standard_window(name: str) -> WindowSpec:
 def load_window_file(path: Path) -> WindowSpec:
     """A WindowSpec from a YAML or JSON file (the spec itself, or `{window: {...}}`), read by the one strict YAML
     reader (`recipes.yamlio`: its size, depth, alias and duplicate-key limits; JSON is YAML)."""
-    raw = load_mapping(path, str(path), error=BenchError)
-    if set(raw) == {"window"}:
-        raw = raw["window"]
+    data = load_mapping(path, str(path), error=BenchError)
+    raw = data["window"] if set(data) == {"window"} else data
     if not isinstance(raw, dict):
         raise BenchError(f"{path}: expected a mapping with the WindowSpec keys (name, classes, ...)")
     try:

@@ -28,7 +28,6 @@ its modelled view has latencies but no span.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from gb300lane import spec
 from gb300lane.bench.client import StreamOutcome
@@ -122,7 +121,7 @@ def _parse(text: str, model: str | None, source: str) -> spec.MetricsScrape:
 
 def spec_from_scrapes(
     before: Scrape, after: Scrape, *, model: str | None = None
-) -> tuple[SpecStats | None, str | None, int | None, dict[str, Any] | None]:
+) -> tuple[SpecStats | None, str | None, int | None, dict[str, object] | None]:
     """(spec stats, reason they are absent, generation-token delta, raw counter deltas) of one cell."""
     if before.text is None or after.text is None:
         return None, f"/metrics unavailable: {before.reason or after.reason}", None, None
@@ -136,7 +135,7 @@ def spec_from_scrapes(
     except MetricsError as exc:
         return None, f"/metrics unusable: {exc}", None, None
     counters = d.spec
-    raw: dict[str, Any] = {
+    raw: dict[str, object] = {
         "generation_tokens": d.generation_tokens,
         "prompt_tokens": d.prompt_tokens,
         "requests_success": d.requests_success,

@@ -35,7 +35,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,7 +313,7 @@ _SPEC_FIELDS_0_32 = {"num_drafts": "num_spec_steps", "num_draft_tokens": "num_dr
                      "num_accepted_tokens": "num_accepted_draft_tokens"}
 
 
-def request_spec_fields(sd: dict[str, Any]) -> dict[str, Any]:
+def request_spec_fields(sd: Mapping[str, object]) -> dict[str, object]:
     """A response's `metrics.speculative_decoding` as RequestSpecDecode's fields, from 0.33's names or 0.32's."""
     if "num_drafts" in sd or "num_spec_steps" not in sd:
         return {k: sd.get(k) for k in _SPEC_FIELDS_0_32}
@@ -504,7 +504,7 @@ def request_sent_trace() -> aiohttp.TraceConfig:
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
-    payload: dict[str, Any],
+    payload: Mapping[str, object],
     *,
     read_timeout_s: float = 120.0,
 ) -> StreamOutcome:

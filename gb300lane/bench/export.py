@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import numpy as np
+from pydantic import JsonValue
 
 from gb300lane.bench.models import CellResult, ClockStats, RequestRecord, WindowResult
 from gb300lane.bench.stats import Percentiles
@@ -46,7 +47,7 @@ PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 METRIC_PERCENTILES = (99.0,)
 
 
-def vllm_bench_keys(version: str = VLLM_VERSION) -> dict[str, Any]:
+def vllm_bench_keys(version: str = VLLM_VERSION) -> dict[str, JsonValue]:
     """The committed snapshot of the keys `vllm bench serve --save-result` writes."""
     path = resources.files("gb300lane.data").joinpath(f"vllm-{version}-bench-serve-keys.json")
     if not path.is_file():
@@ -106,7 +107,7 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
     return float(tokens.max()), int(active.max())
 
 
-def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, Any]:
+def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, object]:
     """One cell as `vllm bench serve --save-result` writes one run."""
     recs = cell_records(result, cell)
     ok = [r for r in recs if r.ok]
@@ -123,7 +124,7 @@ def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, Any]:
     kinds = {r.kind for r in recs}
     backend = "openai-chat" if kinds == {"chat"} else "openai"
     created = datetime.fromisoformat(result.created_at.replace("Z", "+00:00"))
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "date": created.strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": backend,
         "backend": backend,
@@ -208,7 +209,7 @@ def _lead(cell: CellResult) -> ClockStats:
                       ttft_s=cell.ttft_s, tpot_s=cell.tpot_s, itl_s=cell.itl_s, e2e_s=cell.e2e_s)
 
 
-def csv_rows(result: WindowResult) -> list[dict[str, Any]]:
+def csv_rows(result: WindowResult) -> list[dict[str, object]]:
     """One flat row per cell: identity, validity, both clocks' statistics and the spec-decode statistics."""
     rows = []
     for cell in result.cells:
@@ -216,7 +217,7 @@ def csv_rows(result: WindowResult) -> list[dict[str, Any]]:
         if cell.other_clock is not None:
             by_clock[cell.other_clock.clock] = cell.other_clock
         spec = cell.spec
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "recipe": result.recipe, "fingerprint": result.fingerprint, "model": result.model,
             "class": cell.cls, "concurrency": cell.concurrency if cell.request_rate is None else None,
             "request_rate": cell.request_rate, "arrivals": cell.arrivals, "round": cell.round,

@@ -36,7 +36,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -153,7 +153,7 @@ def _stamps(text: str) -> tuple[float, list[float]] | None:
         return None
 
 
-async def vllm_style_stream(session: aiohttp.ClientSession, url: str, payload: dict[str, Any]) -> list[float]:
+async def vllm_style_stream(session: aiohttp.ClientSession, url: str, payload: Mapping[str, object]) -> list[float]:
     """Event times (seconds since send) as `vllm bench serve` stamps them: `time.perf_counter()` per message.
 
     vLLM's request function reads the body with `iter_any()`, splits it into

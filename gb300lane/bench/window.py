@@ -107,10 +107,10 @@ def derive_arrival_seed(base: int, cls: str, round: int, rate: float) -> int:
 
 def build_request(
     transcript: Transcript, window: WindowSpec, *, model: str, round: int, repeat: int = 0
-) -> tuple[str, dict[str, Any], int | None]:
+) -> tuple[str, dict[str, object], int | None]:
     """(path, JSON body, seed) of one request; chat for tool_json, completions otherwise."""
     seed = None if window.seed_base is None else derive_seed(window.seed_base, transcript.id, round, repeat)
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "model": model,
         "max_tokens": window.forced_tokens,
         "min_tokens": window.forced_tokens,

@@ -154,7 +154,7 @@ class LaneGroup(ConvertingGroup):
         return super().main(*args, **kwargs)
 
     # typer.Context is the click context of whichever click typer uses (vendored in recent typer).
-    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+    def invoke(self, ctx: typer.Context) -> object:  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except LaneError as exc:

@@ -28,7 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from typer import BadParameter
+from typer import BadParameter, Context
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 #: click's spellings of a boolean value.
@@ -86,7 +86,7 @@ class ClickRules:
     annotation: Any
     parameter_info: Any  # typer.models.ParameterInfo: min, max, case_sensitive
 
-    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+    def coerce(self, value: object, param: TyperOption | TyperArgument, ctx: Context | None) -> object:
         """The value as the command receives it: None stays None (or () for a multi-value parameter)."""
         multi = bool(param.multiple) or param.nargs == -1
         if value is None:
@@ -157,6 +157,7 @@ class ConvertingOption(TyperOption):
 
     rules: ClickRules | None = None
 
+    # The context is the base's (typer's vendored click, which names it only privately), so it stays unnamed here.
     def process_value(self, ctx: Any, value: Any) -> Any:
         return _process_value(self, ctx, value, super().process_value)
 
@@ -193,18 +194,18 @@ def _installed(option: Any) -> Any:
 class ConvertingCommand(TyperCommand):
     """A command whose `--help` option (click builds it when the command is first parsed) converts like the rest."""
 
-    def get_help_option(self, ctx: Any) -> Any:
+    def get_help_option(self, ctx: Any) -> TyperOption | None:
         return _installed(super().get_help_option(ctx))
 
 
 class ConvertingGroup(TyperGroup):
     """A group whose `--help` option converts like the rest."""
 
-    def get_help_option(self, ctx: Any) -> Any:
+    def get_help_option(self, ctx: Any) -> TyperOption | None:
         return _installed(super().get_help_option(ctx))
 
 
-def convert_with_click_rules(command: Any) -> None:
+def convert_with_click_rules(command: object) -> None:
     """Give every parameter of `command` and its subcommands a converter from this module.
 
     A parameter of a kind not covered here (a parser, a clamped range, a path that must exist) keeps typer's

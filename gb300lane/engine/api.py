@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +96,7 @@ def _messages_text(messages: Any) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def parse_request(body: Any, *, chat: bool, served_model_name: str) -> GenerateRequest:
+def parse_request(body: object, *, chat: bool, served_model_name: str) -> GenerateRequest:
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
     model = body.get("model")
@@ -185,7 +186,7 @@ def _flag(body: dict, key: str, default: bool) -> bool:
     return value
 
 
-def parse_tokenize(body: Any, *, served_model_name: str) -> tuple[str, bool]:
+def parse_tokenize(body: object, *, served_model_name: str) -> tuple[str, bool]:
     """A /tokenize body: (the text the generate routes would tokenize, whether to return token strings).
 
     vLLM's two shapes: `{"prompt": str}` (a completion prompt) or `{"messages": [...]}`
@@ -205,7 +206,7 @@ def parse_tokenize(body: Any, *, served_model_name: str) -> tuple[str, bool]:
     return prompt, strs
 
 
-def parse_detokenize(body: Any, *, served_model_name: str, vocab_size: int) -> list[int]:
+def parse_detokenize(body: object, *, served_model_name: str, vocab_size: int) -> list[int]:
     """A /detokenize body's token ids, each in the vocabulary."""
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
@@ -219,7 +220,7 @@ def parse_detokenize(body: Any, *, served_model_name: str, vocab_size: int) -> l
     return tokens
 
 
-def timing_extension(seq: Sequence) -> dict[str, Any]:
+def timing_extension(seq: Sequence) -> dict[str, object]:
     """The per-response "gb300lane" extension: modelled and wall times since arrival."""
     times = seq.token_modelled
     return {
@@ -230,11 +231,11 @@ def timing_extension(seq: Sequence) -> dict[str, Any]:
     }
 
 
-def spec_metrics(seq: Sequence, mode: str) -> dict[str, Any] | None:
+def spec_metrics(seq: Sequence, mode: str) -> dict[str, object] | None:
     if mode == "none":
         return None
     drafts = seq.num_drafts
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "num_drafts": drafts,
         "num_draft_tokens": seq.num_draft_tokens,
         "num_accepted_tokens": seq.num_accepted,
@@ -255,12 +256,12 @@ def usage(seq: Sequence, completion_tokens: int | None = None) -> dict[str, int]
 
 def chunk(
     req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False,
-    fields: dict[str, Any] | None = None,
+    fields: Mapping[str, object] | None = None,
 ) -> dict:
     """One stream chunk; a chat chunk's delta carries `text` as content, or `fields` (tool_calls) instead."""
     created = int(time.time())
     if req.chat:
-        delta: dict[str, Any] = {}
+        delta: dict[str, object] = {}
         if first:
             delta["role"] = "assistant"
         if fields is not None:
@@ -274,10 +275,10 @@ def chunk(
     return {"id": req.request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
-def chat_message(req: GenerateRequest, text: str, finish: str | None) -> tuple[dict[str, Any], str | None]:
+def chat_message(req: GenerateRequest, text: str, finish: str | None) -> tuple[dict[str, object], str | None]:
     """(message, finish_reason) of a finished chat answer, tool calls parsed as vLLM's serving_chat does."""
     mode = req.tools.mode
-    message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+    message: dict[str, object] = {"role": "assistant", "content": text, "tool_calls": []}
     if mode == "named":
         message["content"] = ""
         message["tool_calls"] = [{"id": tool_call_id(), "type": "function",
@@ -306,14 +307,14 @@ class ChatDeltas:
         self._held = ""
         self.called = False
 
-    def feed(self, text: str) -> list[dict[str, Any]]:
+    def feed(self, text: str) -> list[dict[str, object]]:
         mode = self.req.tools.mode
         if self._auto is not None:
             return self._auto.feed(text)
         if mode == "named":
             if not text:
                 return []
-            call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+            call: dict[str, object] = {"index": 0, "function": {"arguments": text}}
             if not self._named_started:
                 self._named_started = True
                 call = {"index": 0, "id": tool_call_id(), "type": "function",
@@ -324,7 +325,7 @@ class ChatDeltas:
             return []
         return [{"content": text}] if text else []
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[dict[str, object]]:
         if self._auto is not None:
             out = self._auto.finish()
             self.called = self._auto.called

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 class ApiError(Exception):
@@ -13,7 +16,7 @@ class ApiError(Exception):
         self.status = status
         self.param = param
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, JsonValue]:
         kind = {400: "BadRequestError", 404: "NotFoundError", 408: "RequestTimeoutError", 413: "RequestEntityTooLarge",
                 503: "ServiceUnavailableError"}.get(self.status, "Error")
         return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}

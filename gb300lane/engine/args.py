@@ -92,7 +92,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def defaults_of(prog: str) -> dict[str, Any]:
+def defaults_of(prog: str) -> dict[str, object]:
     return vars(_parser(prog).parse_args([]))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, MTP_STAGES, TOPK_MAX, VOCAB_SIZE
 from gb300lane.errors import EngineError
@@ -64,7 +64,7 @@ class SpecConfig(FrozenModel):
                     return min(k, self.num_speculative_tokens)
         return self.num_speculative_tokens
 
-    def as_log_dict(self) -> dict[str, Any]:
+    def as_log_dict(self) -> dict[str, JsonValue]:
         return self.model_dump(mode="json", exclude={"ignored_keys"})
 
 

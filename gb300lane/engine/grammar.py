@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper, grammar_from
@@ -103,7 +104,7 @@ _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 
 
-def strict(schema: Any) -> Any:
+def strict(schema: object) -> object:
     """`schema` with `additionalProperties: false` wherever a schema names properties and leaves it unsaid.
 
     vLLM's default structured-output backend (xgrammar) compiles schemas in strict mode:
@@ -126,12 +127,12 @@ def strict(schema: Any) -> Any:
     return out
 
 
-def compile_json_schema(tokenizer: Tokenizer, schema: dict[str, Any] | None) -> str:
+def compile_json_schema(tokenizer: Tokenizer, schema: Mapping[str, object] | None) -> str:
     """The llguidance grammar for `schema`, strict (None: any JSON object); GrammarError if it does not compile."""
     return compile_constraint(tokenizer, "json" if schema is not None else "json_object", schema)
 
 
-def compile_constraint(tokenizer: Tokenizer, kind: str, value: Any) -> str:
+def compile_constraint(tokenizer: Tokenizer, kind: str, value: object) -> str:
     """The llguidance grammar for one of vLLM's structured-output kinds; GrammarError if it does not compile.
 
     json (a schema, compiled strict), json_object (any object), regex, choice (one
@@ -143,11 +144,11 @@ def compile_constraint(tokenizer: Tokenizer, kind: str, value: Any) -> str:
         elif kind == "json_object":
             grammar = LLMatcher.grammar_from_json_schema(json.dumps({"type": "object"}), defaults=JSON_OPTIONS)
         elif kind == "regex":
-            grammar = LLMatcher.grammar_from_regex(value)
+            grammar = LLMatcher.grammar_from_regex(cast(str, value))  # parse_constraint checked it is a string
         elif kind == "choice":
             grammar = grammar_from("choice", json.dumps(value))
         elif kind == "grammar":
-            grammar = grammar_from("grammar", value)
+            grammar = grammar_from("grammar", cast(str, value))
         else:
             raise GrammarError(f"unknown structured-output kind {kind!r}")
     except (ValueError, RecursionError) as exc:

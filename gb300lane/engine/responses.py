@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from gb300lane.engine.api_errors import ApiError
@@ -39,7 +40,7 @@ def _text_of(content: Any, where: str) -> str:
     raise ApiError(f"{where}: content must be a string or a list of input_text parts", param="input")
 
 
-def chat_body(body: Any) -> dict[str, Any]:
+def chat_body(body: object) -> dict[str, object]:
     """The chat completion request a text `/v1/responses` request is; ApiError for what is not served."""
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
@@ -68,20 +69,20 @@ def chat_body(body: Any) -> dict[str, Any]:
                              "content": _text_of(item.get("content"), f"input[{i}]")})
     else:
         raise ApiError("input is required: a string or a list of messages", param="input")
-    out: dict[str, Any] = {k: body[k] for k in _PASSED if k in body and body[k] is not None}
+    out: dict[str, object] = {k: body[k] for k in _PASSED if k in body and body[k] is not None}
     out["messages"] = messages
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     return out
 
 
-def response_body(request: dict[str, Any], chat: dict[str, Any]) -> dict[str, Any]:
+def response_body(request: Mapping[str, object], chat: Mapping[str, Any]) -> dict[str, object]:
     """The `response` object for a chat completion body `chat` answering the Responses request `request`."""
     choice = chat["choices"][0]
     text = choice["message"].get("content") or ""
     usage = chat["usage"]
     finished = choice["finish_reason"] != "length"
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
         "created_at": int(time.time()),

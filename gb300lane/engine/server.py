@@ -19,7 +19,7 @@ import signal
 import time
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -45,6 +45,11 @@ from gb300lane.engine.model import BuiltinModel, load_model
 from gb300lane.engine.responses import chat_body, response_body
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
 from gb300lane.errors import EngineError
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from gb300lane.engine.tokenizer import Tokenizer
 
 ENGINE_NAME = "gb300lane-embedded"
 #: Seconds a connection may take to send a whole request head (from connect, or from the end of
@@ -669,7 +674,7 @@ class SseChunk:
 ENCODE_SLICE_CHARS = 1 << 20
 
 
-def encode_within(tokenizer: Any, text: str, limit: int) -> list[int] | int:
+def encode_within(tokenizer: Tokenizer, text: str, limit: int) -> list[int] | int:
     """`text`'s token ids, or (for a text longer than one slice) only their count when there are more than `limit`.
 
     A long text is cut into slices of about ENCODE_SLICE_CHARS at newlines (a
@@ -717,7 +722,7 @@ def reproducibility_line(spec: Any, boot_seed: int, numerics_jitter: float) -> s
     return head + "seeded requests repeat within this boot whatever the batch (alone or concurrent)" + tail
 
 
-def parse_json_body(raw: bytes) -> Any:
+def parse_json_body(raw: bytes) -> JsonValue:
     """A request body as JSON, or the 400 vLLM gives a body that is not (too deep nesting included)."""
     try:
         return json.loads(raw)

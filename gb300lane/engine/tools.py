@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,10 +54,10 @@ class ToolRequest:
     name: str | None = None
     parallel: bool = True  # parallel_tool_calls: False keeps only the first call, as vLLM filters
 
-    def keep(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def keep(self, calls: list[dict[str, object]]) -> list[dict[str, object]]:
         return calls if self.parallel else calls[:1]
 
-    def schema(self) -> dict[str, Any] | None:
+    def schema(self) -> dict[str, object] | None:
         """The JSON schema decoding is held to: None unless a call is forced."""
         if self.mode == "named":
             fn = next(f for f in self.functions if f["name"] == self.name)
@@ -70,7 +71,7 @@ class ToolRequest:
         return None
 
 
-def parse_tools(body: dict[str, Any]) -> ToolRequest:
+def parse_tools(body: Mapping[str, object]) -> ToolRequest:
     """`tools` and `tool_choice` of a chat body, checked as vLLM's ChatCompletionRequest checks them."""
     tools = body.get("tools")
     functions: list[dict[str, Any]] = []
@@ -105,6 +106,7 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest:
         return ToolRequest("none", parallel=parallel)
     if choice in ("auto", "required"):
         return ToolRequest(choice, tuple(functions), parallel=parallel)
+    assert isinstance(choice, dict)  # anything else was refused above
     fn = choice.get("function")
     if not isinstance(fn, dict):
         raise ApiError(f"Invalid value for `function`: `{fn}` in `tool_choice`! {_CORRECT_USAGE}", param="tool_choice")
@@ -120,7 +122,7 @@ def parse_tools(body: dict[str, Any]) -> ToolRequest:
     return ToolRequest("named", tuple(functions), name, parallel=parallel)
 
 
-def parse_constraint(body: dict[str, Any]) -> Constraint | None:
+def parse_constraint(body: Mapping[str, object]) -> Constraint | None:
     """The decoding constraint `response_format` or vLLM's `structured_outputs` asks for (response_format wins)."""
     constrained, schema = parse_response_format(body)
     if constrained:
@@ -155,7 +157,7 @@ def parse_constraint(body: dict[str, Any]) -> Constraint | None:
     return Constraint(kind, value, "structured_outputs")
 
 
-def parse_response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+def parse_response_format(body: Mapping[str, object]) -> tuple[bool, dict[str, object] | None]:
     """(constrained, schema) for `response_format`: json_object is (True, None), json_schema its schema."""
     fmt = body.get("response_format")
     if fmt is None:
@@ -177,7 +179,7 @@ def parse_response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | 
     return True, schema
 
 
-def render_tool_calls(calls: Any, *, where: str) -> str:
+def render_tool_calls(calls: object, *, where: str) -> str:
     """An assistant message's `tool_calls` as the builtin model writes calls: `{"tool_calls": [...]}`."""
     if not isinstance(calls, list):
         raise ApiError(f"{where} must be a list of tool calls", param="messages")
@@ -201,8 +203,8 @@ def tool_call_id() -> str:
     return f"chatcmpl-tool-{uuid.uuid4().hex}"
 
 
-def _call(name: str, arguments: str, index: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+def _call(name: str, arguments: str, index: int | None = None) -> dict[str, object]:
+    out: dict[str, object] = {"id": tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
     if index is not None:
         out["index"] = index
     return out
@@ -227,7 +229,7 @@ def _calls_from(obj: Any) -> list[tuple[str, str]] | None:
     return calls
 
 
-def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, object]]]:
     """(content, tool_calls) of a finished answer under `auto` (no calls: the text is the content)."""
     body = text.lstrip()
     if body.startswith("{"):
@@ -242,7 +244,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return text, []
 
 
-def parse_required(text: str) -> list[dict[str, Any]] | None:
+def parse_required(text: str) -> list[dict[str, object]] | None:
     """The calls of a `required` answer (`[{"name", "parameters"}, ...]`), None if it did not finish."""
     try:
         items = json.loads(text)
@@ -275,7 +277,7 @@ class AutoToolStream:
         self._state: Literal["undecided", "content"] = "undecided"
         self.called = False
 
-    def feed(self, text: str) -> list[dict[str, Any]]:
+    def feed(self, text: str) -> list[dict[str, object]]:
         if self._state == "content":
             return [{"content": text}] if text else []
         self._held += text
@@ -293,15 +295,15 @@ class AutoToolStream:
             if calls:
                 self.called, self._state, self._held = True, "content", ""
                 calls = calls if self._parallel else calls[:1]
-                out: list[dict[str, Any]] = [{"tool_calls": [_call(n, a, i) for i, (n, a) in enumerate(calls)]}]
+                out: list[dict[str, object]] = [{"tool_calls": [_call(n, a, i) for i, (n, a) in enumerate(calls)]}]
                 rest = body[end:]
                 return out + ([{"content": rest}] if rest else [])
         return self._flush()
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[dict[str, object]]:
         """What is still held when the answer ends (a call that never closed is content)."""
         return self._flush() if self._held else []
 
-    def _flush(self) -> list[dict[str, Any]]:
+    def _flush(self) -> list[dict[str, object]]:
         held, self._held, self._state = self._held, "", "content"
         return [{"content": held}] if held else []

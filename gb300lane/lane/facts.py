@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Protocol
 
 import psutil
 from pydantic import Field
@@ -50,7 +50,27 @@ def _address(ip: str) -> str:
     return str(addr)
 
 
-def listening(conns: Iterable[Any], port: int | None = None) -> list[Listener]:
+class SocketAddress(Protocol):
+    """An (ip, port) pair as psutil records a socket's address."""
+
+    @property
+    def ip(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+class ConnectionRecord(Protocol):
+    """What `listening` reads of a `psutil.net_connections` row."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def laddr(self) -> SocketAddress | tuple[()]: ...
+    @property
+    def pid(self) -> int | None: ...
+
+
+def listening(conns: Iterable[ConnectionRecord], port: int | None = None) -> list[Listener]:
     """The listening sockets among psutil connection records (`psutil.net_connections` rows), on `port` if given."""
     out = []
     for conn in conns:

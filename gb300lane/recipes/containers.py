@@ -61,7 +61,7 @@ class RenderedLane(FrozenModel):
         return next((c for c in self.containers if c.role == role), None)
 
 
-def compact_json(value: Any) -> str:
+def compact_json(value: object) -> str:
     """JSON for a command-line flag: sorted keys, no spaces, so flag checks compare it byte for byte."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -72,7 +72,7 @@ def _flag_value(value: Any) -> str:
     return str(value)
 
 
-def extra_flags(extra_args: dict[str, Any]) -> list[str]:
+def extra_flags(extra_args: Mapping[str, object]) -> list[str]:
     """EngineArgs names -> `vllm serve` flags; true -> --flag, false -> --no-flag."""
     out: list[str] = []
     for key in sorted(extra_args):

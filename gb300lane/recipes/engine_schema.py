@@ -11,10 +11,14 @@ import difflib
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from gb300lane.errors import RecipeError
 from gb300lane.models import key_text
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 
@@ -38,7 +42,7 @@ def _suggest(key: str, known: list[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else "see gb300lane/data for the keys this vLLM version knows"
 
 
-def speculative_fields(vllm_version: str) -> dict[str, dict[str, Any]]:
+def speculative_fields(vllm_version: str) -> dict[str, dict[str, JsonValue]]:
     return load_snapshot(vllm_version)["speculative_config"]["fields"]
 
 
@@ -54,7 +58,7 @@ def _check_bounds(value: Any, bounds: dict[str, Any]) -> str | None:
     return None
 
 
-def validate_engine_keys(raw: dict[str, Any], where: Callable[[str], str]) -> None:
+def validate_engine_keys(raw: Mapping[str, object], where: Callable[[str], str]) -> None:
     """Check the merged raw recipe's speculative, extra_args and compilation keys against the snapshot.
 
     `where(dotted_key)` gives the "file:line" an error about that key names.

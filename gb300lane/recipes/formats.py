@@ -73,7 +73,7 @@ def _escape(value: Any) -> Any:
     return value
 
 
-def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, Any]:
+def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, object]:
     """One compose service for one container, keys in the order a reader expects."""
     svc: dict[str, Any] = {
         "image": c.image,
@@ -114,7 +114,7 @@ def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, An
     return _escape(svc)
 
 
-def compose_dict(lane: RenderedLane) -> dict[str, Any]:
+def compose_dict(lane: RenderedLane) -> dict[str, object]:
     """The compose document as data: one service per container, named by role; main waits for a healthy sidecar."""
     others = [c.role for c in lane.containers if c.role != "main"]
     return {

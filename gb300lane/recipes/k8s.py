@@ -49,8 +49,9 @@ from __future__ import annotations
 import base64
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -340,7 +341,7 @@ class _Lane:
         }
 
 
-def manifests(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> list[dict[str, Any]]:
+def manifests(recipe: Recipe, *, dark: bool = False, port: int | None = None) -> list[dict[str, object]]:
     """The lane's objects in apply order: ConfigMap, Secret (when env holds credentials), the cache
     claim, then sidecar and main (Deployment, Service), then main's NetworkPolicy when dark."""
     is_dark = dark or recipe.lane.dark
@@ -402,9 +403,10 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump_k8s(docs: list[dict[str, Any]]) -> str:
+def dump_k8s(docs: Sequence[Mapping[str, object]]) -> str:
     """Manifests as one multi-document YAML file (`kubectl apply -f`, `podman kube play`)."""
-    labels = docs[0]["metadata"]["labels"]
+    # The first document is the ConfigMap `manifests` builds, its metadata a name and a label mapping.
+    labels = cast("Mapping[str, Mapping[str, str]]", docs[0]["metadata"])["labels"]
     header = (
         f"# Rendered by gb300lane from recipe {labels['gb300lane.recipe']} "
         f"(fingerprint {labels['gb300lane.fingerprint']}); edit the recipe, not this file.\n"

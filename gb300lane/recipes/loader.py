@@ -8,6 +8,7 @@ schema of the image's vLLM version, then validated into a frozen `Recipe`.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +66,13 @@ def _available(dirs: tuple[Path, ...]) -> list[Path]:
     return [found[k] for k in sorted(found)]
 
 
-def deep_merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(parent: Mapping[str, object], child: Mapping[str, object]) -> dict[str, object]:
     """Mappings merge key by key; lists and scalars in the child replace the parent's."""
     out = dict(parent)
     for key, value in child.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = deep_merge(current, value)
         else:
             out[key] = value
     return out
@@ -105,7 +107,7 @@ def _raw_chain(name: str, dirs: tuple[Path, ...]) -> tuple[dict[str, Any], str, 
                 f"set name: {current} (a recipe's name is its file stem)"
             )
         parent = data.get("extends")
-        if parent is not None and name_problem(parent) is not None:
+        if parent is not None and (not isinstance(parent, str) or name_problem(parent) is not None):
             raise RecipeError(
                 f"{source}:{lines.get('extends', 1)}: extends = {parent!r} is not a recipe name; "
                 "name the parent recipe (no paths)"
@@ -148,7 +150,7 @@ def _where(key: str, source: str, origins: dict[str, str]) -> str:
     return source
 
 
-def validate_raw(raw: dict[str, Any], source: str, origins: dict[str, str] | None = None) -> Recipe:
+def validate_raw(raw: Mapping[str, object], source: str, origins: dict[str, str] | None = None) -> Recipe:
     """Validate a merged mapping into a Recipe; errors name file, line, key and fix.
 
     `origins` maps dotted keys to the "file:line" that set them (from the extends chain).
@@ -166,7 +168,7 @@ def validate_raw(raw: dict[str, Any], source: str, origins: dict[str, str] | Non
         ) from None
 
 
-def _unknown_top_level(raw: dict[str, Any], source: str, origins: dict[str, str]) -> None:
+def _unknown_top_level(raw: Mapping[str, object], source: str, origins: dict[str, str]) -> None:
     known = list(Recipe.model_fields)
     for key in raw:
         if key not in known:
@@ -218,11 +220,11 @@ def get_key(recipe: Recipe, dotted: str) -> JsonValue:
     return node
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(value: object, prefix: str = "") -> dict[str, object]:
     """Dotted leaf paths of a JSON-like value; lists are leaves (they replace, never merge)."""
     if isinstance(value, dict):
         # An empty mapping has no leaves: absent and {} configure the same thing.
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, sub in value.items():
             out.update(flatten(sub, f"{prefix}.{key}" if prefix else str(key)))
         return out

@@ -407,7 +407,7 @@ class Speculative(FrozenModel):
                 raise ValueError(f"k = {row[2]} in {list(row)} exceeds {MAX_SPECULATIVE_TOKENS}; use at most that")
         return v
 
-    def config_json_dict(self) -> dict[str, Any]:
+    def config_json_dict(self) -> dict[str, object]:
         """The keys the recipe sets, as `--speculative-config` carries them."""
         out = self.model_dump(exclude_none=True)
         if "num_speculative_tokens_per_batch_size" in out:

@@ -218,14 +218,14 @@ def _compose(text: str, source: str, error: type[LaneError]) -> tuple[Any, Any]:
             loader.dispose()
 
 
-def parse_value(text: str, source: str, *, error: type[LaneError] = RecipeError) -> Any:
+def parse_value(text: str, source: str, *, error: type[LaneError] = RecipeError) -> object:
     """Any one YAML value (a scalar, a list, a mapping) through the strict loader, e.g. a `--set KEY=VALUE` value."""
     return _compose(text, source, error)[1]
 
 
 def parse_document(
     text: str, source: str, *, error: type[LaneError] = RecipeError, what: str = "a recipe is a YAML mapping (schema_version: 1, name: ...)"
-) -> tuple[dict[str, Any], dict[str, int]]:
+) -> tuple[dict[str, object], dict[str, int]]:
     """Parse YAML text that must hold a single non-empty mapping; returns it and where each dotted key is (line)."""
     root, data = _compose(text, source, error)
     if data is None:
@@ -235,14 +235,14 @@ def parse_document(
     return data, _key_lines(root)
 
 
-def parse_mapping(text: str, source: str, *, error: type[LaneError] = RecipeError, what: str | None = None) -> dict[str, Any]:
+def parse_mapping(text: str, source: str, *, error: type[LaneError] = RecipeError, what: str | None = None) -> dict[str, object]:
     """Parse YAML text that must hold a single non-empty mapping."""
     if what is None:
         return parse_document(text, source, error=error)[0]
     return parse_document(text, source, error=error, what=what)[0]
 
 
-def load_mapping(path: Path, source: str | None = None, *, error: type[LaneError] = RecipeError) -> dict[str, Any]:
+def load_mapping(path: Path, source: str | None = None, *, error: type[LaneError] = RecipeError) -> dict[str, object]:
     """Read one YAML file that must hold a single non-empty mapping."""
     source = source or str(path)
     return parse_mapping(read_text(path, source, error=error), source, error=error)

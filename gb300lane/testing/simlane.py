@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,8 @@ class SimLane:
     def create(
         cls,
         path: Path,
-        recipes: dict[str, dict[str, Any]],
-        verdicts: dict[str, dict[str, Any]] | None = None,
+        recipes: Mapping[str, Mapping[str, object]],
+        verdicts: Mapping[str, Mapping[str, object]] | None = None,
     ) -> SimLane:
         """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds, hold}."""
         state = {
@@ -62,7 +62,7 @@ class SimLane:
             if write:
                 atomic_write(self.path, dumps_json(state))
 
-    def set_recipe(self, name: str, **cfg: Any) -> None:
+    def set_recipe(self, name: str, **cfg: object) -> None:
         """Change a simulated recipe's outcomes (e.g. fail_smoke=True) between commands."""
         with self._state() as st:
             st["recipes"].setdefault(name, {"port": 30106}).update(cfg)
@@ -74,7 +74,7 @@ class SimLane:
             st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored,
                                       "receipts": receipts}
 
-    def set_card(self, card: str, **fields: Any) -> None:
+    def set_card(self, card: str, **fields: object) -> None:
         """A card's candidate as its receipts record it (KeptCandidate's fields; `problem` None unless given).
 
         The lane's side is the file's: an instance that is gone or not on the card's port is seen as such.

@@ -136,7 +136,7 @@ def gates_of(verdict: Verdict) -> tuple[Gate, ...]:
     return tuple(_GATE.validate_python(g) for g in verdict.gates)
 
 
-def parse_change(text: str) -> tuple[str, str, JsonValue]:
+def parse_change(text: str) -> tuple[str, str, object]:
     """`GATE.KEY=VALUE` (VALUE as YAML, so `0.03`, `set`, `{mode: spread, source: rounds, value: 0.02}`)."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise CardError(f"gate change {text!r}: write it as GATE.KEY=VALUE, e.g. env-equal.compare=set")
