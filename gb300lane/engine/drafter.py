@@ -495,15 +495,16 @@ class DSparkDrafter:
             pair = pair_rows[0]
             choice_rows, token_rows = np.empty((k, batch), dtype=np.int64), np.empty((k, batch), dtype=np.int64)
             dist_rows = np.empty((k, batch, topk))
+        without = 0
         for slot in range(k):
             table, remap, over = slot_tables[slot]
             if compiled is not None:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
                 probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
-                compiled.draft_slot(table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over,
-                                    pair, u_cols[slot], argmax, tables.cand_flat, tables.next_flat,
-                                    probs, choice, token, nxt)
+                without = compiled.draft_slot(table, _NO_REMAP if remap is None else remap,
+                                              _NO_OVER if over is None else over, pair, u_cols[slot], argmax,
+                                              tables.cand_flat, tables.next_flat, probs, choice, token, nxt)
             else:
                 probs = table.take(pair, axis=0)
                 if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
@@ -514,7 +515,9 @@ class DSparkDrafter:
             if any_own:
                 m: np.ndarray | None = np.flatnonzero((pair < 0) | own)
             else:
-                m = np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
+                # The kernel counted the rows without pair rows; numpy looks only where there are some.
+                m = (np.flatnonzero(pair < 0) if without else None) if compiled is not None \
+                    else np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
             if m is not None:
                 n: np.ndarray | None = None
                 if any_own:

@@ -524,14 +524,17 @@ class EngineServer:
         continuous = req.include_usage and req.continuous_usage
         sent = 0
 
-        async def send(obj: dict[str, Any], tokens: int = 0) -> None:
+        def encode(obj: dict[str, Any], tokens: int = 0) -> bytes:
             nonlocal sent
             data = b"data: " + json.dumps(obj).encode() + b"\n\n"
             if tokens:
                 # The send time, not the step's: what a client's arrival times are measured against.
                 seq.token_wall[sent : sent + tokens] = [time.monotonic() - seq.arrival_wall] * tokens
                 sent += tokens
-            await resp.write(data)
+            return data
+
+        async def send(obj: dict[str, Any], tokens: int = 0) -> None:
+            await resp.write(encode(obj, tokens))
 
         def with_usage(obj: dict[str, Any], tokens: int) -> dict[str, Any]:
             if continuous:
@@ -603,8 +606,10 @@ class EngineServer:
         # Tokens of steps that decoded to no text arrive with the finish chunk.
         last = with_usage(chunk(req, name, "" if not req.chat else None, finish), carry)
         mode = self.args.per_request_spec_decode_metrics
+        # The stream's last chunks, [DONE] and the end of the body go out in one write.
+        ending: list[bytes] = []
         if req.include_usage:
-            await send(last, carry)
+            ending.append(encode(last, carry))
             carry = 0
             tail: dict[str, Any] = {k: v for k, v in last.items() if k not in ("choices", "usage")}
             tail["choices"] = []
@@ -618,9 +623,9 @@ class EngineServer:
         metrics = spec_metrics(seq, mode)
         if metrics is not None:
             last["metrics"] = {"speculative_decoding": metrics}
-        await send(last)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+        ending.append(encode(last))
+        ending.append(b"data: [DONE]\n\n")
+        await resp.write_eof(b"".join(ending))
 
 
 #: Bytes a stream's socket may hold unsent before the step loop stops writing its chunks itself and

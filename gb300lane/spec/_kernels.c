@@ -336,12 +336,13 @@ done:
 /* draft_slot(table (M, K) float64, remap (M,) int32 or empty, over (R, K) float64,
  *            pair (B,) int64, u (B,) float64, argmax (B,) int64, cand (M*K,) int32,
  *            next (M*K,) int32, probs (B, K) float64, choice (B,) int64, token (B,) int64,
- *            nxt (B,) int64) -> None
+ *            nxt (B,) int64) -> int
  * One drafter slot for the rows whose context has pair rows (pair >= 0; other rows are
  * left as they are): the row's distribution from the boot table (or its override where
  * remap >= 0), the candidate drawn by inverse CDF as the drafter draws it (a running sum
  * left to right, the count of CDF values below u * total) or the first largest where
- * argmax is set, and the candidate's token and next pair. */
+ * argmax is set, and the candidate's token and next pair. Returns how many rows have no pair
+ * rows (pair < 0), the rows the caller fills in. */
 static PyObject *draft_slot(PyObject *self, PyObject *args) {
     static const char *const names[12] = {"table", "remap", "over", "pair", "u", "argmax",
                                           "cand", "next", "probs", "choice", "token", "nxt"};
@@ -366,11 +367,13 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     if (check_vectors(vec, "qdqqqq", 6, batch, "draft_slot")) goto done;
     const int64_t *pair = b[3].view.buf, *argmax = b[5].view.buf;
     const int32_t *remap = b[1].view.buf;
+    Py_ssize_t without = 0;
     for (Py_ssize_t j = 0; j < batch; j++) {
         if (pair[j] >= m || (pair[j] >= 0 && nremap && remap[pair[j]] >= nover)) {
             PyErr_SetString(PyExc_IndexError, "draft_slot: a pair or its override is out of range");
             goto done;
         }
+        without += pair[j] < 0;
     }
     const double *table = b[0].view.buf, *over = b[2].view.buf, *u = b[4].view.buf;
     const int32_t *cand = b[6].view.buf, *next = b[7].view.buf;
@@ -379,8 +382,7 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     k_draft_slot(table, width, remap, nremap, over, pair, batch, u, argmax, cand, next, probs, choice, token, nxt);
     Py_END_ALLOW_THREADS
-    ret = Py_None;
-    Py_INCREF(ret);
+    ret = PyLong_FromSsize_t(without);
 done:
     release_all(b, 12);
     return ret;

@@ -55,7 +55,7 @@ def draft_slot(
     token: np.ndarray,
     nxt: np.ndarray,
     /,
-) -> None: ...
+) -> int: ...
 def anchor_rows(
     rows: np.ndarray,
     cls: np.ndarray,
