@@ -93,6 +93,8 @@ def test_the_kernels_refuse_what_they_do_not_take(compiled):
         out = np.empty(2, dtype=np.int64)
         out.flags.writeable = False
         compiled.sample_rows(np.ones((2, 4)), np.zeros(2), out)
+    with pytest.raises(TypeError, match="expected 35 arguments"):
+        compiled.draft_anchor_slot(np.ones((2, 4)))
 
 
 def test_mixed_precision_inputs_take_the_numpy_path():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -619,13 +620,45 @@ class EngineServer:
             # The extension below reports these tokens' times, so stamp them before it is built.
             seq.token_wall[sent : sent + carry] = [time.monotonic() - seq.arrival_wall] * carry
             sent, carry = sent + carry, 0
-        last["gb300lane"] = timing_extension(seq)
+        ext = timing_extension(seq)
+        # The per-token time lists are written once per run of equal stamps (see `float_list_json`) and put
+        # in place of markers: the bytes `json.dumps` writes for the same chunk.
+        lists = [(key, float_list_json(ext[key])) for key in _TIME_LISTS]
+        for key, _ in lists:
+            ext[key] = _TIME_MARKS[key]
+        last["gb300lane"] = ext
         metrics = spec_metrics(seq, mode)
         if metrics is not None:
             last["metrics"] = {"speculative_decoding": metrics}
-        ending.append(encode(last))
+        data = encode(last)
+        for key, text in reversed(lists):
+            head, mark, rest = data.rpartition(_TIME_MARK_BYTES[key])
+            data = head + (text.encode() if text is not None else json.dumps(timing_extension(seq)[key]).encode()) \
+                + rest
+        ending.append(data)
         ending.append(b"data: [DONE]\n\n")
         await resp.write_eof(b"".join(ending))
+
+
+#: The timing extension's per-token lists, and the markers a stream's last chunk holds in their place.
+_TIME_LISTS = ("modelled_token_times_s", "wall_token_times_s")
+_TIME_MARKS = {key: f"\x00{key}\x00" for key in _TIME_LISTS}
+_TIME_MARK_BYTES = {key: json.dumps(mark).encode() for key, mark in _TIME_MARKS.items()}
+
+
+def float_list_json(values: list[float]) -> str | None:
+    """`json.dumps(values)` for a list of finite floats, each run of the same float object formatted once
+    (a step's tokens share one stamp object); None where a value is not a finite float."""
+    parts: list[str] = []
+    last: object = None
+    text = ""
+    for v in values:
+        if v is not last:
+            if not isinstance(v, float) or not math.isfinite(v):
+                return None
+            text, last = float.__repr__(v), v
+        parts.append(text)
+    return "[" + ", ".join(parts) + "]"
 
 
 #: Bytes a stream's socket may hold unsent before the step loop stops writing its chunks itself and
