@@ -44,21 +44,51 @@ typedef struct {
     int held;
 } Buf;
 
+/* Read-only arrays of at least KEPT_MIN_BYTES (the boot tables, which every step passes again) keep
+ * the buffer they export between calls, the last KEPT_SLOTS of them: a call finds them by identity
+ * instead of asking numpy again (an export costs about as much as a small kernel's loop). A kept
+ * buffer holds its array, so the array lives (and its data stays where it is) while it is kept.
+ * Touched only with the GIL held. */
+#define KEPT_SLOTS 48
+#define KEPT_MIN_BYTES (16 * 1024)
+static struct {
+    PyObject *obj;
+    Py_buffer view;
+} kept[KEPT_SLOTS];
+static int kept_next;
+
 static int get_buf(PyObject *obj, Buf *b, const char *name, int writable) {
+    if (!writable) {
+        for (int i = 0; i < KEPT_SLOTS; i++)
+            if (kept[i].obj == obj) {
+                b->view = kept[i].view;
+                b->held = 2;
+                return 0;
+            }
+    }
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &b->view, flags) != 0) {
         PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s array", name, writable ? " writable" : "");
         return -1;
     }
     b->held = 1;
+    if (!writable && b->view.len >= KEPT_MIN_BYTES && b->view.obj == obj) {
+        int slot = kept_next;
+        kept_next = (kept_next + 1) % KEPT_SLOTS;
+        if (kept[slot].obj != NULL) {
+            kept[slot].obj = NULL;
+            PyBuffer_Release(&kept[slot].view);
+        }
+        kept[slot].view = b->view;
+        kept[slot].obj = obj;
+        b->held = 2;  /* the slot owns the export now */
+    }
     return 0;
 }
 
 static void release(Buf *b) {
-    if (b->held) {
-        PyBuffer_Release(&b->view);
-        b->held = 0;
-    }
+    if (b->held == 1) PyBuffer_Release(&b->view);
+    b->held = 0;
 }
 
 /* A kernel's array arguments, from position `first` of `args` on, into b[0..count) (those
