@@ -631,10 +631,10 @@ class EngineServer:
         if metrics is not None:
             last["metrics"] = {"speculative_decoding": metrics}
         data = encode(last)
-        for key, text in reversed(lists):
-            head, mark, rest = data.rpartition(_TIME_MARK_BYTES[key])
-            data = head + (text.encode() if text is not None else json.dumps(timing_extension(seq)[key]).encode()) \
-                + rest
+        for key, listed in reversed(lists):
+            head, _, rest = data.rpartition(_TIME_MARK_BYTES[key])
+            body = listed if listed is not None else json.dumps(timing_extension(seq)[key])
+            data = head + body.encode() + rest
         ending.append(data)
         ending.append(b"data: [DONE]\n\n")
         await resp.write_eof(b"".join(ending))
