@@ -475,6 +475,19 @@ def test_a_templated_chunk_is_the_bytes_json_dumps_gives(chat, continuous):
         assert template.render(text, 1_800_000_000, 5) == b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
+def test_a_time_list_written_once_per_run_is_the_json_dumps_text():
+    import numpy as np
+
+    from gb300lane.engine.server import float_list_json
+
+    a, b = 0.1, np.float64(2.5e-7)
+    values = [a, a, b, b, b, 1e22, 0.0, -0.0, 1.0, 3.3333333333333335, a]
+    assert float_list_json(values) == json.dumps(values)
+    assert float_list_json([]) == json.dumps([])
+    for odd in ([float("nan")], [1.0, float("inf")], [1], [True]):
+        assert float_list_json(odd) is None
+
+
 def test_observing_a_requests_gaps_at_once_is_observing_them_one_by_one():
     import random
 

@@ -93,6 +93,8 @@ def test_the_kernels_refuse_what_they_do_not_take(compiled):
         out = np.empty(2, dtype=np.int64)
         out.flags.writeable = False
         compiled.sample_rows(np.ones((2, 4)), np.zeros(2), out)
+    with pytest.raises(TypeError, match="expected 35 arguments"):
+        compiled.draft_anchor_slot(np.ones((2, 4)))
 
 
 def test_mixed_precision_inputs_take_the_numpy_path():
@@ -269,3 +271,19 @@ def test_a_steps_uniforms_in_the_kernel_are_numpys(compiled):
     for bad in (np.array([-1, 3]), np.array([2**47])):
         with pytest.raises(ValueError, match="positions must lie in"):
             streams.step_uniforms(keys[: bad.size], bad, 5)
+
+
+def test_a_kept_tables_buffer_reads_the_arrays_current_values(compiled):
+    # Read-only arrays of 16 KiB and more keep their buffer between calls: a later call must still see
+    # the array's values as they are then, and the same array can still be written where a kernel writes.
+    rng = np.random.default_rng(3)
+    logp, z, scale = rng.random((100, 32)), rng.random((100, 32)), rng.random(100)
+    first, again, fresh = np.empty((100, 32)), np.empty((100, 32)), np.empty((100, 32))
+    compiled.anchor_logits(logp, z, scale, first, 1.5)
+    logp *= 2.0
+    compiled.anchor_logits(logp, z, scale, again, 1.5)
+    compiled.anchor_logits(logp.copy(), z.copy(), scale, fresh, 1.5)
+    assert np.array_equal(again, fresh) and not np.array_equal(first, again)
+    compiled.anchor_logits(z, scale[:, None] * np.ones(32), scale, logp, 1.5)  # the kept array as an output
+    compiled.anchor_logits(z, scale[:, None] * np.ones(32), scale, fresh, 1.5)
+    assert np.array_equal(logp, fresh)

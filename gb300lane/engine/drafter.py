@@ -495,15 +495,48 @@ class DSparkDrafter:
             pair = pair_rows[0]
             choice_rows, token_rows = np.empty((k, batch), dtype=np.int64), np.empty((k, batch), dtype=np.int64)
             dist_rows = np.empty((k, batch, topk))
+            if fused:
+                # Per slot, the rows without pair rows and their anchor rows (draft_anchor_slot writes the
+                # first n of each); the logits' inputs are the slot's own until the next slot.
+                width = tables.anchor_cand.shape[1]
+                a_rows = np.empty((k, batch), dtype=np.int64)
+                a_cand = np.empty((k, batch, width), dtype=np.int64)
+                a_p = np.empty((k, batch, width), dtype=np.float32)
+                a_logp, a_err = np.empty((batch, width)), np.empty((batch, width))
+                a_miss, a_scale = np.empty(batch), np.empty(batch)
+                a_consts = (int(_ERROR_KEY[0]), int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise))
+        without = 0
         for slot in range(k):
             table, remap, over = slot_tables[slot]
+            if compiled is not None and fused:
+                # The pair rows' distribution, draw, token and next pair, and the rows without pair rows up to
+                # their error's ndtri (`_anchor_rows_compiled`), in one call; numpy's ndtri, exp and row sums,
+                # then anchor_finish, complete those rows.
+                probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
+                n_a = compiled.draft_anchor_slot(
+                    table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over, pair,
+                    u_cols[slot], argmax, tables.cand_flat, tables.next_flat, probs, choice, token, nxt,
+                    a_rows[slot], classes, prev2, prev, tables.anchor_cand, model.tri_keys, tables.tri_p,
+                    tables.bi_p, tables.tri_logp, tables.bi_logp, self._keep(k, slot), a_cand[slot], a_p[slot],
+                    a_logp, a_err, a_miss, a_scale, vocab, slot, *a_consts)
+                if n_a:
+                    m_a, c_m, p_m = a_rows[slot, :n_a], a_cand[slot, :n_a], a_p[slot, :n_a]
+                    logits = np.empty((n_a, width))
+                    compiled.anchor_logits(a_logp[:n_a], ndtri(a_err[:n_a]), a_scale[:n_a], logits,
+                                           float(self.sharpness))
+                    np.exp(logits, out=logits)
+                    compiled.anchor_finish(m_a, logits, logits.sum(axis=1), u_cols[slot], argmax, c_m,
+                                           tables.anchor_next, classes, prev, probs, choice, token, nxt, vocab)
+                    computed.append((slot, m_a, c_m, p_m))
+                prev2, prev, pair = prev, token, nxt
+                continue
             if compiled is not None:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
                 probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
-                compiled.draft_slot(table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over,
-                                    pair, u_cols[slot], argmax, tables.cand_flat, tables.next_flat,
-                                    probs, choice, token, nxt)
+                without = compiled.draft_slot(table, _NO_REMAP if remap is None else remap,
+                                              _NO_OVER if over is None else over, pair, u_cols[slot], argmax,
+                                              tables.cand_flat, tables.next_flat, probs, choice, token, nxt)
             else:
                 probs = table.take(pair, axis=0)
                 if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
@@ -514,7 +547,9 @@ class DSparkDrafter:
             if any_own:
                 m: np.ndarray | None = np.flatnonzero((pair < 0) | own)
             else:
-                m = np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
+                # The kernel counted the rows without pair rows; numpy looks only where there are some.
+                m = (np.flatnonzero(pair < 0) if without else None) if compiled is not None \
+                    else np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
             if m is not None:
                 n: np.ndarray | None = None
                 if any_own:

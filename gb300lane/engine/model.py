@@ -77,6 +77,10 @@ def _csr_lookup(keys: np.ndarray, table_keys: np.ndarray) -> np.ndarray:
     return np.where(table_keys[slot] == keys, slot, -1)
 
 
+#: Prompt tails whose class `BuiltinModel.classify` keeps (the memo starts over when full).
+CLASSIFIED_MAX = 4096
+
+
 @dataclass(frozen=True)
 class BuiltinModel:
     """Arrays of the builtin target and drafter (read-only after load)."""
@@ -105,6 +109,8 @@ class BuiltinModel:
     bi_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # sorted ctx_index * V + col
     tri_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     built: dict[str, np.ndarray] | None = None  # lambdas and ML rows as built, before any calibration
+    # The class each prompt tail read as (`classify`), so a prompt sent again is not read again.
+    _classified: dict[tuple[int, ...], int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -121,7 +127,16 @@ class BuiltinModel:
         """
         if not prompt_ids:
             return MIXED
-        ids = np.asarray(prompt_ids[-512:], dtype=np.int64)
+        key = tuple(prompt_ids[-512:])
+        known = self._classified.get(key)
+        if known is None:
+            if len(self._classified) >= CLASSIFIED_MAX:
+                self._classified.clear()
+            known = self._classified[key] = self._classify(key)
+        return known
+
+    def _classify(self, tail: tuple[int, ...]) -> int:
+        ids = np.asarray(tail, dtype=np.int64)
         ratio = (self.class_log_unigram[:, ids] - np.log(self.unigram[ids])).mean(axis=1)
         top2 = np.sort(ratio)[-2:]
         if top2[1] - top2[0] < CONTENT_MARGIN:

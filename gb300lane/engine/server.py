@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -529,14 +530,17 @@ class EngineServer:
         continuous = req.include_usage and req.continuous_usage
         sent = 0
 
-        async def send(obj: dict[str, Any], tokens: int = 0) -> None:
+        def encode(obj: dict[str, Any], tokens: int = 0) -> bytes:
             nonlocal sent
             data = b"data: " + json.dumps(obj).encode() + b"\n\n"
             if tokens:
                 # The send time, not the step's: what a client's arrival times are measured against.
                 seq.token_wall[sent : sent + tokens] = [time.monotonic() - seq.arrival_wall] * tokens
                 sent += tokens
-            await resp.write(data)
+            return data
+
+        async def send(obj: dict[str, Any], tokens: int = 0) -> None:
+            await resp.write(encode(obj, tokens))
 
         def with_usage(obj: dict[str, Any], tokens: int) -> dict[str, Any]:
             if continuous:
@@ -608,8 +612,10 @@ class EngineServer:
         # Tokens of steps that decoded to no text arrive with the finish chunk.
         last = with_usage(chunk(req, name, "" if not req.chat else None, finish), carry)
         mode = self.args.per_request_spec_decode_metrics
+        # The stream's last chunks, [DONE] and the end of the body go out in one write.
+        ending: list[bytes] = []
         if req.include_usage:
-            await send(last, carry)
+            ending.append(encode(last, carry))
             carry = 0
             tail: dict[str, Any] = {k: v for k, v in last.items() if k not in ("choices", "usage")}
             tail["choices"] = []
@@ -619,13 +625,45 @@ class EngineServer:
             # The extension below reports these tokens' times, so stamp them before it is built.
             seq.token_wall[sent : sent + carry] = [time.monotonic() - seq.arrival_wall] * carry
             sent, carry = sent + carry, 0
-        last["gb300lane"] = timing_extension(seq)
+        ext = timing_extension(seq)
+        # The per-token time lists are written once per run of equal stamps (see `float_list_json`) and put
+        # in place of markers: the bytes `json.dumps` writes for the same chunk.
+        lists = [(key, float_list_json(ext[key])) for key in _TIME_LISTS]
+        for key, _ in lists:
+            ext[key] = _TIME_MARKS[key]
+        last["gb300lane"] = ext
         metrics = spec_metrics(seq, mode)
         if metrics is not None:
             last["metrics"] = {"speculative_decoding": metrics}
-        await send(last)
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+        data = encode(last)
+        for key, listed in reversed(lists):
+            head, _, rest = data.rpartition(_TIME_MARK_BYTES[key])
+            body = listed if listed is not None else json.dumps(timing_extension(seq)[key])
+            data = head + body.encode() + rest
+        ending.append(data)
+        ending.append(b"data: [DONE]\n\n")
+        await resp.write_eof(b"".join(ending))
+
+
+#: The timing extension's per-token lists, and the markers a stream's last chunk holds in their place.
+_TIME_LISTS = ("modelled_token_times_s", "wall_token_times_s")
+_TIME_MARKS = {key: f"\x00{key}\x00" for key in _TIME_LISTS}
+_TIME_MARK_BYTES = {key: json.dumps(mark).encode() for key, mark in _TIME_MARKS.items()}
+
+
+def float_list_json(values: list[float]) -> str | None:
+    """`json.dumps(values)` for a list of finite floats, each run of the same float object formatted once
+    (a step's tokens share one stamp object); None where a value is not a finite float."""
+    parts: list[str] = []
+    last: object = None
+    text = ""
+    for v in values:
+        if v is not last:
+            if not isinstance(v, float) or not math.isfinite(v):
+                return None
+            text, last = float.__repr__(v), v
+        parts.append(text)
+    return "[" + ", ".join(parts) + "]"
 
 
 #: Bytes a stream's socket may hold unsent before the step loop stops writing its chunks itself and

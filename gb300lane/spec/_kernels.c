@@ -23,7 +23,8 @@
  *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
  *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls;
  *   anchor_logits: their softmax up to its exp; anchor_finish: its normalisation by numpy's row sums,
- *   the draw, token and next pair (numpy computes ndtri, exp and the sums between).
+ *   the draw, token and next pair (numpy computes ndtri, exp and the sums between);
+ *   draft_anchor_slot: draft_slot and anchor_rows on the rows it left, in one call.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -43,21 +44,51 @@ typedef struct {
     int held;
 } Buf;
 
+/* Read-only arrays of at least KEPT_MIN_BYTES (the boot tables, which every step passes again) keep
+ * the buffer they export between calls, the last KEPT_SLOTS of them: a call finds them by identity
+ * instead of asking numpy again (an export costs about as much as a small kernel's loop). A kept
+ * buffer holds its array, so the array lives (and its data stays where it is) while it is kept.
+ * Touched only with the GIL held. */
+#define KEPT_SLOTS 48
+#define KEPT_MIN_BYTES (16 * 1024)
+static struct {
+    PyObject *obj;
+    Py_buffer view;
+} kept[KEPT_SLOTS];
+static int kept_next;
+
 static int get_buf(PyObject *obj, Buf *b, const char *name, int writable) {
+    if (!writable) {
+        for (int i = 0; i < KEPT_SLOTS; i++)
+            if (kept[i].obj == obj) {
+                b->view = kept[i].view;
+                b->held = 2;
+                return 0;
+            }
+    }
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, &b->view, flags) != 0) {
         PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s array", name, writable ? " writable" : "");
         return -1;
     }
     b->held = 1;
+    if (!writable && b->view.len >= KEPT_MIN_BYTES && b->view.obj == obj) {
+        int slot = kept_next;
+        kept_next = (kept_next + 1) % KEPT_SLOTS;
+        if (kept[slot].obj != NULL) {
+            kept[slot].obj = NULL;
+            PyBuffer_Release(&kept[slot].view);
+        }
+        kept[slot].view = b->view;
+        kept[slot].obj = obj;
+        b->held = 2;  /* the slot owns the export now */
+    }
     return 0;
 }
 
 static void release(Buf *b) {
-    if (b->held) {
-        PyBuffer_Release(&b->view);
-        b->held = 0;
-    }
+    if (b->held == 1) PyBuffer_Release(&b->view);
+    b->held = 0;
 }
 
 /* A kernel's array arguments, from position `first` of `args` on, into b[0..count) (those
@@ -336,12 +367,13 @@ done:
 /* draft_slot(table (M, K) float64, remap (M,) int32 or empty, over (R, K) float64,
  *            pair (B,) int64, u (B,) float64, argmax (B,) int64, cand (M*K,) int32,
  *            next (M*K,) int32, probs (B, K) float64, choice (B,) int64, token (B,) int64,
- *            nxt (B,) int64) -> None
+ *            nxt (B,) int64) -> int
  * One drafter slot for the rows whose context has pair rows (pair >= 0; other rows are
  * left as they are): the row's distribution from the boot table (or its override where
  * remap >= 0), the candidate drawn by inverse CDF as the drafter draws it (a running sum
  * left to right, the count of CDF values below u * total) or the first largest where
- * argmax is set, and the candidate's token and next pair. */
+ * argmax is set, and the candidate's token and next pair. Returns how many rows have no pair
+ * rows (pair < 0), the rows the caller fills in. */
 static PyObject *draft_slot(PyObject *self, PyObject *args) {
     static const char *const names[12] = {"table", "remap", "over", "pair", "u", "argmax",
                                           "cand", "next", "probs", "choice", "token", "nxt"};
@@ -366,11 +398,13 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     if (check_vectors(vec, "qdqqqq", 6, batch, "draft_slot")) goto done;
     const int64_t *pair = b[3].view.buf, *argmax = b[5].view.buf;
     const int32_t *remap = b[1].view.buf;
+    Py_ssize_t without = 0;
     for (Py_ssize_t j = 0; j < batch; j++) {
         if (pair[j] >= m || (pair[j] >= 0 && nremap && remap[pair[j]] >= nover)) {
             PyErr_SetString(PyExc_IndexError, "draft_slot: a pair or its override is out of range");
             goto done;
         }
+        without += pair[j] < 0;
     }
     const double *table = b[0].view.buf, *over = b[2].view.buf, *u = b[4].view.buf;
     const int32_t *cand = b[6].view.buf, *next = b[7].view.buf;
@@ -379,8 +413,7 @@ static PyObject *draft_slot(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     k_draft_slot(table, width, remap, nremap, over, pair, batch, u, argmax, cand, next, probs, choice, token, nxt);
     Py_END_ALLOW_THREADS
-    ret = Py_None;
-    Py_INCREF(ret);
+    ret = PyLong_FromSsize_t(without);
 done:
     release_all(b, 12);
     return ret;
@@ -391,7 +424,13 @@ done:
  *             keep (C,) float64, cand (n, K) int64, p (n, K) float32, logp (n, K) float64, err (n, K) float64,
  *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
  * Rows, classes and tokens are checked against the tables before the loop. */
-static PyObject *anchor_rows(PyObject *self, PyObject *args) {
+static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count);
+
+static PyObject *anchor_rows(PyObject *self, PyObject *args) { return anchor_rows_impl(args, -1); }
+
+/* anchor_rows on the first `count` of `rows` (and the first `count` rows of the outputs, which are
+ * laid out for all of `rows`); all of them where count is -1. */
+static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count) {
     enum { ARRAYS = 17, INPUTS = 11 };
     static const char *const names[ARRAYS] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p",
                                               "bi_p", "tri_logp", "bi_logp", "keep", "cand", "p", "logp", "err",
@@ -442,6 +481,11 @@ static PyObject *anchor_rows(PyObject *self, PyObject *args) {
     Buf out_vec[3] = {b[0], b[15], b[16]};
     if (check_vectors(rows_vec, "qqq", 3, batch, "anchor_rows") || check_vectors(out_vec, "qdd", 3, n, "anchor_rows"))
         goto done;
+    if (count > n) {
+        PyErr_SetString(PyExc_ValueError, "anchor_rows: more rows than the outputs hold");
+        goto done;
+    }
+    if (count >= 0) n = count;
     const int64_t *rows = b[0].view.buf, *cls = b[1].view.buf, *prev2 = b[2].view.buf, *prev = b[3].view.buf;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t r = rows[j];
@@ -461,6 +505,56 @@ static PyObject *anchor_rows(PyObject *self, PyObject *args) {
     Py_INCREF(ret);
 done:
     release_all(b, ARRAYS);
+    return ret;
+}
+
+/* draft_anchor_slot(draft_slot's twelve arguments, then anchor_rows' arguments with rows, cand, p, logp,
+ *                   err, miss_u and scale laid out for the whole batch (B,) and (B, K)) -> int n:
+ * draft_slot, then the batch rows without pair rows (pair < 0, in order) written into rows[:n] and
+ * anchor_rows on them, into the outputs' first n rows: one call where the slot made three. */
+static PyObject *draft_anchor_slot(PyObject *self, PyObject *args) {
+    enum { SLOT = 12, ANCHOR = 23 };
+    if (PyTuple_GET_SIZE(args) != SLOT + ANCHOR) {
+        PyErr_Format(PyExc_TypeError, "draft_anchor_slot: expected %d arguments, got %zd", SLOT + ANCHOR,
+                     PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    PyObject *head = PyTuple_GetSlice(args, 0, SLOT);
+    if (head == NULL) return NULL;
+    PyObject *without = draft_slot(self, head);
+    Py_DECREF(head);
+    if (without == NULL) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(without);
+    if (n <= 0) return without;
+    Py_DECREF(without);
+    Buf pair, rows;
+    memset(&pair, 0, sizeof(pair));
+    memset(&rows, 0, sizeof(rows));
+    PyObject *ret = NULL;
+    if (get_buf(PyTuple_GET_ITEM(args, 3), &pair, "pair", 0) ||
+        get_buf(PyTuple_GET_ITEM(args, SLOT), &rows, "rows", 1))
+        goto done;
+    if (kind(&rows) != 'q' || rows.view.ndim != 1 || rows.view.shape[0] < n) {
+        PyErr_SetString(PyExc_ValueError, "draft_anchor_slot: rows (B,) int64");
+        goto done;
+    }
+    const int64_t *pr = pair.view.buf;
+    int64_t *out = rows.view.buf;
+    Py_ssize_t batch = pair.view.shape[0], j = 0;
+    for (Py_ssize_t r = 0; r < batch; r++)
+        if (pr[r] < 0) out[j++] = r;
+    release(&pair);
+    release(&rows);
+    PyObject *tail = PyTuple_GetSlice(args, SLOT, SLOT + ANCHOR);
+    if (tail == NULL) goto done;
+    PyObject *done_rows = anchor_rows_impl(tail, n);
+    Py_DECREF(tail);
+    if (done_rows == NULL) goto done;
+    Py_DECREF(done_rows);
+    ret = PyLong_FromSsize_t(n);
+done:
+    release(&pair);
+    release(&rows);
     return ret;
 }
 
@@ -793,6 +887,8 @@ static PyMethodDef methods[] = {
     {"support_step", support_step, METH_VARARGS, "A verify step on the draft support: accept, target row, token."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
+    {"draft_anchor_slot", draft_anchor_slot, METH_VARARGS,
+     "draft_slot, then anchor_rows on the rows without pair rows, in one call."},
     {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},
     {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows normalised and drawn: choice, token, next pair."},
     {NULL, NULL, 0, NULL},

@@ -55,7 +55,7 @@ def draft_slot(
     token: np.ndarray,
     nxt: np.ndarray,
     /,
-) -> None: ...
+) -> int: ...
 def anchor_rows(
     rows: np.ndarray,
     cls: np.ndarray,
@@ -82,6 +82,44 @@ def anchor_rows(
     miss_noise: float,
     /,
 ) -> None: ...
+def draft_anchor_slot(
+    table: np.ndarray,
+    remap: np.ndarray,
+    over: np.ndarray,
+    pair: np.ndarray,
+    u: np.ndarray,
+    argmax: np.ndarray,
+    cand_flat: np.ndarray,
+    next_flat: np.ndarray,
+    probs: np.ndarray,
+    choice: np.ndarray,
+    token: np.ndarray,
+    nxt: np.ndarray,
+    rows: np.ndarray,
+    cls: np.ndarray,
+    prev2: np.ndarray,
+    prev: np.ndarray,
+    anchor_cand: np.ndarray,
+    tri_keys: np.ndarray,
+    tri_p: np.ndarray,
+    bi_p: np.ndarray,
+    tri_logp: np.ndarray,
+    bi_logp: np.ndarray,
+    keep: np.ndarray,
+    cand: np.ndarray,
+    p: np.ndarray,
+    logp: np.ndarray,
+    err: np.ndarray,
+    miss_u: np.ndarray,
+    scale: np.ndarray,
+    vocab: int,
+    slot: int,
+    err_key: int,
+    miss_key: int,
+    noise: float,
+    miss_noise: float,
+    /,
+) -> int: ...
 def anchor_logits(logp: np.ndarray, z: np.ndarray, scale: np.ndarray, out: np.ndarray, sharpness: float, /) -> None: ...
 def anchor_finish(
     rows: np.ndarray,
