@@ -530,3 +530,14 @@ def test_the_engines_exposition_is_generate_latests_bytes():
         seq.admitted_wall = seq.admitted_modelled = 0.0
         metrics.finished(seq)
         assert metrics.exposition() == generate_latest(metrics.registry)
+
+
+def test_the_engine_serves_without_a_speculative_config() -> None:
+    """No --speculative-config: no drafting, and the boot still says what a seeded request repeats."""
+    flags = ["--model", "builtin", "--served-model-name", "lane", "--max-num-seqs", "4", "--seed", "3"]
+    with running_engine(flags) as eng:
+        status, body = http_post(eng.url + "/v1/completions",
+                                 {"model": "lane", "prompt": "hello", "max_tokens": 8, "temperature": 0})
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] == 8
+        assert "seeded requests repeat within this boot whatever the batch" in eng.log.getvalue()

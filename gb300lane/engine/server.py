@@ -38,6 +38,7 @@ from gb300lane.engine.api import (
     usage,
 )
 from gb300lane.engine.args import EngineArgs
+from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
@@ -747,11 +748,12 @@ def _piece_boundary(text: str, at: int) -> int:
     return match.start() if match and match.start() > 0 else len(text)
 
 
-def reproducibility_line(spec: Any, boot_seed: int, numerics_jitter: float) -> str:
-    """What a seeded request repeats, exactly (the boot log's line; the README says the same)."""
+def reproducibility_line(spec: SpecConfig | None, boot_seed: int, numerics_jitter: float) -> str:
+    """What a seeded request repeats, exactly (the boot log's line; the README says the same). Without a
+    speculative config there is no k, so no schedule either."""
     head = f"boot seed {boot_seed}, numerics jitter {numerics_jitter}: "
     tail = "; pass --boot-seed to repeat this boot's numerics across boots"
-    if spec.num_speculative_tokens_per_batch_size:
+    if spec is not None and spec.num_speculative_tokens_per_batch_size:
         return head + (
             "under this batch-size k schedule a seeded request repeats within this boot only when its steps run "
             "at the same k (sent alone and sent beside others it may verify at another k and differ from there "
