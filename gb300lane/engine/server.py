@@ -652,9 +652,11 @@ _TIME_MARKS = {key: f"\x00{key}\x00" for key in _TIME_LISTS}
 _TIME_MARK_BYTES = {key: json.dumps(mark).encode() for key, mark in _TIME_MARKS.items()}
 
 
-def float_list_json(values: list[float]) -> str | None:
+def float_list_json(values: object) -> str | None:
     """`json.dumps(values)` for a list of finite floats, each run of the same float object formatted once
-    (a step's tokens share one stamp object); None where a value is not a finite float."""
+    (a step's tokens share one stamp object); None where `values` is not a list or a value not a finite float."""
+    if not isinstance(values, list):
+        return None
     parts: list[str] = []
     last: object = None
     text = ""
