@@ -126,9 +126,12 @@ def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
 
 
 def test_spec_counters_reconcile_with_the_clients_tokens(engine):
+    # Requests long enough (160 tokens, four a stream) that the cell holds its two streams steadily: at 40
+    # tokens a request lasts a few milliseconds here, and a loaded host's gap between one stream's requests
+    # reads as delivered concurrency 1.5 (the delivered-load check is not what this test is about).
     window = WindowSpec(
-        name="a", classes=("prose",), transcripts_per_class=4, rounds=1, concurrency=(2,),
-        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=40,
+        name="a", classes=("prose",), transcripts_per_class=8, rounds=1, concurrency=(2,),
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=160,
     )
     result = run_window(engine, window, model="deepseek-v4.1-flash")
     (cell,) = result.cells

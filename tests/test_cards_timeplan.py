@@ -74,3 +74,16 @@ def test_no_throughput_for_a_cell_leaves_the_times_out_and_says_why() -> None:
     assert all(d.request_s is None and d.expected_s["modelled"] is None for d in tp.designs)
     assert "no measured throughput" in tp.note and not tp.cheapest
     assert math.isfinite(tp.designs[0].expected_looks)
+
+
+def test_with_no_miss_on_record_the_worst_case_books_the_median_boot_and_says_so() -> None:
+    from gb300lane.cards import register, run_card
+    from gb300lane.cards.timeplan import lane_boots
+
+    from fakes import cards as fakes
+
+    card, p = load_card(DATA / "tested.yaml")
+    run_card(register(card, p.read_text()), ops=fakes.FakeLane(card, {}).ops())
+    boots = lane_boots(card)
+    assert boots is not None and boots.boots == 3 and boots.misses == 0
+    assert boots.miss_s == boots.hit_s == 1.0

@@ -198,6 +198,8 @@ def _print_time_plan(out: Callable[[str], None], tp: Any) -> None:
         hit = "-" if b.hit_s is None else f"{b.hit_s:.0f} s"
         miss = "-" if b.miss_s is None else f"{b.miss_s:.0f} s"
         src = "the embedded engine's modelled GB300 boot" if b.clock == "modelled" else f"{b.boots} boots on record"
+        if b.misses == 0:
+            src += "; no miss among them: the miss is booked at the median boot"
         out(f"    boot ({b.clock}): hit {hit}, miss {miss} ({src})")
     clocks = [b.clock for b in tp.boots]
     head = "".join(f" {'expected (' + c + ' boots)':>24} {'worst (' + c + ' boots)':>21}" for c in clocks)
