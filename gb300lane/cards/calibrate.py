@@ -345,7 +345,8 @@ def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootChec
     return out
 
 
-def _rate(events: int, n: int) -> RateCI:
+def rate_ci(events: int, n: int) -> RateCI:
+    """events / n with its 95% Clopper-Pearson interval."""
     r = proportion(events, n)
     return RateCI(rate=r.rate, low=r.low, high=r.high, events=events, replicates=n)
 
@@ -372,8 +373,8 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         candidate_recipe=card.candidate.recipe, control_recipe=card.controls[0].recipe, requests_per_arm=n_arm,
         mean_requests_per_arm_aa=sum(o.requests_per_arm for o in aa) / max(1, len(aa)),
         mean_requests_per_arm_card=sum(o.requests_per_arm for o in real) / max(1, len(real)),
-        false_better=_rate(count(aa, "PASS"), len(aa)), false_fail=_rate(count(aa, "FAIL"), len(aa)),
-        power=_rate(count(real, "PASS"), len(real)), fail_when_real=_rate(count(real, "FAIL"), len(real)),
+        false_better=rate_ci(count(aa, "PASS"), len(aa)), false_fail=rate_ci(count(aa, "FAIL"), len(aa)),
+        power=rate_ci(count(real, "PASS"), len(real)), fail_when_real=rate_ci(count(real, "FAIL"), len(real)),
         gates_exercised=tuple(g.id for g in exercised),
         gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
         fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),

@@ -30,14 +30,14 @@ from typing import Literal
 import yaml
 from pydantic import Field
 
-from gb300lane.cards.calibrate import aa_card, window_gates
-from gb300lane.cards.decide.stats import proportion
+from gb300lane.cards.calibrate import RateCI, aa_card, rate_ci, window_gates
 from gb300lane.cards.plan import registration_plan
 from gb300lane.cards.record.receipts import Receipts, read_verdict, register
 from gb300lane.cards.record.verdicts import score
 from gb300lane.cards.run import ArmOps, run_card
 from gb300lane.cards.schema import Card
 from gb300lane.errors import CardError, LaneError
+from gb300lane.fsio import atomic_write
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
@@ -55,14 +55,6 @@ class LaneReplicate(FrozenModel):
     seconds: float = Field(description="Wall-clock seconds it took (0 when read back from an earlier run).")
 
 
-class LaneRate(FrozenModel):
-    rate: float = Field(description="events / replicates (NaN with none).")
-    low: float = Field(description="95% Clopper-Pearson lower bound.")
-    high: float = Field(description="95% Clopper-Pearson upper bound.")
-    events: int = Field(description="Replicates with the event.")
-    replicates: int = Field(description="Replicates that finished.")
-
-
 class LaneCalibration(FrozenModel):
     """What `card calibrate --lane` measured."""
 
@@ -71,10 +63,10 @@ class LaneCalibration(FrozenModel):
     seed: int = Field(description="Calibration seed.")
     root: str = Field(description="Where the replicates' receipts are.")
     requested: int = Field(description="Replicates per scenario asked for.")
-    false_better: LaneRate = Field(description="A/A replicates that PASS.")
-    false_fail: LaneRate = Field(description="A/A replicates that FAIL.")
-    power: LaneRate = Field(description="As-written replicates that PASS.")
-    fail_when_real: LaneRate = Field(description="As-written replicates that FAIL.")
+    false_better: RateCI = Field(description="A/A replicates that PASS.")
+    false_fail: RateCI = Field(description="A/A replicates that FAIL.")
+    power: RateCI = Field(description="As-written replicates that PASS.")
+    fail_when_real: RateCI = Field(description="As-written replicates that FAIL.")
     planned_power: float | None = Field(description="The card's power as its plan predicts it from the lane's noise.")
     plan_source: str = Field(default="", description="Where that plan's noise came from.")
     budget_s: float | None = Field(description="Time budget (None: none).")
@@ -102,11 +94,6 @@ def replicate_card(card: Card, scenario: LaneScenario, seed: int, r: int) -> Car
                     for w in base.windows)
     return base.model_copy(update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows,
                                    "gates": window_gates(base)})
-
-
-def _rate(events: int, trials: int) -> LaneRate:
-    r = proportion(events, trials)
-    return LaneRate(rate=r.rate, low=r.low, high=r.high, events=events, replicates=trials)
 
 
 def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, budget_s: float | None = None,
@@ -150,17 +137,14 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
     plan = registration_plan(card)
     cal = LaneCalibration(
         card=card.name, seed=seed, root=str(root), requested=replicates,
-        false_better=_rate(sum(d.verdict == "PASS" for d in aa), len(aa)),
-        false_fail=_rate(sum(d.verdict == "FAIL" for d in aa), len(aa)),
-        power=_rate(sum(d.verdict == "PASS" for d in written), len(written)),
-        fail_when_real=_rate(sum(d.verdict == "FAIL" for d in written), len(written)),
+        false_better=rate_ci(sum(d.verdict == "PASS" for d in aa), len(aa)),
+        false_fail=rate_ci(sum(d.verdict == "FAIL" for d in aa), len(aa)),
+        power=rate_ci(sum(d.verdict == "PASS" for d in written), len(written)),
+        fail_when_real=rate_ci(sum(d.verdict == "FAIL" for d in written), len(written)),
         planned_power=plan.power if plan is not None else None, plan_source=plan.source if plan is not None else "",
         budget_s=budget_s, stopped_by_budget=stopped, seconds=round(time.monotonic() - t0, 1), replicates=tuple(done),
     )  # fmt: skip
-    out = root / "calibration.json"
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(cal.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(root / "calibration.json", cal.model_dump_json(indent=2) + "\n")
     return cal
 
 

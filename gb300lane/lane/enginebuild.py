@@ -16,11 +16,11 @@ has no known defect here: the check passes and says so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from gb300lane.fsio import sha256_file
 from gb300lane.lane.checks import CheckResult
 from gb300lane.recipes import Recipe
 from gb300lane.recipes.containers import process_python
@@ -88,7 +88,7 @@ def _problems(record: Path, needed: Mapping[str, str]) -> tuple[list[str], list[
                 if not any(r["patch"] == name for r in rows)]  # fmt: skip
     for r in rows:
         try:
-            now = hashlib.sha256(Path(r["file"]).read_bytes()).hexdigest()
+            now = sha256_file(r["file"])
         except OSError as exc:
             problems.append(f"{r['file']} ({r['patch']}) cannot be read: {exc.strerror or exc}")
             continue

@@ -27,11 +27,14 @@ from collections.abc import Mapping
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.evidence import by_transcript, units_of
 from gb300lane.cards.schema import TestedGate
+
+if TYPE_CHECKING:  # numpy is imported where the arithmetic runs
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,16 @@ def estimate_boot_sd(gate: TestedGate, boots: list[ArmData]) -> BootEstimate | N
     return estimate_from_units([boot_units(gate, a) for a in boots])
 
 
+def boot_mean_squares(y: np.ndarray) -> tuple[float, float, int, int]:
+    """The boots x transcripts analysis of variance of `y` (one row per boot, relative to its grand mean):
+    (MS_boot, MS_res, their degrees of freedom), with E[MS_boot] = sigma_e^2 + n sigma_b^2."""
+    n_b, n = y.shape
+    bm, tm = y.mean(axis=1), y.mean(axis=0)
+    res = y - bm[:, None] - tm[None, :] + 1.0
+    df_b, df_r = n_b - 1, (n_b - 1) * (n - 1)
+    return n * float(((bm - 1.0) ** 2).sum()) / df_b, float((res ** 2).sum()) / df_r, df_b, df_r
+
+
 def estimate_from_units(per_boot: list[BootUnits], min_boots: int = 3) -> BootEstimate | None:
     """sigma_b from each boot's units (`boot_units`); None with fewer than `min_boots` boots (2 is the card's own
     A against A2: one degree of freedom, enough for a lower bound to rule a registered figure out)."""
@@ -114,12 +127,8 @@ def estimate_from_units(per_boot: list[BootUnits], min_boots: int = 3) -> BootEs
         if grand <= 0:
             continue
         y = y / grand
-        n_b, n = y.shape
-        bm, tm = y.mean(axis=1), y.mean(axis=0)
-        res = y - bm[:, None] - tm[None, :] + 1.0
-        df_b, df_r = n_b - 1, (n_b - 1) * (n - 1)
-        ms_b = n * float(((bm - 1.0) ** 2).sum()) / df_b
-        ms_r = float((res ** 2).sum()) / df_r
+        n = y.shape[1]
+        ms_b, ms_r, df_b, df_r = boot_mean_squares(y)
         s2s.append((ms_b - ms_r) / n)
         # E[MS_boot] = sigma_e^2 + n sigma_b^2 and MS_boot ~ E chi2(df_b) / df_b; sigma_e^2 is pinned by df_r
         uppers.append((ms_b * df_b / float(chi2.ppf(0.05, df_b)) - ms_r) / n)

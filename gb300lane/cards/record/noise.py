@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gb300lane.cards.decide.boots import BootEstimate, boot_units
+from gb300lane.cards.decide.boots import BootEstimate, boot_mean_squares, boot_units
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.record.receipts import Receipts, all_receipts
 from gb300lane.cards.schema import Card, ControlsEquivalence
@@ -198,10 +198,7 @@ def _sample(card: Card, rec: Receipts, arms: list[ArmData], a: dict[str, float],
         return None
     y = y / grand
     n = y.shape[1]
-    bm, tm = y.mean(axis=1), y.mean(axis=0)
-    res = y - bm[:, None] - tm[None, :] + 1.0
-    ms_b = n * float(((bm - 1.0) ** 2).sum())
-    ms_r = float((res ** 2).sum()) / (n - 1)
+    ms_b, ms_r, _, _ = boot_mean_squares(y)
     boot = arms[0].boot
     data = hashlib.sha256(repr(([(u, a[u]) for u in common], [(u, a2[u]) for u in common])).encode()).hexdigest()
     return CardSample(card=card.name, receipts=rec.root.name, date=rec.root.name[:10], recipe=arms[0].recipe,
