@@ -144,6 +144,40 @@ def test_a_fault_mid_window_invalidates_only_its_cell(lane, fault, reason):
     assert sum(1 for r in result.records if not r.ok) == (0 if "short" in fault else 1)
 
 
+def test_an_invalid_cell_runs_again_and_its_discarded_try_is_kept(lane):
+    lane.behaviour.fail_requests = {5: 429}  # the second cell's second request, on its first try only
+    heard = []
+    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1, 2]), model="fake-model",
+                        invalid_retries=2, on_retry=lambda cell, n, of: heard.append((cell.concurrency, n, of)))
+    assert result.valid and [c.concurrency for c in result.cells] == [1, 2]
+    assert heard == [(2, 2, 3)]
+    (tried,) = result.retried
+    assert not tried.cell.valid and any("HTTP 429" in r for r in tried.cell.invalid_reasons)
+    assert len(tried.records) == 4 and sum(1 for r in tried.records if not r.ok) == 1
+    assert len(result.records) == 8 and all(r.ok for r in result.records)
+    # the try that counts sent the same requests: same transcripts, same seeds
+    assert sorted((r.transcript_id, r.seed) for r in tried.records) == sorted(
+        (r.transcript_id, r.seed) for r in result.records if r.concurrency == 2)
+    assert WindowResult.model_validate_json(result.model_dump_json()) == result
+
+
+def test_a_cell_invalid_on_every_try_stays_invalid_with_all_its_tries(lane):
+    lane.behaviour.foreign_tokens_per_request = 3
+    heard = []
+    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model",
+                        invalid_retries=2, on_retry=lambda cell, n, of: heard.append((n, of)))
+    (cell,) = result.cells
+    assert not cell.valid and not result.valid and "foreign traffic" in cell.invalid_reasons[0]
+    assert heard == [(2, 3), (3, 3)] and len(result.retried) == 2
+    assert all("foreign traffic" in t.cell.invalid_reasons[0] for t in result.retried)
+
+
+def test_a_negative_retry_count_is_refused(lane):
+    with pytest.raises(BenchError, match="invalid_retries -1"):
+        run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model",
+                   invalid_retries=-1)
+
+
 def test_foreign_traffic_invalidates_the_cell(lane):
     lane.behaviour.foreign_tokens_per_request = 3
     result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model")

@@ -48,7 +48,12 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
                    "kv-pool": "PASS", "foreign-clients": "PASS"}, [r.model_dump() for r in v.results]
     # each request's own spec-decode counters reached the receipts
     tested = next(r for r in v.results if r.id == "tokens-per-step-tested").tests[0]
-    assert tested.n == 6 and tested.requests_per_arm == 24  # 6 transcripts, their C1 and C2 requests averaged
+    # 6 transcripts, their C1 and C2 requests averaged: every request of B's valid cells (a cell still invalid
+    # after its retries, as a loaded host can leave one, is left out and named in the verdict's notes)
+    valid = [c for c in window["cells"] if c["valid"]]
+    assert tested.n == 6 and tested.requests_per_arm == sum(c["requests"] for c in valid)
+    assert len(valid) == 4 or any(f"arm B, window primary: {4 - len(valid)} cell(s) left out" in n
+                                  for n in v.notes), v.notes
     assert all(r["spec_decode"]["num_drafts"] > 0 for r in window["records"])
     md = render_report(rec)
     assert (md.parent / "fig4-accepted-at-position.png").is_file()

@@ -211,3 +211,33 @@ def test_an_embedded_card_records_a_missed_self_test_without_refusing():
     assert "missed its registered bounds" in lines[0] and "Not binding here" in lines[0]
     assert lines[1:] == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
     assert json.loads((rec.root / "selftest-1.json").read_text())["passed"] is False
+
+
+def test_a_cell_invalid_after_every_try_is_left_out_and_the_verdict_says_so() -> None:
+    card, rec = _registered(DATA / "tested.yaml")
+    w = card.window(card.primary_window)
+    cls, conc = w.classes[0], w.concurrency[-1]
+    lane = fakes.FakeLane(card, {"B": 1.03}, noise=0.02, invalid={"B": {(cls, conc, 2)}})
+    said: list[str] = []
+    run_card(rec, ops=lane.ops(), progress=said.append)
+    assert any(f"cell {cls} C{conc} r2 was invalid (delivered concurrency" in s for s in said), said
+    assert any(f"cell {cls} C{conc} r2 is still invalid after" in s and "the verdict leaves it out" in s
+               for s in said), said
+    # the receipt keeps the discarded try beside the cell
+    window = json.loads((rec.attempt_dir("B", 1) / "windows" / "primary.json").read_text())
+    assert [(t["cell"]["cls"], t["cell"]["concurrency"], t["cell"]["round"]) for t in window["retried"]] == [
+        (cls, conc, 2)]
+    v = score(rec)
+    (note,) = [n for n in v.notes if "left out as invalid" in n]
+    assert note.startswith("arm B, window primary: 1 cell(s)") and f"{cls} C{conc} r2: delivered" in note
+    clean_rec = _registered(DATA / "tested.yaml", run="clean")[1]
+    run_card(clean_rec, ops=fakes.FakeLane(card, {"B": 1.03}, noise=0.02).ops())
+    clean = score(clean_rec)
+    assert not any("left out as invalid" in n for n in clean.notes)
+    # the cell is gone from B's evidence: the tests over it rest on fewer requests
+    tested = {r.id: r for r in v.results if r.tests and r.tests[0].comparison.startswith("B /")}
+    assert tested
+    for gid, r in tested.items():
+        before = {(t.cls, t.concurrency): t.requests_per_arm for t in next(x for x in clean.results if x.id == gid).tests}
+        after = {(t.cls, t.concurrency): t.requests_per_arm for t in r.tests}
+        assert sum(after.values()) < sum(before.values()), gid

@@ -256,6 +256,13 @@ class LoadSpec(FrozenModel):
     )
 
 
+class RetriedCell(FrozenModel):
+    """A try of a cell that came back invalid and was run again: kept whole, never evidence."""
+
+    cell: CellResult = Field(description="The invalid try, with its reasons.")
+    records: list[RequestRecord] = Field(description="That try's requests.")
+
+
 class WindowResult(FrozenModel):
     """A bench window's result file: the spec, every cell and every raw request."""
 
@@ -277,6 +284,11 @@ class WindowResult(FrozenModel):
     valid: bool = Field(description="True when every cell is valid.")
     cells: list[CellResult] = Field(description="Cells in the order they ran.")
     records: list[RequestRecord] = Field(description="Every request, in the order the cells ran.")
+    retried: list[RetriedCell] = Field(
+        default_factory=list,
+        description="Tries of cells that came back invalid and were run again (`invalid_retries`), in the order "
+        "they ran; `cells` and `records` hold each cell's last try.",
+    )
 
     def outputs(self) -> dict[str, str]:
         """Generated text of every successful request, keyed by `output_key`."""

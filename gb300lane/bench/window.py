@@ -29,6 +29,8 @@ import platform
 import sys
 import time
 from datetime import datetime, timezone
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import aiohttp
@@ -36,7 +38,7 @@ import aiohttp
 from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
 from gb300lane.bench.client import collector_paused, request_sent_trace, stream_request
-from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, WindowResult
+from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, RetriedCell, WindowResult
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
 from gb300lane.lane.probe import Scrape, get_json, get_status, scrape_metrics
@@ -56,6 +58,10 @@ class WindowProgress(Protocol):
     def request_done(self, record: RequestRecord) -> None: ...
 
     def cell_done(self, cell: CellResult) -> None: ...
+
+
+#: Told of each invalid try run again: (the discarded cell, the next try's number, the tries allowed).
+RetryNotice = Callable[[CellResult, int, int], None]
 
 
 def derive_seed(seed_base: int, transcript_id: str, round: int, repeat: int = 0) -> int:
@@ -328,13 +334,22 @@ async def run_window_async(
     fingerprint: str | None = None,
     load: LoadSpec | None = None,
     connections: int | None = None,
+    invalid_retries: int = 0,
+    on_retry: RetryNotice | None = None,
 ) -> WindowResult:
     """Run every cell of `window` against `endpoint`; see `run_window`.
 
     `connections` caps the client's connection pool (None: one per request in
     flight, as a window needs); a cap below the concurrency is a client that
     holds fewer in flight than it was told to, and its cells say so.
+    `invalid_retries` runs a cell that comes back invalid again, up to that
+    many more times, at once and with the same seeds (validity is the client's
+    and the counters' bookkeeping, never the figures a card compares, so a
+    retry selects no outcome); each discarded
+    try stays in the result (`retried`) and `on_retry` hears of it.
     """
+    if invalid_retries < 0:
+        raise BenchError(f"invalid_retries {invalid_retries} is negative; pass 0 or more")
     load = load or LoadSpec(mode="closed")
     if load.mode == "open" and not load.request_rates:
         raise BenchError("an open-loop load needs at least one request rate; pass --request-rate R")
@@ -372,25 +387,33 @@ async def run_window_async(
             progress.window_started(window, n_cells, requests)
         cells: list[CellResult] = []
         records: list[RequestRecord] = []
+        retried: list[RetriedCell] = []
+
+        async def run(one: Callable[[], Awaitable[tuple[CellResult, list[RequestRecord]]]]) -> None:
+            for attempt in range(1, invalid_retries + 2):
+                cell, recs = await one()
+                if cell.valid or attempt > invalid_retries:
+                    break
+                retried.append(RetriedCell(cell=cell, records=recs))
+                if on_retry is not None:
+                    on_retry(cell, attempt + 1, invalid_retries + 1)
+            cells.append(cell)
+            records.extend(recs)
+
         seed_base = load.arrival_seed if load.arrival_seed is not None else (window.seed_base or 0)
         for rnd in range(1, window.rounds + 1):
             for cls in window.classes:
                 if load.mode == "open":
                     for rate in load.request_rates or []:
-                        cell, recs = await _run_open_cell(
-                            session, base, window, cls=cls, rate=rate, arrivals=load.arrivals or "poisson",
-                            arrival_seed=derive_arrival_seed(seed_base, cls, rnd, rate), round=rnd, model=served,
-                            progress=progress,
-                        )
-                        cells.append(cell)
-                        records.extend(recs)
+                        await run(partial(
+                            _run_open_cell, session, base, window, cls=cls, rate=rate,
+                            arrivals=load.arrivals or "poisson", arrival_seed=derive_arrival_seed(seed_base, cls, rnd, rate),
+                            round=rnd, model=served, progress=progress,
+                        ))
                     continue
                 for conc in window.concurrency:
-                    cell, recs = await _run_cell(
-                        session, base, window, cls=cls, concurrency=conc, round=rnd, model=served, progress=progress
-                    )
-                    cells.append(cell)
-                    records.extend(recs)
+                    await run(partial(_run_cell, session, base, window, cls=cls, concurrency=conc, round=rnd,
+                                      model=served, progress=progress))
     return WindowResult(
         tool_version=__version__,
         python=sys.version.split()[0],
@@ -406,6 +429,7 @@ async def run_window_async(
         valid=all(c.valid for c in cells),
         cells=cells,
         records=records,
+        retried=retried,
     )
 
 
@@ -418,6 +442,8 @@ def run_window(
     recipe: str | None = None,
     fingerprint: str | None = None,
     load: LoadSpec | None = None,
+    invalid_retries: int = 0,
+    on_retry: RetryNotice | None = None,
 ) -> WindowResult:
     """Run a window and return its result; server faults become invalid cells, never exceptions.
 
@@ -429,6 +455,7 @@ def run_window(
     """
     return asyncio.run(
         run_window_async(
-            endpoint, window, model=model, progress=progress, recipe=recipe, fingerprint=fingerprint, load=load
+            endpoint, window, model=model, progress=progress, recipe=recipe, fingerprint=fingerprint, load=load,
+            invalid_retries=invalid_retries, on_retry=on_retry,
         )
     )

@@ -62,6 +62,11 @@ class ArmOps(Protocol):
         """
 
 
+#: Tries of a cell after one that came back invalid (a loaded host's burst, foreign traffic): its
+#: window runs it again at once, with the same seeds, and keeps every discarded try in the receipt.
+CELL_RETRIES = 2
+
+
 class LiveArmOps:
     """The real lane and bench; `protected` instances (production, the rollback pair) are never replaced.
 
@@ -101,7 +106,8 @@ class LiveArmOps:
     def run_window(
         self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
     ) -> WindowResult:
-        return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint)
+        return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint,
+                          invalid_retries=CELL_RETRIES)
 
     def selftest(self, concurrencies: list[int]) -> SelftestResult:
         """The bench client's self-test at the card's concurrency levels (see bench/selftest.py)."""
@@ -184,8 +190,16 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                          f"{seeds})")
                 result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
                                         fingerprint=report.fingerprint)
-                sent += len(result.records)
+                sent += len(result.records) + sum(len(t.records) for t in result.retried)
                 rec.write_model(adir / "windows" / f"{w.name}.json", result)
+                for t in result.retried:
+                    c = t.cell
+                    progress(f"{label}: window {w.name}: cell {c.cls} C{c.concurrency} r{c.round} was invalid "
+                             f"({'; '.join(c.invalid_reasons)}); it ran again")
+                for c in (c for c in result.cells if not c.valid):
+                    progress(f"{label}: window {w.name}: cell {c.cls} C{c.concurrency} r{c.round} is still invalid "
+                             f"after {CELL_RETRIES + 1} tries ({'; '.join(c.invalid_reasons)}); the verdict leaves it "
+                             "out and says so")
             after = ops.foreign(report.endpoint, sent)
             counts = [x.foreign_clients for x in (before, after)]
             rec.write_model(adir / "foreign.json", ForeignReceipt(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
+from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, RetriedCell, SpecStats, WindowResult
 from gb300lane.bench.stats import Percentiles
 from gb300lane.cards.record.models import ForeignCount
 from gb300lane.lane.checks import CheckResult
@@ -100,8 +100,11 @@ class FakeLane:
 
     def __init__(self, card: Any, factors: dict[str, float], *, fail_window_on: str | None = None,
                  jitter: dict[str, dict[int, float]] | None = None, flips: dict[str, set[str]] | None = None,
-                 tps: dict[str, float] | None = None, noise: float = 0.0, n_transcripts: int = 6) -> None:
+                 tps: dict[str, float] | None = None, noise: float = 0.0, n_transcripts: int = 6,
+                 invalid: dict[str, set[tuple[str, int, int]]] | None = None) -> None:
+        """`invalid`: per arm, the (class, concurrency, round) cells that come back invalid on every try."""
         self.card = card
+        self.invalid = invalid or {}
         self.factors = factors
         self.tps = tps or {}
         self.noise = noise
@@ -141,6 +144,16 @@ class FakeLane:
         if self.fail_window_on == arm:
             self.fail_window_on = None
             raise KeyboardInterrupt("interrupted")
-        return window_result(window, factor=self.factors.get(arm, 1.0), round_jitter=self.jitter.get(arm),
-                             flip=self.flips.get(arm, frozenset()), tps_factor=self.tps.get(arm, 1.0),
-                             noise=self.noise, n_transcripts=self.n_transcripts)
+        res = window_result(window, factor=self.factors.get(arm, 1.0), round_jitter=self.jitter.get(arm),
+                            flip=self.flips.get(arm, frozenset()), tps_factor=self.tps.get(arm, 1.0),
+                            noise=self.noise, n_transcripts=self.n_transcripts)
+        bad = self.invalid.get(arm, set())
+        if not bad:
+            return res
+        reason = "delivered concurrency 1 is below the configured 2 by more than the registered 10%"
+        cells = [c.model_copy(update={"valid": False, "invalid_reasons": [reason]})
+                 if (c.cls, c.concurrency, c.round) in bad else c for c in res.cells]
+        tries = [RetriedCell(cell=c, records=[r for r in res.records if (r.cls, r.concurrency, r.round)
+                                              == (c.cls, c.concurrency, c.round)])
+                 for c in cells if not c.valid]
+        return res.model_copy(update={"cells": cells, "valid": False, "retried": tries})

@@ -90,6 +90,9 @@ class WindowData(FrozenModel):
     cells: tuple[CellData, ...] = Field(default=(), description="Cells of the window.")
     tokens_per_step: float | None = Field(default=None, description="Window-wide tokens per verify step.")
     a_p: tuple[float, ...] | None = Field(default=None, description="Window-wide accepted-at-position over drafts.")
+    invalid_cells: tuple[str, ...] = Field(
+        default=(), description="Cells left out because every try of them was invalid: 'class Cn rN: reasons'."
+    )
 
 
 class ArmData(FrozenModel):
@@ -216,7 +219,8 @@ def merge_stages(parts: list[WindowData]) -> WindowData:
     a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
     return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
                       unit=parts[0].unit, cells=tuple(cells),
-                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p)
+                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p,
+                      invalid_cells=tuple(f"stage {i}: {c}" for i, w in enumerate(parts, 1) for c in w.invalid_cells))
 
 
 def merge_boots(boots: list[BootFacts]) -> BootFacts:

@@ -94,6 +94,13 @@ class VerdictInputs(FrozenModel):
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
 
 
+def invalid_cell_notes(arms: list[ArmData]) -> list[str]:
+    """One note per arm and window that left cells out: their sample is smaller than registered."""
+    return [f"arm {a.arm}, window {name}: {len(w.invalid_cells)} cell(s) left out as invalid after every try "
+            f"({'; '.join(w.invalid_cells)}); the gates over that window rest on fewer requests than registered"
+            for a in arms for name, w in a.windows.items() if w.invalid_cells]
+
+
 def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, *, written_at: str, number: int = 1,
                     previous: PreviousVerdict | None = None, reason: str | None = None,
                     changes: tuple[GateChange, ...] = ()) -> Verdict:
@@ -105,7 +112,7 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
     needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
     notes: tuple[str, ...] = ()
     if not inputs.transcribed:
-        notes = tuple(boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
+        notes = tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
                       + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now))
     payload = gates_payload(gates)
     return Verdict(

@@ -46,8 +46,11 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
     accepted = drafts = 0
     ap_weighted: list[float] = []
     ap_weight: list[float] = []
+    invalid: list[str] = []
     for cell in res.cells:
         if not cell.valid:
+            level = f"C{cell.concurrency}" if cell.request_rate is None else f"{cell.request_rate:g} req/s"
+            invalid.append(f"{cell.cls} {level} r{cell.round}: {'; '.join(cell.invalid_reasons)}")
             continue
         clocks.add(cell.clock)
         spec = cell.spec
@@ -88,6 +91,7 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
         cells=tuple(cells),
         tokens_per_step=(1.0 + accepted / drafts) if drafts else None,
         a_p=tuple(w / n for w, n in zip(ap_weighted, ap_weight) if n) or None,
+        invalid_cells=tuple(invalid),
     )
 
 
