@@ -43,9 +43,12 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     assert {c["clock"] for c in window["cells"]} == {"modelled"}
     v = score(rec)
     res = {r.id: r.status for r in v.results}
+    tail = next(r for r in v.results if r.id == "itl-p99")
     assert res == {"tokens-per-step": "PASS", "tokens-per-step-tested": "PASS", "hash-hit": "PASS",
                    "flag-on-b-only": "PASS", "env-equal": "PASS",
-                   "kv-pool": "PASS", "foreign-clients": "PASS"}, [r.model_dump() for r in v.results]
+                   "kv-pool": "PASS", "foreign-clients": "PASS", "itl-p99": tail.status}, [r.model_dump() for r in v.results]
+    # the tail diagnostic reads every chunk gap of the served streams, on the modelled clock, by transcript
+    assert not tail.decides and "6 transcripts" in tail.observed and "modelled clock" in tail.observed, tail
     # each request's own spec-decode counters reached the receipts
     tested = next(r for r in v.results if r.id == "tokens-per-step-tested").tests[0]
     # 6 transcripts, their C1 and C2 requests averaged: every request of B's valid cells (a cell still invalid

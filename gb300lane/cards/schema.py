@@ -8,6 +8,7 @@ change after registration is only possible as a re-score.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -193,6 +194,32 @@ class ParityGate(_WindowGate):
     )
 
 
+class LatencyTailGate(_WindowGate):
+    """B's latency tail (p99 TTFT or inter-token latency) against the controls', resampled by transcript."""
+
+    kind: Literal["latency_tail"] = Field(
+        description="A quantile of TTFT or ITL, B against the controls pooled: no worse than `margin` (lower is "
+        "better), with a cluster bootstrap over transcripts and the registered boot sd (cards.decide.tails)."
+    )
+    metric: Literal["ttft", "itl"] = Field(
+        description="ttft: one value per request; itl: every gap between a request's successive chunks "
+        "(vLLM's ITL), on the clock the window's cells lead with."
+    )
+    quantile: float = Field(default=0.99, gt=0.5, lt=1.0, description="The quantile compared (0.99: p99).")
+    margin: float = Field(ge=0, lt=1, description="B's quantile may exceed the controls' by at most this, relative.")
+    alpha: float = Field(default=0.025, gt=0, lt=0.5, description="One-sided alpha of the test.")
+    boot_sd: float = Field(
+        default=0.0, ge=0, lt=0.5,
+        description="Relative SD one boot shifts the quantile by, beyond its requests' noise (every arm is a boot): "
+        "added to the bootstrap's variance, as the tested gates add theirs.",
+    )
+    decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
+
+    def min_values(self) -> int:
+        """The sample guard: a quantile q needs n > 4q / (1 - q) values per arm (396 for p99)."""
+        return math.floor(4 * self.quantile / (1 - self.quantile) + 1e-9) + 1
+
+
 class HashHitGate(_Gate):
     kind: Literal["hash_hit"] = Field(description="Every arm (or the arms listed) booted as a compile/autotune hash hit.")
     arms: tuple[str, ...] | None = Field(
@@ -236,6 +263,7 @@ Gate = Annotated[
     | DecodeRatioGate
     | ControlsAgreeGate
     | ParityGate
+    | LatencyTailGate
     | HashHitGate
     | FlagGate
     | EnvEqualGate

@@ -76,6 +76,13 @@ class CellData(FrozenModel):
     outputs: dict[str, str] = Field(
         default_factory=dict, description="Transcript id -> sha256 of the generated text (parity across arms)."
     )
+    ttft_s: dict[str, float] = Field(
+        default_factory=dict, description="Transcript id -> the request's time to first token, on the cell's clock."
+    )
+    itl_s: dict[str, tuple[float, ...]] = Field(
+        default_factory=dict,
+        description="Transcript id -> the gaps between the request's successive chunks (vLLM's ITL), on the cell's clock.",
+    )
 
 
 class WindowData(FrozenModel):

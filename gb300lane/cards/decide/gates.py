@@ -18,6 +18,7 @@ from typing import Any, assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
+from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (
     Bar,
@@ -33,6 +34,7 @@ from gb300lane.cards.schema import (
     Gate,
     HashHitGate,
     KvPoolGate,
+    LatencyTailGate,
     ParityGate,
     TestedGate,
     TokensPerStepGate,
@@ -47,7 +49,7 @@ __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 #: Gates decided by the arms' boot facts.
 BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate | FeatureLiveGate
 #: Gates over a window's cells.
-WindowGate = TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate
+WindowGate = TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate | LatencyTailGate
 CellKey = tuple[str, int]
 
 
@@ -363,6 +365,8 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
                 out.append(miss)
             elif isinstance(gate, ParityGate):
                 out.append(_eval_parity(ctx, gate))
+            elif isinstance(gate, LatencyTailGate):
+                out.append(eval_tail(gate, ctx.cand, ctx.ctrls))
             elif isinstance(gate, TokensPerStepGate):
                 out.append(_eval_tps(ctx, gate))
             else:

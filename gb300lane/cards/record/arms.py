@@ -7,9 +7,10 @@ reads as missing; the boot checks are found by the names `lane.checks` gives the
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 
-from gb300lane.bench.models import WindowResult
+from gb300lane.bench.models import RequestRecord, WindowResult
 from gb300lane.canonical import sha256_bytes
 from gb300lane.cards.decide.data import BootFacts, CellData, WindowData
 from gb300lane.lane.checks import (
@@ -24,12 +25,28 @@ from gb300lane.lane.checks import (
 from gb300lane.lane.report import BootReport
 
 
+def _latency(rec: RequestRecord, clock: str) -> tuple[float | None, tuple[float, ...]]:
+    """(TTFT, the gaps between successive chunks) of one request on `clock`.
+
+    vLLM's ITL is the gap between chunks: on the wall clock the client's per-event arrival times, on the
+    modelled clock the distinct modelled token times (a verify step's tokens arrive as one chunk).
+    """
+    if clock == "modelled" and rec.engine is not None:
+        times = sorted(set(rec.engine.modelled_token_times_s))
+        ttft: float | None = rec.engine.modelled_ttft_s
+    else:
+        times = rec.event_times_s or sorted(set(rec.token_times_s))
+        ttft = rec.ttft_s
+    return ttft, tuple(b - a for a, b in zip(times, times[1:]))
+
+
 def window_data_from_result(result: WindowResult | Mapping[str, object], window_name: str) -> WindowData:
     """bench's WindowResult (or its JSON, validated) -> WindowData, keeping per-transcript rates."""
     res = result if isinstance(result, WindowResult) else WindowResult.model_validate(result)
     per: dict[tuple[str, int, int], dict[str, float]] = {}
     tps: dict[tuple[str, int, int], dict[str, float]] = {}
     outs: dict[tuple[str, int, int], dict[str, str]] = {}
+    lat: defaultdict[tuple[str, int, int, str], dict[str, tuple[float | None, tuple[float, ...]]]] = defaultdict(dict)
     for rec in res.records:
         key = (rec.cls, int(rec.concurrency), int(rec.round))
         # A concurrency above the transcript count sends each transcript once per pass, each pass its own sample.
@@ -41,6 +58,9 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
             tps.setdefault(key, {})[sample] = 1.0 + sd.num_accepted_tokens / sd.num_drafts
         if rec.ok:
             outs.setdefault(key, {})[sample] = sha256_bytes(rec.text or "")
+            lat[(*key, "wall")][sample] = _latency(rec, "wall")
+            if rec.engine is not None:
+                lat[(*key, "modelled")][sample] = _latency(rec, "modelled")
     cells = []
     clocks = set()
     accepted = drafts = 0
@@ -82,6 +102,8 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
                 per_transcript=per.get(key, {}),
                 per_transcript_tps=tps.get(key, {}),
                 outputs=outs.get(key, {}),
+                ttft_s={t: v for t, (v, _) in lat[(*key, cell.clock)].items() if v is not None},
+                itl_s={t: gaps for t, (_, gaps) in lat[(*key, cell.clock)].items()},
             )
         )
     clock = clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else None)

@@ -1,0 +1,178 @@
+"""The latency-tail gate: a quantile of TTFT or ITL, B against the controls, resampled by transcript.
+
+The estimate is r = Q(B) / Q(C): Q the gate's quantile (the inverted-CDF
+quantile, a value that was observed) of every value of the arm's covered
+cells (TTFT: one per request; ITL: every gap between a request's successive
+chunks, vLLM's definition), C the controls' values pooled.
+
+Values are not independent: a transcript's requests share a prompt (and,
+within an arm and round, their seeds), and one request's gaps share its
+batch. The unit is therefore the transcript (class/id, as the tested gates
+pair them): the bootstrap draws transcripts with replacement, the same draw
+for every arm, and recomputes r from every value of the drawn transcripts in
+every cell, round and stage; the spread of log r over the draws is the
+requests' share of the noise. A boot shifts a whole arm, which no draw of
+transcripts sees: the registered `boot_sd` adds `(1 + 1/controls) boot_sd^2`
+to the variance of log r, as it does for the tested gates. The interval is
+
+    log r +- z(1 - alpha) sqrt(se_draws^2 + (1 + 1/controls) boot_sd^2)
+
+Lower is better: PASS when the upper bound is below log(1 + margin) (B shown
+no worse than the margin), FAIL when the lower bound is above it (shown
+worse), INCONCLUSIVE otherwise. A quantile q is only estimated where every
+arm has more than 4q / (1 - q) values (396 for p99: about four values above
+it); below that the gate is INCONCLUSIVE and says how many it needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.results import GateResult, Status
+from gb300lane.cards.decide.stats import BOOTSTRAP_SEED
+from gb300lane.cards.schema import LatencyTailGate
+
+#: Bootstrap draws of transcripts per tail gate.
+DRAWS = 2000
+#: Draws evaluated at once (their weight matrix is CHUNK x values).
+CHUNK = 100
+
+#: Per transcript unit, its values (TTFT or ITL gaps, seconds) in one arm.
+UnitValues = dict[str, list[float]]
+
+
+def unit_values(arm: ArmData, gate: LatencyTailGate) -> tuple[UnitValues, set[str]]:
+    """(transcript unit -> the arm's values over the gate's cells, the clocks those cells lead with)."""
+    w = arm.windows.get(gate.window)
+    out: UnitValues = {}
+    clocks: set[str] = set()
+    if w is None:
+        return out, clocks
+    for c in w.cells:
+        if (gate.classes is not None and c.cls not in gate.classes) or (
+                gate.concurrency is not None and c.concurrency not in gate.concurrency):
+            continue
+        if w.clock:
+            clocks.add(w.clock)
+        if gate.metric == "ttft":
+            for t, v in c.ttft_s.items():
+                out.setdefault(f"{c.cls}/{t.split('#')[0]}", []).append(v)
+        else:
+            for t, gaps in c.itl_s.items():
+                out.setdefault(f"{c.cls}/{t.split('#')[0]}", []).extend(gaps)
+    return out, clocks
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """The inverted-CDF q-quantile (the smallest value with at least q of the values at or below it)."""
+    return float(np.quantile(values, q, method="inverted_cdf"))
+
+
+def _weighted_quantiles(sorted_values: np.ndarray, unit_of: np.ndarray, counts: np.ndarray, q: float) -> np.ndarray:
+    """Per row of `counts` (draws x units): the inverted-CDF quantile of the values each unit repeated that often."""
+    weights = counts[:, unit_of]
+    cum = np.cumsum(weights, axis=1)
+    total = cum[:, -1:]
+    idx = (cum < q * total).sum(axis=1)
+    out: np.ndarray = sorted_values[np.minimum(idx, sorted_values.size - 1)]
+    return out
+
+
+class _Arm:
+    """One arm's values over the shared units, sorted once for the weighted quantiles."""
+
+    def __init__(self, values: UnitValues, units: list[str]) -> None:
+        pos = {u: i for i, u in enumerate(units)}
+        flat = [(v, pos[u]) for u in units for v in values.get(u, [])]
+        order = sorted(range(len(flat)), key=lambda i: flat[i][0])
+        self.values = np.array([flat[i][0] for i in order], dtype=float)
+        self.unit_of = np.array([flat[i][1] for i in order], dtype=np.int64)
+
+    def at(self, counts: np.ndarray, q: float) -> np.ndarray:
+        return _weighted_quantiles(self.values, self.unit_of, counts, q)
+
+
+def _seed(gate_id: str) -> int:
+    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(("tail", gate_id)).encode()).hexdigest()[:6], 16)
+
+
+def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData]) -> GateResult:
+    """Decide `gate` over the candidate's and the controls' per-request latencies (module docstring)."""
+    what = {"ttft": "TTFT", "itl": "ITL"}[gate.metric]
+    q_name = f"p{gate.quantile * 100:g}"
+    need = gate.min_values()
+    bar = (f"latency-tail: B's {q_name} {what} no worse than the controls' by more than +{gate.margin:.2%}; "
+           f"one-sided alpha {gate.alpha:.2%}; a {q_name} needs more than {need - 1} values per arm "
+           f"(n > 4q/(1-q)); resampled by transcript")
+
+    def undecided(observed: str, reason: str) -> GateResult:
+        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed=observed, bar=bar,
+                          noise_floor="-", reasons=(reason,), decides=gate.decides)
+
+    if cand is None or not ctrls:
+        return undecided("no arms", "the candidate and at least one control are needed")
+    per_arm = [unit_values(a, gate) for a in (cand, *ctrls)]
+    units = sorted(set(per_arm[0][0]).intersection(*[set(v) for v, _ in per_arm[1:]]))
+    clocks = set().union(*[c for _, c in per_arm])
+    if not units:
+        return undecided("no paired units", f"the arms share no transcript with {what} values in window "
+                         f"{gate.window} (windows run in process, and receipts without per-request timing, carry none)")
+    arms = [_Arm(v, units) for v, _ in per_arm]
+    pooled: UnitValues = {}
+    for v, _ in per_arm[1:]:
+        for u in units:
+            pooled.setdefault(u, []).extend(v.get(u, []))
+    ctrl = _Arm(pooled, units)
+    sizes = [a.values.size for a in arms]
+    names = [a.arm for a in (cand, *ctrls)]
+    short = [f"{n} has {s}" for n, s in zip(names, sizes) if s < need]
+    if short:
+        return undecided(f"{', '.join(f'{n} {s}' for n, s in zip(names, sizes))} values",
+                         f"too few values for a {q_name}: it needs at least {need} per arm ({'; '.join(short)}); "
+                         f"run more requests or compare a lower quantile")
+    b = quantile(arms[0].values, gate.quantile)
+    c = quantile(ctrl.values, gate.quantile)
+    clock = "/".join(sorted(clocks)) or "unknown"
+    if b <= 0 or c <= 0:
+        return undecided(f"{q_name} {what} B {b * 1e3:.3g} ms, controls {c * 1e3:.3g} ms",
+                         f"a {q_name} of zero has no ratio (the {clock} clock did not resolve these gaps)")
+    est = math.log(b / c)
+    rng = np.random.default_rng(_seed(gate.id))
+    logs = []
+    for start in range(0, DRAWS, CHUNK):
+        counts = rng.multinomial(len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, DRAWS - start))
+        qb = arms[0].at(counts, gate.quantile)
+        qc = ctrl.at(counts, gate.quantile)  # the controls' values merged, each unit weighted by the draw
+        ok = (qb > 0) & (qc > 0)
+        logs.append(np.log(qb[ok] / qc[ok]))
+    draws = np.concatenate(logs)
+    se_draws = float(draws.std(ddof=1)) if draws.size > 1 else 0.0
+    factor = 1.0 + 1.0 / len(ctrls)
+    se = math.sqrt(se_draws ** 2 + factor * gate.boot_sd ** 2)
+    z = float(sps.norm.ppf(1.0 - gate.alpha))
+    low, high = math.exp(est - z * se) - 1.0, math.exp(est + z * se) - 1.0
+    level = 1.0 - 2.0 * gate.alpha
+    interval = f"{level:.1%} interval [{low:+.2%}, {high:+.2%}]"
+    boot = f", boot sd {gate.boot_sd:.2%} registered" if gate.boot_sd > 0 else ", no boot sd registered"
+    observed = (f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}; "
+                f"{len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} values, "
+                f"{clock} clock{boot})")
+    bound = gate.margin
+    status: Status
+    reasons: tuple[str, ...]
+    if high < bound:
+        status, reasons = "PASS", ()
+    elif low > bound:
+        status, reasons = "FAIL", (f"B's {q_name} {what} is shown worse than the controls' by more than "
+                                   f"+{bound:.2%} ({interval})",)
+    else:
+        status, reasons = "INCONCLUSIVE", (f"the {interval} straddles +{bound:.2%}: neither no worse nor worse "
+                                           "is shown",)
+    return GateResult(id=gate.id, kind=gate.kind, status=status, observed=observed, bar=bar, noise_floor="-",
+                      reasons=reasons, decides=gate.decides)
