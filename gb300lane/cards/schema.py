@@ -24,6 +24,9 @@ from gb300lane.recipes.yamlio import parse_mapping
 
 TestKind = Literal["superiority", "non_inferiority", "equivalence"]
 IntervalMethod = Literal["t", "bca"]
+#: How a tested gate's units are adjusted before the test: none (the paired test), or cuped (the controls'
+#: per-transcript level as a covariate of the log ratio; `cards.decide.cuped`).
+Adjust = Literal["none", "cuped"]
 #: The alpha spending functions of a group-sequential design (`cards.decide.sequential`).
 Spending = Literal["obrien_fleming", "pocock"]
 
@@ -106,9 +109,22 @@ class _TestedGate(_WindowGate):
         description="Degrees of freedom of boot_sd's estimate (card plan prints them); the test's df is then "
         "Welch-Satterthwaite's. Absent: boot_sd is taken as known.",
     )
+    # Left out of the dump when none, so the receipts of cards without it are byte for byte what they were.
+    adjust: Adjust = Field(
+        default="none", exclude_if=lambda v: v == "none",
+        description="none: the paired test; cuped: the transcripts' level (what the controls measure, their own "
+        "noise removed) is a covariate of B's log ratio, theta estimated on n - 2 df (cards.decide.cuped); the "
+        "claim is then about the card's transcripts. Registered and hashed with the gate; needs interval t.",
+    )
 
     @model_validator(mode="after")
     def _boot(self) -> _TestedGate:
+        if self.adjust == "cuped" and self.interval == "bca":
+            raise ValueError(f"gate {self.id}: adjust: cuped is a t-test on the adjusted log ratios; set "
+                             "interval: t or drop adjust")
+        if self.adjust == "cuped" and getattr(self, "kind", None) == "controls_equivalence":
+            raise ValueError(f"gate {self.id}: adjust: cuped adjusts B against the controls; the controls' "
+                             "equivalence test takes none (drop adjust)")
         if self.boot_sd > 0 and self.interval == "bca":
             raise ValueError(f"gate {self.id}: boot_sd needs interval t (the BCa bootstrap resamples requests, "
                              "never boots); set interval: t or drop boot_sd")
@@ -346,6 +362,10 @@ class Card(FrozenModel):
             w = getattr(g, "window", None)
             if w is not None and w not in wnames:
                 raise ValueError(f"gate {g.id}: window {w!r} is not one of the windows {wnames}")
+        cuped = [g.id for g in self.gates if getattr(g, "adjust", "none") == "cuped"]
+        if cuped and self.seeds == "shared":
+            raise ValueError(f"gates {cuped}: adjust: cuped measures the controls' noise from A against A2, which "
+                             "shared seeds make copies of each other; set seeds: per_arm or drop adjust")
         if isinstance(self.design, GroupSequential):
             primary = next(w for w in self.windows if w.name == self.primary_window)
             if primary.rounds % self.design.looks:

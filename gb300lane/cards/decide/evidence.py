@@ -25,9 +25,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from gb300lane.cards.decide.data import ArmData, merged_cells
 from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status, combine
 from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
+from gb300lane.cards.decide.cuped import cuped_test, describe
 from gb300lane.cards.decide.sequential import nominal_level
 from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
 
@@ -141,8 +144,18 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         sub, ref = _paired(by_transcript(s_units, ks), [by_transcript(r, ks) for r in r_units])
         b, c = paired_units(sub, ref)
         boot = BootVariance(sd=gate.boot_sd, df=gate.boot_df, refs=len(refs), boots=look.number)
-        rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
-                        seed=_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
+        adjustment: str | None = None
+        theta: float | None = None
+        if gate.adjust == "cuped" and gate.test != "equivalence":
+            units = sorted(sub)
+            ctrl = np.array([[r[u] for u in units] for r in ref], dtype=np.float64)
+            rt, adj = cuped_test(np.array([sub[u] for u in units], dtype=np.float64), ctrl, test=gate.test,
+                                 margin=gate.margin, level_one_sided=level, who=subject.arm, boot=boot)
+            if adj is not None:
+                adjustment, theta = describe(adj), adj.theta
+        else:
+            rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
+                            seed=_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
         tests.append(GateTest(
             metric=metric,
             cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,
@@ -150,7 +163,7 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
             high=rt.high, level=1.0 - 2.0 * level, margin=gate.margin, alpha=gate.alpha, nominal_alpha=level,
             n=rt.n, requests_per_arm=sum(requests.get(k, 0) for k in ks),
             statistic=rt.statistic, df=rt.df, p_value=rt.p_value, baseline=rt.baseline, look=look.number,
-            looks=look.looks, decision=rt.decision, reason=rt.reason))
+            looks=look.looks, decision=rt.decision, reason=rt.reason, adjustment=adjustment, theta=theta))
     what = {"superiority": f"{subject.arm} better than the controls by more than {gate.margin:.2%}",
             "non_inferiority": f"{subject.arm} no worse than the controls by more than {gate.margin:.2%}",
             "equivalence": f"{comparison} within +-{gate.margin:.2%} (TOST)"}[gate.test]
@@ -178,6 +191,12 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
     if gate.boot_sd > 0:
         noise += (f"; plus a boot sd of {gate.boot_sd:.2%} per arm ("
                   + ("taken as known" if gate.boot_df is None else f"df {gate.boot_df}") + f", {look.number} boot(s) each)")
+    if gate.adjust == "cuped":
+        thetas = [t.theta for t in tests if t.theta is not None]
+        noise += ("; cuped: the controls' per-transcript level a covariate of the log ratio (geometric-mean ratio, "
+                  "about the card's transcripts)"
+                  + (f", theta {thetas[0]:.3f}" if len(thetas) == 1 else
+                     f", theta {min(thetas):.3f}..{max(thetas):.3f}" if thetas else ""))
     if status == "PASS":
         reasons = tuple([tests[0].reason] if len(tests) == 1 else
                         [f"all {len(tests)} cells: {tests[0].reason.split(':')[0]}"])

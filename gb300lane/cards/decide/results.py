@@ -54,6 +54,15 @@ class GateTest(FrozenModel):
     looks: int = Field(default=1, description="Looks the design plans (1 for a fixed design).")
     decision: Status = Field(description="PASS, FAIL or INCONCLUSIVE.")
     reason: str = Field(description="Why it decided, in one line.")
+    # Left out of the dump when absent, so the verdicts of unadjusted gates are byte for byte what they were.
+    adjustment: str | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="The registered adjustment and what it found (cuped: theta, reliability, df); None: unadjusted.",
+    )
+    theta: float | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="cuped: B's slope on the transcripts' level (1 is what the unadjusted pairing assumes).",
+    )
 
 
 class CellCheck(FrozenModel):
