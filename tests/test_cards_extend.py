@@ -19,7 +19,7 @@ from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.record.custody import verify_receipts
 from gb300lane.cards.record.extensions import read_extension
 from gb300lane.cards.record.looks import read_look
-from gb300lane.cards.record.receipts import read_verdict
+from gb300lane.cards.record.receipts import read_verdict, receipts_state
 from gb300lane.cards.schema import gates_hash, parse_card, planned_stages, stage_count
 from gb300lane.errors import CardError
 
@@ -190,6 +190,7 @@ def test_extensions_stop_when_the_registered_looks_are_spent() -> None:
     lane = fakes.FakeLane(card, {}, noise=0.03, n_transcripts=20)  # no effect: tokens/step stays undecided
     run_card(rec, ops=lane.ops())
     assert score(rec).verdict == "INCONCLUSIVE"
+    assert receipts_state(rec).next[0] == "gb300lane card extend extension"
     seen = []
     while True:
         try:
@@ -202,6 +203,7 @@ def test_extensions_stop_when_the_registered_looks_are_spent() -> None:
     assert seen and seen[-1][1] == 4 and all(v == "INCONCLUSIVE" for *_, v in seen)
     assert rec.look_numbers() == [1, 2, 3, 4] and read_look(rec, 4).looks == 4
     assert verify_receipts(rec).ok
+    assert not any("extend" in c for c in receipts_state(rec).next)
 
 
 def test_a_card_without_an_extension_is_refused() -> None:
@@ -259,3 +261,26 @@ def test_calibration_extends_inconclusive_replicates_as_card_extend_does() -> No
     assert all(o.look == 1 and o.extensions == 0 for o in unextended)
     cal = summarize(card, outcomes, seed=0, replicates=3, cpu=0.0, workers=1)
     assert cal.extended_aa == sum(1 for o in aa if o.extensions) and "extension of up to 3 looks" in cal.design
+
+
+def test_card_extend_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import gb300lane.cards.run as run_mod
+    from gb300lane.cli.main import app
+
+    card, rec = _registered()
+    lane = fakes.FakeLane(card, {}, tps={"B": 1.005}, noise=0.03, n_transcripts=20)
+    run_card(rec, ops=lane.ops())
+    runner = CliRunner()
+    res = runner.invoke(app, ["card", "extend", str(rec.root)])
+    assert res.exit_code == 1 and "no verdict yet" in res.output and "card score" in res.output
+    score(rec)
+    monkeypatch.setattr(run_mod, "LiveArmOps", lambda *a, **kw: lane)
+    res = runner.invoke(app, ["card", "extend", str(rec.root), "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["verdict"]["verdict"] == "PASS" and got["verdict"]["number"] == 2
+    assert got["extension"]["plan"]["first_stage"] == 2 and got["extension"]["extends"]["number"] == 1
+    res = runner.invoke(app, ["card", "extend", str(rec.root)])
+    assert res.exit_code == 1 and "not INCONCLUSIVE" in res.output

@@ -435,6 +435,9 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
     if verdicts:
         state: Literal["registered", "partial", "finished", "scored"] = "scored"
         nxt = (f"gb300lane card show {ref}", f"gb300lane card rescore {ref} --reason \"...\" --set GATE.KEY=VALUE", fresh)
+        if (card.design.extension is not None and verdicts[-1].endswith(" INCONCLUSIVE")
+                and rec.stages_done(card) < planned_stages(card)):
+            nxt = (f"gb300lane card extend {ref}", *nxt)
     elif not unfinished:
         state, nxt = "finished", (f"gb300lane card score {ref}", fresh)
     elif finished or any(rec.arm_dir(a.name).is_dir() for a in card.arms):
