@@ -52,7 +52,8 @@ def _print_verdict(v: Verdict) -> None:
     look = f" (look {v.look} of {v.looks})" if v.looks > 1 else ""
     console.print(f"verdict {v.number}: [bold]{v.verdict}[/]{escape(look)}", markup=True, highlight=False)
     if v.previous:
-        console.print(f"  re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
+        what = "extends" if (v.reason or "").startswith("extension ") and not v.changes else "re-score of"
+        console.print(f"  {what} verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
         console.print(f"  changed {c.gate}.{c.key}: {c.old} -> {c.new}", highlight=False)
     for r in v.results:
