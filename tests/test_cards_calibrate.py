@@ -122,7 +122,8 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
     keep.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second
     ran: list[int] = []
     real = cal_mod.run_replicate
-    monkeypatch.setattr(cal_mod, "run_replicate", lambda ln, c, s, r, *a: ran.append(r) or real(ln, c, s, r, *a))
+    monkeypatch.setattr(cal_mod, "run_replicate",
+                        lambda ln, c, s, r, *a, **kw: ran.append(r) or real(ln, c, s, r, *a, **kw))
     again, outcomes2 = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     assert ran == [1] and outcomes2 == outcomes and again.power == full.power
     assert [json.loads(x)["outcomes"][0]["replicate"] for x in keep.read_text().splitlines()] == [0, 1]

@@ -13,7 +13,7 @@ from gb300lane.errors import CardError
 from fakes import cards as fakes
 
 runner = CliRunner()
-COMMANDS = ("register", "plan", "run", "score", "rescore", "report", "show", "list", "calibrate", "reproduce")
+COMMANDS = ("register", "plan", "run", "score", "extend", "rescore", "report", "show", "list", "calibrate", "reproduce")
 
 
 @pytest.fixture(autouse=True)

@@ -49,6 +49,7 @@ from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.decide.gates import evaluate
 from gb300lane.cards.decide.looks import decide, design_look
 from gb300lane.cards.decide.data import merge_stages
+from gb300lane.cards.decide.extension import plan_extension
 from gb300lane.cards.record.receipts import new_run_dir, utc_now
 from gb300lane.cards.decide.results import Status
 from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
@@ -64,6 +65,7 @@ from gb300lane.cards.schema import (
     TokensPerStepGate,
     TokensPerStepTest,
     gates_hash,
+    planned_stages,
     stage_count,
 )
 from gb300lane.cards.embedded import check_embedded, engine_fingerprint
@@ -92,6 +94,9 @@ class ReplicateOutcome(FrozenModel):
     estimates: dict[str, float | None] = Field(default_factory=dict, description="Aggregate tested gates: estimate.")
     statistics: dict[str, float | None] = Field(default_factory=dict,
                                                 description="Aggregate tested gates: t at the margin.")
+    extensions: int = Field(default=0, description="Times it was extended (`card extend`) after an INCONCLUSIVE "
+                            "look; 0 for a card without a registered extension.")
+    extended_stages: int = Field(default=0, description="Stages it ran beyond the design's own.")
 
 
 class RateCI(FrozenModel):
@@ -149,6 +154,10 @@ class Calibration(FrozenModel):
     reused_arm_stages: int = Field(default=0, description="Arm-stages taken from the raw file instead of run.")
     cpu_seconds: float = Field(description="CPU seconds of the replicates (all workers).")
     workers: int = Field(description="Processes that ran replicates.")
+    extended_aa: int = Field(default=0, description="A/A replicates extended (INCONCLUSIVE at the design's last "
+                             "look, then run as `card extend` runs them); 0 without a registered extension.")
+    extended_decided_aa: int = Field(default=0, description="Of those, the ones an extension took to PASS or FAIL.")
+    extended_card: int = Field(default=0, description="As-written replicates extended.")
 
 
 def replicate_seed(card: Card, seed: int, replicate: int) -> int:
@@ -243,12 +252,17 @@ def _append_lines(path: Path, lines: list[str]) -> None:
 
 
 def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: int,
-                  raw: RawStore | None = None, new: list[str] | None = None) -> list[ReplicateOutcome]:
+                  raw: RawStore | None = None, new: list[str] | None = None, *,
+                  extend: bool = True) -> list[ReplicateOutcome]:
     """Both scenarios of one replicate; a sequential card stops each scenario at its own look.
 
-    Arm-stages found in `raw` are not run again; those run are added to it
-    and to `new` (as raw lines). `lane` may be None when `raw` holds every
-    arm-stage the scoring reads (one is started otherwise).
+    A card that registers an extension (`design.extension`) is extended as
+    `card extend` extends it (`extend`, the default): a scenario INCONCLUSIVE at
+    the design's last look runs the stages `cards.decide.extension.plan_extension`
+    sizes, a look after each, and again while it stays INCONCLUSIVE and the plan
+    has looks left. Arm-stages found in `raw` are not run again; those run are
+    added to it and to `new` (as raw lines). `lane` may be None when `raw` holds
+    every arm-stage the scoring reads (one is started otherwise).
     """
     raw = raw if raw is not None else {}
     seed_base = replicate_seed(card, seed, replicate)
@@ -258,8 +272,14 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
     cand = card.candidate
     data: dict[str, dict[str, Any]] = {}  # run key -> window name -> WindowData
     open_: dict[Scenario, bool] = {"card": True, "aa": True}
+    # the last stage each scenario runs: the design's, then what each extension plans
+    limit: dict[Scenario, int] = {"card": stage_count(card), "aa": stage_count(card)}
+    extensions: dict[Scenario, int] = {"card": 0, "aa": 0}
+    total = planned_stages(card) if extend else stage_count(card)
     out: list[ReplicateOutcome] = []
-    for stage in range(1, stage_count(card) + 1):
+    stage = 0
+    while any(open_.values()):
+        stage += 1
         runs = {a.name: (a, a.recipe) for a in base.controls}
         if open_["card"]:
             runs["B:card"] = (cand, cand.recipe)
@@ -290,7 +310,11 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
             arms = [ArmData(arm=a.name, recipe=a.recipe, role=a.role, source="measured", boot=BootFacts(),
                             windows=data[a.name if a.role == "control" else f"B:{scenario}"]) for a in sc.arms]
             results = evaluate(sc, gates, arms, None, look)
-            verdict, action = decide(results, look)
+            verdict, action = decide(results, look, final_at=limit[scenario])
+            if action == "final" and verdict == "INCONCLUSIVE" and stage < total:
+                limit[scenario] = plan_extension(sc, gates, results, stage).last_stage  # as `card extend` would
+                extensions[scenario] += 1
+                continue
             if action == "continue":
                 continue
             open_[scenario] = False
@@ -300,9 +324,8 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
                 replicate=replicate, scenario=scenario, seed_base=seed_base, verdict=verdict, look=stage,
                 requests_per_arm=requests, gates={r.id: r.status for r in results},
                 estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1},
-                statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1}))
-        if not any(open_.values()):
-            break
+                statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1},
+                extensions=extensions[scenario], extended_stages=max(0, stage - stage_count(card))))
     return out
 
 
@@ -314,12 +337,12 @@ def _worker_init() -> None:
     _LANE = InProcessLane()
 
 
-def _worker(args: tuple[Card, int, list[int], RawStore]) -> tuple[list[ReplicateOutcome], float, list[str]]:
-    card, seed, reps, raw = args
+def _worker(args: tuple[Card, int, list[int], RawStore, bool]) -> tuple[list[ReplicateOutcome], float, list[str]]:
+    card, seed, reps, raw, extend = args
     assert _LANE is not None
     t0 = time.process_time()
     new: list[str] = []
-    out = [o for r in reps for o in run_replicate(_LANE, card, seed, r, dict(raw), new)]
+    out = [o for r in reps for o in run_replicate(_LANE, card, seed, r, dict(raw), new, extend=extend)]
     return out, time.process_time() - t0, new
 
 
@@ -352,7 +375,8 @@ def rate_ci(events: int, n: int) -> RateCI:
 
 
 def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replicates: int, cpu: float,
-              workers: int, boots: dict[str, BootCheck] | None = None, reused: int = 0) -> Calibration:
+              workers: int, boots: dict[str, BootCheck] | None = None, reused: int = 0,
+              extend: bool = True) -> Calibration:
     by: dict[str, list[ReplicateOutcome]] = {"aa": [], "card": []}
     for o in outcomes:
         by[o.scenario].append(o)
@@ -366,6 +390,11 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
     exercised = window_gates(card)
     design = "fixed" if stage_count(card) == 1 else (
         f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
+    ext = card.design.extension
+    if ext is not None:
+        design += (f", extension of up to {ext.looks} looks ({planned_stages(card)} in the plan, {ext.spending} "
+                   + ("spending; INCONCLUSIVE replicates extended as `card extend` extends them)" if extend else
+                      "spending; never extended: the design's own looks alone)"))
     return Calibration(
         schema_version=1, card=card.name, gates_sha256=gates_hash(card), written_at=utc_now(),
         tool_version=__version__, engine_sha256=engine_fingerprint(card), replicates=replicates, seed=seed,
@@ -378,7 +407,8 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         gates_exercised=tuple(g.id for g in exercised),
         gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
         fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),
-        workers=workers)
+        workers=workers, extended_aa=sum(1 for o in aa if o.extensions), extended_card=sum(1 for o in real if o.extensions),
+        extended_decided_aa=sum(1 for o in aa if o.extensions and o.verdict != "INCONCLUSIVE"))
 
 
 def _so_far(outcomes: list[ReplicateOutcome]) -> str:
@@ -388,7 +418,7 @@ def _so_far(outcomes: list[ReplicateOutcome]) -> str:
             f"power {real.count('PASS')}/{len(real)}")
 
 
-def progress_file(card: Card, seed: int, base: Path | None = None) -> Path:
+def progress_file(card: Card, seed: int, base: Path | None = None, *, extend: bool = True) -> Path:
     """Where a calibration keeps the replicates it has finished, so an interrupted one resumes (same engine only).
 
     Replicate r does not depend on how many replicates were asked for, so a
@@ -396,6 +426,8 @@ def progress_file(card: Card, seed: int, base: Path | None = None) -> Path:
     gates, seed and engine.
     """
     key = f"{card.name}-seed{seed}-{gates_hash(card)[:12]}-{engine_fingerprint(card)[:12]}"
+    if card.design.extension is not None and not extend:
+        key += "-unextended"
     return (base or results_dir()) / "calibrations" / "in-progress" / f"{key}.jsonl"
 
 
@@ -433,7 +465,8 @@ def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -
 def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
               progress: Callable[[str], None] | None = None,
               lane: InProcessLane | None = None,
-              resume: Path | None = None, raw: Path | None = None) -> tuple[Calibration, list[ReplicateOutcome]]:
+              resume: Path | None = None, raw: Path | None = None,
+              extend: bool = True) -> tuple[Calibration, list[ReplicateOutcome]]:
     """Run `replicates` replicates of both scenarios; returns the summary and every outcome.
 
     With `resume` (a `progress_file`), each finished batch of replicates is
@@ -483,7 +516,7 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
     for r in kept_here:
         c0 = time.process_time()
         new: list[str] = []
-        got = run_replicate(own, card, seed, r, store, new)
+        got = run_replicate(own, card, seed, r, store, new, extend=extend)
         finished(got, time.process_time() - c0, new)
     if workers <= 1:
         if batches and own is None:
@@ -491,11 +524,11 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
         for b in batches:
             c0 = time.process_time()
             new = []
-            got = [o for r in b for o in run_replicate(own, card, seed, r, store, new)]
+            got = [o for r in b for o in run_replicate(own, card, seed, r, store, new, extend=extend)]
             finished(got, time.process_time() - c0, new)
     elif batches:
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-            tasks = [(card, seed, b, {k: v for k, v in store.items() if k[0] in b}) for b in batches]
+            tasks = [(card, seed, b, {k: v for k, v in store.items() if k[0] in b}, extend) for b in batches]
             for got, c, new in pool.map(_worker, tasks):
                 for line in new:
                     head = _HEAD.match(line)
@@ -506,7 +539,7 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
     boots = boot_check(card, store, replicates) if store else {}
     reused = sum(1 for k in had if k[0] < replicates)
     return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers),
-                     boots=boots, reused=reused), outcomes
+                     boots=boots, reused=reused, extend=extend), outcomes
 
 
 def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: list[ReplicateOutcome],

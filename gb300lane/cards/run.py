@@ -29,7 +29,7 @@ from gb300lane.bench import WindowResult, run_window
 from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
 from gb300lane.cards.record.models import AttemptReceipt, DoneReceipt, ForeignCount, ForeignReceipt, SelftestReceipt
 from gb300lane.cards.record.receipts import Receipts, utc_now
-from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, stage_count
+from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, planned_stages, stage_count
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
 from gb300lane.recipes import WindowSpec, load_recipe
@@ -167,7 +167,7 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
     arm = card.arms[arm_index]
     n = rec.next_attempt(arm.name, stage)
     adir = rec.attempt_dir(arm.name, n, stage)
-    label = arm.name if stage_count(card) == 1 else f"{arm.name} (stage {stage})"
+    label = arm.name if stage_count(card) == 1 and stage == 1 else f"{arm.name} (stage {stage})"
     if n > 1:
         progress(f"{label}: attempt {n - 1} did not finish; removing its leftovers and booting again")
         ops.discard(arm.recipe, arm.name)
@@ -263,37 +263,29 @@ def _selftest(rec: Receipts, card: Card, check: Callable[[list[int]], SelftestRe
             f"sigma <= {sigma:.3f} ms, within the registered bounds{again} (selftest-{n}.json)")
 
 
-def run_card(
-    rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
-) -> list[str]:
-    """Run every unfinished arm (and stage) in bracket order; returns one line per arm saying what happened.
+def run_stages(rec: Receipts, card: Card, ops: ArmOps, say: Progress, first: int, last: int) -> list[str]:
+    """Run stages first..last of the card's plan (each arm in bracket order; finished arms are skipped), taking a
+    look after each where the plan has more than one, and stopping at the look that decides (`last` is final).
 
-    `protected` (production and the rollback pair, from the layer above) is
-    never replaced by an arm's boot nor removed by a discard.
+    `card run` runs the design's stages, `card extend` an extension's; the lane's preflight and the client's
+    self-test (when `ops` offers them) come first whenever an arm is left to run.
     """
     from gb300lane.cards.record.looks import take_look
 
-    card = rec.card()
-    rec.check_frozen(card)
-    if rec.registration().transcribed:
-        raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
-                        "Run the local card instead (e.g. `gb300lane card run local-br1`)")
-    ops = ops or LiveArmOps(protected)
+    lines: list[str] = []
+    stages = stage_count(card)
+    unfinished = any(rec.finished_attempt(arm.name, stage) is None
+                     for stage in range(first, last + 1) for arm in card.arms)
     preflight = getattr(ops, "preflight", None)  # the live lane's; doubles that boot nothing have none
     if preflight is not None:
         preflight(card)
-    say = progress or (lambda _msg: None)
-    lines = []
-    stages = stage_count(card)
-    unfinished = any(rec.finished_attempt(arm.name, stage) is None
-                     for stage in range(1, stages + 1) for arm in card.arms)
     check = getattr(ops, "selftest", None)
     if unfinished and check is not None:
         lines.append(_selftest(rec, card, check))
         say(lines[-1])
-    for stage in range(1, stages + 1):
+    for stage in range(first, last + 1):
         for i, arm in enumerate(card.arms):
-            label = arm.name if stages == 1 else f"{arm.name} (stage {stage})"
+            label = arm.name if stages == 1 and last == 1 else f"{arm.name} (stage {stage})"
             done = rec.finished_attempt(arm.name, stage)
             if done is not None:
                 lines.append(f"{label}: finished earlier (attempt {done}); skipped")
@@ -302,13 +294,31 @@ def run_card(
             n = run_arm(rec, card, i, ops, say, stage)
             lines.append(f"{label}: finished (attempt {n})")
             say(lines[-1])
-        if stages > 1:
-            look = take_look(rec, card, stage)
+        if planned_stages(card) > 1:
+            look = take_look(rec, card, stage, final_at=last)
             lines.append(f"look {look.look} of {look.looks}: {look.verdict} with {look.requests_per_arm} requests "
                          f"per arm -> {look.action}")
             say(lines[-1])
             if look.action != "continue":
                 break
+    return lines
+
+
+def run_card(
+    rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
+) -> list[str]:
+    """Run every unfinished arm (and stage) in bracket order; returns one line per arm saying what happened.
+
+    `protected` (production and the rollback pair, from the layer above) is
+    never replaced by an arm's boot nor removed by a discard.
+    """
+    card = rec.card()
+    rec.check_frozen(card)
+    if rec.registration().transcribed:
+        raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
+                        "Run the local card instead (e.g. `gb300lane card run local-br1`)")
+    ops = ops or LiveArmOps(protected)
+    lines = run_stages(rec, card, ops, progress or (lambda _msg: None), 1, stage_count(card))
     if not (rec.root / "manifest.json").exists():
         rec.write_manifest("run")
     return lines

@@ -295,8 +295,29 @@ TESTED_KINDS = ("tokens_per_step", "decode_tok_s", "controls_equivalence")
 POINT_RATIO_KINDS = ("tokens_per_step_ratio", "decode_ratio", "controls_agree")
 
 
+class Extension(FrozenModel):
+    """Further looks `card extend` may take after an INCONCLUSIVE verdict, registered (and hashed) with the design.
+
+    The design's own looks become the first looks of one alpha-spending plan of
+    `looks` more: every look, the design's and the extension's, spends its share
+    of each gate's registered alpha by the plan's spending function, so the error
+    rates stay the registered ones however many of the further looks are taken.
+    Each further look is one more stage of A -> B -> A2 (new boots, own seeds),
+    the size of one of the design's stages.
+    """
+
+    looks: int = Field(ge=1, le=9, description="Further looks (stages) `card extend` may run, at most.")
+    spending: Spending = Field(
+        default="pocock", description="Alpha spending over the whole plan (a fixed design's look is its first look; "
+        "a group-sequential design spends by its own spending and this must match it)."
+    )
+
+
 class FixedDesign(FrozenModel):
     kind: Literal["fixed"] = Field(default="fixed", description="Every arm runs the whole window once; one look.")
+    extension: Extension | None = Field(
+        default=None, description="Further looks `card extend` may take after an INCONCLUSIVE verdict (none when "
+        "absent): the one look becomes the first of a plan of 1 + extension.looks.")
 
 
 class GroupSequential(FrozenModel):
@@ -307,6 +328,18 @@ class GroupSequential(FrozenModel):
     spending: Spending = Field(
         default="obrien_fleming", description="obrien_fleming (spends little early) or pocock (spends evenly)."
     )
+    extension: Extension | None = Field(
+        default=None, description="Further looks `card extend` may take after an INCONCLUSIVE last look (none when "
+        "absent): the looks become the first of a plan of looks + extension.looks.")
+
+    @model_validator(mode="after")
+    def _same_spending(self) -> GroupSequential:
+        if self.extension is not None and self.extension.spending != self.spending:
+            raise ValueError(f"extension.spending {self.extension.spending} differs from the design's spending "
+                             f"{self.spending}: one plan spends alpha by one function; set both the same")
+        if self.extension is not None and self.looks + self.extension.looks > 10:
+            raise ValueError(f"looks {self.looks} + extension.looks {self.extension.looks} exceed 10 looks in all")
+        return self
 
 
 Design = Annotated[FixedDesign | GroupSequential, Field(discriminator="kind")]
@@ -409,8 +442,25 @@ BCA_MIN_UNITS = 100
 
 
 def stage_count(card: Card) -> int:
-    """Stages of the card's design: its looks, or 1 for a fixed design."""
+    """Stages of the card's design: its looks, or 1 for a fixed design (`card run` runs these)."""
     return card.design.looks if isinstance(card.design, GroupSequential) else 1
+
+
+def extension_looks(card: Card) -> int:
+    """Further looks the card registered for `card extend` (0: none)."""
+    return card.design.extension.looks if card.design.extension is not None else 0
+
+
+def planned_stages(card: Card) -> int:
+    """Stages of the whole alpha-spending plan: the design's, and the extension's `card extend` may add."""
+    return stage_count(card) + extension_looks(card)
+
+
+def plan_spending(card: Card) -> Spending:
+    """The spending function of the card's plan (a fixed design without an extension spends all at its look)."""
+    if isinstance(card.design, GroupSequential):
+        return card.design.spending
+    return card.design.extension.spending if card.design.extension is not None else "obrien_fleming"
 
 
 def units_per_test(card: Card, gate: TestedGate) -> int:
@@ -449,8 +499,11 @@ def gates_hash(card: Card) -> str:
     payload: dict[str, Any] = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
                                "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
     # the design and the seed policy are frozen too; the defaults stay out so earlier registrations still match
-    if not isinstance(card.design, FixedDesign):
-        payload["design"] = card.design.model_dump(mode="json")
+    if not isinstance(card.design, FixedDesign) or card.design.extension is not None:
+        design = card.design.model_dump(mode="json")
+        if design.get("extension") is None:  # a design without an extension hashes as it did before there were any
+            design.pop("extension", None)
+        payload["design"] = design
     if card.seeds != "per_arm":
         payload["seeds"] = card.seeds
     return sha256_bytes(dumps_json(payload))

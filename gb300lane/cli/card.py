@@ -1,4 +1,4 @@
-"""CLI group: card — register, plan, run, score, rescore, report, show, list, noise, calibrate, reproduce.
+"""CLI group: card — register, plan, run, score, extend, rescore, report, show, list, noise, calibrate, reproduce.
 
 `card score` exits 0 on PASS, 1 on FAIL and 3 on INCONCLUSIVE, so CI can gate
 on it. Every command takes `--json`.
@@ -52,7 +52,8 @@ def _print_verdict(v: Verdict) -> None:
     look = f" (look {v.look} of {v.looks})" if v.looks > 1 else ""
     console.print(f"verdict {v.number}: [bold]{v.verdict}[/]{escape(look)}", markup=True, highlight=False)
     if v.previous:
-        console.print(f"  re-score of verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
+        what = "extends" if (v.reason or "").startswith("extension ") and not v.changes else "re-score of"
+        console.print(f"  {what} verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
         console.print(f"  changed {c.gate}.{c.key}: {c.old} -> {c.new}", highlight=False)
     for r in v.results:
@@ -281,6 +282,31 @@ def score_cmd(
     raise typer.Exit(VERDICT_EXIT[v.verdict])
 
 
+@card_app.command("extend", help="Run the further looks an INCONCLUSIVE card registered (design.extension): "
+                  "the stages its verdict says would decide, a look after each, alpha spent from the card's budget; "
+                  "writes the next verdict. Exits 0 on PASS, 1 on FAIL, 3 on INCONCLUSIVE.")
+@acts_on_host
+def extend_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
+               receipts: Path | None = _RECEIPTS,
+               port: int | None = typer.Option(None, "--port", help="Boot every arm's lane (main and sidecar) "
+                                               "moved to this port, beside whatever serves the recipe's ports."),
+               as_json: bool = _JSON) -> None:
+    from gb300lane.cards.extend import extend_card
+    from gb300lane.cards.run import LiveArmOps
+    from gb300lane.promote.view import protected_instances
+
+    rec = _receipts(card, receipts)
+    protected = protected_instances()
+    done = extend_card(rec, ops=LiveArmOps(protected, port=port), progress=_say(as_json), protected=protected)
+    if as_json:
+        print_json({"receipts": str(rec.root), "extension": done.receipt.model_dump(mode="json"),
+                    "resumed": done.resumed, "lines": list(done.lines), "verdict": done.verdict.payload()})
+    else:
+        console.print(f"receipts: {rec.root}", highlight=False)
+        _print_verdict(done.verdict)
+    raise typer.Exit(VERDICT_EXIT[done.verdict.verdict])
+
+
 @card_app.command("rescore", help="Write verdict n+1 with changed gates and a reason; earlier verdicts stay. "
                   "Exits 0 once written, whatever the verdict.")
 def rescore_cmd(
@@ -429,6 +455,9 @@ def calibrate_cmd(
                                         "many seconds; the rates are over the replicates that finished."),
     port: int | None = typer.Option(None, "--port", min=1, max=65535, help="With --lane: boot the arms' lane "
                                     "moved to this port."),
+    extend: bool = typer.Option(True, "--extend/--no-extend", help="A card that registers an extension: extend "
+                                "every replicate INCONCLUSIVE at the design's last look as `card extend` would "
+                                "(default), or score the design's own looks alone."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
@@ -439,12 +468,12 @@ def calibrate_cmd(
     if on_lane:
         _calibrate_on_lane(loaded, replicates, seed=seed, budget=budget, port=port, as_json=as_json)
         return
-    keep, raw = progress_file(loaded, seed), raw_file(loaded, seed)
+    keep, raw = progress_file(loaded, seed, extend=extend), raw_file(loaded, seed)
     if not resume:
         keep.unlink(missing_ok=True)
         raw.unlink(missing_ok=True)
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
-                              resume=keep, raw=raw)
+                              resume=keep, raw=raw, extend=extend)
     d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)  # `keep` stays for longer runs
     if as_json:
         def ci(r: Any) -> list[float]:
@@ -458,6 +487,8 @@ def calibrate_cmd(
             "fail_when_real_rate": cal.fail_when_real.rate, "fail_when_real_ci": ci(cal.fail_when_real),
             "mean_requests_per_arm_aa": cal.mean_requests_per_arm_aa,
             "mean_requests_per_arm_card": cal.mean_requests_per_arm_card,
+            "extended_aa": cal.extended_aa, "extended_decided_aa": cal.extended_decided_aa,
+            "extended_card": cal.extended_card,
             "boot_check": {k: v.model_dump(mode="json") for k, v in cal.boot_check.items()},
             "interval": "95% Clopper-Pearson", "fast_path": cal.fast_path, "receipts": str(d),
             "calibration": cal.model_dump(mode="json")})
@@ -475,6 +506,10 @@ def calibrate_cmd(
         console.print(line(name, r), highlight=False, markup=False)
     console.print(f"  mean requests per arm: A/A {cal.mean_requests_per_arm_aa:.0f}, as written "
                   f"{cal.mean_requests_per_arm_card:.0f}", highlight=False, markup=False)
+    if loaded.design.extension is not None and extend:
+        console.print(f"  extended (INCONCLUSIVE at the design's last look, run on as `card extend` runs it): A/A "
+                      f"{cal.extended_aa} ({cal.extended_decided_aa} of them then decided), as written "
+                      f"{cal.extended_card}", highlight=False, markup=False)
     for gid, b in cal.boot_check.items():
         df = "-" if b.df is None else f"{b.df:.0f}"
         console.print(f"  boot sd {gid}: registered {b.registered_sd:.3%}; the {b.boots} control boots show "

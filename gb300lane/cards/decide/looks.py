@@ -18,7 +18,7 @@ from pydantic import Field
 from gb300lane.cards.decide.evidence import Look
 from gb300lane.cards.decide.gates import overall
 from gb300lane.cards.decide.results import GateResult, Status
-from gb300lane.cards.schema import Card, GroupSequential
+from gb300lane.cards.schema import Card, plan_spending, planned_stages
 from gb300lane.models import FrozenModel
 
 Action = Literal["stop", "continue", "final"]
@@ -41,17 +41,21 @@ class LookRecord(FrozenModel):
 
 
 def design_look(card: Card, look: int) -> Look:
-    """The Look of stage `look` under the card's design (a fixed design's only look is 1 of 1)."""
-    if isinstance(card.design, GroupSequential):
-        return Look(number=look, looks=card.design.looks, spending=card.design.spending)
+    """The Look of stage `look` under the card's plan: the design's looks and the registered extension's, one
+    alpha-spending plan (a fixed design without an extension has one look, 1 of 1)."""
+    total = planned_stages(card)
+    if total > 1:
+        return Look(number=look, looks=total, spending=plan_spending(card))
     return Look()
 
 
-def decide(results: list[GateResult], look: Look) -> tuple[Status, Action]:
+def decide(results: list[GateResult], look: Look, final_at: int | None = None) -> tuple[Status, Action]:
+    """PASS or FAIL stops; INCONCLUSIVE continues, up to look `final_at` (default: the plan's last look), where it
+    is final: `card run` ends at the design's last look, `card extend` at the last look its receipt planned."""
     verdict = overall(results)
     if verdict in ("PASS", "FAIL"):
         return verdict, "stop"
-    return verdict, "final" if look.number >= look.looks else "continue"
+    return verdict, "final" if look.number >= (final_at or look.looks) else "continue"
 
 
 __all__ = ["Action", "LookRecord", "decide", "design_look"]

@@ -104,10 +104,9 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
     se, t = max(ses, key=lambda x: x[0])
     effect = 0.0 if isinstance(gate, ControlsEquivalence) else float(gate.mde or 0.0)
     gap = effect - gate.margin if gate.test == "superiority" else gate.margin
-    boots_now = card.design.looks if isinstance(card.design, GroupSequential) else 1
     factor = 2.0 if isinstance(gate, ControlsEquivalence) else 1.0 + 1.0 / len(card.controls)
     boot1 = factor * float(gate.boot_sd) ** 2  # one boot per arm
-    share = boot1 / max(1, t.look if boots_now > 1 else 1)
+    share = boot1 / max(1, t.look)  # at look s every arm has booted s times (one boot per stage)
     common = {"gate": gate.id, "effect": effect, "target_power": target, "se_observed": se, "boot_share": share}
     if gap <= 0:
         return MoreNeeded(**common, se_needed=0.0, requests_per_arm=None, boots_per_arm=None,

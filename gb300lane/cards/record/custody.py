@@ -273,7 +273,8 @@ def _superseded(rec: Receipts, n: int, numbers: list[int]) -> Verdict | None:
 def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded: Verdict | None) -> Link:
     """The verdict against what its own gates give over the receipts now."""
     try:
-        again = verdict_over(rec, card, gates_of(verdict), number=verdict.number)
+        # at the verdict's own look: an extension's later stages are the next verdict's data, not this one's
+        again = verdict_over(rec, card, gates_of(verdict), number=verdict.number, stages=verdict.look)
     except (LaneError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError, OSError) as exc:
         return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
     said = {r.id: r.status for r in verdict.results}

@@ -12,13 +12,14 @@ from gb300lane.cards.decide.verdict import GateChange, PreviousVerdict, Verdict,
 from gb300lane.cards.record.noise import for_card
 from gb300lane.cards.record.receipts import Receipts, utc_now
 from gb300lane.cards.record.studies import earlier_boots, measured_on
-from gb300lane.cards.schema import Card, Gate, stage_count
+from gb300lane.cards.schema import Card, Gate, planned_stages
 
 
-def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> VerdictInputs:
-    """The receipts' arms at the look the card ended on, and (for gates that register a boot sd) the boot
-    studies and what they would be measured on now."""
-    stages = rec.stages_done(card) if stage_count(card) > 1 else 1
+def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...], stages: int | None = None) -> VerdictInputs:
+    """The receipts' arms at the look the card ended on (or at look `stages`: a verdict re-scored at its own
+    look), and (for gates that register a boot sd) the boot studies and what they would be measured on now."""
+    if stages is None:
+        stages = rec.stages_done(card) if planned_stages(card) > 1 else 1
     arms = rec.load_arms(card, stages=stages)
     reg = rec.registration()
     checked = bool(boot_checked(gates)) and not reg.transcribed
@@ -44,9 +45,10 @@ def _lane_noise(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> dict[str,
 
 def verdict_over(rec: Receipts, card: Card, gates: tuple[Gate, ...], *, number: int = 1,
                  previous: PreviousVerdict | None = None, reason: str | None = None,
-                 changes: tuple[GateChange, ...] = ()) -> Verdict:
-    """Score `gates` over the receipts without writing anything, at the look the card ended on."""
-    return compute_verdict(card, gates, verdict_inputs(rec, card, gates), written_at=utc_now(), number=number,
+                 changes: tuple[GateChange, ...] = (), stages: int | None = None) -> Verdict:
+    """Score `gates` over the receipts without writing anything, at the look the card ended on (or at look
+    `stages`)."""
+    return compute_verdict(card, gates, verdict_inputs(rec, card, gates, stages), written_at=utc_now(), number=number,
                            previous=previous, reason=reason, changes=changes)
 
 

@@ -15,7 +15,7 @@ from gb300lane import __version__
 from gb300lane.cards.decide.gates import evaluate
 from gb300lane.cards.decide.looks import LookRecord, decide, design_look
 from gb300lane.cards.record.receipts import Receipts, utc_now
-from gb300lane.cards.schema import Card, GroupSequential, stage_count
+from gb300lane.cards.schema import Card, stage_count
 from gb300lane.errors import CardError
 
 
@@ -26,18 +26,19 @@ def primary_requests(rec: Receipts, card: Card, stages: int) -> int:
     return sum(len(c.per_transcript) for c in w.cells) if w else 0
 
 
-def take_look(rec: Receipts, card: Card, stage: int) -> LookRecord:
-    """Evaluate look `stage` and record it (write-once); returns what it decided."""
+def take_look(rec: Receipts, card: Card, stage: int, final_at: int | None = None) -> LookRecord:
+    """Evaluate look `stage` and record it (write-once); returns what it decided. INCONCLUSIVE is final at look
+    `final_at` (default: the design's last, where `card run` ends; `card extend` passes its extension's last)."""
     if rec.look_file(stage).is_file():
         return read_look(rec, stage)
     if rec.stages_done(card) < stage:
         raise CardError(f"{rec.root}: look {stage} needs every arm to finish stage {stage}; run the card first")
     look = design_look(card, stage)
     results = evaluate(card, card.gates, rec.load_arms(card, stages=stage), rec.noise_floor_stated(), look)
-    verdict, action = decide(results, look)
-    seq = card.design if isinstance(card.design, GroupSequential) else None
-    record = LookRecord(schema_version=1, card=card.name, look=stage, looks=stage_count(card),
-                        spending=seq.spending if seq else "none", written_at=utc_now(), tool_version=__version__,
+    verdict, action = decide(results, look, final_at=final_at or stage_count(card))
+    record = LookRecord(schema_version=1, card=card.name, look=stage, looks=look.looks,
+                        spending=look.spending if look.looks > 1 else "none", written_at=utc_now(),
+                        tool_version=__version__,
                         requests_per_arm=primary_requests(rec, card, stage), verdict=verdict, action=action,
                         results=tuple(results))
     rec.write_json(rec.look_file(stage), record.model_dump(mode="json"))

@@ -6,7 +6,8 @@
       arms/<ARM>/attempt-<n>/   boot.json, foreign.json, windows/<window>.json
       arms/<ARM>/done.json      which attempt finished (the resume state)
       arms/<ARM>/stage-<s>/     (group-sequential cards) stage s >= 2, laid out as above
-      looks/look-<s>.json       (group-sequential cards) what look s decided: stop or continue
+      looks/look-<s>.json       (group-sequential cards, and cards with an extension) what look s decided
+      extensions/extension-<k>.json   (`card extend`) the INCONCLUSIVE verdict extended and the stages planned
       arms/<ARM>/transcribed.json   (written-up cards only) the arm as transcribed
       verdicts/verdict-<n>.json
       report/verdict-<n>/       card.md and the PNG figures
@@ -48,7 +49,7 @@ from gb300lane.lane.report import BootReport
 from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.decide.verdict import Verdict
 from gb300lane.cards.cardfile import load_card, read_card_text
-from gb300lane.cards.schema import Card, gates_hash, parse_card, small_sample_refusals, stage_count
+from gb300lane.cards.schema import Card, gates_hash, parse_card, planned_stages, small_sample_refusals
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
@@ -138,6 +139,15 @@ class Receipts:
             return []
         return sorted(int(p.stem.split("-")[1]) for p in d.glob("look-*.json") if p.stem.split("-")[1].isdigit())
 
+    def extension_file(self, k: int) -> Path:
+        return self.root / "extensions" / f"extension-{k}.json"
+
+    def extension_numbers(self) -> list[int]:
+        d = self.root / "extensions"
+        if not d.is_dir():
+            return []
+        return sorted(int(p.stem.split("-")[1]) for p in d.glob("extension-*.json") if p.stem.split("-")[1].isdigit())
+
     def verdict_file(self, n: int) -> Path:
         return self.root / "verdicts" / f"verdict-{n}.json"
 
@@ -210,9 +220,10 @@ class Receipts:
         return max(n, default=0) + 1
 
     def stages_done(self, card: Card) -> int:
-        """Stages every arm has finished, counted from the first (a fixed design has one stage)."""
+        """Stages every arm has finished, counted from the first (a fixed design has one stage; `card extend`
+        adds the registered extension's)."""
         n = 0
-        for stage in range(1, stage_count(card) + 1):
+        for stage in range(1, planned_stages(card) + 1):
             if all(self.finished_attempt(a.name, stage) is not None for a in card.arms):
                 n = stage
             else:
@@ -424,6 +435,9 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
     if verdicts:
         state: Literal["registered", "partial", "finished", "scored"] = "scored"
         nxt = (f"gb300lane card show {ref}", f"gb300lane card rescore {ref} --reason \"...\" --set GATE.KEY=VALUE", fresh)
+        if (card.design.extension is not None and verdicts[-1].endswith(" INCONCLUSIVE")
+                and rec.stages_done(card) < planned_stages(card)):
+            nxt = (f"gb300lane card extend {ref}", *nxt)
     elif not unfinished:
         state, nxt = "finished", (f"gb300lane card score {ref}", fresh)
     elif finished or any(rec.arm_dir(a.name).is_dir() for a in card.arms):
