@@ -259,3 +259,31 @@ def test_a_boot_study_runs_what_one_boot_of_the_card_runs() -> None:
     seq, _ = load_card(DATA / "sequential.yaml")
     assert boot_window(fixed) == fixed.window("primary")
     assert boot_window(seq).rounds == seq.window("primary").rounds // seq.design.looks
+
+
+def test_the_plan_is_checked_at_the_effects_the_replicates_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_check plans the deciding gates at the replicates' mean effects (never the equivalence of the controls,
+    nor a diagnostic) and says whether that power falls inside the measured interval."""
+    from gb300lane.cards import plan as plan_mod
+    from gb300lane.cards.calibrate import Calibration, rate_ci
+    from gb300lane.cards.decide.results import CardPlan
+
+    card, _ = load_card("local-br1")
+    asked: list[object] = []
+
+    def fake(c, base=None, effects=None):
+        asked.append(effects)
+        power = 0.6 if effects is None else 0.8
+        return CardPlan.model_construct(source="pilot p", power=power)
+
+    monkeypatch.setattr(plan_mod, "registration_plan", fake)
+    cal = Calibration.model_construct(power=rate_ci(85, 100), mean_estimates_card={
+        "tokens-per-step": 0.0266, "decode-no-loss": 0.02, "decode-per-class": 0.01, "controls-agree": 0.001})
+    check = plan_mod.plan_check(card, cal)
+    assert asked == [None, {"tokens-per-step": 0.0266, "decode-no-loss": 0.02}]
+    assert check is not None and check.planned_at_mde == 0.6 and check.planned_at_measured == 0.8
+    assert check.inside is True and check.measured.low < 0.8 < check.measured.high
+    low = plan_mod.plan_check(card, cal.model_copy(update={"power": rate_ci(99, 100)}))
+    assert low is not None and low.inside is False
+    monkeypatch.setattr(plan_mod, "registration_plan", lambda c, base=None, effects=None: None)
+    assert plan_mod.plan_check(card, cal) is None

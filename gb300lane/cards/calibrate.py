@@ -158,6 +158,9 @@ class Calibration(FrozenModel):
                              "look, then run as `card extend` runs them); 0 without a registered extension.")
     extended_decided_aa: int = Field(default=0, description="Of those, the ones an extension took to PASS or FAIL.")
     extended_card: int = Field(default=0, description="As-written replicates extended.")
+    mean_estimates_card: dict[str, float] = Field(
+        default_factory=dict, description="Aggregate tested gate id -> its mean estimate over the as-written "
+        "replicates (the effect the card as written meets on this engine; `card calibrate` plans at it).")
 
 
 def replicate_seed(card: Card, seed: int, replicate: int) -> int:
@@ -408,7 +411,15 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
         fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),
         workers=workers, extended_aa=sum(1 for o in aa if o.extensions), extended_card=sum(1 for o in real if o.extensions),
-        extended_decided_aa=sum(1 for o in aa if o.extensions and o.verdict != "INCONCLUSIVE"))
+        extended_decided_aa=sum(1 for o in aa if o.extensions and o.verdict != "INCONCLUSIVE"),
+        mean_estimates_card=_mean_estimates(real))
+
+
+def _mean_estimates(outcomes: list[ReplicateOutcome]) -> dict[str, float]:
+    """Gate id -> the mean of its estimates over `outcomes` (gates with an estimate in every one)."""
+    ids = sorted({g for o in outcomes for g in o.estimates})
+    got = {g: [e for o in outcomes if (e := o.estimates.get(g)) is not None] for g in ids}
+    return {g: sum(v) / len(v) for g, v in got.items() if v and len(v) == len(outcomes)}
 
 
 def _so_far(outcomes: list[ReplicateOutcome]) -> str:

@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd,
                                           refuse_pinned_boot_seed, registered_check)
 from gb300lane.cards.decide.data import ArmData, WindowData
 from gb300lane.cards.decide.results import CardPlan, GatePlan
-from gb300lane.cards.calibrate import calibration_boot_notes
+from gb300lane.cards.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
 from gb300lane.cards.record.receipts import all_receipts, new_run_dir
@@ -64,6 +66,7 @@ from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, GroupSequenti
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.cards.record.noise import LedgerEstimate, for_card
 from gb300lane.errors import CardError, LaneError
+from gb300lane.models import FrozenModel
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
 
@@ -225,7 +228,8 @@ def _solve_scale(power_at: Callable[[float], float], target: float) -> float | N
 
 def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
               effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "",
-              lane_noise: Mapping[str, LedgerEstimate] | None = None) -> CardPlan:
+              lane_noise: Mapping[str, LedgerEstimate] | None = None,
+              effects: Mapping[str, float] | None = None) -> CardPlan:
     """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
     study's arms (each one boot of the control recipe), from which each gate's boot sd is measured.
 
@@ -244,6 +248,8 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     def eff(g: TestedGate) -> float:
         if isinstance(g, ControlsEquivalence):
             return 0.0
+        if effects is not None and g.id in effects:
+            return effects[g.id]
         if effect is not None and isinstance(g, TokensPerStepTest):
             return effect
         return g.mde or 0.0
@@ -545,8 +551,11 @@ def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate
     return out
 
 
-def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
-    """The plan `card register` records: from earlier control data only (registering never boots anything)."""
+def registration_plan(card: Card, base: Path | None = None,
+                      effects: Mapping[str, float] | None = None) -> CardPlan | None:
+    """The plan `card register` records: from earlier control data only (registering never boots anything).
+
+    `effects` (gate id -> relative effect) plans those gates at an effect other than their mde (`plan_check`)."""
     if not any(isinstance(g, TestedGate) for g in card.gates):
         return None
     found = earlier_noise(card, base)
@@ -554,7 +563,7 @@ def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
         return None
     study = earlier_boots(card, base)
     plan = plan_card(card, found[0], found[1], boots=study[0] if study else None,
-                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base))
+                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base), effects=effects)
     got = boot_provenance(card, base) if study else ()
     return plan.model_copy(update={"boot_measured_on": got}) if got else plan
 
@@ -587,3 +596,33 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
                    f"`gb300lane card plan {card.name}` says {plan.requests_per_arm_for_target} requests per arm "
                    f"(the card has {plan.requests_per_arm})")
     return out
+
+
+class PlanCheck(FrozenModel):
+    """The plan's power beside what a calibration measured of the same card."""
+
+    source: str = Field(description="Where the plan's noise came from.")
+    effects: dict[str, float] = Field(description="Gate id -> the mean effect the as-written replicates met.")
+    planned_at_mde: float | None = Field(description="The card's power as its plan predicts at the gates' mdes.")
+    planned_at_measured: float | None = Field(description="The same plan at the effects the replicates met.")
+    measured: RateCI = Field(description="The calibration's measured power (as-written verdicts PASS).")
+    inside: bool | None = Field(description="planned_at_measured inside the measured power's interval.")
+
+
+def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCheck | None:
+    """The plan `card register` would record, at the gates' mdes and at the effects `cal`'s as-written replicates
+    met, beside the power `cal` measured; None where no earlier control data exists to plan from.
+
+    A plan's power is at the registered effect; the card as written meets the engine's own effect, which is
+    rarely the mde, so the check that the plan predicts the measured power plans at the measured effect."""
+    deciding = {g.id for g in card.gates if isinstance(g, TestedGate) and g.decides
+                and not isinstance(g, ControlsEquivalence)}
+    effects = {g: e for g, e in cal.mean_estimates_card.items() if g in deciding}
+    at_mde = registration_plan(card, base)
+    at_measured = registration_plan(card, base, effects=effects) if effects else None
+    if at_mde is None:
+        return None
+    planned = at_measured.power if at_measured is not None else None
+    m = cal.power
+    return PlanCheck(source=at_mde.source, effects=effects, planned_at_mde=at_mde.power, planned_at_measured=planned,
+                     measured=m, inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high)

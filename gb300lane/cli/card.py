@@ -20,6 +20,8 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
 if TYPE_CHECKING:  # the cards package is imported when a card command runs
     from gb300lane.cards import Receipts, Verdict
+    from gb300lane.cards.plan import PlanCheck
+    from gb300lane.cards.schema import Card
     from gb300lane.promote import TransitionReport
 
 card_app = typer.Typer(
@@ -475,6 +477,9 @@ def calibrate_cmd(
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
                               resume=keep, raw=raw, extend=extend)
     d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)  # `keep` stays for longer runs
+    from gb300lane.cards.plan import plan_check
+
+    check = plan_check(loaded, cal)
     if as_json:
         def ci(r: Any) -> list[float]:
             return [r.low, r.high]
@@ -491,6 +496,7 @@ def calibrate_cmd(
             "extended_card": cal.extended_card,
             "boot_check": {k: v.model_dump(mode="json") for k, v in cal.boot_check.items()},
             "interval": "95% Clopper-Pearson", "fast_path": cal.fast_path, "receipts": str(d),
+            "plan_check": check.model_dump(mode="json") if check is not None else None,
             "calibration": cal.model_dump(mode="json")})
         return
 
@@ -519,10 +525,31 @@ def calibrate_cmd(
             err_console.print(f"[yellow]warning:[/] boot sd {escape(gid)}: the control boots' 95% lower bound "
                               f"{b.lower:.3%} is above the registered {b.registered_sd:.3%}: register "
                               f"boot_sd {b.measured_sd:.4f}", markup=True, highlight=False, soft_wrap=True)
+    _print_plan_check(loaded, check)
     console.print(f"  gates scored: {', '.join(cal.gates_exercised)}; not exercised (no boot): "
                   f"{', '.join(cal.gates_not_exercised) or 'none'}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  fast path: {cal.fast_path}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"  receipts: {d}", highlight=False, markup=False)
+
+
+def _print_plan_check(card: Card, check: PlanCheck | None) -> None:
+    """The plan's power at the gates' mdes and at the effects the replicates met, beside the measured power."""
+    if check is None:
+        console.print(f"  plan: none to check (no earlier control data of {card.controls[0].recipe}; "
+                      f"`gb300lane card plan {card.name}` boots a pilot)", highlight=False, markup=False, soft_wrap=True)
+        return
+    at_mde = "-" if check.planned_at_mde is None else f"{check.planned_at_mde:.1%}"
+    console.print(f"  plan (noise from {check.source}): power {at_mde} at the gates' mdes", highlight=False,
+                  markup=False, soft_wrap=True)
+    if check.planned_at_measured is None:
+        return
+    met = ", ".join(f"{g} {e:+.2%}" for g, e in check.effects.items())
+    m = check.measured
+    verdict = "inside" if check.inside else "OUTSIDE"
+    console.print(f"  plan at the effects the as-written replicates met ({met}): power {check.planned_at_measured:.1%}; "
+                  f"measured {m.rate:.1%} [{m.low:.1%}, {m.high:.1%}]: {verdict} the measured interval"
+                  + (" (the plan sizes the design's own looks, not a registered extension)"
+                     if card.design.extension is not None else ""), highlight=False, markup=False, soft_wrap=True)
 
 
 def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float | None, port: int | None,
