@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
+from gb300lane.bench.models import load_label
 from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
 from gb300lane.cards.record.models import AttemptReceipt, DoneReceipt, ForeignCount, ForeignReceipt, SelftestReceipt
 from gb300lane.cards.record.receipts import Receipts, utc_now
@@ -194,10 +195,10 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                 rec.write_model(adir / "windows" / f"{w.name}.json", result)
                 for t in result.retried:
                     c = t.cell
-                    progress(f"{label}: window {w.name}: cell {c.cls} C{c.concurrency} r{c.round} was invalid "
+                    progress(f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} was invalid "
                              f"({'; '.join(c.invalid_reasons)}); it ran again")
                 for c in (c for c in result.cells if not c.valid):
-                    progress(f"{label}: window {w.name}: cell {c.cls} C{c.concurrency} r{c.round} is still invalid "
+                    progress(f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} is still invalid "
                              f"after {CELL_RETRIES + 1} tries ({'; '.join(c.invalid_reasons)}); the verdict leaves it "
                              "out and says so")
             after = ops.foreign(report.endpoint, sent)

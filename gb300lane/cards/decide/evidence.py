@@ -22,7 +22,6 @@ gate is INCONCLUSIVE (or, with `decides: false`, only reported).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +31,7 @@ from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status,
 from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
 from gb300lane.cards.decide.cuped import cuped_test, describe
 from gb300lane.cards.decide.sequential import nominal_level
-from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, BootVariance, paired_units, ratio_test
+from gb300lane.cards.decide.stats import BootVariance, bootstrap_seed, paired_units, ratio_test
 
 
 NO_TPS = ("no per-request tokens/step recorded: the lane must report each request's spec-decode counters "
@@ -79,10 +78,6 @@ def units_of(arm: ArmData, gate: TestedGate, metric: str) -> tuple[Units, dict[t
             if vals:
                 out[key] = dict(vals)
     return out, requests
-
-
-def _seed(*parts: object) -> int:
-    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
 
 
 def by_transcript(units: Units, keys: list[tuple[str, int]]) -> dict[str, tuple[float, int]]:
@@ -155,7 +150,7 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
                 adjustment, theta = describe(adj), adj.theta
         else:
             rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
-                            seed=_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
+                            seed=bootstrap_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
         tests.append(GateTest(
             metric=metric,
             cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,

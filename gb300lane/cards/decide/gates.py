@@ -12,9 +12,8 @@ controls only: the candidate never widens its own bar.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any, assert_never
+from typing import assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
@@ -40,7 +39,7 @@ from gb300lane.cards.schema import (
     TokensPerStepGate,
     TokensPerStepTest,
 )
-from gb300lane.cards.decide.stats import BOOTSTRAP_SEED, paired_bootstrap, spread
+from gb300lane.cards.decide.stats import bootstrap_seed, paired_bootstrap, spread
 from gb300lane.errors import CardError
 
 __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
@@ -55,10 +54,6 @@ CellKey = tuple[str, int]
 
 def _status(checks: list[Status]) -> Status:
     return combine(checks)
-
-
-def _seed(*parts: Any) -> int:
-    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
 
 
 class _Ctx:
@@ -146,7 +141,7 @@ def _ratio_cells(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> list[C
             observed = cc.decode_tok_s / ctrl_mean if cc and cc.decode_tok_s is not None and ctrl_mean else None
             ok = None if observed is None or bar is None else observed >= 1.0 - bar - 1e-12
             pc = paired_bootstrap(cc.per_transcript, [c.per_transcript for c in cs if c is not None],
-                                  seed=_seed(gate.id, key)) if cc else None
+                                  seed=bootstrap_seed(gate.id, key)) if cc else None
             ci = pc.describe() if pc else None
         status: Status = "INCONCLUSIVE" if ok is None else ("PASS" if ok else "FAIL")
         out.append(CellCheck(cls=key[0], concurrency=key[1], status=status, observed=observed, bar=bar,

@@ -29,6 +29,7 @@ Legacy helpers for the write-up's point-ratio gates (`spread`,
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,11 @@ from gb300lane.cards.schema import IntervalMethod, TestKind
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261026
 CONFIDENCE = 0.95
+
+
+def bootstrap_seed(*parts: object) -> int:
+    """A resampling's own seed: BOOTSTRAP_SEED plus a stable hash of what it resamples (gate, cell, look ...)."""
+    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(parts).encode()).hexdigest()[:6], 16)
 
 
 def spread(values: list[float] | tuple[float, ...]) -> float | None:

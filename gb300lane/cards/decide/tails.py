@@ -26,7 +26,6 @@ it); below that the gate is INCONCLUSIVE and says how many it needs.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 
@@ -35,11 +34,9 @@ from scipy import stats as sps
 
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.results import GateResult, Status
-from gb300lane.cards.decide.stats import BOOTSTRAP_SEED
+from gb300lane.cards.decide.stats import BOOTSTRAP_RESAMPLES, bootstrap_seed
 from gb300lane.cards.schema import LatencyTailGate
 
-#: Bootstrap draws of transcripts per tail gate.
-DRAWS = 2000
 #: Draws evaluated at once (their weight matrix is CHUNK x values).
 CHUNK = 100
 
@@ -89,17 +86,13 @@ class _Arm:
 
     def __init__(self, values: UnitValues, units: list[str]) -> None:
         pos = {u: i for i, u in enumerate(units)}
-        flat = [(v, pos[u]) for u in units for v in values.get(u, [])]
-        order = sorted(range(len(flat)), key=lambda i: flat[i][0])
-        self.values = np.array([flat[i][0] for i in order], dtype=float)
-        self.unit_of = np.array([flat[i][1] for i in order], dtype=np.int64)
+        flat = np.array([v for u in units for v in values.get(u, [])], dtype=float)
+        of = np.array([pos[u] for u in units for _ in values.get(u, [])], dtype=np.int64)
+        order = np.argsort(flat, kind="stable")
+        self.values, self.unit_of = flat[order], of[order]
 
     def at(self, counts: np.ndarray, q: float) -> np.ndarray:
         return _weighted_quantiles(self.values, self.unit_of, counts, q)
-
-
-def _seed(gate_id: str) -> int:
-    return BOOTSTRAP_SEED + int(hashlib.sha256(repr(("tail", gate_id)).encode()).hexdigest()[:6], 16)
 
 
 def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData]) -> GateResult:
@@ -143,10 +136,10 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
         return undecided(f"{q_name} {what} B {b * 1e3:.3g} ms, controls {c * 1e3:.3g} ms",
                          f"a {q_name} of zero has no ratio (the {clock} clock did not resolve these gaps)")
     est = math.log(b / c)
-    rng = np.random.default_rng(_seed(gate.id))
+    rng = np.random.default_rng(bootstrap_seed("tail", gate.id))
     logs = []
-    for start in range(0, DRAWS, CHUNK):
-        counts = rng.multinomial(len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, DRAWS - start))
+    for start in range(0, BOOTSTRAP_RESAMPLES, CHUNK):
+        counts = rng.multinomial(len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, BOOTSTRAP_RESAMPLES - start))
         qb = arms[0].at(counts, gate.quantile)
         qc = ctrl.at(counts, gate.quantile)  # the controls' values merged, each unit weighted by the draw
         ok = (qb > 0) & (qc > 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from gb300lane.bench.models import RequestRecord, WindowResult
+from gb300lane.bench.models import RequestRecord, WindowResult, load_label
 from gb300lane.canonical import sha256_bytes
 from gb300lane.cards.decide.data import BootFacts, CellData, WindowData
 from gb300lane.lane.checks import (
@@ -69,8 +69,7 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
     invalid: list[str] = []
     for cell in res.cells:
         if not cell.valid:
-            level = f"C{cell.concurrency}" if cell.request_rate is None else f"{cell.request_rate:g} req/s"
-            invalid.append(f"{cell.cls} {level} r{cell.round}: {'; '.join(cell.invalid_reasons)}")
+            invalid.append(f"{cell.cls} {load_label(cell)} r{cell.round}: {'; '.join(cell.invalid_reasons)}")
             continue
         clocks.add(cell.clock)
         spec = cell.spec
