@@ -271,12 +271,11 @@ def test_the_plan_is_checked_at_the_effects_the_replicates_met(monkeypatch: pyte
     card, _ = load_card("local-br1")
     asked: list[object] = []
 
-    def fake(c, base=None, effects=None):
-        asked.append(effects)
-        power = 0.6 if effects is None else 0.8
-        return CardPlan.model_construct(source="pilot p", power=power)
+    def fake(c, base=None, effects=(None,)):
+        asked.extend(effects)
+        return tuple(CardPlan.model_construct(source="pilot p", power=0.6 if e is None else 0.8) for e in effects)
 
-    monkeypatch.setattr(plan_mod, "registration_plan", fake)
+    monkeypatch.setattr(plan_mod, "registration_plans", fake)
     cal = Calibration.model_construct(power=rate_ci(85, 100), mean_estimates_card={
         "tokens-per-step": 0.0266, "decode-no-loss": 0.02, "decode-per-class": 0.01, "controls-agree": 0.001})
     check = plan_mod.plan_check(card, cal)
@@ -285,5 +284,5 @@ def test_the_plan_is_checked_at_the_effects_the_replicates_met(monkeypatch: pyte
     assert check.inside is True and check.measured.low < 0.8 < check.measured.high
     low = plan_mod.plan_check(card, cal.model_copy(update={"power": rate_ci(99, 100)}))
     assert low is not None and low.inside is False
-    monkeypatch.setattr(plan_mod, "registration_plan", lambda c, base=None, effects=None: None)
+    monkeypatch.setattr(plan_mod, "registration_plans", lambda c, base=None, effects=(None,): None)
     assert plan_mod.plan_check(card, cal) is None

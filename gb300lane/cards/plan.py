@@ -37,7 +37,7 @@ measures the real rates on the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -551,21 +551,27 @@ def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate
     return out
 
 
-def registration_plan(card: Card, base: Path | None = None,
-                      effects: Mapping[str, float] | None = None) -> CardPlan | None:
-    """The plan `card register` records: from earlier control data only (registering never boots anything).
+def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
+    """The plan `card register` records: from earlier control data only (registering never boots anything)."""
+    plans = registration_plans(card, base)
+    return plans[0] if plans else None
 
-    `effects` (gate id -> relative effect) plans those gates at an effect other than their mde (`plan_check`)."""
+
+def registration_plans(card: Card, base: Path | None = None,
+                       effects: Sequence[Mapping[str, float] | None] = (None,)) -> tuple[CardPlan, ...] | None:
+    """`registration_plan` once per entry of `effects` (gate id -> relative effect; None: the gates' mdes), from
+    one read of the earlier receipts; None where there is nothing to plan from."""
     if not any(isinstance(g, TestedGate) for g in card.gates):
         return None
     found = earlier_noise(card, base)
     if found is None:
         return None
     study = earlier_boots(card, base)
-    plan = plan_card(card, found[0], found[1], boots=study[0] if study else None,
-                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base), effects=effects)
+    ledger = lane_noise(card, base)
     got = boot_provenance(card, base) if study else ()
-    return plan.model_copy(update={"boot_measured_on": got}) if got else plan
+    plans = (plan_card(card, found[0], found[1], boots=study[0] if study else None,
+                       boot_source=study[1] if study else "", lane_noise=ledger, effects=e) for e in effects)
+    return tuple(p.model_copy(update={"boot_measured_on": got}) if got else p for p in plans)
 
 
 def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
@@ -618,11 +624,11 @@ def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCh
     deciding = {g.id for g in card.gates if isinstance(g, TestedGate) and g.decides
                 and not isinstance(g, ControlsEquivalence)}
     effects = {g: e for g, e in cal.mean_estimates_card.items() if g in deciding}
-    at_mde = registration_plan(card, base)
-    at_measured = registration_plan(card, base, effects=effects) if effects else None
-    if at_mde is None:
+    plans = registration_plans(card, base, (None, effects) if effects else (None,))
+    if not plans:
         return None
-    planned = at_measured.power if at_measured is not None else None
+    at_mde = plans[0]
+    planned = plans[1].power if len(plans) > 1 else None
     m = cal.power
     return PlanCheck(source=at_mde.source, effects=effects, planned_at_mde=at_mde.power, planned_at_measured=planned,
                      measured=m, inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high)
