@@ -71,3 +71,34 @@ def test_a_spent_budget_starts_no_replicate_and_says_so() -> None:
     lane = fakes.FakeLane(card, {}, noise=0.01)
     cal = calibrate_lane(card, 50, ops=lane.ops(), seed=9, budget_s=0.0)
     assert cal.stopped_by_budget and cal.false_better.replicates <= 1 and cal.power.replicates <= 1
+
+
+def test_a_registered_extension_takes_every_inconclusive_replicate_on_to_a_decision_or_the_plan_s_end() -> None:
+    from gb300lane.cards.record.receipts import read_verdict
+    from gb300lane.cards.schema import planned_stages
+
+    card, _ = load_card(DATA / "extension.yaml")
+    # B a little better: look 1 (a quarter of the plan's alpha) rarely decides; A/A has nothing to find
+    lane = RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03, n_transcripts=20)
+    cal = calibrate_lane(card, 2, ops=lane.ops(), seed=3)
+    assert cal.extended and cal.extended_aa == 2 and cal.extended_card >= 1, cal
+    for rep in cal.replicates:
+        rec = Receipts(Path(rep.receipts))
+        numbers = rec.verdict_numbers()
+        # every extension is a verdict of its own, pointing at the one it extends; the newest is the replicate's
+        assert numbers == list(range(1, rep.extensions + 2)) and rec.verify_manifest() == []
+        assert rep.verdict == read_verdict(rec, numbers[-1]).verdict
+        assert rep.looks == read_verdict(rec, numbers[-1]).look
+        if rep.verdict == "INCONCLUSIVE":  # undecided only when the registered plan had no look left
+            assert rep.looks == planned_stages(card)
+    assert cal.false_better.replicates == 2 and cal.power.replicates == 2
+    # read back: every replicate is done, nothing boots
+    again = RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03, n_transcripts=20)
+    cal2 = calibrate_lane(card, 2, ops=again.ops(), seed=3)
+    assert not [c for c in again.calls if c[0] == "up"] and cal2.replicates == tuple(
+        r.model_copy(update={"seconds": 0.0}) for r in cal.replicates)
+    # --no-extend: the design's own look alone, in replicates of their own
+    own = calibrate_lane(card, 2, ops=RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03,
+                                                 n_transcripts=20).ops(), seed=3, extend=False)
+    assert not own.extended and own.root != cal.root and all(r.extensions == 0 and r.looks == 1
+                                                             for r in own.replicates)

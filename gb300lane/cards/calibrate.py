@@ -97,6 +97,9 @@ class ReplicateOutcome(FrozenModel):
     extensions: int = Field(default=0, description="Times it was extended (`card extend`) after an INCONCLUSIVE "
                             "look; 0 for a card without a registered extension.")
     extended_stages: int = Field(default=0, description="Stages it ran beyond the design's own.")
+    first_estimates: dict[str, float | None] = Field(
+        default_factory=dict, description="Aggregate tested gates: estimate at look 1, where every replicate looks "
+        "with the same information (the stopping look's estimate leans toward the effects that stop early).")
 
 
 class RateCI(FrozenModel):
@@ -158,9 +161,12 @@ class Calibration(FrozenModel):
                              "look, then run as `card extend` runs them); 0 without a registered extension.")
     extended_decided_aa: int = Field(default=0, description="Of those, the ones an extension took to PASS or FAIL.")
     extended_card: int = Field(default=0, description="As-written replicates extended.")
+    extended: bool = Field(default=False, description="Whether INCONCLUSIVE replicates were extended as `card "
+                           "extend` extends them (a registered extension, not --no-extend): its rates are then the "
+                           "whole plan's.")
     mean_estimates_card: dict[str, float] = Field(
-        default_factory=dict, description="Aggregate tested gate id -> its mean estimate over the as-written "
-        "replicates (the effect the card as written meets on this engine; `card calibrate` plans at it).")
+        default_factory=dict, description="Aggregate tested gate id -> its mean estimate at look 1 over the "
+        "as-written replicates (the effect the card as written meets on this engine; `card calibrate` plans at it).")
 
 
 def replicate_seed(card: Card, seed: int, replicate: int) -> int:
@@ -275,6 +281,7 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
     cand = card.candidate
     data: dict[str, dict[str, Any]] = {}  # run key -> window name -> WindowData
     open_: dict[Scenario, bool] = {"card": True, "aa": True}
+    first: dict[Scenario, dict[str, float | None]] = {}
     # the last stage each scenario runs: the design's, then what each extension plans
     limit: dict[Scenario, int] = {"card": stage_count(card), "aa": stage_count(card)}
     extensions: dict[Scenario, int] = {"card": 0, "aa": 0}
@@ -313,6 +320,8 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
             arms = [ArmData(arm=a.name, recipe=a.recipe, role=a.role, source="measured", boot=BootFacts(),
                             windows=data[a.name if a.role == "control" else f"B:{scenario}"]) for a in sc.arms]
             results = evaluate(sc, gates, arms, None, look)
+            if stage == 1:
+                first[scenario] = {r.id: r.tests[0].estimate for r in results if len(r.tests) == 1}
             verdict, action = decide(results, look, final_at=limit[scenario])
             if action == "final" and verdict == "INCONCLUSIVE" and stage < total:
                 limit[scenario] = plan_extension(sc, gates, results, stage).last_stage  # as `card extend` would
@@ -328,7 +337,8 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
                 requests_per_arm=requests, gates={r.id: r.status for r in results},
                 estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1},
                 statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1},
-                extensions=extensions[scenario], extended_stages=max(0, stage - stage_count(card))))
+                extensions=extensions[scenario], extended_stages=max(0, stage - stage_count(card)),
+                first_estimates=first.get(scenario, {})))
     return out
 
 
@@ -412,13 +422,17 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
         fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),
         workers=workers, extended_aa=sum(1 for o in aa if o.extensions), extended_card=sum(1 for o in real if o.extensions),
         extended_decided_aa=sum(1 for o in aa if o.extensions and o.verdict != "INCONCLUSIVE"),
-        mean_estimates_card=_mean_estimates(real))
+        mean_estimates_card=_mean_estimates(real),
+        extended=extend and card.design.extension is not None)
 
 
 def _mean_estimates(outcomes: list[ReplicateOutcome]) -> dict[str, float]:
     """Gate id -> the mean of its estimates over `outcomes` (gates with an estimate in every one)."""
-    ids = sorted({g for o in outcomes for g in o.estimates})
-    got = {g: [e for o in outcomes if (e := o.estimates.get(g)) is not None] for g in ids}
+    def at(o: ReplicateOutcome) -> dict[str, float | None]:
+        return o.first_estimates or o.estimates  # look 1 where recorded: the same information in every replicate
+
+    ids = sorted({g for o in outcomes for g in at(o)})
+    got = {g: [e for o in outcomes if (e := at(o).get(g)) is not None] for g in ids}
     return {g: sum(v) / len(v) for g, v in got.items() if v and len(v) == len(outcomes)}
 
 

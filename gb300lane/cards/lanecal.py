@@ -12,9 +12,13 @@ Replicate r of a scenario is the card renamed `<card>-lane-<scenario>-<r>` with 
 a hash of (card, seed, r), so each replicate's requests are new draws and a rerun of the same seed repeats
 them. Every replicate is registered, run and scored like any card, as a receipts directory of its own under
 `results/calibrations/<date>-<card>-lane-s<seed>/` (so its boots, windows and verdict are receipts, under
-custody like any card's). A replicate already scored there is read, not run again (resumable); with a time
-budget, no replicate starts once the budget is spent, and the rates are over the replicates that finished,
-with their count. Rates carry 95% Clopper-Pearson intervals (`cards.stats.proportion`), beside the power the
+custody like any card's). A card that registers an extension (`design.extension`) has every INCONCLUSIVE
+replicate extended as `card extend` extends it (`cards.extend`: the further looks its verdict's `more_needed`
+sizes, again while it stays INCONCLUSIVE and the plan has looks left), so the rates are the whole registered
+plan's; `extend=False` measures the design's own looks alone. A replicate already decided there is read, not
+run again, and one whose extension was cut short is taken up where it stopped (resumable); with a time
+budget, no replicate or extension starts once the budget is spent, and the rates are over the replicates that
+finished, with their count (one left mid-plan is not counted: its verdict is not yet the plan's). Rates carry 95% Clopper-Pearson intervals (`cards.stats.proportion`), beside the power the
 card's plan predicts from the lane's own noise (`cards.plan.registration_plan`).
 """
 
@@ -35,7 +39,9 @@ from gb300lane.cards.plan import registration_plan
 from gb300lane.cards.record.receipts import Receipts, read_verdict, register
 from gb300lane.cards.record.verdicts import score
 from gb300lane.cards.run import ArmOps, run_card
-from gb300lane.cards.schema import Card
+from gb300lane.cards.extend import extend_card
+from gb300lane.cards.record.extensions import pending_extension
+from gb300lane.cards.schema import Card, planned_stages
 from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import atomic_write
 from gb300lane.models import FrozenModel
@@ -51,8 +57,10 @@ class LaneReplicate(FrozenModel):
     replicate: int = Field(description="Replicate number (0-based).")
     seed_base: int = Field(description="The replicate's primary-window seed base.")
     receipts: str = Field(description="The replicate's receipts directory.")
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] = Field(description="Its verdict.")
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] = Field(description="Its verdict (the newest, extended).")
     seconds: float = Field(description="Wall-clock seconds it took (0 when read back from an earlier run).")
+    extensions: int = Field(default=0, description="Times `card extend` extended it (verdicts after the first).")
+    looks: int = Field(default=1, description="Looks (stages) it ran.")
 
 
 class LaneCalibration(FrozenModel):
@@ -67,7 +75,12 @@ class LaneCalibration(FrozenModel):
     false_fail: RateCI = Field(description="A/A replicates that FAIL.")
     power: RateCI = Field(description="As-written replicates that PASS.")
     fail_when_real: RateCI = Field(description="As-written replicates that FAIL.")
-    planned_power: float | None = Field(description="The card's power as its plan predicts it from the lane's noise.")
+    planned_power: float | None = Field(description="The card's power as its plan predicts it from the lane's noise "
+                                        "(extended: the registered plan's, by its last look).")
+    extended: bool = Field(default=False, description="Whether INCONCLUSIVE replicates were extended (a registered "
+                           "extension, and not --no-extend).")
+    extended_aa: int = Field(default=0, description="A/A replicates extended at least once.")
+    extended_card: int = Field(default=0, description="As-written replicates extended at least once.")
     plan_source: str = Field(default="", description="Where that plan's noise came from.")
     budget_s: float | None = Field(description="Time budget (None: none).")
     stopped_by_budget: bool = Field(description="Whether the budget stopped it before every replicate ran.")
@@ -96,13 +109,26 @@ def replicate_card(card: Card, scenario: LaneScenario, seed: int, r: int) -> Car
                                    "gates": window_gates(base)})
 
 
+def card_payload(card: Card) -> dict[str, object]:
+    """The card as its file says it: defaults left out, except the design's, whose kind tells its type apart."""
+    out = card.model_dump(mode="json", exclude_defaults=True)
+    if card.design.extension is not None or "design" in out:
+        out["design"] = card.design.model_dump(mode="json", exclude_none=True)
+    return out
+
+
 def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, budget_s: float | None = None,
-                   progress: Callable[[str], None] | None = None, date: str | None = None) -> LaneCalibration:
-    """Run (or read back) `replicates` replicates of both scenarios through `ops`, A/A first in each pair."""
+                   progress: Callable[[str], None] | None = None, date: str | None = None,
+                   extend: bool = True) -> LaneCalibration:
+    """Run (or read back) `replicates` replicates of both scenarios through `ops`, A/A first in each pair, each
+    extended to a decision where the card registers an extension (and `extend`)."""
     if replicates < 1:
         raise CardError("--replicates must be at least 1")
     say = progress or (lambda _m: None)
+    extend = extend and card.design.extension is not None
     root = calibration_root(card, seed, date)
+    if card.design.extension is not None and not extend:  # the design's own looks alone: replicates of their own
+        root = root.with_name(root.name + "-unextended")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     done: list[LaneReplicate] = []
@@ -111,45 +137,75 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
         scenarios: tuple[LaneScenario, ...] = ("aa", "card")
         for scenario in scenarios:
             rep = replicate_card(card, scenario, seed, r)
-            text = yaml.safe_dump(rep.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+            text = yaml.safe_dump(card_payload(rep), sort_keys=False)
             rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")))
-            numbers = rec.verdict_numbers()
-            if numbers:
-                done.append(_replicate(scenario, r, rep, rec, read_verdict(rec, numbers[0]).verdict, 0.0))
-                continue
-            if budget_s is not None and time.monotonic() - t0 > budget_s:
-                stopped = True
-                break
+            ran = False
             started = time.monotonic()
-            say(f"replicate {r + 1}/{replicates} {scenario}: {rec.root.name}")
-            try:
-                run_card(rec, ops=ops, progress=say)
-            except (CardError, LaneError) as exc:
-                say(f"replicate {r + 1} {scenario} did not finish ({exc}); a later run of the same seed resumes it")
-                continue
-            verdict = score(rec).verdict
-            done.append(_replicate(scenario, r, rep, rec, verdict, time.monotonic() - started))
-            say(f"replicate {r + 1}/{replicates} {scenario}: {verdict}")
+            if not rec.verdict_numbers():
+                if budget_s is not None and time.monotonic() - t0 > budget_s:
+                    stopped = True
+                    break
+                say(f"replicate {r + 1}/{replicates} {scenario}: {rec.root.name}")
+                try:
+                    run_card(rec, ops=ops, progress=say)
+                except (CardError, LaneError) as exc:
+                    say(f"replicate {r + 1} {scenario} did not finish ({exc}); a later run of the same seed resumes it")
+                    continue
+                say(f"replicate {r + 1}/{replicates} {scenario}: {score(rec).verdict}")
+                ran = True
+            while extend and _extendable(rec, rep):
+                if budget_s is not None and time.monotonic() - t0 > budget_s:
+                    stopped = True
+                    break
+                try:
+                    got = extend_card(rec, ops=ops, progress=say)
+                except (CardError, LaneError) as exc:
+                    say(f"replicate {r + 1} {scenario}: its extension did not finish ({exc}); a later run of the "
+                        "same seed resumes it")
+                    break
+                say(f"replicate {r + 1}/{replicates} {scenario}: extended to look {got.verdict.look}: "
+                    f"{got.verdict.verdict}")
+                ran = True
+            if stopped:
+                break
+            if extend and _extendable(rec, rep):
+                continue  # mid-plan: not yet the plan's verdict
+            numbers = rec.verdict_numbers()
+            done.append(_replicate(scenario, r, rep, rec, read_verdict(rec, numbers[-1]).verdict,
+                                   time.monotonic() - started if ran else 0.0))
         if stopped:
             break
     aa = [d for d in done if d.scenario == "aa"]
     written = [d for d in done if d.scenario == "card"]
     plan = registration_plan(card)
+    planned = None if plan is None else plan.extension.power if extend and plan.extension is not None else plan.power
     cal = LaneCalibration(
         card=card.name, seed=seed, root=str(root), requested=replicates,
         false_better=rate_ci(sum(d.verdict == "PASS" for d in aa), len(aa)),
         false_fail=rate_ci(sum(d.verdict == "FAIL" for d in aa), len(aa)),
         power=rate_ci(sum(d.verdict == "PASS" for d in written), len(written)),
         fail_when_real=rate_ci(sum(d.verdict == "FAIL" for d in written), len(written)),
-        planned_power=plan.power if plan is not None else None, plan_source=plan.source if plan is not None else "",
+        planned_power=planned, plan_source=plan.source if plan is not None else "", extended=extend,
+        extended_aa=sum(1 for d in aa if d.extensions), extended_card=sum(1 for d in written if d.extensions),
         budget_s=budget_s, stopped_by_budget=stopped, seconds=round(time.monotonic() - t0, 1), replicates=tuple(done),
     )  # fmt: skip
     atomic_write(root / "calibration.json", cal.model_dump_json(indent=2) + "\n")
     return cal
 
 
+def _extendable(rec: Receipts, rep: Card) -> bool:
+    """Whether `card extend` would take the replicate further: its newest verdict INCONCLUSIVE with looks left
+    in the registered plan, or an extension begun and not yet scored."""
+    if pending_extension(rec) is not None:
+        return True
+    numbers = rec.verdict_numbers()
+    return bool(numbers) and read_verdict(rec, numbers[-1]).verdict == "INCONCLUSIVE" and \
+        rec.stages_done(rep) < planned_stages(rep)
+
+
 def _replicate(scenario: LaneScenario, r: int, rep: Card, rec: Receipts,
                verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"], seconds: float) -> LaneReplicate:
     w = rep.window(rep.primary_window)
     return LaneReplicate(scenario=scenario, replicate=r, seed_base=int(w.seed_base or 0), receipts=str(rec.root),
-                         verdict=verdict, seconds=round(seconds, 1))
+                         verdict=verdict, seconds=round(seconds, 1), extensions=len(rec.verdict_numbers()) - 1,
+                         looks=rec.stages_done(rep))

@@ -47,7 +47,7 @@ from pydantic import Field
 from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd,
                                           refuse_pinned_boot_seed, registered_check)
 from gb300lane.cards.decide.data import ArmData, WindowData
-from gb300lane.cards.decide.results import CardPlan, GatePlan
+from gb300lane.cards.decide.results import CardPlan, ExtensionPlanFigures, GatePlan
 from gb300lane.cards.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
@@ -62,8 +62,9 @@ from gb300lane.cards.record.studies import (
     pilot_windows,
     same_primary,
 )
-from gb300lane.cards.schema import Arm, Card, ControlsEquivalence, GroupSequential, TestedGate, TokensPerStepTest
-from gb300lane.cards.decide.sequential import boundaries, power_and_stop
+from gb300lane.cards.schema import (Arm, Card, ControlsEquivalence, GroupSequential, Spending, TestedGate,
+                                    TokensPerStepTest, plan_spending, planned_stages, stage_count)
+from gb300lane.cards.decide.sequential import PLAN_GRID, boundaries, crossing, power_and_stop
 from gb300lane.cards.record.noise import LedgerEstimate, for_card
 from gb300lane.errors import CardError, LaneError
 from gb300lane.models import FrozenModel
@@ -171,9 +172,10 @@ def _gate_cells(card: Card, gate: TestedGate) -> list[Cell]:
             if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
 
 
-def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0) -> tuple[list[float], str]:
+def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0,
+              boots: int | None = None) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
-    with the boots' component at `boot_sd` (relative) per arm."""
+    with the boots' component at `boot_sd` (relative) per arm over `boots` boots per arm (the card's own)."""
     metric = gate.metric
     w = card.window(gate.window)
     cells = _gate_cells(card, gate)
@@ -191,7 +193,7 @@ def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd:
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
         base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
-        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / boots_per_arm(card)
+        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / (boots or boots_per_arm(card))
         out.append(math.sqrt(rel2))
     return out, ""
 
@@ -208,6 +210,32 @@ def _gate_power(gate: TestedGate, ses: list[float], level: float, effect: float)
         else:
             p *= max(0.0, float(norm.cdf((gate.margin - effect) / se - z) + norm.cdf((gate.margin + effect) / se - z) - 1))
     return p
+
+
+def _plan_crossings(gate: TestedGate, ses: list[float], bounds: Sequence[float], effect: float) -> list[list[float]]:
+    """Per test of the gate, P(the gate decides for B first at look k) of a plan with upper z `bounds` (equal
+    stages), the test's se `ses` being at the plan's full information. An equivalence test's two one-sided tests
+    are each a path of their own; the gate decides when both have crossed (Bonferroni's bound on the joint)."""
+    out = []
+    for se in ses:
+        if gate.test == "equivalence":
+            out.append(_both(crossing(bounds, (gate.margin - effect) / se, PLAN_GRID),
+                             crossing(bounds, (gate.margin + effect) / se, PLAN_GRID)))
+        else:
+            gap = effect - gate.margin if gate.test == "superiority" else effect + gate.margin
+            out.append(crossing(bounds, gap / se, PLAN_GRID))
+    return out
+
+
+def _both(lo: list[float], hi: list[float]) -> list[float]:
+    """Per look, the increase of max(0, P(lower crossed by k) + P(upper crossed by k) - 1)."""
+    prev, out, a, b = 0.0, [], 0.0, 0.0
+    for x, y in zip(lo, hi):
+        a, b = a + x, b + y
+        now = max(0.0, a + b - 1.0)
+        out.append(now - prev)
+        prev = now
+    return out
 
 
 def _solve_scale(power_at: Callable[[float], float], target: float) -> float | None:
@@ -254,7 +282,12 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
             return effect
         return g.mde or 0.0
 
-    if seq:
+    own_looks, all_looks, spending = stage_count(card), planned_stages(card), plan_spending(card)
+    extended = all_looks > own_looks
+    if extended:  # one plan of all_looks equal stages: the design's own looks take their share of each alpha
+        design = (f"{design if not seq else f'group_sequential, {seq.looks} looks'}, extension of "
+                  f"{all_looks - own_looks} looks ({own_looks} of a {all_looks}-look plan, {spending} spending)")
+    elif seq:
         design = f"group_sequential, {seq.looks} looks, {seq.spending} spending"
         primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
         norm = _norm()
@@ -265,7 +298,7 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         inflation = float(brentq(lambda r: power_and_stop(bounds, drift * math.sqrt(r))[0] - target, 0.5, 4.0))
 
     rows: list[GatePlan] = []
-    per_gate_power: dict[str, Callable[[float], float]] = {}
+    per_gate_power: dict[str, Callable[..., float]] = {}  # (scale, taken=looks) -> power
     measured: dict[str, BootEstimate | None] = {}
     measured_by: dict[str, str] = {}
     for g in gates:
@@ -305,9 +338,14 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
                                  **boot_fields(g)))
             continue
 
-        def power_at(scale: float, g: TestedGate = g) -> float:
-            s, _ = _tests_se(card, g, noise, scale / inflation, sd_of(g))
-            return _gate_power(g, s, g.alpha, eff(g))
+        def power_at(scale: float, g: TestedGate = g, taken: int = own_looks) -> float:
+            if not extended:
+                s, _ = _tests_se(card, g, noise, scale / inflation, sd_of(g))
+                return _gate_power(g, s, g.alpha, eff(g))
+            # the whole plan's information: all its stages, a boot per arm each; crossings by look `taken`
+            s, _ = _tests_se(card, g, noise, scale * all_looks / own_looks, sd_of(g), boots=all_looks)
+            bounds = boundaries(g.alpha, all_looks, spending)
+            return math.prod(sum(c[:taken]) for c in _plan_crossings(g, s, bounds, eff(g)))
 
         if g.test == "superiority" and eff(g) <= g.margin:
             rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
@@ -318,7 +356,8 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         per_gate_power[g.id] = power_at
         scale = _solve_scale(power_at, target)
         rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
-                             effect=eff(g), se=max(ses),
+                             effect=eff(g), se=max(ses), power_extended=power_at(1.0, g, all_looks) if extended
+                             else None,
                              power=power_at(1.0), requests_per_arm_for_target=None if scale is None else
                              math.ceil(n_arm * scale),
                              note="" if scale is not None else "unreachable at this effect and margin"
@@ -327,15 +366,21 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     deciding = [per_gate_power[r.gate] for r in rows if r.decides and r.gate in per_gate_power]
     card_power = None
     card_n = None
-    if deciding and all(r.power is not None for r in rows if r.decides):  # a deciding gate unplanned: no card power
-        def together(scale: float) -> float:
-            return math.prod(f(scale) for f in deciding)
+    planned = all(r.power is not None for r in rows if r.decides)  # a deciding gate unplanned: no card power
+    if deciding and planned:
+        def together(scale: float, taken: int = own_looks) -> float:
+            return math.prod(f(scale, taken=taken) for f in deciding)
 
         card_power = together(1.0)
         s = _solve_scale(together, target)
         card_n = None if s is None else math.ceil(n_arm * s)
+    ext_figures = None
+    if extended:
+        ext_figures = _extension_figures(card, gates, noise, n_arm, own_looks, all_looks, spending, eff, sd_of,
+                                         (lambda sc: math.prod(f(sc, taken=all_looks) for f in deciding))
+                                         if deciding and planned else None, target)
     expected = None
-    if seq and card_n is not None:
+    if seq and card_n is not None and not extended:
         primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
         ses, _ = _tests_se(card, primary_gate, noise, 1.0, sd_of(primary_gate))
         if ses:
@@ -347,7 +392,33 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     return CardPlan(card=card.name, source=source, source_requests=noise.requests, requests_per_arm=n_arm,
                     target_power=target, design=design, gates=tuple(rows), power=card_power,
                     requests_per_arm_for_target=card_n, expected_requests_per_arm=expected, inflation=inflation,
-                    boot_source=boot_source)
+                    boot_source=boot_source, extension=ext_figures)
+
+
+def _extension_figures(card: Card, gates: list[TestedGate], noise: Noise, n_arm: int, own_looks: int, all_looks: int,
+                       spending: Spending, eff: Callable[[TestedGate], float], sd_of: Callable[[TestedGate], float],
+                       extended_power: Callable[[float], float] | None, target: float) -> ExtensionPlanFigures:
+    """A registered extension's plan: every look's level, the power by the last look, its maximum and its expected
+    size at the tokens/step effect (extended until it decides), and the maximum that reaches the target power."""
+    norm = _norm()
+    stage = n_arm // own_looks
+    levels = {g.id: tuple(float(norm.sf(b)) for b in boundaries(g.alpha, all_looks, spending))
+              for g in gates if g.decides}
+    expected = looks = None
+    primary = next((g for g in gates if isinstance(g, TokensPerStepTest) and g.decides), None)
+    if primary is not None and eff(primary) > primary.margin:
+        ses, _ = _tests_se(card, primary, noise, all_looks / own_looks, sd_of(primary), boots=all_looks)
+        if ses:
+            first = _plan_crossings(primary, ses[:1], boundaries(primary.alpha, all_looks, spending), eff(primary))[0]
+            used = sum((k + 1) / all_looks * pk for k, pk in enumerate(first[:-1])) + 1.0 - sum(first[:-1])
+            expected, looks = round(used * stage * all_looks, 1), round(used * all_looks, 2)
+    scale = None if extended_power is None else _solve_scale(extended_power, target)
+    return ExtensionPlanFigures(looks=all_looks, design_looks=own_looks, spending=spending, levels=levels,
+                                stage_requests_per_arm=stage,
+                                power=None if extended_power is None else extended_power(1.0),
+                                requests_per_arm=stage * all_looks, expected_requests_per_arm=expected,
+                                expected_looks=looks, requests_per_arm_for_target=None if scale is None else
+                                math.ceil(n_arm * scale * all_looks / own_looks))
 
 
 # ---------------------------------------------------------------- where the noise comes from
@@ -613,6 +684,8 @@ class PlanCheck(FrozenModel):
     planned_at_measured: float | None = Field(description="The same plan at the effects the replicates met.")
     measured: RateCI = Field(description="The calibration's measured power (as-written verdicts PASS).")
     inside: bool | None = Field(description="planned_at_measured inside the measured power's interval.")
+    extended: bool = Field(default=False, description="The calibration extended INCONCLUSIVE replicates: the powers "
+                           "are the registered plan's by its last look (`CardPlan.extension`).")
 
 
 def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCheck | None:
@@ -627,8 +700,13 @@ def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCh
     plans = registration_plans(card, base, (None, effects) if effects else (None,))
     if not plans:
         return None
-    at_mde = plans[0]
-    planned = plans[1].power if len(plans) > 1 else None
+    extended = cal.extended and plans[0].extension is not None
+
+    def power(p: CardPlan) -> float | None:  # an extended calibration ran the whole plan
+        return p.extension.power if extended and p.extension is not None else p.power
+
+    planned = power(plans[1]) if len(plans) > 1 else None
     m = cal.power
-    return PlanCheck(source=at_mde.source, effects=effects, planned_at_mde=at_mde.power, planned_at_measured=planned,
-                     measured=m, inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high)
+    return PlanCheck(source=plans[0].source, effects=effects, planned_at_mde=power(plans[0]),
+                     planned_at_measured=planned, measured=m, extended=extended,
+                     inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high)

@@ -37,7 +37,7 @@ from pydantic import Field
 
 from gb300lane.cards.decide.data import WindowData
 from gb300lane.cards.decide.results import CardPlan
-from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest
+from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest, plan_spending
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
 from gb300lane.errors import CardError
 from gb300lane.models import FrozenModel
@@ -170,7 +170,8 @@ def _seq_shape(card: Card, looks: int, target: float) -> tuple[float, float]:
 
     gate = next((g for g in card.gates if isinstance(g, TokensPerStepTest)), None)
     alpha = gate.alpha if gate is not None else 0.025
-    spending = card.design.spending if isinstance(card.design, GroupSequential) else "pocock"
+    spending = (plan_spending(card) if card.design.extension is not None else
+                card.design.spending if isinstance(card.design, GroupSequential) else "pocock")
     bounds = boundaries(alpha, looks, spending)
     drift = float(norm.isf(alpha) + norm.ppf(target))
     infl = float(brentq(lambda r: power_and_stop(bounds, drift * math.sqrt(r))[0] - target, 0.5, 4.0))
@@ -183,22 +184,37 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
     boots = [b for b in (lane_boots(card, base), _modelled_boot(card)) if b is not None]
     window_s, clock = _request_seconds(card, windows)
     arms = len(card.arms)
+    ext = plan.extension
     fixed_n = plan.requests_per_arm_for_target
-    # the fixed size at the target: a sequential card's plan sizes the maximum, so take its inflation back out
-    if fixed_n is not None and isinstance(card.design, GroupSequential):
+    if ext is not None:  # the registered plan's maximum at the target is a K-look design's: take its inflation out
+        looks = ext.looks
+        infl_k, _ = _seq_shape(card, looks, plan.target_power)
+        got = ext.requests_per_arm_for_target
+        fixed_n = None if got is None else math.ceil(got / infl_k)
+    elif fixed_n is not None and isinstance(card.design, GroupSequential):
+        # the fixed size at the target: a sequential card's plan sizes the maximum, so take its inflation back out
         fixed_n = math.ceil(fixed_n / plan.inflation) if plan.inflation > 0 else fixed_n
-    looks = card.design.looks if isinstance(card.design, GroupSequential) else DEFAULT_LOOKS
-    shapes = [("fixed", 1, 1.0, 1.0)]
+    if ext is None:
+        looks = card.design.looks if isinstance(card.design, GroupSequential) else DEFAULT_LOOKS
+    # (label, looks, maximum requests per arm or None, expected fraction of it used)
+    shapes: list[tuple[str, int, int | None, float]] = [("fixed", 1, fixed_n, 1.0)]
     for k in sorted({looks, max(2, looks // 2)}, reverse=True):
         infl, used = _seq_shape(card, k, plan.target_power)
-        label = f"group_sequential, {k} looks" + (" (a reboot per look)" if k == looks else
-                                                   f" ({looks // k} x the requests per boot)")
-        shapes.append((label, k, infl, used))
+        if k == looks and ext is not None:
+            label = f"registered plan, {ext.design_looks} + {ext.looks - ext.design_looks} looks (a reboot per look)"
+        else:
+            label = f"group_sequential, {k} looks" + (" (a reboot per look)" if k == looks else
+                                                       f" ({looks // k} x the requests per boot)")
+        shapes.append((label, k, None if fixed_n is None else math.ceil(fixed_n * infl), used))
+    if ext is not None:  # the card at its own stage size, extended look by look until it decides
+        used = (ext.expected_looks / ext.looks) if ext.expected_looks is not None else 1.0
+        shapes.append((f"as written, extended ({ext.stage_requests_per_arm} per stage)", ext.looks,
+                       ext.requests_per_arm, used))
     designs = []
     note = "" if fixed_n is not None else "the plan reaches no target size: times are for the card as written"
     n0 = plan.requests_per_arm
-    for label, k, infl, used in shapes:
-        n_max = None if fixed_n is None else math.ceil(fixed_n * infl)
+    for label, k, n_target, used in shapes:
+        n_max = n_target
         size = n_max if n_max is not None else n0
         req_s = None if window_s is None else window_s * size / n0
         exp_looks = used * k
@@ -216,7 +232,8 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
                                   round(req_s, 2), expected_s=expected, worst_s=worst))
     cheapest: dict[str, str] = {}
     for b in boots if fixed_n is not None else ():
-        timed = [(t, d.design) for d in designs if (t := d.expected_s.get(b.clock)) is not None]
+        timed = [(t, d.design) for d in designs if (t := d.expected_s.get(b.clock)) is not None
+                 and (d is not designs[-1] or ext is None or (ext.power or 0.0) >= plan.target_power)]
         if timed:
             cheapest[b.clock] = min(timed)[1]
     if window_s is None:

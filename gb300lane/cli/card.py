@@ -170,7 +170,7 @@ def plan_cmd(
             f"{se:>7} {pw:>7} {need:>16}" + (f"  {g.note}" if g.note else ""))
     for g in p.gates:
         if g.boot_sd_measured is not None:
-            df = "-" if g.boot_df_measured is None else str(g.boot_df_measured)
+            df = "-" if g.boot_df_measured is None else str(g.boot_df_measured) if g.boot_df_measured else "<1"
             up = "-" if g.boot_sd_upper is None else f"{g.boot_sd_upper:.3%}"
             by = g.boot_sd_source if g.boot_sd_source and g.boot_sd_source != "registered" else "the boot study"
             out(f"  {g.gate}: {by} measures a boot sd of {g.boot_sd_measured:.3%} (df {df}, F "
@@ -182,12 +182,34 @@ def plan_cmd(
             err_console.print(f"[yellow]warning:[/] {escape(g.boot_check)}", markup=True, highlight=False,
                               soft_wrap=True)
     if p.power is not None:
-        out(f"  card (deciding gates together): power {p.power:.1%} as written; "
-            f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}")
+        need = (f"{p.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}"
+                if p.requests_per_arm_for_target is not None else f"no size reaches {p.target_power:.0%}")
+        out(f"  card (deciding gates together): power {p.power:.1%} as written"
+            + (f" (its own look{'s' if p.extension.design_looks > 1 else ''} only)" if p.extension else "")
+            + f"; {need}")
+    if p.extension is not None:
+        _print_extension_plan(out, p)
     if p.expected_requests_per_arm is not None:
         out(f"  sequential: maximum {p.inflation:.2f} x the fixed size for the same power; expected "
             f"{p.expected_requests_per_arm:.0f} requests per arm at the tokens/step effect")
     _print_time_plan(out, tp)
+
+
+def _print_extension_plan(out: Callable[[str], None], p: Any) -> None:
+    e = p.extension
+    first = "; ".join(f"{g} {lv[0]:.3%}" for g, lv in e.levels.items())
+    own = "look is the first" if e.design_looks == 1 else f"{e.design_looks} looks are the first ones"
+    out(f"  registered extension: the design's {own} of a {e.looks}-look plan "
+        f"({e.spending} spending), so look 1 tests at a one-sided {first}, not the whole alpha")
+    pw = "-" if e.power is None else f"{e.power:.1%}"
+    exp = ("" if e.expected_requests_per_arm is None else
+           f"; expected {e.expected_requests_per_arm:.0f} requests per arm over {e.expected_looks:.2f} looks at the "
+           "tokens/step effect")
+    need = (f"the plan needs at most {e.requests_per_arm_for_target} requests per arm for {p.target_power:.0%}"
+            if e.requests_per_arm_for_target is not None else f"no size of the plan reaches {p.target_power:.0%}")
+    out(f"  extended look by look until it decides ({e.stage_requests_per_arm} requests per arm per stage, each a "
+        f"boot of every arm): power {pw} by look {e.looks}, at most {e.requests_per_arm} requests per arm{exp}; "
+        f"{need}")
 
 
 def _hours(s: float | None) -> str:
@@ -468,7 +490,7 @@ def calibrate_cmd(
     loaded, path = load_card(card)
     say = _say(as_json)
     if on_lane:
-        _calibrate_on_lane(loaded, replicates, seed=seed, budget=budget, port=port, as_json=as_json)
+        _calibrate_on_lane(loaded, replicates, seed=seed, budget=budget, port=port, as_json=as_json, extend=extend)
         return
     keep, raw = progress_file(loaded, seed, extend=extend), raw_file(loaded, seed)
     if not resume:
@@ -539,27 +561,28 @@ def _print_plan_check(card: Card, check: PlanCheck | None) -> None:
                       f"`gb300lane card plan {card.name}` boots a pilot)", highlight=False, markup=False, soft_wrap=True)
         return
     at_mde = "-" if check.planned_at_mde is None else f"{check.planned_at_mde:.1%}"
-    console.print(f"  plan (noise from {check.source}): power {at_mde} at the gates' mdes", highlight=False,
+    whole = " by the registered plan's last look (every replicate extended to a decision)" if check.extended else ""
+    console.print(f"  plan (noise from {check.source}): power {at_mde} at the gates' mdes{whole}", highlight=False,
                   markup=False, soft_wrap=True)
     if check.planned_at_measured is None:
         return
     met = ", ".join(f"{g} {e:+.2%}" for g, e in check.effects.items())
     m = check.measured
     verdict = "inside" if check.inside else "OUTSIDE"
-    console.print(f"  plan at the effects the as-written replicates met ({met}): power {check.planned_at_measured:.1%}; "
-                  f"measured {m.rate:.1%} [{m.low:.1%}, {m.high:.1%}]: {verdict} the measured interval"
-                  + (" (the plan sizes the design's own looks, not a registered extension)"
-                     if card.design.extension is not None else ""), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  plan at the effects the as-written replicates met at look 1 ({met}): power "
+                  f"{check.planned_at_measured:.1%}{whole and ' by the last look'}; measured {m.rate:.1%} "
+                  f"[{m.low:.1%}, {m.high:.1%}]: {verdict} the measured interval", highlight=False, markup=False,
+                  soft_wrap=True)
 
 
 def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float | None, port: int | None,
-                       as_json: bool) -> None:
+                       as_json: bool, extend: bool = True) -> None:
     from gb300lane.cards.lanecal import calibrate_lane
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.promote.view import protected_instances
 
     cal = calibrate_lane(card, replicates, ops=LiveArmOps(protected_instances(), port=port), seed=seed,
-                         budget_s=budget, progress=_say(as_json))
+                         budget_s=budget, progress=_say(as_json), extend=extend)
     if as_json:
         print_json(cal.model_dump(mode="json"))
         return
@@ -574,11 +597,15 @@ def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float |
     for name, r in (("false 'B better' (A/A)", cal.false_better), ("false FAIL (A/A)", cal.false_fail),
                     ("power (as written)", cal.power), ("FAIL (as written)", cal.fail_when_real)):
         console.print(line(name, r), highlight=False, markup=False)
+    if cal.extended:
+        console.print(f"  extended as `card extend` extends them: A/A {cal.extended_aa}, as written {cal.extended_card}; "
+                      "the rates are the registered plan's, by its last look", highlight=False, markup=False)
     planned = "-" if cal.planned_power is None else f"{cal.planned_power:.1%}"
     inside = ("" if cal.planned_power is None or cal.power.replicates == 0 else
               " (inside the measured interval)" if cal.power.low <= cal.planned_power <= cal.power.high
               else " (OUTSIDE the measured interval)")
-    console.print(f"  planned power of the card as written: {planned}{inside}; plan noise from {cal.plan_source or '-'}",
+    what = "the registered plan, extended to its last look" if cal.extended else "the card as written"
+    console.print(f"  planned power of {what}: {planned}{inside}; plan noise from {cal.plan_source or '-'}",
                   highlight=False, markup=False, soft_wrap=True)
     console.print(f"  receipts: {cal.root}", highlight=False, markup=False)
 

@@ -126,6 +126,26 @@ class GatePlan(FrozenModel):
     boot_sd_lower: float | None = Field(default=None, description="One-sided 95% lower bound of the measured boot sd.")
     boot_check: str = Field(default="", description="Why the measured boot sd puts the registered one in doubt (above "
                             "it beyond its lower bound, or a study too small to see the boot sd that matters).")
+    power_extended: float | None = Field(default=None, description="A card with a registered extension: the gate's "
+                                         "power by the plan's last look, every further look taken (None: none).")
+
+
+class ExtensionPlanFigures(FrozenModel):
+    """A card with a registered extension (`design.extension`), planned over its whole alpha-spending plan."""
+
+    looks: int = Field(description="Looks in the plan: the design's and the extension's.")
+    design_looks: int = Field(description="Of them, the design's own (1 for a fixed design).")
+    spending: str = Field(description="The plan's alpha spending function.")
+    levels: dict[str, tuple[float, ...]] = Field(description="Deciding tested gate -> its one-sided nominal level at "
+                                                 "each look of the plan (alpha spent from its registered budget).")
+    stage_requests_per_arm: int = Field(description="Requests per arm per stage (one boot per arm each).")
+    power: float | None = Field(description="The card's power by the plan's last look, every further look taken.")
+    requests_per_arm: int = Field(description="Requests per arm at the plan's last look (the maximum).")
+    expected_requests_per_arm: float | None = Field(description="Expected requests per arm at the tokens/step "
+                                                    "effect, extended until it decides or the plan ends.")
+    expected_looks: float | None = Field(description="Expected looks, the same way.")
+    requests_per_arm_for_target: int | None = Field(description="The plan's maximum size (all its looks) whose "
+                                                    "power by the last look reaches the target power.")
 
 
 class CardPlan(FrozenModel):
@@ -146,6 +166,9 @@ class CardPlan(FrozenModel):
     )
     inflation: float = Field(default=1.0, description="Sequential designs: maximum size over the fixed size at equal power.")
     boot_source: str = Field(default="", description="The boot study the measured boot sds come from, if any.")
+    extension: ExtensionPlanFigures | None = Field(
+        default=None, description="A registered extension's plan: power by the last look, its sizes (None: none); "
+        "`power` and `requests_per_arm_for_target` are then the design's own looks at their share of alpha.")
     boot_measured_on: tuple[dict[str, Any], ...] = Field(
         default=(), description="What each boot study behind the boot sds was measured on: lane, recipe and its "
         "fingerprint, image and its hash inputs, the embedded engine's fingerprint (card plan --boots records it).")

@@ -46,8 +46,9 @@ def spent(alpha: float, t: float, spending: Spending) -> float:
 class _Path:
     """The sub-density of the score S_k = Z_k sqrt(t_k) on the continuation region, look by look."""
 
-    def __init__(self, drift: float) -> None:
+    def __init__(self, drift: float, points: int = _GRID) -> None:
         self.drift = drift
+        self.points = points
         self.t = 0.0
         self.grid: np.ndarray | None = None  # score values
         self.dens: np.ndarray | None = None  # sub-density at the grid points
@@ -76,8 +77,8 @@ class _Path:
         hi = bound * math.sqrt(t)
         centre = self.drift * t
         lo = min(centre, hi) - 9.0 * math.sqrt(t)
-        grid = np.linspace(lo, hi, _GRID)
-        w = np.full(_GRID, (hi - lo) / (_GRID - 1))
+        grid = np.linspace(lo, hi, self.points)
+        w = np.full(self.points, (hi - lo) / (self.points - 1))
         w[0] *= 0.5
         w[-1] *= 0.5
         if self.grid is None:
@@ -130,14 +131,21 @@ def nominal_level(alpha: float, look: int, looks: int, spending: Spending) -> fl
     return float(norm.sf(boundaries(alpha, looks, spending)[look - 1]))
 
 
-def crossing(bounds: Sequence[float], drift: float) -> list[float]:
+#: Grid points of a power computation's path: planning solves for a size over many drifts, and the densities
+#: are smooth, so a coarser grid than the boundaries' loses nothing visible (`crossing`'s `points`).
+PLAN_GRID = 241
+
+
+def crossing(bounds: Sequence[float], drift: float, points: int = _GRID) -> list[float]:
     """P(first crossing at look k) for equally spaced looks when E[Z at information t] = drift sqrt(t).
 
     `drift` is the standardized effect at the full information (the z the
-    final look would expect); crossings of the upper boundary only.
+    final look would expect); crossings of the upper boundary only. `points`
+    is the integration grid (the boundaries' own by default; `PLAN_GRID`
+    where a plan evaluates many drifts).
     """
     looks = len(bounds)
-    path = _Path(drift)
+    path = _Path(drift, points)
     out = []
     for k, b in enumerate(bounds):
         t = (k + 1) / looks
