@@ -115,3 +115,17 @@ def test_the_time_plan_costs_the_registered_plan_and_the_card_as_written_extende
     (boot,) = tp.boots
     window_s = p.requests_per_arm * w.forced_tokens / 100.0
     assert written.worst_s["modelled"] == pytest.approx(3 * (4 * boot.miss_s + 4 * window_s), abs=0.2)
+
+
+def test_register_warns_from_the_registered_plan_s_power_not_the_design_s_own_look() -> None:
+    from gb300lane.cards.plan import registration_warnings
+
+    card, _ = load_card(DATA / "extension.yaml")
+    p = plan_card(card, _noise(card, 0.08), "synthetic")
+    assert p.extension is not None and p.extension.power < 0.9
+    (line,) = [w for w in registration_warnings(card, p) if w.startswith("underpowered")]
+    assert f"by look 4 of the registered plan" in line and f"{p.extension.power:.1%}" in line
+    assert f"{p.power:.1%} at the design's own" in line
+    # a plan whose last look reaches the target says nothing, however weak the design's own look alone is
+    quiet = p.model_copy(update={"extension": p.extension.model_copy(update={"power": 0.95})})
+    assert not [w for w in registration_warnings(card, quiet) if w.startswith("underpowered")]

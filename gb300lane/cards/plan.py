@@ -668,6 +668,14 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
         pass
     elif plan.power is None:
         out.append("power not known: " + "; ".join(g.note for g in plan.gates if g.note))
+    elif plan.extension is not None:  # the registered plan, every further look taken, is what is sized
+        e = plan.extension
+        if e.power is not None and e.power < plan.target_power:
+            need = (f"at most {e.requests_per_arm_for_target} requests per arm over its {e.looks} looks"
+                    if e.requests_per_arm_for_target is not None else "a size no number of requests reaches")
+            out.append(f"underpowered: power {e.power:.1%} by look {e.looks} of the registered plan (every further "
+                       f"look taken; {plan.power:.1%} at the design's own), below {plan.target_power:.0%}; "
+                       f"`gb300lane card plan {card.name}` says {need} (the card has {e.requests_per_arm})")
     elif plan.power < plan.target_power:
         out.append(f"underpowered: power {plan.power:.1%} at the gates' effects, below {plan.target_power:.0%}; "
                    f"`gb300lane card plan {card.name}` says {plan.requests_per_arm_for_target} requests per arm "

@@ -11,7 +11,12 @@ shapes are costed: the card's looks (a reboot per look), and half as many
 looks of twice the requests per boot. Each needs its maximum size inflated by
 the factor that keeps the power (`cards.decide.sequential`); it is expected to stop
 at the fraction of that maximum its boundaries give at the registered effect,
-and at worst runs every look.
+and at worst runs every look. A card that registers an extension
+(`design.extension`) is costed as its registered plan: its K looks (the
+design's and the extension's) are the first sequential shape, and a last row
+is the card at its own stage size, extended look by look until it decides
+(`CardPlan.extension`: its maximum, its expected looks at the registered
+effect); the fixed row is the one-look design of the same power.
 
 The boot seconds come from the lane's own boot reports: earlier cards' arms
 (their boot facts: seconds, compile-cache hit or miss) and the boot studies'

@@ -105,8 +105,12 @@ def register_cmd(
         return
     console.print(f"{loaded.name}: registered in {rec.root} (gates sha256 {reg.gates_sha256[:16]})", highlight=False)
     if reg.plan and reg.plan.power is not None:
-        console.print(f"  planned power {reg.plan.power:.1%} at the gates' effects ({reg.plan.source})", highlight=False,
-                      markup=False, soft_wrap=True)
+        e = reg.plan.extension
+        whole = ("" if e is None or e.power is None else
+                 f" at the design's own look{'s' if e.design_looks > 1 else ''}; {e.power:.1%} by look {e.looks} of "
+                 "the registered plan, every further look taken")
+        console.print(f"  planned power {reg.plan.power:.1%} at the gates' effects{whole} ({reg.plan.source})",
+                      highlight=False, markup=False, soft_wrap=True)
     for w in warnings:
         err_console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False, soft_wrap=True)
 

@@ -83,7 +83,17 @@ def shape_rows(
     EOS is all a row allows; `allowed` (n, V) booleans is a grammar's mask.
     Greedy requests get the masked temperature-1 rows (the verifier takes
     their argmax). Returns float32 rows that sum to 1.
+
+    A grammar's mask alone (temperature 1, or greedy, nothing else to apply)
+    is the rows zeroed off the mask and renormalized, without the round trip
+    through logits: the same distribution, and a constrained step's largest
+    cost at a vocabulary's width.
     """
+    if allowed is not None and ban_eos <= 0 and (params.plain or params.greedy):
+        kept = np.where(allowed, p, 0.0).astype(np.float64, copy=False)
+        total = kept.sum(axis=1, keepdims=True)
+        np.divide(kept, total, out=kept, where=total > 0.0)
+        return kept.astype(np.float32)
     with np.errstate(divide="ignore"):
         logits = np.log(p, dtype=np.float64)
     if allowed is not None:
