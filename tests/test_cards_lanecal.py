@@ -102,3 +102,40 @@ def test_a_registered_extension_takes_every_inconclusive_replicate_on_to_a_decis
                                                  n_transcripts=20).ops(), seed=3, extend=False)
     assert not own.extended and own.root != cal.root and all(r.extensions == 0 and r.looks == 1
                                                              for r in own.replicates)
+
+
+def test_an_a_a_rate_beyond_the_gates_alpha_is_named() -> None:
+    from gb300lane.cards.calibrate import rate_ci
+    from gb300lane.cards.lanecal import rate_notes
+
+    card, _ = load_card(DATA / "tested.yaml")
+    lane = fakes.FakeLane(card, {}, noise=0.01)
+    cal = calibrate_lane(card, 1, ops=lane.ops(), seed=9)
+    assert rate_notes(card, cal.model_copy(update={"false_fail": rate_ci(1, 8)})) == ()  # 1/8: 0.3% lower bound
+    (note,) = rate_notes(card, cal.model_copy(update={"false_fail": rate_ci(4, 8)}))
+    assert note.startswith("false FAIL on this lane is 4/8") and "one-sided 2.5%" in note and "card noise" in note
+
+
+def test_a_a_estimates_that_spread_beyond_their_standard_errors_are_named() -> None:
+    from gb300lane.cards.lanecal import spread_notes
+
+    card, _ = load_card(DATA / "tested.yaml")
+    # B's recipe shifts every A/A arm by a fresh few percent: a boot-level share the request noise does not show
+    calm = calibrate_lane(card, 6, ops=RecipeLane(card, {}, noise=0.01).ops(), seed=11)
+    assert not spread_notes(card, [r for r in calm.replicates if r.scenario == "aa"])
+    import numpy as np
+
+    class ShiftingLane(RecipeLane):
+        """Every boot shifts its arm's tokens per step by a fresh 5% (sd), whatever its recipe."""
+
+        rng = np.random.default_rng(5)
+
+        @contextmanager
+        def instance(self, recipe, *, arm, check_keys=None, **kw):  # type: ignore[no-untyped-def]
+            self.tps[recipe] = float(1.0 + 0.05 * self.rng.standard_normal())
+            with super().instance(recipe, arm=arm, check_keys=check_keys, **kw) as rep:
+                yield rep
+
+    shifted = calibrate_lane(card, 6, ops=ShiftingLane(card, {}, noise=0.01).ops(), seed=11, date="2026-01-02")
+    (note,) = [n for n in shifted.notes if n.startswith("gate tokens-per-step")]
+    assert "6 A/A estimates spread" in note and "a share the test leaves out" in note, shifted.notes

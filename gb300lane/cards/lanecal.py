@@ -25,6 +25,7 @@ card's plan predicts from the lane's own noise (`cards.plan.registration_plan`).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -41,7 +42,7 @@ from gb300lane.cards.record.verdicts import score
 from gb300lane.cards.run import ArmOps, run_card
 from gb300lane.cards.extend import extend_card
 from gb300lane.cards.record.extensions import pending_extension
-from gb300lane.cards.schema import Card, planned_stages
+from gb300lane.cards.schema import Card, TestedGate, planned_stages
 from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import atomic_write
 from gb300lane.models import FrozenModel
@@ -86,6 +87,9 @@ class LaneCalibration(FrozenModel):
     stopped_by_budget: bool = Field(description="Whether the budget stopped it before every replicate ran.")
     seconds: float = Field(description="Wall-clock seconds of this run.")
     replicates: tuple[LaneReplicate, ...] = Field(description="Every replicate, in the order run.")
+    notes: tuple[str, ...] = Field(default=(), description="An A/A rate whose 95% lower bound lies above the "
+                                   "alpha of the card's deciding tested gates: the tests leave out variance this "
+                                   "lane has.")
 
 
 def calibration_root(card: Card, seed: int, date: str | None = None) -> Path:
@@ -189,8 +193,63 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
         extended_aa=sum(1 for d in aa if d.extensions), extended_card=sum(1 for d in written if d.extensions),
         budget_s=budget_s, stopped_by_budget=stopped, seconds=round(time.monotonic() - t0, 1), replicates=tuple(done),
     )  # fmt: skip
+    cal = cal.model_copy(update={"notes": rate_notes(card, cal) + spread_notes(card, aa)})
     atomic_write(root / "calibration.json", cal.model_dump_json(indent=2) + "\n")
     return cal
+
+
+def rate_notes(card: Card, cal: LaneCalibration) -> tuple[str, ...]:
+    """Where the lane's A/A replicates decide more often than the card's tests allow: a rate's 95%
+    Clopper-Pearson lower bound above the largest alpha among its deciding superiority and non-inferiority
+    gates (each tail of an A/A card is one such gate's one-sided error)."""
+    alphas = [g.alpha for g in card.gates if isinstance(g, TestedGate) and g.decides and g.test != "equivalence"]
+    if not alphas:
+        return ()
+    alpha = max(alphas)
+    out = []
+    for what, r in (("false 'B better'", cal.false_better), ("false FAIL", cal.false_fail)):
+        if r.replicates and r.low > alpha:
+            out.append(f"{what} on this lane is {r.events}/{r.replicates} ({r.rate:.1%}, 95% interval "
+                       f"[{r.low:.1%}, {r.high:.1%}]), above the gates' one-sided {alpha:.1%} beyond doubt: the "
+                       "tests leave out variance this lane has (between boots, or between the bracket's positions); "
+                       "register a boot sd that covers it (`gb300lane card noise` for A against A2, the A/A "
+                       "estimates' spread for B against the controls) and calibrate again")
+    return tuple(out)
+
+
+def spread_notes(card: Card, aa: list[LaneReplicate]) -> tuple[str, ...]:
+    """What the A/A replicates' estimates say of the variance the tests carry: per aggregate deciding gate that
+    tests B against the controls, the spread of its estimates over the replicates beside the root mean square of
+    their standard errors (each test's own, from its interval's half-width). A spread well above the se is a
+    shift of whole arms the test leaves out; its size is sqrt(spread^2 - se^2)."""
+    import statistics
+
+    from scipy.stats import chi2, norm
+
+    gates = {g.id for g in card.gates if isinstance(g, TestedGate) and g.decides and g.scope == "aggregate"
+             and g.test != "equivalence"}
+    per: dict[str, list[tuple[float, float]]] = {}
+    for d in aa:
+        rec = Receipts(Path(d.receipts))
+        v = read_verdict(rec, rec.verdict_numbers()[0])  # look 1: the same information in every replicate
+        for r in v.results:
+            t = r.tests[0] if r.id in gates and len(r.tests) == 1 else None
+            if t is not None and t.estimate is not None and t.low is not None and t.high is not None:
+                se = (t.high - t.low) / 2 / float(norm.isf((1 - t.level) / 2))
+                per.setdefault(r.id, []).append((t.estimate, se))
+    out = []
+    for gid, got in sorted(per.items()):
+        if len(got) < 4:
+            continue
+        sd = statistics.stdev(e for e, _ in got)
+        se = math.sqrt(sum(x * x for _, x in got) / len(got))
+        # one-sided 5% test of sd <= se: (n - 1) sd^2 / se^2 against chi2(n - 1)
+        if (len(got) - 1) * sd * sd / (se * se) > float(chi2.ppf(0.95, len(got) - 1)):
+            out.append(f"gate {gid}: its {len(got)} A/A estimates spread with an sd of {sd:.2%} where each test's "
+                       f"standard error is {se:.2%} (a chi-square test, 5% level, says more than chance): arms "
+                       f"shift by about {math.sqrt(sd * sd - se * se):.2%} beyond their requests' noise, a share the "
+                       "test leaves out")
+    return tuple(out)
 
 
 def _extendable(rec: Receipts, rep: Card) -> bool:

@@ -612,6 +612,8 @@ def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float |
     console.print(f"  planned power of {what}: {planned}{inside}; plan noise from {cal.plan_source or '-'}",
                   highlight=False, markup=False, soft_wrap=True)
     console.print(f"  receipts: {cal.root}", highlight=False, markup=False)
+    for n in cal.notes:
+        err_console.print(f"[yellow]warning:[/] {escape(n)}", markup=True, highlight=False, soft_wrap=True)
 
 
 @card_app.command("reproduce", help="Re-derive the write-up's BR1/BR2 figures and verdicts, with what the new "

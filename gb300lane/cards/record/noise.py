@@ -36,7 +36,7 @@ import numpy as np
 
 from gb300lane.cards.decide.boots import BootEstimate, boot_mean_squares, boot_units
 from gb300lane.cards.decide.data import ArmData
-from gb300lane.cards.record.receipts import Receipts, all_receipts
+from gb300lane.cards.record.receipts import Receipts, lane_receipts
 from gb300lane.cards.schema import Card, ControlsEquivalence
 from gb300lane.errors import CardError, RecipeError
 from gb300lane.recipes.loader import load_recipe
@@ -219,7 +219,7 @@ def _distinct(samples: Iterable[CardSample]) -> list[CardSample]:
 def ledger(base: Path | None = None) -> dict[LedgerKey, LedgerEstimate]:
     """Every lane's pooled estimates, from every scored card under the results directory (or `base`)."""
     grouped: dict[LedgerKey, list[CardSample]] = {}
-    for rec in all_receipts(base):
+    for rec in lane_receipts(base):
         for key, sample in card_samples(rec).items():
             grouped.setdefault(key, []).append(sample)
     return {k: estimate(k, _distinct(v)) for k, v in grouped.items()}
@@ -237,7 +237,7 @@ def for_card(card: Card, metric: str, unit: str = ALL_CELLS, base: Path | None =
     want = LedgerKey(lane=r.lane.name, engine=r.engine, metric=metric, unit=unit,
                      shape=Shape(temperature=w.temperature, top_p=w.top_p, forced_tokens=w.forced_tokens))
     samples = []
-    for rec in all_receipts(base):
+    for rec in lane_receipts(base):
         if exclude is not None and rec.root.name == exclude:
             continue
         got = card_samples(rec).get(want)

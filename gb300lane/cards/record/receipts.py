@@ -448,6 +448,24 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
                          finished=finished, unfinished=unfinished, verdicts=verdicts, next=nxt)
 
 
+#: Where `card calibrate --lane` keeps its replicates (`cards.lanecal.calibration_root`), under the results directory.
+LANE_CALIBRATIONS = ("calibrations", "*-lane-s*")
+
+
+def lane_receipts(base: Path | None = None) -> list[Receipts]:
+    """What the lane measured: `all_receipts` and every replicate of its lane calibrations (each a card registered,
+    run and scored on the lane), oldest registration first. For the lane's noise and timings (the noise ledger,
+    the plans' control data and boot seconds); never a verdict's evidence: a calibration replicate promotes
+    nothing, so `all_receipts` leaves them out."""
+    root = (base or results_dir()).joinpath(LANE_CALIBRATIONS[0])
+    found = [r for d in sorted(root.glob(LANE_CALIBRATIONS[1])) if d.is_dir() for r in all_receipts(d)]
+    if not found:
+        return all_receipts(base)
+    out = [(r.registration().registered_at, r.root.name, r) for r in found]
+    out += [(r.registration().registered_at, r.root.name, r) for r in all_receipts(base)]
+    return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]
+
+
 def read_verdict(rec: Receipts, n: int) -> Verdict:
     """Verdict `n` of the receipts, validated."""
     return rec.read_model(rec.verdict_file(n), Verdict)
