@@ -87,9 +87,10 @@ class LaneCalibration(FrozenModel):
     stopped_by_budget: bool = Field(description="Whether the budget stopped it before every replicate ran.")
     seconds: float = Field(description="Wall-clock seconds of this run.")
     replicates: tuple[LaneReplicate, ...] = Field(description="Every replicate, in the order run.")
-    notes: tuple[str, ...] = Field(default=(), description="An A/A rate whose 95% lower bound lies above the "
-                                   "alpha of the card's deciding tested gates: the tests leave out variance this "
-                                   "lane has.")
+    notes: tuple[str, ...] = Field(default=(), description="What says the tests leave out variance this lane has: "
+                                   "an A/A rate whose 95% lower bound lies above the deciding gates' alpha "
+                                   "(`rate_notes`), A/A estimates spread beyond their standard errors "
+                                   "(`spread_notes`).")
 
 
 def calibration_root(card: Card, seed: int, date: str | None = None) -> Path:
@@ -245,10 +246,12 @@ def spread_notes(card: Card, aa: list[LaneReplicate]) -> tuple[str, ...]:
         se = math.sqrt(sum(x * x for _, x in got) / len(got))
         # one-sided 5% test of sd <= se: (n - 1) sd^2 / se^2 against chi2(n - 1)
         if (len(got) - 1) * sd * sd / (se * se) > float(chi2.ppf(0.95, len(got) - 1)):
+            extra = math.sqrt(sd * sd - se * se)
+            per_arm = extra / math.sqrt(1.0 + 1.0 / len(card.controls))  # B against the controls' mean
             out.append(f"gate {gid}: its {len(got)} A/A estimates spread with an sd of {sd:.2%} where each test's "
-                       f"standard error is {se:.2%} (a chi-square test, 5% level, says more than chance): arms "
-                       f"shift by about {math.sqrt(sd * sd - se * se):.2%} beyond their requests' noise, a share the "
-                       "test leaves out")
+                       f"standard error is {se:.2%} (a chi-square test, 5% level, says more than chance): the "
+                       f"comparison carries about {extra:.2%} beyond its requests' noise, a boot sd of about "
+                       f"{per_arm:.2%} per arm, a share the test leaves out")
     return tuple(out)
 
 

@@ -29,7 +29,13 @@ under results/pilots/). Past the point where the boots dominate, more
 requests buy no power: `plan` then says the target is unreachable.
 A group-sequential design needs its maximum inflated by the factor that
 keeps the power (`cards.decide.sequential`); its expected size at the mde is shown
-beside it. The card's power is the product over deciding gates (treated as
+beside it. A card that registers an extension (`design.extension`) is planned
+as the one alpha-spending plan of K equal stages it registers: its own looks
+test at their share of each alpha (the crossing probabilities of the plan's
+boundaries, on the whole plan's information, the boots' share over K boots
+per arm), and `CardPlan.extension` carries the power by look K with every
+further look taken, the plan's most and expected requests per arm, and the
+most that reaches the target. The card's power is the product over deciding gates (treated as
 independent), so it is a planning figure, not a guarantee: `card calibrate`
 measures the real rates on the engine.
 """
