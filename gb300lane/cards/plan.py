@@ -70,7 +70,7 @@ from gb300lane.cards.record.studies import (
 )
 from gb300lane.cards.schema import (Arm, Card, ControlsEquivalence, GroupSequential, Spending, TestedGate,
                                     TokensPerStepTest, plan_spending, planned_stages, stage_count)
-from gb300lane.cards.decide.sequential import PLAN_GRID, boundaries, crossing, power_and_stop
+from gb300lane.cards.decide.sequential import PLAN_GRID, boundaries, crossing, power_and_stop, used_fraction
 from gb300lane.cards.record.noise import LedgerEstimate, for_card
 from gb300lane.errors import CardError, LaneError
 from gb300lane.models import FrozenModel
@@ -416,7 +416,7 @@ def _extension_figures(card: Card, gates: list[TestedGate], noise: Noise, n_arm:
         ses, _ = _tests_se(card, primary, noise, all_looks / own_looks, sd_of(primary), boots=all_looks)
         if ses:
             first = _plan_crossings(primary, ses[:1], boundaries(primary.alpha, all_looks, spending), eff(primary))[0]
-            used = sum((k + 1) / all_looks * pk for k, pk in enumerate(first[:-1])) + 1.0 - sum(first[:-1])
+            used = used_fraction(first)
             expected, looks = round(used * stage * all_looks, 1), round(used * all_looks, 2)
     scale = None if extended_power is None else _solve_scale(extended_power, target)
     return ExtensionPlanFigures(looks=all_looks, design_looks=own_looks, spending=spending, levels=levels,

@@ -157,7 +157,11 @@ def crossing(bounds: Sequence[float], drift: float, points: int = _GRID) -> list
 def power_and_stop(bounds: Sequence[float], drift: float) -> tuple[float, float]:
     """(power, expected fraction of the maximum sample used) when the design stops at a crossing."""
     p = crossing(bounds, drift)
-    looks = len(bounds)
-    power = float(sum(p))
-    used = sum((k + 1) / looks * pk for k, pk in enumerate(p[:-1])) + (1.0 - sum(p[:-1]))
-    return power, float(used)
+    return float(sum(p)), used_fraction(p)
+
+
+def used_fraction(p: Sequence[float]) -> float:
+    """Expected fraction of the maximum sample used when the design stops at its first crossing, from the
+    crossing probabilities `p` of its equally spaced looks (the last look is taken whenever none came before)."""
+    looks = len(p)
+    return float(sum((k + 1) / looks * pk for k, pk in enumerate(p[:-1])) + (1.0 - sum(p[:-1])))
