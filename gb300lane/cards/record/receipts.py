@@ -458,12 +458,8 @@ def lane_receipts(base: Path | None = None) -> list[Receipts]:
     the plans' control data and boot seconds); never a verdict's evidence: a calibration replicate promotes
     nothing, so `all_receipts` leaves them out."""
     root = (base or results_dir()).joinpath(LANE_CALIBRATIONS[0])
-    found = [r for d in sorted(root.glob(LANE_CALIBRATIONS[1])) if d.is_dir() for r in all_receipts(d)]
-    if not found:
-        return all_receipts(base)
-    out = [(r.registration().registered_at, r.root.name, r) for r in found]
-    out += [(r.registration().registered_at, r.root.name, r) for r in all_receipts(base)]
-    return [r for _, _, r in sorted(out, key=lambda x: (x[0], x[1]))]
+    replicates = [r for d in sorted(root.glob(LANE_CALIBRATIONS[1])) if d.is_dir() for r in sorted(d.iterdir())]
+    return _registered(_receipts_dirs(base) + replicates)
 
 
 def read_verdict(rec: Receipts, n: int) -> Verdict:
@@ -497,12 +493,19 @@ def all_receipts(base: Path | None = None, card_name: str | None = None) -> list
     Without `base`: the results directory and the write-up's transcribed
     receipts shipped with the package (read-only: scoring refuses them).
     """
+    return _registered(_receipts_dirs(base), card_name)
+
+
+def _receipts_dirs(base: Path | None) -> list[Path]:
     if base is not None:
-        dirs = sorted(base.iterdir()) if base.is_dir() else []
-    else:
-        # In a checkout's root ./results holds the write-up's runs too: each directory is read once.
-        here = sorted(results_dir().iterdir()) if results_dir().is_dir() else []
-        dirs = list({d.resolve(): d for d in [*here, *writeup_receipts_dirs()] if d.is_dir()}.values())
+        return sorted(base.iterdir()) if base.is_dir() else []
+    # In a checkout's root ./results holds the write-up's runs too: each directory is read once.
+    here = sorted(results_dir().iterdir()) if results_dir().is_dir() else []
+    return list({d.resolve(): d for d in [*here, *writeup_receipts_dirs()] if d.is_dir()}.values())
+
+
+def _registered(dirs: list[Path], card_name: str | None = None) -> list[Receipts]:
+    """The registered receipts among `dirs` (of `card_name` only, when given), oldest registration first."""
     out = []
     for d in dirs:
         r = Receipts(d)
