@@ -201,8 +201,8 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
         fixed_n = math.ceil(fixed_n / plan.inflation) if plan.inflation > 0 else fixed_n
     if ext is None:
         looks = card.design.looks if isinstance(card.design, GroupSequential) else DEFAULT_LOOKS
-    # (label, looks, maximum requests per arm or None, expected fraction of it used)
-    shapes: list[tuple[str, int, int | None, float]] = [("fixed", 1, fixed_n, 1.0)]
+    # (label, looks, maximum requests per arm or None, expected fraction of it used, reaches the target power)
+    shapes: list[tuple[str, int, int | None, float, bool]] = [("fixed", 1, fixed_n, 1.0, True)]
     for k in sorted({looks, max(2, looks // 2)}, reverse=True):
         infl, used = _seq_shape(card, k, plan.target_power)
         if k == looks and ext is not None:
@@ -210,15 +210,15 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
         else:
             label = f"group_sequential, {k} looks" + (" (a reboot per look)" if k == looks else
                                                        f" ({looks // k} x the requests per boot)")
-        shapes.append((label, k, None if fixed_n is None else math.ceil(fixed_n * infl), used))
+        shapes.append((label, k, None if fixed_n is None else math.ceil(fixed_n * infl), used, True))
     if ext is not None:  # the card at its own stage size, extended look by look until it decides
         used = (ext.expected_looks / ext.looks) if ext.expected_looks is not None else 1.0
         shapes.append((f"as written, extended ({ext.stage_requests_per_arm} per stage)", ext.looks,
-                       ext.requests_per_arm, used))
+                       ext.requests_per_arm, used, (ext.power or 0.0) >= plan.target_power))
     designs = []
     note = "" if fixed_n is not None else "the plan reaches no target size: times are for the card as written"
     n0 = plan.requests_per_arm
-    for label, k, n_target, used in shapes:
+    for label, k, n_target, used, _ in shapes:
         n_max = n_target
         size = n_max if n_max is not None else n0
         req_s = None if window_s is None else window_s * size / n0
@@ -237,8 +237,8 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
                                   round(req_s, 2), expected_s=expected, worst_s=worst))
     cheapest: dict[str, str] = {}
     for b in boots if fixed_n is not None else ():
-        timed = [(t, d.design) for d in designs if (t := d.expected_s.get(b.clock)) is not None
-                 and (d is not designs[-1] or ext is None or (ext.power or 0.0) >= plan.target_power)]
+        timed = [(t, d.design) for d, shape in zip(designs, shapes) if shape[4]
+                 and (t := d.expected_s.get(b.clock)) is not None]
         if timed:
             cheapest[b.clock] = min(timed)[1]
     if window_s is None:
