@@ -77,6 +77,8 @@ class _BootTables:
         self.next = _chunked(lambda lo, hi: model.pair_rows(self.classes[lo:hi, None], anchor[lo:hi, None],
                                                             self.cand[lo:hi]).astype(np.int32), keys.size)
         self._slots: dict[int, np.ndarray] = {}
+        #: Per k, draft_block's per-slot tables and keeps (`DSparkDrafter._block_args`).
+        self.block_args: dict[int, tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
         self._wide: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # Every other context drafts from the anchor token's candidates: the target there per
         # trigram context the model has, and per (class, anchor) where it has none.
@@ -232,14 +234,17 @@ class DraftBlock:
         batch, k = cand.shape[:2]
         q = np.zeros((batch, k, vocab), dtype=np.float32)
         if k and batch:
-            np.put_along_axis(q.reshape(batch * k, vocab), cand.reshape(batch * k, -1),
-                              qv.reshape(batch * k, -1), axis=1)
+            # put_along_axis's writes, by flat position: row r's candidate c lands at r * vocab + c.
+            at = cand.reshape(batch * k, -1) + (np.arange(batch * k) * vocab)[:, None]
+            q.put(at, qv.reshape(batch * k, -1))
         return q
 
 
 #: Empty override arrays for a slot without overrides (the kernel's "none").
 _NO_REMAP = np.empty(0, dtype=np.int32)
 _NO_OVER = np.empty((0, 0))
+#: The numpy functions draft_block calls between its loops: ndtri, exp and the row sums (`logits.sum(axis=1)`).
+_BLOCK_OPS = (ndtri, np.exp, np.add.reduce)
 
 
 def _draw(probs: np.ndarray, u: np.ndarray, greedy: np.ndarray | None, probabilistic: bool) -> np.ndarray:
@@ -445,6 +450,38 @@ class DSparkDrafter:
         np.exp(logits, out=logits)
         return cand, p, logits, logits.sum(axis=1)
 
+    def _block_compiled(self, compiled, tables: _BootTables, classes, prev2, prev, k: int, u_cols,
+                        argmax) -> DraftBlock:
+        """`_draft_tabulated`'s fused path as one kernel call (draft_block): every slot's draft_slot,
+        anchor_rows, anchor_logits and anchor_finish, with numpy's ndtri, exp and row sums called on scratch
+        arrays between them, and the block's candidates, target values and q written out; the same values
+        as the slot-by-slot calls."""
+        batch, width = prev.shape[0], tables.anchor_cand.shape[1]
+        slots, keeps = self._block_args(tables, k)
+        err, z, logits = np.empty((3, batch, width))
+        tokens, choice = np.empty((batch, k), dtype=np.int64), np.empty((batch, k), dtype=np.int64)
+        cand = np.empty((batch, k, width), dtype=np.int64)
+        p, q = np.empty((batch, k, width), dtype=np.float32), np.empty((batch, k, width), dtype=np.float32)
+        compiled.draft_block(slots, keeps, _BLOCK_OPS, self.model.pair_keys, classes, np.ascontiguousarray(prev2),
+                             np.ascontiguousarray(prev), u_cols, argmax, tables.cand_flat, tables.next_flat,
+                             tables.cand, tables.p, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
+                             tables.bi_p, tables.tri_logp, tables.bi_logp, tables.anchor_next, err, z, logits,
+                             np.empty(batch), tokens, cand, p, q, choice, self.vocab, int(_ERROR_KEY[0]),
+                             int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise), float(self.sharpness))
+        return DraftBlock(tokens, cand, q, p, choice)
+
+    def _block_args(self, tables: _BootTables, k: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """draft_block's per-slot tables (table, remap, overrides) and keeps for a k-slot block, built once per k."""
+        got = tables.block_args.get(k)
+        if got is None:
+            wide = k > self.block_size
+            slots = []
+            for slot in range(k):
+                table, remap, over = tables.slot(wide, slot)
+                slots += [table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over]
+            got = tables.block_args[k] = (tuple(slots), tuple(self._keep(k, slot) for slot in range(k)))
+        return got
+
     def _keep(self, k: int, slot: int) -> np.ndarray:
         """Per class, the chance slot `slot` of a k-slot block keeps the small error (`slot_error_scale`'s keep)."""
         key = (k > self.block_size, slot)
@@ -471,13 +508,8 @@ class DSparkDrafter:
         """
         model, topk, vocab = self.model, self.topk, self.vocab
         batch = prev.shape[0]
-        wide = k > self.block_size
-        pair = model.pair_rows(classes, prev2, prev)
         own = inv_t[:, 0] != 1.0
         any_own, any_greedy = bool(own.any()), bool(greedy_rows.any())
-        rows = np.arange(batch)
-        slot_tables = [tables.slot(wide, slot) for slot in range(k)]
-        u_slots = uniforms.T[:, :, None]
         compiled = kernels.active()
         if compiled is not None:
             u_cols = np.ascontiguousarray(uniforms.T, dtype=np.float64)
@@ -485,6 +517,13 @@ class DSparkDrafter:
         # Rows without pair rows go through the kernels too where every input is as they take it.
         fused = (compiled is not None and not any_own and k <= 16 and classes.dtype == prev2.dtype == prev.dtype
                  == np.int64 and classes.flags.c_contiguous)
+        if fused and compiled is not None:
+            return self._block_compiled(compiled, tables, classes, prev2, prev, k, u_cols, argmax)
+        wide = k > self.block_size
+        pair = model.pair_rows(classes, prev2, prev)
+        rows = np.arange(batch)
+        slot_tables = [tables.slot(wide, slot) for slot in range(k)]
+        u_slots = uniforms.T[:, :, None]
         # Per slot: the pair rows, choices, tokens and distributions, stacked once at the end (the kernels
         # write them into rows of arrays laid out for that).
         pairs, choices, tokens, dists = [], [], [], []
@@ -640,6 +679,12 @@ class DSparkDrafter:
         """Drafts on their support; `numerics` is the boot's, so `p` is the target's own values there."""
         batch = anchors.shape[0]
         topk = self.topk
+        greedy_rows = temperatures < GREEDY_TEMPERATURE
+        if self.tabulate and k and batch:
+            inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
+            return self._draft_tabulated(self._tables_for(numerics), classes, anchor_prev.astype(np.int64),
+                                         anchors.astype(np.int64), k, inv_t, greedy_rows, uniforms, probabilistic,
+                                         numerics)
         tokens = np.empty((batch, k), dtype=np.int64)
         cand_all = np.empty((batch, k, topk), dtype=np.int64)
         q_all = np.empty((batch, k, topk), dtype=np.float32)
@@ -647,13 +692,9 @@ class DSparkDrafter:
         choice_all = np.zeros((batch, k), dtype=np.int64)
         if k == 0 or batch == 0:
             return DraftBlock(tokens, cand_all, q_all, p_all, choice_all)
-        greedy_rows = temperatures < GREEDY_TEMPERATURE
         inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
         rows = np.arange(batch)
         prev2, prev = anchor_prev.astype(np.int64), anchors.astype(np.int64)
-        if self.tabulate:
-            return self._draft_tabulated(self._tables_for(numerics), classes, prev2, prev, k, inv_t, greedy_rows,
-                                         uniforms, probabilistic, numerics)
         for slot in range(k):
             cand, logp, p, z, miss_u = self._contexts(classes, prev2, prev, slot, numerics)
             probs = self._softmax(logp, z, self.slot_error_scale(classes, k, slot, miss_u), inv_t)

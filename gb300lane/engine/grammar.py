@@ -49,6 +49,7 @@ import numpy as np
 from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper, grammar_from
 
 from gb300lane.engine.tokenizer import EOS_ID, UNK_ID, Tokenizer
+from gb300lane.spec import kernels
 
 if TYPE_CHECKING:  # a TypedDict of llguidance's stubs, not of its compiled module
     from llguidance._lib import JsonCompileOptions
@@ -212,7 +213,9 @@ class Grammar:
 
     def __init__(self, tokenizer: Tokenizer, grammar: str) -> None:
         self.vocab = tokenizer.vocab_size
-        self._quotes, self._brackets, self._commas = token_kinds(tokenizer)
+        # The closing tokens as sorted ids: a row's allowed closers are these ids where its mask is set, the
+        # elements a boolean mask of them selects, in the same order.
+        self._quotes, self._brackets, self._commas = (np.flatnonzero(kind) for kind in token_kinds(tokenizer))
         self._pieces = tokenizer.pieces
         self._position = _JsonPosition()
         self._matcher = LLMatcher(ll_tokenizer(tokenizer), grammar, log_level=0)
@@ -221,8 +224,9 @@ class Grammar:
 
     def allowed(self) -> np.ndarray:
         """(V,) booleans: the tokens the grammar accepts next (EOS only once it is complete)."""
-        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        return bits[: self.vocab].astype(bool)
+        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), count=self.vocab,
+                             bitorder="little")
+        return bits.view(bool)  # unpackbits' 0 and 1 bytes are numpy's booleans
 
     def prefer_closing(self, rows: np.ndarray, allowed: np.ndarray, drafts: np.ndarray) -> None:
         """Give the masked target rows (k + 1, V) their end-of-value preference, in place (module docstring).
@@ -237,16 +241,17 @@ class Grammar:
                 if tok in (EOS_ID, UNK_ID):
                     break
                 at.feed(self._pieces[tok])
+            mask = allowed[j]
             if at.in_string:
                 if at.escaped:
                     continue
-                close = allowed[j] & self._quotes
+                close = self._quotes[mask[self._quotes]]
             else:
-                close = allowed[j] & self._brackets
-                if not close.any():
-                    close = allowed[j] & self._commas
+                close = self._brackets[mask[self._brackets]]
+                if not close.size:
+                    close = self._commas[mask[self._commas]]
             row = rows[j]
-            if not close.any() or close.all() or row[close].sum() <= 0.0:
+            if not close.size or close.size == self.vocab or row[close].sum() <= 0.0:
                 continue
             weight = min(CLOSE_BASE * float(np.exp(CLOSE_RATE * at.run)), _CLOSE_MAX)
             row[close] *= weight
@@ -282,6 +287,15 @@ class Grammar:
         return self._matcher.get_error()
 
 
+def _redraw(row: np.ndarray, u: float) -> int:
+    """The inverse-CDF index of `row` at `u`: searchsorted (right) in its running sum, at most the last index."""
+    compiled = kernels.active()
+    if compiled is not None and row.dtype == np.float32 and row.ndim == 1 and row.flags.c_contiguous:
+        return int(compiled.row_index(row, u))  # the same float32 running sum and double comparisons, one pass
+    cdf = np.cumsum(row)
+    return int(min(np.searchsorted(cdf, np.float64(u) * cdf[-1], side="right"), row.shape[0] - 1))
+
+
 def constrain_drafts(
     grammar: Grammar,
     drafts: np.ndarray,
@@ -305,7 +319,10 @@ def constrain_drafts(
     for j in range(k):
         allowed = grammar.allowed()
         masks[j] = allowed
-        row = np.where(allowed, q[j], 0.0)
+        token = int(drafts[j])
+        drafted = bool(q[j, token] > 0.0)
+        # q's row zeroed off the mask, in place (q >= 0, so the product is np.where's row).
+        row = np.multiply(q[j], allowed, out=q[j])
         mass = float(row.sum())
         if mass <= 0.0:
             row = np.where(allowed, bigram[prev], 0.0)
@@ -315,17 +332,17 @@ def constrain_drafts(
                 row[EOS_ID] = 1.0
                 mass = 1.0
             if greedy:
-                token = int(np.argmax(row))
+                best = int(np.argmax(row))
                 row = np.zeros(grammar.vocab)
-                row[token] = 1.0
+                row[best] = 1.0
                 mass = 1.0
-        row = row / mass
-        token = int(drafts[j])
-        if not allowed[token] or q[j, token] <= 0.0 or row[token] <= 0.0:
-            cdf = np.cumsum(row)
-            token = int(min(np.searchsorted(cdf, uniforms[j] * cdf[-1], side="right"), grammar.vocab - 1))
+            row = row / mass
+            q[j] = row
+        else:
+            row /= mass
+        if not allowed[token] or not drafted or row[token] <= 0.0:
+            token = _redraw(row, float(uniforms[j]))
         drafts[j] = token
-        q[j] = row
         if token == EOS_ID:
             # The grammar is complete here; after an EOS only EOS follows (see Grammar.commit).
             masks[j + 1 :] = False

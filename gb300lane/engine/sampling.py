@@ -90,9 +90,13 @@ def shape_rows(
     cost at a vocabulary's width.
     """
     if allowed is not None and ban_eos <= 0 and (params.plain or params.greedy):
-        kept = np.where(allowed, p, 0.0).astype(np.float64, copy=False)
+        # p >= 0, so the product with the mask is np.where(allowed, p, 0.0) in float64.
+        kept = np.multiply(p, allowed, dtype=np.float64)
         total = kept.sum(axis=1, keepdims=True)
-        np.divide(kept, total, out=kept, where=total > 0.0)
+        if (total > 0.0).all():
+            np.divide(kept, total, out=kept)  # the usual case, without the masked loop
+        else:
+            np.divide(kept, total, out=kept, where=total > 0.0)
         return kept.astype(np.float32)
     with np.errstate(divide="ignore"):
         logits = np.log(p, dtype=np.float64)

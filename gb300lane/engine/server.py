@@ -457,8 +457,16 @@ class EngineServer:
                                   f"Request {seq.request_id} aborted: the client disconnected after "
                                   f"{len(seq.output_ids)} tokens")
                 return resp
+            def quiet(text: str, tokens: int) -> bool:
+                # A whole answer is written once, at the end (stream.text holds the text): the step loop
+                # wakes this handler only when the client has gone, or (_finish) when the answer is done.
+                transport = request.transport
+                return transport is not None and not transport.is_closing()
+
             while not stream.closed:
+                stream.writer = quiet
                 await stream.wake.wait()
+                stream.writer = None
                 stream.wake.clear()
                 if request.transport is None or request.transport.is_closing():
                     # Gone before its answer: stop generating for it (finally below), as vLLM aborts it.

@@ -100,6 +100,13 @@ def uniforms_at(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
 
 def uniforms(keys: np.ndarray, positions: np.ndarray, use: int, count: int) -> np.ndarray:
     """(B, count) uniforms for slots 0..count-1 of `use` at each row's output position."""
+    compiled = kernels.active()
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    if compiled is not None and pos.ndim == 1:
+        # The same counter words and finaliser in one pass (_kernels.c step_uniforms, as step_uniforms calls it).
+        u = np.empty((pos.shape[0], count))
+        if compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, _use_words(use, count), u):
+            return u
     return uniforms_at(keys, counters(positions, use, count))
 
 
@@ -120,6 +127,14 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
         pos = _positions(pos)
         u = uniforms_at(keys, (pos.astype(np.uint64) << _S16)[:, None] | _step_words(k))
     return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+
+
+@functools.lru_cache(maxsize=64)
+def _use_words(use: int, count: int) -> np.ndarray:
+    """The use and slot bits of slots 0..count-1 of `use` (`counters`' layout), built once per (use, count)."""
+    words = counters(np.zeros(1, dtype=np.int64), use, count)[0]
+    words.flags.writeable = False
+    return words
 
 
 @functools.lru_cache(maxsize=32)

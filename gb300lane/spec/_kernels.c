@@ -25,6 +25,10 @@
  *   anchor_logits: their softmax up to its exp; anchor_finish: its normalisation by numpy's row sums,
  *   the draw, token and next pair (numpy computes ndtri, exp and the sums between);
  *   draft_anchor_slot: draft_slot and anchor_rows on the rows it left, in one call.
+ * row_index: one float32 row's inverse-CDF index as np.cumsum and searchsorted give it (a grammar's redraw).
+ * draft_block: every slot of a block in one call (draft_slot, anchor_rows, anchor_logits, anchor_finish),
+ *   numpy's ndtri, exp and row sums called on scratch arrays in between, and the block's candidates,
+ *   target values and q written out; the GIL stays held, since those calls need it.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
@@ -876,8 +880,267 @@ done:
     return ret;
 }
 
+/* row_index(row (V,) float32, u) -> int: `np.searchsorted(np.cumsum(row), u * cdf[-1], side="right")` clipped to
+ * V - 1, as grammar.constrain_drafts redraws a draft: the running sum in float32 left to right (np.cumsum's),
+ * the threshold and the comparisons in double (searchsorted's common type of a float32 CDF and a float64 key). */
+static PyObject *row_index(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    double u;
+    if (!PyArg_ParseTuple(args, "Od", &obj, &u)) return NULL;
+    Buf b;
+    memset(&b, 0, sizeof(b));
+    if (get_buf(obj, &b, "row", 0)) return NULL;
+    PyObject *ret = NULL;
+    if (kind(&b) != 'f' || b.view.ndim != 1 || b.view.shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "row_index: row (V,) float32 with V >= 1");
+        goto done;
+    }
+    const float *row = b.view.buf;
+    Py_ssize_t vocab = b.view.shape[0], count = 0;
+    float run = 0.0f;
+    for (Py_ssize_t i = 0; i < vocab; i++) run = i ? run + row[i] : row[0];
+    double threshold = u * (double)run;
+    run = 0.0f;
+    for (Py_ssize_t i = 0; i < vocab; i++) {
+        run = i ? run + row[i] : row[0];
+        count += (double)run <= threshold;
+    }
+    ret = PyLong_FromSsize_t(count < vocab ? count : vocab - 1);
+done:
+    release(&b);
+    return ret;
+}
+
+/* One op of draft_block's (ndtri, exp, add.reduce), called on the first n rows of its scratch arrays:
+ * fn(a[:n], 1, None, b[:n]) for the reduce (with_axis), fn(a[:n], b[:n]) otherwise; -1 with the error set. */
+static int call_on_rows(PyObject *fn, PyObject *a, PyObject *b, Py_ssize_t n, int with_axis) {
+    PyObject *an = PySequence_GetSlice(a, 0, n);
+    PyObject *bn = an ? PySequence_GetSlice(b, 0, n) : NULL;
+    PyObject *got = NULL;
+    if (bn) {
+        if (with_axis) {
+            PyObject *axis = PyLong_FromLong(1);
+            if (axis) got = PyObject_CallFunctionObjArgs(fn, an, axis, Py_None, bn, NULL);
+            Py_XDECREF(axis);
+        } else {
+            got = PyObject_CallFunctionObjArgs(fn, an, bn, NULL);
+        }
+    }
+    Py_XDECREF(an);
+    Py_XDECREF(bn);
+    if (got == NULL) return -1;
+    Py_DECREF(got);
+    return 0;
+}
+
+/* draft_block(tables (3k-tuple: table (M, K) float64, remap (M,) or (0,) int32, over (R, K) float64 per slot),
+ *             keeps (k-tuple of (C,) float64), ops (ndtri, exp, add.reduce),
+ *             pair_keys (M,) int64, cls, prev2, prev (B,) int64, u (k, B) float64, argmax (B,) int64,
+ *             cand_flat, next_flat (M*K,) int32, cand_table (M, K) int32, p_table (M, K) float32,
+ *             anchor_cand (V, K) int64, tri_keys (N,) int64, tri_p (N, K) float32, bi_p (C*V, K) float32,
+ *             tri_logp (N, K) float64, bi_logp (C*V, K) float64, anchor_next (C*V, K) int32,
+ *             err, z, logits (B, K) float64 and sums (B,) float64 (scratch the ops write),
+ *             tokens (B, k) int64, cand (B, k, K) int64, p (B, k, K) float32, q (B, k, K) float32,
+ *             choice (B, k) int64, vocab, err_key, miss_key, noise, miss_noise, sharpness) -> None.
+ * A whole drafted block (`DSparkDrafter._draft_tabulated` on the kernels) in one call: the rows' first pair
+ * looked up in pair_keys, then per slot draft_slot, anchor_rows on the rows without pair rows, numpy's ndtri,
+ * anchor_logits, numpy's exp and row sums, anchor_finish, and the slot's candidates, target values and q
+ * (the distribution as float32, one-hot at the choice where argmax is set) written into the block. The ops
+ * are numpy's own functions on the scratch arrays' first rows, so every value is the numpy path's. */
+static PyObject *draft_block(PyObject *self, PyObject *args) {
+    enum { HEAD = 3, ARRAYS = 26, INPUTS = 17, SCALARS = 6 };
+    static const char *const names[ARRAYS] = {
+        "pair_keys", "cls", "prev2", "prev", "u", "argmax", "cand_flat", "next_flat", "cand_table", "p_table",
+        "anchor_cand", "tri_keys", "tri_p", "bi_p", "tri_logp", "bi_logp", "anchor_next", "err", "z", "logits",
+        "sums", "tokens", "cand", "p", "q", "choice"};
+    Buf b[ARRAYS], st[3 * 16], kb[16];
+    memset(b, 0, sizeof(b));
+    memset(st, 0, sizeof(st));
+    memset(kb, 0, sizeof(kb));
+    PyObject *ret = NULL;
+    char *scratch = NULL;
+    Py_ssize_t k = 0;
+    long long vocab;
+    unsigned long long err_key, miss_key;
+    double noise, miss_noise, sharpness;
+    if (PyTuple_GET_SIZE(args) != HEAD + ARRAYS + SCALARS) {
+        PyErr_Format(PyExc_TypeError, "draft_block: expected %d arguments, got %zd", HEAD + ARRAYS + SCALARS,
+                     PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    PyObject *tables = PyTuple_GET_ITEM(args, 0), *keeps = PyTuple_GET_ITEM(args, 1), *ops = PyTuple_GET_ITEM(args, 2);
+    if (!PyTuple_Check(keeps) || !PyTuple_Check(tables) || !PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) != 3 ||
+        (k = PyTuple_GET_SIZE(keeps)) < 1 || k > 16 || PyTuple_GET_SIZE(tables) != 3 * k) {
+        PyErr_SetString(PyExc_TypeError, "draft_block: tables a 3k-tuple, keeps a k-tuple (1 <= k <= 16), ops a "
+                                         "3-tuple (ndtri, exp, add.reduce)");
+        return NULL;
+    }
+    PyObject *tail = PyTuple_GetSlice(args, HEAD + ARRAYS, HEAD + ARRAYS + SCALARS);
+    if (tail == NULL) return NULL;
+    int parsed = PyArg_ParseTuple(tail, "LKKddd", &vocab, &err_key, &miss_key, &noise, &miss_noise, &sharpness);
+    Py_DECREF(tail);
+    if (!parsed) return NULL;
+    PyObject *mid = PyTuple_GetSlice(args, HEAD, HEAD + ARRAYS);
+    if (mid == NULL) return NULL;
+    int bad = get_arrays(mid, 0, b, names, ARRAYS, INPUTS);
+    Py_DECREF(mid);
+    if (bad) goto done;
+    for (Py_ssize_t i = 0; i < 3 * k; i++)
+        if (get_buf(PyTuple_GET_ITEM(tables, i), &st[i], i % 3 == 0 ? "table" : i % 3 == 1 ? "remap" : "over", 0))
+            goto done;
+    for (Py_ssize_t i = 0; i < k; i++)
+        if (get_buf(PyTuple_GET_ITEM(keeps, i), &kb[i], "keep", 0)) goto done;
+    Py_ssize_t m = b[0].view.ndim == 1 ? b[0].view.shape[0] : -1, batch = b[1].view.ndim == 1 ? b[1].view.shape[0] : -1;
+    Py_ssize_t width = b[8].view.ndim == 2 ? b[8].view.shape[1] : -1;
+    Py_ssize_t nanchor = b[10].view.ndim == 2 ? b[10].view.shape[0] : -1, ntri = b[11].view.ndim == 1 ? b[11].view.shape[0] : -1;
+    Py_ssize_t nbi = b[13].view.ndim == 2 ? b[13].view.shape[0] : -1, nnext = b[16].view.ndim == 2 ? b[16].view.shape[0] : -1;
+    Py_ssize_t nkeep = kb[0].view.ndim == 1 ? kb[0].view.shape[0] : -1;
+    /* Each array's kind and shape: (rows, cols) with -1 for a 1-D array and -2 for a 3-D (B, k, K) one. */
+    const struct { int i; char kind; Py_ssize_t rows, cols; } shapes[] = {
+        {0, 'q', m, -1}, {4, 'd', k, batch}, {6, 'i', m * width, -1}, {7, 'i', m * width, -1}, {8, 'i', m, width},
+        {9, 'f', m, width}, {10, 'q', nanchor, width}, {11, 'q', ntri, -1}, {12, 'f', ntri, width},
+        {13, 'f', nbi, width}, {14, 'd', ntri, width}, {15, 'd', nbi, width}, {16, 'i', nnext, width},
+        {17, 'd', batch, width}, {18, 'd', batch, width}, {19, 'd', batch, width}, {20, 'd', batch, -1},
+        {21, 'q', batch, k}, {22, 'q', batch, -2}, {23, 'f', batch, -2}, {24, 'f', batch, -2}, {25, 'q', batch, k}};
+    int ok = m >= 0 && batch >= 0 && width >= 1 && nanchor >= 0 && ntri >= 0 && nbi >= 0 && nnext >= 0 && nkeep >= 0 &&
+             vocab > 0;
+    for (size_t s = 0; ok && s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const Buf *a = &b[shapes[s].i];
+        Py_ssize_t cols = shapes[s].cols;
+        ok = kind(a) == shapes[s].kind && a->view.shape[0] == shapes[s].rows &&
+             (cols == -1 ? a->view.ndim == 1
+                         : cols == -2 ? a->view.ndim == 3 && a->view.shape[1] == k && a->view.shape[2] == width
+                                      : a->view.ndim == 2 && a->view.shape[1] == cols);
+    }
+    for (Py_ssize_t s = 0; ok && s < k; s++) {
+        const Buf *t = &st[3 * s], *r = &st[3 * s + 1], *o = &st[3 * s + 2];
+        ok = kind(t) == 'd' && t->view.ndim == 2 && t->view.shape[0] == m && t->view.shape[1] == width &&
+             kind(r) == 'i' && r->view.ndim == 1 && (r->view.shape[0] == 0 || r->view.shape[0] == m) &&
+             kind(o) == 'd' && o->view.ndim == 2 && (o->view.shape[0] == 0 || o->view.shape[1] == width) &&
+             kind(&kb[s]) == 'd' && kb[s].view.ndim == 1 && kb[s].view.shape[0] == nkeep;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "draft_block: per slot a table (M, K) float64, remap (M,) or (0,) int32 and "
+                                          "over (R, K) float64, keeps (C,) float64; u (k, B) float64; the boot tables "
+                                          "as draft_slot and anchor_rows take them; scratch (B, K) float64; the block "
+                                          "(B, k), (B, k, K)");
+        goto done;
+    }
+    Buf vec[4] = {b[1], b[2], b[3], b[5]};
+    if (check_vectors(vec, "qqqq", 4, batch, "draft_block")) goto done;
+    const int64_t *cls = b[1].view.buf, *argmax = b[5].view.buf, *pair_keys = b[0].view.buf;
+    const double *u = b[4].view.buf;
+    const int32_t *cand_flat = b[6].view.buf, *next_flat = b[7].view.buf, *cand_table = b[8].view.buf;
+    const float *p_table = b[9].view.buf;
+    const int32_t *anchor_next = b[16].view.buf;
+    double *err = b[17].view.buf, *z = b[18].view.buf, *logits = b[19].view.buf, *sums = b[20].view.buf;
+    int64_t *tokens_out = b[21].view.buf, *cand_out = b[22].view.buf, *choice_out = b[25].view.buf;
+    float *p_out = b[23].view.buf, *q_out = b[24].view.buf;
+    for (Py_ssize_t j = 0; j < batch; j++) {
+        const int64_t *p2 = b[2].view.buf, *p1 = b[3].view.buf;
+        if (cls[j] < 0 || cls[j] >= nkeep || p2[j] < 0 || p2[j] >= vocab || p1[j] < 0 || p1[j] >= vocab) {
+            PyErr_SetString(PyExc_IndexError, "draft_block: a class or token is out of the tables' range");
+            goto done;
+        }
+    }
+    /* Per row: pair, next pair, the two last tokens, token, choice, anchor rows (int64), then the slot's
+     * distribution, the anchor rows' candidates, log-target, target, miss uniform and scale. */
+    size_t ints = (size_t)(batch > 0 ? batch : 1), cells = ints * (size_t)width;
+    scratch = PyMem_Malloc(ints * 7 * sizeof(int64_t) + cells * (2 * sizeof(double) + sizeof(int64_t) + sizeof(float)) +
+                           ints * 2 * sizeof(double));
+    if (!scratch) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *pair = (int64_t *)scratch, *nxt = pair + ints, *prev2 = nxt + ints, *prev = prev2 + ints;
+    int64_t *token = prev + ints, *choice = token + ints, *rows = choice + ints;
+    double *probs = (double *)(rows + ints), *a_logp = probs + cells;
+    int64_t *a_cand = (int64_t *)(a_logp + cells);
+    double *a_miss = (double *)(a_cand + cells), *a_scale = a_miss + ints;
+    float *a_p = (float *)(a_scale + ints);
+    memcpy(prev2, b[2].view.buf, ints * sizeof(int64_t));
+    memcpy(prev, b[3].view.buf, ints * sizeof(int64_t));
+    for (Py_ssize_t j = 0; j < batch; j++)
+        pair[j] = k_csr_row(pair_keys, m, (cls[j] * vocab + prev2[j]) * vocab + prev[j]);
+    PyObject *ndtri_fn = PyTuple_GET_ITEM(ops, 0), *exp_fn = PyTuple_GET_ITEM(ops, 1), *sum_fn = PyTuple_GET_ITEM(ops, 2);
+    PyObject *err_obj = PyTuple_GET_ITEM(args, HEAD + 17), *z_obj = PyTuple_GET_ITEM(args, HEAD + 18);
+    PyObject *logits_obj = PyTuple_GET_ITEM(args, HEAD + 19), *sums_obj = PyTuple_GET_ITEM(args, HEAD + 20);
+    for (Py_ssize_t s = 0; s < k; s++) {
+        const Buf *t = &st[3 * s], *r = &st[3 * s + 1], *o = &st[3 * s + 2];
+        Py_ssize_t nremap = r->view.shape[0], nover = o->view.shape[0];
+        const int32_t *remap = r->view.buf;
+        Py_ssize_t n = 0;
+        for (Py_ssize_t j = 0; j < batch; j++) {
+            if (pair[j] < -1 || pair[j] >= m || (pair[j] >= 0 && nremap && remap[pair[j]] >= nover)) {
+                PyErr_SetString(PyExc_IndexError, "draft_block: a pair or its override is out of range");
+                goto done;
+            }
+            if (pair[j] < 0) {
+                int64_t c = cls[j], a = prev[j];
+                if (a < 0 || a >= vocab || a >= nanchor || prev2[j] < 0 || prev2[j] >= vocab || c * vocab + a >= nbi ||
+                    c * vocab + a >= nnext) {
+                    PyErr_SetString(PyExc_IndexError, "draft_block: a row's class or token is out of the tables' range");
+                    goto done;
+                }
+                rows[n++] = j;
+            }
+        }
+        const double *us = u + s * batch;
+        k_draft_slot(t->view.buf, width, remap, nremap, o->view.buf, pair, batch, us, argmax, cand_flat, next_flat,
+                     probs, choice, token, nxt);
+        if (n) {
+            k_anchor_rows(rows, cls, prev2, prev, n, vocab, s, b[10].view.buf, width, b[11].view.buf, ntri,
+                          b[12].view.buf, b[13].view.buf, b[14].view.buf, b[15].view.buf, (uint64_t)err_key,
+                          (uint64_t)miss_key, kb[s].view.buf, noise, miss_noise, a_cand, a_p, a_logp, err, a_miss,
+                          a_scale);
+            if (call_on_rows(ndtri_fn, err_obj, z_obj, n, 0)) goto done;
+            k_anchor_logits(a_logp, z, a_scale, n, width, sharpness, logits);
+            if (call_on_rows(exp_fn, logits_obj, logits_obj, n, 0) || call_on_rows(sum_fn, logits_obj, sums_obj, n, 1))
+                goto done;
+            k_anchor_finish(rows, n, logits, sums, width, us, argmax, a_cand, anchor_next, cls, prev, vocab, probs,
+                            choice, token, nxt);
+        }
+        /* The slot's column of the block: the table row's candidates and target values, or the anchor row's. */
+        for (Py_ssize_t j = 0, a = 0; j < batch; j++) {
+            if (token[j] < 0 || token[j] >= vocab || nxt[j] < -1 || nxt[j] >= m) {
+                PyErr_SetString(PyExc_IndexError, "draft_block: a drafted token or its next pair is out of range");
+                goto done;
+            }
+            Py_ssize_t at = (j * k + s) * width;
+            tokens_out[j * k + s] = token[j];
+            choice_out[j * k + s] = choice[j];
+            if (pair[j] >= 0) {
+                for (Py_ssize_t x = 0; x < width; x++) {
+                    cand_out[at + x] = cand_table[pair[j] * width + x];
+                    p_out[at + x] = p_table[pair[j] * width + x];
+                }
+            } else {
+                memcpy(cand_out + at, a_cand + a * width, (size_t)width * sizeof(int64_t));
+                memcpy(p_out + at, a_p + a * width, (size_t)width * sizeof(float));
+                a++;
+            }
+            for (Py_ssize_t x = 0; x < width; x++)
+                q_out[at + x] = argmax[j] ? (float)(x == choice[j]) : (float)probs[j * width + x];
+        }
+        int64_t *swap = pair;
+        pair = nxt;
+        nxt = swap;
+        memcpy(prev2, prev, ints * sizeof(int64_t));
+        memcpy(prev, token, ints * sizeof(int64_t));
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    PyMem_Free(scratch);
+    release_all(b, ARRAYS);
+    release_all(st, (int)(3 * k));
+    release_all(kb, (int)k);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"sample_rows", sample_rows, METH_VARARGS, "Inverse-CDF index per row (numpy's float64 cumsum, fused)."},
+    {"row_index", row_index, METH_VARARGS, "A float32 row's inverse-CDF index (np.cumsum, then searchsorted right)."},
     {"accept", accept, METH_VARARGS, "Token or block verification's accepted length (and prefix joint) per row."},
     {"sample_correction", sample_correction, METH_VARARGS, "The target's correction token per row."},
     {"sample_support", sample_support, METH_VARARGS, "verify_support's correction token per row."},
@@ -889,6 +1152,7 @@ static PyMethodDef methods[] = {
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
     {"draft_anchor_slot", draft_anchor_slot, METH_VARARGS,
      "draft_slot, then anchor_rows on the rows without pair rows, in one call."},
+    {"draft_block", draft_block, METH_VARARGS, "A whole drafted block from the boot tables: every slot in one call."},
     {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},
     {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows normalised and drawn: choice, token, next pair."},
     {NULL, NULL, 0, NULL},

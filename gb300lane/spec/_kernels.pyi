@@ -1,6 +1,7 @@
 import numpy as np
 
 def sample_rows(dist: np.ndarray, u: np.ndarray, out: np.ndarray, /) -> None: ...
+def row_index(row: np.ndarray, u: float, /) -> int: ...
 def accept(
     block: bool,
     p: np.ndarray,
@@ -158,3 +159,41 @@ def target_rows(
 ) -> None: ...
 def support_step(block: bool, *arrays: np.ndarray) -> None: ...
 def step_uniforms(keys: np.ndarray, positions: np.ndarray, words: np.ndarray, out: np.ndarray, /) -> bool: ...
+def draft_block(
+    tables: tuple[np.ndarray, ...],
+    keeps: tuple[np.ndarray, ...],
+    ops: tuple[object, object, object],
+    pair_keys: np.ndarray,
+    cls: np.ndarray,
+    prev2: np.ndarray,
+    prev: np.ndarray,
+    u: np.ndarray,
+    argmax: np.ndarray,
+    cand_flat: np.ndarray,
+    next_flat: np.ndarray,
+    cand_table: np.ndarray,
+    p_table: np.ndarray,
+    anchor_cand: np.ndarray,
+    tri_keys: np.ndarray,
+    tri_p: np.ndarray,
+    bi_p: np.ndarray,
+    tri_logp: np.ndarray,
+    bi_logp: np.ndarray,
+    anchor_next: np.ndarray,
+    err: np.ndarray,
+    z: np.ndarray,
+    logits: np.ndarray,
+    sums: np.ndarray,
+    tokens: np.ndarray,
+    cand: np.ndarray,
+    p: np.ndarray,
+    q: np.ndarray,
+    choice: np.ndarray,
+    vocab: int,
+    err_key: int,
+    miss_key: int,
+    noise: float,
+    miss_noise: float,
+    sharpness: float,
+    /,
+) -> None: ...

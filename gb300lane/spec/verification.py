@@ -91,13 +91,16 @@ def _check_inputs(
         raise ValueError(f"q must be (B, k, V) = {(batch, k, vocab)} to match p {p.shape}; got {q.shape}")
     if draft_tokens.shape != (batch, k):
         raise ValueError(f"draft_tokens must be (B, k) = {(batch, k)}; got {draft_tokens.shape}")
-    if not np.issubdtype(draft_tokens.dtype, np.integer):
+    if draft_tokens.dtype.kind not in "iu":  # not an integer dtype
         if draft_tokens.size:
             raise ValueError(f"draft_tokens must be integers; got dtype {draft_tokens.dtype}")
         draft_tokens = draft_tokens.astype(np.int64)
     if draft_tokens.size and (draft_tokens.min() < 0 or draft_tokens.max() >= vocab):
         raise ValueError(f"draft_tokens must lie in [0, V={vocab}); got [{draft_tokens.min()}, {draft_tokens.max()}]")
-    greedy_rows = np.broadcast_to(np.asarray(greedy, dtype=bool), (batch,))
+    if isinstance(greedy, np.ndarray) and greedy.dtype == bool and greedy.shape == (batch,):
+        greedy_rows = greedy  # already one flag per row
+    else:
+        greedy_rows = np.broadcast_to(np.asarray(greedy, dtype=bool), (batch,))
     return p, q, draft_tokens.astype(np.int64, copy=False), greedy_rows
 
 
