@@ -8,6 +8,7 @@ which none of these cases comes near.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -94,7 +95,9 @@ def test_the_kernels_refuse_what_they_do_not_take(compiled):
         out.flags.writeable = False
         compiled.sample_rows(np.ones((2, 4)), np.zeros(2), out)
     with pytest.raises(TypeError, match="expected 35 arguments"):
-        compiled.draft_anchor_slot(np.ones((2, 4)))
+        compiled.draft_block(np.ones((2, 4)))
+    with pytest.raises(ValueError, match="row_index: row"):
+        compiled.row_index(np.ones(4), 0.5)  # float64: the numpy path's
 
 
 def test_mixed_precision_inputs_take_the_numpy_path():
@@ -287,3 +290,99 @@ def test_a_kept_tables_buffer_reads_the_arrays_current_values(compiled):
     compiled.anchor_logits(z, scale[:, None] * np.ones(32), scale, logp, 1.5)  # the kept array as an output
     compiled.anchor_logits(z, scale[:, None] * np.ones(32), scale, fresh, 1.5)
     assert np.array_equal(logp, fresh)
+
+
+def _drafter_case(seed: int, batch: int = 16):
+    from gb300lane.engine.drafter import DSparkDrafter
+    from gb300lane.engine.model import load_model
+
+    model = load_model()
+    drafter = DSparkDrafter(model, topk=32, block_size=5)
+    rng = np.random.default_rng(seed)
+    keys = model.pair_keys[rng.integers(0, model.pair_keys.size, batch)]
+    vocab = model.vocab_size
+    classes, prev2, prev = keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab
+    return model, drafter, classes, prev2, prev
+
+
+def test_a_drafted_block_refuses_tables_and_tokens_out_of_range(compiled):
+    # draft_block checks what it indexes: a class past the keeps, a token past the vocabulary, a wrong shape.
+    model, drafter, classes, prev2, prev = _drafter_case(11)
+    k, u = 5, np.random.default_rng(1).random((16, 5))
+    temps = np.ones(16)
+    block = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=True)
+    assert block.tokens.shape == (16, 5) and block.cand.dtype == np.int64
+    for bad, match in ((classes + 100, "out of the tables' range"), (None, "out of the tables' range")):
+        c, p1 = (bad, prev) if bad is not None else (classes, prev + model.vocab_size)
+        with pytest.raises(IndexError, match=match):
+            drafter.draft_block(c, prev2, p1, k, temps, u, probabilistic=True)
+    tables = drafter._tables_for(None)
+    slots, keeps = drafter._block_args(tables, k)
+    with pytest.raises(TypeError, match="3k-tuple"):
+        compiled.draft_block(slots[:-1], keeps, (None, None, None), *([np.empty(1)] * 26), 1, 0, 0, 0.0, 0.0, 0.0)
+
+
+def test_a_grammars_redraw_in_the_kernel_is_numpys_index(compiled):
+    from gb300lane.engine import grammar
+
+    rng = np.random.default_rng(8)
+    for case in range(3000):
+        vocab = int(rng.integers(1, 3500))
+        row = rng.dirichlet(np.full(vocab, rng.choice([0.01, 0.3, 2.0]))).astype(np.float32)
+        if case % 3 == 0:
+            row[rng.random(vocab) < 0.6] = 0.0  # masked columns, and a zero head
+        u = (0.0, 1.0 - 2.0**-53, float(rng.random()))[case % 3 if case < 30 else 2]
+        got = grammar._redraw(row, u)
+        with kernels.numpy_only():
+            expected = grammar._redraw(row, u)
+        assert got == expected, (case, vocab, u)
+
+
+def test_a_requests_uniforms_in_the_kernel_are_numpys(compiled):
+    from gb300lane.engine import streams
+
+    rng = np.random.default_rng(9)
+    keys = rng.integers(0, 2**63, 40, dtype=np.uint64)
+    positions = rng.integers(0, 2**47, 40)
+    for use, count in ((streams.GRAMMAR, 5), (streams.DRAFT, 1), (streams.SAMPLE, 17)):
+        got = streams.uniforms(keys, positions, use, count)
+        with kernels.numpy_only():
+            expected = streams.uniforms(keys, positions, use, count)
+        assert np.array_equal(got, expected)
+    with pytest.raises(ValueError, match="positions must lie in"):
+        streams.uniforms(keys[:1], np.array([2**47]), streams.GRAMMAR, 3)
+
+
+def test_constrained_requests_give_the_same_tokens_on_numpy_alone(compiled):
+    # Drafts redrawn inside a json_schema grammar, masked target rows and the dense verifier: the kernels'
+    # redraws (row_index), uniforms and drafted blocks must leave every token as the numpy path has it.
+    import json
+
+    from gb300lane.engine.config import parse_spec_config
+    from gb300lane.engine.core import EngineCore, SamplingParams, Sequence
+    from gb300lane.engine.grammar import Grammar, compile_constraint
+    from gb300lane.engine.model import load_model
+
+    model = load_model()
+    tok = model.tokenizer
+    schema = {"type": "object", "properties": {"status": {"enum": ["ok", "down"]}, "host": {"type": "string"},
+                                               "checks": {"type": "array", "items": {"type": "string"}}},
+              "required": ["status", "host", "checks"]}
+    text = compile_constraint(tok, "json", schema)
+    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
+                                            "draft_sample_method": "probabilistic"}))
+    runs = []
+    for numpy_alone in (False, True):
+        core = EngineCore(model, spec, max_num_seqs=4, seed=0, boot_seed=2)
+        seqs = [Sequence(f"r{i}", tok.encode("The report:"), SamplingParams(
+            temperature=(1.0, 0.0)[i % 2 and i > 4], max_tokens=64, min_tokens=64, ignore_eos=True, seed=i))
+            for i in range(8)]
+        for seq in seqs:
+            seq.grammar = Grammar(tok, text)
+            core.add(seq)
+        with kernels.numpy_only() if numpy_alone else contextlib.nullcontext():
+            while core.has_work:
+                core.step()
+        runs.append([s.output_ids for s in seqs])
+        assert all(s.error is None for s in seqs)
+    assert runs[0] == runs[1]

@@ -432,30 +432,12 @@ class DSparkDrafter:
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
         return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
 
-    def _anchor_rows_compiled(self, compiled, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
-        """`_anchor_rows` in the kernels, up to the softmax's normalisation: (candidates, target there,
-        exp(logits - row max), row sums). The kernels gather and form the logits; ndtri, exp and the sums
-        are numpy's, so the distribution `anchor_finish` divides out is `_softmax`'s bit for bit."""
-        n, width = rows.shape[0], tables.anchor_cand.shape[1]
-        cand = np.empty((n, width), dtype=np.int64)
-        p = np.empty((n, width), dtype=np.float32)
-        logp, err = np.empty((n, width)), np.empty((n, width))
-        miss_u, scale = np.empty(n), np.empty(n)
-        compiled.anchor_rows(rows, classes, prev2, prev, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
-                             tables.bi_p, tables.tri_logp, tables.bi_logp, self._keep(k, slot), cand, p, logp, err,
-                             miss_u, scale, self.vocab, slot, int(_ERROR_KEY[0]), int(_MISS_KEY[0]),
-                             float(self.noise), float(self.miss_noise))
-        logits = np.empty((n, width))
-        compiled.anchor_logits(logp, ndtri(err), scale, logits, float(self.sharpness))
-        np.exp(logits, out=logits)
-        return cand, p, logits, logits.sum(axis=1)
-
     def _block_compiled(self, compiled, tables: _BootTables, classes, prev2, prev, k: int, u_cols,
                         argmax) -> DraftBlock:
-        """`_draft_tabulated`'s fused path as one kernel call (draft_block): every slot's draft_slot,
-        anchor_rows, anchor_logits and anchor_finish, with numpy's ndtri, exp and row sums called on scratch
-        arrays between them, and the block's candidates, target values and q written out; the same values
-        as the slot-by-slot calls."""
+        """`_draft_tabulated` on the kernels as one call (draft_block): per slot the pair rows' draws from the
+        tables, the rows without pair rows computed as `_anchor_rows` computes them (numpy's own ndtri, exp
+        and row sums called on scratch arrays), and the block's candidates, target values and q written out:
+        the values of the numpy path, bit for bit."""
         batch, width = prev.shape[0], tables.anchor_cand.shape[1]
         slots, keeps = self._block_args(tables, k)
         err, z, logits = np.empty((3, batch, width))
@@ -534,41 +516,9 @@ class DSparkDrafter:
             pair = pair_rows[0]
             choice_rows, token_rows = np.empty((k, batch), dtype=np.int64), np.empty((k, batch), dtype=np.int64)
             dist_rows = np.empty((k, batch, topk))
-            if fused:
-                # Per slot, the rows without pair rows and their anchor rows (draft_anchor_slot writes the
-                # first n of each); the logits' inputs are the slot's own until the next slot.
-                width = tables.anchor_cand.shape[1]
-                a_rows = np.empty((k, batch), dtype=np.int64)
-                a_cand = np.empty((k, batch, width), dtype=np.int64)
-                a_p = np.empty((k, batch, width), dtype=np.float32)
-                a_logp, a_err = np.empty((batch, width)), np.empty((batch, width))
-                a_miss, a_scale = np.empty(batch), np.empty(batch)
-                a_consts = (int(_ERROR_KEY[0]), int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise))
         without = 0
         for slot in range(k):
             table, remap, over = slot_tables[slot]
-            if compiled is not None and fused:
-                # The pair rows' distribution, draw, token and next pair, and the rows without pair rows up to
-                # their error's ndtri (`_anchor_rows_compiled`), in one call; numpy's ndtri, exp and row sums,
-                # then anchor_finish, complete those rows.
-                probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
-                n_a = compiled.draft_anchor_slot(
-                    table, _NO_REMAP if remap is None else remap, _NO_OVER if over is None else over, pair,
-                    u_cols[slot], argmax, tables.cand_flat, tables.next_flat, probs, choice, token, nxt,
-                    a_rows[slot], classes, prev2, prev, tables.anchor_cand, model.tri_keys, tables.tri_p,
-                    tables.bi_p, tables.tri_logp, tables.bi_logp, self._keep(k, slot), a_cand[slot], a_p[slot],
-                    a_logp, a_err, a_miss, a_scale, vocab, slot, *a_consts)
-                if n_a:
-                    m_a, c_m, p_m = a_rows[slot, :n_a], a_cand[slot, :n_a], a_p[slot, :n_a]
-                    logits = np.empty((n_a, width))
-                    compiled.anchor_logits(a_logp[:n_a], ndtri(a_err[:n_a]), a_scale[:n_a], logits,
-                                           float(self.sharpness))
-                    np.exp(logits, out=logits)
-                    compiled.anchor_finish(m_a, logits, logits.sum(axis=1), u_cols[slot], argmax, c_m,
-                                           tables.anchor_next, classes, prev, probs, choice, token, nxt, vocab)
-                    computed.append((slot, m_a, c_m, p_m))
-                prev2, prev, pair = prev, token, nxt
-                continue
             if compiled is not None:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
@@ -597,29 +547,19 @@ class DSparkDrafter:
                     z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
                     n = np.flatnonzero(at < 0)
                     rn = m[n]
-                if n is None and fused and compiled is not None:
-                    # Contexts without pair rows at temperature 1, in the kernels: gathered, softmaxed by
-                    # numpy, then drawn and written into this slot's arrays in one more pass.
-                    c_m, p_m, dist, sums = self._anchor_rows_compiled(compiled, tables, m, classes, prev2, prev,
-                                                                      slot, k)
-                    compiled.anchor_finish(m, dist, sums, u_cols[slot], argmax, c_m, tables.anchor_next, classes,
-                                           prev, probs, choice, token, nxt, vocab)
-                    computed.append((slot, m, c_m, p_m))
-                    m = None  # drawn: nothing is left for the rows below
+                cls_m = classes[m]
+                if n is None:
+                    # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
+                    prev_m = prev[m]
+                    c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
                 else:
-                    cls_m = classes[m]
-                    if n is None:
-                        # Contexts without pair rows at temperature 1 (their logits scale by 1.0, exactly).
-                        prev_m = prev[m]
-                        c_m, p_m, probs[m] = self._anchor_rows(tables, m, classes, prev2, prev, slot, k)
-                    else:
-                        if rn.size:
-                            c_n = tables.anchor_cand.take(prev[rn], axis=0)
-                            key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
-                            c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
-                            z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
-                        logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
-                        probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
+                    if rn.size:
+                        c_n = tables.anchor_cand.take(prev[rn], axis=0)
+                        key3 = model._keys3(classes[rn], prev2[rn], prev[rn])
+                        c_m[n], p_m[n] = c_n, tables.other_p(classes[rn], prev[rn], key3)
+                        z_m[n], miss_m[n] = _errors(key3, c_n, slot, vocab)
+                    logp_m = np.log(np.maximum(p_m, 1e-30).astype(np.float64))
+                    probs[m] = self._softmax(logp_m, z_m, self.slot_error_scale(cls_m, k, slot, miss_m), inv_t[m])
             if compiled is None:
                 choice = _draw(probs, u_slots[slot], greedy_rows if any_greedy else None, probabilistic)
                 # Flat positions into the (pairs, K) tables; a row without a pair (-1) reads the last

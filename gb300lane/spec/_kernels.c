@@ -19,21 +19,20 @@
  *   rows): the accept rule, the target's row at each row's next position, its token, the tokens laid out.
  * target_rows: the builtin target's rows (`BuiltinModel.target_probs`): the bigram row, then the
  *   class bigram and trigram layers, float32 operations in numpy's order, one pass per row.
- * anchor_rows: the same slot's rows without pair rows, up to their error's ndtri: the anchor
- *   token's candidates, the target there, the checkpoint's error uniforms (SplitMix64, integer
- *   arithmetic, exact) and the slot's error scale, in one pass instead of some thirty numpy calls;
- *   anchor_logits: their softmax up to its exp; anchor_finish: its normalisation by numpy's row sums,
- *   the draw, token and next pair (numpy computes ndtri, exp and the sums between);
- *   draft_anchor_slot: draft_slot and anchor_rows on the rows it left, in one call.
+ * anchor_rows, anchor_logits, anchor_finish: the loops draft_block runs on a slot's rows without pair
+ *   rows (below), each on its own, as the cross-architecture check (tests/kernels/harness.c) compares them.
  * row_index: one float32 row's inverse-CDF index as np.cumsum and searchsorted give it (a grammar's redraw).
- * draft_block: every slot of a block in one call (draft_slot, anchor_rows, anchor_logits, anchor_finish),
- *   numpy's ndtri, exp and row sums called on scratch arrays in between, and the block's candidates,
- *   target values and q written out; the GIL stays held, since those calls need it.
+ * draft_block: a whole drafted block (`DSparkDrafter._block_compiled`) in one call: per slot draft_slot's
+ *   loop, then the rows without pair rows (the anchor token's candidates, the target there, the
+ *   checkpoint's error uniforms in SplitMix64 integer arithmetic, the slot's error scale), their softmax
+ *   with numpy's own ndtri, exp and row sums called on scratch arrays in between, their draw and next
+ *   pair, and the block's candidates, target values and q written out. The GIL stays held, since
+ *   those calls need it.
  *
  * Arrays arrive through the buffer protocol (numpy's), C-contiguous, with the dtypes
  * `verification` checks before calling; anything else stays on the numpy path. Built
  * without contraction of multiply-add, so every float operation rounds as numpy's does.
- * The GIL is released while a kernel runs.
+ * The GIL is released while a kernel runs (draft_block aside).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -428,13 +427,7 @@ done:
  *             keep (C,) float64, cand (n, K) int64, p (n, K) float32, logp (n, K) float64, err (n, K) float64,
  *             miss_u (n,) float64, scale (n,) float64, vocab, slot, err_key, miss_key, noise, miss_noise) -> None.
  * Rows, classes and tokens are checked against the tables before the loop. */
-static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count);
-
-static PyObject *anchor_rows(PyObject *self, PyObject *args) { return anchor_rows_impl(args, -1); }
-
-/* anchor_rows on the first `count` of `rows` (and the first `count` rows of the outputs, which are
- * laid out for all of `rows`); all of them where count is -1. */
-static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count) {
+static PyObject *anchor_rows(PyObject *self, PyObject *args) {
     enum { ARRAYS = 17, INPUTS = 11 };
     static const char *const names[ARRAYS] = {"rows", "cls", "prev2", "prev", "anchor_cand", "tri_keys", "tri_p",
                                               "bi_p", "tri_logp", "bi_logp", "keep", "cand", "p", "logp", "err",
@@ -485,11 +478,6 @@ static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count) {
     Buf out_vec[3] = {b[0], b[15], b[16]};
     if (check_vectors(rows_vec, "qqq", 3, batch, "anchor_rows") || check_vectors(out_vec, "qdd", 3, n, "anchor_rows"))
         goto done;
-    if (count > n) {
-        PyErr_SetString(PyExc_ValueError, "anchor_rows: more rows than the outputs hold");
-        goto done;
-    }
-    if (count >= 0) n = count;
     const int64_t *rows = b[0].view.buf, *cls = b[1].view.buf, *prev2 = b[2].view.buf, *prev = b[3].view.buf;
     for (Py_ssize_t j = 0; j < n; j++) {
         int64_t r = rows[j];
@@ -509,56 +497,6 @@ static PyObject *anchor_rows_impl(PyObject *args, Py_ssize_t count) {
     Py_INCREF(ret);
 done:
     release_all(b, ARRAYS);
-    return ret;
-}
-
-/* draft_anchor_slot(draft_slot's twelve arguments, then anchor_rows' arguments with rows, cand, p, logp,
- *                   err, miss_u and scale laid out for the whole batch (B,) and (B, K)) -> int n:
- * draft_slot, then the batch rows without pair rows (pair < 0, in order) written into rows[:n] and
- * anchor_rows on them, into the outputs' first n rows: one call where the slot made three. */
-static PyObject *draft_anchor_slot(PyObject *self, PyObject *args) {
-    enum { SLOT = 12, ANCHOR = 23 };
-    if (PyTuple_GET_SIZE(args) != SLOT + ANCHOR) {
-        PyErr_Format(PyExc_TypeError, "draft_anchor_slot: expected %d arguments, got %zd", SLOT + ANCHOR,
-                     PyTuple_GET_SIZE(args));
-        return NULL;
-    }
-    PyObject *head = PyTuple_GetSlice(args, 0, SLOT);
-    if (head == NULL) return NULL;
-    PyObject *without = draft_slot(self, head);
-    Py_DECREF(head);
-    if (without == NULL) return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(without);
-    if (n <= 0) return without;
-    Py_DECREF(without);
-    Buf pair, rows;
-    memset(&pair, 0, sizeof(pair));
-    memset(&rows, 0, sizeof(rows));
-    PyObject *ret = NULL;
-    if (get_buf(PyTuple_GET_ITEM(args, 3), &pair, "pair", 0) ||
-        get_buf(PyTuple_GET_ITEM(args, SLOT), &rows, "rows", 1))
-        goto done;
-    if (kind(&rows) != 'q' || rows.view.ndim != 1 || rows.view.shape[0] < n) {
-        PyErr_SetString(PyExc_ValueError, "draft_anchor_slot: rows (B,) int64");
-        goto done;
-    }
-    const int64_t *pr = pair.view.buf;
-    int64_t *out = rows.view.buf;
-    Py_ssize_t batch = pair.view.shape[0], j = 0;
-    for (Py_ssize_t r = 0; r < batch; r++)
-        if (pr[r] < 0) out[j++] = r;
-    release(&pair);
-    release(&rows);
-    PyObject *tail = PyTuple_GetSlice(args, SLOT, SLOT + ANCHOR);
-    if (tail == NULL) goto done;
-    PyObject *done_rows = anchor_rows_impl(tail, n);
-    Py_DECREF(tail);
-    if (done_rows == NULL) goto done;
-    Py_DECREF(done_rows);
-    ret = PyLong_FromSsize_t(n);
-done:
-    release(&pair);
-    release(&rows);
     return ret;
 }
 
@@ -1150,11 +1088,9 @@ static PyMethodDef methods[] = {
     {"support_step", support_step, METH_VARARGS, "A verify step on the draft support: accept, target row, token."},
     {"target_rows", target_rows, METH_VARARGS, "The builtin target's rows: bigram row, class bigram, trigram layers."},
     {"anchor_rows", anchor_rows, METH_VARARGS, "A drafter slot's rows without pair rows, up to their error's ndtri."},
-    {"draft_anchor_slot", draft_anchor_slot, METH_VARARGS,
-     "draft_slot, then anchor_rows on the rows without pair rows, in one call."},
-    {"draft_block", draft_block, METH_VARARGS, "A whole drafted block from the boot tables: every slot in one call."},
     {"anchor_logits", anchor_logits, METH_VARARGS, "The drafter's softmax up to its exp, for anchor_rows' rows."},
     {"anchor_finish", anchor_finish, METH_VARARGS, "anchor_rows' rows normalised and drawn: choice, token, next pair."},
+    {"draft_block", draft_block, METH_VARARGS, "A whole drafted block from the boot tables: every slot in one call."},
     {NULL, NULL, 0, NULL},
 };
 

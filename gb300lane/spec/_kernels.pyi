@@ -57,6 +57,26 @@ def draft_slot(
     nxt: np.ndarray,
     /,
 ) -> int: ...
+def target_rows(
+    cls: np.ndarray,
+    c2: np.ndarray,
+    c1: np.ndarray,
+    bigram: np.ndarray,
+    bi_keys: np.ndarray,
+    bi_indptr: np.ndarray,
+    bi_cols: np.ndarray,
+    bi_ml: np.ndarray,
+    bi_lam: np.ndarray,
+    tri_keys: np.ndarray,
+    tri_indptr: np.ndarray,
+    tri_cols: np.ndarray,
+    tri_ml: np.ndarray,
+    tri_lam: np.ndarray,
+    out: np.ndarray,
+    /,
+) -> None: ...
+def support_step(block: bool, *arrays: np.ndarray) -> None: ...
+def step_uniforms(keys: np.ndarray, positions: np.ndarray, words: np.ndarray, out: np.ndarray, /) -> bool: ...
 def anchor_rows(
     rows: np.ndarray,
     cls: np.ndarray,
@@ -83,44 +103,6 @@ def anchor_rows(
     miss_noise: float,
     /,
 ) -> None: ...
-def draft_anchor_slot(
-    table: np.ndarray,
-    remap: np.ndarray,
-    over: np.ndarray,
-    pair: np.ndarray,
-    u: np.ndarray,
-    argmax: np.ndarray,
-    cand_flat: np.ndarray,
-    next_flat: np.ndarray,
-    probs: np.ndarray,
-    choice: np.ndarray,
-    token: np.ndarray,
-    nxt: np.ndarray,
-    rows: np.ndarray,
-    cls: np.ndarray,
-    prev2: np.ndarray,
-    prev: np.ndarray,
-    anchor_cand: np.ndarray,
-    tri_keys: np.ndarray,
-    tri_p: np.ndarray,
-    bi_p: np.ndarray,
-    tri_logp: np.ndarray,
-    bi_logp: np.ndarray,
-    keep: np.ndarray,
-    cand: np.ndarray,
-    p: np.ndarray,
-    logp: np.ndarray,
-    err: np.ndarray,
-    miss_u: np.ndarray,
-    scale: np.ndarray,
-    vocab: int,
-    slot: int,
-    err_key: int,
-    miss_key: int,
-    noise: float,
-    miss_noise: float,
-    /,
-) -> int: ...
 def anchor_logits(logp: np.ndarray, z: np.ndarray, scale: np.ndarray, out: np.ndarray, sharpness: float, /) -> None: ...
 def anchor_finish(
     rows: np.ndarray,
@@ -139,26 +121,6 @@ def anchor_finish(
     vocab: int,
     /,
 ) -> None: ...
-def target_rows(
-    cls: np.ndarray,
-    c2: np.ndarray,
-    c1: np.ndarray,
-    bigram: np.ndarray,
-    bi_keys: np.ndarray,
-    bi_indptr: np.ndarray,
-    bi_cols: np.ndarray,
-    bi_ml: np.ndarray,
-    bi_lam: np.ndarray,
-    tri_keys: np.ndarray,
-    tri_indptr: np.ndarray,
-    tri_cols: np.ndarray,
-    tri_ml: np.ndarray,
-    tri_lam: np.ndarray,
-    out: np.ndarray,
-    /,
-) -> None: ...
-def support_step(block: bool, *arrays: np.ndarray) -> None: ...
-def step_uniforms(keys: np.ndarray, positions: np.ndarray, words: np.ndarray, out: np.ndarray, /) -> bool: ...
 def draft_block(
     tables: tuple[np.ndarray, ...],
     keeps: tuple[np.ndarray, ...],
