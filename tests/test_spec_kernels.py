@@ -150,15 +150,21 @@ def test_the_drafter_draws_the_same_blocks_with_the_kernels(compiled, k):
     odd = rng.random(batch) < 0.3
     prev2[odd], prev[odd] = rng.integers(0, vocab, odd.sum()), rng.integers(0, vocab, odd.sum())
     classes[rng.random(batch) < 0.1] = MIXED
-    temps = np.where(rng.random(batch) < 0.15, 0.0, 1.0)  # greedy rows among them
-    for probabilistic in (True, False):
-        u = rng.random((batch, k))
-        got = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic, numerics=(7, 0.01))
-        with kernels.numpy_only():
-            expected = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
-                                           numerics=(7, 0.01))
-        for field in ("tokens", "cand", "q", "p", "choice"):
-            assert np.array_equal(getattr(got, field), getattr(expected, field)), (probabilistic, field)
+    stepwise = DSparkDrafter(model, topk=32, block_size=5, tabulate=False)  # no tables: every slot computed
+    # Greedy rows among them; then rows at their own temperature too (the tables hold temperature 1 only).
+    for temps in (np.where(rng.random(batch) < 0.15, 0.0, 1.0), rng.choice([0.0, 0.7, 1.0, 1.3], batch)):
+        for probabilistic in (True, False):
+            u = rng.random((batch, k))
+            got = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
+                                      numerics=(7, 0.01))
+            with kernels.numpy_only():
+                expected = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
+                                               numerics=(7, 0.01))
+            computed = stepwise.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
+                                            numerics=(7, 0.01))
+            for field in ("tokens", "cand", "q", "p", "choice"):
+                assert np.array_equal(getattr(got, field), getattr(expected, field)), (probabilistic, field)
+                assert np.array_equal(getattr(got, field), getattr(computed, field)), (probabilistic, field)
 
 
 _ENGINE_TOKENS = """

@@ -50,7 +50,8 @@ _ERROR_KEY = np.array([0xD5A4_C0DE_2026_0005], dtype=np.uint64)
 _MISS_KEY = np.array([0xD5A4_C0DE_2026_0006], dtype=np.uint64)
 
 
-#: (corpus hash, top-k, slot) -> the checkpoint's errors at every anchor pair's candidates.
+#: (corpus hash, top-k, slot) -> the checkpoint's errors at every anchor pair's candidates, for the step-by-step
+#: drafter (`tabulate=False`); the boot tables compute theirs once and keep only what they build from them.
 _PAIR_ERRORS: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
@@ -113,15 +114,15 @@ class _BootTables:
         return p
 
     def errors(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """The checkpoint's errors and miss uniforms at `slot` for every pair (shared by every engine)."""
+        """The checkpoint's errors and miss uniforms at `slot` for every pair.
+
+        Computed when a slot's tables are built and not kept (4 MB a slot): a step that needs a pair's
+        errors again computes them for its rows (`_errors` is elementwise).
+        """
         d = self.drafter
-        key = (d.model.corpus_hash, d.topk, slot)
-        if key not in _PAIR_ERRORS:
-            keys, vocab = d.model.pair_keys, d.vocab
-            parts = [_errors(keys[lo:hi], self.cand[lo:hi].astype(np.int64), slot, vocab)
-                     for lo, hi in _blocks(keys.size)]
-            _PAIR_ERRORS[key] = (np.concatenate([z for z, _ in parts]), np.concatenate([u for _, u in parts]))
-        return _PAIR_ERRORS[key]
+        keys, vocab = d.model.pair_keys, d.vocab
+        parts = [_errors(keys[lo:hi], self.cand[lo:hi].astype(np.int64), slot, vocab) for lo, hi in _blocks(keys.size)]
+        return np.concatenate([z for z, _ in parts]), np.concatenate([u for _, u in parts])
 
     def slot(self, wide: bool, slot: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Every pair's temperature-1 draft distribution at `slot`: (table, remap, overrides).
@@ -135,8 +136,9 @@ class _BootTables:
         """
         d = self.drafter
         table = self._slots.get(slot)
+        errors = None
         if table is None:
-            z, miss_u = self.errors(slot)
+            z, miss_u = errors = self.errors(slot)
             # slot_error_scale reads k only as "wider than the trained block, or not".
             scale = d.slot_error_scale(self.classes, d.block_size + (slot >= d.block_size), slot, miss_u)
             table = self._slots[slot] = _chunked(
@@ -146,7 +148,7 @@ class _BootTables:
             return table, None, None
         over = self._wide.get(slot)
         if over is None:
-            z, miss_u = self.errors(slot)
+            z, miss_u = errors if errors is not None else self.errors(slot)
             narrow = d.slot_error_scale(self.classes, d.block_size, slot, miss_u)
             scale = d.slot_error_scale(self.classes, d.block_size + 1, slot, miss_u)
             rows = np.flatnonzero(scale != narrow)
@@ -544,7 +546,9 @@ class DSparkDrafter:
                 if any_own:
                     at = pair[m]
                     c_m, p_m = tables.cand[at], tables.p[at]
-                    z_m, miss_m = (a[at] for a in _PAIR_ERRORS[(model.corpus_hash, topk, slot)])
+                    # The pairs' errors, as the slot's table was built from (a row without a pair reads
+                    # the last pair's and is overwritten below).
+                    z_m, miss_m = _errors(model.pair_keys[at], c_m.astype(np.int64), slot, vocab)
                     n = np.flatnonzero(at < 0)
                     rn = m[n]
                 cls_m = classes[m]
