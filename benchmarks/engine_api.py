@@ -21,9 +21,10 @@ One engine boot (`python -m gb300lane.engine serve`, time scale 0, tools enabled
   and stream path were batched, its C kernels built in place), the two engines
   up side by side and their windows alternating --served-repeats times, so the
   ratio is measured under the same host load; the tokens/step of the two must
-  agree (same seeds, same k: the same accepted tokens). Reported, no floor yet.
+  agree (same seeds, same k: the same accepted tokens). Floor: at least 3x the
+  baseline's tokens per CPU second, with the same tokens/step in every window.
 
-Floors: /health's max latency under the 30 MB prompt below 500 ms (a seventh of the
+Floors (the served one above): /health's max latency under the 30 MB prompt below 500 ms (a seventh of the
 3.5 s before; what is left is the stdlib JSON parse of the 30 MB body, which holds the
 interpreter for about 150 ms, and the host's scheduling on a shared machine); constrained
 output at least 0.2x the unconstrained tokens per second. Prints a table and
@@ -63,6 +64,8 @@ BASELINE_REF = "3e727f5"
 SPEC = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
 FLOOR_HEALTH_MAX_MS = 500.0
 FLOOR_CONSTRAINED_RATIO = 0.2
+#: This tree's served tokens per CPU second over the baseline's (same windows, same tokens/step).
+FLOOR_SERVED_RATIO = 3.0
 #: Blocks of each structured-output arm, alternating: one block each let the host's load move the ratio by a third.
 STRUCTURED_ROUNDS = 3
 SCHEMA = {"type": "object", "properties": {
@@ -276,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                 remove_tree(tree)
     ok_health = health["health_max_ms"] < FLOOR_HEALTH_MAX_MS
     ok_cost = cost["ratio"] >= FLOOR_CONSTRAINED_RATIO
+    # Without a baseline (--baseline-ref '') there is no ratio to hold to its floor.
+    ok_served = "ratio" not in served or (served["ratio"] is not None and served["ratio"] >= FLOOR_SERVED_RATIO
+                                          and served["same_tokens_per_step"] and served["this tree"]["valid"])
     console = Console()
     table = Table(title=f"/health while a {args.prompt_mb} MB prompt is tokenized")
     for col in ("polls", "p50 ms", "p99 ms", "max ms", "floor max ms", "prompt answered", "prompt s"):
@@ -308,21 +314,25 @@ def main(argv: list[str] | None = None) -> int:
                       str(row["valid"]))
     console.print(table)
     if "ratio" in served:
-        console.print(f"tok / CPU s, this tree / baseline: {served['ratio']:.2f}x "
+        console.print(f"tok / CPU s, this tree / baseline: {served['ratio']:.2f}x, floor {FLOOR_SERVED_RATIO:g}x "
                       f"(same tokens/step in every window: {served['same_tokens_per_step']})")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(RESULTS, dumps_json({
         "schema_version": 1, "tool_version": __version__, "python": platform.python_version(),
         "platform": platform.platform(), "health": health, "structured": cost, "served": served,
         "baseline_ref": args.baseline_ref or None,
-        "floors": {"health_max_ms": FLOOR_HEALTH_MAX_MS, "constrained_ratio": FLOOR_CONSTRAINED_RATIO},
-        "passed": ok_health and ok_cost,
+        "floors": {"health_max_ms": FLOOR_HEALTH_MAX_MS, "constrained_ratio": FLOOR_CONSTRAINED_RATIO,
+                   "served_ratio": FLOOR_SERVED_RATIO},
+        "passed": ok_health and ok_cost and ok_served,
     }))
     if not ok_health:
         console.print(f"FLOOR MISSED: /health max {health['health_max_ms']:.0f} ms >= {FLOOR_HEALTH_MAX_MS:.0f} ms")
     if not ok_cost:
         console.print(f"FLOOR MISSED: constrained/free {cost['ratio']:.2f} < {FLOOR_CONSTRAINED_RATIO}")
-    return 0 if ok_health and ok_cost else 1
+    if not ok_served:
+        console.print(f"FLOOR MISSED: served {served['ratio'] or 0:.2f}x the baseline < {FLOOR_SERVED_RATIO:g}x, "
+                      f"or the tokens/step differ (same: {served.get('same_tokens_per_step')})")
+    return 0 if ok_health and ok_cost and ok_served else 1
 
 
 if __name__ == "__main__":
