@@ -457,6 +457,7 @@ class EngineServer:
                                   f"Request {seq.request_id} aborted: the client disconnected after "
                                   f"{len(seq.output_ids)} tokens")
                 return resp
+
             def quiet(text: str, tokens: int) -> bool:
                 # A whole answer is written once, at the end (stream.text holds the text): the step loop
                 # wakes this handler only when the client has gone, or (_finish) when the answer is done.
