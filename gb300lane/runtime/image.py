@@ -16,6 +16,7 @@ The image is labelled with a hash of the project source and the Python build;
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.metadata as md
 import os
 import shutil
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +33,9 @@ from packaging.requirements import Requirement
 from pydantic import Field
 
 from gb300lane import __version__, paths, placement
-from gb300lane.errors import BootError, RuntimeUnavailable
+from gb300lane.errors import BootError, RuntimeUnavailable, StateError
 from gb300lane.fsio import sha256_bytes
+from gb300lane.locks import FileLock
 from gb300lane.models import FrozenModel
 from gb300lane.runtime.base import ENGINE_IMAGE as ENGINE_IMAGE  # defined with the runtimes, re-exported here
 
@@ -281,6 +283,35 @@ def ensure_engine_image(
     labels = runtime.image_labels(tag)
     if not force and labels is not None and labels.get(SOURCE_HASH_LABEL) == want:
         return EngineImage(tag=tag, source_hash=want, built=False)
+    # One build at a time on this machine: two builds of a tag at once race in the engine (one's prune of the
+    # dangling image can take a layer the other is committing), so the second waits and finds the first's image.
+    with _build_lock():
+        labels = runtime.image_labels(tag)
+        if not force and labels is not None and labels.get(SOURCE_HASH_LABEL) == want:
+            return EngineImage(tag=tag, source_hash=want, built=False)
+        return _build_engine_image(runtime, tag, want, force=force, log=log, scratch=scratch)
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """Held while this machine builds an engine image (a lock file in the temp directory every user shares);
+    where that file cannot be opened the build runs unlocked, as it did before there was one."""
+    lock = FileLock(Path(tempfile.gettempdir()) / "gb300lane-engine-image.lock")
+    try:
+        lock.acquire(wait_s=None)
+    except StateError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _build_engine_image(
+    runtime: DockerRuntime, tag: str, want: str, *, force: bool, log: Callable[[str], None] | None,
+    scratch: Path | None,
+) -> EngineImage:
     if not force and runtime.place is not None and runtime.place.remote:
         sent = _send_local_image(runtime, tag, want, log)
         if sent is not None:
