@@ -95,13 +95,15 @@ def test_smoke_gates_of_the_local_recipe_pass(engine):
 def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
     """Four connections for a C8 cell: the engine saw four in flight, and the receipt says so.
 
-    Three requests a stream, so the cell has a steady state to judge (a request or two per stream is not judged)."""
+    Three requests a stream, so the cell has a steady state to judge (a request or two per stream is not judged),
+    each 640 tokens: at time scale 0 a 192-token request lasts some 30 ms here, and the client's own few
+    milliseconds between one request's end and the next one's send then read as delivered concurrency 7."""
     from gb300lane.bench.window import run_window_async
     import asyncio
 
     window = WindowSpec(
         name="d", classes=("prose",), transcripts_per_class=24, rounds=1, concurrency=(8,),
-        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=192,
+        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=640,
     )
     held = asyncio.run(run_window_async(engine, window, model="deepseek-v4.1-flash"))
     (good,) = held.cells
@@ -120,7 +122,7 @@ def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
     # record (from when each request's head went out) says.
     assert cell.delivered.server_running <= 4 and cell.delivered.client_in_flight_at_scrape <= 4
     # The requests themselves were fine: only the load they were labelled with was not delivered.
-    assert all(r.ok and r.output_tokens == 192 for r in short.records)
+    assert all(r.ok and r.output_tokens == 640 for r in short.records)
     assert all(r.sent_s is not None for r in short.records)
     assert sum(r.sent_s > 0.01 for r in short.records) >= 4  # the second four waited for a connection
 
