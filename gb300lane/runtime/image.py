@@ -280,9 +280,6 @@ def ensure_engine_image(
 
     runtime = DockerRuntime()
     want = source_hash()
-    labels = runtime.image_labels(tag)
-    if not force and labels is not None and labels.get(SOURCE_HASH_LABEL) == want:
-        return EngineImage(tag=tag, source_hash=want, built=False)
     # One build at a time on this machine: two builds of a tag at once race in the engine (one's prune of the
     # dangling image can take a layer the other is committing), so the second waits and finds the first's image.
     with _build_lock():
