@@ -100,14 +100,7 @@ def uniforms_at(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
 
 def uniforms(keys: np.ndarray, positions: np.ndarray, use: int, count: int) -> np.ndarray:
     """(B, count) uniforms for slots 0..count-1 of `use` at each row's output position."""
-    compiled = kernels.active()
-    pos = np.ascontiguousarray(positions, dtype=np.int64)
-    if compiled is not None and pos.ndim == 1:
-        # The same counter words and finaliser in one pass (_kernels.c step_uniforms, as step_uniforms calls it).
-        u = np.empty((pos.shape[0], count))
-        if compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, _use_words(use, count), u):
-            return u
-    return uniforms_at(keys, counters(positions, use, count))
+    return _at_positions(keys, positions, _use_words(use, count))
 
 
 def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -116,17 +109,23 @@ def step_uniforms(keys: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.n
     The same values as three `uniforms` calls (the same counter words), for a
     step's fixed cost.
     """
+    u = _at_positions(keys, positions, _step_words(k))
+    return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+
+
+def _at_positions(keys: np.ndarray, positions: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """(B, S) uniforms at counter words (position << 16) | words[s] (`counters`' layout; `words` holds the use
+    and slot bits), each row at its own position; positions outside the layout raise, naming the range."""
     compiled = kernels.active()
     pos = np.ascontiguousarray(positions, dtype=np.int64)
     if compiled is not None and pos.ndim == 1:
         # The same counter words and finaliser in one pass (_kernels.c step_uniforms), which checks the positions.
-        u = np.empty((pos.shape[0], 2 * k + 1))
-        if not compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, _step_words(k), u):
+        u = np.empty((pos.shape[0], words.shape[0]))
+        if not compiled.step_uniforms(np.ascontiguousarray(keys, dtype=np.uint64), pos, words, u):
             _positions(pos)  # raises, naming the range
-    else:
-        pos = _positions(pos)
-        u = uniforms_at(keys, (pos.astype(np.uint64) << _S16)[:, None] | _step_words(k))
-    return u[:, :k], u[:, k : 2 * k], u[:, 2 * k]
+        return u
+    pos = _positions(pos)
+    return uniforms_at(keys, (pos.astype(np.uint64) << _S16)[:, None] | words)
 
 
 @functools.lru_cache(maxsize=64)
