@@ -95,11 +95,12 @@ def with_overrides(
     concurrency: list[int] | None = None,
     classes: list[str] | None = None,
 ) -> WindowSpec:
-    """The window with sizes shrunk (or grown) for a quick run, re-validated."""
+    """The window with sizes shrunk (or grown) for a quick run, re-validated (`tokens` sets the forced length, or
+    max_tokens where the window lets requests stop at EOS)."""
     data = window.model_dump()
     for key, value in (
         ("transcripts_per_class", transcripts),
-        ("forced_tokens", tokens),
+        ("forced_tokens" if window.forced_tokens is not None else "max_tokens", tokens),
         ("rounds", rounds),
         ("concurrency", concurrency),
         ("classes", classes),

@@ -5,7 +5,8 @@ and the two /metrics scrapes around it. Nothing here does I/O, so the rules
 are tested with recorded values.
 
 Validity: a cell is invalid (and never averaged in) when any request failed,
-any request returned other than the forced token count, or the server's
+any request returned other than the forced token count (a window with a
+forced length), or the server's
 generation-token counter moved by a different amount than the client
 received (someone else used the lane during the cell: foreign traffic),
 the delivered concurrency or arrival rate is off the configured one by more
@@ -33,6 +34,7 @@ from gb300lane import spec
 from gb300lane.bench.client import StreamOutcome
 from gb300lane.bench.delivered import counter_attribution, delivered_load
 from gb300lane.bench.models import Arrivals, CellResult, Clock, ClockStats, RequestRecord, SpecStats
+from gb300lane.bench.quality import Ask, check
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
 from gb300lane.lane.probe import Scrape
@@ -52,12 +54,17 @@ def make_record(
     kind: str,
     worker: int,
     start_s: float,
-    expected_tokens: int,
+    expected_tokens: int | None,
     repeat: int = 0,
     request_rate: float | None = None,
     scheduled_s: float | None = None,
+    ask: Ask | None = None,
 ) -> RequestRecord:
-    """A RequestRecord from a stream outcome, with its decode rate on the best clock it has."""
+    """A RequestRecord from a stream outcome, with its decode rate on the best clock it has.
+
+    `ask` (what the transcript asks for, in a window whose requests stop at EOS) checks a finished request's
+    output and records the outcome; a request that failed has none.
+    """
     n = outcome.output_tokens or 0
     clock: Clock
     ttft: float | None
@@ -100,6 +107,8 @@ def make_record(
         spec_decode=outcome.spec_decode,
         event_times_s=outcome.event_times_s,
         sent_s=outcome.sent_s,
+        quality=None if ask is None or not outcome.ok else check(
+            ask, text=outcome.content, tool_calls=outcome.tool_calls, finish_reason=outcome.finish_reason),
     )
 
 
@@ -166,7 +175,7 @@ def summarize_cell(
     concurrency: int,
     round: int,
     records: list[RequestRecord],
-    forced_tokens: int,
+    forced_tokens: int | None,
     wall_span_s: float,
     before: Scrape,
     after: Scrape,
@@ -186,7 +195,7 @@ def summarize_cell(
     if failed:
         first = failed[0]
         invalid.append(f"{len(failed)} of {len(records)} requests failed; first: {first.transcript_id}: {first.error}")
-    short = [r for r in records if r.ok and r.output_tokens != forced_tokens]
+    short = [r for r in records if r.ok and forced_tokens is not None and r.output_tokens != forced_tokens]
     if short:
         r = short[0]
         invalid.append(
@@ -262,7 +271,7 @@ def summarize_cell(
         notes=notes,
         requests=len(records),
         errors=len(failed),
-        expected_tokens=forced_tokens * len(records),
+        expected_tokens=None if forced_tokens is None else forced_tokens * len(records),
         output_tokens=received,
         clock=clock,
         span_s=lead.span_s,

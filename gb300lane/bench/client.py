@@ -43,6 +43,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from gb300lane.bench.models import EngineTiming, RequestSpecDecode, TokenAttribution
+from gb300lane.bench.quality import ToolCall
 from gb300lane.models import format_validation_error
 from gb300lane.runtime import ssh
 
@@ -147,22 +148,29 @@ class StreamOutcome:
     event_times_s: list[float] = field(default_factory=list)
     sent_s: float | None = None
     started_at: float = 0.0
+    content: str = ""  # completion text or chat content, without tool-call arguments
+    tool_calls: list[ToolCall] = field(default_factory=list)  # chat: the calls, their streamed pieces joined
+    finish_reason: str | None = None
 
 
-def _chunk_text(chunk: dict[str, Any]) -> str:
-    """The text a chunk adds: completion text, chat content, or tool-call arguments."""
+def _chunk_parts(chunk: dict[str, Any]) -> tuple[str, list[tuple[int, str | None, str]]]:
+    """(completion text or chat content, [(tool call index, name if sent, argument piece)]) of one chunk: the
+    text a chunk adds is both, the arguments after the content."""
     parts: list[str] = []
+    calls: list[tuple[int, str | None, str]] = []
     for choice in chunk.get("choices") or []:
         if "text" in choice and choice["text"]:
             parts.append(choice["text"])
         delta = choice.get("delta") or {}
         if delta.get("content"):
             parts.append(delta["content"])
-        for call in delta.get("tool_calls") or []:
+        for pos, call in enumerate(delta.get("tool_calls") or []):
             fn = call.get("function") or {}
-            if fn.get("arguments"):
-                parts.append(fn["arguments"])
-    return "".join(parts)
+            index = call.get("index")
+            name = fn.get("name")
+            calls.append((index if isinstance(index, int) else pos, name if isinstance(name, str) else None,
+                          fn.get("arguments") or ""))
+    return "".join(parts), calls
 
 
 class _StreamState:
@@ -174,6 +182,7 @@ class _StreamState:
         self.usage_tokens_seen = 0
         self.per_chunk_usage = True
         self.chunk_times: list[tuple[float, int | None]] = []  # (arrival, tokens if known)
+        self.call_parts: list[list[str]] = []  # per tool call index: [name, arguments so far]
 
     def event(self, data: str, now: float) -> None:
         if self.done:
@@ -195,7 +204,13 @@ class _StreamState:
         choices = chunk.get("choices") or []
         if choices:
             self.out.event_times_s.append(now)
-            text = _chunk_text(chunk)
+            content, calls = _chunk_parts(chunk)
+            text = content + "".join(args for _, _, args in calls)
+            self.out.content += content
+            self._calls(calls)
+            for choice in choices:
+                if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+                    self.out.finish_reason = choice["finish_reason"]
             n: int | None = None
             if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                 n = usage["completion_tokens"] - self.usage_tokens_seen
@@ -228,6 +243,17 @@ class _StreamState:
                 raise _StreamFault(
                     f"malformed gb300lane timing extension: {format_validation_error(exc, first_only=True)}"
                 ) from None
+
+    def _calls(self, pieces: list[tuple[int, str | None, str]]) -> None:
+        """Join streamed tool-call pieces by index: the name comes once, the arguments in pieces."""
+        for index, name, args in pieces:
+            while len(self.call_parts) <= index:
+                self.call_parts.append(["", ""])
+            if name:
+                self.call_parts[index][0] = name
+            self.call_parts[index][1] += args
+        if pieces:
+            self.out.tool_calls = [ToolCall(name=n, arguments=a) for n, a in self.call_parts]
 
     def finish(self) -> None:
         """Turn chunk arrivals into per-token times once the total is known."""

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane import spec
+from gb300lane.bench.quality import QualityOutcome
 from gb300lane.bench.stats import Percentiles
 from gb300lane.models import FrozenModel
 
@@ -68,7 +69,8 @@ class RequestRecord(FrozenModel):
     ok: bool = Field(description="True when the stream completed without error and with usage.")
     error: str | None = Field(description="What went wrong, when anything did.")
     http_status: int | None = Field(description="HTTP status of the response; None when none arrived.")
-    expected_tokens: int = Field(description="The forced output length requested.")
+    expected_tokens: int | None = Field(
+        description="The forced output length requested; None where the window let requests stop at EOS.")
     output_tokens: int | None = Field(description="Completion tokens from the usage chunk; None without usage.")
     prompt_tokens: int | None = Field(description="Prompt tokens from the usage chunk.")
     chunks: int = Field(description="Number of content-bearing SSE chunks received.")
@@ -102,6 +104,12 @@ class RequestRecord(FrozenModel):
         default=None,
         description="When the request's head went out on a connection, seconds after start_s (later than it when "
         "the request waited for a free connection); None where not traced.",
+    )
+    # Left out of the dump when none, so the records of forced-length windows are byte for byte what they were.
+    quality: QualityOutcome | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="Task quality (windows whose requests stop at EOS, transcripts that ask for something "
+        "checkable): the outcome with its check's input (bench.quality); None: no outcome.",
     )
 
 
@@ -209,7 +217,8 @@ class CellResult(FrozenModel):
     notes: list[str] = Field(description="Things a reader should know that do not invalidate the cell.")
     requests: int = Field(description="Requests sent.")
     errors: int = Field(description="Requests that failed.")
-    expected_tokens: int = Field(description="requests x forced tokens.")
+    expected_tokens: int | None = Field(
+        description="requests x forced tokens; None where the window let requests stop at EOS.")
     output_tokens: int = Field(description="Completion tokens received (sum of usage).")
     clock: Clock = Field(description="Clock of the decode rates: 'modelled' when every request carried it.")
     span_s: float | None = Field(description="Cell duration on `clock`.")
@@ -293,6 +302,50 @@ class WindowResult(FrozenModel):
     def outputs(self) -> dict[str, str]:
         """Generated text of every successful request, keyed by `output_key`."""
         return {output_key(rec): rec.text for rec in self.records if rec.ok}
+
+    def quality_rates(self) -> list[QualityRate]:
+        """Task-quality pass rates per class and check over the requests that carry an outcome (empty: none)."""
+        return quality_rates(self.records)
+
+
+class QualityRate(FrozenModel):
+    """The task-quality pass rate of one class and check over a window's requests."""
+
+    cls: str = Field(description="Traffic class.")
+    check: str = Field(description="The check (tool_call, json, yaml, csv, python).")
+    checked: int = Field(description="Requests checked (finished requests whose transcript asks for it).")
+    passed: int = Field(description="Of them, passed.")
+    rate: float = Field(description="passed / checked.")
+    low: float = Field(description="Clopper-Pearson 95% interval, lower end.")
+    high: float = Field(description="Clopper-Pearson 95% interval, upper end.")
+    cut_at_max_tokens: int = Field(description="Checked requests that ended at max_tokens (finish_reason length).")
+    from_content: int = Field(description="tool_call: requests whose call came from the content, not tool_calls.")
+    top_error: str | None = Field(description="The most frequent first error among those that failed.")
+
+
+def quality_rates(records: list[RequestRecord]) -> list[QualityRate]:
+    """Per (class, check), in the order met: pass rates with exact 95% intervals (bench.quality's outcomes)."""
+    from collections import Counter
+
+    from scipy.stats import binomtest
+
+    groups: dict[tuple[str, str], list[QualityOutcome]] = {}
+    for rec in records:
+        if rec.quality is not None:
+            groups.setdefault((rec.cls, rec.quality.ask.check), []).append(rec.quality)
+    out = []
+    for (cls, check), outcomes in groups.items():
+        n = len(outcomes)
+        k = sum(o.passed for o in outcomes)
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        errors = Counter(o.error for o in outcomes if o.error)
+        out.append(QualityRate(
+            cls=cls, check=check, checked=n, passed=k, rate=k / n, low=float(ci.low), high=float(ci.high),
+            cut_at_max_tokens=sum(o.finish_reason == "length" for o in outcomes),
+            from_content=sum(o.source == "content" for o in outcomes),
+            top_error=errors.most_common(1)[0][0] if errors else None,
+        ))  # fmt: skip
+    return out
 
 
 def output_key(rec: RequestRecord) -> str:

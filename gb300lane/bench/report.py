@@ -167,6 +167,22 @@ def acceptance_line(result: WindowResult) -> Text:
     )
 
 
+def quality_table(result: WindowResult) -> Table | None:
+    """Task-quality pass rates per class and check, with exact 95% intervals; None when no request has one."""
+    rates = result.quality_rates()
+    if not rates:
+        return None
+    table = Table(title="Task quality (outputs checked without a model; 95% Clopper-Pearson)", title_justify="left")
+    for name, justify in (("class", "left"), ("check", "left"), ("passed", "right"), ("rate", "right"),
+                          ("95% interval", "right"), ("cut at max", "right"), ("most frequent error", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rates:
+        check = r.check + (f" ({r.from_content} from content)" if r.from_content else "")
+        table.add_row(r.cls, check, f"{r.passed}/{r.checked}", f"{r.rate:.1%}", f"[{r.low:.1%}, {r.high:.1%}]",
+                      str(r.cut_at_max_tokens), Text(r.top_error or "—"))
+    return table
+
+
 def render_window(result: WindowResult) -> Group:
     """Everything `gb300lane bench` prints after a window."""
     valid = sum(1 for c in result.cells if c.valid)
@@ -184,6 +200,9 @@ def render_window(result: WindowResult) -> Group:
     for clock in clocks(result) or ["wall"]:
         parts += [decode_table(result, clock), cell_table(result, clock)]
     parts.append(acceptance_line(result))
+    quality = quality_table(result)
+    if quality is not None:
+        parts.append(quality)
     notes = cell_notes(result)
     if notes.plain:
         parts.append(notes)

@@ -44,6 +44,7 @@ GateStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 #: Window keys that must agree before two windows' outputs are comparable.
 _COMPARABLE = (
     "classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "seed_base", "forced_tokens",
+    "max_tokens", "tool_choice",
 )
 
 ProgressFactory = Callable[[], AbstractContextManager[WindowProgress | None]]
@@ -181,7 +182,9 @@ def _bounds(gate: SmokeGate, runner: _Runner) -> GateResult:
         return result("FAIL", _invalid_summary(run))
     failures: list[str] = []
     inconclusive: list[str] = []
-    passes = [f"{requests} requests, no errors, every output exactly {gate.window.forced_tokens} tokens"]
+    passes = [f"{requests} requests, no errors, " + (f"every output exactly {gate.window.forced_tokens} tokens"
+                                                     if gate.window.forced_tokens is not None
+                                                     else f"every output at most {gate.window.token_cap} tokens")]
     tps = gate.tokens_per_step
     if tps is not None and (tps.min is not None or tps.max is not None):
         agg = aggregate_spec(run.cells)

@@ -38,6 +38,11 @@ class Transcript(FrozenModel):
     prompt: str | None = Field(default=None, description="Completion prompt (kind 'completion').")
     messages: list[dict[str, Any]] | None = Field(default=None, description="Chat messages (kind 'chat').")
     tools: list[dict[str, Any]] | None = Field(default=None, description="Tool definitions sent with a chat request.")
+    response_format: dict[str, Any] | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="OpenAI `response_format` sent with the request (json_object, or json_schema with its schema); "
+        "the task-quality check then asks the output to parse as JSON (and validate against that schema).",
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Transcript:

@@ -16,7 +16,10 @@ on the request). The cell is labelled with the concurrency that ran.
 Every arm must see identical requests: the per-request seed is a stable hash
 of (seed base, transcript id, round, and the pass when it is not the first),
 independent of concurrency, order and arm; the output length is forced
-(`max_tokens = min_tokens = forced_tokens`, `ignore_eos`).
+(`max_tokens = min_tokens = forced_tokens`, `ignore_eos`). A window with
+`forced_tokens: null` lets its requests stop at EOS (`max_tokens` caps
+them): what a task-quality window needs, whose requests each get their
+outcome checked (`bench.quality`) and recorded beside the text.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from gb300lane import __version__
 from gb300lane.bench.cells import make_record, summarize_cell
 from gb300lane.bench.client import collector_paused, request_sent_trace, stream_request
 from gb300lane.bench.models import Arrivals, CellResult, LoadSpec, RequestRecord, RetriedCell, WindowResult
+from gb300lane.bench.quality import asks_for
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
 from gb300lane.lane.probe import Scrape, get_json, get_status, scrape_metrics
@@ -116,23 +120,26 @@ def build_request(
 ) -> tuple[str, dict[str, object], int | None]:
     """(path, JSON body, seed) of one request; chat for tool_json, completions otherwise."""
     seed = None if window.seed_base is None else derive_seed(window.seed_base, transcript.id, round, repeat)
-    body: dict[str, object] = {
-        "model": model,
-        "max_tokens": window.forced_tokens,
-        "min_tokens": window.forced_tokens,
-        "ignore_eos": True,
+    body: dict[str, object] = {"model": model, "max_tokens": window.token_cap}
+    if window.forced_tokens is not None:
+        body.update(min_tokens=window.forced_tokens, ignore_eos=True)
+    body.update({
         "temperature": window.temperature,
         "top_p": window.top_p,
         "stream": True,
         # Per-chunk cumulative usage makes multi-token chunks countable exactly.
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+    })
     if seed is not None:
         body["seed"] = seed
+    if transcript.response_format is not None:
+        body["response_format"] = transcript.response_format
     if transcript.kind == "chat":
         body["messages"] = transcript.messages
         if transcript.tools:
             body["tools"] = transcript.tools
+            if window.tool_choice is not None:
+                body["tool_choice"] = window.tool_choice
         return "/v1/chat/completions", body, seed
     body["prompt"] = transcript.prompt
     return "/v1/completions", body, seed
@@ -191,6 +198,7 @@ async def _run_cell(
                 worker=worker,
                 start_s=start,
                 expected_tokens=window.forced_tokens,
+                ask=asks_for(transcript) if window.stops_at_eos else None,
             )
             records[index] = rec
             if progress is not None:
@@ -281,6 +289,7 @@ async def _run_open_cell(
             start_s=start,
             scheduled_s=at,
             expected_tokens=window.forced_tokens,
+            ask=asks_for(transcript) if window.stops_at_eos else None,
         )
         records[index] = rec
         if progress is not None:

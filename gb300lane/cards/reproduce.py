@@ -76,7 +76,7 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     for w in card.windows:
         say(f"sizes (reduced from the write-up's 40 transcripts x 256 tokens): window {w.name}: "
             f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
-            f"{w.forced_tokens} forced tokens, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
+            f"{w.length_label()}, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
             f"temperature {w.temperature}")
     if ops is None:
         ops = LiveArmOps(port=arm_port(card, port, notice or say))

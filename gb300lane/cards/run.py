@@ -187,7 +187,7 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
             for w in (arm_window(card, x, arm, stage) for x in stage_windows(card, stage)):
                 seeds = "" if w.seed_base is None else f", seed base {w.seed_base}"
                 progress(f"{label}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
-                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.forced_tokens} tokens"
+                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.length_label()}"
                          f"{seeds})")
                 result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
                                         fingerprint=report.fingerprint)

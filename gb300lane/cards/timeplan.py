@@ -156,7 +156,7 @@ def _request_seconds(card: Card, windows: list[tuple[str, WindowData]]) -> tuple
     for _, data in windows:
         for c in data.cells:
             if c.decode_tok_s and c.decode_tok_s > 0:
-                per.setdefault((c.cls, c.concurrency), []).append(w.forced_tokens / c.decode_tok_s)
+                per.setdefault((c.cls, c.concurrency), []).append(w.token_cap / c.decode_tok_s)
                 clocks.add(data.clock or "modelled")
     total = 0.0
     for cls in w.classes:

@@ -57,6 +57,7 @@ def _summary(result: WindowResult, out: Path | None, check: dict | None = None) 
         "window": result.window,
         "load": result.load.model_dump(mode="json"),
         "cells": [c.model_dump(mode="json") for c in result.cells],
+        "quality": [r.model_dump(mode="json") for r in result.quality_rates()],
     }
 
 
@@ -70,7 +71,7 @@ def bench_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="write the window result here (never overwrites)"),
     model: Optional[str] = typer.Option(None, "--model", help="served model name (default: the recipe's, or /v1/models)"),
     transcripts: Optional[int] = typer.Option(None, "--transcripts", help="override transcripts per class"),
-    tokens: Optional[int] = typer.Option(None, "--tokens", help="override the forced output tokens"),
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="override the forced output tokens (max_tokens where the window stops at EOS)"),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="override the number of rounds"),
     concurrency: Optional[str] = typer.Option(
         None, "--concurrency", help="closed loop: override concurrency levels, e.g. 1,8 (above the transcripts: cycled)"

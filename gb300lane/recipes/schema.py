@@ -429,7 +429,24 @@ class WindowSpec(FrozenModel):
     temperature: float = Field(ge=0, description="Sampling temperature; 0 is the greedy path.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     seed_base: int | None = Field(default=None, description="Seed base: each request is seeded with a stable hash of (seed_base, transcript id, round); null sends no seed.")
-    forced_tokens: int = Field(ge=1, description="Output tokens forced per request (ignore_eos).")
+    forced_tokens: int | None = Field(
+        default=None, ge=1,
+        description="Output tokens forced per request (max_tokens = min_tokens, ignore_eos): every request returns "
+        "exactly this many, as a speed window needs. null: the requests may stop at EOS (set max_tokens), as a "
+        "task-quality window needs (a forced length cuts a tool call or a JSON document off).",
+    )
+    # Left out of the dump when none, so the windows of forced-length receipts are byte for byte what they were.
+    max_tokens: int | None = Field(
+        default=None, ge=1, exclude_if=lambda v: v is None,
+        description="With forced_tokens null: the most output tokens a request may return (it stops at EOS or "
+        "here). Absent with forced_tokens.",
+    )
+    tool_choice: Literal["auto", "required"] | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="tool_choice sent with the transcripts that carry tools: auto (the model may answer in text) or "
+        "required (the lane constrains decoding to a call of a declared tool, its structured-output path under "
+        "speculative decoding); absent: none sent, which a chat with tools reads as auto.",
+    )
 
     @field_validator("concurrency")
     @classmethod
@@ -437,6 +454,35 @@ class WindowSpec(FrozenModel):
         if any(c < 1 for c in v):
             raise ValueError("concurrency levels must be >= 1")
         return v
+
+    @model_validator(mode="after")
+    def _length(self) -> WindowSpec:
+        if self.forced_tokens is None and self.max_tokens is None:
+            raise ValueError(f"window {self.name}: set forced_tokens (every request returns exactly that many "
+                             "tokens) or, with forced_tokens null, max_tokens (requests stop at EOS or there)")
+        if self.forced_tokens is not None and self.max_tokens is not None:
+            raise ValueError(f"window {self.name}: forced_tokens {self.forced_tokens} and max_tokens "
+                             f"{self.max_tokens} both set; a forced length is its own cap: drop max_tokens, or set "
+                             "forced_tokens: null to let requests stop at EOS")
+        return self
+
+    @property
+    def stops_at_eos(self) -> bool:
+        """True when the window's requests may stop at EOS (forced_tokens null)."""
+        return self.forced_tokens is None
+
+    @property
+    def token_cap(self) -> int:
+        """The most output tokens a request of the window returns: the forced length, else max_tokens."""
+        cap = self.forced_tokens if self.forced_tokens is not None else self.max_tokens
+        assert cap is not None  # _length holds one of them
+        return cap
+
+    def length_label(self) -> str:
+        """`128 tokens`, or `up to 256 tokens (stops at EOS)`: the window's output length in words."""
+        if self.forced_tokens is not None:
+            return f"{self.forced_tokens} tokens"
+        return f"up to {self.token_cap} tokens (stops at EOS)"
 
 
 class SmokeGate(FrozenModel):

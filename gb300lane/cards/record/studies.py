@@ -31,7 +31,7 @@ from gb300lane.recipes.schema import WindowSpec
 def same_primary(card: Card, w: WindowSpec) -> bool:
     """Whether a window samples the same requests' noise as the card's primary one (temperature, length, top_p)."""
     p = card.window(card.primary_window)
-    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.top_p == p.top_p
+    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.max_tokens == p.max_tokens and w.top_p == p.top_p
 
 
 def pilot_root(base: Path | None = None) -> Path:
@@ -78,7 +78,8 @@ def boot_window(card: Card) -> WindowSpec:
     return p
 
 
-_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens")
+_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens",
+          "max_tokens", "tool_choice")
 
 
 def same_boot(card: Card, w: WindowSpec) -> bool:
