@@ -236,6 +236,26 @@ class LatencyTailGate(_WindowGate):
         return math.floor(4 * self.quantile / (1 - self.quantile) + 1e-9) + 1
 
 
+class TaskQualityGate(_WindowGate):
+    """B's task quality against the controls': McNemar's exact test on the paired outcomes (cards.decide.quality)."""
+
+    kind: Literal["task_quality"] = Field(
+        description="Outputs checked without a model (a tool call valid against its tool's schema, data that "
+        "parses as the JSON / YAML / CSV asked for, Python that compiles: bench.quality), B against each control "
+        "request by request: FAIL when McNemar's exact test shows B's pass rate lower than both controls' (beyond "
+        "the controls' own difference), PASS when B's drop is shown below `margin`.",
+    )
+    margin: float = Field(
+        ge=0, lt=1, description="The drop in pass rate (absolute: 0.05 is five points) B may have against a "
+        "control: PASS needs the one-sided upper bound of B's drop below it against each control.",
+    )
+    alpha: float = Field(
+        default=0.025, gt=0, lt=0.5, description="One-sided alpha of McNemar's exact test (FAIL) and of the drop's "
+        "upper bound (PASS); at a look of a sequential design, the level the design's spending allows there.",
+    )
+    decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
+
+
 class HashHitGate(_Gate):
     kind: Literal["hash_hit"] = Field(description="Every arm (or the arms listed) booted as a compile/autotune hash hit.")
     arms: tuple[str, ...] | None = Field(
@@ -280,6 +300,7 @@ Gate = Annotated[
     | ControlsAgreeGate
     | ParityGate
     | LatencyTailGate
+    | TaskQualityGate
     | HashHitGate
     | FlagGate
     | EnvEqualGate
@@ -395,6 +416,11 @@ class Card(FrozenModel):
             w = getattr(g, "window", None)
             if w is not None and w not in wnames:
                 raise ValueError(f"gate {g.id}: window {w!r} is not one of the windows {wnames}")
+        for g in self.gates:
+            if isinstance(g, TaskQualityGate):
+                problem = task_quality_problem(g, self.window(g.window))
+                if problem:
+                    raise ValueError(problem)
         cuped = [g.id for g in self.gates if getattr(g, "adjust", "none") == "cuped"]
         if cuped and self.seeds == "shared":
             raise ValueError(f"gates {cuped}: adjust: cuped measures the controls' noise from A against A2, which "
@@ -431,6 +457,20 @@ class Card(FrozenModel):
             if g.id == gate_id:
                 return g
         raise CardError(f"card {self.name}: no gate {gate_id!r}; gates are {[g.id for g in self.gates]}")
+
+
+def task_quality_problem(gate: TaskQualityGate, w: WindowSpec) -> str | None:
+    """Why a task-quality gate cannot read its window, or None: outputs cut at a forced length are no outcome,
+    and a round's requests at several concurrencies share their seeds, so they are not independent pairs."""
+    if not w.stops_at_eos:
+        return (f"gate {gate.id}: window {w.name} forces {w.forced_tokens} tokens, which cuts tool calls and "
+                "documents off; give the gate a window of its own with forced_tokens: null and max_tokens")
+    levels = [c for c in w.concurrency if gate.concurrency is None or c in gate.concurrency]
+    if len(levels) != 1:
+        return (f"gate {gate.id}: it covers concurrency {levels or 'none'} of window {w.name}; a round's requests "
+                "share their seeds at every concurrency, so they are one paired unit, not several: name one level "
+                "(concurrency: [8]) or give the window one")
+    return None
 
 
 #: The fewest paired units at which a BCa gate is let register. A/A with no engine (benchmarks/bca_small_n.py:

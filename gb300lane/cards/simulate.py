@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from gb300lane import __version__
 from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
+from gb300lane.bench.quality import Ask, QualityOutcome, ToolCall, check
 from gb300lane.bench.stats import Percentiles
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
@@ -46,6 +47,28 @@ DIFFERENCES = (
     "the batch at once, so the k schedule can see a fuller batch than through the server), C1 requests run side "
     "by side at the one-user k and are timed as if alone (same tokens, same modelled clock), modelled clock only"
 )
+
+
+def _full(window: WindowSpec, n: int) -> bool:
+    """Whether a request returned what its window asks: the forced length, else 1 to max_tokens tokens."""
+    return n == window.forced_tokens if window.forced_tokens is not None else 1 <= n <= window.token_cap
+
+
+def _outcome(asked: tuple[Ask, Any] | None, text: str, finish_reason: str | None) -> QualityOutcome | None:
+    """A request's task-quality outcome, its text read as the server answers it: a chat answer's message is the
+    engine's own (`chat_message`: the tool calls its parser takes from the text under the request's tool mode)."""
+    if asked is None:
+        return None
+    ask, req = asked
+    if not req.chat:
+        return check(ask, text=text, finish_reason=finish_reason)
+    from gb300lane.engine.api import chat_message
+
+    message, finish = chat_message(req, text, finish_reason)
+    calls = message.get("tool_calls")
+    parsed = [ToolCall.model_validate(c["function"]) for c in calls] if isinstance(calls, list) else []
+    content = message.get("content")
+    return check(ask, text=content if isinstance(content, str) else "", tool_calls=parsed, finish_reason=finish)
 
 
 @dataclass
@@ -65,6 +88,9 @@ class InProcessLane:
     _args: dict[str, Any] = field(default_factory=dict)
     #: What was sent for each request built (by the Sequence's id): its seed and endpoint kind.
     _sent: dict[int, tuple[int, Literal["completion", "chat"]]] = field(default_factory=dict)
+    #: What each request's transcript asks for and its parsed request (by the Sequence's id), in a window whose
+    #: requests stop at EOS.
+    _asks: dict[int, tuple[Ask, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.model is None:
@@ -104,10 +130,12 @@ class InProcessLane:
         return _ArmEngine(core=core, served=args.served_model_name, max_num_seqs=args.max_num_seqs)
 
     def _requests(self, engine: _ArmEngine, window: WindowSpec, cls: str, rnd: int) -> list[Any]:
+        from gb300lane.bench.quality import asks_for
         from gb300lane.bench.transcripts import select_transcripts
         from gb300lane.bench.window import build_request
         from gb300lane.engine.api import parse_request
         from gb300lane.engine.core import Sequence
+        from gb300lane.engine.grammar import Grammar, compile_constraint
 
         out = []
         for t in select_transcripts(cls, window.transcripts_per_class):
@@ -116,7 +144,13 @@ class InProcessLane:
             req = parse_request(body, chat=chat, served_model_name=engine.served)
             ids = req.prompt_ids if req.prompt_ids is not None else self.model.tokenizer.encode(req.prompt_text or "")
             out.append(Sequence(request_id=t.id, prompt_ids=list(ids), params=req.params))
+            constraint = req.decoding_constraint
+            if constraint is not None:  # as the server builds it: a forced tool call or a response_format
+                out[-1].grammar = Grammar(self.model.tokenizer, compile_constraint(
+                    self.model.tokenizer, constraint.kind, constraint.value))
             self._sent[id(out[-1])] = (seed if seed is not None else -1, "chat" if chat else "completion")
+            if window.stops_at_eos and (ask := asks_for(t)) is not None:
+                self._asks[id(out[-1])] = (ask, req)
         return out
 
     def _closed_loop(self, engine: _ArmEngine, seqs: list[Any], conc: int) -> float:
@@ -204,16 +238,18 @@ class InProcessLane:
                 times = seq.token_modelled
                 n = len(seq.output_ids)
                 seed, kind = self._sent.get(id(seq), (0, "completion"))
+                text = tok.decode(seq.output_ids)
                 records.append(RequestRecord(
                     cls=cls, concurrency=conc, round=rnd, transcript_id=seq.request_id, seed=seed, kind=kind,
-                    worker=0, start_s=0.0, ok=n == window.forced_tokens, error=None, http_status=None,
+                    worker=0, start_s=0.0, ok=_full(window, n), error=None, http_status=None,
                     expected_tokens=window.forced_tokens, output_tokens=n, prompt_tokens=len(seq.prompt_ids),
                     chunks=0, token_attribution="usage", ttft_s=None, e2e_s=None, done_s=None, token_times_s=[],
                     engine=None, clock="modelled", tpot_s=None,
                     decode_tok_s=decode_rate(n, times[0], times[-1]) if times else None,
-                    text=tok.decode(seq.output_ids),
+                    text=text,
                     spec_decode=RequestSpecDecode(num_drafts=seq.num_drafts, num_draft_tokens=seq.num_draft_tokens,
                                                   num_accepted_tokens=seq.num_accepted),
+                    quality=_outcome(self._asks.get(id(seq)), text, seq.finish_reason),
                 ))  # fmt: skip
                 drafts += seq.num_drafts
                 draft_tokens += seq.num_draft_tokens
@@ -228,9 +264,10 @@ class InProcessLane:
                                     accepted_per_pos=tuple(per_pos), drafts_by_length=by_len or None)
             out_tokens = sum(len(s.output_ids) for s in seqs)
             cells.append(CellResult(
-                cls=cls, concurrency=conc, round=rnd, valid=all(len(s.output_ids) == window.forced_tokens for s in seqs),
+                cls=cls, concurrency=conc, round=rnd, valid=all(_full(window, len(s.output_ids)) for s in seqs),
                 invalid_reasons=[], notes=[], requests=len(seqs), errors=0,
-                expected_tokens=window.forced_tokens * len(seqs), output_tokens=out_tokens, clock="modelled",
+                expected_tokens=None if window.forced_tokens is None else window.forced_tokens * len(seqs),
+                output_tokens=out_tokens, clock="modelled",
                 span_s=span, wall_span_s=0.0, decode_tok_s=out_tokens / span if span > 0 else None,
                 decode_tok_s_per_stream=none, ttft_s=none, tpot_s=none, itl_s=none, generation_tokens_delta=None,
                 spec=SpecStats.from_counters(counters) if drafts else None,

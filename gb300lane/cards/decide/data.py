@@ -83,6 +83,12 @@ class CellData(FrozenModel):
         default_factory=dict,
         description="Transcript id -> the gaps between the request's successive chunks (vLLM's ITL), on the cell's clock.",
     )
+    # Left out of the dump when empty, so cells without outcomes keep the bytes they had.
+    quality: dict[str, bool] = Field(
+        default_factory=dict, exclude_if=lambda v: not v,
+        description="Transcript id -> whether the request's output passed its task-quality check (windows that "
+        "stop at EOS; transcripts that ask for something checkable: bench.quality).",
+    )
 
 
 class WindowData(FrozenModel):

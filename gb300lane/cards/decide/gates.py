@@ -1,7 +1,9 @@
 """Evaluating a card's gates over its arms' data.
 
 Tested gates (tokens/step, decode tok/s, the controls' equivalence) are
-decided by pre-registered paired tests in `cards.decide.evidence`. Boot checks and
+decided by pre-registered paired tests in `cards.decide.evidence`; the
+latency tail by `cards.decide.tails`, task quality by McNemar's exact test
+in `cards.decide.quality`. Boot checks and
 parity compare facts across arms. The write-up's point-ratio gates
 (`tokens_per_step_ratio`, `decode_ratio`, `controls_agree`) are kept so its
 own cards score as they did: they report the controls' spread (A vs A2), the
@@ -17,6 +19,7 @@ from typing import assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
+from gb300lane.cards.decide.quality import eval_quality
 from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (
@@ -35,6 +38,7 @@ from gb300lane.cards.schema import (
     KvPoolGate,
     LatencyTailGate,
     ParityGate,
+    TaskQualityGate,
     TestedGate,
     TokensPerStepGate,
     TokensPerStepTest,
@@ -48,7 +52,8 @@ __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 #: Gates decided by the arms' boot facts.
 BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate | FeatureLiveGate
 #: Gates over a window's cells.
-WindowGate = TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate | LatencyTailGate
+WindowGate = (TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate | LatencyTailGate
+              | TaskQualityGate)
 CellKey = tuple[str, int]
 
 
@@ -362,6 +367,8 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
                 out.append(_eval_parity(ctx, gate))
             elif isinstance(gate, LatencyTailGate):
                 out.append(eval_tail(gate, ctx.cand, ctx.ctrls))
+            elif isinstance(gate, TaskQualityGate):
+                out.append(eval_quality(gate, ctx.candidate(), ctx.ctrls, look or Look()))
             elif isinstance(gate, TokensPerStepGate):
                 out.append(_eval_tps(ctx, gate))
             else:

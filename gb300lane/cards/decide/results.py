@@ -79,6 +79,42 @@ class CellCheck(FrozenModel):
     note: str | None = Field(default=None, description="Where a number came from when it is not measured here.")
 
 
+class QualityRate(FrozenModel):
+    """One arm's task-quality pass rate over a task-quality gate's paired units (one class, or all of them)."""
+
+    arm: str = Field(description="Arm name.")
+    cls: str | None = Field(description="Traffic class; None for every class the gate covers.")
+    passed: int = Field(description="Paired units whose request passed its check on this arm.")
+    checked: int = Field(description="Paired units (requests checked on every arm).")
+    rate: float | None = Field(description="passed / checked; None without units.")
+
+
+class McNemarTest(FrozenModel):
+    """McNemar's exact test of one arm's pass rate against another's, over the units both checked."""
+
+    comparison: str = Field(description="Subject against reference, e.g. 'B vs A'; 'A vs A2' is the floor.")
+    n: int = Field(description="Paired units.")
+    worse: int = Field(description="Discordant units the reference passed and the subject failed.")
+    better: int = Field(description="Discordant units the subject passed and the reference failed.")
+    drop: float | None = Field(description="(worse - better) / n: the subject's pass rate below the reference's "
+                               "(absolute); None without units.")
+    alternative: Literal["greater", "two-sided"] = Field(
+        description="binomtest's alternative on `worse` of the discordant pairs at 1/2: greater (one-sided, the "
+        "subject's pass rate lower) for B against a control; two-sided for the controls' floor.")
+    p_value: float = Field(description="McNemar's exact p-value (scipy.stats.binomtest; 1 without discordant pairs).")
+    level: float = Field(description="The one-sided level it is judged at (the gate's alpha at this look).")
+    drop_upper: float | None = Field(
+        default=None, description="B against a control: one-sided upper bound of the drop at `level` (discordance "
+        "and its direction each bounded exactly, Bonferroni); None for the floor.")
+
+
+class QualityResult(FrozenModel):
+    """What a task-quality gate measured: per-arm rates (overall and per class) and its McNemar tests."""
+
+    rates: tuple[QualityRate, ...] = Field(description="Per arm: every class together, then each class.")
+    tests: tuple[McNemarTest, ...] = Field(description="B against each control, then A against A2 (the floor).")
+
+
 class GateResult(FrozenModel):
     id: str = Field(description="Gate id.")
     kind: str = Field(description="Gate kind.")
@@ -90,6 +126,10 @@ class GateResult(FrozenModel):
     cells: tuple[CellCheck, ...] = Field(default=(), description="Per-cell checks of point-ratio gates.")
     tests: tuple[GateTest, ...] = Field(default=(), description="The statistical tests behind a statistical gate.")
     decides: bool = Field(default=True, description="False for a diagnostic: printed, never part of the verdict.")
+    # Left out of the dump when absent, so the verdicts of cards without the gate are byte for byte what they were.
+    quality: QualityResult | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="A task-quality gate's rates and McNemar tests (None for every other kind).")
 
 
 def combine(checks: list[Status]) -> Status:

@@ -54,6 +54,11 @@ def _margin(t: GateTest) -> str:
     return f"> +{t.margin:.2%}"
 
 
+def _pp(v: float | None) -> str:
+    """An absolute difference of rates, in points."""
+    return "—" if v is None else f"{v * 100:+.1f} pts"
+
+
 def _where(t: GateTest) -> str:
     return "window" if t.cls is None else f"{t.cls} C{t.concurrency}" if t.concurrency else t.cls
 
@@ -104,5 +109,5 @@ def page(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict]
         sources={a.arm: a.source for a in arms}, window=card.window(card.primary_window),
         arm_names=[a.name for a in card.arms], candidate=card.candidate.name, rows=rows, a_p=a_p_rows(card, arms),
         figures=figures, hashes=_hashes(rec, card, verdicts), manifest=manifest,
-        value=_value, pct=_pct, num=_num, margin=_margin, where=_where, interval=_interval, units=_units,
+        value=_value, pct=_pct, num=_num, margin=_margin, where=_where, interval=_interval, units=_units, pp=_pp,
     )  # fmt: skip

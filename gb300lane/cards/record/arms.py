@@ -46,6 +46,7 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
     per: dict[tuple[str, int, int], dict[str, float]] = {}
     tps: dict[tuple[str, int, int], dict[str, float]] = {}
     outs: dict[tuple[str, int, int], dict[str, str]] = {}
+    quality: dict[tuple[str, int, int], dict[str, bool]] = {}
     lat: defaultdict[tuple[str, int, int, str], dict[str, tuple[float | None, tuple[float, ...]]]] = defaultdict(dict)
     for rec in res.records:
         key = (rec.cls, int(rec.concurrency), int(rec.round))
@@ -56,6 +57,8 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
         sd = rec.spec_decode if rec.ok else None
         if sd is not None and sd.num_drafts:
             tps.setdefault(key, {})[sample] = 1.0 + sd.num_accepted_tokens / sd.num_drafts
+        if rec.ok and rec.quality is not None:
+            quality.setdefault(key, {})[sample] = rec.quality.passed
         if rec.ok:
             outs.setdefault(key, {})[sample] = sha256_bytes(rec.text or "")
             lat[(*key, "wall")][sample] = _latency(rec, "wall")
@@ -103,6 +106,7 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
                 outputs=outs.get(key, {}),
                 ttft_s={t: v for t, (v, _) in lat[(*key, cell.clock)].items() if v is not None},
                 itl_s={t: gaps for t, (_, gaps) in lat[(*key, cell.clock)].items()},
+                quality=quality.get(key, {}),
             )
         )
     clock = clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else None)
