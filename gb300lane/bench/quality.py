@@ -17,7 +17,8 @@ Three outcomes the tool can check on its own, per request:
   prompt asked for, else the whole text) must parse, JSON and YAML as the
   container asked for (an array/list or an object/mapping), CSV with at
   least a header and one row and every row as wide as the header (a CSV
-  reader accepts any text; a table of one column is prose).
+  reader accepts any text; a table of one column is prose) and, where the
+  prompt names the columns, that header.
 - `python`: the transcript asks for Python; the code (up to the closing fence
   when the prompt opened one, else the output's Python fences, else the
   whole text) must `compile()`; nothing is executed.
@@ -68,6 +69,9 @@ class Ask(FrozenModel):
     json_schema: dict[str, Any] | None = Field(
         default=None, description="json: the schema of a response_format json_schema the output must validate "
         "against (None: any JSON of the container asked for).")
+    columns: list[str] | None = Field(
+        default=None, description="csv: the columns the prompt names, the header the table must have (a CSV "
+        "reader accepts almost any text, so the header is what shows the table is the one asked for).")
 
 
 class ToolCall(FrozenModel):
@@ -102,6 +106,7 @@ def _prompt_text(t: Transcript) -> str:
 
 
 _DATA_ASK = re.compile(r"\b(CSV|YAML|JSON)\b(?:\s+(list|mapping|array|object))?")
+_COLUMNS = re.compile(r"\bwith columns ([\w ]+(?:, [\w ]+)*)")
 _CONTAINER: dict[str, Container] = {"list": "array", "array": "array", "mapping": "object", "object": "object"}
 
 
@@ -121,7 +126,9 @@ def asks_for(t: Transcript) -> Ask | None:
         formats: dict[str, CheckKind] = {"CSV": "csv", "YAML": "yaml", "JSON": "json"}
         check = formats[m.group(1)]
         container = _CONTAINER.get(m.group(2) or "") if check != "csv" else None
-        return Ask(check=check, container=container, heading="short heading" in text)
+        named = _COLUMNS.search(text) if check == "csv" else None
+        return Ask(check=check, container=container, heading="short heading" in text,
+                   columns=[c.strip() for c in named.group(1).split(",")] if named else None)
     if t.cls == "code" and re.search(r"\bin Python\b", text):
         return Ask(check="python", open_fence=text.rstrip(" ").endswith("```python\n"))
     return None
@@ -224,7 +231,7 @@ def _check_yaml(payload: str, ask: Ask) -> str | None:
     return _container_error(value, ask, "the YAML")
 
 
-def _check_csv(payload: str) -> str | None:
+def _check_csv(payload: str, columns: list[str] | None) -> str | None:
     try:
         rows = [r for r in csv.reader(io.StringIO(payload), strict=True) if r]
     except csv.Error as exc:
@@ -237,6 +244,9 @@ def _check_csv(payload: str) -> str | None:
     for i, row in enumerate(rows[1:], 2):
         if len(row) != width:
             return f"not a CSV table: row {i} has {len(row)} fields, the header {width}"
+    header = [h.strip().lower() for h in rows[0]]
+    if columns is not None and header != [c.lower() for c in columns]:
+        return f"not the CSV asked for: the header is {','.join(rows[0])!r}, the prompt names {','.join(columns)!r}"
     return None
 
 
@@ -343,7 +353,7 @@ def check(ask: Ask, *, text: str, tool_calls: Sequence[ToolCall] = (), finish_re
         error = _check_python(payload)
     else:
         payload = _data(text, ask)
-        error = (_check_csv(payload) if ask.check == "csv" else _check_yaml(payload, ask) if ask.check == "yaml"
+        error = (_check_csv(payload, ask.columns) if ask.check == "csv" else _check_yaml(payload, ask) if ask.check == "yaml"
                  else _check_json(payload, ask))
     return QualityOutcome(ask=ask, passed=error is None, source="text", checked=payload, error=error,
                           finish_reason=finish_reason)

@@ -103,7 +103,11 @@ def test_calls_in_content_take_only_whole_calls() -> None:
     ("structured-003", "- a: [\n", "not YAML: expected the node content, but found '<stream end>' at line 1 "
                                    "column 7 of '- a: ['"),
     ("structured-011", "just words", "the YAML is a str, not a YAML mapping as asked"),
-    ("structured-002", "name,mean_radius_km\nMercury,2439.7\nVenus,6051.8\n", None),
+    ("structured-002", "name,mean_radius_km,moons,orbital_period_days\nMercury,2439.7,0,88\nVenus,6051.8,0,225\n",
+     None),
+    ("structured-022", "Planets\n```csv\nName, Mean_Radius_km,moons,orbital_period_days\nEarth,6371,1,365\n```", None),
+    ("structured-002", "3,14\nbuild-02,37", "not the CSV asked for: the header is '3,14', the prompt names "
+                                            "'name,mean_radius_km,moons,orbital_period_days'"),
     ("structured-002", "name,moons\nEarth,1\nMars,2,extra\n", "not a CSV table: row 3 has 3 fields, the header 2"),
     ("structured-002", "| name | moons |\n|---|---|\n| Earth | 1 |",
      "not a CSV table: the header '| name | moons |' has one field (no comma-separated columns)"),
