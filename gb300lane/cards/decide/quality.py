@@ -46,7 +46,7 @@ from gb300lane.cards.schema import TaskQualityGate
 #: Unit -> (class, passed).
 Outcomes = dict[str, tuple[str, bool]]
 
-__all__ = ["drop_upper", "eval_quality", "mcnemar", "unit_outcomes"]
+__all__ = ["decide", "drop_upper", "eval_quality", "mcnemar", "mcnemar_counts", "unit_outcomes"]
 
 
 def unit_outcomes(arm: ArmData, gate: TaskQualityGate) -> Outcomes:
@@ -87,11 +87,16 @@ def drop_upper(worse: int, better: int, n: int, level: float) -> float:
 def mcnemar(subject: Sequence[bool], reference: Sequence[bool], *, comparison: str, level: float,
             two_sided: bool = False) -> McNemarTest:
     """McNemar's exact test of `subject`'s pass rate against `reference`'s over paired outcomes."""
-    from scipy.stats import binomtest
-
-    n = len(subject)
     worse = sum(1 for s, r in zip(subject, reference) if r and not s)
     better = sum(1 for s, r in zip(subject, reference) if s and not r)
+    return mcnemar_counts(worse, better, len(subject), comparison=comparison, level=level, two_sided=two_sided)
+
+
+def mcnemar_counts(worse: int, better: int, n: int, *, comparison: str, level: float,
+                   two_sided: bool = False) -> McNemarTest:
+    """McNemar's exact test from its counts: `worse` and `better` discordant units of n."""
+    from scipy.stats import binomtest
+
     m = worse + better
     alternative: Literal["greater", "two-sided"] = "two-sided" if two_sided else "greater"
     p = float(binomtest(worse, m, 0.5, alternative=alternative).pvalue) if m else 1.0
@@ -121,6 +126,31 @@ def _describe(t: McNemarTest) -> str:
     side = "one-sided" if t.alternative == "greater" else "two-sided"
     return (f"{t.comparison}: {t.worse} worse / {t.better} better of {t.n} (drop {_pp(t.drop)}, "
             f"McNemar exact {side} p = {t.p_value:.3g}{bound})")
+
+
+def decide(tests: Sequence[McNemarTest], floor: McNemarTest | None, *, margin: float, level: float,
+           controls_passed: int, who: str = "B") -> tuple[Status, tuple[str, ...]]:
+    """The gate's decision from B's tests against the controls, the controls' floor and how many units the
+    controls passed between them (module docstring)."""
+    if controls_passed == 0:
+        n = tests[0].n if tests else 0
+        return "INCONCLUSIVE", (f"no control passed any of the {n} checked requests: the check sees no quality to "
+                                "lose; choose classes the lane's model can do (or tool_choice: required)",)
+    floor_drop = abs(floor.drop or 0.0) if floor else 0.0
+    shown_worse = all(t.p_value < level for t in tests)
+    if shown_worse and all((t.drop or 0.0) > floor_drop for t in tests):
+        return "FAIL", (f"{who}'s pass rate is shown lower than every control's (p < {level:.2%} each) by more "
+                        f"than the controls differ ({_pp(floor_drop)})",)
+    if all(t.drop_upper is not None and t.drop_upper < margin for t in tests):
+        return "PASS", ()
+    if shown_worse:
+        return "INCONCLUSIVE", (f"{who} is shown worse than every control, but by no more than the controls differ "
+                                f"from each other ({_pp(floor_drop)}): the bracket cannot tell the change from a "
+                                "reboot",)
+    bounds = ", ".join(f"{t.comparison} {(t.drop_upper or 0.0) * 100:.1f}" for t in tests)
+    return "INCONCLUSIVE", (f"neither shown: the drop's upper bounds ({bounds} pts) are not all below the margin "
+                            f"{margin * 100:.1f} pts, and no drop is shown against every control; more units narrow "
+                            "the bound",)
 
 
 def eval_quality(gate: TaskQualityGate, cand: ArmData, ctrls: Sequence[ArmData], look: Look) -> GateResult:
@@ -155,28 +185,7 @@ def eval_quality(gate: TaskQualityGate, cand: ArmData, ctrls: Sequence[ArmData],
     rates = ", ".join(f"{n} {whole[n].rate:.1%} ({whole[n].passed}/{whole[n].checked})" for n in names)
     observed = f"pass rate {rates}; " + "; ".join(_describe(t) for t in tests)
     noise = _describe(floor) if floor else "no floor: one control"
-    if not any(any(o) for o in outcome[1:]):
-        return undecided(observed, f"no control passed any of the {len(units)} checked requests: the check sees no "
-                         "quality to lose; choose classes the lane's model can do (or tool_choice: required)", result)
-    floor_drop = abs(floor.drop or 0.0) if floor else 0.0
-    shown_worse = all(t.p_value < level for t in tests)
-    beyond = all((t.drop or 0.0) > floor_drop for t in tests)
-    status: Status
-    if shown_worse and beyond:
-        status = "FAIL"
-        reasons: tuple[str, ...] = (f"{cand.arm}'s pass rate is shown lower than every control's "
-                                    f"(p < {level:.2%} each) by more than the controls differ ({_pp(floor_drop)})",)
-    elif all(t.drop_upper is not None and t.drop_upper < gate.margin for t in tests):
-        status, reasons = "PASS", ()
-    elif shown_worse:
-        status = "INCONCLUSIVE"
-        reasons = (f"{cand.arm} is shown worse than every control, but by no more than the controls differ from "
-                   f"each other ({_pp(floor_drop)}): the bracket cannot tell the change from a reboot",)
-    else:
-        bounds = ", ".join(f"{t.comparison} {(t.drop_upper or 0.0) * 100:.1f}" for t in tests)
-        status = "INCONCLUSIVE"
-        reasons = (f"neither shown: the drop's upper bounds ({bounds} pts) are not all below the margin "
-                   f"{gate.margin * 100:.1f} pts, and no drop is shown against every control; more units narrow "
-                   "the bound",)
+    status, reasons = decide(tests, floor, margin=gate.margin, level=level,
+                             controls_passed=sum(sum(o) for o in outcome[1:]), who=cand.arm)
     return GateResult(id=gate.id, kind=gate.kind, status=status, observed=observed, bar=bar, noise_floor=noise,
                       reasons=reasons, decides=gate.decides, quality=result)
