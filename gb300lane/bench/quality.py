@@ -44,7 +44,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane.bench.transcripts import Transcript
+from gb300lane.errors import BenchError
 from gb300lane.models import FrozenModel
+from gb300lane.recipes.yamlio import parse_value
 
 CheckKind = Literal["tool_call", "json", "yaml", "csv", "python"]
 Container = Literal["array", "object"]
@@ -163,7 +165,8 @@ def _code(text: str, ask: Ask) -> str:
 
 
 def _quote(text: str) -> str:
-    one = text.strip().replace("\n", "\\n")
+    """The text as a Python literal, cut at `_QUOTE` characters (repr shows a line break as \\n)."""
+    one = text.strip()
     return repr(one if len(one) <= _QUOTE else one[:_QUOTE] + "...")
 
 
@@ -215,17 +218,16 @@ def _check_json(payload: str, ask: Ask) -> str | None:
 
 
 def _check_yaml(payload: str, ask: Ask) -> str | None:
-    import yaml
-
+    # The tool's one strict YAML reader: a duplicate key, an alias bomb or a recursive anchor is no valid document.
     try:
-        value = yaml.safe_load(payload)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        value = parse_value(payload, "the output", error=BenchError)
+    except BenchError as exc:
+        # The reader's message names a file and a fix; here it is the output's line and the problem alone.
+        m = re.match(r"the output(?::(\d+))?: (.*)", str(exc), re.DOTALL)
+        problem = (m.group(2) if m else str(exc)).split("; ")[0]
+        problem = re.sub(r"^invalid YAML \((.*)\)$", r"\1", problem)
+        where = f" at line {m.group(1)}" if m and m.group(1) else ""
         return f"not YAML: {problem}{where} of {_quote(payload)}"
-    except RecursionError:
-        return "not YAML: nested too deeply to parse"
     if value is None:
         return "no YAML: the output holds no data"
     return _container_error(value, ask, "the YAML")

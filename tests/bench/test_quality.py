@@ -101,7 +101,9 @@ def test_calls_in_content_take_only_whole_calls() -> None:
     ("structured-003", "- title: Opening\n  room: A\n- title: Close\n  room: B\n", None),
     ("structured-003", "title: Opening\n", "the YAML is a YAML mapping, not a YAML list as asked"),
     ("structured-003", "- a: [\n", "not YAML: expected the node content, but found '<stream end>' at line 1 "
-                                   "column 7 of '- a: ['"),
+                                   "of '- a: ['"),
+    ("structured-003", "- a: 1\n  a: 2\n", "not YAML: duplicate key 'a' (first at line 1) at line 2 of "
+                                          "'- a: 1\\n  a: 2'"),  # the tool's one strict YAML reader
     ("structured-011", "just words", "the YAML is a str, not a YAML mapping as asked"),
     ("structured-002", "name,mean_radius_km,moons,orbital_period_days\nMercury,2439.7,0,88\nVenus,6051.8,0,225\n",
      None),
