@@ -29,7 +29,7 @@ from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger
 from gb300lane.promote.models import BootReportLink, CustodyLinks
 from gb300lane.promote.state import check_witnesses
-from gb300lane.recipes import fingerprint, load_recipe
+from gb300lane.recipes import KeyChange, content_values, diff_values, fingerprint, load_recipe
 
 
 class _Add(Protocol):
@@ -95,16 +95,59 @@ def verify_production() -> Chain:
     booted = [lk.boot_report for e, lk in records if e.get("instance") == prod.instance and lk.boot_report]
     _boot_links(booted[-1] if booted else None, prod.fingerprint, add)
     try:
-        now = fingerprint(load_recipe(prod.recipe))
+        loaded = load_recipe(prod.recipe)
     except LaneError as exc:
         add("recipe", "broken", f"{prod.recipe} does not load now ({exc}); a restart could not boot it")
+        return Chain(subject="production", links=tuple(links))
+    now = fingerprint(loaded)
+    if now != prod.fingerprint:
+        add("recipe", "broken", f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
+            "(the recipe changed since it was promoted: a restart would boot something else)")
     else:
-        if now != prod.fingerprint:
-            add("recipe", "broken", f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
-                "(the recipe changed since it was promoted: a restart would boot something else)")
-        else:
-            add("recipe", "ok", f"{prod.recipe} still has fingerprint {now}")
+        add("recipe", "ok", f"{prod.recipe} still has fingerprint {now}")
+    _content_links(prod.recipe, promotion, content_values(loaded), add)
     return Chain(subject="production", links=tuple(links))
+
+
+def _keys(changes: tuple[KeyChange, ...]) -> str:
+    return "; ".join(f"{c.key}: {c.old!r} -> {c.new!r}" for c in changes[:8]) + (
+        f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+
+
+def _content_links(recipe: str, promotion: CustodyLinks, now: dict[str, JsonValue], add: _Add) -> None:
+    """The recipe's whole content: as promoted, as it is now, and (on a verdict) as the card measured it."""
+    if promotion.content is None:
+        add("content", "unproven", f"the promotion of {recipe} recorded its fingerprint alone, which leaves out "
+            "speculative.*, env, extra_args and smoke: nothing on record shows that production runs what its card "
+            "measured. The next promotion records the whole recipe (a card registered now binds it)")
+        return
+    changed = diff_values(promotion.content, now)
+    if changed:
+        add("content", "broken", f"{recipe} changed since it was promoted ({len(changed)} key"
+            f"{'s' if len(changed) != 1 else ''}: {_keys(changed)}): a restart would boot something else; restore it, "
+            "or run its card again and promote that")
+    else:
+        add("content", "ok", f"{recipe} is the recipe promoted (content sha256 {str(promotion.content_sha256)[:16]})")
+    verdict = promotion.verdict
+    if promotion.forced or verdict is None or not verdict.receipts:
+        return
+    rec = Receipts(Path(str(verdict.receipts)))
+    try:
+        ref = rec.registration().candidate_ref(rec.card())
+    except LaneError as exc:
+        add("content", "broken", f"the verdict's registration does not read ({str(exc).splitlines()[0]})",
+            str(rec.registration_file))
+        return
+    if ref is None or ref.content is None:
+        add("content", "unproven", "the verdict's registration did not record the candidate's resolved recipe: "
+            "nothing shows the card measured what was promoted", str(rec.registration_file))
+        return
+    measured = diff_values(ref.content, promotion.content)
+    if measured:
+        add("content", "broken", f"production is not the candidate its card measured ({len(measured)} key"
+            f"{'s' if len(measured) != 1 else ''}: {_keys(measured)})", str(rec.registration_file))
+    else:
+        add("content", "ok", "production is the candidate its card measured, key for key", str(rec.registration_file))
 
 
 def _ledger_links(
