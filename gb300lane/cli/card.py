@@ -80,7 +80,12 @@ def _print_verdict(v: Verdict) -> None:
                   "before any arm runs; warns when the card is underpowered.")
 def register_cmd(
     card: str = typer.Argument(..., help="Card file path or name in cards/."),
-    fresh: bool = typer.Option(False, "--fresh", help="Start a new receipts directory even if one exists today."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new receipts directory even if one exists today: "
+                               "the next run of the card's question, counted into its alpha (design.runs)."),
+    new_question: str | None = typer.Option(None, "--new-question", metavar="REASON", help="This run asks a new "
+                                            "question (another workload, another lane, a changed design): its alpha "
+                                            "starts afresh, and the reason is recorded and printed on every later "
+                                            "verdict and on promote."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
@@ -90,7 +95,7 @@ def register_cmd(
 
     loaded, path = load_card(card)
     plan = registration_plan(loaded)
-    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan)
+    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
     reg = rec.registration()
     warnings = registration_warnings(loaded, reg.plan)
     found = receipts_state(rec, card) if rec.reused else None
@@ -98,12 +103,20 @@ def register_cmd(
         print_json({"card": loaded.name, "receipts": str(rec.root), "gates_sha256": reg.gates_sha256,
                     "registered_at": reg.registered_at, "warnings": warnings,
                     "plan": reg.plan.model_dump(mode="json") if reg.plan else None,
+                    "question": reg.question.model_dump(mode="json") if reg.question else None,
                     "existing": found.model_dump(mode="json") if found else None})
         return
     if found is not None:
         console.print(f"{loaded.name}: {found.describe()}", highlight=False, markup=False, soft_wrap=True)
         return
     console.print(f"{loaded.name}: registered in {rec.root} (gates sha256 {reg.gates_sha256[:16]})", highlight=False)
+    q = reg.question
+    if q is not None:
+        for r in q.follows:
+            console.print(f"  earlier: {r.describe()}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"  run {q.run} of {q.runs} of its question: each gate spends {q.share:.1%} of its alpha here"
+                      + (f"; a new question: {q.new_question}" if q.new_question else ""),
+                      highlight=False, markup=False, soft_wrap=True)
     if reg.plan and reg.plan.power is not None:
         e = reg.plan.extension
         whole = ("" if e is None or e.power is None else
@@ -402,6 +415,8 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
     console.print(f"{c.name}: {c.title}", highlight=False)
     console.print(f"  receipts {rec.root}; registered {reg.registered_at}; gates sha256 {reg.gates_sha256[:16]}"
                   + ("; TRANSCRIBED" if reg.transcribed else ""), highlight=False)
+    for note in reg.question.notes() if reg.question is not None else ():
+        console.print(f"  {note}", highlight=False, markup=False, soft_wrap=True)
     for a in c.arms:
         console.print(f"  {a.name:<3} {a.role:<9} {a.recipe:<12} {arms[a.name]}", highlight=False)
     for lk in looks:

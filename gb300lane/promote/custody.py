@@ -21,8 +21,9 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from gb300lane import signing
+from gb300lane import evidencelog, signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
+from gb300lane.cards.record.logged import logged_runs, missing, receipts_key, unlogged
 from gb300lane.cards.record.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
@@ -253,6 +254,48 @@ def _boot_links(report: BootReportLink | None, prod_fingerprint: str, add: _Add)
         add("boot_report", "ok", f"unchanged; booted fingerprint {booted}", file)
 
 
+def verify_evidence() -> Chain:
+    """The evidence log: every line chains and is signed by a chosen signer, the config directory's head matches,
+    every file it pinned is still there as entered, and every scored receipts directory is in it."""
+    links: list[Link] = []
+
+    def add(kind: str, status: LinkStatus, detail: str, file: str | None = None) -> None:
+        links.append(Link(kind=kind, file=file, status=status, detail=detail))
+
+    log = evidencelog.read_log(signatures="all")
+    for br in log.breaks:
+        add("log", "broken", br, log.path)
+    for note in log.notes:
+        add("log", "note", note, log.path)
+    if log.ok:
+        resets = [r for r in log.records if r.entry.kind == "reset"]
+        add("log", "ok", f"{len(log.records)} entries chain, each signed by a chosen signer"
+            + (f"; reset at line {resets[-1].seq}: {resets[-1].entry.detail}" if resets else ""), log.path)
+    runs = logged_runs(log)
+    for run in runs.values():
+        gone = missing(run)
+        for br in gone:
+            add("receipts", "broken", br, run.receipts)
+        if not gone:
+            add("receipts", "ok", f"card {run.card}: {len(run.files)} files as entered"
+                + (f"; newest verdict {run.newest.number} {run.newest.verdict}" if run.newest else "")
+                + (f" (adopted: {run.adopted})" if run.adopted else ""), run.receipts)
+    for rec in all_receipts():
+        try:
+            if rec.registration().transcribed:
+                continue
+        except LaneError:
+            continue
+        known = runs.get(receipts_key(rec.root))
+        if known is None and not rec.verdict_numbers():
+            continue
+        for br in unlogged(rec.root, known):
+            add("receipts", "broken", br, str(rec.root))
+    if not links:
+        add("log", "note", "the evidence log is empty: no card was registered with this state directory", log.path)
+    return Chain(subject="evidence log", links=tuple(links))
+
+
 def verify_everything() -> list[Chain]:
-    """Production's chain and every registered card's receipts."""
-    return [verify_production(), *(verify_receipts(rec) for rec in all_receipts())]
+    """Production's chain, the evidence log and every registered card's receipts."""
+    return [verify_production(), verify_evidence(), *(verify_receipts(rec) for rec in all_receipts())]

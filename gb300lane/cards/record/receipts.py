@@ -338,10 +338,10 @@ class Receipts:
         # it before any receipt counts.
         body["seal"] = seal(MANIFEST_SEAL, body)
         written = self.write_json(self.root / name, body)
-        self._enter(reg, stage, name)
+        self.enter_stage(reg, stage, name)
         return written
 
-    def _enter(self, reg: Registration, stage: str, manifest: str) -> None:
+    def enter_stage(self, reg: Registration, stage: str, manifest: str, *, detail: str | None = None) -> None:
         """Enter a sealed stage in the evidence log: the manifest, and the verdict a verdict stage wrote."""
         card = self.card()
         cand = reg.candidate_ref(card)
@@ -359,7 +359,7 @@ class Receipts:
         evidencelog.append(evidencelog.Entry(
             kind=kind, at=evidencelog.utcnow(), card=reg.card, receipts=receipts_key(self.root), stage=stage,
             candidate=card.candidate.recipe, candidate_sha256=cand.content_sha256 if cand else None,
-            gates_sha256=reg.gates_sha256, files=files, verdict=word, number=number,
+            gates_sha256=reg.gates_sha256, files=files, verdict=word, number=number, detail=detail,
         ), action=f"enter {manifest} of {self.root} in the evidence log")
 
     def manifests(self) -> list[Path]:
