@@ -57,7 +57,8 @@ from gb300lane.cards.decide.results import CardPlan, ExtensionPlanFigures, GateP
 from gb300lane.cards.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
-from gb300lane.cards.record.receipts import lane_receipts, new_run_dir
+from gb300lane.cards.record.receipts import new_run_dir
+from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cards.record.studies import (
     boot_provenance,
     boot_window,
@@ -447,7 +448,7 @@ def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[st
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
     sources: list[str] = []
-    for rec in lane_receipts(base):
+    for rec in planning_receipts(base).kept:
         try:
             other = rec.card()
             if rec.registration().transcribed or other.controls[0].recipe != recipe:

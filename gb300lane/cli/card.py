@@ -93,11 +93,14 @@ def register_cmd(
     from gb300lane.cards.record.receipts import receipts_state
     from gb300lane.cards.cardfile import read_card_text
 
+    from gb300lane.cards.record.verified import planning_receipts
+
     loaded, path = load_card(card)
     plan = registration_plan(loaded)
     rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
     reg = rec.registration()
-    warnings = registration_warnings(loaded, reg.plan)
+    left_out = planning_receipts().note()
+    warnings = registration_warnings(loaded, reg.plan) + ([left_out] if left_out and not rec.reused else [])
     found = receipts_state(rec, card) if rec.reused else None
     if as_json:
         print_json({"card": loaded.name, "receipts": str(rec.root), "gates_sha256": reg.gates_sha256,
@@ -153,9 +156,14 @@ def plan_cmd(
     from gb300lane.cards.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
 
+    from gb300lane.cards.record.verified import planning_receipts
+
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
+    left_out = planning_receipts().note()
+    if left_out:
+        err_console.print(f"[yellow]warning:[/] {escape(left_out)}", markup=True, highlight=False, soft_wrap=True)
     found = control_windows(loaded)
     tp = time_plan(loaded, p, found[0] if found else [])
     if as_json:
@@ -452,10 +460,19 @@ def noise_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards.record.noise import ALL_CELLS, ledger
+    from gb300lane.cards.record.verified import planning_receipts
 
     rows = [e for k, e in sorted(ledger().items(), key=lambda kv: (kv[0].lane, kv[0].metric, repr(kv[0].shape),
                                                                    kv[0].unit != ALL_CELLS, kv[0].unit))
             if (lane is None or k.lane == lane) and (cells or k.unit == ALL_CELLS)]
+    planning = planning_receipts()
+    skipped = planning.skipped
+    if skipped:
+        err_console.print(f"[yellow]warning:[/] {escape(planning.note() or '')}", markup=True,
+                          highlight=False, soft_wrap=True)
+        for s in skipped:
+            err_console.print(f"  left out: {escape(s.receipts)}: {escape(s.why)}", markup=True, highlight=False,
+                              soft_wrap=True)
     if as_json:
         print_json([{"lane": e.key.lane, "engine": e.key.engine, "metric": e.key.metric, "unit": e.key.unit,
                      "shape": e.key.shape.describe(), "boot_sd": e.sd, "signed": e.signed, "df": e.df,
