@@ -242,8 +242,8 @@ def plan_promotion(
             refusals.append(f"{who}: its newest verdict ({verdict.reference}) does not verify: {verdict.custody}; "
                             "`gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)")
         for br in verdict.evidence:
-            refusals.append(f"{who}: the evidence log knows what the results no longer show: {br} (promotion rests on "
-                            "what the log remembers; or --force --reason \"...\" to promote anyway)")
+            refusals.append(f"{who}: {br} (promotion rests on what the evidence log remembers: `gb300lane verify "
+                            "--evidence` shows it; or --force --reason \"...\" to promote anyway)")
         if verdict.binding:
             refusals.append(f"{who}: {verdict.binding}")
     kept: KeptCandidate | None = None

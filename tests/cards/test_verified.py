@@ -8,12 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.cards.plan import plan_for, registration_plan
+from gb300lane.cards.plan import registration_plan
 from gb300lane.cards.record.noise import ALL_CELLS, ledger
 from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cli.main import app
@@ -25,7 +24,7 @@ runner = CliRunner()
 
 
 def _cards(tmp_path: Path, shifts: list[tuple[float, float]]) -> list[Path]:
-    text = (DATA / "tested.yaml").read_text()
+    text = (DATA / "tested.yaml").read_text().replace("    mde: 0.02\n", "    mde: 0.02\n    scope: aggregate\n")
     roots = []
     for i, (a, a2) in enumerate(shifts):
         p = tmp_path / f"tested-{i}.yaml"
@@ -39,10 +38,11 @@ def _cards(tmp_path: Path, shifts: list[tuple[float, float]]) -> list[Path]:
     return roots
 
 
-def _copies(root: Path, n: int) -> list[Path]:
-    """`n` copies of a scored card with its A2 windows made equal to A's (the chain then no longer holds)."""
+def _copies(roots: list[Path], n: int) -> list[Path]:
+    """`n` copies of the scored cards in turn with their A2 windows made equal to A's (the chain no longer holds)."""
     out = []
     for k in range(n):
+        root = roots[k % len(roots)]
         copy = root.with_name(f"{root.name}-copy{k}")
         shutil.copytree(root, copy)
         for p in [copy, *copy.rglob("*")]:
@@ -61,17 +61,27 @@ def _sd() -> float:
 
 def test_four_copies_with_a2_equal_to_a_are_skipped_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")
-    rng = np.random.default_rng(20261204)
-    roots = _cards(tmp_path, [(float(x), float(y)) for x, y in rng.normal(0.0, 0.04, size=(3, 2))])
+    roots = _cards(tmp_path, [(0.006, -0.004), (-0.005, 0.003), (0.002, -0.006)])
     card, _ = load_card(tmp_path / "tested-0.yaml")
-    sd, size = _sd(), plan_for(card, pilot=False).requests_per_arm_for_target
+
+    def signed() -> float:  # the boot sd `card register` writes into the registration it signs
+        return next(g.boot_sd for g in registration_plan(card).gates if g.gate == "tokens-per-step")
+
+    sd, boot_sd = _sd(), signed()
+    assert boot_sd == pytest.approx(sd) and sd > 0.004
     assert planning_receipts().skipped == ()
-    copies = _copies(roots[0], 4)
+    copies = _copies(roots, 4)
     planning = planning_receipts()
     assert {s.receipts for s in planning.skipped} == {str(c) for c in copies}
     assert all("chain breaks at arms/A2/attempt-1/windows/primary.json" in s.why for s in planning.skipped)
-    assert _sd() == sd and plan_for(card, pilot=False).requests_per_arm_for_target == size
-    assert registration_plan(card).requests_per_arm_for_target == size  # what `card register` signs
+    assert _sd() == sd and signed() == boot_sd
+    # had the copies been read, the lane's boot sd would have fallen (what the plan read before)
+    from gb300lane.cards.record import noise
+    from gb300lane.cards.record.receipts import lane_receipts
+
+    key = next(k for k in ledger() if k.metric == "tokens_per_step" and k.unit == ALL_CELLS)
+    read_all = noise.estimate(key, noise._distinct(s for r in lane_receipts() if (s := noise.card_samples(r).get(key))))
+    assert read_all.cards == 6 and read_all.sd < 0.75 * sd  # the fourth copy replays the first: counted once
     out = runner.invoke(app, ["card", "noise"])
     text = " ".join(out.output.split())
     assert out.exit_code == 0 and "4 receipts directories left out of the lane's noise and plans" in text, text
