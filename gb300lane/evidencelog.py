@@ -77,8 +77,8 @@ class Entry(FrozenModel):
     new_question: str | None = Field(default=None,
                                      description="Registration: why this run asks a new question, when it says so.")
     detail: str | None = Field(default=None, description="One line more (an adoption's or a reset's reason).")
-    calibration: bool = Field(default=False, description="Registration: a replicate of a lane calibration (`card "
-                              "calibrate --lane`): the lane's noise, never a question's run nor promotion evidence.")
+    aside: str | None = Field(default=None, description="Registration: why the run is no question's run and never "
+                              "promotion evidence (a lane calibration's replicate, a reproduction of the write-up).")
 
 
 class Record(FrozenModel):

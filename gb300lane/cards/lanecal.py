@@ -144,7 +144,7 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
             rep = replicate_card(card, scenario, seed, r)
             text = yaml.safe_dump(card_payload(rep), sort_keys=False)
             rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")),
-                           calibration=True)
+                           aside="a replicate of `card calibrate --lane`")
             ran = False
             started = time.monotonic()
             if not rec.verdict_numbers():

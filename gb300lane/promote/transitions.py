@@ -610,7 +610,8 @@ def _kept(kc: KeptCandidate, recipe: str, fingerprint: str, verdict: VerdictInfo
     if kc.verdict != "PASS":
         again = f"`gb300lane card register {kc.card} --fresh`, `gb300lane card run {kc.card} --take-lane`"
         raise StateError(f"{who}: its verdict is {kc.verdict} ({kc.receipts}), and promoting its kept candidate needs "
-                         f"a PASS; run the card again: {again}, then `gb300lane card score {kc.card}`")
+                         f"a PASS; a further run of the card's question spends its next share of alpha where the card "
+                         f"registered more runs (design.runs): {again}, then `gb300lane card score {kc.card}`")
     mine = verdict is not None and verdict.receipts is not None and _same_dir(verdict.receipts, kc.receipts)
     if not mine:
         newest = verdict.reference if verdict is not None else "none"

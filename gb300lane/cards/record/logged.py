@@ -60,7 +60,7 @@ class LoggedRun(FrozenModel):
     runs: int | None = Field(default=None, description="The runs its question allows.")
     new_question: str | None = Field(default=None, description="Why it asked a new question, when it said so.")
     adopted: str | None = Field(default=None, description="Why it was entered after the fact (`evidence adopt`).")
-    calibration: bool = Field(default=False, description="A lane calibration's replicate: never promotion evidence.")
+    aside: str | None = Field(default=None, description="Why it is no question's run and never promotion evidence.")
     files: dict[str, LoggedFile] = Field(default_factory=dict, description="Every file the log pinned, newest first.")
     verdicts: tuple[LoggedVerdict, ...] = Field(default=(), description="Its verdicts, in the order entered.")
     measured: bool = Field(default=False, description="True once any stage of it was sealed.")
@@ -88,7 +88,7 @@ def _fold(run: LoggedRun | None, seq: int, e: Entry) -> LoggedRun:
     if e.kind in ("registration", "adopted"):
         update.update(candidate=e.candidate, candidate_sha256=e.candidate_sha256, gates_sha256=e.gates_sha256,
                       registered_seq=seq, registered_at=e.at, run=e.run, runs=e.runs, new_question=e.new_question,
-                      calibration=e.calibration)
+                      aside=e.aside)
         if e.kind == "adopted":
             update["adopted"] = e.detail or "adopted"
     files = dict(base.files)
@@ -123,7 +123,7 @@ def logged_runs(log: EvidenceLog) -> dict[str, LoggedRun]:
 
 def earlier_runs(log: EvidenceLog, card: str, candidate_sha256: str | None) -> list[EarlierRun]:
     """The question's registrations the log remembers (this card, this candidate content), oldest first."""
-    return [r.as_earlier() for r in logged_runs(log).values() if r.card == card and not r.calibration
+    return [r.as_earlier() for r in logged_runs(log).values() if r.card == card and r.aside is None
             and r.candidate_sha256 == candidate_sha256 and r.registered_seq is not None]
 
 

@@ -412,7 +412,7 @@ def new_run_dir(base: Path, stem: str) -> Path:
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
              date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
              plan: CardPlan | None = None, run: str | None = None, new_question: str | None = None,
-             calibration: bool = False) -> Receipts:
+             aside: str | None = None) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once, and enter them in the evidence log.
 
     Registering the same gates again returns the existing receipts (marked
@@ -424,8 +424,9 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     A new directory is a run of the card's question (its name and the candidate's resolved recipe): the
     evidence log's earlier runs of it decide which (`cards.decide.question.plan_run`), and the share of each
     gate's alpha it spends; a question whose runs are spent, or whose gates changed, is refused unless
-    `new_question` says why this is a new one (recorded, and printed on every later verdict). A `calibration`
-    replicate (`card calibrate --lane`) is no question's run and never promotion evidence.
+    `new_question` says why this is a new one (recorded, and printed on every later verdict). A run registered
+    `aside` (a lane calibration's replicate, `card reproduce`'s run) is no question's run and never promotion
+    evidence; `aside` says why.
     """
     refused = small_sample_refusals(card)
     if refused:
@@ -449,7 +450,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     log = evidencelog.require_intact(f"register card {card.name}")
     cand = refs[card.candidate.name]
     question: QuestionRun | str | None = None
-    if not calibration:
+    if aside is None:
         earlier = earlier_runs(log, card.name, cand.content_sha256)
         question = plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier,
                             new_question)
@@ -470,12 +471,12 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         question=question,
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
-    enter_registration(rec, card, reg, calibration=calibration)
+    enter_registration(rec, card, reg, aside=aside)
     return rec
 
 
 def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
-                       = "registration", detail: str | None = None, calibration: bool = False) -> None:
+                       = "registration", detail: str | None = None, aside: str | None = None) -> None:
     """Enter a registration in the evidence log: registration.json and card.yaml, the candidate's resolved recipe,
     and the run of its question."""
     cand = reg.candidate_ref(card)
@@ -486,7 +487,7 @@ def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Li
         gates_sha256=reg.gates_sha256,
         files={"registration.json": sha256_file(rec.registration_file), "card.yaml": sha256_file(rec.card_file)},
         run=q.run if q else None, runs=q.runs if q else None, new_question=q.new_question if q else None,
-        detail=detail, calibration=calibration,
+        detail=detail, aside=aside,
     ), action=f"enter the registration of {rec.root} in the evidence log")
 
 

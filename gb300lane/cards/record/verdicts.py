@@ -214,7 +214,7 @@ def evidence_for(recipe_name: str, base: Path | None = None) -> CandidateEvidenc
     log = evidencelog.read_log()
     breaks = list(log.breaks)
     runs = logged_runs(log)
-    mine = [r for r in runs.values() if r.candidate == recipe_name and not r.calibration]
+    mine = [r for r in runs.values() if r.candidate == recipe_name and r.aside is None]
     for run in mine:
         breaks.extend(missing(run))
     transcribed: list[VerdictRef] = []
