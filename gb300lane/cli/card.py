@@ -95,8 +95,11 @@ def register_cmd(
 
     from gb300lane.cards.record.verified import planning_receipts
 
+    from gb300lane.cards.record.receipts import next_run
+
     loaded, path = load_card(card)
-    plan = registration_plan(loaded)
+    upcoming = next_run(loaded, new_question=new_question)  # refused, if it will be, before anything is planned
+    plan = registration_plan(loaded, share=1.0 if isinstance(upcoming, str) else upcoming.share)
     rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
     reg = rec.registration()
     left_out = planning_receipts().note()
@@ -158,9 +161,17 @@ def plan_cmd(
 
     from gb300lane.cards.record.verified import planning_receipts
 
+    from gb300lane.cards.record.receipts import next_run
+
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
-    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
+    upcoming = next_run(loaded)
+    share = 1.0 if isinstance(upcoming, str) else upcoming.share
+    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots,
+                 share=share)
+    if not isinstance(upcoming, str) and upcoming.runs > 1:
+        _say(as_json)(f"{loaded.name}: planned for run {upcoming.run} of {upcoming.runs} of its question, each gate at "
+                      f"{upcoming.share:.1%} of its alpha")
     left_out = planning_receipts().note()
     if left_out:
         err_console.print(f"[yellow]warning:[/] {escape(left_out)}", markup=True, highlight=False, soft_wrap=True)

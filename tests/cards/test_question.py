@@ -107,6 +107,16 @@ def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_s
     assert all(t.nominal_alpha == pytest.approx(t.alpha * run_share(1, 3)) for r in v1.results for t in r.tests)
     shown = runner.invoke(app, ["card", "show", str(second.root)])
     assert "run 2 of 3 of card tested's question" in " ".join(shown.output.split())
+    # the plan of the next run is the plan of its share of alpha
+    from gb300lane.cards.plan import registration_plan
+    from gb300lane.cards.record.receipts import next_run
+
+    card, _ = _card(3, "tested")
+    upcoming = next_run(card)
+    assert not isinstance(upcoming, str) and upcoming.run == 3
+    plan = registration_plan(card, share=upcoming.share)
+    gates = {g.id: g for g in card.gates}
+    assert plan is not None and all(g.alpha == pytest.approx(gates[g.gate].alpha * run_share(3, 3)) for g in plan.gates)
 
 
 def test_fresh_no_longer_resets_alpha_and_a_new_question_is_recorded_and_printed(

@@ -447,15 +447,13 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
                             "--new-question starts a new run: add --fresh")
         return Receipts(rec.root, reused=True)
     refs = {a.name: recipe_ref(a.recipe) for a in card.arms}
-    log = evidencelog.require_intact(f"register card {card.name}")
-    cand = refs[card.candidate.name]
     question: QuestionRun | str | None = None
     if aside is None:
-        earlier = earlier_runs(log, card.name, cand.content_sha256)
-        question = plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier,
-                            new_question)
+        question = next_run(card, refs[card.candidate.name], new_question)
         if isinstance(question, str):
             raise CardError(question)
+    else:
+        evidencelog.require_intact(f"register card {card.name}")
     write_once(rec.card_file, card_text)
     reg = Registration(
         schema_version=1,
@@ -473,6 +471,15 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
     enter_registration(rec, card, reg, aside=aside)
     return rec
+
+
+def next_run(card: Card, candidate: RecipeRef | None = None, new_question: str | None = None) -> QuestionRun | str:
+    """Which run of its question a registration of `card` now would be (the evidence log's earlier runs of it),
+    or why it would be refused; what `register` records, and what `card plan` and `card register` size for."""
+    log = evidencelog.require_intact(f"register card {card.name}")
+    cand = candidate or _recipe_ref(card.candidate.recipe)
+    earlier = earlier_runs(log, card.name, cand.content_sha256)
+    return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question)
 
 
 def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
