@@ -165,7 +165,14 @@ def plan_cmd(
 
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
-    upcoming = next_run(loaded)
+    from gb300lane.cards.decide.question import QuestionRun
+    from gb300lane.errors import LaneError
+
+    try:
+        upcoming: QuestionRun | str = next_run(loaded)
+    except LaneError as exc:  # the evidence log does not hold: plan the whole alpha, and say why
+        upcoming = str(exc)
+        err_console.print(f"[yellow]warning:[/] {escape(upcoming)}", markup=True, highlight=False, soft_wrap=True)
     share = 1.0 if isinstance(upcoming, str) else upcoming.share
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots,
                  share=share)

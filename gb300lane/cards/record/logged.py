@@ -157,7 +157,8 @@ def unlogged(root: Path, run: LoggedRun | None) -> list[str]:
     fix = (f"it was not written by this installation's tool, or was copied in: `gb300lane evidence adopt {root} "
            "--reason \"...\"` enters a directory whose chain of custody holds")
     if run is None:
-        held = sorted(p.name for p in (root / "verdicts").glob("verdict-*.json")) if (root / "verdicts").is_dir() else []
+        verdicts = root / "verdicts"
+        held = sorted(p.name for p in verdicts.glob("verdict-*.json")) if verdicts.is_dir() else []
         return [f"{root}: a registered receipts directory the evidence log never entered"
                 + (f" (holding {', '.join(held)})" if held else "") + f"; {fix}"]
     out = []
