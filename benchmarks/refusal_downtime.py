@@ -23,7 +23,6 @@ failed answer to the next 200 (summed). Each must refuse and leave production's 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -211,9 +210,9 @@ def main() -> int:
         print(f"{r['reason']:<58} {'yes' if r['refused'] else 'NO':>7} {'yes' if r['named'] else 'NO':>5} "
               f"{r['down_s']:>7.2f} {r['polls']:>6} {r['promote_s']:>9.2f}  "
               f"{'untouched' if r['production_untouched'] else 'TOUCHED'}")
-    atomic_write(args.out, dumps_json({"schema_version": 1, "benchmark": "refusal_downtime", "tool_version": __version__,
-                                       "python": platform.python_version(), "platform": platform.platform(),
-                                       "time_scale": args.time_scale, "rows": rows}))
+    atomic_write(args.out, dumps_json({"schema_version": 1, "benchmark": "refusal_downtime",
+                                       "tool_version": __version__, "python": platform.python_version(),
+                                       "platform": platform.platform(), "time_scale": args.time_scale, "rows": rows}))
     print(f"wrote {args.out}")
     bad = [r for r in rows if not (r["refused"] and r["named"] and r["production_untouched"]) or r["down_s"] > 0]
     return 1 if bad else 0

@@ -299,8 +299,9 @@ def noise_copies() -> dict[str, Any]:
     from gb300lane.cards.record.receipts import lane_receipts
     from gb300lane.cards.record.verified import planning_receipts
 
-    with world() as w:
-        text = (CARD.parent / "tested.yaml").read_text().replace("    mde: 0.02\n", "    mde: 0.02\n    scope: aggregate\n")
+    with world():
+        text = (CARD.parent / "tested.yaml").read_text().replace("    mde: 0.02\n",
+                                                                 "    mde: 0.02\n    scope: aggregate\n")
         roots = []
         for i, (a, a2) in enumerate([(0.006, -0.004), (-0.005, 0.003), (0.002, -0.006)]):
             t = text.replace("name: tested\n", f"name: tested-{i}\n").replace(
