@@ -140,7 +140,7 @@ class LiveOps:
     def _binding(self, recipe: str, card: str, registered: dict[str, JsonValue] | None, *,
                  transcribed: bool) -> str | None:
         """Why the recipe as it is now is not what the card measured, naming the keys; None when it is."""
-        run = f"run card {card} on the recipe as it is (`gb300lane card register {card} --fresh`, then `card run`)"
+        run = (f"run card {card} on the recipe as it is (`gb300lane card register {card} --fresh --new-question \"why the recipe changed\"`, then `card run`: a changed candidate is a new question)")
         if registered is None:
             what = ("a write-up's transcribed verdict, which measured the write-up's box" if transcribed else
                     "its registration predates recording the candidate's resolved recipe")

@@ -64,6 +64,20 @@ def test_changed_gates_are_a_new_question_not_another_run() -> None:
     assert isinstance(said, str) and "its gates or design differ from its earlier runs" in said
 
 
+def test_a_changed_candidate_recipe_is_a_new_question_that_needs_a_reason() -> None:
+    # an edit to any key of the candidate (a port, say) would otherwise be a free restart of the alpha
+    moved = [_earlier(1, runs=1)]
+    said = plan_run("c", "edited", 1, "g", [], other_candidates=moved)
+    assert isinstance(said, str) and "its candidate recipe changed" in said and "--new-question" in said
+    assert "run 1 (/r/1" in said
+    new = plan_run("c", "edited", 1, "g", [], new_question="image bumped", other_candidates=moved)
+    assert not isinstance(new, str) and [r.receipts for r in new.follows] == ["/r/1"]
+    assert "earlier runs of card c set aside: run 1 (/r/1" in new.notes()[0]
+    # a candidate registered but never measured leaves nothing to restart
+    assert not isinstance(plan_run("c", "edited", 1, "g", [], other_candidates=[_earlier(1, None, measured=False)]),
+                          str)
+
+
 def test_a_new_question_starts_its_own_count_and_keeps_the_reason() -> None:
     new = plan_run("c", "h", 1, "g", [_earlier(1, runs=1)], new_question="the workload changed")
     assert not isinstance(new, str) and new.run == 1 and new.share == 1.0

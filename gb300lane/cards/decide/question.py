@@ -73,22 +73,35 @@ class QuestionRun(FrozenModel):
 
 
 def plan_run(card: str, candidate_sha256: str | None, runs: int, gates_sha256: str,
-             earlier: Sequence[EarlierRun], new_question: str | None = None) -> QuestionRun | str:
+             earlier: Sequence[EarlierRun], new_question: str | None = None,
+             other_candidates: Sequence[EarlierRun] = ()) -> QuestionRun | str:
     """This registration's run of its question, or why it may not be one (a line naming the earlier runs and the
-    fix). `earlier`: the question's registrations the log remembers, oldest first."""
+    fix). `earlier`: the question's registrations the log remembers, oldest first; `other_candidates`: the card's
+    registrations of another candidate recipe, oldest first.
+
+    A card whose candidate recipe changed after it was measured asks a new question, and a new question needs a
+    reason like any other: otherwise an edit to any key of the candidate (a port, a comment-like env value) would
+    be a free restart of alpha."""
     reason = (new_question or "").strip() or None
     if reason is not None:
         return QuestionRun(card=card, candidate_sha256=candidate_sha256, run=1, runs=runs, share=run_share(1, runs),
-                           follows=tuple(earlier), new_question=reason)
+                           follows=tuple(earlier) or tuple(r for r in other_candidates if r.measured),
+                           new_question=reason)
+    fix = ("if the question itself changed (another workload, another lane, a fix measured anew), register with "
+           "--new-question \"why\": the reason is recorded and printed on every later verdict and on promote")
     # The question's current series: from its newest run that declared a new question (or its first run).
     start = max((i for i, r in enumerate(earlier) if r.new_question is not None), default=0)
     series = list(earlier[start:])
     measured = [r for r in series if r.measured]
+    if not earlier:
+        moved = [r for r in other_candidates if r.measured]
+        if moved:
+            return (f"card {card}: its candidate recipe changed (now {(candidate_sha256 or '?')[:12]}) since its "
+                    f"earlier runs measured another ({'; '.join(r.describe() for r in moved)}); a changed "
+                    f"candidate is a new question, not a free restart of the old one's alpha: {fix}")
     if not measured:
         return QuestionRun(card=card, candidate_sha256=candidate_sha256, run=1, runs=runs, share=run_share(1, runs))
     listed = "; ".join(r.describe() for r in measured)
-    fix = ("if the question itself changed (another workload, another lane, a fix measured anew), register with "
-           "--new-question \"why\": the reason is recorded and printed on every later verdict and on promote")
     other = [r for r in measured if r.gates_sha256 is not None and r.gates_sha256 != gates_sha256]
     if other:
         return (f"card {card}: its gates or design differ from its earlier runs of the same candidate recipe "

@@ -121,10 +121,13 @@ def logged_runs(log: EvidenceLog) -> dict[str, LoggedRun]:
     return out
 
 
-def earlier_runs(log: EvidenceLog, card: str, candidate_sha256: str | None) -> list[EarlierRun]:
-    """The question's registrations the log remembers (this card, this candidate content), oldest first."""
+def earlier_runs(log: EvidenceLog, card: str, candidate_sha256: str | None,
+                 *, other: bool = False) -> list[EarlierRun]:
+    """The question's registrations the log remembers (this card, this candidate content), oldest first; with
+    `other`, the card's registrations of any other candidate content instead."""
     return [r.as_earlier() for r in logged_runs(log).values() if r.card == card and r.aside is None
-            and r.candidate_sha256 == candidate_sha256 and r.registered_seq is not None]
+            and (r.candidate_sha256 != candidate_sha256 if other else r.candidate_sha256 == candidate_sha256)
+            and r.registered_seq is not None]
 
 
 def missing(run: LoggedRun) -> list[str]:

@@ -479,7 +479,9 @@ def next_run(card: Card, candidate: RecipeRef | None = None, new_question: str |
     log = evidencelog.require_intact(f"register card {card.name}")
     cand = candidate or _recipe_ref(card.candidate.recipe)
     earlier = earlier_runs(log, card.name, cand.content_sha256)
-    return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question)
+    others = earlier_runs(log, card.name, cand.content_sha256, other=True)
+    return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question,
+                    others)
 
 
 def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
