@@ -87,8 +87,9 @@ def _help_of(path: tuple[str, ...]) -> str:
     env = {"COLUMNS": str(HELP_COLUMNS), "NO_COLOR": "1", "TERM": "dumb"}
     result = CliRunner().invoke(app, [*path, "--help"], env=env, prog_name="gb300lane")
     if result.exit_code != 0:
-        raise SystemExit(f"gen_docs: `gb300lane {' '.join((*path, '--help'))}` exited {result.exit_code}:\n"
-                         f"{result.output}")
+        raise SystemExit(
+            f"gen_docs: `gb300lane {' '.join((*path, '--help'))}` exited {result.exit_code}:\n{result.output}"
+        )
     lines = [line.rstrip() for line in result.output.strip("\n").splitlines()]
     return "\n".join(lines)
 
@@ -99,19 +100,22 @@ def commands() -> list[Command]:
     for path, cmd in _walk(_click_tree()):
         summary = (cmd.short_help or (cmd.help or "").strip().split("\n\n")[0]).strip()
         summary = " ".join(summary.split())
-        found.append(Command(path=path, summary=summary, help_text=_help_of(path),
-                             is_group=bool(getattr(cmd, "commands", None))))
+        found.append(
+            Command(path=path, summary=summary, help_text=_help_of(path), is_group=bool(getattr(cmd, "commands", None)))
+        )
     return found
 
 
 def cli_page() -> str:
     cmds = commands()
-    out = [HEADER.format(cmd=REGENERATE, source="each command's own `--help`"),
-           "# CLI reference\n\n",
-           "Every command of `gb300lane`, with the help it prints for `--help` (at 80 columns). Exit codes are on\n"
-           "[Exit codes](exit-codes.md); the environment variables every command reads are on\n"
-           "[Environment variables](environment.md).\n\n",
-           "| command | what it does |\n| --- | --- |\n"]
+    out = [
+        HEADER.format(cmd=REGENERATE, source="each command's own `--help`"),
+        "# CLI reference\n\n",
+        "Every command of `gb300lane`, with the help it prints for `--help` (at 80 columns). Exit codes are on\n"
+        "[Exit codes](exit-codes.md); the environment variables every command reads are on\n"
+        "[Environment variables](environment.md).\n\n",
+        "| command | what it does |\n| --- | --- |\n",
+    ]
     for c in cmds[1:]:
         out.append(f"| [`{c.title}`](#{c.anchor}) | {_md(c.summary)} |\n")
     for c in cmds:
@@ -183,9 +187,18 @@ def _type_text(tp: Any) -> str:
     if isinstance(tp, type) and issubclass(tp, Enum):
         return " \\| ".join(f"`{json.dumps(m.value)}`" for m in tp)
     name = getattr(tp, "__name__", None) or str(tp)
-    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-            "StrictInt": "integer", "StrictStr": "string", "StrictFloat": "number", "StrictBool": "boolean",
-            "Path": "path", "PosixPath": "path"}.get(name, name)
+    return {
+        "str": "string",
+        "int": "integer",
+        "float": "number",
+        "bool": "boolean",
+        "StrictInt": "integer",
+        "StrictStr": "string",
+        "StrictFloat": "number",
+        "StrictBool": "boolean",
+        "Path": "path",
+        "PosixPath": "path",
+    }.get(name, name)
 
 
 def _default_text(field: Any) -> tuple[bool, str]:
@@ -249,8 +262,16 @@ def model_keys(model: Any, prefix: str = "", section: str = "") -> list[Key]:
         path = f"{prefix}{key}"
         required, default = _default_text(field)
         description = " ".join((field.description or "").split())
-        keys.append(Key(path=path, type_text=_type_text(field.annotation), required=required, default=default,
-                        description=description, section=section))
+        keys.append(
+            Key(
+                path=path,
+                type_text=_type_text(field.annotation),
+                required=required,
+                default=default,
+                description=description,
+                section=section,
+            )
+        )
         discriminator = field.discriminator if isinstance(field.discriminator, str) else None
         for suffix, child, kind in _children(field.annotation, discriminator):
             if child is None or child is model:
@@ -273,8 +294,7 @@ def _md(text: str) -> str:
 
 def keys_page(title: str, model: Any, source: str, intro: str) -> str:
     keys = model_keys(model)
-    out = [HEADER.format(cmd=REGENERATE, source=f"the field descriptions of `{source}`"), f"# {title}\n\n", intro,
-           "\n"]
+    out = [HEADER.format(cmd=REGENERATE, source=f"the field descriptions of `{source}`"), f"# {title}\n\n", intro, "\n"]
     sections: dict[str, list[Key]] = {}
     for k in keys:
         sections.setdefault(k.section, []).append(k)
@@ -291,18 +311,22 @@ def keys_page(title: str, model: Any, source: str, intro: str) -> str:
 def recipe_keys_page() -> str:
     from gb300lane.recipes.schema import Recipe
 
-    intro = ("Every key a recipe file (`recipes/<name>.yaml`) may set, from the recipe model's own field\n"
-             "descriptions. A recipe may `extends` another: mappings merge, lists replace. How to write one is on\n"
-             "[Write a recipe](../how-to/write-a-recipe.md).\n")
+    intro = (
+        "Every key a recipe file (`recipes/<name>.yaml`) may set, from the recipe model's own field\n"
+        "descriptions. A recipe may `extends` another: mappings merge, lists replace. How to write one is on\n"
+        "[Write a recipe](../how-to/write-a-recipe.md).\n"
+    )
     return keys_page("Recipe keys", Recipe, "gb300lane.recipes.schema.Recipe", intro)
 
 
 def card_keys_page() -> str:
     from gb300lane.cards.schema import Card
 
-    intro = ("Every key a card file (`cards/<name>.yaml`) may set, from the card model's own field descriptions.\n"
-             "A card's gates and its design are each one of several kinds (the `kind` key): each kind's keys have\n"
-             "a section of their own below. What the gates test is on [The statistics](../explanation/statistics.md).\n")
+    intro = (
+        "Every key a card file (`cards/<name>.yaml`) may set, from the card model's own field descriptions.\n"
+        "A card's gates and its design are each one of several kinds (the `kind` key): each kind's keys have\n"
+        "a section of their own below. What the gates test is on [The statistics](../explanation/statistics.md).\n"
+    )
     return keys_page("Card keys", Card, "gb300lane.cards.schema.Card", intro)
 
 
@@ -321,43 +345,55 @@ def _rate(rate: float, ci: list[float], n: int) -> str:
 
 def calibration_page() -> str:
     """The calibrations' rates from the benchmark results the repository keeps (benchmarks/results/)."""
-    out = [HEADER.format(cmd=REGENERATE, source="the calibration results in `benchmarks/results/`"),
-           "# Calibration tables\n\n",
-           "Each rate is measured, not assumed: replicates of a card under A/A (B replaced by A: every PASS\n"
-           "is a false \"B better\") and as written (the engine's real effect: power), each with its count and\n"
-           "its 95% Clopper-Pearson interval. How each was made, and what it shows, is on\n"
-           "[The statistics](statistics.md).\n\n## Cards calibrated on the embedded engine\n\n",
-           "| result file | card | replicates | requests per arm (A/A, as written) | false \"B better\" (A/A) "
-           "| false FAIL (A/A) | power (as written) | FAIL when real |\n"
-           "| --- | --- | --- | --- | --- | --- | --- | --- |\n"]
+    out = [
+        HEADER.format(cmd=REGENERATE, source="the calibration results in `benchmarks/results/`"),
+        "# Calibration tables\n\n",
+        "Each rate is measured, not assumed: replicates of a card under A/A (B replaced by A: every PASS\n"
+        'is a false "B better") and as written (the engine\'s real effect: power), each with its count and\n'
+        "its 95% Clopper-Pearson interval. How each was made, and what it shows, is on\n"
+        "[The statistics](statistics.md).\n\n## Cards calibrated on the embedded engine\n\n",
+        '| result file | card | replicates | requests per arm (A/A, as written) | false "B better" (A/A) '
+        "| false FAIL (A/A) | power (as written) | FAIL when real |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    ]
     for f in sorted(RESULTS.glob("calibrate-*.json")):
         d = json.loads(f.read_text(encoding="utf-8"))
         n = int(d["replicates"])
         sizes = f"{d['mean_requests_per_arm_aa']:g}, {d['mean_requests_per_arm_card']:g}"
-        out.append(f"| `{f.name}` | `{d['card']}` | {n} | {sizes} | "
-                   f"{_rate(d['false_better_rate'], d['false_better_ci'], n)} | "
-                   f"{_rate(d['false_fail_rate'], d['false_fail_ci'], n)} | "
-                   f"{_rate(d['power'], d['power_ci'], n)} | {_pct(d['fail_when_real_rate'])} |\n")
+        out.append(
+            f"| `{f.name}` | `{d['card']}` | {n} | {sizes} | "
+            f"{_rate(d['false_better_rate'], d['false_better_ci'], n)} | "
+            f"{_rate(d['false_fail_rate'], d['false_fail_ci'], n)} | "
+            f"{_rate(d['power'], d['power_ci'], n)} | {_pct(d['fail_when_real_rate'])} |\n"
+        )
     bca = RESULTS / "bca-small-n.json"
     if bca.is_file():
         d = json.loads(bca.read_text(encoding="utf-8"))
-        out.append(f"\n## BCa against the paired t at small n (A/A, no engine, nominal one-sided "
-                   f"{_pct(d['nominal_alpha'])})\n\n`bca-small-n.json` (`python benchmarks/bca_small_n.py`); a BCa "
-                   "gate is refused at registration below 100 paired units.\n\n"
-                   "| n | method | replicates | false PASS | false FAIL |\n| --- | --- | --- | --- | --- |\n")
+        out.append(
+            f"\n## BCa against the paired t at small n (A/A, no engine, nominal one-sided "
+            f"{_pct(d['nominal_alpha'])})\n\n`bca-small-n.json` (`python benchmarks/bca_small_n.py`); a BCa "
+            "gate is refused at registration below 100 paired units.\n\n"
+            "| n | method | replicates | false PASS | false FAIL |\n| --- | --- | --- | --- | --- |\n"
+        )
         for r in d["rows"]:
             n = int(r["replicates"])
-            out.append(f"| {r['n']} | {r['method']} | {n} | "
-                       f"{_rate(r['false_pass']['rate'], r['false_pass']['ci95'], n)} | "
-                       f"{_rate(r['false_fail']['rate'], r['false_fail']['ci95'], n)} |\n")
+            out.append(
+                f"| {r['n']} | {r['method']} | {n} | "
+                f"{_rate(r['false_pass']['rate'], r['false_pass']['ci95'], n)} | "
+                f"{_rate(r['false_fail']['rate'], r['false_fail']['ci95'], n)} |\n"
+            )
     boots = json.loads((RESULTS / "calibrate-local-br1.json").read_text(encoding="utf-8")).get("boot_check") or {}
     if boots:
-        out.append("\n## The boot sd the control boots measured (`calibrate-local-br1.json`)\n\n"
-                   "| gate | boots | measured sd | one-sided 95% upper bound | registered sd | F | df |\n"
-                   "| --- | --- | --- | --- | --- | --- | --- |\n")
+        out.append(
+            "\n## The boot sd the control boots measured (`calibrate-local-br1.json`)\n\n"
+            "| gate | boots | measured sd | one-sided 95% upper bound | registered sd | F | df |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |\n"
+        )
         for gate, b in sorted(boots.items()):
-            out.append(f"| `{gate}` | {b['boots']} | {100 * b['measured_sd']:.3f}% | {100 * b['upper']:.3f}% | "
-                       f"{100 * b['registered_sd']:.3f}% | {b['f_ratio']:.2f} | {b['df']:g} |\n")
+            out.append(
+                f"| `{gate}` | {b['boots']} | {100 * b['measured_sd']:.3f}% | {100 * b['upper']:.3f}% | "
+                f"{100 * b['registered_sd']:.3f}% | {b['f_ratio']:.2f} | {b['df']:g} |\n"
+            )
     return "".join(out)
 
 
@@ -379,8 +415,11 @@ def render_all() -> dict[str, str]:
 
 def stale(rendered: dict[str, str]) -> list[str]:
     """The generated pages whose file differs from what the code gives now (missing counts as stale)."""
-    return [rel for rel, text in rendered.items()
-            if not (DOCS / rel).is_file() or (DOCS / rel).read_text(encoding="utf-8") != text]
+    return [
+        rel
+        for rel, text in rendered.items()
+        if not (DOCS / rel).is_file() or (DOCS / rel).read_text(encoding="utf-8") != text
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,7 @@ def walkthrough(readme: str, mark: str = MARK) -> list[list[str]]:
         if line.strip() != mark:
             continue
         assert lines[i + 1].startswith("```sh"), f"{SHOWN}:{i + 2}: {mark} must come right before a ```sh fence"
-        for n, text in enumerate(lines[i + 2:], start=i + 3):
+        for n, text in enumerate(lines[i + 2 :], start=i + 3):
             if text.startswith("```"):
                 break
             argv = shlex.split(text, comments=True)
@@ -84,7 +84,9 @@ def test_the_marked_blocks_are_the_walkthrough() -> None:
 @pytest.mark.slow
 @pytest.mark.xdist_group("readme")  # with the fresh-environment run of the first screen: both want the default ports
 @pytest.mark.timeout(3600)
-def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_walkthrough_runs_green_after_make_reproduce_br1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for var in ("GB300LANE_RECIPES_DIR", "GB300LANE_CARDS_DIR", "GB300LANE_LANE_OPS", "GB300LANE_CRASH_AT"):
         monkeypatch.delenv(var, raising=False)
     recipe = load_recipe("local-v27")
@@ -112,7 +114,8 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
 
     def check(done: subprocess.CompletedProcess[str], shown: str, ok: tuple[int, ...] = (0,)) -> None:
         assert done.returncode in ok, (
-            f"{SHOWN} walkthrough: `{shown}` exited {done.returncode}\n" + "\n".join(log)
+            f"{SHOWN} walkthrough: `{shown}` exited {done.returncode}\n"
+            + "\n".join(log)
             + f"\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
         )
 
@@ -127,7 +130,8 @@ def test_readme_walkthrough_runs_green_after_make_reproduce_br1(tmp_path: Path, 
                 printed = PRINTED_POWER.search(done.stdout)
                 assert printed, f"`{shown}` printed no planned power:\n{done.stdout}\n{done.stderr}"
                 assert low <= float(printed.group(1)) <= high, (
-                    f"{SHOWN} says {said.group(0)}; `{shown}` printed {printed.group(0)}")
+                    f"{SHOWN} says {said.group(0)}; `{shown}` printed {printed.group(0)}"
+                )
             if argv[3:5] == ["card", "score"] and done.returncode == 3 and not retried:
                 # The tutorial's own recovery for the INCONCLUSIVE run the card's power allows: once.
                 retried = True

@@ -43,9 +43,11 @@ def rendered() -> dict[str, str]:
 def test_the_generated_reference_pages_are_current() -> None:
     gd = gen_docs()
     stale = gd.stale(rendered())
-    assert not stale, (f"{', '.join('docs/' + s for s in stale)} differ from what the code gives now "
-                       f"(a command's help, a model's field or its description changed): run `{gd.REGENERATE}` "
-                       "and commit the pages")
+    assert not stale, (
+        f"{', '.join('docs/' + s for s in stale)} differ from what the code gives now "
+        f"(a command's help, a model's field or its description changed): run `{gd.REGENERATE}` "
+        "and commit the pages"
+    )
 
 
 def test_every_command_has_help_and_a_section_in_the_cli_reference() -> None:
@@ -67,8 +69,7 @@ def test_every_key_of_the_file_formats_is_described(page: str) -> None:
     keys = gen_docs().model_keys(model)
     assert len(keys) > 30
     bare = [k.path for k in keys if not k.description]
-    assert not bare, (f"{model.__name__} keys without a description (give the field "
-                      f"Field(description=...)): {bare}")
+    assert not bare, f"{model.__name__} keys without a description (give the field Field(description=...)): {bare}"
     text = rendered()[page]
     assert all(f"| `{k.path}` |" in text for k in keys)
 
@@ -95,8 +96,11 @@ def test_a_key_without_a_description_is_found() -> None:
 
 def _package_env_names() -> set[str]:
     """Every GB300LANE_* name in the package's Python and text files, the scripts, the Makefile and CI."""
-    files = [p for p in (ROOT / "gb300lane").rglob("*") if p.suffix in (".py", ".md", ".sh", ".txt")
-             and "corpora" not in p.parts]
+    files = [
+        p
+        for p in (ROOT / "gb300lane").rglob("*")
+        if p.suffix in (".py", ".md", ".sh", ".txt") and "corpora" not in p.parts
+    ]
     files += [p for p in (ROOT / "scripts").iterdir() if p.is_file()]
     files += [ROOT / "Makefile", ROOT / ".ci" / "run", ROOT / ".ci" / "wheel", ROOT / "tests" / "conftest.py"]
     names: set[str] = set()
@@ -139,8 +143,9 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
 def test_the_readme_is_a_first_screen_whose_links_resolve() -> None:
     text = README.read_text(encoding="utf-8")
     lines = text.count("\n")
-    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail "
-                                       "to a page under docs/ and link it")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail to a page under docs/ and link it"
+    )
     links = re.findall(r"\]\(((?:docs/)[^)#\s]+)(?:#[^)]*)?\)", text)
     assert len(links) > 10
     broken = sorted({link for link in links if not (ROOT / link).is_file()})
