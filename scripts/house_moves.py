@@ -307,6 +307,29 @@ def _wing_names(text: str) -> str:
     return re.sub(r"^([ \t]*)from gb300lane\.cards import (\([^)]*\)|[^\n]*)", split, text, flags=re.M)
 
 
+def _submodule_names(text: str) -> str:
+    """`from gb300lane.lane import instances` (a renamed module imported by name from its package) ->
+    `from gb300lane.lane import records as instances`: the code that uses the name reads as before."""
+    for old, new in MODULE_MOVES.items():
+        o, n = old.removesuffix(".py").split("/"), new.removesuffix(".py").split("/")
+        if o[:-1] != n[:-1]:
+            continue  # the wing: its modules are imported by their full dotted names
+        parent = "gb300lane." + ".".join(o[:-1])
+
+        def rename(m: re.Match[str], old_stem: str = o[-1], new_stem: str = n[-1]) -> str:
+            names = [x.strip() for x in m.group(2).split(",")]
+            out = []
+            for name in names:
+                base, _, alias = name.partition(" as ")
+                if base.strip() == old_stem:
+                    name = f"{new_stem} as {alias.strip() or old_stem}"
+                out.append(name)
+            return f"{m.group(1)}from {parent} import {', '.join(out)}"
+
+        text = re.sub(rf"^([ \t]*)from {re.escape(parent)} import ([^\n(]+)$", rename, text, flags=re.M)
+    return text
+
+
 def _cards_init(text: str) -> str:
     """`gb300lane.cards` no longer re-exports the wing (the package below cannot import the one above it)."""
     text = re.sub(r"^from gb300lane\.(?:cards|instrument)\.(?:calibrate|plan) import [^\n]*\n", "", text, flags=re.M)
@@ -396,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             new_text = _cards_init(new_text)
         elif rel.endswith(".py"):
             new_text = _wing_names(new_text)
+        if rel.endswith(".py"):
+            new_text = _submodule_names(new_text)
         if rel.startswith("gb300lane/") and rel.endswith("/__init__.py"):
             new_text = _lazy_maps(new_text, rel.split("/")[1])
         if rel in moved_tests:
