@@ -48,7 +48,7 @@ def _docker_problem() -> str | None:
             client.ping()
             client.close()
             _docker_state["problem"] = None
-        except Exception as exc:  # any failure to reach the engine
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is the problem to report
             _docker_state["problem"] = f"{type(exc).__name__}: {exc}"
     return _docker_state["problem"]
 
