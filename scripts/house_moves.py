@@ -32,7 +32,9 @@ import argparse
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -351,6 +353,40 @@ def _deeper(text: str) -> str:
     return text
 
 
+def _strip(module: str, container: str | None) -> str:
+    return module.removeprefix(f"{container}.") if container else module.removeprefix("gb300lane.")
+
+
+def _contract_line(c: dict[str, Any]) -> str:
+    """One contract as docs/architecture.md lists it (tests/house/test_docs_architecture.py's own format)."""
+    kind = c["type"]
+    if kind == "layers":
+        containers = c.get("containers") or [None]
+        where = f" (in {_strip(containers[0], None)})" if containers[0] else ""
+        layers = " -> ".join(" : ".join(_strip(m.strip(), containers[0]) for m in layer.split(":"))
+                             if ":" in layer else layer.replace("gb300lane.", "") for layer in c["layers"])  # fmt: skip
+        return f"- {c['name']}: layers{where} {layers}"
+    if kind == "forbidden":
+        return f"- {c['name']}: forbidden {', '.join(c['source_modules'])} -> {', '.join(c['forbidden_modules'])}"
+    if kind == "acyclic_siblings":
+        return f"- {c['name']}: acyclic_siblings {', '.join(c['ancestors'])}"
+    raise SystemExit(f"house_moves: no line for a {kind} contract in docs/architecture.md; write it by hand")
+
+
+def architecture_blocks(doc: str, pyproject: str) -> str:
+    """docs/architecture.md's contracts block from pyproject.toml, and its engine importers sorted again."""
+    contracts = tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"]
+    lines = "\n".join(_contract_line(c) for c in contracts)
+    doc = re.sub(r"(<!-- contracts -->\n).*?(<!-- /contracts -->)", lambda m: f"{m.group(1)}{lines}\n{m.group(2)}",
+                 doc, flags=re.S)  # fmt: skip
+
+    def resort(m: re.Match[str]) -> str:
+        rows = sorted(line for line in m.group(2).splitlines() if line.strip())
+        return m.group(1) + "\n".join(rows) + "\n" + m.group(3)
+
+    return re.sub(r"(<!-- engine-importers -->\n)(.*?)(<!-- /engine-importers -->)", resort, doc, flags=re.S)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
@@ -435,15 +471,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rewrite {rel}")
             if not dry:
                 source.write_text(new_text, encoding="utf-8", errors="surrogateescape")
+    # 4. docs/architecture.md's contracts (from pyproject.toml as it now is) and engine importers.
+    doc = ROOT / "docs" / "architecture.md"
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    if dry:  # the rewrite above was not written: apply it here to what the doc will be made from
+        for pattern, repl in rules:
+            pyproject = pattern.sub(repl, pyproject)
+        pyproject = pyproject.replace(TOP_LAYERS_OLD, TOP_LAYERS_NEW).replace(CARDS_LAYERS_OLD, CARDS_LAYERS_NEW)
+        anchor = '[[tool.importlinter.contracts]]\nname = "The decision is pure'
+        pyproject = pyproject.replace(anchor, INSTRUMENT_CONTRACT.lstrip("\n") + "\n" + anchor)
+    text = doc.read_text(encoding="utf-8")
+    blocks = architecture_blocks(text, pyproject)
+    print("rewrite docs/architecture.md: its contracts and engine-importers blocks")
+    if not dry and blocks != text:
+        doc.write_text(blocks, encoding="utf-8")
     print(
         f"{len(MODULE_MOVES)} modules and {len(TEST_MOVES)} test files moved, {changed} files rewritten"
         + (" (dry run: nothing changed)" if dry else "")
     )
     if not dry:
-        print(
-            "next: update docs/architecture.md's contracts list from pyproject.toml (tests/house/"
-            "test_docs_architecture.py names each line), then lint-imports, mypy gb300lane, make test"
-        )
+        print("next: lint-imports, mypy gb300lane, make test; then commit")
     return 0
 
 
