@@ -51,7 +51,8 @@ def _norm_pdf(x: np.ndarray) -> np.ndarray:
     """The standard normal density, as `scipy.stats.norm.pdf(x)` computes it for loc 0 and scale 1 (the same
     expression, so the same bits), without its generic checks: the path's kernel is a grid of a million points
     evaluated once per look."""
-    return np.exp(-(x**2) / 2.0) / _NORM_PDF_C
+    density: np.ndarray = np.exp(-(x**2) / 2.0) / _NORM_PDF_C
+    return density
 
 
 class _Path:
