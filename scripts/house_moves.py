@@ -373,6 +373,32 @@ def _contract_line(c: dict[str, Any]) -> str:
     raise SystemExit(f"house_moves: no line for a {kind} contract in docs/architecture.md; write it by hand")
 
 
+#: docs/architecture.md's prose about the moved modules: (what it says now, what it says after the moves).
+ARCHITECTURE_PROSE: tuple[tuple[str, str], ...] = (
+    (
+        """                 HTML page, the write-up), and the workflows run, extend (`card extend`), plan, timeplan,
+                 calibrate + simulate, reproduce, lanecal (`card calibrate --lane`: replicates as real cards through a lane); record/noise is the
+                 lanes' noise ledger (every scored card's A against A2, pooled per lane)
+""",
+        """                 HTML page, the write-up), and the workflows run, extend (`card extend`) and reproduce; record/noise
+                 is the lanes' noise ledger (every scored card's A against A2, pooled per lane)
+  instrument/    sizing, timing and calibrating a card, above cards (promotion uses none of it): plan (power and size,
+                 boot studies), timeplan (each design's wall-clock), calibrate + simulate (A/A and as written on the
+                 engine in process), lanecal (`card calibrate --lane`: replicates as real cards through a lane)
+""",
+    ),
+    ("take_lane (lanetake)", "take_lane (take_lane)"),
+    ("\nlanetake.take_lane(", "\ntake_lane.take_lane("),
+    ("`promote.lane_ops.default_ops`", "`promote.live_ops.default_ops`"),
+    (
+        """Inside cards a card flows down: `reproduce | lanecal -> plan | timeplan -> calibrate | extend -> run -> present -> simulate -> record ->
+embedded -> decide -> cardfile -> schema`.""",
+        """Inside cards a card flows down: `reproduce | extend -> run -> present -> record -> embedded -> decide -> cardfile ->
+schema`; the instrument above it flows down `lanecal -> plan | timeplan -> calibrate -> simulate`.""",
+    ),
+)
+
+
 def architecture_blocks(doc: str, pyproject: str) -> str:
     """docs/architecture.md's contracts block from pyproject.toml, and its engine importers sorted again."""
     contracts = tomllib.loads(pyproject)["tool"]["importlinter"]["contracts"]
@@ -482,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
         pyproject = pyproject.replace(anchor, INSTRUMENT_CONTRACT.lstrip("\n") + "\n" + anchor)
     text = doc.read_text(encoding="utf-8")
     blocks = architecture_blocks(text, pyproject)
+    for old, new in ARCHITECTURE_PROSE:
+        if old not in blocks:
+            print(f"house_moves: docs/architecture.md no longer says {old.strip()[:60]!r}...: edit it by hand")
+        blocks = blocks.replace(old, new)
     print("rewrite docs/architecture.md: its contracts and engine-importers blocks")
     if not dry and blocks != text:
         doc.write_text(blocks, encoding="utf-8")
