@@ -266,6 +266,27 @@ def _is_text(p: Path) -> bool:
     return (p.suffix in TEXT_SUFFIXES or p.name in TEXT_NAMES) and not rel.startswith(FROZEN)
 
 
+#: Modules named without `gb300lane.` in docs and docstrings (`cards.record.custody.verify_receipts`). Not
+#: `lane.instance`/`lane.instances`: those are also names of the lane's functions and of a SimLane's method.
+SHORT_NAMES: dict[str, str] = {
+    "cards.record.custody": "cards.record.card_custody",
+    "cards.record.looks": "cards.record.look_receipts",
+    "promote.custody": "promote.production_custody",
+    "promote.lane_ops": "promote.live_ops",
+    "promote.lanetake": "promote.take_lane",
+    "lane.ledger": "lane.hash_ledger",
+    "engine.metrics": "engine.served_metrics",
+    "engine.boot": "engine.modelled_boot",
+    "spec.metrics": "spec.counters",
+    "testing.ports": "testing.free_ports",
+    "cards.plan": "instrument.plan",
+    "cards.timeplan": "instrument.timeplan",
+    "cards.lanecal": "instrument.lanecal",
+    "cards.simulate": "instrument.simulate",
+    "cards.calibrate": "instrument.calibrate",
+}
+
+
 def rewrites() -> list[tuple[re.Pattern[str], str]]:
     """Every textual rewrite: module names, module paths and test paths, longest first."""
     pairs: list[tuple[str, str]] = []
@@ -279,7 +300,11 @@ def rewrites() -> list[tuple[re.Pattern[str], str]]:
             (f"from {old.removesuffix('.py')} import", f"from {new.removesuffix('.py').replace('/', '.')} import")
         )
     pairs.sort(key=lambda p: -len(p[0]))
-    return [(re.compile(re.escape(a) + r"(?![\w])"), b) for a, b in pairs]
+    rules = [(re.compile(re.escape(a) + r"(?![\w])"), b) for a, b in pairs]
+    # The short names last, and only where no longer name (or a path) holds them.
+    rules += [(re.compile(r"(?<![\w./])" + re.escape(a) + r"(?![\w])"), b)
+              for a, b in sorted(SHORT_NAMES.items(), key=lambda p: -len(p[0]))]  # fmt: skip
+    return rules
 
 
 def _lazy_maps(text: str, package: str) -> str:
@@ -309,6 +334,16 @@ def _wing_names(text: str) -> str:
     return re.sub(r"^([ \t]*)from gb300lane\.cards import (\([^)]*\)|[^\n]*)", split, text, flags=re.M)
 
 
+def _lazy_names(package: str) -> set[str]:
+    """The public names a lazy package maps to its modules (`"instance": "instance"` in lane/__init__.py)."""
+    init = ROOT / "gb300lane" / package / "__init__.py"
+    return (
+        set(re.findall(r'^\s*"(\w+)":\s*"\w+",?$', init.read_text(encoding="utf-8"), flags=re.M))
+        if init.is_file()
+        else set()
+    )
+
+
 def _submodule_names(text: str) -> str:
     """`from gb300lane.lane import instances` (a renamed module imported by name from its package) ->
     `from gb300lane.lane import records as instances`: the code that uses the name reads as before."""
@@ -316,6 +351,8 @@ def _submodule_names(text: str) -> str:
         o, n = old.removesuffix(".py").split("/"), new.removesuffix(".py").split("/")
         if o[:-1] != n[:-1]:
             continue  # the wing: its modules are imported by their full dotted names
+        if len(o) == 2 and o[-1] in _lazy_names(o[0]):
+            continue  # `from gb300lane.lane import instance` is the function the lazy package names, not the module
         parent = "gb300lane." + ".".join(o[:-1])
 
         def rename(m: re.Match[str], old_stem: str = o[-1], new_stem: str = n[-1]) -> str:
