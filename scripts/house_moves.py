@@ -426,7 +426,6 @@ ARCHITECTURE_PROSE: tuple[tuple[str, str], ...] = (
     ),
     ("take_lane (lanetake)", "take_lane (take_lane)"),
     ("\nlanetake.take_lane(", "\ntake_lane.take_lane("),
-    ("`promote.lane_ops.default_ops`", "`promote.live_ops.default_ops`"),
     (
         """Inside cards a card flows down: `reproduce | lanecal -> plan | timeplan -> calibrate | extend -> run -> present -> simulate -> record ->
 embedded -> decide -> cardfile -> schema`.""",
