@@ -76,8 +76,10 @@ from gb300lane.instrument.plan import plan_for
 __all__ = ["Calibration", "calibrate", "plan_for"]
 '''
 
-#: Names `gb300lane.cards` re-exported from the wing; they move to `gb300lane.instrument`.
+#: Names `gb300lane.cards` re-exported from the wing, and the wing's modules imported by name from the package
+#: (`from gb300lane.cards import plan as plan_mod`); both come from `gb300lane.instrument` after the move.
 WING_NAMES = ("Calibration", "calibrate", "plan_for")
+WING_MODULES = ("plan", "timeplan", "lanecal", "simulate")
 
 #: Flat test files -> their folder and name (under tests/). `house/` holds the house rules (docs, declared
 #: imports, Any, contracts, fuzzing), `core/` the modules at the package's top, `e2e/` the real lane's pass.
@@ -323,7 +325,7 @@ def _wing_names(text: str) -> str:
         names = [
             n.strip() for n in m.group(2).replace("(", "").replace(")", "").replace("\n", " ").split(",") if n.strip()
         ]
-        wing = [n for n in names if n.split(" as ")[0] in WING_NAMES]
+        wing = [n for n in names if n.split(" as ")[0].strip() in WING_NAMES + WING_MODULES]
         if not wing:
             return m.group(0)
         rest = [n for n in names if n not in wing]
