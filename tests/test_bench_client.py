@@ -321,6 +321,7 @@ class _MockThread:
         self.thread.join(5)
 
 
+@pytest.mark.slow  # holds the loop with sleeps and bounds a stamp's lateness at 20 ms: the host's scheduling
 def test_arrivals_carry_the_kernels_receive_time_when_the_client_reads_late():
     """The loop is held 50 ms while an event arrives: its stamp is still when it came, not when it was read."""
     from gb300lane.bench.mock import MockTiming
