@@ -81,7 +81,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     if ops is None:
         ops = LiveArmOps(port=arm_port(card, port, notice or say))
     # A run directory of its own (`<date>-<card>-reproduce[-runN]`): `card register CARD` never finds these receipts.
-    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce")
+    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce",
+                   aside="`card reproduce`: the write-up's card run again on this lane")
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)

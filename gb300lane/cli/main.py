@@ -184,6 +184,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "card": ("card",),
     "promote": ("promote", "rollback", "history", "prune"),
     "verify": ("verify",),
+    "evidence": ("evidence",),
     "metrics": ("metrics",),
 }
 

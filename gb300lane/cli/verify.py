@@ -16,14 +16,19 @@ def verify_cmd(
     production: Annotated[
         bool, typer.Option("--production", help="Check production: ledger, promotion, verdict, boot report, recipe.")
     ] = False,
+    evidence: Annotated[
+        bool, typer.Option("--evidence", help="Check the evidence log: every line's chain and signature, its head, "
+                           "every file it entered, and every scored card in it.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the chains as JSON.")] = False,
 ) -> None:
     """Check every link of a chain of custody (recipe -> boots -> receipts -> verdicts -> promotion); exit 1 where one breaks."""
-    from gb300lane.promote.custody import verify_card, verify_everything, verify_production
+    from gb300lane.promote.custody import verify_card, verify_everything, verify_evidence, verify_production
 
-    if card is not None and production:
-        fail("--card and --production check different chains; give one (or neither, for every chain)", 2)
-    chains = [verify_card(card)] if card is not None else [verify_production()] if production else verify_everything()
+    if sum((card is not None, production, evidence)) > 1:
+        fail("--card, --production and --evidence check different chains; give one (or none, for every chain)", 2)
+    chains = ([verify_card(card)] if card is not None else [verify_production()] if production
+              else [verify_evidence()] if evidence else verify_everything())
     if as_json:
         print_json([c.as_json() for c in chains])
     else:

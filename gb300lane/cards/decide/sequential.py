@@ -100,6 +100,16 @@ class _Path:
         self.grid, self.dens, self.w, self.t = grid, dens, w, t
 
 
+def run_share(run: int, runs: int) -> float:
+    """The share of a gate's alpha run `run` of a question's `runs` may spend: the runs are looks of one Pocock
+    spending plan over the question, alpha(r) = alpha ln(1 + (e - 1) r / runs), so the shares add to 1 and a
+    question's false PASS stays each gate's alpha however many of its runs are taken (the runs' data are
+    independent, so their errors add at most). 1.0 for a question of one run."""
+    if not 1 <= run <= runs:
+        raise ValueError(f"run {run} of a question of {runs} runs")
+    return spent(1.0, run / runs, "pocock") - spent(1.0, (run - 1) / runs, "pocock")
+
+
 @lru_cache(maxsize=256)
 def _bounds(alpha: float, fractions: tuple[float, ...], spending: Spending) -> tuple[float, ...]:
     from scipy.optimize import brentq

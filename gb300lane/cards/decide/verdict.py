@@ -20,6 +20,7 @@ from gb300lane.cards.decide.data import ArmData, NoiseFloor
 from gb300lane.cards.decide.gates import evaluate, overall
 from gb300lane.cards.decide.looks import design_look
 from gb300lane.cards.decide.more import BootStudy, MoreNeeded, boot_notes, more_needed, provenance_notes
+from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
@@ -89,6 +90,9 @@ class VerdictInputs(FrozenModel):
     lane_noise: dict[str, tuple[BootEstimate, str]] = Field(
         default_factory=dict, description="The lane's noise ledger over its other scored cards, by metric: the pooled "
         "estimate and where it is from (empty: none on record, or none needed).")
+    question: QuestionRun | None = Field(
+        default=None, description="Which run of its question the receipts are, and the share of each gate's alpha "
+        "it spends (None: registered before runs were counted: the whole alpha).")
 
 
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
@@ -105,14 +109,14 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
                     previous: PreviousVerdict | None = None, reason: str | None = None,
                     changes: tuple[GateChange, ...] = ()) -> Verdict:
     """Score `gates` over the arms at the look the card ended on; nothing is read or written."""
-    look = design_look(card, max(inputs.stages, 1))
+    look = design_look(card, max(inputs.stages, 1), inputs.question.share if inputs.question is not None else 1.0)
     arms = list(inputs.arms)
     results = evaluate(card, gates, arms, inputs.noise_floor, look)
     by_id = {g.id: g for g in gates}
     needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
     if not inputs.transcribed:
-        notes = tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
+        notes += tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
                       + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now))
     payload = gates_payload(gates)
     return Verdict(
