@@ -15,6 +15,11 @@ to every test that carries a component marker (docker, compose, podman, mounts, 
 prometheus, aarch64, real_vllm), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
 
+Tests live in `tests/<package>/test_<module>.py` (new ones; the flat `tests/test_*.py` files move there), each
+folder with an empty `__init__.py`: pytest's default `prepend` import mode puts `tests/` on sys.path (the
+helpers `fakes`, `engines`, `clirun` import from it) and names a test module by its folder, so two folders may
+hold the same basename (`tests/house/test_layout.py` checks every folder is a package).
+
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
 worker, podman tests likewise; every other test owns its state directory, its ports
 (`gb300lane.testing.ports.free_port`) and its files, so it may run beside any other.
@@ -43,7 +48,7 @@ def _docker_problem() -> str | None:
             client.ping()
             client.close()
             _docker_state["problem"] = None
-        except Exception as exc:  # any failure to reach the engine
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is the problem to report
             _docker_state["problem"] = f"{type(exc).__name__}: {exc}"
     return _docker_state["problem"]
 

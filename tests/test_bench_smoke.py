@@ -18,8 +18,10 @@ from gb300lane.recipes.schema import SmokeGate, WindowSpec
 from fakes import lane as fake_lane
 
 
+# One stream: a parity window compares texts, and a single stream holds its load on any host (at C2 a busy
+# host's pause between one stream's requests reads as delivered concurrency below 2, and the cell is invalid).
 PARITY = WindowSpec(
-    name="t0", classes=["prose", "code"], transcripts_per_class=3, rounds=1, concurrency=[1, 2],
+    name="t0", classes=["prose", "code"], transcripts_per_class=3, rounds=1, concurrency=[1],
     temperature=0.0, forced_tokens=8,
 )
 SEEDED = WindowSpec(
@@ -61,7 +63,7 @@ def test_all_gates_pass_without_reference(lane):
     assert report.passed, [g.reason for g in report.gates]
     parity, bounds = report.gates
     assert parity.status == "PASS" and "no control reference" in parity.reason
-    assert parity.details["flips"] == 0 and parity.details["compared"] == 12
+    assert parity.details["flips"] == 0 and parity.details["compared"] == 6  # 2 classes x 3 transcripts
     assert len(parity.results) == 2  # the run and its repeat, both kept
     assert bounds.status == "PASS" and bounds.details["tokens_per_step"] == pytest.approx(3.0)
     saved = json.loads(Path(report.report_path).read_text())
@@ -71,11 +73,11 @@ def test_all_gates_pass_without_reference(lane):
 def test_parity_against_a_reference_counts_flips(lane, tmp_path):
     ref_path = tmp_path / "control.json"
     save_result(run_window(lane.url, PARITY, model="fake-model"), ref_path)
-    lane.behaviour.perturb_greedy = {load_transcripts("code")[0].prompt}
+    lane.behaviour.perturb_greedy = {t.prompt for t in load_transcripts("code")[:2]}
     report = run_smoke(_recipe(_parity(max_flips=1)), lane.url, model="fake-model", reference=ref_path)
     (gate,) = report.gates
-    # one perturbed transcript, seen at C1 and C2: two flips, above max_flips 1
-    assert gate.status == "FAIL" and gate.details["flips"] == 2 and "above the bar 1" in gate.reason
+    # two perturbed transcripts: two flips, above max_flips 1
+    assert gate.status == "FAIL" and gate.details.get("flips") == 2 and "above the bar 1" in gate.reason, gate.reason
     assert report.passed is False
     report = run_smoke(_recipe(_parity(max_flips=2)), lane.url, model="fake-model", reference=ref_path)
     assert report.gates[0].status == "PASS"
@@ -85,10 +87,11 @@ def test_parity_floor_from_two_controls(lane, tmp_path):
     a = tmp_path / "a.json"
     a2 = tmp_path / "a2.json"
     save_result(run_window(lane.url, PARITY, model="fake-model"), a)
-    lane.behaviour.perturb_greedy = {load_transcripts("prose")[0].prompt}
+    lane.behaviour.perturb_greedy = {t.prompt for t in load_transcripts("prose")[:2]}
     save_result(run_window(lane.url, PARITY, model="fake-model"), a2)  # A2 already differs from A by 2
     report = run_smoke(_recipe(_parity(max_flips=0)), lane.url, model="fake-model", reference=[a, a2])
     (gate,) = report.gates
+    assert "floor" in gate.details, gate.reason  # both controls' windows valid
     assert gate.details["floor"] == 2 and gate.details["bar"] == 2 and gate.details["flips"] == 2
     assert gate.status == "PASS" and "A-vs-A2 floor 2" in gate.reason
 

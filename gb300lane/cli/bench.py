@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.text import Text
@@ -45,7 +45,7 @@ def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None
     return RichWindowProgress(console=err_console)
 
 
-def _summary(result: WindowResult, out: Path | None, check: dict | None = None) -> dict:
+def _summary(result: WindowResult, out: Path | None, check: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "counter_check": check,
         "out": str(out) if out else None,

@@ -142,7 +142,7 @@ class EngineServer:
         self.boot_modelled_s: float | None = None
         self._streams: dict[str, _Stream] = {}
         self._work = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._started = time.time()
         self._last_prompt = 0
 
@@ -776,7 +776,8 @@ def reproducibility_line(spec: SpecConfig | None, boot_seed: int, numerics_jitte
 def parse_json_body(raw: bytes) -> JsonValue:
     """A request body as JSON, or the 400 vLLM gives a body that is not (too deep nesting included)."""
     try:
-        return json.loads(raw)
+        body: JsonValue = json.loads(raw)
+        return body
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:

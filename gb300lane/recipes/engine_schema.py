@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from gb300lane.errors import RecipeError
 from gb300lane.models import key_text
@@ -34,7 +34,7 @@ def load_snapshot(vllm_version: str) -> dict[str, Any]:
             f"image.vllm_version = {vllm_version!r}: no engine schema snapshot ({path.name}); "
             f"snapshots exist for {', '.join(have) or 'none'}; run scripts/snapshot_vllm_schema.py on that wheel"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
 
 
 def _suggest(key: str, known: list[str]) -> str:
@@ -43,14 +43,16 @@ def _suggest(key: str, known: list[str]) -> str:
 
 
 def speculative_fields(vllm_version: str) -> dict[str, dict[str, JsonValue]]:
-    return load_snapshot(vllm_version)["speculative_config"]["fields"]
+    return cast(dict[str, dict[str, JsonValue]], load_snapshot(vllm_version)["speculative_config"]["fields"])
 
 
 def _check_bounds(value: Any, bounds: dict[str, Any]) -> str | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    checks = {"gt": (lambda a, b: a > b, ">"), "ge": (lambda a, b: a >= b, ">="),
-              "lt": (lambda a, b: a < b, "<"), "le": (lambda a, b: a <= b, "<=")}
+    checks: dict[str, tuple[Callable[[float, float], bool], str]] = {
+        "gt": (lambda a, b: a > b, ">"), "ge": (lambda a, b: a >= b, ">="),
+        "lt": (lambda a, b: a < b, "<"), "le": (lambda a, b: a <= b, "<="),
+    }  # fmt: skip
     for op, bound in bounds.items():
         fn, sym = checks[op]
         if not fn(value, bound):

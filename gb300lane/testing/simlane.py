@@ -104,7 +104,8 @@ class SimLane:
             raise RecipeError(
                 f"{self.path}: recipes.{recipe} does not exist; known: {', '.join(sorted(st['recipes']))}"
             )
-        return st["recipes"][recipe]
+        found: dict[str, Any] = st["recipes"][recipe]
+        return found
 
     def describe(self, recipe: str) -> tuple[str, int]:
         with self._state(write=False) as st:
