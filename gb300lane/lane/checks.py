@@ -15,7 +15,7 @@ report or the screen.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from typing import Any, Literal
 
@@ -27,7 +27,9 @@ from gb300lane.lane.facts import Listener
 from gb300lane.spec.metrics import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
+from gb300lane.lane.provenance import Provenance
 from gb300lane.models import FrozenModel
+from gb300lane.recipes.containers import KeyRendering
 
 CheckStatus = Literal["pass", "fail", "unknown"]
 
@@ -38,6 +40,7 @@ CHECK_ENV = "env"
 CHECK_KV_POOL = "kv_pool"
 CHECK_FEATURE_LIVE = "feature_live"
 CHECK_FOREIGN_CLIENTS = "foreign_clients"
+CHECK_PROVENANCE = "provenance"
 
 
 class CheckResult(FrozenModel):
@@ -115,39 +118,69 @@ def check_autotune(prediction: Prediction, facts: BootLogFacts, boot_seconds: fl
     )  # fmt: skip
 
 
-def check_flags(argv: tuple[str, ...] | list[str], expected: dict[str, JsonValue]) -> CheckResult:
-    """Each key's value in the container args must equal the recipe's (None: the flag must be absent)."""
+def check_flags(
+    argv: tuple[str, ...] | list[str],
+    expected: Mapping[str, JsonValue],
+    renderings: Mapping[str, KeyRendering],
+    *,
+    env: Mapping[str, str] | None = None,
+    baseline: str = "",
+) -> CheckResult:
+    """Each key's value where the engine renders it (a flag, the program, env) must equal the recipe's (None: absent).
+
+    `renderings` say where each key lands (`recipes.containers.key_rendering`, the engine's own table); a key the
+    engine is not handed (`kv_pool_tokens` on vLLM, `smoke.*`) is listed as such, never read as an absent flag.
+    `baseline` names what the keys were chosen against (evidence and summary say it).
+    """
     parsed = parse_argv(argv)
+    argv0 = argv[0] if argv else None
     rows = []
-    failed, unreadable = [], []
+    failed, not_rendered = [], []
     for key, want in sorted(expected.items()):
-        reading = flag_value(parsed, key)
+        rendering = renderings.get(key)
+        if rendering is None:
+            raise ValueError(f"check_flags: no rendering given for {key}")
+        reading = flag_value(parsed, rendering, argv0=argv0, env=env)
         if not reading.readable:
-            unreadable.append(key)
-            rows.append({"key": key, "expected": _masked_value(key, want), "present": None, "actual": None, "ok": None})
+            not_rendered.append(key)
+            rows.append({"key": key, "expected": _masked_value(key, want), "present": None, "actual": None, "ok": None,
+                         "rendered_as": rendering.rendered_as})
             continue
         ok = (not reading.present) if want is None else (reading.present and same_value(want, reading.value))
         rows.append({"key": key, "expected": _masked_value(key, want), "present": int(reading.present),
-                     "actual": _masked_value(key, reading.value), "ok": ok})
+                     "actual": _masked_value(key, reading.value), "ok": ok, "rendered_as": rendering.rendered_as})
         if not ok:
             failed.append(key)
-    evidence = {"keys": rows, "argv": redact_argv(argv)}
+    evidence = {"keys": rows, "argv": redact_argv(argv), "baseline": baseline}
+    against = f" (keys that differ from {baseline})" if baseline else ""
     present = ", ".join(f"{r['key']}={r['present']}" for r in rows if r["present"] is not None)
     if failed:
         detail = "; ".join(
-            f"{r['key']}: recipe {r['expected']!r}, args {r['actual']!r}" for r in rows if r["key"] in failed
+            f"{r['key']}: recipe {r['expected']!r}, {'env' if r['rendered_as'] == 'env' else 'args'} {r['actual']!r}"
+            for r in rows if r["key"] in failed
         )
-        return CheckResult(name=CHECK_FLAGS, status="fail", evidence=evidence, summary=f"args differ from the recipe: {detail}")
+        return CheckResult(name=CHECK_FLAGS, status="fail", evidence=evidence,
+                           summary=f"args differ from the recipe{against}: {detail}")
     if not rows:
-        return CheckResult(name=CHECK_FLAGS, status="pass", evidence=evidence, summary="no keys to check (none differ)")
-    if unreadable and len(unreadable) == len(rows):
+        why = (f"none differ from {baseline}" if baseline and baseline != "no baseline"
+               else "no baseline: the lane never booted this recipe and it extends none")
+        return CheckResult(name=CHECK_FLAGS, status="pass", evidence=evidence, summary=f"no keys to check ({why})")
+    skipped = (f"; not handed to the engine: {', '.join(not_rendered)}" if not_rendered else "")
+    if not_rendered and len(not_rendered) == len(rows):
         return CheckResult(
-            name=CHECK_FLAGS, status="unknown", evidence=evidence,
-            summary=f"{', '.join(unreadable)} do not render to flags; nothing to read in the args",
+            name=CHECK_FLAGS, status="pass", evidence=evidence,
+            summary=f"{', '.join(not_rendered)}{against} are not handed to the {_engine(renderings)} engine as flags "
+                    "or env (the tool or another check reads them); nothing to read in the args",
         )  # fmt: skip
     return CheckResult(
-        name=CHECK_FLAGS, status="pass", evidence=evidence, summary=f"args carry the recipe's values (present: {present})"
-    )
+        name=CHECK_FLAGS, status="pass", evidence=evidence,
+        summary=f"args carry the recipe's values{against} (present: {present}){skipped}",
+    )  # fmt: skip
+
+
+def _engine(renderings: Mapping[str, KeyRendering]) -> str:
+    engines = sorted({r.engine for r in renderings.values()})
+    return "/".join(engines) or "the"
 
 
 def _masked_value(key: str, value: Any) -> Any:
@@ -334,3 +367,36 @@ def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult
             summary=f"{foreign:g} request(s) since boot that gb300lane did not send",
         )  # fmt: skip
     return CheckResult(name=CHECK_FOREIGN_CLIENTS, status="pass", evidence=evidence, summary="zero foreign clients since boot")
+
+
+def check_provenance(prov: Provenance) -> CheckResult:
+    """What ran, recorded; a fail only where it contradicts the recipe: an `image@sha256:` pin the running image
+    does not carry, or a fix the install recorded whose file changed since. Fields not read are named."""
+    image = prov.image
+    evidence: dict[str, Any] = {"pinned": image.pinned if image else None, "pin_ok": image.pin_ok if image else None,
+                                "missing": prov.missing}
+    if image is not None and image.pinned is not None and not image.pin_ok:
+        return CheckResult(
+            name=CHECK_PROVENANCE, status="fail", evidence=evidence,
+            summary=(f"image.ref pins {image.pinned}, but the container runs image {image.id} whose repo digests are "
+                     f"{', '.join(image.repo_digests) or 'none'}; pull the pinned image (`docker pull {image.ref}`) "
+                     "or pin the digest that runs"),
+        )  # fmt: skip
+    changed = [p.patch for p in (prov.installed.patches if prov.installed else ()) if not p.as_recorded]
+    if changed:
+        return CheckResult(
+            name=CHECK_PROVENANCE, status="fail", evidence=evidence,
+            summary=f"the installed vLLM's patched files changed since the install recorded them ({', '.join(changed)}); "
+                    "run `make real-lane` again",
+        )  # fmt: skip
+    parts = []
+    if image is not None:
+        parts.append(f"image {image.id[:19]}" + (f" pinned {image.pinned[:19]}" if image.pinned else "")
+                     + (f" ({image.repo_digests[0]})" if image.repo_digests else ""))
+    parts.append(f"engine {prov.engine.version or '?'}")
+    if prov.installed is not None and prov.installed.vllm:
+        parts.append(prov.installed.vllm + (f", torch {prov.installed.torch}" if prov.installed.torch else ""))
+    parts.append(f"{len(prov.checkpoints)} checkpoint(s)")
+    gaps = f"; not read: {', '.join(sorted(prov.missing))}" if prov.missing else ""
+    return CheckResult(name=CHECK_PROVENANCE, status="pass", evidence=evidence,
+                       summary="recorded " + ", ".join(parts) + gaps)

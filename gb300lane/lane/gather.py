@@ -8,15 +8,40 @@ themselves are pure functions in `checks`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
 
-from gb300lane.lane import checks, facts, instances, logparse
-from gb300lane.lane.checkkeys import expected_values
+from gb300lane.lane import checks, facts, instances, logparse, probe, provenance
+from gb300lane.lane.checkkeys import expected_values, renderings
 from gb300lane.lane.foreign import foreign_clients
 from gb300lane.lane.report import BootReport, write_report
 from gb300lane.recipes import ContainerSpec, Recipe
+from gb300lane.recipes.containers import process_python
 from gb300lane.runtime import ProcessRuntime, Runtime
 from gb300lane.runtime.process import mounted_env, mounted_path
+
+
+def read_provenance(rt: Runtime, recipe: Recipe, main: ContainerSpec, endpoint: str) -> provenance.Provenance:
+    """What the booted main container runs, from the runtime, the engine's /version, the interpreter's
+    environment, the checkpoints' files on the host and the host itself."""
+    body, reason = probe.engine_version(endpoint)
+    dirs: dict[Literal["target", "draft"], Path | None] = {}
+    if recipe.engine == "embedded":
+        dirs["target"] = None  # the builtin model: the engine reports its identity
+    else:
+        dirs["target"] = rt.host_path(main, recipe.model.path)
+    if recipe.speculative.model:
+        dirs["draft"] = rt.host_path(main, recipe.speculative.model)
+    python = process_python(recipe, os.environ) if recipe.engine == "vllm" and rt.name == "process" else None
+    source = None
+    if recipe.engine == "embedded" and rt.name == "process":
+        from gb300lane.runtime.image import source_hash
+
+        source = source_hash()
+    return provenance.gather(rt, container=main.name, image_ref=main.image, engine=recipe.engine, version_body=body,
+                             version_reason=reason, python=python, checkpoint_dirs=dirs, engine_source=source)
 
 
 def check_booted(
@@ -42,7 +67,8 @@ def check_booted(
     expected_env = {**env_baseline, **spec_env}
     if rt.devices_in_env and main.device_ids:
         expected_env["CUDA_VISIBLE_DEVICES"] = ",".join(main.device_ids)
-    expected_flags = expected_values(recipe, list(rec.check_keys), dark=rec.dark, port=rec.port)
+    keys = list(rec.check_keys)
+    expected_flags = expected_values(recipe, keys, dark=rec.dark, port=rec.port)
     if isinstance(rt, ProcessRuntime):
         # The process was handed the host side of a mounted path (the model): so is the check's expectation.
         expected_flags = {
@@ -51,7 +77,8 @@ def check_booted(
     results = [
         *pre,
         checks.check_autotune(prediction, log_facts, boot_s),
-        checks.check_flags(info.argv, expected_flags),
+        checks.check_flags(info.argv, expected_flags, renderings(recipe, keys), env=info.env,
+                           baseline=rec.baseline.label() if rec.baseline is not None else ""),
         checks.check_env(
             info.env, expected_env,
             baseline_note=rt.env_baseline,
@@ -59,6 +86,8 @@ def check_booted(
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
         checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
     ]
+    prov = read_provenance(rt, recipe, main, rec.endpoint)
+    results.append(checks.check_provenance(prov))
     if rec.dark:
         ports = [s.port for s in specs]
         pids = [pid for s in specs if (pid := rt.inspect(s.name).pid) is not None]
@@ -69,6 +98,7 @@ def check_booted(
         fingerprint=rec.fingerprint, compile_hash=log_facts.compile_hash, endpoint=rec.endpoint,
         served_model=rec.served_model, dark=rec.dark, containers=rec.containers, started_at=started,
         boot_seconds=round(boot_s, 3), expected_boot_seconds=expected_s,
-        engine_boot_seconds=log_facts.engine_logged_seconds, checks=tuple(results),
+        engine_boot_seconds=log_facts.engine_logged_seconds, checks=tuple(results), provenance=prov,
+        baseline=rec.baseline, recipe_json=rec.recipe_json,
     )  # fmt: skip
     return write_report(report)
