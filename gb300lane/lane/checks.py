@@ -400,3 +400,124 @@ def check_provenance(prov: Provenance) -> CheckResult:
     gaps = f"; not read: {', '.join(sorted(prov.missing))}" if prov.missing else ""
     return CheckResult(name=CHECK_PROVENANCE, status="pass", evidence=evidence,
                        summary="recorded " + ", ".join(parts) + gaps)
+
+
+CHECK_COMPILE_CACHE = "compile_cache"
+CHECK_TACTICS = "autotune_tactics"
+_FACTOR_NAMES = ("env", "cfg", "comp", "code")
+_FACTOR_WORDS = {"env": "the compile-relevant environment", "cfg": "the engine config", "comp": "the compiler",
+                 "code": "the traced source code"}
+
+
+class EarlierBoot(FrozenModel):
+    """What an earlier boot recorded that a check of this one compares with."""
+
+    report: str = Field(description="The earlier boot report.")
+    compile_hash: str | None = Field(default=None, description="The compile hash it booted with.")
+    factors: dict[str, str] | None = Field(default=None, description="Its compile cache factors (env, cfg, comp, code).")
+    env_raw: dict[str, str] | None = Field(default=None, description="Its raw env factors (cache_key_factors.json).")
+    tactics: str | None = Field(default=None, description="Its autotune tactic set's fingerprint.")
+
+
+def _env_changes(before: dict[str, str] | None, now: dict[str, str] | None) -> list[str]:
+    if before is None or now is None:
+        return []
+    return [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+
+
+def check_compile_cache(
+    facts: BootLogFacts,
+    prediction: Prediction,
+    *,
+    force_load: bool,
+    earlier: EarlierBoot | None,
+    env_raw: dict[str, str] | None,
+    recipe: str,
+) -> CheckResult:
+    """Why the compile cache hit or missed: the factor (env, cfg, comp, code) that changed since the lane's last boot
+    of this recipe, read from vLLM's `torch.compile cache factors` debug line; and with `VLLM_FORCE_AOT_LOAD=1`
+    which happened (a load it forced, or a compile it should have refused).
+
+    A miss where a hit was predicted fails, naming the changed factor (or, with every factor unchanged, the lost
+    artifact); a forced load that compiled anyway fails; a miss without the debug line is unknown with the fix.
+    """
+    factors = facts.cache_factors[0].as_dict() if facts.cache_factors else None
+    outcome = facts.autotune
+    evidence: dict[str, Any] = {
+        "outcome": outcome, "predicted": prediction.outcome, "factors": factors, "env_raw": env_raw,
+        "force_load": force_load, "forced_load_failure": facts.forced_load_failure,
+        "earlier": earlier.model_dump() if earlier is not None else None, "changed": [],
+    }
+    if force_load:
+        if facts.forced_load_failure is not None:
+            return CheckResult(name=CHECK_COMPILE_CACHE, status="fail", evidence=evidence,
+                               summary=f"VLLM_FORCE_AOT_LOAD=1: the cache did not load ({facts.forced_load_failure}), "
+                                       "so the boot failed instead of compiling")
+        if outcome == "hit":
+            return CheckResult(name=CHECK_COMPILE_CACHE, status="pass", evidence=evidence,
+                               summary="VLLM_FORCE_AOT_LOAD=1 and every compiled module loaded from the cache: a hit "
+                                       "(a failed load would have failed the boot, not compiled again)")
+        if outcome in ("miss", "reload"):
+            return CheckResult(name=CHECK_COMPILE_CACHE, status="fail", evidence=evidence,
+                               summary=f"VLLM_FORCE_AOT_LOAD=1 is set, yet the boot compiled ({outcome}): this engine "
+                                       "does not honour it, so a failed load recompiles silently")
+    if outcome == "hit":
+        return CheckResult(name=CHECK_COMPILE_CACHE, status="pass", evidence=evidence,
+                           summary=f"hit ({facts.compile_hash})" + ("" if factors is None else
+                                   f"; factors env={factors['env'][:8]} cfg={factors['cfg'][:8]} "
+                                   f"comp={factors['comp'][:8]} code={factors['code'][:8]}"))
+    if outcome == "unknown":
+        return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
+                           summary="the log shows neither a cache load nor a compile")
+    status: CheckStatus = "fail" if prediction.outcome == "hit" else "pass"
+    if factors is None:
+        return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
+                           summary=f"a {outcome}, and the log has no `torch.compile cache factors` line to say why: "
+                                   "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors")
+    if earlier is None or earlier.factors is None:
+        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                           summary=f"a {outcome} on the lane's first boot of {recipe} that logged its cache factors: "
+                                   "nothing earlier to compare with")
+    changed = [k for k in _FACTOR_NAMES if factors.get(k) != earlier.factors.get(k)]
+    evidence["changed"] = changed
+    if not changed:
+        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                           summary=f"a {outcome} with every factor as at the last boot of {recipe} (hash "
+                                   f"{earlier.compile_hash}): the cache lost the compiled artifact (deleted, or another "
+                                   "cache root), not a change of the lane")
+    parts = []
+    for k in changed:
+        part = f"{k} ({_FACTOR_WORDS[k]}) {earlier.factors.get(k, '?')[:12]} -> {factors[k][:12]}"
+        if k == "env":
+            moved = _env_changes(earlier.env_raw, env_raw)
+            if moved:
+                part += ": " + ", ".join(moved)
+        parts.append(part)
+    return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                       summary=f"a {outcome} because {'; '.join(parts)} changed since the last boot of {recipe} "
+                               f"({earlier.report})")
+
+
+def check_tactics(
+    facts: BootLogFacts, fingerprint: str | None, files: list[str], *, earlier: EarlierBoot | None
+) -> CheckResult:
+    """The kernel autotune tactic set this boot runs with, fingerprinted; a compile-cache hit that loads another
+    tactic set than the last boot of the same hash fails (a "hit" on different kernels is no hit)."""
+    evidence: dict[str, Any] = {"fingerprint": fingerprint, "files": files, "logged_file": facts.tactics_file,
+                                "loaded": facts.tactics_loaded, "earlier": earlier.model_dump() if earlier else None}
+    if fingerprint is None:
+        return CheckResult(name=CHECK_TACTICS, status="unknown", evidence=evidence,
+                           summary="the engine wrote no autotune tactic file (none logged, none under the cache "
+                                   "root's flashinfer_autotune_cache/): nothing to fingerprint")
+    how = "loaded from the cache" if facts.tactics_loaded else "autotuned this boot" if facts.tactics_loaded is False else "found"
+    if (facts.autotune == "hit" and earlier is not None and earlier.tactics is not None
+            and earlier.tactics != fingerprint):
+        return CheckResult(name=CHECK_TACTICS, status="fail", evidence=evidence,
+                           summary=f"a compile-cache hit on another autotune tactic set: {fingerprint[:16]} ({how}), "
+                                   f"where the last boot of hash {earlier.compile_hash} ran {earlier.tactics[:16]} "
+                                   f"({earlier.report}); the kernels differ, so this hit is not the boot it repeats")
+    same = "" if earlier is None or earlier.tactics is None else (
+        "; the same set as the last boot of this hash" if earlier.tactics == fingerprint else
+        f"; the last boot of this hash ran {earlier.tactics[:16]} (this one compiled)")
+    return CheckResult(name=CHECK_TACTICS, status="pass", evidence=evidence,
+                       summary=f"tactic set {fingerprint[:16]} ({how}, {len(files)} file(s)){same}")

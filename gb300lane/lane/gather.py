@@ -16,11 +16,71 @@ from typing import Literal
 from gb300lane.lane import checks, facts, instances, logparse, probe, provenance
 from gb300lane.lane.checkkeys import expected_values, renderings
 from gb300lane.lane.foreign import foreign_clients
-from gb300lane.lane.report import BootReport, write_report
+from gb300lane.lane.report import BootReport, newest_report, write_report
 from gb300lane.recipes import ContainerSpec, Recipe
 from gb300lane.recipes.containers import process_python
 from gb300lane.runtime import ProcessRuntime, Runtime
 from gb300lane.runtime.process import mounted_env, mounted_path
+from gb300lane.fsio import sha256_bytes
+from gb300lane.redact import redact
+
+
+def _earlier(report: BootReport | None) -> checks.EarlierBoot | None:
+    """What an earlier boot's report recorded for the compile-cache and tactic checks."""
+    if report is None:
+        return None
+    cache = report.check(checks.CHECK_COMPILE_CACHE)
+    tactics = report.check(checks.CHECK_TACTICS)
+    ev = cache.evidence if cache is not None else {}
+    return checks.EarlierBoot(
+        report=report.path or report.instance, compile_hash=report.compile_hash,
+        factors=ev.get("factors") if isinstance(ev.get("factors"), dict) else None,
+        env_raw=ev.get("env_raw") if isinstance(ev.get("env_raw"), dict) else None,
+        tactics=tactics.evidence.get("fingerprint") if tactics is not None else None,
+    )
+
+
+def _raw_env_factors(rt: Runtime, main: ContainerSpec, facts: logparse.BootLogFacts) -> dict[str, str] | None:
+    """The raw env factors vLLM wrote beside the compile (`<local cache dir>/cache_key_factors.json`), secrets as
+    keyed digests; None where the file is not visible."""
+    import json
+
+    for f in facts.cache_factors:
+        if not f.dir:
+            continue
+        host = rt.host_path(main, f.dir.rstrip("/") + "/cache_key_factors.json")
+        try:
+            raw = json.loads(host.read_text()) if host is not None else None
+        except (OSError, ValueError):
+            continue
+        env = raw.get("env") if isinstance(raw, dict) else None
+        if isinstance(env, dict):
+            return {str(k): redact(str(k), str(v)) for k, v in sorted(env.items())}
+    return None
+
+
+def _tactics(rt: Runtime, main: ContainerSpec, facts: logparse.BootLogFacts,
+             cache_root: Path | None) -> tuple[str | None, list[str]]:
+    """The autotune tactic set's fingerprint (sha256 over each file's name and content) and its files: the file
+    the engine logged, else FlashInfer's cache directory under the compile cache root."""
+    files: list[Path] = []
+    if facts.tactics_file:
+        host = rt.host_path(main, facts.tactics_file)
+        if host is not None and host.is_file():
+            files = [host]
+    elif cache_root is not None:
+        base = cache_root / "flashinfer_autotune_cache"
+        if base.is_dir():
+            files = sorted(p for p in base.rglob("*") if p.is_file())
+    if not files:
+        return None, []
+    parts = []
+    for f in files:
+        try:
+            parts.append(f"{f.name} {sha256_bytes(f.read_bytes())}")
+        except OSError:
+            continue
+    return (sha256_bytes("\n".join(parts)) if parts else None), [str(f) for f in files]
 
 
 def read_provenance(rt: Runtime, recipe: Recipe, main: ContainerSpec, endpoint: str) -> provenance.Provenance:
@@ -86,6 +146,16 @@ def check_booted(
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
         checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
     ]
+    earlier_recipe = _earlier(newest_report(lambda r: r.recipe == rec.recipe and r.lane == rec.lane))
+    results.append(checks.check_compile_cache(
+        log_facts, prediction, force_load=info.env.get("VLLM_FORCE_AOT_LOAD") == "1", earlier=earlier_recipe,
+        env_raw=_raw_env_factors(rt, main, log_facts), recipe=rec.recipe,
+    ))
+    cache_root = rt.host_path(main, log_facts.cache_root) if log_facts.cache_root else None
+    fingerprint, files = _tactics(rt, main, log_facts, cache_root)
+    same_hash = (_earlier(newest_report(lambda r: r.compile_hash == log_facts.compile_hash))
+                 if log_facts.compile_hash else None)
+    results.append(checks.check_tactics(log_facts, fingerprint, files, earlier=same_hash))
     prov = read_provenance(rt, recipe, main, rec.endpoint)
     results.append(checks.check_provenance(prov))
     if rec.dark:

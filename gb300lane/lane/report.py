@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
@@ -194,18 +195,23 @@ def read_report(path: Path) -> BootReport:
     )
 
 
-def latest_recipe_boot(recipe: str, lane: str) -> BootReport | None:
-    """The newest stored report of a boot of `recipe` on `lane` that recorded the recipe it booted."""
+def newest_report(match: Callable[[BootReport], bool]) -> BootReport | None:
+    """The newest stored report `match` accepts (unreadable reports are passed over: `status` and the card chain
+    name them)."""
     newest: BootReport | None = None
     for path in boots_dir().glob("*.json"):
         try:
             report = read_report(path)
         except StateError:
-            continue  # an unreadable report is no baseline; `status` and the card chain name it
-        if report.recipe == recipe and report.lane == lane and report.recipe_json is not None and (
-                newest is None or report.started_at >= newest.started_at):
+            continue
+        if match(report) and (newest is None or report.started_at >= newest.started_at):
             newest = report
     return newest
+
+
+def latest_recipe_boot(recipe: str, lane: str) -> BootReport | None:
+    """The newest stored report of a boot of `recipe` on `lane` that recorded the recipe it booted."""
+    return newest_report(lambda r: r.recipe == recipe and r.lane == lane and r.recipe_json is not None)
 
 
 def latest_report(instance: str) -> BootReport | None:
