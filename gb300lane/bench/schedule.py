@@ -171,7 +171,7 @@ def check_schedule(result: WindowResult, schedule: Schedule | None, k: int | Non
         status = "unknown"
         summary = ("no cell could tell the schedule from a static k (their predictions differ by less than "
                    f"{DECISIVE} at the loads run); run a concurrency inside a range whose k differs from {k}")
-    return ScheduleCheck(status=status, schedule=tuple(tuple(r) for r in schedule),  # type: ignore[misc]
+    return ScheduleCheck(status=status, schedule=tuple((int(a), int(b), int(c)) for a, b, c in schedule),
                          static_k=k, cells=tuple(cells), summary=summary)
 
 

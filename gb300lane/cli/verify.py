@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gb300lane.cli.common import console, fail, print_json
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 def verify_cmd(
@@ -24,16 +27,52 @@ def verify_cmd(
     if card is not None and production:
         fail("--card and --production check different chains; give one (or neither, for every chain)", 2)
     chains = [verify_card(card)] if card is not None else [verify_production()] if production else verify_everything()
+    lines = _provenance_lines(card) if card is not None else {}
     if as_json:
-        print_json([c.as_json() for c in chains])
+        out = [c.as_json() for c in chains]
+        if card is not None:
+            prov: list[JsonValue] = list(lines.get("lines", []))
+            out[0]["provenance"] = prov
+        print_json(out)
     else:
         for chain in chains:
             console.print(chain.to_text(), highlight=False, soft_wrap=True)
+        for line in lines.get("lines", []):
+            console.print(line, highlight=False, soft_wrap=True)
     broken = [c for c in chains if not c.ok]
     if broken:
         if not as_json:
             fail(f"{len(broken)} chain(s) broken: " + "; ".join(c.subject for c in broken))
         raise typer.Exit(1)
+
+
+def _provenance_lines(card: str) -> dict[str, list[str]]:
+    """What the card's arms ran and what differs: between the arms, and between the receipts and this host now."""
+    from gb300lane.cards.present.provenance import arm_lines, receipts_against_now
+    from gb300lane.cards.record.receipts import receipts_for
+    from gb300lane.errors import LaneError
+    from gb300lane.lane.provenance import fields_now
+    from gb300lane.recipes import load_recipe
+    from gb300lane.recipes.containers import process_python
+
+    try:
+        rec = receipts_for(card)
+        arms = rec.load_arms(rec.card())
+    except LaneError as exc:
+        return {"lines": [f"provenance: the receipts do not read ({str(exc).splitlines()[0]})"]}
+    now: dict[str, dict[str, object]] = {}
+    for arm in arms:
+        python = None
+        try:
+            recipe = load_recipe(arm.recipe)
+            if recipe.engine == "vllm" and recipe.runtime == "process":
+                import os
+
+                python = process_python(recipe, os.environ)
+        except LaneError:
+            pass  # a recipe gone since: the host is still compared
+        now[arm.arm] = dict(fields_now(python))
+    return {"lines": [line for line in arm_lines(arms) + receipts_against_now(arms, now) if line]}
 
 
 def register(app: typer.Typer) -> None:

@@ -44,6 +44,7 @@ from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.config import compile_hash
 from gb300lane.errors import EngineError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
+from gb300lane.spec.vllmenv import compile_env
 
 VLLM_VERSION = "0.33.0"
 COMPLETE_MARKER = "gb300lane-compile-complete.json"
@@ -64,16 +65,6 @@ AUTOTUNE_FILE = "autotune_cache.json"
 #: The kernels the modelled autotuner picks a tactic for, and the batch buckets it tunes each at.
 AUTOTUNE_OPS = ("mla_decode", "moe_grouped_gemm", "fp8_gemm", "rejection_sampler")
 AUTOTUNE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-#: `VLLM_*` variables vLLM's compile-cache key leaves out (`vllm/envs.py` compile_factors: locations, logging,
-#: timeouts, credentials and the force-load switch itself); every other `VLLM_*` variable set is an env factor.
-IGNORED_ENV_FACTORS = frozenset({
-    "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_PORT", "VLLM_HOST_IP", "VLLM_RPC_BASE_PATH", "VLLM_FORCE_AOT_LOAD",
-    "VLLM_API_KEY", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_PREFIX", "VLLM_LOGGING_STREAM", "VLLM_LOGGING_CONFIG_PATH",
-    "VLLM_LOGGING_COLOR", "VLLM_LOG_STATS_INTERVAL", "VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK",
-    "VLLM_USAGE_STATS_SERVER", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE",
-    "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "VLLM_DEBUG_LOG_API_SERVER_RESPONSE", "VLLM_ENABLE_STARTUP_PLAN",
-    "VLLM_XLA_CACHE_PATH", "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT", "VLLM_SERVER_DEV_MODE",
-})
 
 
 class VllmLog:
@@ -107,11 +98,6 @@ class VllmLog:
 
 def _sha(value: object) -> str:
     return hashlib.sha256(str(value).encode()).hexdigest()
-
-
-def env_factors(environ: Mapping[str, str]) -> dict[str, str]:
-    """The compile-relevant environment: every `VLLM_*` variable set, but vLLM's ignored ones."""
-    return {k: environ[k] for k in sorted(environ) if k.startswith("VLLM_") and k not in IGNORED_ENV_FACTORS}
 
 
 def code_hash() -> str:
@@ -189,7 +175,7 @@ def plan_boot(args: EngineArgs, environ: Mapping[str, str] | None = None) -> Boo
         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, dtype=args.dtype,
         tensor_parallel_size=args.tensor_parallel_size,
     )
-    raw = env_factors(environ)
+    raw = compile_env(environ)
     factors = CompileFactors(env=_sha(sorted(raw.items())), cfg=cfg, comp=compiler_hash(), code=code_hash(), env_raw=raw)
     digest = factors.key
     cache_dir = cache_root() / "torch_compile_cache" / digest / "rank_0_0" / "backbone"

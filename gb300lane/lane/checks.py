@@ -417,6 +417,29 @@ class EarlierBoot(FrozenModel):
     factors: dict[str, str] | None = Field(default=None, description="Its compile cache factors (env, cfg, comp, code).")
     env_raw: dict[str, str] | None = Field(default=None, description="Its raw env factors (cache_key_factors.json).")
     tactics: str | None = Field(default=None, description="Its autotune tactic set's fingerprint.")
+    inputs: dict[str, Any] | None = Field(default=None, description="What its process ran with that a compile hash "
+                                          "covers: the compile env, the args, the install (`compile_inputs`).")
+
+
+#: Args that move where a lane listens or what it is called, not what it compiles.
+_NOT_COMPILED_FLAGS = frozenset({"port", "host", "served-model-name"})
+
+
+def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, Any]) -> dict[str, Any]:
+    """What a process ran with that vLLM's compile hash covers, as the lane can see it: the compile env (vLLM's
+    selection of `VLLM_*`, secrets as keyed digests), the args (but where it listens), and the install
+    (image id, vLLM/torch, patches, engine source). Compared between boots where vLLM logs no cache factors."""
+    from gb300lane.lane.flags import parse_argv
+    from gb300lane.spec.vllmenv import compile_env
+
+    args = {k: v for k, v in parse_argv(list(argv)).items() if k not in _NOT_COMPILED_FLAGS}
+    return {"env": {k: redact(k, v) for k, v in compile_env(env).items()},
+            "args": {k: _masked_value(k, v) for k, v in sorted(args.items())},
+            "install": dict(install)}
+
+
+#: Which of vLLM's factors each part of `compile_inputs` feeds.
+_INPUT_FACTOR = {"env": "env", "args": "cfg", "install": "code/comp"}
 
 
 def _env_changes(before: dict[str, str] | None, now: dict[str, str] | None) -> list[str]:
@@ -433,6 +456,7 @@ def check_compile_cache(
     earlier: EarlierBoot | None,
     env_raw: dict[str, str] | None,
     recipe: str,
+    inputs: dict[str, Any] | None = None,
 ) -> CheckResult:
     """Why the compile cache hit or missed: the factor (env, cfg, comp, code) that changed since the lane's last boot
     of this recipe, read from vLLM's `torch.compile cache factors` debug line; and with `VLLM_FORCE_AOT_LOAD=1`
@@ -446,7 +470,8 @@ def check_compile_cache(
     evidence: dict[str, Any] = {
         "outcome": outcome, "predicted": prediction.outcome, "factors": factors, "env_raw": env_raw,
         "force_load": force_load, "forced_load_failure": facts.forced_load_failure,
-        "earlier": earlier.model_dump() if earlier is not None else None, "changed": [],
+        "earlier": earlier.model_dump(exclude={"inputs"}) if earlier is not None else None, "changed": [],
+        "inputs": inputs,
     }
     if force_load:
         if facts.forced_load_failure is not None:
@@ -471,9 +496,13 @@ def check_compile_cache(
                            summary="the log shows neither a cache load nor a compile")
     status: CheckStatus = "fail" if prediction.outcome == "hit" else "pass"
     if factors is None:
+        if inputs is not None and earlier is not None and earlier.inputs is not None:
+            return _from_inputs(outcome, status, evidence, inputs, earlier, recipe)
         return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
                            summary=f"a {outcome}, and the log has no `torch.compile cache factors` line to say why: "
-                                   "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors")
+                                   "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors"
+                                   + ("" if earlier is None else f" (and the last boot of {recipe} recorded no inputs "
+                                                                   "to compare with)"))
     if earlier is None or earlier.factors is None:
         return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
                            summary=f"a {outcome} on the lane's first boot of {recipe} that logged its cache factors: "
@@ -496,6 +525,33 @@ def check_compile_cache(
     return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
                        summary=f"a {outcome} because {'; '.join(parts)} changed since the last boot of {recipe} "
                                f"({earlier.report})")
+
+
+def _from_inputs(outcome: str, status: CheckStatus, evidence: dict[str, Any], inputs: dict[str, Any],
+                 earlier: EarlierBoot, recipe: str) -> CheckResult:
+    """A miss explained from what the process ran with, where vLLM logged no cache factors (its CPU build's AOT
+    path): the compile env, the args and the install against the last boot of the recipe."""
+    assert earlier.inputs is not None
+    parts = []
+    for section in ("env", "args", "install"):
+        now, before = inputs.get(section) or {}, earlier.inputs.get(section) or {}
+        moved = [f"{k} {_short(before.get(k))} -> {_short(now.get(k))}" for k in sorted(set(now) | set(before))
+                 if now.get(k) != before.get(k)]
+        if moved:
+            evidence["changed"].append(_INPUT_FACTOR[section])
+            parts.append(f"{_INPUT_FACTOR[section]} ({section}: {', '.join(moved)})")
+    lead = f"a {outcome}; vLLM logged no cache factors, so from what the process ran with: "
+    if not parts:
+        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                           summary=lead + f"nothing changed since the last boot of {recipe} (env, args, install): "
+                                          "the cache lost the compiled artifact, or a factor the lane cannot see moved")
+    return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                       summary=lead + "; ".join(parts) + f" changed since the last boot of {recipe} ({earlier.report})")
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
 
 
 def check_tactics(

@@ -37,6 +37,7 @@ def _earlier(report: BootReport | None) -> checks.EarlierBoot | None:
         factors=ev.get("factors") if isinstance(ev.get("factors"), dict) else None,
         env_raw=ev.get("env_raw") if isinstance(ev.get("env_raw"), dict) else None,
         tactics=tactics.evidence.get("fingerprint") if tactics is not None else None,
+        inputs=ev.get("inputs") if isinstance(ev.get("inputs"), dict) else None,
     )
 
 
@@ -146,17 +147,19 @@ def check_booted(
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
         checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
     ]
+    prov = read_provenance(rt, recipe, main, rec.endpoint)
+    install = {k: v for k, v in prov.fields().items() if k.startswith(("installed.", "image.id", "engine."))}
     earlier_recipe = _earlier(newest_report(lambda r: r.recipe == rec.recipe and r.lane == rec.lane))
     results.append(checks.check_compile_cache(
         log_facts, prediction, force_load=info.env.get("VLLM_FORCE_AOT_LOAD") == "1", earlier=earlier_recipe,
         env_raw=_raw_env_factors(rt, main, log_facts), recipe=rec.recipe,
+        inputs=checks.compile_inputs(info.argv, info.env, install),
     ))
     cache_root = rt.host_path(main, log_facts.cache_root) if log_facts.cache_root else None
     fingerprint, files = _tactics(rt, main, log_facts, cache_root)
     same_hash = (_earlier(newest_report(lambda r: r.compile_hash == log_facts.compile_hash))
                  if log_facts.compile_hash else None)
     results.append(checks.check_tactics(log_facts, fingerprint, files, earlier=same_hash))
-    prov = read_provenance(rt, recipe, main, rec.endpoint)
     results.append(checks.check_provenance(prov))
     if rec.dark:
         ports = [s.port for s in specs]

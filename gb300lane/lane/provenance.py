@@ -434,6 +434,16 @@ def host_provenance() -> tuple[HostProvenance, dict[str, str]]:
                           driver=driver, cuda=cuda, nvidia_smi=seen), missing
 
 
+def fields_now(python: str | None) -> dict[str, JsonValue]:
+    """What a boot on this host would record now of the host (and of the interpreter `python`'s environment), as
+    flattened fields: what `verify` compares a card's receipts with."""
+    host, _ = host_provenance()
+    installed = installed_from(python)[0] if python is not None else None
+    return {k: v for k, v in Provenance(runtime="process", engine=EngineProvenance(version=None), host=host,
+                                        installed=installed).fields().items()
+            if k.startswith(("host.", "installed."))}
+
+
 def gather(
     rt: Runtime,
     *,
@@ -499,6 +509,6 @@ def gather(
 
 
 __all__ = ["CheckpointProvenance", "EngineProvenance", "FieldChange", "GpuProvenance", "HostProvenance",
-           "ImageProvenance", "InstalledProvenance", "PatchProvenance", "Provenance", "checkpoint_from_dir",
+           "ImageProvenance", "InstalledProvenance", "PatchProvenance", "Provenance", "checkpoint_from_dir", "fields_now",
            "checkpoint_from_engine", "diff_fields", "gather", "host_provenance", "image_provenance", "installed_from",
            "parse_cpuinfo", "parse_cuda_version", "parse_gpus", "pinned_digest", "safetensors_header"]
