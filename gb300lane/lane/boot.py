@@ -25,7 +25,7 @@ from pydantic import Field
 
 from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane import placement
-from gb300lane.lane import checks, facts, hosts, instances, ledger
+from gb300lane.lane import checks, facts, hosts, instances, ledger, logparse
 from gb300lane.lane.checkkeys import choose_baseline
 from gb300lane.lane.enginebuild import check_engine_build
 from gb300lane.lane.gather import check_booted
@@ -381,6 +381,14 @@ def _recipe_file(recipe: Recipe) -> str:
         return f"recipe {recipe.name}"
 
 
+def _forced_load_failure(rt: Runtime, main: str, since: float) -> str | None:
+    """Why a boot under VLLM_FORCE_AOT_LOAD=1 died of a cache load that failed (None: it did not)."""
+    try:
+        return logparse.parse(rt.logs(main, since=since)).forced_load_failure
+    except LaneError:
+        return None
+
+
 def _death(infos: list[ContainerInfo]) -> Died | None:
     for info in infos:
         if info.state != "running":
@@ -471,7 +479,14 @@ def _start(
     except BaseException as exc:
         stop_all(rt, names)
         why = str(exc).splitlines()[0] if isinstance(exc, BootError) and str(exc) else "boot raised"
+        forced = _forced_load_failure(rt, names[0], started) if isinstance(exc, BootError) else None
+        if forced is not None:
+            why = (f"VLLM_FORCE_AOT_LOAD=1: the compile cache did not load ({forced}), so the boot failed instead "
+                   "of compiling again")
         instances.save(rec, phase="failed", detail=why)
+        if forced is not None:
+            raise BootError(f"{rec.name}: {why}; unset VLLM_FORCE_AOT_LOAD to compile, or boot where this hash is "
+                            f"cached (`gb300lane logs {rec.name}` has the traceback)") from exc
         raise
     report = check_booted(rt, rec, recipe, specs, prediction, started, boot_s, expected_s, pre)
     bind = report.check("dark_bind")

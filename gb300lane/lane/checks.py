@@ -425,15 +425,18 @@ class EarlierBoot(FrozenModel):
 _NOT_COMPILED_FLAGS = frozenset({"port", "host", "served-model-name"})
 
 
-def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, Any]) -> dict[str, Any]:
-    """What a process ran with that vLLM's compile hash covers, as the lane can see it: the compile env (vLLM's
-    selection of `VLLM_*`, secrets as keyed digests), the args (but where it listens), and the install
-    (image id, vLLM/torch, patches, engine source). Compared between boots where vLLM logs no cache factors."""
+def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, Any],
+                   env_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """What a process ran with that vLLM's compile hash covers, as the lane can see it: the compile env (the names
+    the engine's version hashes, `env_names` from its surface golden, else vLLM's selection of `VLLM_*`; secrets as
+    keyed digests), the args (but where it listens), and the install (image id, vLLM/torch, patches, engine
+    source). Compared between boots where vLLM logs no cache factors."""
     from gb300lane.lane.flags import parse_argv
     from gb300lane.spec.vllmenv import compile_env
 
     args = {k: v for k, v in parse_argv(list(argv)).items() if k not in _NOT_COMPILED_FLAGS}
-    return {"env": {k: redact(k, v) for k, v in compile_env(env).items()},
+    chosen = compile_env(env) if env_names is None else {k: env[k] for k in sorted(env_names) if k in env}
+    return {"env": {k: redact(k, v) for k, v in chosen.items()},
             "args": {k: _masked_value(k, v) for k, v in sorted(args.items())},
             "install": dict(install)}
 

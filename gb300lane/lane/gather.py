@@ -25,6 +25,17 @@ from gb300lane.fsio import sha256_bytes
 from gb300lane.redact import redact
 
 
+def _compile_env_names(prov: provenance.Provenance, recipe: Recipe) -> list[str] | None:
+    """The env names the engine's vLLM version hashes into its compile cache (its surface golden), None where the
+    version has no golden (vLLM's `VLLM_*` selection stands in) or the engine is the embedded one."""
+    from gb300lane.lane.surface import golden
+
+    if recipe.engine != "vllm":
+        return None
+    found = golden(prov.engine.version or recipe.image.vllm_version)
+    return list(found.compile_env) if found is not None and found.compile_env else None
+
+
 def _earlier(report: BootReport | None) -> checks.EarlierBoot | None:
     """What an earlier boot's report recorded for the compile-cache and tactic checks."""
     if report is None:
@@ -153,7 +164,7 @@ def check_booted(
     results.append(checks.check_compile_cache(
         log_facts, prediction, force_load=info.env.get("VLLM_FORCE_AOT_LOAD") == "1", earlier=earlier_recipe,
         env_raw=_raw_env_factors(rt, main, log_facts), recipe=rec.recipe,
-        inputs=checks.compile_inputs(info.argv, info.env, install),
+        inputs=checks.compile_inputs(info.argv, info.env, install, env_names=_compile_env_names(prov, recipe)),
     ))
     cache_root = rt.host_path(main, log_facts.cache_root) if log_facts.cache_root else None
     fingerprint, files = _tactics(rt, main, log_facts, cache_root)

@@ -56,6 +56,10 @@ _READY = "Application startup complete."
 _FACTORS = re.compile(r"(?:\[(?P<tag>[A-Za-z_]+)\] )?torch\.compile cache factors: env=(?P<env>\S+) cfg=(?P<cfg>\S+) comp=(?P<comp>\S+) "
                       r"code=(?P<code>\S+)(?: dir=(?P<dir>\S+))?")
 _FORCED = re.compile(r"VLLM_FORCE_AOT_LOAD=1: failed to load the compiled model from (?P<path>\S+?): (?P<reason>.*)$")
+#: vLLM re-raises a failed AOT load under VLLM_FORCE_AOT_LOAD=1 (`raise e` in _try_load_aot_compiled_fn): the
+#: traceback's exception line is the reason.
+_FORCED_FRAME = "in _try_load_aot_compiled_fn"
+_EXC_LINE = re.compile(r"(?P<exc>[A-Za-z_.]*(?:Error|Exception)): (?P<msg>.+)$")
 _TACTICS = re.compile(r"Autotune (?:finished: saved|cache hit: loaded) (?P<n>\d+) tactics (?:to|from) (?P<path>\S+)")
 _DP_DROP = re.compile(r"Disabling num_speculative_tokens_per_batch_size and falling back to static "
                       r"num_speculative_tokens=(?P<k>\d+)")
@@ -219,6 +223,12 @@ def parse(text: str) -> BootLogFacts:
             facts["kv_cache_device"] = m["device"]
         if m := _MAX_CONC.search(line):
             facts["max_concurrency"] = float(m["x"])
+    forced = False
+    for line in lines:
+        if _FORCED_FRAME in line:
+            forced = True
+        elif forced and "forced_load_failure" not in facts and (m := _EXC_LINE.search(line)):
+            facts["forced_load_failure"] = f"{m['exc']}: {m['msg'].strip()}"
     units = _aot_units(lines, facts)
     if units:
         facts["compile_units"] = units

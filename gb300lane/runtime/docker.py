@@ -178,6 +178,26 @@ class DockerRuntime(Runtime):
             labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
         )
 
+    def run_script(self, image: str, script: Path, args: Sequence[str]) -> tuple[int, str]:
+        """Run a Python script inside `image` (its own python3, the script mounted read-only), removed afterwards:
+        (exit status, stdout, or stderr where it failed)."""
+        mount = "/gb300lane-probe"
+
+        def run() -> tuple[int, str]:
+            try:
+                out = self.client.containers.run(
+                    image, command=[f"{mount}/{script.name}", *args], entrypoint="python3",
+                    volumes={str(script.parent): {"bind": mount, "mode": "ro"}}, remove=True, stdout=True,
+                    stderr=False, network_mode="none", labels={LABEL_PREFIX + "lane": "probe"},
+                )
+            except docker.errors.ContainerError as exc:
+                err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
+                return int(exc.exit_status), err
+            return 0, out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
+
+        result: tuple[int, str] = self._call(f"run {script.name} in {image}", run)
+        return result
+
     def pull_image(self, image: str) -> None:
         try:
             self._call(f"pull {image}", self.client.images.pull, image, lookup=True)
