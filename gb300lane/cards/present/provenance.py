@@ -17,7 +17,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 72 else text[:69] + "..."
 
 
-def _diff(a: Mapping[str, Any], b: Mapping[str, Any], only: Sequence[str] | None = None) -> list[tuple[str, Any, Any]]:
+def _diff(a: Mapping[str, object], b: Mapping[str, object], only: Sequence[str] | None = None) -> list[tuple[str, object, object]]:
     keys = sorted(set(a) | set(b))
     if only is not None:
         keys = [k for k in keys if any(k == p or k.startswith(p + ".") for p in only)]
@@ -66,7 +66,7 @@ def run_differences(original: Sequence[ArmData], now: Sequence[ArmData]) -> list
 NOW_FIELDS = ("host", "installed", "runtime")
 
 
-def receipts_against_now(arms: Sequence[ArmData], now: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def receipts_against_now(arms: Sequence[ArmData], now: Mapping[str, Mapping[str, object]]) -> list[str]:
     """Each arm's recorded host and install against what this host has now (`now`: arm -> flattened fields a
     boot here would record: host.*, and installed.* for an interpreter the arm's recipe names)."""
     out = []
@@ -83,7 +83,7 @@ def receipts_against_now(arms: Sequence[ArmData], now: Mapping[str, Mapping[str,
                                                                      if any(now.values()) else ""]
 
 
-def summary(fields: Mapping[str, Any]) -> str:
+def summary(fields: Mapping[str, object]) -> str:
     """A provenance record in one line: image or install, engine version, the host."""
     parts = []
     if fields.get("image.id"):
@@ -92,8 +92,8 @@ def summary(fields: Mapping[str, Any]) -> str:
         parts.append(str(fields["installed.vllm"]))
     parts.append(f"engine {fields.get('engine.version') or '?'}")
     parts.append(f"host {fields.get('host.cpu_model') or '?'} x{fields.get('host.cpu_count') or '?'}")
-    gpus = fields.get("host.gpus") or []
-    parts.append(", ".join(str(g) for g in gpus) if gpus else "no GPU")
+    gpus = fields.get("host.gpus")
+    parts.append(", ".join(str(g) for g in gpus) if isinstance(gpus, list) and gpus else "no GPU")
     return "; ".join(parts)
 
 

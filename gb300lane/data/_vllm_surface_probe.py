@@ -5,7 +5,7 @@ the log lines the lane's checks read, and the environment its compile cache hash
 Standard library only, so it runs under any vLLM's own interpreter (the real lane's venv, a vLLM image's
 python3) as well as on a downloaded wheel:
 
-    python vllm_surface_probe.py SITE_PACKAGES_OR_WHEEL [PROBES_JSON]
+    python _vllm_surface_probe.py SITE_PACKAGES_OR_WHEEL [PROBES_JSON]
 
 prints one JSON object: `distribution`, `vllm_version`, `schema` (the snapshot `scripts/snapshot_vllm_schema.py`
 writes: SpeculativeConfig with choices and bounds, EngineArgs, CompilationConfig, the OpenAI server's flags),
