@@ -501,6 +501,11 @@ def check_compile_cache(
     if factors is None:
         if inputs is not None and earlier is not None and earlier.inputs is not None:
             return _from_inputs(outcome, status, evidence, inputs, earlier, recipe)
+        if inputs is not None and earlier is None:
+            return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
+                               summary=f"a {outcome} on the lane's first boot of {recipe}: nothing earlier to compare "
+                                       "with (vLLM logged no cache factors; the env, args and install it ran with are "
+                                       "recorded for the next boot)")
         return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
                            summary=f"a {outcome}, and the log has no `torch.compile cache factors` line to say why: "
                                    "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors"
@@ -580,3 +585,22 @@ def check_tactics(
         f"; the last boot of this hash ran {earlier.tactics[:16]} (this one compiled)")
     return CheckResult(name=CHECK_TACTICS, status="pass", evidence=evidence,
                        summary=f"tactic set {fingerprint[:16]} ({how}, {len(files)} file(s)){same}")
+
+
+CHECK_SCHEDULE = "schedule"
+
+
+def check_schedule_boot(schedule: Sequence[Sequence[int]] | None, key: str, facts: BootLogFacts) -> CheckResult:
+    """What the boot log says of the recipe's k schedule: vLLM drops it with a warning (data parallel size > 1);
+    whether the engine runs it is measured on traffic (`bench.schedule`, in bench and the smoke bounds gate)."""
+    evidence: dict[str, Any] = {"key": key, "schedule": [list(r) for r in schedule] if schedule else None,
+                                "dropped": facts.schedule_dropped}
+    if not schedule:
+        return CheckResult(name=CHECK_SCHEDULE, status="pass", evidence=evidence, summary="the recipe sets no k schedule")
+    if facts.schedule_dropped:
+        return CheckResult(name=CHECK_SCHEDULE, status="fail", evidence=evidence,
+                           summary=f"{key} is set, and the engine logged that it disabled it (data parallel size > 1) "
+                                   "and drafts a static k: the schedule is not live")
+    return CheckResult(name=CHECK_SCHEDULE, status="pass", evidence=evidence,
+                       summary=f"{key} set and not dropped at boot; bench and smoke measure whether each cell drafts "
+                               "the K it gives")

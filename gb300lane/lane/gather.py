@@ -157,6 +157,7 @@ def check_booted(
         ),  # fmt: skip
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
         checks.check_features_live(recipe.speculative.rejection_sample_method, log_facts),
+        checks.check_schedule_boot(recipe.speculative.schedule, recipe.speculative.schedule_key, log_facts),
     ]
     prov = read_provenance(rt, recipe, main, rec.endpoint)
     install = {k: v for k, v in prov.fields().items() if k.startswith(("installed.", "image.id", "engine."))}

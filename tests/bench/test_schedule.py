@@ -52,3 +52,17 @@ def test_the_schedule_is_live_unless_the_engine_drops_it(dp: int) -> None:
         assert check.status == "fail" and cells["C8"].status == "fail", check.summary
         assert cells["C8"].measured_k == 5.0 and cells["C8"].live_k < 4
         assert "does not run the schedule" in check.summary or "never gives" in check.summary
+
+
+def test_a_boot_that_logs_the_schedule_dropped_fails_its_schedule_check() -> None:
+    from gb300lane.engine.args import parse_serve_args
+    from gb300lane.lane import checks, logparse
+
+    args = parse_serve_args(["--model", "builtin", "--speculative-config", json.dumps(SPEC), "--data-parallel-size", "2"])
+    assert args.spec is not None and args.spec.num_speculative_tokens_per_batch_size is None
+    log = "".join(f"WARNING 12-04 10:00:00 [speculative.py:430] {w}\n" for w in args.warnings)
+    key = "speculative.num_speculative_tokens_per_batch_size"
+    dropped = checks.check_schedule_boot(SCHEDULE, key, logparse.parse(log))
+    assert dropped.status == "fail" and "disabled it" in dropped.summary
+    assert checks.check_schedule_boot(SCHEDULE, key, logparse.parse("")).status == "pass"
+    assert checks.check_schedule_boot(None, key, logparse.parse(log)).status == "pass"
