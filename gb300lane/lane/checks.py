@@ -558,6 +558,8 @@ def _from_inputs(outcome: str, status: CheckStatus, evidence: dict[str, Any],
 
 
 def _short(value: Any) -> str:
+    if value is None:
+        return "unset"
     text = value if isinstance(value, str) else repr(value)
     return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
 
