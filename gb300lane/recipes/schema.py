@@ -421,7 +421,9 @@ class Speculative(FrozenModel):
     @property
     def schedule(self) -> tuple[tuple[int, int, int], ...] | None:
         """The k schedule, under whichever name the recipe gives it."""
-        return self.num_speculative_tokens_per_batch_size or self.speculative_token_schedule
+        if self.num_speculative_tokens_per_batch_size is not None:
+            return self.num_speculative_tokens_per_batch_size
+        return self.speculative_token_schedule
 
     @property
     def schedule_key(self) -> str:
