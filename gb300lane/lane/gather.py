@@ -150,7 +150,8 @@ def check_booted(
         *pre,
         checks.check_autotune(prediction, log_facts, boot_s),
         checks.check_flags(info.argv, expected_flags, renderings(recipe, keys), env=info.env,
-                           baseline=rec.baseline.label() if rec.baseline is not None else ""),
+                           baseline=rec.baseline.label() if rec.baseline is not None and rec.baseline.kind != "keys"
+                           else ""),
         checks.check_env(
             info.env, expected_env,
             baseline_note=rt.env_baseline,
