@@ -48,31 +48,9 @@ def verify_cmd(
 
 def _provenance_lines(card: str) -> dict[str, list[str]]:
     """What the card's arms ran and what differs: between the arms, and between the receipts and this host now."""
-    from gb300lane.cards.present.provenance import arm_lines, receipts_against_now
-    from gb300lane.cards.record.receipts import receipts_for
-    from gb300lane.errors import LaneError
-    from gb300lane.lane.provenance import fields_now
-    from gb300lane.recipes import load_recipe
-    from gb300lane.recipes.containers import process_python
+    from gb300lane.cards.present.provenance import verify_lines
 
-    try:
-        rec = receipts_for(card)
-        arms = rec.load_arms(rec.card())
-    except LaneError as exc:
-        return {"lines": [f"provenance: the receipts do not read ({str(exc).splitlines()[0]})"]}
-    now: dict[str, dict[str, object]] = {}
-    for arm in arms:
-        python = None
-        try:
-            recipe = load_recipe(arm.recipe)
-            if recipe.engine == "vllm" and recipe.runtime == "process":
-                import os
-
-                python = process_python(recipe, os.environ)
-        except LaneError:
-            pass  # a recipe gone since: the host is still compared
-        now[arm.arm] = dict(fields_now(python))
-    return {"lines": [line for line in arm_lines(arms) + receipts_against_now(arms, now) if line]}
+    return {"lines": verify_lines(card)}
 
 
 def register(app: typer.Typer) -> None:

@@ -97,4 +97,33 @@ def summary(fields: Mapping[str, object]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["arm_lines", "receipts_against_now", "run_differences", "summary"]
+def verify_lines(card: str) -> list[str]:
+    """`verify --card`'s provenance lines: what the arms differ in, and the receipts against this host now (the
+    host, and the install of each arm's interpreter where its recipe runs vLLM from one)."""
+    import os
+
+    from gb300lane.cards.record.receipts import receipts_for
+    from gb300lane.errors import LaneError
+    from gb300lane.lane.provenance import fields_now
+    from gb300lane.recipes import load_recipe
+    from gb300lane.recipes.containers import process_python
+
+    try:
+        rec = receipts_for(card)
+        arms = rec.load_arms(rec.card())
+    except LaneError as exc:  # the chain above names the damage; here only that nothing can be compared
+        return [f"provenance: not compared ({str(exc).splitlines()[0]})"]
+    now: dict[str, dict[str, object]] = {}
+    for arm in arms:
+        python = None
+        try:
+            recipe = load_recipe(arm.recipe)
+            if recipe.engine == "vllm" and recipe.runtime == "process":
+                python = process_python(recipe, os.environ)
+        except LaneError:
+            pass  # a recipe gone since: the host is still compared
+        now[arm.arm] = dict(fields_now(python))
+    return [line for line in arm_lines(arms) + receipts_against_now(arms, now) if line]
+
+
+__all__ = ["arm_lines", "receipts_against_now", "run_differences", "summary", "verify_lines"]
