@@ -15,7 +15,6 @@ engine drift` compares a running engine with.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

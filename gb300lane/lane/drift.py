@@ -230,7 +230,7 @@ def _live(base: sf.Surface, info: Any) -> sf.Surface:
                                    "log_lines": lines, "log_lines_from": how})
 
 
-def resolve(side: str) -> sf.Surface:  # noqa: C901 - one branch per kind of side
+def resolve(side: str) -> sf.Surface:
     """A side of `engine drift`: a shipped version (`0.33.0`), a recipe, or an image reference."""
     import os
 

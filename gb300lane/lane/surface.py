@@ -19,7 +19,7 @@ import subprocess
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, JsonValue, ValidationError
 
@@ -213,8 +213,6 @@ def golden_payload(surface: Surface, *, families_from: str, log_lines_from: str)
             "log_lines_from": log_lines_from, "compile_env": list(surface.compile_env)}
 
 
-Presence = Literal["present", "missing", "unknown"]
-
-__all__ = ["FAMILIES", "GATE_READS", "LOG_LINES", "LogLine", "Presence", "ProbeReport", "Surface", "from_probe", "golden",
+__all__ = ["FAMILIES", "GATE_READS", "LOG_LINES", "LogLine", "ProbeReport", "Surface", "from_probe", "golden",
            "golden_payload", "golden_versions", "live_log_lines", "parse_probe", "probe_literals", "probe_python",
            "probe_script"]
