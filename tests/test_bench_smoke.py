@@ -34,6 +34,7 @@ SEEDED = WindowSpec(
 def lane():
     server = fake_lane.FakeLane().start()
     server.behaviour.tokens_per_step = 3
+    server.behaviour.draft_k = 5  # what v27's schedule gives at batch sizes 1-4
     yield server
     server.stop()
 
@@ -52,6 +53,14 @@ def _bounds(lo: float | None = 2.0, hi: float | None = 6.0, tok_s: float | None 
         name="bounds-t1", kind="bounds", window=SEEDED,
         tokens_per_step={"min": lo, "max": hi}, decode_tok_s_min=tok_s,
     )
+
+
+def test_a_lane_drafting_lengths_the_schedule_never_gives_fails_the_bounds_gate(lane):
+    lane.behaviour.draft_k = 4
+    report = run_smoke(_recipe(_bounds()), lane.url, model="fake-model")
+    gate = report.gates[0]
+    assert gate.status == "FAIL" and "drafts of length 4, which the schedule never gives" in gate.reason
+    assert gate.details["schedule"]["status"] == "fail"
 
 
 def test_count_flips():

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from gb300lane.cli.common import console, fail, print_json
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
 
 
 def verify_cmd(
@@ -29,16 +32,30 @@ def verify_cmd(
         fail("--card, --production and --evidence check different chains; give one (or none, for every chain)", 2)
     chains = ([verify_card(card)] if card is not None else [verify_production()] if production
               else [verify_evidence()] if evidence else verify_everything())
+    lines = _provenance_lines(card) if card is not None else {}
     if as_json:
-        print_json([c.as_json() for c in chains])
+        out = [c.as_json() for c in chains]
+        if card is not None:
+            prov: list[JsonValue] = list(lines.get("lines", []))
+            out[0]["provenance"] = prov
+        print_json(out)
     else:
         for chain in chains:
             console.print(chain.to_text(), highlight=False, soft_wrap=True)
+        for line in lines.get("lines", []):
+            console.print(line, highlight=False, soft_wrap=True)
     broken = [c for c in chains if not c.ok]
     if broken:
         if not as_json:
             fail(f"{len(broken)} chain(s) broken: " + "; ".join(c.subject for c in broken))
         raise typer.Exit(1)
+
+
+def _provenance_lines(card: str) -> dict[str, list[str]]:
+    """What the card's arms ran and what differs: between the arms, and between the receipts and this host now."""
+    from gb300lane.cards.present.provenance import verify_lines
+
+    return {"lines": verify_lines(card)}
 
 
 def register(app: typer.Typer) -> None:

@@ -467,6 +467,12 @@ _lock = threading.Lock()
 _loaded: dict[str, BuiltinModel] = {}
 
 
+def builtin_config() -> dict[str, int | str]:
+    """The builtin checkpoint's config, as a checkpoint's config.json would state it."""
+    return {"architecture": "gb300lane-builtin-ngram", "vocab_size": VOCAB_SIZE, "mtp_stages": MTP_STAGES,
+            "dspark_block_size": DSPARK_BLOCK_SIZE, "draft_topk_max": TOPK_MAX, "build_version": _BUILD_VERSION}
+
+
 def model_hash() -> str:
     """Hash of everything the model is built from: corpora and build parameters."""
     texts = corpus_texts()

@@ -37,6 +37,20 @@ def load_snapshot(vllm_version: str) -> dict[str, Any]:
     return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
 
 
+#: The k schedule's names: vLLM 0.33's, and the new one of vLLM's open rename. A recipe may use either; it is
+#: rendered under the one the image's vLLM version knows.
+SCHEDULE_NAMES = ("num_speculative_tokens_per_batch_size", "speculative_token_schedule")
+
+
+def schedule_name(vllm_version: str) -> str:
+    """The name vLLM `vllm_version` takes the k schedule under (the new name once its snapshot has it)."""
+    try:
+        fields = load_snapshot(vllm_version)["speculative_config"]["fields"]
+    except RecipeError:
+        return SCHEDULE_NAMES[0]
+    return SCHEDULE_NAMES[1] if SCHEDULE_NAMES[1] in fields else SCHEDULE_NAMES[0]
+
+
 def _suggest(key: str, known: list[str]) -> str:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else "see gb300lane/data for the keys this vLLM version knows"
@@ -76,7 +90,11 @@ def validate_engine_keys(raw: Mapping[str, object], where: Callable[[str], str])
 
     spec = raw.get("speculative")
     if isinstance(spec, dict):
-        fields = snap["speculative_config"]["fields"]
+        fields = dict(snap["speculative_config"]["fields"])
+        # Either name of the k schedule is accepted wherever the version knows one of them (the rename).
+        for a, b in (SCHEDULE_NAMES, SCHEDULE_NAMES[::-1]):
+            if a in fields and b not in fields:
+                fields[b] = fields[a]
         for key, value in spec.items():
             dotted = f"speculative.{key_text(key)}"
             if key not in fields:

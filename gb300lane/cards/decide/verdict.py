@@ -19,7 +19,8 @@ from gb300lane.cards.decide.boots import BootEstimate
 from gb300lane.cards.decide.data import ArmData, NoiseFloor
 from gb300lane.cards.decide.gates import evaluate, overall
 from gb300lane.cards.decide.looks import design_look
-from gb300lane.cards.decide.more import BootStudy, MoreNeeded, boot_notes, more_needed, provenance_notes
+from gb300lane.cards.decide.more import (BootStudy, MoreNeeded, ProvenanceDifference, boot_notes, more_needed,
+                                         provenance_difference_notes, provenance_differences, provenance_notes)
 from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
@@ -65,11 +66,14 @@ class Verdict(FrozenModel):
                                    "Left out of the file when empty.")
     more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
                                                 "per arm that would decide at 90% power. Left out when empty.")
+    provenance_differs: tuple[ProvenanceDifference, ...] = Field(
+        default=(), description="Provenance fields (image id, engine version, installed vLLM, checkpoint, host) whose "
+        "values differ between the arms' boots, each with every arm's value. Left out when empty.")
 
     def payload(self) -> dict[str, JsonValue]:
         """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
         with nothing to add keeps the bytes it always had."""
-        empty = {k for k in ("notes", "more_needed") if not getattr(self, k)}
+        empty = {k for k in ("notes", "more_needed", "provenance_differs") if not getattr(self, k)}
         return self.model_dump(mode="json", exclude=empty)
 
 
@@ -115,9 +119,11 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
     by_id = {g.id: g for g in gates}
     needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
     notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
+    differs = provenance_differences(arms)
     if not inputs.transcribed:
         notes += tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
-                      + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now))
+                       + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now)
+                       + provenance_difference_notes(differs))
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
@@ -139,6 +145,7 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
         looks=look.looks,
         notes=notes,
         more_needed=needed,
+        provenance_differs=differs,
     )
 
 
