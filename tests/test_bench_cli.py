@@ -25,6 +25,9 @@ WINDOW_FILE = Path(__file__).parent / "data" / "bench" / "quick-window.yaml"
 def lane():
     server = fake_lane.FakeLane().start()
     server.behaviour.tokens_per_step = 2
+    # The shipped recipes' k schedule, drafted as vLLM drafts it (the bench and smoke checks measure it).
+    server.behaviour.draft_k = 5
+    server.behaviour.schedule = ((1, 4, 5), (5, 8, 3), (9, 32, 3))
     yield server
     server.stop()
 
@@ -96,12 +99,24 @@ def test_bench_usage_errors(lane):
     assert res.exit_code == 1 and "cannot reach the lane" in res.output
 
 
-def test_smoke_command_exit_code_follows_the_gates(lane, tmp_path, monkeypatch):
+def _small_smoke_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """local-v26 and local-v27 with their smoke windows cut to 2 transcripts a class, 16 tokens, C1: what the
+    smoke command does with its gates is the same at any size, and one stream holds its load on any host."""
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    for name in ("local-v26.yaml", "local-v27.yaml"):
-        shutil.copy(shipped("recipes") / name, recipes / name)
+    text = (shipped("recipes") / "local-v26.yaml").read_text()
+    for big, small in (("transcripts_per_class: 4", "transcripts_per_class: 2"), ("concurrency: [1, 8]", "concurrency: [1]"),
+                       ("forced_tokens: 64", "forced_tokens: 16")):
+        assert text.count(big) == 2, big  # the two smoke windows
+        text = text.replace(big, small)
+    (recipes / "local-v26.yaml").write_text(text)
+    shutil.copy(shipped("recipes") / "local-v27.yaml", recipes / "local-v27.yaml")
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
+    return recipes
+
+
+def test_smoke_command_exit_code_follows_the_gates(lane, tmp_path, monkeypatch):
+    _small_smoke_recipes(tmp_path, monkeypatch)
     res = runner.invoke(app, ["smoke", "local-v27", "--endpoint", lane.url])
     assert res.exit_code == 0, res.output
     assert "PASS" in res.output and "parity-t0" in res.output and "bounds-t1" in res.output
@@ -143,11 +158,7 @@ def test_public_api_is_pinned():
 
 
 def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    for name in ("local-v26.yaml", "local-v27.yaml"):
-        shutil.copy(shipped("recipes") / name, recipes / name)
-    monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
+    recipes = _small_smoke_recipes(tmp_path, monkeypatch)
     control = tmp_path / "control.json"
     res = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "t0-parity", "--lane", "local-v26"])
     assert res.exit_code == 2  # --endpoint and --lane together
@@ -160,7 +171,7 @@ def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
     report = json.loads(res.stdout)
     parity = report["gates"][0]
     assert parity["status"] == "PASS" and parity["details"]["control"] == str(control)
-    assert parity["details"]["flips"] == 0 and parity["details"]["compared"] == 36  # C8 over 4 transcripts: two passes
+    assert parity["details"]["flips"] == 0 and parity["details"]["compared"] == 6  # 3 classes x 2 transcripts at C1
     res = runner.invoke(app, ["smoke", "local-v27", "--endpoint", "http://127.0.0.1:9"])
     assert res.exit_code == 1 and "cannot reach the lane at http://127.0.0.1:9" in res.output
 

@@ -130,7 +130,7 @@ def test_a_registered_boot_sd_too_large_for_one_boot_asks_for_more_boots() -> No
 def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_register_and_in_the_verdict(
         _results: Path) -> None:
     """k9-boots registers local-br1's 0.16% (df 2, measured on local-v26) for local-k9 as production. Three real
-    boots of local-k9 in process, then 21 boots made from them with a known 2% boot shift each (seeded): the
+    boots of local-k9 in process, then 20 boots made from them with a known 5% boot shift each (seeded): the
     study's lower bound is far above 0.16%, and register and the verdict both name it."""
     import json
 
@@ -140,13 +140,16 @@ def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_regi
     from fakes import cards as fakes
 
     card, path = load_card(DATA / "k9-boots.yaml")
-    d = run_boot_study(card, 20)
+    d = run_boot_study(card, 3)
+    real = [json.loads(f.read_text()) for f in sorted(d.glob("boot-*.json"))]
     shifts = 1 + 0.05 * np.random.default_rng(11).standard_normal(20)
-    for f, k in zip(sorted(d.glob("boot-*.json")), shifts, strict=True):
-        w = json.loads(f.read_text())
+    for i, k in enumerate(shifts):
+        w = json.loads(json.dumps(real[i % len(real)]))
         for c in w["cells"]:
             c["per_transcript_tps"] = {t: v * k for t, v in c["per_transcript_tps"].items()}
-        f.chmod(0o644)
+        f = d / f"boot-{i:03d}.json"
+        if f.exists():
+            f.chmod(0o644)
         f.write_text(json.dumps(w))
     warns = registration_warnings(card, registration_plan(card))
     flagged = [w for w in warns if w.startswith("gate tokens-per-step: the boot study measured")]

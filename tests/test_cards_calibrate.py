@@ -155,7 +155,10 @@ def test_plan_from_earlier_control_receipts_and_register_warns() -> None:
     # the noise is 5% per request: 48 requests per arm cannot see 2%; register says so and records the plan
     warn = registration_warnings(card, registration_plan(card))
     assert any(w.startswith("underpowered") for w in warn)
-    again = register(card, path.read_text(), fresh=True, plan=registration_plan(card))
+    # a second registration of the same question is refused (its one run was measured); as a new question it
+    # records the plan
+    again = register(card, path.read_text(), fresh=True, plan=registration_plan(card),
+                     new_question="the plan recorded at registration")
     assert again.registration().plan.power == pytest.approx(plan.power)
     # a larger planned effect needs fewer requests
     assert plan_for(card, pilot=False, effect=0.05).gates[0].requests_per_arm_for_target < \

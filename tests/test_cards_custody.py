@@ -63,8 +63,10 @@ def test_a_verdict_edited_from_fail_to_pass_cannot_promote_and_verify_names_it()
     verdict = rec.verdict_file(1)
     _edit(verdict, '"verdict": "FAIL"', '"verdict": "PASS"')
     info = LiveOps().verdict(card.candidate.recipe)
-    assert info is not None and info.verdict == "PASS" and not info.passed
+    # the evidence log entered it as a FAIL: that is the verdict promotion reads, and the edit is a break
+    assert info is not None and info.verdict == "FAIL" and not info.passed
     assert str(verdict) in (info.custody or "")
+    assert any(str(verdict) in e and "is not the" in e for e in info.evidence)
     with pytest.raises(StateError) as refused:
         promote(card.candidate.recipe, ops=LiveOps())
     assert str(verdict) in str(refused.value) and "does not verify" in str(refused.value)

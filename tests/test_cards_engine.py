@@ -128,7 +128,8 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
         for seed in (1000, 2000, 3000):
             path = tmp_path / f"aa-{seed}.yaml"
             path.write_text(template.replace("seed_base: SEED", f"seed_base: {seed}"))
-            res = runner.invoke(app, ["card", "register", str(path), "--fresh", "--json"])
+            res = runner.invoke(app, ["card", "register", str(path), "--fresh", "--json",
+                                      "--new-question", f"the A/A check at seed base {seed}"])
             assert res.exit_code == 0, res.output
             receipts = json.loads(res.stdout)["receipts"]
             res = runner.invoke(app, ["card", "run", receipts, "--json"])

@@ -230,7 +230,8 @@ def test_a_cell_invalid_after_every_try_is_left_out_and_the_verdict_says_so() ->
     v = score(rec)
     (note,) = [n for n in v.notes if "left out as invalid" in n]
     assert note.startswith("arm B, window primary: 1 cell(s)") and f"{cls} C{conc} r2: delivered" in note
-    clean_rec = _registered(DATA / "tested.yaml", run="clean")[1]
+    clean_rec = _registered(DATA / "tested.yaml", run="clean",
+                            aside="the same bracket with no invalid cell, to compare")[1]
     run_card(clean_rec, ops=fakes.FakeLane(card, {"B": 1.03}, noise=0.02).ops())
     clean = score(clean_rec)
     assert not any("left out as invalid" in n for n in clean.notes)

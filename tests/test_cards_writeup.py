@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from gb300lane.cards.decide.gates import evaluate
 from gb300lane.cards.decide.verdict import apply_changes
@@ -16,9 +15,7 @@ def _text(lines: list[str]) -> str:
 
 
 def test_br1_figures_and_verdicts() -> None:
-    t0 = time.perf_counter()
-    out = _text(reproduce_br1())
-    assert time.perf_counter() - t0 < 10
+    out = _text(reproduce_br1())  # how long it takes is benchmarks/reproduce.py's to measure
     assert "3.204 / 3.262 / 3.189 -> B / mean(A, A2) = 1.020 (matches)" in out
     assert "agree at C1 within 0.1%–3.0%" in out
     assert "tool_json 347.6 vs 329.9 tok/s, +5.4% (matches)" in out

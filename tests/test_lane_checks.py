@@ -8,14 +8,14 @@ from pathlib import Path
 from gb300lane import paths
 from gb300lane.lane import checks, facts, ledger, logparse
 from gb300lane.lane.report import BootReport, latest_report, write_report
+from gb300lane.recipes import load_recipe
+from gb300lane.recipes.containers import key_rendering
 from gb300lane.redact import is_secret, redact
 from gb300lane.spec.metrics import parse_request_counts
 
 DATA = Path(__file__).parent / "data" / "lane"
 HIT = logparse.parse((DATA / "vllm-0.33-hit.log").read_text())
 MISS = logparse.parse((DATA / "vllm-0.33-miss.log").read_text())
-
-
 def test_autotune_pass_when_prediction_matches_the_log() -> None:
     pred = checks.Prediction(outcome="hit", known_hash="5c0e9a1d27", cache_dir_exists=True, reason="cached")
     r = checks.check_autotune(pred, HIT, 5.3)
@@ -48,13 +48,14 @@ def test_flags_zero_one_zero_across_a_bracket() -> None:
     argv_a = ["python3", "-m", "gb300lane.engine", "serve", "--speculative-config", spec_a]
     argv_b = ["python3", "-m", "gb300lane.engine", "serve", "--speculative-config", spec_b]
     key = "speculative.rejection_sample_method"
-    a = checks.check_flags(argv_a, {key: None})
-    b = checks.check_flags(argv_b, {key: "block"})
-    a2 = checks.check_flags(argv_a, {key: None})
+    ren = {key: key_rendering(load_recipe("local-v26"), key)}
+    a = checks.check_flags(argv_a, {key: None}, ren)
+    b = checks.check_flags(argv_b, {key: "block"}, ren)
+    a2 = checks.check_flags(argv_a, {key: None}, ren)
     assert [r.status for r in (a, b, a2)] == ["pass"] * 3
     assert [r.evidence["keys"][0]["present"] for r in (a, b, a2)] == [0, 1, 0]
     # The B recipe booted with A's args is caught.
-    wrong = checks.check_flags(argv_a, {key: "block"})
+    wrong = checks.check_flags(argv_a, {key: "block"}, ren)
     assert wrong.status == "fail" and key in wrong.summary
 
 
@@ -147,7 +148,7 @@ def test_boot_report_roundtrip_and_text() -> None:
 
 def test_secret_flag_values_never_reach_the_evidence() -> None:
     argv = ["vllm", "serve", "m", "--api-key", "sk-live-123", "--hf-token=hf_abc", "--port", "1"]
-    r = checks.check_flags(argv, {"lane.port": 1})
+    r = checks.check_flags(argv, {"lane.port": 1}, {"lane.port": key_rendering(load_recipe("v26"), "lane.port")})
     assert r.status == "pass"
     shown = json.dumps(r.evidence)
     assert "sk-live-123" not in shown and "hf_abc" not in shown
@@ -166,7 +167,7 @@ def test_a_secret_under_an_innocuous_name_is_known_by_its_value() -> None:
     assert stored["GOOD"].startswith("hmac-sha256:") and stored["PLAIN"] == "x"
     assert checks.check_env(dict(expected), stored).status == "pass"
     argv = ["x", "--served-model-name", "m", "--token-file=" + value, value]
-    shown = json.dumps(checks.check_flags(argv, {}).evidence)
+    shown = json.dumps(checks.check_flags(argv, {}, {}).evidence)
     assert value not in shown
 
 

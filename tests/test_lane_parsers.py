@@ -11,6 +11,8 @@ import pytest
 
 from gb300lane.lane import facts, logparse
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
+from gb300lane.recipes import load_recipe
+from gb300lane.recipes.containers import key_rendering
 from gb300lane.spec.metrics import parse_request_counts
 
 DATA = Path(__file__).parent / "data" / "lane"
@@ -156,13 +158,22 @@ def test_argv_parsing_reads_json_flags_and_booleans() -> None:
     ],
 )
 def test_flag_value_per_recipe_key(key: str, present: bool, value: object) -> None:
-    reading = flag_value(parse_argv(ARGV), key)
+    reading = flag_value(parse_argv(ARGV), key_rendering(load_recipe("local-v26"), key))
     assert reading.readable and reading.present is present and reading.value == value
 
 
-def test_keys_that_are_not_flags_are_unreadable() -> None:
-    assert not flag_value(parse_argv(ARGV), "env.VLLM_LOGGING_LEVEL").readable
-    assert not flag_value(parse_argv(ARGV), "smoke.gates").readable
+def test_keys_that_are_not_flags_are_read_where_the_engine_renders_them() -> None:
+    local, cpu = load_recipe("local-v26"), load_recipe("cpu-v26")
+    env = {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    reading = flag_value(parse_argv(ARGV), key_rendering(local, "env.VLLM_LOGGING_LEVEL"), env=env)
+    assert reading.readable and reading.rendered_as == "env" and reading.value == "DEBUG"
+    assert not flag_value(parse_argv(ARGV), key_rendering(local, "smoke.gates")).readable
+    # The embedded engine takes the KV pool as a flag; vLLM is handed no such flag (its pool comes from memory
+    # utilisation, or VLLM_CPU_KVCACHE_SPACE on the CPU build): nothing to read there.
+    assert key_rendering(local, "kv_pool_tokens").rendered_as == "flag"
+    assert key_rendering(cpu, "kv_pool_tokens").rendered_as == "none"
+    assert key_rendering(cpu, "engine_args.time_scale").rendered_as == "none"
+    assert key_rendering(cpu, "model.path").rendered_as == "program"
 
 
 def test_same_value_compares_meaning_not_spelling() -> None:

@@ -55,7 +55,9 @@ def test_down_all_force_is_recorded_and_every_command_agrees(promoted: int) -> N
     # No plan is offered that could not run.
     for args in (("rollback", "--dry-run"), ("rollback",)):
         r = _cli(*args)
-        assert r.returncode == 1 and "no rollback pair in the ledger (production: none)" in " ".join(r.stderr.split())
+        # a dry run prints the refused plan (stdout); a rollback refuses (stderr)
+        assert r.returncode == 1 and "no rollback pair in the ledger (production: none)" in " ".join(
+            (r.stdout + r.stderr).split())
     events = pm.history()
     assert [(e.kind, e.recipe) for e in events[-2:]] == [("removed", "local-v27"), ("removed", "local-v26")]
     hist = " ".join(_cli("history").stdout.split())
@@ -86,5 +88,6 @@ def test_a_pair_removed_outside_the_tool_is_no_rollback_plan(promoted: int) -> N
     lane.remove_instance("local-v26")  # gone without the ledger knowing (as `docker rm` would)
     for args in (("rollback", "--dry-run"), ("rollback",)):
         r = _cli(*args)
-        assert r.returncode == 1 and "rollback pair local-v26 (local-v26) no longer exists" in " ".join(r.stderr.split())
+        assert r.returncode == 1 and "rollback pair local-v26 (local-v26) no longer exists" in " ".join(
+            (r.stdout + r.stderr).split())
     assert _status()["production"]["recipe"] == "local-v27"

@@ -98,9 +98,10 @@ def _card(lane: SimLane, **changes: Any) -> None:
     ("case", "expected"),
     [
         ("unscored", "the card has no verdict yet (/r/small-1); run `gb300lane card score small`"),
-        ("fail", "its verdict is FAIL (/r/small-1), and promoting its kept candidate needs a PASS; run the card "
-                 "again: `gb300lane card register small --fresh`, `gb300lane card run small --take-lane`, then "
-                 "`gb300lane card score small`"),
+        ("fail", "its verdict is FAIL (/r/small-1), and promoting its kept candidate needs a PASS; a further run "
+                 "of the card's question spends its next share of alpha where the card registered more runs "
+                 "(design.runs): `gb300lane card register small --fresh`, `gb300lane card run small --take-lane`, "
+                 "then `gb300lane card score small`"),
         ("another card", "the card's PASS (/r/small-1) is not local-v27's newest verdict (card big verdict 2: FAIL); "
                          "promotion rests on the newest"),
         ("gone", "its kept candidate lane-B is no longer on the lane (removed since)"),

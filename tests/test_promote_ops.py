@@ -43,15 +43,18 @@ def test_a_verdict_reference_names_card_number_file_and_hash(monkeypatch: pytest
     ref = VerdictRef(card="local-br1", receipts="/r", number=2, verdict="PASS", written_at="2026-10-26T09:08:00Z",
                      file="/r/verdicts/verdict-2.json", sha256="ab" * 32, candidate_recipe="local-v27",
                      control_recipe="local-v26")  # fmt: skip
-    import gb300lane.cards as cards_pkg
+    import gb300lane.promote.live as live_mod
+    from gb300lane.cards.record.verdicts import CandidateEvidence
 
-    monkeypatch.setattr(cards_pkg, "latest_verdict_for", lambda name: ref if name == "local-v27" else None)
+    monkeypatch.setattr(live_mod, "evidence_for", lambda name: CandidateEvidence(
+        recipe=name, ref=ref if name == "local-v27" else None, breaks=(), registered=None, question=None))
     live = LiveOps()
     got = live.verdict("local-v27")
     assert got.rescored
     assert got.reference == f"card local-br1 verdict 2: PASS (/r/verdicts/verdict-2.json, sha256 {'ab' * 8})"
     # Its receipts are not there to verify: a PASS that cannot be verified does not pass.
     assert not got.passed and got.custody and got.custody.startswith("/r/registration.json")
+    assert got.binding and "does not show it measured local-v27 as it is now" in got.binding
     assert live.verdict("local-v26") is None
 
 

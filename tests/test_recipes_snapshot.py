@@ -121,7 +121,8 @@ def test_public_api_is_sorted_and_pinned() -> None:
     assert recipes_pkg.__all__ == sorted(recipes_pkg.__all__)
     assert set(recipes_pkg.__all__) == {
         "ContainerSpec", "KeyChange", "LintFinding", "Recipe", "RecipeDiff", "RecipeSummary", "RenderedLane",
-        "SmokeGate", "WindowSpec", "compact_json", "diff_recipes", "effective_k", "fingerprint", "get_key",
+        "SmokeGate", "WindowSpec", "compact_json", "content_hash", "content_values", "diff_recipes", "diff_values",
+        "effective_k", "fingerprint", "get_key",
         "hash_values", "lane_base_name", "lint", "list_recipes", "load_recipe", "render", "render_compose", "render_docker_run",
         "render_json", "requires_acknowledgement", "validate_raw", "write_rendered",
     }

@@ -52,7 +52,8 @@ def vllm_bench_keys(version: str = VLLM_VERSION) -> dict[str, JsonValue]:
     path = resources.files("gb300lane.data").joinpath(f"vllm-{version}-bench-serve-keys.json")
     if not path.is_file():
         raise BenchError(f"no vllm bench serve key snapshot for {version}; run scripts/snapshot_vllm_bench_keys.py on that wheel")
-    return json.loads(path.read_text(encoding="utf-8"))
+    keys: dict[str, JsonValue] = json.loads(path.read_text(encoding="utf-8"))
+    return keys
 
 
 def cell_records(result: WindowResult, cell: CellResult) -> list[RequestRecord]:

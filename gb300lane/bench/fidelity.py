@@ -23,8 +23,9 @@ import numpy as np
 
 from gb300lane.bench.transcripts import BASE_CLASSES, Transcript, load_transcripts
 from gb300lane.engine.config import SpecConfig, parse_spec_config
-from gb300lane.engine.core import EngineCore, SamplingParams, Sequence
+from gb300lane.engine.core import EngineCore, Sequence
 from gb300lane.engine.model import BuiltinModel
+from gb300lane.engine.sampling import SamplingParams
 
 FIDELITY_CLASSES: tuple[str, ...] = (*BASE_CLASSES, "mixed")
 
@@ -104,7 +105,7 @@ class WindowResult:
 
 
 def spec_for(k: int, method: str, schedule: list[list[int]] | None = None) -> SpecConfig:
-    cfg: dict = {"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": "probabilistic",
+    cfg: dict[str, object] = {"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": "probabilistic",
                  "rejection_sample_method": method}
     if schedule:
         cfg["num_speculative_tokens_per_batch_size"] = schedule

@@ -237,7 +237,9 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
             gaps.append(ev[j + 1] - ev[j])
         late.extend((out.started_at + t - s) * 1e3 for t, s in zip(ev, sent))
         server_late.extend((s - (received + timing.ttft_s + j * timing.itl_s)) * 1e3 for j, s in enumerate(sent))
-    p = lambda xs, q: float(np.percentile(xs, q)) if xs else None  # noqa: E731
+    def p(xs: list[float], q: float) -> float | None:
+        return float(np.percentile(xs, q)) if xs else None
+
     sigma = float(np.std(itl_err)) if itl_err else None
     bound = bound_ttft_p99_ms(conc)
     level = SelftestLevel(
@@ -308,7 +310,9 @@ TABLE_COLUMNS = ("C", "requests", "failed", "TTFT / ITL ms", "TTFT err p50", "TT
 
 def table_rows(result: SelftestResult) -> list[list[str]]:
     """The self-test as table rows (ms), one per level, in `TABLE_COLUMNS` order."""
-    f = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    def f(v: float | None) -> str:
+        return "—" if v is None else f"{v:.3f}"
+
     return [
         [str(lv.concurrency), str(lv.requests), str(lv.failed), f"{lv.ttft_ms:g} / {lv.itl_ms:g}",
          f(lv.ttft_error_ms_p50), f(lv.ttft_error_ms_p99), f"< {lv.bound_ttft_p99_ms:g}", f(lv.itl_error_sigma_ms),

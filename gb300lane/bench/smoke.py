@@ -34,10 +34,12 @@ from pydantic import Field
 from gb300lane import __version__
 from gb300lane.bench.cells import aggregate_spec
 from gb300lane.bench.models import WindowResult
+from gb300lane.bench.schedule import check_schedule
 from gb300lane.bench.store import load_result, save_result, smoke_dir, stamp
 from gb300lane.bench.window import WindowProgress, run_window
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.models import FrozenModel
+from gb300lane.recipes.rules import effective_k
 from gb300lane.recipes.schema import Recipe, SmokeGate, WindowSpec
 
 GateStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -210,6 +212,13 @@ def _bounds(gate: SmokeGate, runner: _Runner) -> GateResult:
                 f"{low.clock} clock; min {gate.decode_tok_s_min:,.1f})"
             )
             (passes if (low.decode_tok_s or 0.0) >= gate.decode_tok_s_min else failures).append(text)
+    schedule = check_schedule(run, runner.recipe.speculative.schedule, effective_k(runner.recipe))
+    if schedule is not None:
+        details["schedule"] = schedule.model_dump(mode="json")
+        if schedule.status == "fail":
+            failures.append(schedule.summary)
+        elif schedule.status == "pass":
+            passes.append(schedule.summary)
     if failures:
         return result("FAIL", "; ".join(failures))
     if inconclusive:

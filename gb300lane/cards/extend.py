@@ -63,7 +63,8 @@ def plan_next(rec: Receipts) -> ExtensionReceipt:
                         f"{latest.look} but stages 1..{done} have run (key look); the receipts are out of step: "
                         "check them with `gb300lane verify --card CARD`")
     require_intact(rec, "extend")
-    return record_extension(rec, card, latest.number, plan_extension(card, card.gates, list(latest.results), done))
+    return record_extension(rec, card, latest.number, plan_extension(card, card.gates, list(latest.results), done,
+                                                                      share=rec.registration().alpha_share()))
 
 
 def extend_card(rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None,

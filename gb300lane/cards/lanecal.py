@@ -143,7 +143,8 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
         for scenario in scenarios:
             rep = replicate_card(card, scenario, seed, r)
             text = yaml.safe_dump(card_payload(rep), sort_keys=False)
-            rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")))
+            rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")),
+                           aside="a replicate of `card calibrate --lane`")
             ran = False
             started = time.monotonic()
             if not rec.verdict_numbers():

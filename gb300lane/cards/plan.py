@@ -57,7 +57,8 @@ from gb300lane.cards.decide.results import CardPlan, ExtensionPlanFigures, GateP
 from gb300lane.cards.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
-from gb300lane.cards.record.receipts import lane_receipts, new_run_dir
+from gb300lane.cards.record.receipts import new_run_dir
+from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cards.record.studies import (
     boot_provenance,
     boot_window,
@@ -263,13 +264,17 @@ def _solve_scale(power_at: Callable[[float], float], target: float) -> float | N
 def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
               effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "",
               lane_noise: Mapping[str, LedgerEstimate] | None = None,
-              effects: Mapping[str, float] | None = None) -> CardPlan:
+              effects: Mapping[str, float] | None = None, share: float = 1.0) -> CardPlan:
     """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
-    study's arms (each one boot of the control recipe), from which each gate's boot sd is measured.
+    study's arms (each one boot of the control recipe), from which each gate's boot sd is measured. `share` is the
+    share of each gate's alpha the run spends (its question's, `decide.question`): the plan is of that run.
 
     `lane_noise` is the lane's noise ledger by metric (`cards.record.noise.for_card`): where it rests on at least
     `LEDGER_MIN_CARDS` scored cards, an aggregate gate's boot sd is the ledger's; else the boot study's; else the
     registered figure. Each gate says which (`boot_sd_source`), and is checked against the figure it used."""
+    if share != 1.0:  # the run's alpha: every figure below is of the run about to be registered
+        card = card.model_copy(update={"gates": tuple(
+            g.model_copy(update={"alpha": g.alpha * share}) if isinstance(g, TestedGate) else g for g in card.gates)})
     primary = card.window(card.primary_window)
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
@@ -447,7 +452,7 @@ def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[st
     recipe = card.controls[0].recipe
     windows: list[tuple[str, WindowData]] = []
     sources: list[str] = []
-    for rec in lane_receipts(base):
+    for rec in planning_receipts(base).kept:
         try:
             other = rec.card()
             if rec.registration().transcribed or other.controls[0].recipe != recipe:
@@ -595,10 +600,10 @@ def _real_boot(card: Card, arm: Arm, w: WindowSpec, i: int, d: Path, ops: ArmOps
 
 def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None, base: Path | None = None,
              progress: Callable[[str], None] | None = None, effect: float | None = None,
-             target: float = TARGET_POWER, boots: int = 0) -> CardPlan:
+             target: float = TARGET_POWER, boots: int = 0, share: float = 1.0) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
     with `boots`, a boot study of that many boots first (in process on the embedded engine, real boots through
-    the lane otherwise)."""
+    the lane otherwise). `share`: of each gate's alpha, the run spends (`plan_card`)."""
     require_recipes(card)
     if boots:
         run_boot_study(card, boots, base=base, progress=progress, ops=ops)
@@ -615,7 +620,7 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None
     noise, source = found
     study = earlier_boots(card, base)
     return plan_card(card, noise, source, target=target, effect=effect, boots=study[0] if study else None,
-                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base))
+                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base), share=share)
 
 
 def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate]:
@@ -628,14 +633,16 @@ def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate
     return out
 
 
-def registration_plan(card: Card, base: Path | None = None) -> CardPlan | None:
-    """The plan `card register` records: from earlier control data only (registering never boots anything)."""
-    plans = registration_plans(card, base)
+def registration_plan(card: Card, base: Path | None = None, share: float = 1.0) -> CardPlan | None:
+    """The plan `card register` records: from earlier control data only (registering never boots anything), for
+    the run's `share` of each gate's alpha."""
+    plans = registration_plans(card, base, share=share)
     return plans[0] if plans else None
 
 
 def registration_plans(card: Card, base: Path | None = None,
-                       effects: Sequence[Mapping[str, float] | None] = (None,)) -> tuple[CardPlan, ...] | None:
+                       effects: Sequence[Mapping[str, float] | None] = (None,),
+                       share: float = 1.0) -> tuple[CardPlan, ...] | None:
     """`registration_plan` once per entry of `effects` (gate id -> relative effect; None: the gates' mdes), from
     one read of the earlier receipts; None where there is nothing to plan from."""
     if not any(isinstance(g, TestedGate) for g in card.gates):
@@ -647,7 +654,8 @@ def registration_plans(card: Card, base: Path | None = None,
     ledger = lane_noise(card, base)
     got = boot_provenance(card, base) if study else ()
     plans = (plan_card(card, found[0], found[1], boots=study[0] if study else None,
-                       boot_source=study[1] if study else "", lane_noise=ledger, effects=e) for e in effects)
+                       boot_source=study[1] if study else "", lane_noise=ledger, effects=e, share=share)
+             for e in effects)
     return tuple(p.model_copy(update={"boot_measured_on": got}) if got else p for p in plans)
 
 

@@ -27,7 +27,8 @@ from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
 from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.cards.schema import Card
 from gb300lane.cards.record.verdicts import score
-from gb300lane.cards.present.writeup import reproduce_writeup, verdict_lines
+from gb300lane.cards.present.provenance import arm_lines, run_differences
+from gb300lane.cards.present.writeup import original_arms, reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
 from gb300lane.recipes import load_recipe
 
@@ -81,7 +82,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     if ops is None:
         ops = LiveArmOps(port=arm_port(card, port, notice or say))
     # A run directory of its own (`<date>-<card>-reproduce[-runN]`): `card register CARD` never finds these receipts.
-    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce")
+    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce",
+                   aside="`card reproduce`: the write-up's card run again on this lane")
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)
@@ -89,6 +91,8 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
         say(line)
     cand = card.candidate.name
     arms = rec.load_arms(card)
+    for line in arm_lines(arms) + run_differences(original_arms(which), arms):
+        say(line)
     clocks = sorted({a.windows[card.primary_window].clock or "?" for a in arms if card.primary_window in a.windows})
     say(f"decode tok/s (clock: {', '.join(clocks)}), {cand} ÷ mean(controls), paired per-stream {cand} − ctrl:")
     for row in ratio_rows(card, arms):

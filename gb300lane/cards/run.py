@@ -88,7 +88,8 @@ class LiveArmOps:
     ) -> AbstractContextManager[BootReport]:
         return lane.instance(
             recipe, keep=True, dark=True, arm=arm, port=self.port, check_keys=check_keys, baseline=baseline,
-            allow_outside_trained_block=allow_outside_trained_block, protected=self.protected,
+            baseline_role="control", allow_outside_trained_block=allow_outside_trained_block,
+            protected=self.protected,
         )  # fmt: skip
 
     def discard(self, recipe: str, arm: str) -> None:

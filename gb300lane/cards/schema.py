@@ -339,6 +339,11 @@ class FixedDesign(FrozenModel):
     extension: Extension | None = Field(
         default=None, description="Further looks `card extend` may take after an INCONCLUSIVE verdict (none when "
         "absent): the one look becomes the first of a plan of 1 + extension.looks.")
+    runs: int = Field(
+        default=1, ge=1, le=9, description="Runs the card's question (its name and the candidate's resolved recipe) "
+        "may take, sharing each gate's alpha: run r spends the Pocock share ln(1 + (e-1) r/runs) - ln(1 + (e-1) "
+        "(r-1)/runs) of it, so re-registering after a final verdict keeps the error rates the registered ones. 1 "
+        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.")
 
 
 class GroupSequential(FrozenModel):
@@ -352,6 +357,11 @@ class GroupSequential(FrozenModel):
     extension: Extension | None = Field(
         default=None, description="Further looks `card extend` may take after an INCONCLUSIVE last look (none when "
         "absent): the looks become the first of a plan of looks + extension.looks.")
+    runs: int = Field(
+        default=1, ge=1, le=9, description="Runs the card's question (its name and the candidate's resolved recipe) "
+        "may take, sharing each gate's alpha: run r spends the Pocock share ln(1 + (e-1) r/runs) - ln(1 + (e-1) "
+        "(r-1)/runs) of it, so re-registering after a final verdict keeps the error rates the registered ones. 1 "
+        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.")
 
     @model_validator(mode="after")
     def _same_spending(self) -> GroupSequential:
@@ -496,6 +506,11 @@ def planned_stages(card: Card) -> int:
     return stage_count(card) + extension_looks(card)
 
 
+def question_runs(card: Card) -> int:
+    """Runs the card's question may take, sharing its alpha (`design.runs`; 1: one run spends all)."""
+    return card.design.runs
+
+
 def plan_spending(card: Card) -> Spending:
     """The spending function of the card's plan (a fixed design without an extension spends all at its look)."""
     if isinstance(card.design, GroupSequential):
@@ -539,10 +554,12 @@ def gates_hash(card: Card) -> str:
     payload: dict[str, Any] = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
                                "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
     # the design and the seed policy are frozen too; the defaults stay out so earlier registrations still match
-    if not isinstance(card.design, FixedDesign) or card.design.extension is not None:
+    if not isinstance(card.design, FixedDesign) or card.design.extension is not None or card.design.runs != 1:
         design = card.design.model_dump(mode="json")
         if design.get("extension") is None:  # a design without an extension hashes as it did before there were any
             design.pop("extension", None)
+        if design.get("runs") == 1:  # ... and one run, as before runs were counted
+            design.pop("runs", None)
         payload["design"] = design
     if card.seeds != "per_arm":
         payload["seeds"] = card.seeds

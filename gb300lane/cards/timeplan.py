@@ -112,13 +112,13 @@ def lane_boots(card: Card, base: Path | None = None) -> BootTimes | None:
 
     from gb300lane.cards.record.arms import boot_facts_from_report
     from gb300lane.cards.record.studies import boot_dirs, pilot_dirs
-    from gb300lane.cards.record.receipts import lane_receipts
+    from gb300lane.cards.record.verified import planning_receipts
 
     recipes = {a.recipe for a in card.arms}
     hits: list[float] = []
     misses: list[float] = []
     other: list[float] = []
-    for rec in lane_receipts(base):
+    for rec in planning_receipts(base).kept:
         try:
             if rec.registration().transcribed:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.text import Text
@@ -45,9 +45,11 @@ def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None
     return RichWindowProgress(console=err_console)
 
 
-def _summary(result: WindowResult, out: Path | None, check: dict | None = None) -> dict:
+def _summary(result: WindowResult, out: Path | None, check: dict[str, Any] | None = None,
+             schedule: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "counter_check": check,
+        "schedule_check": schedule,
         "out": str(out) if out else None,
         "valid": result.valid,
         "endpoint": result.endpoint,
@@ -153,17 +155,27 @@ def bench_cmd(
     # k bounds what the engine may count and not send; without a recipe the widest the lane allows.
     k = (recipe.speculative.num_speculative_tokens if recipe else None) or 32
     check = cross_check(result, k)
+    from gb300lane.bench.schedule import check_schedule
+    from gb300lane.recipes import effective_k
+
+    schedule = check_schedule(result, recipe.speculative.schedule, effective_k(recipe)) if recipe else None
     if as_json:
-        print_json(_summary(result, out, check.model_dump(mode="json") if check else None))
+        print_json(_summary(result, out, check.model_dump(mode="json") if check else None,
+                            schedule.model_dump(mode="json") if schedule else None))
     else:
         console.print(render_window(result), highlight=False)
         if check is not None:
             console.print(check.line(), highlight=False, style=None if check.ok else "red")
+        if schedule is not None:
+            console.print(f"{'PASS' if schedule.status == 'pass' else schedule.status.upper():<7} {schedule.summary}",
+                          highlight=False, style=None if schedule.ok else "red")
         if out is not None:
             console.print(f"window result written to {out}")
     if not result.valid:
         bad = sum(1 for c in result.cells if not c.valid)
         fail(f"{bad} of {len(result.cells)} cells invalid (reasons above); they are not averaged in")
+    if schedule is not None and not schedule.ok:
+        fail(f"the k schedule is not live: {schedule.summary}")
 
 
 def _print_smoke(report: SmokeReport) -> None:

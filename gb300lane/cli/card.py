@@ -80,7 +80,12 @@ def _print_verdict(v: Verdict) -> None:
                   "before any arm runs; warns when the card is underpowered.")
 def register_cmd(
     card: str = typer.Argument(..., help="Card file path or name in cards/."),
-    fresh: bool = typer.Option(False, "--fresh", help="Start a new receipts directory even if one exists today."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new receipts directory even if one exists today: "
+                               "the next run of the card's question, counted into its alpha (design.runs)."),
+    new_question: str | None = typer.Option(None, "--new-question", metavar="REASON", help="This run asks a new "
+                                            "question (another workload, another lane, a changed design): its alpha "
+                                            "starts afresh, and the reason is recorded and printed on every later "
+                                            "verdict and on promote."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
@@ -88,22 +93,36 @@ def register_cmd(
     from gb300lane.cards.record.receipts import receipts_state
     from gb300lane.cards.cardfile import read_card_text
 
+    from gb300lane.cards.record.verified import planning_receipts
+
+    from gb300lane.cards.record.receipts import next_run
+
     loaded, path = load_card(card)
-    plan = registration_plan(loaded)
-    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan)
+    upcoming = next_run(loaded, new_question=new_question)  # refused, if it will be, before anything is planned
+    plan = registration_plan(loaded, share=1.0 if isinstance(upcoming, str) else upcoming.share)
+    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
     reg = rec.registration()
-    warnings = registration_warnings(loaded, reg.plan)
+    left_out = planning_receipts().note()
+    warnings = registration_warnings(loaded, reg.plan) + ([left_out] if left_out and not rec.reused else [])
     found = receipts_state(rec, card) if rec.reused else None
     if as_json:
         print_json({"card": loaded.name, "receipts": str(rec.root), "gates_sha256": reg.gates_sha256,
                     "registered_at": reg.registered_at, "warnings": warnings,
                     "plan": reg.plan.model_dump(mode="json") if reg.plan else None,
+                    "question": reg.question.model_dump(mode="json") if reg.question else None,
                     "existing": found.model_dump(mode="json") if found else None})
         return
     if found is not None:
         console.print(f"{loaded.name}: {found.describe()}", highlight=False, markup=False, soft_wrap=True)
         return
     console.print(f"{loaded.name}: registered in {rec.root} (gates sha256 {reg.gates_sha256[:16]})", highlight=False)
+    q = reg.question
+    if q is not None:
+        for r in q.follows:
+            console.print(f"  earlier: {r.describe()}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"  run {q.run} of {q.runs} of its question: each gate spends {q.share:.1%} of its alpha here"
+                      + (f"; a new question: {q.new_question}" if q.new_question else ""),
+                      highlight=False, markup=False, soft_wrap=True)
     if reg.plan and reg.plan.power is not None:
         e = reg.plan.extension
         whole = ("" if e is None or e.power is None else
@@ -140,9 +159,29 @@ def plan_cmd(
     from gb300lane.cards.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
 
+    from gb300lane.cards.record.verified import planning_receipts
+
+    from gb300lane.cards.record.receipts import next_run
+
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
-    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots)
+    from gb300lane.cards.decide.question import QuestionRun
+    from gb300lane.errors import LaneError
+
+    try:
+        upcoming: QuestionRun | str = next_run(loaded)
+    except LaneError as exc:  # the evidence log does not hold: plan the whole alpha, and say why
+        upcoming = str(exc)
+        err_console.print(f"[yellow]warning:[/] {escape(upcoming)}", markup=True, highlight=False, soft_wrap=True)
+    share = 1.0 if isinstance(upcoming, str) else upcoming.share
+    p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots,
+                 share=share)
+    if not isinstance(upcoming, str) and upcoming.runs > 1:
+        _say(as_json)(f"{loaded.name}: planned for run {upcoming.run} of {upcoming.runs} of its question, each gate at "
+                      f"{upcoming.share:.1%} of its alpha")
+    left_out = planning_receipts().note()
+    if left_out:
+        err_console.print(f"[yellow]warning:[/] {escape(left_out)}", markup=True, highlight=False, soft_wrap=True)
     found = control_windows(loaded)
     tp = time_plan(loaded, p, found[0] if found else [])
     if as_json:
@@ -402,6 +441,8 @@ def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts d
     console.print(f"{c.name}: {c.title}", highlight=False)
     console.print(f"  receipts {rec.root}; registered {reg.registered_at}; gates sha256 {reg.gates_sha256[:16]}"
                   + ("; TRANSCRIBED" if reg.transcribed else ""), highlight=False)
+    for note in reg.question.notes() if reg.question is not None else ():
+        console.print(f"  {note}", highlight=False, markup=False, soft_wrap=True)
     for a in c.arms:
         console.print(f"  {a.name:<3} {a.role:<9} {a.recipe:<12} {arms[a.name]}", highlight=False)
     for lk in looks:
@@ -437,10 +478,19 @@ def noise_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards.record.noise import ALL_CELLS, ledger
+    from gb300lane.cards.record.verified import planning_receipts
 
     rows = [e for k, e in sorted(ledger().items(), key=lambda kv: (kv[0].lane, kv[0].metric, repr(kv[0].shape),
                                                                    kv[0].unit != ALL_CELLS, kv[0].unit))
             if (lane is None or k.lane == lane) and (cells or k.unit == ALL_CELLS)]
+    planning = planning_receipts()
+    skipped = planning.skipped
+    if skipped:
+        err_console.print(f"[yellow]warning:[/] {escape(planning.note() or '')}", markup=True,
+                          highlight=False, soft_wrap=True)
+        for s in skipped:
+            err_console.print(f"  left out: {escape(s.receipts)}: {escape(s.why)}", markup=True, highlight=False,
+                              soft_wrap=True)
     if as_json:
         print_json([{"lane": e.key.lane, "engine": e.key.engine, "metric": e.key.metric, "unit": e.key.unit,
                      "shape": e.key.shape.describe(), "boot_sd": e.sd, "signed": e.signed, "df": e.df,

@@ -53,7 +53,7 @@ def up(
         None, "--port", help="Move the whole lane: main on this port, the sidecar as far from it as in the recipe."
     ),
     check: Optional[list[str]] = typer.Option(
-        None, "--check", help="Recipe key to verify in the container args (repeatable; default: keys that differ from production, else the parent)."
+        None, "--check", help="Recipe key to verify where the engine renders it (repeatable; default: the keys that differ from production on the same lane, else from the lane's last boot of this recipe, else from the parent; the report names which)."
     ),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds to wait for readiness."),
     allow_outside_trained_block: bool = typer.Option(
@@ -74,7 +74,7 @@ def up(
     try:
         report = lane_up(
             recipe, dark=dark, arm=name, runtime=runtime, port=port, check_keys=check, baseline=baseline,
-            timeout_s=timeout, progress=update, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+            baseline_role="production", timeout_s=timeout, progress=update, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
             protected=protected,
         )  # fmt: skip
     finally:

@@ -16,9 +16,8 @@ neither pydantic's models nor numpy.
 
 Start-up: the console script builds only the command module its command
 line names (`GROUPS`; `gb300lane status` never imports the card or bench
-commands), and parameter values convert by click's rules
-(`gb300lane.cli.params`) rather than through pydantic. `app` is every
-command, for tests and tools.
+commands). Parameter values convert by typer's own converters. `app` is
+every command, for tests and tools.
 """
 
 from __future__ import annotations
@@ -35,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
-from typer.core import TyperArgument, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from gb300lane import __version__
 from gb300lane.cli.common import err_console, fail
-from gb300lane.cli.params import ConvertingArgument, ConvertingGroup, convert_with_click_rules
 from gb300lane.errors import LaneError
 from gb300lane.fsio import STORAGE_ERRNOS, storage_error
 
@@ -57,16 +55,17 @@ if not any(isinstance(h, _Warnings) for h in _LIBRARY_LOG.handlers):
     _LIBRARY_LOG.propagate = False
 
 
-class _Argument(ConvertingArgument):
+class _Argument(TyperArgument):
     """An argument shown by its name alone: `RECIPE`, `[RECIPE]` when optional; no `<str>` beside it."""
 
     def display_type_rich(self, ctx: Any) -> str | None:
         return None
 
-    def _usage_display_name(self) -> str:
-        raw = self.display_name_raw.strip("[]")  # a metavar given as `[TARGET]` is bracketed once, not twice
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        # click's own hook for the usage line (typer's brace style differs between its releases).
+        raw = (self.metavar or (self.name or "value").upper()).strip("[]")  # `[TARGET]` is bracketed once, not twice
         name = raw if self.required else f"[{raw}]"
-        return name + ("..." if self.nargs != 1 else "")
+        return [name + ("..." if self.nargs != 1 else "")]
 
 
 #: The end of a sentence: a full stop before a capital (not "e.g. v27").
@@ -113,9 +112,9 @@ def _tidy_help(command: Any, path: tuple[str, ...] = ()) -> None:
             # typer builds the argument objects itself; how one shows in help (`<str>`, `{name}`) is its class's.
             param.__class__ = _Argument
         elif isinstance(param, TyperOption) and param.metavar is None and not (param.is_flag or param.count):
-            desc = param.type_descriptor
-            if desc.is_choice and desc.choices:
-                param.metavar = "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
+            choices = _choices(param)
+            if choices:
+                param.metavar = "[" + "|".join(choices) + "]"
             else:
                 param.metavar = (param.name or "value").upper()
         complete = _completion_for(path, param) if isinstance(param, (TyperArgument, TyperOption)) else None
@@ -127,6 +126,14 @@ def _tidy_help(command: Any, path: tuple[str, ...] = ()) -> None:
             first = _SENTENCE_END.split(sub.help.strip().split("\n\n", 1)[0], maxsplit=1)[0]
             sub.short_help = " ".join(first.split()).rstrip(".") + "."
         _tidy_help(sub, (*path, name))
+
+
+def _choices(param: TyperOption) -> list[str]:
+    """The values an option of choices takes: typer 0.29 describes them (`type_descriptor`), earlier typers hand
+    click a `Choice` type."""
+    desc = getattr(param, "type_descriptor", None)
+    found = desc.choices if desc is not None and desc.is_choice else getattr(getattr(param, "type", None), "choices", None)
+    return [str(getattr(c, "value", c)) for c in found or ()]
 
 
 def _validation_error(exc: Exception) -> str | None:
@@ -141,17 +148,12 @@ def _validation_error(exc: Exception) -> str | None:
     return format_validation_error(exc)
 
 
-class LaneGroup(ConvertingGroup):
+class LaneGroup(TyperGroup):
     """The top-level group: runs a command and maps what the library raised to a message and an exit code."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _tidy_help(self)
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        # typer appends the completion options after building the group: every parameter is here by now.
-        convert_with_click_rules(self)
-        return super().main(*args, **kwargs)
 
     # typer.Context is the click context of whichever click typer uses (vendored in recent typer).
     def invoke(self, ctx: typer.Context) -> object:  # type: ignore[override]
@@ -182,6 +184,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "card": ("card",),
     "promote": ("promote", "rollback", "history", "prune"),
     "verify": ("verify",),
+    "evidence": ("evidence",),
     "metrics": ("metrics",),
 }
 

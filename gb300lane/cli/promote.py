@@ -26,7 +26,17 @@ def _report(report: core.TransitionReport, as_json: bool) -> None:
         print_json(report.model_dump())
     else:
         colour = "green" if report.ok else "red"
-        console.print(f"[{colour}]{report.kind}:[/] {escape(report.message)}", markup=True, highlight=False, soft_wrap=True)
+        if report.refusals:
+            console.print(f"[{colour}]{report.kind}:[/] plan refused, {len(report.refusals)} reason"
+                          f"{'s' if len(report.refusals) != 1 else ''} (dry run: nothing done):", markup=True,
+                          highlight=False, soft_wrap=True)
+            for n, r in enumerate(report.refusals, 1):
+                console.print(f"  ({n}) {escape(r)}", markup=True, highlight=False, soft_wrap=True)
+        else:
+            console.print(f"[{colour}]{report.kind}:[/] {escape(report.message)}", markup=True, highlight=False,
+                          soft_wrap=True)
+        for note in report.notes:
+            err_console.print(f"[yellow]note:[/] {escape(note)}", markup=True, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -39,7 +49,8 @@ def promote_cmd(
     port: Annotated[
         Optional[int], typer.Option("--port", help="Production port for a first promotion (default: the recipe's).")
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the verdict and show the plan; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only: print the steps, or every reason the promotion "
+                                          "would be refused (exit 1); change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     lanes: Annotated[
         Optional[str], typer.Option("--lanes", help="Roll out to these inventory lanes in order, a,b,c (a is the canary).")
@@ -112,7 +123,8 @@ def _fleet_report(report: FleetReport, as_json: bool) -> None:
 
 
 def rollback_cmd(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be done; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only: print the steps, or every reason the rollback "
+                                          "would be refused (exit 1); change nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     fleet: Annotated[
         bool, typer.Option("--fleet", help="Repair an unfinished fleet rollout: every lane it touched back to its old recipe.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -40,7 +40,7 @@ def _say_masked(masked: list[str]) -> None:
         )
 
 
-def _dir_option() -> Optional[Path]:
+def _dir_option() -> Any:  # typer's OptionInfo, the parameter's default (the parameter is an Optional[Path])
     return typer.Option(None, "--recipes-dir", help="directory of recipe files (default: GB300LANE_RECIPES_DIR or ./recipes)")
 
 

@@ -9,11 +9,23 @@ computed, never looked up.
 
 from gb300lane.engine.args import EngineArgs, parse_serve_args
 from gb300lane.engine.config import SpecConfig, compile_hash, parse_spec_config
-from gb300lane.engine.core import EngineCore, SamplingParams, Sequence, StepTimeModel
+from gb300lane.engine.core import EngineCore, Sequence, StepTimeModel
 from gb300lane.engine.model import CLASSES, DSPARK_BLOCK_SIZE, BuiltinModel, corpus_texts, load_model
+from gb300lane.engine.sampling import SamplingParams
 
-__all__ = sorted([
-    "BuiltinModel", "CLASSES", "DSPARK_BLOCK_SIZE", "EngineArgs", "EngineCore", "SamplingParams", "Sequence",
-    "SpecConfig", "StepTimeModel", "compile_hash", "corpus_texts", "load_model", "parse_serve_args",
+__all__ = [
+    "BuiltinModel",
+    "CLASSES",
+    "DSPARK_BLOCK_SIZE",
+    "EngineArgs",
+    "EngineCore",
+    "SamplingParams",
+    "Sequence",
+    "SpecConfig",
+    "StepTimeModel",
+    "compile_hash",
+    "corpus_texts",
+    "load_model",
+    "parse_serve_args",
     "parse_spec_config",
-])
+]

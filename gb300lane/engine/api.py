@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gb300lane.engine.api_errors import ApiError
-from gb300lane.engine.core import SamplingParams, Sequence
+from gb300lane.engine.api_errors import ApiError as ApiError  # the server catches it from here
+from gb300lane.engine.core import Sequence
+from gb300lane.engine.sampling import SamplingParams
 from gb300lane.engine.tools import (
     AutoToolStream,
     Constraint,
@@ -55,7 +56,7 @@ class GenerateRequest:
         return self.constraint
 
 
-def _number(body: dict, key: str, default, *, lo=None, hi=None, lo_open=False, integer=False):
+def _number(body: dict[str, Any], key: str, default, *, lo=None, hi=None, lo_open=False, integer=False):
     value = body.get(key)
     if value is None:
         return default
@@ -171,13 +172,13 @@ def parse_request(body: object, *, chat: bool, served_model_name: str) -> Genera
     )
 
 
-def _check_model(body: dict, served_model_name: str) -> None:
+def _check_model(body: dict[str, Any], served_model_name: str) -> None:
     model = body.get("model")
     if model is not None and model != served_model_name:
         raise ApiError(f"The model `{model}` does not exist.", status=404, param="model")
 
 
-def _flag(body: dict, key: str, default: bool) -> bool:
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
     value = body.get(key)
     if value is None:
         return default
@@ -257,7 +258,7 @@ def usage(seq: Sequence, completion_tokens: int | None = None) -> dict[str, int]
 def chunk(
     req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False,
     fields: Mapping[str, object] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One stream chunk; a chat chunk's delta carries `text` as content, or `fields` (tool_calls) instead."""
     created = int(time.time())
     if req.chat:
@@ -344,7 +345,7 @@ class ChatDeltas:
         return finish
 
 
-def final_body(req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str) -> dict:
+def final_body(req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str) -> dict[str, Any]:
     created = int(time.time())
     if req.chat:
         message, finish = chat_message(req, text, seq.finish_reason)

@@ -58,6 +58,8 @@ class EngineArgs(FrozenModel):
     )
     dtype: str = Field(description="Model dtype (hashed, not modelled).")
     tensor_parallel_size: int = Field(description="Tensor parallel size (hashed, not modelled).")
+    data_parallel_size: int = Field(default=1, description="Data parallel size: above 1 the k schedule is dropped, as "
+                                    "vLLM drops it (modelled for that alone).")
     gpu_memory_utilization: float = Field(description="Fraction of GPU memory (logged, not modelled).")
     non_default: dict[str, Any] = Field(description="Flags given on the command line, as vLLM logs them.")
     ignored: tuple[str, ...] = Field(description="Flags accepted but not modelled, as given.")
@@ -86,6 +88,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--tensor-parallel-size", "-tp", default="1")
     p.add_argument("--gpu-memory-utilization", default="0.9")
+    p.add_argument("--data-parallel-size", "-dp", default="1")
     # Engine-only: the run-to-run variance of a real lane (see core.py); env vars let a recipe set them.
     p.add_argument("--boot-seed", default=os.environ.get("GB300LANE_BOOT_SEED") or None)
     p.add_argument("--numerics-jitter", default=os.environ.get("GB300LANE_NUMERICS_JITTER") or str(NUMERICS_JITTER))
@@ -100,7 +103,7 @@ _VALUE_FLAGS = {
     "--model", "--host", "--port", "--speculative-config", "--max-num-seqs", "--max-model-len", "--seed",
     "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
     "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
-    "--boot-seed", "--numerics-jitter", "--tool-call-parser",
+    "--boot-seed", "--numerics-jitter", "--tool-call-parser", "--data-parallel-size", "-dp",
 }
 _BOOL_FLAGS = {"--enable-auto-tool-choice", "--no-enable-auto-tool-choice"}
 
@@ -295,6 +298,16 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         raise EngineError("--enable-auto-tool-choice requires --tool-call-parser; pass the lane's parser name "
                           "(the builtin model's calls are read with the engine's own parser whatever the name)")
     tp = _int("--tensor-parallel-size", ns.tensor_parallel_size, 1)
+    dp = _int("--data-parallel-size", ns.data_parallel_size, 1)
+    if dp > 1 and spec is not None and spec.num_speculative_tokens_per_batch_size:
+        # vLLM's VllmConfig does the same (`vllm/config/vllm.py`): ranks could pick different k and deadlock.
+        warnings.append(
+            "Dynamic speculative decoding is not supported with data parallelism because data-parallel ranks can "
+            "select different speculative-token counts, causing DP divergence and deadlocks. Disabling "
+            "num_speculative_tokens_per_batch_size and falling back to static "
+            f"num_speculative_tokens={spec.num_speculative_tokens}."
+        )
+        spec = spec.model_copy(update={"num_speculative_tokens_per_batch_size": None})
     gpu_util = _float("--gpu-memory-utilization", ns.gpu_memory_utilization, 0.0)
     typed = {
         "model_tag": ns.model_tag, "model": model, "served_model_name": ns.served_model_name, "host": ns.host,
@@ -303,6 +316,7 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         "compilation_config": compilation, "per_request_spec_decode_metrics": metrics_mode,
         "expert_sidecar_url": ns.expert_sidecar_url, "dtype": ns.dtype, "tensor_parallel_size": tp,
         "gpu_memory_utilization": gpu_util, "enable_auto_tool_choice": ns.enable_auto_tool_choice,
+        "data_parallel_size": dp,
         "tool_call_parser": parser_name,
     }
     non_default = {key: typed[key] for key in typed if key in given}
@@ -327,6 +341,7 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         tool_call_parser=parser_name,
         dtype=ns.dtype,
         tensor_parallel_size=tp,
+        data_parallel_size=dp,
         gpu_memory_utilization=gpu_util,
         non_default=non_default,
         ignored=tuple(ignored),

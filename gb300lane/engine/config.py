@@ -35,6 +35,8 @@ UNMODELLED_KEYS = (
     "disable_log_stats", "suffix_decoding_max_tree_depth", "enforce_eager",
 )
 DEFAULT_DRAFT_TOPK = 32
+#: The k schedule's new name (vLLM's open rename of num_speculative_tokens_per_batch_size); both are accepted.
+SCHEDULE_NEW_NAME = "speculative_token_schedule"
 #: The most drafts per step the engine serves: a step holds (max_num_seqs, k, vocab) draft rows,
 #: and past the trained block every slot is extrapolated, so a larger k buys nothing but memory.
 MAX_SPECULATIVE_TOKENS = 64
@@ -102,7 +104,12 @@ def parse_spec_config(text: str | None) -> tuple[SpecConfig | None, list[str]]:
     if k > MAX_SPECULATIVE_TOKENS:
         raise _bad("num_speculative_tokens", k,
                    f"the embedded engine drafts at most {MAX_SPECULATIVE_TOKENS} tokens per step; pass a smaller k")
-    schedule = _parse_schedule(raw.pop("num_speculative_tokens_per_batch_size", None), k, warnings)
+    old_name = raw.pop("num_speculative_tokens_per_batch_size", None)
+    new_name = raw.pop(SCHEDULE_NEW_NAME, None)
+    if old_name is not None and new_name is not None:
+        raise _bad(SCHEDULE_NEW_NAME, new_name, "the same schedule as num_speculative_tokens_per_batch_size under "
+                   "its new name; give it once, under one name")
+    schedule = _parse_schedule(old_name if new_name is None else new_name, k, warnings)
     draft = raw.pop("draft_sample_method", "greedy")
     if draft not in ("greedy", "probabilistic"):
         raise _bad("draft_sample_method", draft, "use greedy or probabilistic")

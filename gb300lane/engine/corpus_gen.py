@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 from gb300lane.fsio import atomic_write
@@ -144,7 +145,7 @@ def _shell_ops(rng: random.Random) -> str:
 
 
 def _tool_json(rng: random.Random) -> str:
-    tools = {
+    tools: dict[str, Callable[[], dict[str, object]]] = {
         "get_weather": lambda: {"city": rng.choice(["Chicago", "Austin", "Berlin", "Tokyo", "Paris"]), "unit": rng.choice(["celsius", "fahrenheit"])},
         "search_files": lambda: {"pattern": rng.choice(["*.py", "*.yaml", "README*", "*.log"]), "path": rng.choice(["/srv", "/etc", "."]), "max_results": rng.randint(5, 50)},
         "run_command": lambda: {"command": rng.choice(["ls -la", "df -h", "uptime", "nvidia-smi"]), "timeout_s": rng.choice([10, 30, 60])},

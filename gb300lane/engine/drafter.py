@@ -33,6 +33,7 @@ there); `draft` scatters it into target-vocabulary columns.
 
 from __future__ import annotations
 
+from typing import cast
 import functools
 import threading
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ class _BootTables:
         have = np.flatnonzero(tri >= 0)
         if have.size:
             p[have] = self.tri_p[tri[have]]
-        return p
+        return cast(np.ndarray, p)
 
     def errors(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """The checkpoint's errors and miss uniforms at `slot` for every pair.
@@ -188,7 +189,7 @@ def _chunked(build, rows: int) -> np.ndarray:
 
 
 #: The boot tables last drafted with, by (model, top-k, block size, numerics): one boot's at a time.
-_BOOT: dict[tuple, _BootTables] = {}
+_BOOT: dict[tuple[object, ...], _BootTables] = {}
 _BOOT_LOCK = threading.Lock()
 
 
@@ -252,14 +253,14 @@ _BLOCK_OPS = (ndtri, np.exp, np.add.reduce)
 def _draw(probs: np.ndarray, u: np.ndarray, greedy: np.ndarray | None, probabilistic: bool) -> np.ndarray:
     """Each row's candidate: by inverse CDF (`u` (R, 1)), the argmax for greedy rows and greedy drafts."""
     if not probabilistic:
-        return probs.argmax(axis=1)
+        return cast(np.ndarray, probs.argmax(axis=1))
     cdf = np.add.accumulate(probs, axis=1)  # np.cumsum's arithmetic, less dispatch
     # u < 1, so u * total never exceeds the total: the count is at most K - 1.
     choice = np.add.reduce(cdf < u * cdf[:, -1:], axis=1, dtype=np.int64)
     if greedy is not None:
         g = np.flatnonzero(greedy)
         choice[g] = probs[g].argmax(axis=1)
-    return choice
+    return cast(np.ndarray, choice)
 
 
 class DSparkDrafter:
@@ -290,7 +291,7 @@ class DSparkDrafter:
         self.cliff = cal.drafter.cliff
         self.miss = np.array([cal.for_class(i).miss for i in range(MIXED + 1)], dtype=np.float64)
         self.miss_noise = cal.drafter.miss_noise
-        self._pair_tab: dict | None = None
+        self._pair_tab: dict[object, np.ndarray] | None = None
         self._pair_numerics: tuple[int, float] | None = None
         self.wide_block = np.array([cal.for_class(i).wide_block for i in range(MIXED + 1)], dtype=np.float64)
         self.vocab = model.vocab_size
@@ -304,7 +305,7 @@ class DSparkDrafter:
         # Tabulate every anchor pair's slot distributions once per boot (`_slot_table`), so a
         # step's pair rows are a gather; False computes them step by step (the reference path).
         self.tabulate = tabulate
-        self._tables: dict | None = None
+        self._tables: dict[object, np.ndarray] | None = None
         self._tables_numerics: tuple[int, float] | None = None
         self._keeps: dict[tuple[bool, int], np.ndarray] = {}
 
@@ -343,7 +344,9 @@ class DSparkDrafter:
             keep *= (1.0 - self.cliff) ** past
         return np.where(miss_u < keep, self.noise, self.miss_noise)
 
-    def _contexts(self, classes, prev2, prev, slot, numerics):
+    def _contexts(
+        self, classes: np.ndarray, prev2: np.ndarray, prev: np.ndarray, slot: int, numerics: tuple[int, float] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per row: candidates, log p_target there, p_target there, unit errors, and the miss uniform.
 
         Contexts with their own drafter rows (the frequent anchor pairs) have
@@ -364,7 +367,9 @@ class DSparkDrafter:
             z[m], miss_u[m] = _errors(model._keys3(classes[m], prev2[m], prev[m]), c_m, slot, vocab)
         return cand, logp, p, z, miss_u
 
-    def _pair_tables(self, numerics, slot, pair):
+    def _pair_tables(
+        self, numerics: tuple[int, float] | None, slot: int, pair: np.ndarray
+    ) -> dict[object, np.ndarray]:
         """The anchor pairs' tables, the target's values filled in for the pairs in `pair` (lazily, per boot)."""
         model, vocab = self.model, self.vocab
         if self._pair_numerics != numerics or self._pair_tab is None:
@@ -420,7 +425,7 @@ class DSparkDrafter:
         logits -= logits.max(axis=1, keepdims=True)
         probs = np.exp(logits)
         probs /= probs.sum(axis=1, keepdims=True)
-        return probs
+        return cast(np.ndarray, probs)
 
     def _anchor_rows(self, tables: _BootTables, rows, classes, prev2, prev, slot: int, k: int):
         """Contexts without pair rows at temperature 1 (batch rows `rows`): the anchor token's candidates, the

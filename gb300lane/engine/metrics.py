@@ -17,6 +17,7 @@ families beside them, named for it: `gb300lane_engine_modelled_*_seconds`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from collections.abc import Sequence as Values
 
 import numpy as np
@@ -26,7 +27,10 @@ from prometheus_client.utils import floatToGoString
 from gb300lane.engine.core import EngineCounters, Sequence
 
 # vLLM exposes no `_created` series; neither does the embedded engine.
-disable_created_metrics()
+_disable_created: Callable[[], None] = disable_created_metrics  # prometheus-client leaves it unannotated
+_disable_created()
+#: prometheus-client's float formatting (unannotated there).
+_go_float: Callable[[float], str] = floatToGoString
 
 _LATENCY_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
@@ -196,7 +200,7 @@ class TextExposition:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._prefixes: dict[tuple, str] = {}
+        self._prefixes: dict[tuple[object, ...], str] = {}
         self._same = True
         self._same = self.render(registry) == generate_latest(registry)
 
@@ -224,7 +228,7 @@ class TextExposition:
                     if prefix is None:
                         return None
                     prefixes[key] = prefix
-                out.append(f"{prefix}{floatToGoString(sample.value)}\n")
+                out.append(f"{prefix}{_go_float(sample.value)}\n")
         return "".join(out)
 
     @staticmethod

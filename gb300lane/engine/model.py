@@ -22,6 +22,7 @@ file read.
 
 from __future__ import annotations
 
+from typing import cast
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -147,7 +148,7 @@ class BuiltinModel:
 
     def _keys3(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
         vocab = self.vocab_size
-        return (cls.astype(np.int64) * vocab + c2) * vocab + c1
+        return cast(np.ndarray, (cls.astype(np.int64) * vocab + c2) * vocab + c1)
 
     def pair_rows(self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray) -> np.ndarray:
         """Index into the pair tables per context, -1 where the pair has no rows."""
@@ -207,7 +208,7 @@ class BuiltinModel:
                 probs[rows] *= w
             r, f = row_of[lo:hi], flat[lo:hi]
             probs[r - first if rows.size == n else rows[r - first], cols[f]] += lam[r] * ml[f]
-        return probs
+        return cast(np.ndarray, probs)
 
     def target_tables(self, numerics: tuple[int, float] | None = None) -> tuple[np.ndarray, ...] | None:
         """The arrays the compiled kernels read `target_probs`' rows from under a boot's numerics (bigram, then
@@ -252,7 +253,7 @@ class BuiltinModel:
             hit = at >= 0
             sub[hit] += (lam_r[:, None] * ml[np.maximum(at, 0)])[hit]
             vals[rows] = sub
-        return vals
+        return cast(np.ndarray, vals)
 
 
 #: The interpolation weights of every context under the last boot's numerics, by (model, numerics).
@@ -283,7 +284,7 @@ def _jitter_uniforms(numerics: tuple[int, float], keys: np.ndarray, bigram_rows:
     """`_jitter`'s uniforms for keys of which the first `bigram_rows` are bigram contexts, the rest trigram."""
     words = keys.astype(np.uint64) << np.uint64(2)
     words[bigram_rows:] |= np.uint64(1)
-    return uniforms_at(np.array([numerics[0]], dtype=np.uint64), words[None, :])[0]
+    return cast(np.ndarray, uniforms_at(np.array([numerics[0]], dtype=np.uint64), words[None, :])[0])
 
 
 def _jittered(lam: np.ndarray, u: np.ndarray, scale: float) -> np.ndarray:
@@ -428,7 +429,7 @@ def _from_arrays(arrays) -> BuiltinModel:
 
 def _entries(keys: np.ndarray, indptr: np.ndarray, cols: np.ndarray, vocab: int) -> np.ndarray:
     """Sorted ctx_index * V + col for every stored (context, column) of a CSR layer."""
-    return np.repeat(np.arange(keys.size, dtype=np.int64), np.diff(indptr)) * vocab + cols
+    return cast(np.ndarray, np.repeat(np.arange(keys.size, dtype=np.int64), np.diff(indptr)) * vocab + cols)
 
 
 def with_calibration(model: BuiltinModel, calibration: Calibration) -> BuiltinModel:
@@ -464,6 +465,12 @@ def with_calibration(model: BuiltinModel, calibration: Calibration) -> BuiltinMo
 
 _lock = threading.Lock()
 _loaded: dict[str, BuiltinModel] = {}
+
+
+def builtin_config() -> dict[str, int | str]:
+    """The builtin checkpoint's config, as a checkpoint's config.json would state it."""
+    return {"architecture": "gb300lane-builtin-ngram", "vocab_size": VOCAB_SIZE, "mtp_stages": MTP_STAGES,
+            "dspark_block_size": DSPARK_BLOCK_SIZE, "draft_topk_max": TOPK_MAX, "build_version": _BUILD_VERSION}
 
 
 def model_hash() -> str:

@@ -20,6 +20,7 @@ before that).
 
 from __future__ import annotations
 
+from typing import cast
 import math
 from dataclasses import dataclass
 
@@ -97,7 +98,7 @@ def shape_rows(
             np.divide(kept, total, out=kept)  # the usual case, without the masked loop
         else:
             np.divide(kept, total, out=kept, where=total > 0.0)
-        return kept.astype(np.float32)
+        return cast(np.ndarray, kept.astype(np.float32))
     with np.errstate(divide="ignore"):
         logits = np.log(p, dtype=np.float64)
     if allowed is not None:
@@ -129,7 +130,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     out = np.exp(logits - top)
     total = out.sum(axis=1, keepdims=True)
     np.divide(out, total, out=out, where=total > 0.0)
-    return out.astype(np.float32)
+    return cast(np.ndarray, out.astype(np.float32))
 
 
 def _top_p(logits: np.ndarray, top: np.ndarray, top_p: float) -> np.ndarray:

@@ -39,11 +39,11 @@ from gb300lane.engine.api import (
 )
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.config import SpecConfig
-from gb300lane.engine.boot import VLLM_VERSION, VllmLog, plan_boot, run_boot
+from gb300lane.engine.boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
 from gb300lane.engine.metrics import EngineMetrics
-from gb300lane.engine.model import BuiltinModel, load_model
+from gb300lane.engine.model import BuiltinModel, builtin_config, load_model, model_hash
 from gb300lane.engine.responses import chat_body, response_body
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
 from gb300lane.errors import EngineError
@@ -142,9 +142,13 @@ class EngineServer:
         self.boot_modelled_s: float | None = None
         self._streams: dict[str, _Stream] = {}
         self._work = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._started = time.time()
         self._last_prompt = 0
+        #: Why the boot failed (a forced cache load that did not load): the server exits 1 with it.
+        self.fatal: str | None = None
+        self.fatal_event = asyncio.Event()
+        self._checkpoint = checkpoint_identity(model_hash(), self.tokenizer.pieces, builtin_config())
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -184,7 +188,12 @@ class EngineServer:
 
     async def _boot(self) -> None:
         plan = plan_boot(self.args)
-        self.boot_modelled_s = await run_boot(self.args, plan, self.log)
+        try:
+            self.boot_modelled_s = await run_boot(self.args, plan, self.log)
+        except EngineError as exc:
+            self.fatal = str(exc)
+            self.fatal_event.set()
+            return
         self.booted = True
         if self.sidecar is not None:
             attempt = 0
@@ -346,7 +355,8 @@ class EngineServer:
         }]})
 
     async def version(self, _: web.Request) -> web.Response:
-        return web.json_response({"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale})
+        return web.json_response({"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale,
+                                  "checkpoint": self._checkpoint})
 
     async def metrics_handler(self, _: web.Request) -> web.Response:
         self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
@@ -776,7 +786,8 @@ def reproducibility_line(spec: SpecConfig | None, boot_seed: int, numerics_jitte
 def parse_json_body(raw: bytes) -> JsonValue:
     """A request body as JSON, or the 400 vLLM gives a body that is not (too deep nesting included)."""
     try:
-        return json.loads(raw)
+        body: JsonValue = json.loads(raw)
+        return body
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
@@ -826,9 +837,12 @@ async def _serve(args: EngineArgs, log: VllmLog) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    fatal = asyncio.ensure_future(server.fatal_event.wait())
+    await asyncio.wait([asyncio.ensure_future(stop.wait()), fatal], return_when=asyncio.FIRST_COMPLETED)
     log.info("launcher.py:110", "Shutting down FastAPI HTTP server.")
     await runner.cleanup()
+    if server.fatal is not None:
+        raise EngineError(server.fatal)
 
 
 def serve(args: EngineArgs, *, log: VllmLog | None = None) -> None:

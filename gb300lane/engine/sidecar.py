@@ -16,6 +16,7 @@ performance floor holds; calls and failures are counted in the engine's
 
 from __future__ import annotations
 
+from typing import cast
 import asyncio
 import json
 
@@ -38,7 +39,7 @@ def routed_experts(tokens: np.ndarray) -> np.ndarray:
     layer = np.arange(MOE_LAYERS, dtype=np.uint64)[None, :, None]
     slot = np.arange(EXPERTS_PER_TOKEN, dtype=np.uint64)[None, None, :]
     mixed = (t * np.uint64(2654435761) + layer * np.uint64(40503) + slot * np.uint64(97)) % np.uint64(NUM_EXPERTS)
-    return mixed.astype(np.int64)
+    return cast(np.ndarray, mixed.astype(np.int64))
 
 
 def build_sidecar_app() -> web.Application:

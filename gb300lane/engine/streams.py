@@ -21,6 +21,7 @@ Vectorised over a batch in a handful of numpy integer operations.
 
 from __future__ import annotations
 
+from typing import cast
 import functools
 
 import numpy as np
@@ -50,7 +51,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = x * _M1
     x = x ^ (x >> _S27)
     x = x * _M2
-    return x ^ (x >> _S31)
+    return cast(np.ndarray, x ^ (x >> _S31))
 
 
 def _key(*words: int) -> int:
@@ -133,7 +134,7 @@ def _use_words(use: int, count: int) -> np.ndarray:
     """The use and slot bits of slots 0..count-1 of `use` (`counters`' layout), built once per (use, count)."""
     words = counters(np.zeros(1, dtype=np.int64), use, count)[0]
     words.flags.writeable = False
-    return words
+    return cast(np.ndarray, words)
 
 
 @functools.lru_cache(maxsize=32)
@@ -145,7 +146,7 @@ def _step_words(k: int) -> np.ndarray:
         raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slots.max()}")
     words = counters(np.zeros(1, dtype=np.int64), uses, slots)[0]
     words.flags.writeable = False
-    return words
+    return cast(np.ndarray, words)
 
 
 def uniforms_by_column(keys: np.ndarray, words: np.ndarray) -> np.ndarray:

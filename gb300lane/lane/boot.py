@@ -25,14 +25,14 @@ from pydantic import Field
 
 from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane import placement
-from gb300lane.lane import checks, facts, hosts, instances, ledger
-from gb300lane.lane.checkkeys import default_check_keys
+from gb300lane.lane import checks, facts, hosts, instances, ledger, logparse
+from gb300lane.lane.checkkeys import choose_baseline
 from gb300lane.lane.enginebuild import check_engine_build
 from gb300lane.lane.gather import check_booted
 from gb300lane.lane.preconditions import check_preconditions
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.lane.readiness import Died, HttpReady, Readiness, wait_ready
-from gb300lane.lane.report import BootReport, latest_report
+from gb300lane.lane.report import Baseline, BootReport, latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
 from gb300lane.redact import redact
@@ -86,6 +86,7 @@ class BootPlan:
     check_keys: tuple[str, ...]
     gpu_check: checks.CheckResult
     build_check: checks.CheckResult | None = None
+    baseline: Baseline | None = None
 
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
@@ -119,6 +120,7 @@ def plan_boot(
     port: int | None = None,
     check_keys: Sequence[str] | None = None,
     baseline: str | None = None,
+    baseline_role: str | None = None,
     allow_outside_trained_block: bool = False,
     pull: bool = False,
     protected: Protected = NOTHING,
@@ -139,10 +141,13 @@ def plan_boot(
     products = {"main": recipe.gpus.main_product, "sidecar": recipe.gpus.sidecar_product}
     gpu_check = check_preconditions(rt, rendered, instance, rendered.containers[0].port, protected, products)
     build_check = _engine_build(recipe, instance)
-    keys = list(check_keys) if check_keys is not None else default_check_keys(recipe, baseline)
+    if check_keys is not None:
+        base, keys = Baseline(kind="keys"), list(check_keys)
+    else:
+        base, keys = choose_baseline(recipe, baseline, role=baseline_role)
     return BootPlan(
         recipe=recipe, rendered=rendered, instance=instance, arm=arm, dark=dark, runtime=rt,
-        check_keys=tuple(keys), gpu_check=gpu_check, build_check=build_check,
+        check_keys=tuple(keys), gpu_check=gpu_check, build_check=build_check, baseline=base,
     )  # fmt: skip
 
 
@@ -181,7 +186,7 @@ def boot(plan: BootPlan, *, timeout_s: float | None = None, progress: ProgressFn
         fingerprint=rendered.fingerprint, endpoint=rendered.endpoint, port=rendered.containers[0].port,
         served_model=rendered.served_model_name, dark=plan.dark or recipe.lane.dark, run=run,
         containers=tuple(names), extra_health=tuple(s.health_url for s in specs[1:]),
-        check_keys=plan.check_keys, recipe_json=_redacted_recipe(recipe), phase="booting",
+        check_keys=plan.check_keys, baseline=plan.baseline, recipe_json=_redacted_recipe(recipe), phase="booting",
         created_at=now, updated_at=now,
     )  # fmt: skip
     rec = instances.save(rec)
@@ -206,6 +211,7 @@ def up(
     port: int | None = None,
     check_keys: Sequence[str] | None = None,
     baseline: str | None = None,
+    baseline_role: str | None = None,
     timeout_s: float | None = None,
     progress: ProgressFn | None = None,
     allow_outside_trained_block: bool = False,
@@ -214,14 +220,15 @@ def up(
 ) -> BootReport:
     """Render, check preconditions, create, start, wait for readiness, check and report.
 
-    `check_keys` are the recipe keys the flag check verifies; by default the
-    keys that differ from `baseline` (a recipe name the caller knows, such as
-    production), else from the recipe's parent. `protected` instances are
-    never replaced.
+    `check_keys` are the recipe keys the flag check verifies; by default the keys that differ from the baseline
+    `lane.checkkeys.choose_baseline` picks: `baseline` (a recipe the caller knows, such as production; its
+    `baseline_role` names it in the report) when it serves the same lane, else the lane's last boot of this
+    recipe, else the recipe's parent. `protected` instances are never replaced.
     """
     plan = plan_boot(
         recipe, dark=dark, arm=arm, runtime=runtime, port=port, check_keys=check_keys, baseline=baseline,
-        allow_outside_trained_block=allow_outside_trained_block, pull=pull, protected=protected,
+        baseline_role=baseline_role, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+        protected=protected,
     )  # fmt: skip
     return boot(plan, timeout_s=timeout_s, progress=progress)
 
@@ -374,6 +381,14 @@ def _recipe_file(recipe: Recipe) -> str:
         return f"recipe {recipe.name}"
 
 
+def _forced_load_failure(rt: Runtime, main: str, since: float) -> str | None:
+    """Why a boot under VLLM_FORCE_AOT_LOAD=1 died of a cache load that failed (None: it did not)."""
+    try:
+        return logparse.parse(rt.logs(main, since=since)).forced_load_failure
+    except LaneError:
+        return None
+
+
 def _death(infos: list[ContainerInfo]) -> Died | None:
     for info in infos:
         if info.state != "running":
@@ -464,7 +479,14 @@ def _start(
     except BaseException as exc:
         stop_all(rt, names)
         why = str(exc).splitlines()[0] if isinstance(exc, BootError) and str(exc) else "boot raised"
+        forced = _forced_load_failure(rt, names[0], started) if isinstance(exc, BootError) else None
+        if forced is not None:
+            why = (f"VLLM_FORCE_AOT_LOAD=1: the compile cache did not load ({forced}), so the boot failed instead "
+                   "of compiling again")
         instances.save(rec, phase="failed", detail=why)
+        if forced is not None:
+            raise BootError(f"{rec.name}: {why}; unset VLLM_FORCE_AOT_LOAD to compile, or boot where this hash is "
+                            f"cached (`gb300lane logs {rec.name}` has the traceback)") from exc
         raise
     report = check_booted(rt, rec, recipe, specs, prediction, started, boot_s, expected_s, pre)
     bind = report.check("dark_bind")

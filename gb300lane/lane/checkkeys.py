@@ -1,31 +1,71 @@
-"""Which recipe keys a boot's flag check verifies in the container's args, and their expected values.
+"""Which recipe keys a boot's flag check verifies, against which baseline, and where each key lands.
 
-By default those are the keys that differ from a baseline recipe: the caller
-names it (the promotion layer passes production), else it is the recipe's
-parent (`extends`). The lane never looks the baseline up itself.
+By default those are the keys that differ from a baseline recipe, and the
+baseline is named in the boot report: the recipe the caller names (production,
+a card's control) when it serves the same lane; else the lane's last boot of
+this recipe (the keys changed since, read from that boot's report); else the
+recipe's parent (`extends`). A recipe of another lane is never the baseline: it
+runs another engine, whose keys render elsewhere (the embedded engine's
+`--kv-pool-tokens` is no vLLM flag). The lane never looks production up itself.
+
+Where each key lands in the running container (a flag, the program, env, or
+nothing) is the engine's own rendering (`recipes.containers.key_rendering`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
 from pydantic import JsonValue
 
-from gb300lane.errors import RecipeError
-from gb300lane.recipes import Recipe, diff_recipes, get_key, load_recipe
-from gb300lane.recipes.containers import LOOPBACK
+from gb300lane.errors import LaneError, RecipeError
+from gb300lane.lane.report import Baseline, latest_recipe_boot
+from gb300lane.recipes import Recipe, diff_recipes, get_key, load_recipe, validate_raw
+from gb300lane.recipes.containers import LOOPBACK, KeyRendering, key_rendering
+
+def choose_baseline(
+    recipe: Recipe, given: str | None, *, role: str | None = None, recipes_dir: Path | None = None
+) -> tuple[Baseline, list[str]]:
+    """The baseline of a boot's flag check and the keys that differ from it (see the module docstring)."""
+    skipped = None
+    if given and given != recipe.name:
+        try:
+            base = load_recipe(given, recipes_dir)
+        except RecipeError as exc:
+            skipped = f"{role or 'recipe'} {given} does not load ({str(exc).splitlines()[0]})"
+        else:
+            if base.lane.name == recipe.lane.name:
+                return (Baseline(kind="given", recipe=given, role=role),
+                        [c.key for c in diff_recipes(base, recipe).changes])
+            skipped = (f"{role or 'recipe'} {given} serves lane {base.lane.name} ({base.engine} engine), not "
+                       f"{recipe.lane.name}: its keys render for another engine")
+    last = latest_recipe_boot(recipe.name, recipe.lane.name)
+    if last is not None and last.recipe_json is not None:
+        try:
+            before = validate_raw(last.recipe_json, f"boot report {last.path}")
+        except LaneError:
+            before = None  # a report of an older recipe schema: fall through to the parent
+        if before is not None:
+            return (Baseline(kind="last_boot", recipe=recipe.name, report=last.path, skipped=skipped),
+                    [c.key for c in diff_recipes(before, recipe).changes])
+    if recipe.extends is not None:
+        try:
+            parent = load_recipe(recipe.extends, recipes_dir)
+        except RecipeError:
+            return Baseline(kind="none", skipped=skipped), []
+        return (Baseline(kind="parent", recipe=recipe.extends, skipped=skipped),
+                [c.key for c in diff_recipes(parent, recipe).changes])
+    return Baseline(kind="none", skipped=skipped), []
 
 
 def default_check_keys(recipe: Recipe, baseline: str | None, *, recipes_dir: Path | None = None) -> list[str]:
-    """Keys that differ from `baseline` (when given and not this recipe), else from the parent; [] without either."""
-    base_name = baseline if baseline and baseline != recipe.name else recipe.extends
-    if base_name is None:
-        return []
-    try:
-        base = load_recipe(base_name, recipes_dir)
-    except RecipeError:
-        return []
-    return [c.key for c in diff_recipes(base, recipe).changes]
+    """Keys that differ from the baseline `choose_baseline` picks (the given recipe on the same lane, the lane's last
+    boot of this recipe, the parent); [] without one."""
+    return choose_baseline(recipe, baseline, recipes_dir=recipes_dir)[1]
+
+
+def renderings(recipe: Recipe, keys: list[str]) -> dict[str, KeyRendering]:
+    """{key: where the recipe's engine renders it}, for the flag check."""
+    return {key: key_rendering(recipe, key) for key in keys}
 
 
 def expected_values(

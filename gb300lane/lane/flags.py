@@ -4,28 +4,22 @@
 the process command line psutil reads) into {flag: value}, with `--speculative-config` and
 `--compilation-config` decoded from JSON; `flag_value` answers "what does the
 container actually run with for this dotted recipe key", so the flag check
-compares the recipe with the container and never with the rendered spec.
+compares the recipe with the container and never with the rendered spec. Where
+a key lands (a flag, the program, env, or nowhere) is the engine's own
+rendering (`recipes.containers.key_rendering`), never guessed from the key.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+
 from pydantic import Field, JsonValue
 
 from gb300lane.models import FrozenModel
+from gb300lane.recipes.containers import KeyRendering
 
 _JSON_FLAGS = ("speculative-config", "compilation-config")
-
-#: Recipe keys that render to a flag whose name is not the key's last part.
-_DIRECT = {
-    "model.served_name": "served-model-name",
-    "model.path": "model",
-    "lane.port": "port",
-    "lane.bind": "host",
-    "kv_pool_tokens": "kv-pool-tokens",
-    "engine_args.compilation_config": "compilation-config",
-}
-
 
 class FlagReading(FrozenModel):
     """One recipe key as found in the container's args."""
@@ -34,6 +28,8 @@ class FlagReading(FrozenModel):
     readable: bool = Field(description="False when the key does not render to a flag (env, volumes, ...).")
     present: bool = Field(description="The flag (or the JSON key inside its flag) appears in the args.")
     value: JsonValue = Field(default=None, description="The value in the args (decoded), None when absent.")
+    rendered_as: str = Field(default="flag", description="Where the engine renders the key: flag, program, env, "
+                             "image or none (`recipes.containers.KeyRendering`).")
 
 
 def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, JsonValue]:
@@ -76,43 +72,35 @@ def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, JsonValue]:
     return out
 
 
-def _flag_for(key: str) -> tuple[str, str | None] | None:
-    """(flag, key inside the flag's JSON or None) for a dotted recipe key; None if it is no flag."""
-    if key in _DIRECT:
-        return _DIRECT[key], None
-    head, _, rest = key.partition(".")
-    if head == "speculative" and rest:
-        return "speculative-config", rest
-    if key == "speculative":
-        return "speculative-config", None
-    if head == "engine_args" and rest:
-        if rest.startswith("compilation_config."):
-            return "compilation-config", rest.split(".", 1)[1]
-        if rest.startswith("extra_args."):
-            rest = rest.split(".", 1)[1]
-        if "." in rest:
-            return None
-        return rest.replace("_", "-"), None
-    return None
+def flag_value(parsed: dict[str, JsonValue], rendering: KeyRendering, *, argv0: str | None = None,
+               env: Mapping[str, str] | None = None) -> FlagReading:
+    """What the running container says about one dotted recipe key, read where its engine renders it
+    (`recipes.containers.key_rendering`): a flag or a key inside a JSON flag, the program, or an env variable.
 
-
-def flag_value(parsed: dict[str, JsonValue], key: str) -> FlagReading:
-    """What the parsed args say about one dotted recipe key."""
-    where = _flag_for(key)
-    if where is None:
-        return FlagReading(key=key, readable=False, present=False)
-    flag, inner = where
+    A key the engine is not handed (or the image, which provenance reads) is not readable here."""
+    key = rendering.key
+    kind = rendering.rendered_as
+    if kind == "env" and rendering.flag is not None:
+        if env is None:
+            return FlagReading(key=key, readable=False, present=False, rendered_as=kind)
+        present = rendering.flag in env
+        return FlagReading(key=key, readable=True, present=present, value=env.get(rendering.flag), rendered_as=kind)
+    if kind == "program" and rendering.flag is None:
+        return FlagReading(key=key, readable=argv0 is not None, present=argv0 is not None, value=argv0, rendered_as=kind)
+    if kind not in ("flag", "program") or rendering.flag is None:
+        return FlagReading(key=key, readable=False, present=False, rendered_as=kind)
+    flag, inner = rendering.flag, rendering.inner
     if flag not in parsed:
-        return FlagReading(key=key, readable=True, present=False)
+        return FlagReading(key=key, readable=True, present=False, rendered_as=kind)
     value = parsed[flag]
     if inner is None:
-        return FlagReading(key=key, readable=True, present=True, value=value)
+        return FlagReading(key=key, readable=True, present=True, value=value, rendered_as=kind)
     node: JsonValue = value
     for part in inner.split("."):
         if not isinstance(node, dict) or part not in node:
-            return FlagReading(key=key, readable=True, present=False)
+            return FlagReading(key=key, readable=True, present=False, rendered_as=kind)
         node = node[part]
-    return FlagReading(key=key, readable=True, present=True, value=node)
+    return FlagReading(key=key, readable=True, present=True, value=node, rendered_as=kind)
 
 
 def same_value(expected: JsonValue, actual: JsonValue) -> bool:

@@ -35,6 +35,7 @@ def instance(
     port: int | None = None,
     check_keys: Sequence[str] | None = None,
     baseline: str | None = None,
+    baseline_role: str | None = None,
     timeout_s: float | None = None,
     progress: ProgressFn | None = None,
     allow_outside_trained_block: bool = False,
@@ -44,7 +45,8 @@ def instance(
     """Boot `recipe` (as `up` does) and yield its boot report; stop (`keep`) or remove it on exit."""
     plan = plan_boot(
         recipe, dark=dark, arm=arm, runtime=runtime, port=port, check_keys=check_keys, baseline=baseline,
-        allow_outside_trained_block=allow_outside_trained_block, pull=pull, protected=protected,
+        baseline_role=baseline_role, allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+        protected=protected,
     )  # fmt: skip
     try:
         report = boot(plan, timeout_s=timeout_s, progress=progress)

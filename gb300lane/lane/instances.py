@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 from gb300lane import paths
 from gb300lane.errors import StateError
 from gb300lane.fsio import atomic_write, dumps_json, quarantine
+from gb300lane.lane.report import Baseline
 from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.names import name_problem
 
@@ -44,6 +45,7 @@ class InstanceRecord(FrozenModel):
     containers: tuple[str, ...] = Field(description="Container names, main first.")
     extra_health: tuple[str, ...] = Field(default=(), description="Readiness URLs beyond the main /health (sidecar).")
     check_keys: tuple[str, ...] = Field(default=(), description="Flag-check keys used at boot.")
+    baseline: Baseline | None = Field(default=None, description="What the flag-check keys were chosen against.")
     recipe_json: dict[str, Any] = Field(description="The resolved recipe, so restarts check against what booted.")
     phase: InstancePhase = Field(description="Outcome of the last transition.")
     created_at: float = Field(description="Unix time of the up.")

@@ -53,6 +53,16 @@ _SERVER = re.compile(r"Starting vLLM (?:API )?server on (?P<url>https?://\S+)")
 _WEIGHTS = re.compile(r"Loading weights took (?P<s>[\d.]+) s(?:econds)?")
 _INIT_ENGINE = re.compile(r"init engine \(.*?\) took (?P<s>[\d.]+) s(?:econds)?")
 _READY = "Application startup complete."
+_FACTORS = re.compile(r"(?:\[(?P<tag>[A-Za-z_]+)\] )?torch\.compile cache factors: env=(?P<env>\S+) cfg=(?P<cfg>\S+) comp=(?P<comp>\S+) "
+                      r"code=(?P<code>\S+)(?: dir=(?P<dir>\S+))?")
+_FORCED = re.compile(r"VLLM_FORCE_AOT_LOAD=1: failed to load the compiled model from (?P<path>\S+?): (?P<reason>.*)$")
+#: vLLM re-raises a failed AOT load under VLLM_FORCE_AOT_LOAD=1 (`raise e` in _try_load_aot_compiled_fn): the
+#: traceback's exception line is the reason.
+_FORCED_FRAME = "in _try_load_aot_compiled_fn"
+_EXC_LINE = re.compile(r"(?P<exc>[A-Za-z_.]*(?:Error|Exception)): (?P<msg>.+)$")
+_TACTICS = re.compile(r"Autotune (?:finished: saved|cache hit: loaded) (?P<n>\d+) tactics (?:to|from) (?P<path>\S+)")
+_DP_DROP = re.compile(r"Disabling num_speculative_tokens_per_batch_size and falling back to static "
+                      r"num_speculative_tokens=(?P<k>\d+)")
 
 AutotuneOutcome = Literal["hit", "miss", "reload", "unknown"]
 
@@ -66,6 +76,20 @@ class CompileUnit(FrozenModel):
     compile_hash: str | None = Field(description="The hash directory under torch_compile_cache/torch_aot_compile/.")
     path: str = Field(description="The artifact path the log names.")
     reason: str | None = Field(default=None, description="A reload's `reason:` as logged.")
+
+class CacheFactors(FrozenModel):
+    """vLLM's compile-cache factors as its debug line logs them (`torch.compile cache factors: ...`)."""
+
+    tag: str = Field(description="The module's log tag (`model` when the line has none).")
+    env: str = Field(description="Hash of the compile-relevant environment.")
+    cfg: str = Field(description="Hash of the engine config.")
+    comp: str = Field(description="Hash of the compiler (torch/inductor; on the embedded engine Python and numpy).")
+    code: str = Field(description="Hash of the traced source files.")
+    dir: str | None = Field(default=None, description="The local cache directory the line names.")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"env": self.env, "cfg": self.cfg, "comp": self.comp, "code": self.code}
+
 
 class BootLogFacts(FrozenModel):
     """What a boot log says about the boot."""
@@ -90,6 +114,13 @@ class BootLogFacts(FrozenModel):
         default=None, description="The model runner the engine logged it uses; None when the log does not say."
     )
     model_runner_line: str | None = Field(default=None, description="The log line the model runner was read from.")
+    cache_factors: tuple[CacheFactors, ...] = Field(default=(), description="`torch.compile cache factors` debug lines.")
+    forced_load_failure: str | None = Field(default=None, description="A load that VLLM_FORCE_AOT_LOAD=1 turned into "
+                                            "a failed boot: the reason logged.")
+    tactics_file: str | None = Field(default=None, description="The autotune tactic file the engine saved or loaded.")
+    tactics_loaded: bool | None = Field(default=None, description="True: loaded from the cache; False: autotuned now.")
+    schedule_dropped: bool = Field(default=False, description="The engine logged that it disabled the k schedule "
+                                   "(data parallel size > 1) and drafts a static k.")
 
     @property
     def cache_reloads(self) -> int:
@@ -174,12 +205,30 @@ def parse(text: str) -> BootLogFacts:
             facts["init_engine_seconds"] = float(m["s"])
         elif _READY in line:
             facts["startup_complete"] = True
+        elif m := _FACTORS.search(line):
+            factors = facts.setdefault("cache_factors", [])
+            assert isinstance(factors, list)
+            factors.append(CacheFactors(tag=m["tag"] or "model", env=m["env"], cfg=m["cfg"], comp=m["comp"],
+                                        code=m["code"], dir=m["dir"]))
+        elif m := _FORCED.search(line):
+            facts["forced_load_failure"] = m["reason"].strip()
+        elif m := _TACTICS.search(line):
+            facts["tactics_file"] = m["path"]
+            facts["tactics_loaded"] = "cache hit" in line
+        elif _DP_DROP.search(line):
+            facts["schedule_dropped"] = True
         # The KV size and the concurrency share a line in 0.33 and not before: search both always.
         if m := _KV_SIZE.search(line):
             facts["kv_cache_tokens"] = _num(m["tokens"])
             facts["kv_cache_device"] = m["device"]
         if m := _MAX_CONC.search(line):
             facts["max_concurrency"] = float(m["x"])
+    forced = False
+    for line in lines:
+        if _FORCED_FRAME in line:
+            forced = True
+        elif forced and "forced_load_failure" not in facts and (m := _EXC_LINE.search(line)):
+            facts["forced_load_failure"] = f"{m['exc']}: {m['msg'].strip()}"
     units = _aot_units(lines, facts)
     if units:
         facts["compile_units"] = units

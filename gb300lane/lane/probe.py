@@ -107,6 +107,19 @@ def metrics_text(endpoint: str, *, timeout_s: float = 5.0) -> str:
     return got.text
 
 
+def engine_version(endpoint: str, *, timeout_s: float = 5.0) -> tuple[JsonValue, str | None]:
+    """GET `/version`: (the engine's answer, None) or (None, why there is none)."""
+    import asyncio
+
+    import aiohttp
+
+    async def ask() -> tuple[JsonValue, str | None]:
+        async with aiohttp.ClientSession() as session:
+            return await get_json(session, f"{endpoint}/version", timeout_s=timeout_s)
+
+    return asyncio.run(ask())
+
+
 def health(endpoint: str, *, timeout_s: float = 2.0) -> str:
     """`healthy`, `unhealthy (HTTP n)` or `unreachable` for status displays."""
     import http.client

@@ -21,15 +21,16 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from gb300lane import signing
+from gb300lane import evidencelog, signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
+from gb300lane.cards.record.logged import logged_runs, missing, receipts_key, unlogged
 from gb300lane.cards.record.custody import Chain, Link, LinkStatus, verify_receipts
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger
 from gb300lane.promote.models import BootReportLink, CustodyLinks
 from gb300lane.promote.state import check_witnesses
-from gb300lane.recipes import fingerprint, load_recipe
+from gb300lane.recipes import KeyChange, content_values, diff_values, fingerprint, load_recipe
 
 
 class _Add(Protocol):
@@ -95,16 +96,59 @@ def verify_production() -> Chain:
     booted = [lk.boot_report for e, lk in records if e.get("instance") == prod.instance and lk.boot_report]
     _boot_links(booted[-1] if booted else None, prod.fingerprint, add)
     try:
-        now = fingerprint(load_recipe(prod.recipe))
+        loaded = load_recipe(prod.recipe)
     except LaneError as exc:
         add("recipe", "broken", f"{prod.recipe} does not load now ({exc}); a restart could not boot it")
+        return Chain(subject="production", links=tuple(links))
+    now = fingerprint(loaded)
+    if now != prod.fingerprint:
+        add("recipe", "broken", f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
+            "(the recipe changed since it was promoted: a restart would boot something else)")
     else:
-        if now != prod.fingerprint:
-            add("recipe", "broken", f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
-                "(the recipe changed since it was promoted: a restart would boot something else)")
-        else:
-            add("recipe", "ok", f"{prod.recipe} still has fingerprint {now}")
+        add("recipe", "ok", f"{prod.recipe} still has fingerprint {now}")
+    _content_links(prod.recipe, promotion, content_values(loaded), add)
     return Chain(subject="production", links=tuple(links))
+
+
+def _keys(changes: tuple[KeyChange, ...]) -> str:
+    return "; ".join(f"{c.key}: {c.old!r} -> {c.new!r}" for c in changes[:8]) + (
+        f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+
+
+def _content_links(recipe: str, promotion: CustodyLinks, now: dict[str, JsonValue], add: _Add) -> None:
+    """The recipe's whole content: as promoted, as it is now, and (on a verdict) as the card measured it."""
+    if promotion.content is None:
+        add("content", "unproven", f"the promotion of {recipe} recorded its fingerprint alone, which leaves out "
+            "speculative.*, env, extra_args and smoke: nothing on record shows that production runs what its card "
+            "measured. The next promotion records the whole recipe (a card registered now binds it)")
+        return
+    changed = diff_values(promotion.content, now)
+    if changed:
+        add("content", "broken", f"{recipe} changed since it was promoted ({len(changed)} key"
+            f"{'s' if len(changed) != 1 else ''}: {_keys(changed)}): a restart would boot something else; restore it, "
+            "or run its card again and promote that")
+    else:
+        add("content", "ok", f"{recipe} is the recipe promoted (content sha256 {str(promotion.content_sha256)[:16]})")
+    verdict = promotion.verdict
+    if promotion.forced or verdict is None or not verdict.receipts:
+        return
+    rec = Receipts(Path(str(verdict.receipts)))
+    try:
+        ref = rec.registration().candidate_ref(rec.card())
+    except LaneError as exc:
+        add("content", "broken", f"the verdict's registration does not read ({str(exc).splitlines()[0]})",
+            str(rec.registration_file))
+        return
+    if ref is None or ref.content is None:
+        add("content", "unproven", "the verdict's registration did not record the candidate's resolved recipe: "
+            "nothing shows the card measured what was promoted", str(rec.registration_file))
+        return
+    measured = diff_values(ref.content, promotion.content)
+    if measured:
+        add("content", "broken", f"production is not the candidate its card measured ({len(measured)} key"
+            f"{'s' if len(measured) != 1 else ''}: {_keys(measured)})", str(rec.registration_file))
+    else:
+        add("content", "ok", "production is the candidate its card measured, key for key", str(rec.registration_file))
 
 
 def _ledger_links(
@@ -210,6 +254,48 @@ def _boot_links(report: BootReportLink | None, prod_fingerprint: str, add: _Add)
         add("boot_report", "ok", f"unchanged; booted fingerprint {booted}", file)
 
 
+def verify_evidence() -> Chain:
+    """The evidence log: every line chains and is signed by a chosen signer, the config directory's head matches,
+    every file it pinned is still there as entered, and every scored receipts directory is in it."""
+    links: list[Link] = []
+
+    def add(kind: str, status: LinkStatus, detail: str, file: str | None = None) -> None:
+        links.append(Link(kind=kind, file=file, status=status, detail=detail))
+
+    log = evidencelog.read_log(signatures="all")
+    for br in log.breaks:
+        add("log", "broken", br, log.path)
+    for note in log.notes:
+        add("log", "note", note, log.path)
+    if log.ok:
+        resets = [r for r in log.records if r.entry.kind == "reset"]
+        add("log", "ok", f"{len(log.records)} entries chain, each signed by a chosen signer"
+            + (f"; reset at line {resets[-1].seq}: {resets[-1].entry.detail}" if resets else ""), log.path)
+    runs = logged_runs(log)
+    for run in runs.values():
+        gone = missing(run)
+        for br in gone:
+            add("receipts", "broken", br, run.receipts)
+        if not gone:
+            add("receipts", "ok", f"card {run.card}: {len(run.files)} files as entered"
+                + (f"; newest verdict {run.newest.number} {run.newest.verdict}" if run.newest else "")
+                + (f" (adopted: {run.adopted})" if run.adopted else ""), run.receipts)
+    for rec in all_receipts():
+        try:
+            if rec.registration().transcribed:
+                continue
+        except LaneError:
+            continue
+        known = runs.get(receipts_key(rec.root))
+        if known is None and not rec.verdict_numbers():
+            continue
+        for br in unlogged(rec.root, known):
+            add("receipts", "broken", br, str(rec.root))
+    if not links:
+        add("log", "note", "the evidence log is empty: no card was registered with this state directory", log.path)
+    return Chain(subject="evidence log", links=tuple(links))
+
+
 def verify_everything() -> list[Chain]:
-    """Production's chain and every registered card's receipts."""
-    return [verify_production(), *(verify_receipts(rec) for rec in all_receipts())]
+    """Production's chain, the evidence log and every registered card's receipts."""
+    return [verify_production(), verify_evidence(), *(verify_receipts(rec) for rec in all_receipts())]

@@ -8,19 +8,25 @@ recipe says.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+
+from pydantic import JsonValue
 
 from gb300lane import cards, lane, placement
 from gb300lane.bench import run_smoke
 from gb300lane.cards.record.custody import verify_receipts
-from gb300lane.errors import BootError
+from gb300lane.cards.record.verdicts import evidence_for
+from gb300lane.errors import BootError, LaneError
 from gb300lane.fsio import sha256_file
-from gb300lane.lane.facts import port_in_use
+from gb300lane.lane.facts import port_holders, port_in_use
 from gb300lane.lane.report import BootReport
 from gb300lane.promote.models import BootInfo, KeptCandidate, SmokeInfo, VerdictInfo
 from gb300lane.promote.ops import InstanceFact, Progress
-from gb300lane.recipes import Recipe, fingerprint, load_recipe
+from gb300lane.recipes import Recipe, content_values, diff_values, fingerprint, load_recipe, render
+from gb300lane.recipes.loader import recipe_path
+from gb300lane.recipes.rules import requires_acknowledgement
 from gb300lane.runtime import LABEL_PORT
 
 
@@ -106,21 +112,86 @@ class LiveOps:
         return None if broken is None else f"{broken.file + ': ' if broken.file else ''}{broken.detail}"
 
     def verdict(self, recipe: str) -> VerdictInfo | None:
-        ref = cards.latest_verdict_for(recipe)
+        ev = evidence_for(recipe)
+        ref = ev.ref
         if ref is None:
-            return None
+            if not ev.breaks:
+                return None
+            return VerdictInfo(passed=False, verdict="none", reference="no verdict the evidence log knows",
+                               evidence=ev.breaks)
         reference = f"card {ref.card} verdict {ref.number}: {ref.verdict} ({ref.file}, sha256 {ref.sha256[:16]})"
         # The verdict counts only if its whole chain holds: manifests, seals, boots, and a re-score that agrees.
         rec = cards.Receipts(Path(ref.receipts))
         broken = verify_receipts(rec).first_break
         custody = None if broken is None else f"{rec.root / broken.file if broken.file else rec.root}: {broken.detail}"
-        manifests = rec.manifests()
+        manifests = rec.manifests() if rec.root.is_dir() else []
         head = manifests[-1] if manifests else None
+        binding = self._binding(recipe, ref.card, ev.registered.content if ev.registered else None,
+                                transcribed=ref.transcribed)
+        question = "; ".join(ev.question.notes()) if ev.question is not None and ev.question.notes() else None
         return VerdictInfo(
-            passed=ref.verdict == "PASS" and custody is None, verdict=ref.verdict, reference=reference,
+            passed=ref.verdict == "PASS" and custody is None and not ev.breaks and binding is None,
+            verdict=ref.verdict, reference=reference,
             rescored=ref.number > 1, custody=custody, file=ref.file, sha256=ref.sha256, receipts=ref.receipts,
             manifest=str(head) if head else None, manifest_sha256=sha256_file(head) if head else None,
+            card=ref.card, evidence=ev.breaks, binding=binding, question=question,
         )
+
+    def _binding(self, recipe: str, card: str, registered: dict[str, JsonValue] | None, *,
+                 transcribed: bool) -> str | None:
+        """Why the recipe as it is now is not what the card measured, naming the keys; None when it is."""
+        run = (f"run card {card} on the recipe as it is (`gb300lane card register {card} --fresh --new-question \"why the recipe changed\"`, then `card run`: a changed candidate is a new question)")
+        if registered is None:
+            what = ("a write-up's transcribed verdict, which measured the write-up's box" if transcribed else
+                    "its registration predates recording the candidate's resolved recipe")
+            return (f"card {card}'s verdict does not show it measured {recipe} as it is now ({what}); {run}, or "
+                    "--force --reason \"...\" to record a forced promotion")
+        try:
+            now = content_values(self._recipe(recipe))
+        except LaneError as exc:
+            return f"{recipe} does not load ({str(exc).splitlines()[0]})"
+        changes = diff_values(registered, now)
+        if not changes:
+            return None
+        keys = "; ".join(f"{c.key}: {_short(c.old)} -> {_short(c.new)}" for c in changes)
+        return (f"{recipe} differs from the candidate card {card} measured ({len(changes)} key"
+                f"{'s' if len(changes) != 1 else ''}: {keys}); {run}, or restore the recipe")
+
+    def recipe_content(self, recipe: str) -> dict[str, JsonValue] | None:
+        return content_values(self._recipe(recipe))
+
+    def preflight(self, recipe: str, *, port: int, production: str | None) -> list[str]:
+        try:
+            r = self._recipe(recipe)
+        except LaneError as exc:
+            return [str(exc).splitlines()[0]]
+        out = [f"{_recipe_file(r, self.recipes_dir)}: {f.message}; {f.fix}" for f in requires_acknowledgement(r)]
+        if not r.smoke.gates:
+            out.append(f"{_recipe_file(r, self.recipes_dir)}: smoke.gates is empty: promotion smoke-tests the candidate on the production "
+                       "port before it keeps it, and a recipe with no gates cannot pass; add smoke gates (`gb300lane "
+                       "recipes show local-v27` shows some)")
+        freed: set[int] = set()
+        if production is not None:
+            for f in self.instances():
+                if f.name == production and f.port is not None:
+                    freed.add(f.port)
+            prod_recipe = next((f.recipe for f in self.instances() if f.name == production), None)
+            if prod_recipe is not None:
+                try:
+                    freed |= {c.port for c in render(self._recipe(prod_recipe), port=port).containers}
+                except LaneError:
+                    pass
+        try:
+            rendered = render(r, port=port)
+        except LaneError as exc:
+            return [*out, str(exc).splitlines()[0]]
+        for c in rendered.containers:
+            if c.port in freed or c.port == port:
+                continue
+            if port_in_use(c.port):
+                out.append(f"port {c.port} ({c.role} of {recipe}) is in use by {port_holders(c.port)}, and stopping "
+                           f"production does not free it; stop it first (`gb300lane status` shows the lane)")
+        return out
 
     def port_free(self, port: int) -> bool:
         if any(f.running and f.port == port for f in self.instances()):
@@ -155,6 +226,18 @@ class LiveOps:
             port=port_of(boot.endpoint) if boot is not None else None,
             fingerprint=boot.fingerprint if boot is not None else None, problem=problem,
         )  # fmt: skip
+
+
+def _short(value: object) -> str:
+    text = "absent" if value is None else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _recipe_file(r: Recipe, recipes_dir: Path | None = None) -> str:
+    try:
+        return str(recipe_path(r.name, recipes_dir))
+    except LaneError:  # only used to name the file in a message
+        return f"recipe {r.name}"
 
 
 def _throttled(say: Progress, every_s: float = 2.0) -> Progress:

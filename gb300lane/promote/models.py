@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.models import FrozenModel
 
@@ -63,6 +63,12 @@ class CustodyLinks(FrozenModel):
     verdict: VerdictCustody | None = Field(default=None, description="The verdict a promotion rests on.")
     forced: bool = Field(default=False, description="A promotion forced past its verdict.")
     boot_report: BootReportLink | None = Field(default=None, description="The boot report of what became production.")
+    content_sha256: str | None = Field(
+        default=None, description="sha256 of the promoted recipe's whole resolved content (`recipes.content_hash`); "
+        "None for a promotion recorded before the content was bound.")
+    content: dict[str, JsonValue] | None = Field(
+        default=None, description="The promoted recipe's resolved leaf keys (secrets as keyed digests): what `verify "
+        "--production` compares the recipe with, naming the keys that changed.")
 
 
 class PromotePlan(FrozenModel):
@@ -85,6 +91,9 @@ class PromotePlan(FrozenModel):
         default=None,
         description="The card whose kept candidate `instance` is: started as production, not booted afresh.",
     )
+    content: dict[str, JsonValue] | None = Field(
+        default=None, description="The recipe's whole resolved content when the plan was made (secrets as keyed "
+        "digests), recorded with the promotion; None on a lane without recipe files.")
 
 
 class KeptCandidate(FrozenModel):
@@ -227,6 +236,16 @@ class VerdictInfo(FrozenModel):
     receipts: str | None = Field(default=None, description="The card's receipts directory.")
     manifest: str | None = Field(default=None, description="The newest manifest, which seals the verdict file.")
     manifest_sha256: str | None = Field(default=None, description="Its sha256 when the verdict was read.")
+    card: str | None = Field(default=None, description="The card the verdict is of.")
+    evidence: tuple[str, ...] = Field(
+        default=(), description="What the evidence log knows of the recipe's runs and verdicts that the files no "
+        "longer show, verdicts it never saw, and its own breaks: each refuses the promotion.")
+    binding: str | None = Field(
+        default=None, description="Why the recipe as it is now is not the candidate the verdict measured (the keys "
+        "that differ, or a registration that did not record it); None when it is.")
+    question: str | None = Field(
+        default=None, description="Which run of its question the verdict's receipts are, and why a new question was "
+        "asked, as every verdict of it says.")
 
 
 class BootInfo(FrozenModel):
@@ -291,6 +310,26 @@ class TransitionReport(FrozenModel):
     )
     smoke_seconds: float | None = Field(default=None, description="Seconds the smoke gates took.")
     event_id: int | None = Field(default=None, description="Ledger event written.")
+    steps: tuple[str, ...] = Field(default=(), description="A plan's steps, in order (a dry run's, or what was done).")
+    refusals: tuple[str, ...] = Field(
+        default=(), description="Every reason the plan refuses, each naming what is wrong and the fix (a dry run "
+        "lists them all; a real run refuses before anything is stopped).")
+    notes: tuple[str, ...] = Field(default=(), description="What the verdict adds: the run of its question, a new "
+                                   "question's reason.")
+
+
+class PlannedTransition(FrozenModel):
+    """What a promote or rollback will do and everything that refuses it, found before anything is changed
+    (`transitions.plan_promotion`, `transitions.plan_rollback`)."""
+
+    kind: Literal["promote", "rollback"] = Field(description="The transition planned.")
+    steps: tuple[str, ...] = Field(description="What it will do, in order.")
+    refusals: tuple[str, ...] = Field(description="Every reason it may not run, each naming what is wrong and the "
+                                      "fix; empty when it may.")
+    notes: tuple[str, ...] = Field(default=(), description="What the verdict adds (its question).")
+    plan: PromotePlan | RollbackPlan | None = Field(description="The plan the ledger journals; None when refused or "
+                                                    "when there is nothing to do.")
+    nothing: str | None = Field(default=None, description="Why there is nothing to do (already production).")
 
 
 class PruneReport(FrozenModel):

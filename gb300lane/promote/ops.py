@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gb300lane.errors import StateError
 from gb300lane.models import FrozenModel
@@ -79,6 +79,16 @@ class PromotionOps(Protocol):
 
     def port_free(self, port: int) -> bool:
         """True when nothing listens on the production port."""
+
+    def preflight(self, recipe: str, *, port: int, production: str | None) -> list[str]:
+        """Every reason a boot of `recipe` on `port` would be refused that needs no engine to find (k above the
+        trained block, no smoke gates to test it with, a port of its lane held by something production's own
+        instance `production` does not free), each naming the file, the key and the fix; empty when none.
+        Asked before a transition stops anything."""
+
+    def recipe_content(self, recipe: str) -> dict[str, JsonValue] | None:
+        """The recipe's whole resolved content (`recipes.content_values`), which a promotion records; None where the
+        lane has no recipe files (a simulated lane)."""
 
     def kept_candidate(self, card: str) -> KeptCandidate:
         """The instance a card's candidate arm left kept on the lane, and whether it can serve production as it stands.

@@ -26,14 +26,14 @@ from pathlib import Path
 from gb300lane import keyed, paths, signing
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
-from gb300lane.promote.ledger import Transition, utcnow
+from gb300lane.promote.ledger import Ledger, utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import (
     BootInfo,
-    BootReportLink,
     CustodyLinks,
     KeptCandidate,
     NewEvent,
+    PlannedTransition,
     PromotePlan,
     RollbackPlan,
     Slot,
@@ -47,6 +47,7 @@ from gb300lane.promote.lanetake import give_back
 from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.runs import CrashHook, Run, first_line, instance_fact, open_or_close_prune, report_link
 from gb300lane.promote.state import explain, open_ledger
+from gb300lane.recipes import content_hash
 
 
 def crash_points() -> dict[str, tuple[str, ...]]:
@@ -71,18 +72,46 @@ def crash_points() -> dict[str, tuple[str, ...]]:
     }
 
 
-def preflight(ops: PromotionOps, *, starts: tuple[str | None, ...] = ()) -> None:
-    """Everything a transition needs before it stops anything: the state key, the signing key, and each kept
-    instance it may start (the pair, or production to restore); StateError naming what is wrong otherwise."""
-    keyed.state_key()
-    signing.public_key()
+def preflight(ops: PromotionOps, *, starts: tuple[str | None, ...] = ()) -> list[str]:
+    """Everything a transition needs before it stops anything, as refusals (empty: it may go on): the state key,
+    the signing key (a test message signed and verified as the record at the end will be), and each kept
+    instance it may start (the pair, or production to restore)."""
+    return key_refusals() + start_refusals(ops, starts)
+
+
+def key_refusals() -> list[str]:
+    """The state key reads, and the signing key signs a test message that verifies (a garbage, zeroed or foreign
+    key refuses here, not after production was stopped)."""
+    out: list[str] = []
+    try:
+        keyed.state_key()
+    except LaneError as exc:
+        out.append(first_line(exc))
+    try:
+        signing.check_key()
+    except LaneError as exc:
+        out.append(f"the transition's record is signed at its end, and {first_line(exc)}")
+    return out
+
+
+def start_refusals(ops: PromotionOps, starts: tuple[str | None, ...]) -> list[str]:
+    """Each kept instance the transition may start that could not be started as it stands."""
+    out = []
     for instance in starts:
         if instance is None:
             continue
         problem = ops.start_problem(instance)
         if problem is not None:
-            raise StateError(f"refusing to start a transition: {instance} {problem}; nothing was stopped. Fix it "
-                             f"first (`gb300lane status` shows the lane)")
+            out.append(f"{instance} {problem}; fix it first (`gb300lane status` shows the lane)")
+    return out
+
+
+def _refuse(what: str, refusals: list[str]) -> StateError:
+    """One error for every refusal: the first in full, then the others; nothing was stopped."""
+    head = refusals[0] if refusals[0].startswith("refusing to ") else f"refusing to {what}: {refusals[0]}"
+    more = "".join(f"; also: {r}" for r in refusals[1:])
+    tail = "" if head.rstrip().endswith("nothing was stopped") else "; nothing was stopped"
+    return StateError(f"{head}{more}{tail}")
 
 
 def _since(slot: Slot | None, since: str, **changes: str) -> Slot | None:
@@ -106,11 +135,12 @@ def promote(
     crash_hook: CrashHook | None = None,
     progress: Progress | None = None,
 ) -> TransitionReport:
-    """Make `recipe` production: verdict gate, stop-and-keep production, boot, smoke, record.
+    """Make `recipe` production: plan (every refusal found before anything is stopped), then stop-and-keep
+    production, boot, smoke, record.
 
     A candidate that fails to boot or fails smoke is stopped and kept, the
     previous production is restarted, and the report says so with ok=False.
-    `dry_run` checks the gate and returns the plan without touching the lane.
+    `dry_run` returns the plan (`plan_promotion`: its steps and every refusal) without touching the lane.
 
     `from_card` promotes the candidate that card's run kept on the lane (its
     candidate arm's instance, stopped) instead of booting the recipe afresh:
@@ -127,10 +157,12 @@ def promote(
             f"--from-card promotes on card {from_card}'s own PASS; --force promotes without one: pass one of them"
         )
     with TransitionLock(f"promote {recipe}"), open_ledger() as ledger:
-        preflight(ops)
-        open_tr = open_or_close_prune(ledger)
-        if open_tr is not None:
+        open_tr = ledger.open_transition() if dry_run else open_or_close_prune(ledger)
+        if open_tr is not None and not (dry_run and open_tr.kind == "prune"):
             if resume and isinstance(open_tr.plan, PromotePlan) and open_tr.recipe == recipe:
+                refused = preflight(ops)
+                if refused:
+                    raise _refuse(f"resume the promotion of {recipe}", refused)
                 run = Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
                 return _drive_promote(run, open_tr.plan)
             text, _ = explain(ledger, open_tr, crashed=True)
@@ -139,80 +171,138 @@ def promote(
             raise StateError(
                 f"{ledger.path}: no interrupted promotion of {recipe} to resume; run `gb300lane promote {recipe}`"
             )
-        fingerprint, recipe_port = ops.describe(recipe)
+        planned = plan_promotion(ledger, ops, recipe, force=force, reason=reason, port=port, from_card=from_card)
         prod, pair = ledger.production(), ledger.rollback_pair()
-        if prod and prod.recipe == recipe and prod.fingerprint == fingerprint:
-            _, running = instance_fact(ops, prod.instance)
-            if running:
-                return TransitionReport(
-                    kind="promote", ok=True, production=recipe,
-                    rollback_pair=pair.recipe if pair else None,
-                    message=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
-                )
-        broken = ops.production_custody()
-        if broken is not None and not force:
-            raise StateError(
-                f"refusing to promote {recipe}: production's chain of custody breaks at {broken}; "
-                "`gb300lane verify --production` shows every link (or --force --reason \"...\" to promote anyway)"
-            )
-        verdict = ops.verdict(recipe)
-        if verdict is not None and verdict.custody and not force:
-            raise StateError(
-                f"refusing to promote {recipe}: its newest verdict ({verdict.reference}) does not verify: "
-                f"{verdict.custody}; `gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)"
-            )
-        kept = _kept(ops.kept_candidate(from_card), recipe, fingerprint, verdict) if from_card is not None else None
-        passed = bool(verdict and verdict.passed)
-        if not passed and not force:
-            found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict
-                     else "no card has it as its B arm")
-            raise StateError(
-                f"refusing to promote {recipe}: {found}; promotion needs a PASS verdict (first or re-scored) "
-                f"from a card whose B arm is {recipe}, or --force --reason \"...\" to record a forced promotion"
-            )
-        if port is not None and ledger.port() not in (None, port):
-            raise StateError(
-                f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first promotion"
-            )
-        lane_port = ledger.port() or port or recipe_port
-        if kept is not None:
-            if kept.port != lane_port:
-                raise StateError(
-                    f"refusing to promote {recipe} from card {kept.card}: its kept candidate {kept.instance} serves "
-                    f"on port {kept.port} and production on {lane_port} (the card ran beside production, not with "
-                    f"--take-lane); a kept instance keeps its port: `gb300lane promote {recipe}` boots it on "
-                    f"{lane_port}"
-                )
-            tag, instance = kept.arm, str(kept.instance)
-        else:
-            taken = {f.name for f in ops.instances()}
-            tag, n = recipe, 1
-            while ops.plan_instance(recipe, tag) in taken:
-                n += 1
-                tag = f"{recipe}-{n}"
-            instance = ops.plan_instance(recipe, tag)
-        # A failed candidate is reverted by restarting production: it must be startable before it is stopped.
-        preflight(ops, starts=(prod.instance if prod is not None and instance_fact(ops, prod.instance)[0] else None,
-                               instance if kept is not None else None))
-        plan = PromotePlan(
-            recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=instance,
-            previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
-            reason=reason, verdict_custody=_verdict_custody(verdict), from_card=kept.card if kept else None,
-        )  # fmt: skip
+        if planned.nothing is not None:
+            return TransitionReport(kind="promote", ok=True, production=recipe,
+                                    rollback_pair=pair.recipe if pair else None, message=planned.nothing,
+                                    notes=planned.notes)
         if dry_run:
-            stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
-            because = f"forced: {reason}" if not passed else str(verdict.reference if verdict else "")
-            bring = (f"start {instance}, the candidate card {plan.from_card} kept, on port {lane_port} (no fresh "
-                     "boot)" if plan.from_card else f"boot {recipe} as {plan.instance} on port {lane_port}")
+            if planned.refusals:
+                return TransitionReport(
+                    kind="promote", ok=False, production=prod.recipe if prod else None,
+                    rollback_pair=pair.recipe if pair else None, refusals=planned.refusals, notes=planned.notes,
+                    message=f"plan refused ({len(planned.refusals)} reason{'s' if len(planned.refusals) != 1 else ''}"
+                            "): " + "; ".join(planned.refusals) + " (dry run: nothing done)",
+                )  # fmt: skip
             return TransitionReport(
                 kind="promote", ok=True, production=prod.recipe if prod else None,
-                rollback_pair=pair.recipe if pair else None,
-                message=f"plan ({because}): {stop}{bring}; run its smoke gates; record the promotion "
-                        "(dry run: nothing done)",
+                rollback_pair=pair.recipe if pair else None, steps=planned.steps, notes=planned.notes,
+                message=f"plan ({_because(planned)}): " + "; ".join(planned.steps) + " (dry run: nothing done)",
             )  # fmt: skip
+        if planned.refusals:
+            raise _refuse(f"promote {recipe}", list(planned.refusals))
+        plan = planned.plan
+        assert isinstance(plan, PromotePlan)
         require_free(paths.state_dir(), action=f"promote {recipe}")
         tid = ledger.begin(recipe, prod.recipe if prod else None, plan)
-        return _drive_promote(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
+        report = _drive_promote(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
+        return report.model_copy(update={"notes": planned.notes})
+
+
+def _because(planned: PlannedTransition) -> str:
+    plan = planned.plan
+    if isinstance(plan, PromotePlan):
+        return f"forced: {plan.reason}" if plan.forced else str(plan.verdict or "")
+    return "rollback"
+
+
+def plan_promotion(
+    ledger: Ledger, ops: PromotionOps, recipe: str, *, force: bool = False, reason: str | None = None,
+    port: int | None = None, from_card: str | None = None,
+) -> PlannedTransition:
+    """What `promote` will do, and every reason it may not, found without changing anything: the keys (a test
+    message signed and verified), production's chain of custody, the verdict (a PASS, its chain, what the evidence
+    log knows of the recipe's runs, the recipe's content as the card measured it), the kept candidate of
+    `from_card`, the port, every boot refusal that needs no engine (`ops.preflight`), and that production can be
+    restarted if the candidate fails. `promote` raises them all before it stops anything."""
+    refusals = key_refusals()
+    try:
+        fingerprint, recipe_port = ops.describe(recipe)
+    except LaneError as exc:
+        return PlannedTransition(kind="promote", steps=(), refusals=(*refusals, first_line(exc)), plan=None)
+    prod, pair = ledger.production(), ledger.rollback_pair()
+    if prod and prod.recipe == recipe and prod.fingerprint == fingerprint:
+        _, running = instance_fact(ops, prod.instance)
+        if running and not refusals:
+            return PlannedTransition(
+                kind="promote", steps=(), refusals=(), plan=None,
+                nothing=f"{recipe} is already production ({prod.instance}, fingerprint {fingerprint}); nothing to do",
+            )  # fmt: skip
+    who = f"refusing to promote {recipe}"
+    broken = ops.production_custody()
+    if broken is not None and not force:
+        refusals.append(
+            f"{who}: production's chain of custody breaks at {broken}; `gb300lane verify --production` shows every "
+            "link (or --force --reason \"...\" to promote anyway)")
+    verdict = ops.verdict(recipe)
+    notes = (verdict.question,) if verdict is not None and verdict.question else ()
+    if verdict is not None and not force:
+        if verdict.custody:
+            refusals.append(f"{who}: its newest verdict ({verdict.reference}) does not verify: {verdict.custody}; "
+                            "`gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)")
+        for br in verdict.evidence:
+            refusals.append(f"{who}: {br} (promotion rests on what the evidence log remembers: `gb300lane verify "
+                            "--evidence` shows it; or --force --reason \"...\" to promote anyway)")
+        if verdict.binding:
+            refusals.append(f"{who}: {verdict.binding}")
+    kept: KeptCandidate | None = None
+    if from_card is not None:
+        candidate = ops.kept_candidate(from_card)  # a card with no receipts is named at once
+        try:
+            kept = _kept(candidate, recipe, fingerprint, verdict)
+        except StateError as exc:
+            refusals.append(first_line(exc))
+    passed = bool(verdict and verdict.passed)
+    if not (verdict and verdict.verdict == "PASS") and not force:
+        found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict and verdict.verdict != "none"
+                 else "no card has it as its B arm")
+        refusals.append(
+            f"{who}: {found}; promotion needs a PASS verdict (first or re-scored) from a card whose B arm is {recipe}, "
+            "or --force --reason \"...\" to record a forced promotion")
+    if port is not None and ledger.port() not in (None, port):
+        refusals.append(f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first "
+                        "promotion")
+    lane_port = ledger.port() or port or recipe_port
+    instance = ops.plan_instance(recipe, recipe)
+    tag = recipe
+    if kept is not None:
+        if kept.port != lane_port:
+            refusals.append(
+                f"refusing to promote {recipe} from card {kept.card}: its kept candidate {kept.instance} serves on "
+                f"port {kept.port} and production on {lane_port} (the card ran beside production, not with "
+                f"--take-lane); a kept instance keeps its port: `gb300lane promote {recipe}` boots it on {lane_port}")
+        tag, instance = kept.arm, str(kept.instance)
+    elif from_card is None:
+        taken = {f.name for f in ops.instances()}
+        n = 1
+        while ops.plan_instance(recipe, tag) in taken:
+            n += 1
+            tag = f"{recipe}-{n}"
+        instance = ops.plan_instance(recipe, tag)
+    prod_running = prod is not None and instance_fact(ops, prod.instance)[0]
+    # A failed candidate is reverted by restarting production: it must be startable before it is stopped.
+    refusals += start_refusals(ops, (prod.instance if prod is not None and prod_running else None,
+                                     instance if kept is not None else None))
+    if kept is None:
+        refusals.extend(ops.preflight(recipe, port=lane_port, production=prod.instance if prod_running and prod
+                                      else None))
+    refusals = list(dict.fromkeys(refusals))
+    if refusals:
+        return PlannedTransition(kind="promote", steps=(), refusals=tuple(refusals), notes=notes, plan=None)
+    plan = PromotePlan(
+        recipe=recipe, fingerprint=fingerprint, port=lane_port, tag=tag, instance=instance,
+        previous=prod, pair=pair, verdict=verdict.reference if verdict else None, forced=not passed,
+        reason=reason, verdict_custody=_verdict_custody(verdict), from_card=kept.card if kept else None,
+        content=ops.recipe_content(recipe),
+    )  # fmt: skip
+    steps = []
+    if prod:
+        steps.append(f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair")
+    steps.append(f"start {instance}, the candidate card {plan.from_card} kept, on port {lane_port} (no fresh boot)"
+                 if plan.from_card else f"boot {recipe} as {plan.instance} on port {lane_port}")
+    steps += ["run its smoke gates", "record the promotion"]
+    return PlannedTransition(kind="promote", steps=tuple(steps), refusals=(), notes=notes, plan=plan)
 
 
 def _drive_promote(run: Run, p: PromotePlan) -> TransitionReport:
@@ -264,7 +354,9 @@ def _drive_promote(run: Run, p: PromotePlan) -> TransitionReport:
         run.tr.id, "promoted", production=new_prod, rollback=new_pair, port=p.port,
         kept=[(new_pair, "rollback pair")] if prev and new_pair else [],
         links=CustodyLinks(recipe=recipe, fingerprint=new_prod.fingerprint, verdict=p.verdict_custody,
-                           forced=p.forced, boot_report=report_link(boot)),
+                           forced=p.forced, boot_report=report_link(boot),
+                           content_sha256=content_hash(p.content) if p.content is not None else None,
+                           content=p.content),
         event=NewEvent(
             kind="promote", recipe=recipe, instance=instance, fingerprint=new_prod.fingerprint,
             previous=prev.recipe if prev else None, verdict=p.verdict, forced=p.forced, reason=p.reason,
@@ -344,19 +436,24 @@ def rollback(
 ) -> TransitionReport:
     """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
 
-    `dry_run` returns what it would do without touching the lane; `reason` is recorded with the rollback.
+    `dry_run` returns the plan (`plan_rollback`: its steps and every refusal) without touching the lane;
+    `reason` is recorded with the rollback.
     """
     ops = ops or default_ops()
     with TransitionLock("rollback"), open_ledger() as ledger:
-        preflight(ops)
         open_tr = ledger.open_transition() if dry_run else open_or_close_prune(ledger)
+        keys = key_refusals()
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
             action = (f"restore {open_tr.previous or 'nothing'}" if open_tr.kind in ("promote", "take_lane")
                       else "complete it")
-            return TransitionReport(kind="recover", ok=True, production=None, rollback_pair=None,
-                                    message=f"plan: {text.split(';')[0]}; {action} (dry run: nothing done)")
+            return TransitionReport(kind="recover", ok=not keys, production=None, rollback_pair=None,
+                                    refusals=tuple(keys),
+                                    message=f"plan: {text.split(';')[0]}; {action}"
+                                    + "".join(f"; refused: {k}" for k in keys) + " (dry run: nothing done)")
         if open_tr is not None:
+            if keys:
+                raise _refuse("repair the interrupted transition", keys)
             run = Run(ledger, ops, open_tr, crash_hook, resumed=True, progress=progress)
             if isinstance(open_tr.plan, PromotePlan):
                 text, _ = explain(ledger, open_tr, crashed=True)
@@ -365,35 +462,57 @@ def rollback(
                 return _drive_rollback(run, open_tr.plan)
             if isinstance(open_tr.plan, TakeLanePlan):
                 return give_back(run, open_tr.plan, held_s=None)
+        planned = plan_rollback(ledger, ops, reason=reason, keys=keys)
         prod, pair = ledger.production(), ledger.rollback_pair()
-        if pair is None:
-            raise StateError(
-                f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
-                "a pair is kept by `gb300lane promote` when it replaces a production recipe"
-            )
-        if not instance_fact(ops, pair.instance)[0]:
-            # A plan is offered only when it can run: the pair's containers must still exist to be started.
-            raise StateError(
-                f"{ledger.path}: the rollback pair {pair.recipe} ({pair.instance}) no longer exists on this host "
-                "(removed outside gb300lane); there is nothing to roll back to: `gb300lane promote "
-                f"{pair.recipe} --force --reason \"...\"` boots it again as production"
-            )
-        if prod is not None and not instance_fact(ops, prod.instance)[0]:
-            prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
-        preflight(ops, starts=(pair.instance, prod.instance if prod is not None else None))
-        plan = RollbackPlan(
-            target=pair, previous=prod, port=ledger.port() or ops.describe(pair.recipe)[1], reason=reason
-        )
         if dry_run:
-            stop = f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair; " if prod else ""
             return TransitionReport(
-                kind="rollback", ok=True, production=prod.recipe if prod else None, rollback_pair=pair.recipe,
-                message=f"plan: {stop}start the kept pair {pair.instance} ({pair.recipe}) on port {plan.port}; "
-                        "wait until ready; run its smoke gates; record the rollback (dry run: nothing done)",
+                kind="rollback", ok=not planned.refusals, production=prod.recipe if prod else None,
+                rollback_pair=pair.recipe if pair else None, steps=planned.steps, refusals=planned.refusals,
+                message=("plan: " + "; ".join(planned.steps) if not planned.refusals else
+                         "plan refused: " + "; ".join(planned.refusals)) + " (dry run: nothing done)",
             )  # fmt: skip
+        if planned.refusals:
+            raise _refuse("roll back", list(planned.refusals))
+        plan = planned.plan
+        assert isinstance(plan, RollbackPlan)
         require_free(paths.state_dir(), action="roll back")
-        tid = ledger.begin(pair.recipe, prod.recipe if prod else None, plan)
+        tid = ledger.begin(plan.target.recipe, plan.previous.recipe if plan.previous else None, plan)
         return _drive_rollback(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
+
+
+def plan_rollback(ledger: Ledger, ops: PromotionOps, *, reason: str | None = None,
+                  keys: list[str] | None = None) -> PlannedTransition:
+    """What `rollback` will do, and every reason it may not, found without changing anything: the keys, a kept
+    pair that still exists and can start, and that production can be restarted if the pair fails."""
+    refusals = list(key_refusals() if keys is None else keys)
+    prod, pair = ledger.production(), ledger.rollback_pair()
+    if pair is None:
+        refusals.append(
+            f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
+            "a pair is kept by `gb300lane promote` when it replaces a production recipe")
+        return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
+    if not instance_fact(ops, pair.instance)[0]:
+        # A plan is offered only when it can run: the pair's containers must still exist to be started.
+        refusals.append(
+            f"{ledger.path}: the rollback pair {pair.recipe} ({pair.instance}) no longer exists on this host "
+            "(removed outside gb300lane); there is nothing to roll back to: `gb300lane promote "
+            f"{pair.recipe} --force --reason \"...\"` boots it again as production")
+        return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
+    if prod is not None and not instance_fact(ops, prod.instance)[0]:
+        prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
+    refusals += start_refusals(ops, (pair.instance, prod.instance if prod is not None else None))
+    try:
+        port = ledger.port() or ops.describe(pair.recipe)[1]
+    except LaneError as exc:
+        refusals.append(first_line(exc))
+        port = 0
+    if refusals:
+        return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
+    plan = RollbackPlan(target=pair, previous=prod, port=port, reason=reason)
+    steps = ([f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair"] if prod else []) + [
+        f"start the kept pair {pair.instance} ({pair.recipe}) on port {port}", "wait until ready",
+        "run its smoke gates", "record the rollback"]
+    return PlannedTransition(kind="rollback", steps=tuple(steps), refusals=(), plan=plan)
 
 
 def _drive_rollback(run: Run, p: RollbackPlan) -> TransitionReport:
@@ -491,7 +610,8 @@ def _kept(kc: KeptCandidate, recipe: str, fingerprint: str, verdict: VerdictInfo
     if kc.verdict != "PASS":
         again = f"`gb300lane card register {kc.card} --fresh`, `gb300lane card run {kc.card} --take-lane`"
         raise StateError(f"{who}: its verdict is {kc.verdict} ({kc.receipts}), and promoting its kept candidate needs "
-                         f"a PASS; run the card again: {again}, then `gb300lane card score {kc.card}`")
+                         f"a PASS; a further run of the card's question spends its next share of alpha where the card "
+                         f"registered more runs (design.runs): {again}, then `gb300lane card score {kc.card}`")
     mine = verdict is not None and verdict.receipts is not None and _same_dir(verdict.receipts, kc.receipts)
     if not mine:
         newest = verdict.reference if verdict is not None else "none"

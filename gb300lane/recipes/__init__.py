@@ -5,7 +5,16 @@ Everything that boots, measures or promotes a lane reads recipes through this
 package's public API.
 """
 
-from gb300lane.recipes.compare import KeyChange, RecipeDiff, diff_recipes, fingerprint, hash_values
+from gb300lane.recipes.compare import (
+    KeyChange,
+    RecipeDiff,
+    content_hash,
+    content_values,
+    diff_recipes,
+    diff_values,
+    fingerprint,
+    hash_values,
+)
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, lane_base_name, render
 from gb300lane.recipes.formats import render_compose, render_docker_run, render_json, write_rendered
 from gb300lane.recipes.loader import RecipeSummary, get_key, list_recipes, load_recipe, validate_raw
@@ -23,7 +32,10 @@ __all__ = [
     "SmokeGate",
     "WindowSpec",
     "compact_json",
+    "content_hash",
+    "content_values",
     "diff_recipes",
+    "diff_values",
     "effective_k",
     "fingerprint",
     "get_key",

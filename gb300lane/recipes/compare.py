@@ -1,9 +1,16 @@
-"""The autotune fingerprint of a recipe and the key-by-key diff of two recipes.
+"""The autotune fingerprint of a recipe, its whole resolved content, and the key-by-key diff of two recipes.
 
 The fingerprint covers exactly the image's `hash_inputs`, so it predicts
 whether a boot can reuse the compile/autotune cache of another recipe: the
 write-up booted v26 -> v27 and v27 -> k9 as hash hits because neither
 `rejection_sample_method` nor `num_speculative_tokens` is a hash input there.
+
+The content (`content_values`, `content_hash`) covers every key of the resolved
+recipe (`extends` applied) but its name and description: everything that reaches
+the engine's argv and env, the volumes, the smoke gates, `speculative.*` and
+`extra_args`. It is what a card's registration freezes for each arm and what
+promotion compares with the recipe as it is now (`diff_values` names the keys).
+A secret value is kept as its keyed digest (`gb300lane.redact`), never in clear.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from pydantic import Field, JsonValue
 from gb300lane.models import FrozenModel
 from gb300lane.recipes.loader import flatten, get_key
 from gb300lane.recipes.schema import Recipe
+from gb300lane.redact import digest, is_secret, secret_name
 
 #: Keys that name a recipe rather than configure the lane; a diff skips them.
 IDENTITY_KEYS = frozenset({"name", "description", "extends"})
@@ -67,21 +75,67 @@ class RecipeDiff(FrozenModel):
         return f"hash changed ({keys}): expect a tuning boot"
 
 
-def diff_recipes(a: Recipe, b: Recipe) -> RecipeDiff:
-    """Changed leaf keys (lists compared whole), each marked as hash input or not."""
-    flat_a = {k: v for k, v in flatten(a.model_dump(mode="json")).items() if k.split(".")[0] not in IDENTITY_KEYS}
-    flat_b = {k: v for k, v in flatten(b.model_dump(mode="json")).items() if k.split(".")[0] not in IDENTITY_KEYS}
-    hash_inputs = tuple(dict.fromkeys([*a.image.hash_inputs, *b.image.hash_inputs]))
+def _leaves(recipe: Recipe) -> dict[str, JsonValue]:
+    flat = flatten(recipe.model_dump(mode="json"))
+    return {k: v for k, v in flat.items() if k.split(".")[0] not in IDENTITY_KEYS}  # type: ignore[misc]
+
+
+def _digested(key: str, value: JsonValue) -> JsonValue:
+    """A leaf with its secrets as keyed digests: a secret string, or the secret items of an argv-like list."""
+    if isinstance(value, str):
+        return digest(value) if is_secret(key.rsplit(".", 1)[-1], value) else value
+    if isinstance(value, list):
+        out: list[JsonValue] = []
+        hide_next = False
+        for item in value:
+            if isinstance(item, str) and (hide_next or is_secret("", item)):
+                out.append(digest(item))
+                hide_next = False
+                continue
+            hide_next = False
+            if isinstance(item, str) and item.startswith("--"):
+                name, eq, val = item[2:].partition("=")
+                if secret_name(name.replace("-", "_")):
+                    if eq:
+                        out.append(f"--{name}={digest(val)}")
+                        continue
+                    hide_next = True
+            out.append(item)
+        return out
+    return value
+
+
+def content_values(recipe: Recipe) -> dict[str, JsonValue]:
+    """Every leaf of the resolved recipe but its name and description, secrets as keyed digests."""
+    return {k: _digested(k, v) for k, v in _leaves(recipe).items()}
+
+
+def content_hash(values: dict[str, JsonValue]) -> str:
+    """sha256 (64 hex chars) of the canonical JSON of `content_values`."""
+    canonical = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def diff_values(a: dict[str, JsonValue], b: dict[str, JsonValue],
+                hash_inputs: tuple[str, ...] | list[str] = ()) -> tuple[KeyChange, ...]:
+    """Changed leaf keys between two flattened recipes (lists compared whole), sorted by key."""
     changes = []
-    for key in sorted(set(flat_a) | set(flat_b)):
-        old, new = flat_a.get(key), flat_b.get(key)
+    for key in sorted(set(a) | set(b)):
+        old, new = a.get(key), b.get(key)
         if old != new:
             changes.append(KeyChange(key=key, old=old, new=new, hash_input=is_hash_input(key, hash_inputs)))
+    return tuple(changes)
+
+
+def diff_recipes(a: Recipe, b: Recipe) -> RecipeDiff:
+    """Changed leaf keys (lists compared whole), each marked as hash input or not."""
+    hash_inputs = tuple(dict.fromkeys([*a.image.hash_inputs, *b.image.hash_inputs]))
+    changes = diff_values(_leaves(a), _leaves(b), hash_inputs)
     fa, fb = fingerprint(a), fingerprint(b)
     return RecipeDiff(
         a=a.name,
         b=b.name,
-        changes=tuple(changes),
+        changes=changes,
         fingerprint_a=fa,
         fingerprint_b=fb,
         hash_changed=fa != fb,

@@ -20,6 +20,7 @@ from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.models import FrozenModel
 from gb300lane.recipes.compare import fingerprint
+from gb300lane.recipes.engine_schema import SCHEDULE_NAMES, schedule_name
 from gb300lane.recipes.schema import Recipe, expand_source, volume_source_problem
 
 #: vLLM's container guidance: shared memory for NCCL/torch workers, unlimited locked memory.
@@ -114,47 +115,123 @@ def process_python(recipe: Recipe, environ: Mapping[str, str]) -> str | None:
     return python
 
 
+#: How each engine renders a recipe key into the main container, in argv order: (dotted key, flag). The flag
+#: check reads its keys through this table (`key_rendering`), so a key is looked for in the args only where the
+#: engine it boots renders it: `kv_pool_tokens` is the embedded engine's `--kv-pool-tokens` and nothing on vLLM,
+#: whose pool comes from memory utilisation on the box and from `VLLM_CPU_KVCACHE_SPACE` (env) on the CPU build.
+EMBEDDED_FLAGS: tuple[tuple[str, str], ...] = (
+    ("model.path", "--model"),
+    ("model.served_name", "--served-model-name"),
+    ("lane.bind", "--host"),
+    ("lane.port", "--port"),
+    ("speculative", "--speculative-config"),
+    ("engine_args.max_num_seqs", "--max-num-seqs"),
+    ("engine_args.max_model_len", "--max-model-len"),
+    ("engine_args.seed", "--seed"),
+    ("engine_args.time_scale", "--time-scale"),
+    ("kv_pool_tokens", "--kv-pool-tokens"),
+    ("engine_args.compilation_config", "--compilation-config"),
+    ("engine_args.dtype", "--dtype"),
+    ("engine_args.tensor_parallel_size", "--tensor-parallel-size"),
+    ("engine_args.gpu_memory_utilization", "--gpu-memory-utilization"),
+)
+VLLM_FLAGS: tuple[tuple[str, str], ...] = (
+    ("model.served_name", "--served-model-name"),
+    ("lane.bind", "--host"),
+    ("lane.port", "--port"),
+    ("speculative", "--speculative-config"),
+    ("engine_args.max_num_seqs", "--max-num-seqs"),
+    ("engine_args.max_model_len", "--max-model-len"),
+    ("engine_args.gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("engine_args.dtype", "--dtype"),
+    ("engine_args.tensor_parallel_size", "--tensor-parallel-size"),
+    ("engine_args.seed", "--seed"),
+    ("engine_args.compilation_config", "--compilation-config"),
+)
+#: Flags that are always rendered, even when the recipe leaves the key empty (the engine's defaults then).
+_ALWAYS = frozenset({"--speculative-config", "--max-num-seqs", "--max-model-len", "--compilation-config",
+                     "--model", "--served-model-name", "--host", "--port"})
+
+RenderedAs = Literal["flag", "program", "env", "image", "none"]
+
+
+class KeyRendering(FrozenModel):
+    """Where one dotted recipe key lands in the main container an engine runs (`key_rendering`)."""
+
+    key: str = Field(description="Dotted recipe key.")
+    engine: str = Field(description="The engine whose rendering this is (vllm or embedded).")
+    rendered_as: RenderedAs = Field(description="flag: a command-line flag (or a key inside a JSON flag); program: the "
+                                    "interpreter or the model positional; env: an environment variable; image: the "
+                                    "image reference; none: the engine is not handed it (a check or the tool reads it).")
+    flag: str | None = Field(default=None, description="The flag without dashes (flag keys), or the env name.")
+    inner: str | None = Field(default=None, description="The dotted path inside the flag's JSON value, if any.")
+
+
+def _flag_table(engine: str) -> tuple[tuple[str, str], ...]:
+    return EMBEDDED_FLAGS if engine == "embedded" else VLLM_FLAGS
+
+
+def key_rendering(recipe: Recipe, key: str) -> KeyRendering:
+    """How `recipe`'s engine renders the dotted `key`: a flag (and the path inside its JSON), the program, an env
+    variable, the image, or nothing. The same table `main_argv` renders from, so the two cannot disagree."""
+    engine = recipe.engine
+
+    def out(kind: RenderedAs, flag: str | None = None, inner: str | None = None) -> KeyRendering:
+        return KeyRendering(key=key, engine=engine, rendered_as=kind, flag=flag, inner=inner)
+
+    table = dict(_flag_table(engine))
+    head, _, rest = key.partition(".")
+    if key in table:
+        return out("flag", table[key].lstrip("-"))
+    if head == "speculative" and rest in SCHEDULE_NAMES:
+        return out("flag", "speculative-config", schedule_name(recipe.image.vllm_version))
+    if head == "speculative" and rest:
+        return out("flag", "speculative-config", rest)
+    if head == "engine_args" and rest.startswith("compilation_config."):
+        return out("flag", "compilation-config", rest.split(".", 1)[1])
+    if head == "engine_args" and rest.startswith("extra_args.") and "." not in rest.split(".", 1)[1]:
+        return out("flag", rest.split(".", 1)[1].replace("_", "-"))
+    if head == "env" and rest:
+        return out("env", rest)
+    if key == "model.path" and engine == "vllm":
+        return out("program", "model")
+    if key == "process.python" or key == "process":
+        return out("program")
+    if key == "image.ref":
+        return out("image")
+    return out("none")
+
+
 def main_argv(recipe: Recipe, *, host: str, port: int, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The main container's command, program first."""
+    """The main container's command, program first: the engine's flag table (`EMBEDDED_FLAGS` / `VLLM_FLAGS`) in
+    order, then `engine_args.extra_args`."""
     ea = recipe.engine_args
-    spec_json = compact_json(recipe.speculative.config_json_dict())
-    common_tail = extra_flags(ea.extra_args)
+    values: dict[str, Any] = {
+        "model.path": recipe.model.path,
+        "model.served_name": recipe.model.served_name,
+        "lane.bind": host,
+        "lane.port": port,
+        "speculative": recipe.speculative.config_json_dict(schedule_name=schedule_name(recipe.image.vllm_version)),
+        "engine_args.max_num_seqs": ea.max_num_seqs,
+        "engine_args.max_model_len": ea.max_model_len,
+        "engine_args.seed": ea.seed,
+        "engine_args.time_scale": ea.time_scale,
+        "kv_pool_tokens": recipe.kv_pool_tokens,
+        "engine_args.compilation_config": ea.compilation_config,
+        "engine_args.dtype": ea.dtype,
+        "engine_args.tensor_parallel_size": ea.tensor_parallel_size,
+        "engine_args.gpu_memory_utilization": ea.gpu_memory_utilization,
+    }
     if recipe.engine == "embedded":
-        argv = [
-            "python3", "-m", "gb300lane.engine", "serve",
-            "--model", recipe.model.path,
-            "--served-model-name", recipe.model.served_name,
-            "--host", host,
-            "--port", str(port),
-            "--speculative-config", spec_json,
-            "--max-num-seqs", str(ea.max_num_seqs),
-            "--max-model-len", str(ea.max_model_len),
-            *_opt("--seed", ea.seed),
-            *_opt("--time-scale", ea.time_scale),
-            *_opt("--kv-pool-tokens", recipe.kv_pool_tokens),
-            "--compilation-config", compact_json(ea.compilation_config),
-            *_opt("--dtype", ea.dtype),
-            *_opt("--tensor-parallel-size", ea.tensor_parallel_size),
-            *_opt("--gpu-memory-utilization", ea.gpu_memory_utilization),
-        ]
+        argv: list[str] = ["python3", "-m", "gb300lane.engine", "serve"]
     else:
         python = process_python(recipe, os.environ if environ is None else environ)
-        program = [python, "-m", VLLM_SERVER_MODULE, "--model"] if python else ["vllm", "serve"]
-        argv = [
-            *program, recipe.model.path,
-            "--served-model-name", recipe.model.served_name,
-            "--host", host,
-            "--port", str(port),
-            "--speculative-config", spec_json,
-            "--max-num-seqs", str(ea.max_num_seqs),
-            "--max-model-len", str(ea.max_model_len),
-            *_opt("--gpu-memory-utilization", ea.gpu_memory_utilization),
-            *_opt("--dtype", ea.dtype),
-            *_opt("--tensor-parallel-size", ea.tensor_parallel_size),
-            *_opt("--seed", ea.seed),
-            "--compilation-config", compact_json(ea.compilation_config),
-        ]
-    return tuple(argv + common_tail)
+        argv = [python, "-m", VLLM_SERVER_MODULE, "--model"] if python else ["vllm", "serve"]
+        argv.append(recipe.model.path)
+    for key, flag in _flag_table(recipe.engine):
+        value = values[key]
+        argv += [flag, _flag_value(value)] if flag in _ALWAYS else _opt(flag, value)
+    return tuple(argv + extra_flags(ea.extra_args))
 
 
 def sidecar_argv(recipe: Recipe, port: int | None = None) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from gb300lane.errors import RecipeError
 from gb300lane.models import key_text
@@ -34,7 +34,21 @@ def load_snapshot(vllm_version: str) -> dict[str, Any]:
             f"image.vllm_version = {vllm_version!r}: no engine schema snapshot ({path.name}); "
             f"snapshots exist for {', '.join(have) or 'none'}; run scripts/snapshot_vllm_schema.py on that wheel"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return cast(dict[str, Any], json.loads(path.read_text(encoding="utf-8")))
+
+
+#: The k schedule's names: vLLM 0.33's, and the new one of vLLM's open rename. A recipe may use either; it is
+#: rendered under the one the image's vLLM version knows.
+SCHEDULE_NAMES = ("num_speculative_tokens_per_batch_size", "speculative_token_schedule")
+
+
+def schedule_name(vllm_version: str) -> str:
+    """The name vLLM `vllm_version` takes the k schedule under (the new name once its snapshot has it)."""
+    try:
+        fields = load_snapshot(vllm_version)["speculative_config"]["fields"]
+    except RecipeError:
+        return SCHEDULE_NAMES[0]
+    return SCHEDULE_NAMES[1] if SCHEDULE_NAMES[1] in fields else SCHEDULE_NAMES[0]
 
 
 def _suggest(key: str, known: list[str]) -> str:
@@ -43,14 +57,16 @@ def _suggest(key: str, known: list[str]) -> str:
 
 
 def speculative_fields(vllm_version: str) -> dict[str, dict[str, JsonValue]]:
-    return load_snapshot(vllm_version)["speculative_config"]["fields"]
+    return cast(dict[str, dict[str, JsonValue]], load_snapshot(vllm_version)["speculative_config"]["fields"])
 
 
 def _check_bounds(value: Any, bounds: dict[str, Any]) -> str | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    checks = {"gt": (lambda a, b: a > b, ">"), "ge": (lambda a, b: a >= b, ">="),
-              "lt": (lambda a, b: a < b, "<"), "le": (lambda a, b: a <= b, "<=")}
+    checks: dict[str, tuple[Callable[[float, float], bool], str]] = {
+        "gt": (lambda a, b: a > b, ">"), "ge": (lambda a, b: a >= b, ">="),
+        "lt": (lambda a, b: a < b, "<"), "le": (lambda a, b: a <= b, "<="),
+    }  # fmt: skip
     for op, bound in bounds.items():
         fn, sym = checks[op]
         if not fn(value, bound):
@@ -74,7 +90,11 @@ def validate_engine_keys(raw: Mapping[str, object], where: Callable[[str], str])
 
     spec = raw.get("speculative")
     if isinstance(spec, dict):
-        fields = snap["speculative_config"]["fields"]
+        fields = dict(snap["speculative_config"]["fields"])
+        # Either name of the k schedule is accepted wherever the version knows one of them (the rename).
+        for a, b in (SCHEDULE_NAMES, SCHEDULE_NAMES[::-1]):
+            if a in fields and b not in fields:
+                fields[b] = fields[a]
         for key, value in spec.items():
             dotted = f"speculative.{key_text(key)}"
             if key not in fields:

@@ -111,7 +111,8 @@ def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, ob
     svc["restart"] = RESTART_POLICY
     if depends_on:
         svc["depends_on"] = {name: {"condition": "service_healthy"} for name in depends_on}
-    return _escape(svc)
+    escaped: dict[str, object] = _escape(svc)
+    return escaped
 
 
 def compose_dict(lane: RenderedLane) -> dict[str, object]:

@@ -59,6 +59,7 @@ from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
 from gb300lane.recipes.boottime import boot_limit_s
+from gb300lane.recipes.engine_schema import schedule_name
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, render
 from gb300lane.recipes.schema import LABEL_VALUE_RE, Recipe
 from gb300lane.redact import is_secret
@@ -356,7 +357,7 @@ def manifests(recipe: Recipe, *, dark: bool = False, port: int | None = None) ->
     if is_dark:
         workloads.append(k.network_policy(main))
     k.config_data[SERVE_CONFIG_KEY] = yaml.safe_dump(
-        {"speculative-config": compact_json(recipe.speculative.config_json_dict())}, width=2**16
+        {"speculative-config": compact_json(recipe.speculative.config_json_dict(schedule_name=schedule_name(recipe.image.vllm_version)))}, width=2**16
     )
     config_data = dict(sorted(k.config_data.items()))
     # A changed ConfigMap must restart the pods that read it; the hash in the pod template does that.

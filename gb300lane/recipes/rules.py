@@ -40,9 +40,10 @@ def effective_k(recipe: Recipe) -> int | None:
 
 
 def _schedule(recipe: Recipe) -> list[LintFinding]:
-    """vLLM 0.33's rules for num_speculative_tokens_per_batch_size."""
-    rows = recipe.speculative.num_speculative_tokens_per_batch_size
-    key = "speculative.num_speculative_tokens_per_batch_size"
+    """vLLM 0.33's rules for the k schedule, under either name (num_speculative_tokens_per_batch_size, or its new
+    name speculative_token_schedule)."""
+    rows = recipe.speculative.schedule
+    key = recipe.speculative.schedule_key
     if rows is None:
         return []
     out: list[LintFinding] = []

@@ -393,12 +393,16 @@ class Speculative(FrozenModel):
     num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] | None = Field(
         default=None, description="k schedule: [range_start, range_end, k] by batch size, inclusive ranges."
     )
+    speculative_token_schedule: tuple[tuple[int, int, int], ...] | None = Field(
+        default=None, description="The k schedule under vLLM's new name for num_speculative_tokens_per_batch_size "
+        "(give one of the two); rendered under the name the image's vLLM version knows."
+    )
     draft_sample_method: str | None = Field(default=None, description="greedy or probabilistic drafts.")
     rejection_sample_method: str | None = Field(default=None, description="standard (token by token) or block.")
     dspark_draft_topk: StrictInt | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
     enable_adaptive_verification: bool | None = Field(default=None, description="DSpark adaptive verification (a hash input).")
 
-    @field_validator("num_speculative_tokens_per_batch_size")
+    @field_validator("num_speculative_tokens_per_batch_size", "speculative_token_schedule")
     @classmethod
     def _schedule_k(cls, v: tuple[tuple[int, int, int], ...] | None) -> tuple[tuple[int, int, int], ...] | None:
         for row in v or ():
@@ -407,11 +411,34 @@ class Speculative(FrozenModel):
                 raise ValueError(f"k = {row[2]} in {list(row)} exceeds {MAX_SPECULATIVE_TOKENS}; use at most that")
         return v
 
-    def config_json_dict(self) -> dict[str, object]:
-        """The keys the recipe sets, as `--speculative-config` carries them."""
+    @model_validator(mode="after")
+    def _one_schedule_name(self) -> "Speculative":
+        if self.num_speculative_tokens_per_batch_size is not None and self.speculative_token_schedule is not None:
+            raise ValueError("speculative.speculative_token_schedule is the new name of "
+                             "num_speculative_tokens_per_batch_size; give the schedule once, under one name")
+        return self
+
+    @property
+    def schedule(self) -> tuple[tuple[int, int, int], ...] | None:
+        """The k schedule, under whichever name the recipe gives it."""
+        if self.num_speculative_tokens_per_batch_size is not None:
+            return self.num_speculative_tokens_per_batch_size
+        return self.speculative_token_schedule
+
+    @property
+    def schedule_key(self) -> str:
+        """The dotted key the recipe sets its schedule under."""
+        new = self.speculative_token_schedule is not None
+        return "speculative." + ("speculative_token_schedule" if new else "num_speculative_tokens_per_batch_size")
+
+    def config_json_dict(self, *, schedule_name: str = "num_speculative_tokens_per_batch_size") -> dict[str, object]:
+        """The keys the recipe sets, as `--speculative-config` carries them; the schedule under `schedule_name`
+        (the name the engine's vLLM version knows), whichever name the recipe used."""
         out = self.model_dump(exclude_none=True)
-        if "num_speculative_tokens_per_batch_size" in out:
-            out["num_speculative_tokens_per_batch_size"] = [list(r) for r in out["num_speculative_tokens_per_batch_size"]]
+        rows = out.pop("num_speculative_tokens_per_batch_size", None) or out.pop("speculative_token_schedule", None)
+        out.pop("speculative_token_schedule", None)
+        if rows is not None:
+            out[schedule_name] = [list(r) for r in rows]
         return dict(sorted(out.items()))
 
 

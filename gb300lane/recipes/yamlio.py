@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ class _StrictLoader(yaml.SafeLoader):
         return self.error(f"{self.source}{where}: {message}")
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # PyYAML hook
-        event = self.peek_event()
+        peek: Callable[[], Any] = self.peek_event  # PyYAML's stubs leave it untyped
+        event = peek()
         if self.check_event(yaml.AliasEvent):
             if event.anchor in self.open_anchors:
                 raise self._fail(

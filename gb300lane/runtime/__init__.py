@@ -20,6 +20,7 @@ from gb300lane.runtime.base import (
     LABEL_STATE,
     ENGINE_IMAGE,
     ContainerInfo,
+    ImageIdentity,
     Runtime,
     image_fix,
     state_label,
@@ -72,6 +73,7 @@ def get_runtime(name: str, *, pull: bool = False) -> Runtime:
 __all__ = [
     "ContainerInfo",
     "ENGINE_IMAGE",
+    "ImageIdentity",
     "LABEL_ARM",
     "LABEL_FINGERPRINT",
     "LABEL_INSTANCE",

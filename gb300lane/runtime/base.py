@@ -119,6 +119,17 @@ class ContainerInfo(FrozenModel):
     detail: str = Field(default="", description="Why the state is what it is (stale pid, OOM-killed, ...).")
 
 
+class ImageIdentity(FrozenModel):
+    """The image a container runs, as the engine that runs it knows it (never the tag the recipe asked for)."""
+
+    id: str = Field(description="Image id (sha256 of the image config), read from the container itself.")
+    repo_digests: tuple[str, ...] = Field(default=(), description="`repo@sha256:...` manifest digests the image was "
+                                          "pulled or pushed as (none for an image built here and never pushed).")
+    tags: tuple[str, ...] = Field(default=(), description="Tags that point at this image now.")
+    created: str | None = Field(default=None, description="When the image was built (the engine's timestamp).")
+    labels: dict[str, str] = Field(default_factory=dict, description="The image's labels.")
+
+
 class Runtime(abc.ABC):
     """A place to run containers. Errors are `RuntimeUnavailable` or `BootError`, never third-party."""
 
@@ -197,6 +208,10 @@ class Runtime(abc.ABC):
     def host_path(self, spec: SpecLike, container_path: str) -> Path | None:
         """Where a path inside the container lives on the host (None when not reachable)."""
         return Path(container_path)
+
+    def image_identity(self, name: str) -> ImageIdentity | None:
+        """The image container `name` runs (None where the runtime runs no image, or the container is gone)."""
+        return None
 
 
 def tail_lines(text: str, n: int | None) -> str:

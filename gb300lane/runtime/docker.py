@@ -28,6 +28,7 @@ from gb300lane.runtime import dockerhost
 from gb300lane.runtime.base import (
     LABEL_PREFIX,
     ContainerInfo,
+    ImageIdentity,
     Runtime,
     SpecLike,
     image_fix,
@@ -154,6 +155,48 @@ class DockerRuntime(Runtime):
         except docker.errors.NotFound:
             return None
         return dict((img.attrs.get("Config") or {}).get("Labels") or {})
+
+    def image_identity(self, name: str) -> ImageIdentity | None:
+        """The image the container runs: its id from the container (a tag may have moved since), the rest from
+        that image."""
+        container = self._get(name)
+        if container is None:
+            return None
+        image_id = str(container.attrs.get("Image") or "")
+        if not image_id:
+            return None
+        try:
+            img = self._call(f"image {image_id}", self.client.images.get, image_id, lookup=True)
+        except docker.errors.NotFound:
+            return ImageIdentity(id=image_id)  # removed since the container was created: the id is what is known
+        attrs = img.attrs
+        return ImageIdentity(
+            id=image_id,
+            repo_digests=tuple(sorted(attrs.get("RepoDigests") or ())),
+            tags=tuple(sorted(attrs.get("RepoTags") or ())),
+            created=attrs.get("Created"),
+            labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+        )
+
+    def run_script(self, image: str, script: Path, args: Sequence[str]) -> tuple[int, str]:
+        """Run a Python script inside `image` (its own python3, the script mounted read-only), removed afterwards:
+        (exit status, stdout, or stderr where it failed)."""
+        mount = "/gb300lane-probe"
+
+        def run() -> tuple[int, str]:
+            try:
+                out = self.client.containers.run(
+                    image, command=[f"{mount}/{script.name}", *args], entrypoint="python3",
+                    volumes={str(script.parent): {"bind": mount, "mode": "ro"}}, remove=True, stdout=True,
+                    stderr=False, network_mode="none", labels={LABEL_PREFIX + "lane": "probe"},
+                )
+            except docker.errors.ContainerError as exc:
+                err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
+                return int(exc.exit_status), err
+            return 0, out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
+
+        result: tuple[int, str] = self._call(f"run {script.name} in {image}", run)
+        return result
 
     def pull_image(self, image: str) -> None:
         try:

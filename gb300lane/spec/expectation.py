@@ -17,7 +17,7 @@ Dist = tuple[Fraction, ...]
 MAX_SEQUENCES = 200_000
 
 
-def _as_distribution(values: Sequence, name: str) -> tuple[Fraction, ...]:
+def _as_distribution(values: Sequence[float | Fraction | str], name: str) -> tuple[Fraction, ...]:
     dist = tuple(Fraction(v) for v in values)
     if not dist or any(x < 0 for x in dist):
         raise ValueError(f"{name} must be a non-empty list of non-negative probabilities; got {list(values)}")
@@ -64,7 +64,7 @@ def _expected_token(p: Dist, q: Dist, drafts: Sequence[int]) -> Fraction:
     return expected
 
 
-def expected_accepted(p: Sequence, q: Sequence, k: int, method: str) -> Fraction:
+def expected_accepted(p: Sequence[float | Fraction | str], q: Sequence[float | Fraction | str], k: int, method: str) -> Fraction:
     """E[accepted drafts] when every position has target p and draft q, drafts drawn from q.
 
     `method` is "standard" (alias "token") or "block". Entries may be

@@ -30,6 +30,14 @@ PROMPT = "vllm:prompt_tokens_total"
 SUCCESS = "vllm:request_success_total"
 DRAFTS_BY_LENGTH = "gb300lane_engine_drafts_by_length_total"
 ENGINE_PREFIX = "gb300lane_engine_"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+#: The spec-decode counters come together: a scrape that serves one of them and not another has renamed or
+#: dropped it, and reading the missing one as zero would turn a rename into "nothing was drafted".
+SPEC_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+#: Every vLLM scrape serves these; their absence from a scrape that serves `vllm:` families is a rename (the
+#: foreign-client check reads request_success and says "unknown" without it).
+ALWAYS = (GENERATION, PROMPT)
 
 
 class MetricsScrape(FrozenModel):
@@ -66,6 +74,7 @@ def parse_metrics_text(text: str, *, model_name: str | None = None, source: str 
     the file or URL in errors.
     """
     families = _families(text, source)
+    require_families(families_served(families), source)
     samples = [s for fam in families for s in fam.samples if not s.name.endswith(("_created", "_bucket"))]
     models = sorted({s.labels["model_name"] for s in samples if "model_name" in s.labels})
     if model_name is None and len(models) > 1:
@@ -109,6 +118,46 @@ def parse_metrics_text(text: str, *, model_name: str | None = None, source: str 
         model_name=chosen,
         extras={k: v for k, v in sorted(totals.items()) if k.startswith(ENGINE_PREFIX)},
     )
+
+
+def families_served(families: list[Metric]) -> dict[str, str]:
+    """{family name as its samples read (a counter with `_total`): type} for every family a scrape declares, with
+    or without samples yet (a counter nothing has counted is still served)."""
+    out: dict[str, str] = {}
+    for fam in families:
+        name = _sample_name(fam.name) if fam.type == "counter" else fam.name
+        if fam.type in ("gauge", "unknown") and fam.name.endswith("_created"):
+            continue  # prometheus-client's creation-time series of a counter, not a family of its own
+        out[name] = fam.type
+    return out
+
+
+def served_families(text: str, *, source: str = "/metrics") -> dict[str, str]:
+    """The families a scrape serves (see `families_served`), for comparing a live server with a golden."""
+    return families_served(_families(text, source))
+
+
+def require_families(served: dict[str, str], source: str) -> None:
+    """A renamed counter fails loudly, never reads as an empty field: a scrape that serves `vllm:` families must
+    serve every family of `ALWAYS`, and one that serves any spec-decode family every one of `SPEC_COUNTERS`."""
+    names = set(served)
+    if not any(n.startswith("vllm:") for n in names):
+        return  # not a vLLM scrape (a test double's, or an exporter's): nothing to hold it to
+    missing = [n for n in ALWAYS if n not in names]
+    if any(n.startswith("vllm:spec_decode") for n in names):
+        missing += [n for n in SPEC_COUNTERS if n not in names]
+    if missing:
+        import difflib
+
+        hints = []
+        for name in missing:
+            close = difflib.get_close_matches(name, sorted(n for n in names if n.startswith("vllm:")), n=1, cutoff=0.75)
+            hints.append(f"{name} (nearest served: {close[0]})" if close else name)
+        raise MetricsError(
+            f"{source}: the scrape serves vLLM families but not {', '.join(hints)}; a renamed or dropped counter is "
+            "never read as zero: compare the engine with its golden (`gb300lane engine drift`) and update "
+            "gb300lane.spec.metrics for the new name"
+        )
 
 
 def _int_label(labels: dict[str, str], key: str, name: str, source: str) -> int:

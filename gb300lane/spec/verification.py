@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -108,7 +108,7 @@ def _leading_true(mask: np.ndarray) -> np.ndarray:
     """Length of the all-True prefix of each row."""
     if mask.shape[1] == 0:
         return np.zeros(mask.shape[0], dtype=np.int64)
-    return np.cumprod(mask, axis=1, dtype=np.int64).sum(axis=1)
+    return cast(np.ndarray, np.cumprod(mask, axis=1, dtype=np.int64).sum(axis=1))
 
 
 def _sample_rows(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
@@ -158,7 +158,7 @@ def _sample_rows_numpy(dist: np.ndarray, u: np.ndarray, fallback) -> np.ndarray:
         out = np.add.reduce(cdf <= threshold[:, None], axis=1, dtype=np.int64)
     else:
         out = np.array([row.searchsorted(t, side="right") for row, t in zip(cdf, threshold)], dtype=np.int64)
-    return np.minimum(out, dist.shape[1] - 1)
+    return cast(np.ndarray, np.minimum(out, dist.shape[1] - 1))
 
 
 #: Rows x vocabulary up to which a batch samples by one vectorised count rather than a search per row.
@@ -183,7 +183,7 @@ def _residual_rows(p, q, rows, tau, scale) -> np.ndarray:
             q_rows[~has_draft] = 0.0
             np.subtract(dist, q_rows, out=dist)
             np.maximum(dist, _zeros(dist.shape[-1], dist.dtype), out=dist)
-    return dist
+    return cast(np.ndarray, dist)
 
 
 #: Rows x vocabulary up to which the correction recomputes known residuals rather than splicing them in.
@@ -329,7 +329,7 @@ def _prefix_joint(px: np.ndarray, qx: np.ndarray) -> np.ndarray:
     np.log(ratio, out=log_ratio, where=ratio > 0.0)
     cum = np.zeros((px.shape[0], px.shape[1] + 1))
     np.cumsum(log_ratio, axis=1, out=cum[:, 1:])
-    return np.exp(cum - np.maximum.accumulate(cum, axis=1))
+    return cast(np.ndarray, np.exp(cum - np.maximum.accumulate(cum, axis=1)))
 
 
 _TINY = 1e-300
@@ -342,7 +342,9 @@ _EAGER_ELEMENTS = 1 << 18
 _ROW_VOCAB = 1 << 13
 
 
-def _block_accept(p, q, draft_tokens, rows, u):
+def _block_accept(
+    p: np.ndarray, q: np.ndarray, draft_tokens: np.ndarray, rows: np.ndarray, u: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]] | None]:
     """Accepted length and prefix_joint at it, per row, by Sun et al.'s block rule.
 
     Most thresholds are decided without the residual mass (a pass over V):
@@ -405,9 +407,9 @@ def _residuals(p, q, rows, r, c, joint) -> tuple[np.ndarray, np.ndarray]:
     return mass, mass.sum(axis=1, dtype=np.float64)
 
 
-def _passes(u, pj, residual):
+def _passes(u: np.ndarray | float, pj: np.ndarray | float, residual: np.ndarray | float) -> np.ndarray:
     # 1 - pj > 0 here (open positions have pj < 1), so the denominator never vanishes.
-    return u <= residual / (residual + 1.0 - pj)
+    return cast(np.ndarray, u <= residual / (residual + 1.0 - pj))
 
 
 def _decide_all_at_once(p, q, rows, pj, u, cand_r, cand_c, tau, known) -> None:
@@ -507,7 +509,7 @@ def _surely_fails(p_row, q_row, up: np.float32, joint: float, u: float, scratch)
     high = float(np.add.reduce(scratch)) * (1.0 + (64.0 + scratch.size / 4096.0) * _U32) * (1.0 + 1e-12) + 1e-30
     if not np.isfinite(high):
         return False
-    return u > (high / (high + 1.0 - joint)) * (1.0 + 1e-9)
+    return bool(u > (high / (high + 1.0 - joint)) * (1.0 + 1e-9))
 
 
 #: Below this many draft positions per call, per-row Python arithmetic beats numpy's per-call overhead.
@@ -520,10 +522,12 @@ def _residual_mass(p, q, row: int, pos: int, joint: float) -> np.ndarray:
     mass = np.multiply(p[row, pos], p.dtype.type(joint))
     np.subtract(mass, q[row, pos], out=mass)
     np.maximum(mass, _zeros(mass.shape[-1], mass.dtype), out=mass)
-    return mass
+    return cast(np.ndarray, mass)
 
 
-def _block_accept_scalar(p, q, rows, px, qx, u):
+def _block_accept_scalar(
+    p: np.ndarray, q: np.ndarray, rows: np.ndarray, px: np.ndarray, qx: np.ndarray, u: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]] | None]:
     """`_block_accept` for small batches, row by row: the same rule and the same pruning."""
     n, k = px.shape
     wide = n * p.shape[2] > _MERGE_ELEMENTS

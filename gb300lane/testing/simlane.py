@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from gb300lane.errors import BootError, CardError, RecipeError, StateError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
 from gb300lane.locks import FileLock
@@ -44,7 +46,8 @@ class SimLane:
         recipes: Mapping[str, Mapping[str, object]],
         verdicts: Mapping[str, Mapping[str, object]] | None = None,
     ) -> SimLane:
-        """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds, hold}."""
+        """A new simulated lane. `recipes`: name -> {port, fail_boot, fail_smoke, fail_start, boot_seconds, hold, refuse
+        (the preflight's refusals, a list)}."""
         state = {
             "recipes": {name: {"port": 30106, **cfg} for name, cfg in recipes.items()},
             "verdicts": verdicts or {},
@@ -68,11 +71,14 @@ class SimLane:
             st["recipes"].setdefault(name, {"port": 30106}).update(cfg)
 
     def set_verdict(
-        self, recipe: str, verdict: str, reference: str, *, rescored: bool = False, receipts: str | None = None
+        self, recipe: str, verdict: str, reference: str, *, rescored: bool = False, receipts: str | None = None,
+        evidence: tuple[str, ...] = (), binding: str | None = None, question: str | None = None,
     ) -> None:
+        """A recipe's newest verdict; `evidence` (the log's breaks) and `binding` (the recipe changed since) refuse it."""
         with self._state() as st:
             st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored,
-                                      "receipts": receipts}
+                                      "receipts": receipts, "evidence": list(evidence), "binding": binding,
+                                      "question": question}
 
     def set_card(self, card: str, **fields: object) -> None:
         """A card's candidate as its receipts record it (KeptCandidate's fields; `problem` None unless given).
@@ -98,7 +104,8 @@ class SimLane:
             raise RecipeError(
                 f"{self.path}: recipes.{recipe} does not exist; known: {', '.join(sorted(st['recipes']))}"
             )
-        return st["recipes"][recipe]
+        found: dict[str, Any] = st["recipes"][recipe]
+        return found
 
     def describe(self, recipe: str) -> tuple[str, int]:
         with self._state(write=False) as st:
@@ -228,8 +235,19 @@ class SimLane:
             v = st["verdicts"].get(recipe)
         if v is None:
             return None
-        return VerdictInfo(passed=v["verdict"] == "PASS", verdict=v["verdict"], reference=v["reference"],
-                           rescored=bool(v.get("rescored")), receipts=v.get("receipts"))
+        evidence, binding = tuple(v.get("evidence") or ()), v.get("binding")
+        return VerdictInfo(passed=v["verdict"] == "PASS" and not evidence and binding is None, verdict=v["verdict"],
+                           reference=v["reference"], rescored=bool(v.get("rescored")), receipts=v.get("receipts"),
+                           evidence=evidence, binding=binding, question=v.get("question"))
+
+    def preflight(self, recipe: str, *, port: int, production: str | None) -> list[str]:
+        """What the recipe's `refuse` outcome says (a list of refusals a boot would meet before any engine)."""
+        with self._state(write=False) as st:
+            cfg = self._cfg(st, recipe)
+        return [str(x) for x in cfg.get("refuse") or ()]
+
+    def recipe_content(self, recipe: str) -> dict[str, JsonValue] | None:
+        return None  # a simulated recipe has no file
 
     def kept_candidate(self, card: str) -> KeptCandidate:
         with self._state(write=False) as st:

@@ -36,6 +36,8 @@ class Behaviour:
     # and a cell that never held its concurrency is invalid (bench/delivered.py).
     step_sleep_s: float = 0.003
     draft_k: int = 4
+    # A k schedule ([start, end, k] by the requests in flight) the lane drafts by, as vLLM does; None: draft_k always.
+    schedule: tuple[tuple[int, int, int], ...] | None = None
     continuous_usage: bool = True
     engine_ext: bool = False
     modelled_ttft_s: float = 0.05
@@ -75,6 +77,7 @@ class FakeLane:
         self._runner: web.AppRunner | None = None
         self._gate: asyncio.Semaphore | None = None
         self.chunks_written = 0
+        self.in_flight = 0
         self._written = threading.Condition()
 
     @property
@@ -183,6 +186,20 @@ class FakeLane:
         return out
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._stream(request)
+        finally:
+            self.in_flight -= 1
+
+    def _draft_length(self) -> int:
+        b = self.behaviour
+        for start, end, k in b.schedule or ():
+            if start <= self.in_flight <= end:
+                return min(k, b.draft_k)
+        return b.draft_k
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
         b = self.behaviour
         body = await request.json()
         index = len(self.requests)
@@ -222,10 +239,11 @@ class FakeLane:
             take = tokens[sent : sent + b.tokens_per_step]
             if b.tokens_per_step > 1:
                 acc = len(take) - 1
+                k = self._draft_length()
                 self.drafts += 1
-                self.draft_tokens += b.draft_k
+                self.draft_tokens += k
                 self.accepted += acc
-                self.drafts_by_length[b.draft_k] = self.drafts_by_length.get(b.draft_k, 0) + 1
+                self.drafts_by_length[k] = self.drafts_by_length.get(k, 0) + 1
                 for pos in range(acc):
                     self.accepted_per_pos[pos] = self.accepted_per_pos.get(pos, 0) + 1
             sent += len(take)

@@ -49,6 +49,8 @@ class BootFacts(FrozenModel):
     )
     feature_live_summary: str | None = Field(default=None, description="That check's one line, when it ran.")
     instance: str | None = Field(default=None, description="Instance name of the arm's containers.")
+    provenance: dict[str, Any] | None = Field(default=None, description="What the arm's boot ran, flattened to dotted "
+                                              "fields (`image.id`, `installed.vllm`, ...); None when not recorded.")
 
 
 class CellData(FrozenModel):
@@ -251,4 +253,17 @@ def merge_boots(boots: list[BootFacts]) -> BootFacts:
         "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
         "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
         "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
+        "provenance": _merged_provenance([b.provenance for b in boots]),
     })
+
+
+def _merged_provenance(records: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """One arm's provenance over its stages: a field its boots disagree on reads as each stage's value in turn."""
+    if any(r is None for r in records):
+        return records[0]
+    keys = sorted({k for r in records if r for k in r})
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r.get(key) if r else None for r in records]
+        out[key] = values[0] if all(v == values[0] for v in values) else {"stages": values}
+    return out

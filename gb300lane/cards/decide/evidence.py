@@ -45,12 +45,14 @@ class Look:
     number: int = 1
     looks: int = 1
     spending: Spending = "obrien_fleming"
+    #: The share of each gate's alpha the run may spend (its question's Pocock share; 1.0 for one run).
+    share: float = 1.0
 
     def level(self, alpha: float) -> float:
-        """The one-sided level this look may spend for a gate of one-sided `alpha`."""
+        """The one-sided level this look may spend for a gate of one-sided `alpha` (the run's share of it)."""
         if self.looks == 1:
-            return alpha
-        return nominal_level(alpha, self.number, self.looks, self.spending)
+            return alpha * self.share
+        return nominal_level(alpha * self.share, self.number, self.looks, self.spending)
 
 
 Units = dict[tuple[str, int], dict[str, float]]

@@ -55,8 +55,9 @@ def refusal(card: Card, *, card_file: str, verdict_file: str | None, verdict: St
     if card.design.extension is None:
         return (f"{card_file}: design.extension is not registered, so card {card.name} has no further looks: its "
                 "design spent its whole alpha at its own looks, and a look added now would raise its error rates; "
-                "add `extension: {looks: N}` under design in the card file and register it as a new run "
-                f"(`gb300lane card register {card.name} --fresh`)")
+                "add `extension: {looks: N}` under design in the card file; its registration then asks a new "
+                f"question (`gb300lane card register {card.name} --fresh --new-question \"why\"`), since the "
+                "design changed after a verdict")
     if verdict is None or verdict_file is None:
         return (f"{verdict_file or card_file}: no verdict yet (key verdict); an extension continues an "
                 f"INCONCLUSIVE verdict: run `gb300lane card score {card.name}` first")
@@ -66,12 +67,16 @@ def refusal(card: Card, *, card_file: str, verdict_file: str | None, verdict: St
     if not registered_gates:
         return (f"{verdict_file}: the newest verdict applied gates other than the registered ones (key gates, a "
                 "re-score): an extension continues the registered plan only; extend before re-scoring, or "
-                f"register a new card with the gates (`gb300lane card register {card.name} --fresh`)")
+                f"register the card with the changed gates as a new question (`gb300lane card register {card.name} "
+                "--fresh --new-question \"why\"`)")
     total = planned_stages(card)
     if stages_done >= total:
         return (f"{look_file}: look {stages_done} of {total} was the plan's last (key design.extension.looks = "
-                f"{extension_looks(card)}): the card's alpha is spent and the INCONCLUSIVE verdict is final; "
-                f"register a new card (`gb300lane card register {card.name} --fresh`) to measure again")
+                f"{extension_looks(card)}): this run's alpha is spent and its INCONCLUSIVE verdict is final. "
+                f"`gb300lane card register {card.name} --fresh` starts the question's next run only where the card "
+                "registered more runs (design.runs), spending the next share of the same alpha; otherwise a new run "
+                "is a new question and needs --new-question \"why\" (recorded, and printed on every verdict and "
+                "promotion)")
     return None
 
 
@@ -79,7 +84,8 @@ def _requests_now(result: GateResult) -> int:
     return max((t.requests_per_arm for t in result.tests if t.decision == "INCONCLUSIVE"), default=0)
 
 
-def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResult], stages_done: int) -> ExtensionPlan:
+def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResult], stages_done: int,
+                   share: float = 1.0) -> ExtensionPlan:
     """The stages an extension of an INCONCLUSIVE look `stages_done` runs, from the requests and boots per arm
     its undecided gates need (`more_needed`), capped at the registered plan's last look."""
     total = planned_stages(card)
@@ -108,7 +114,7 @@ def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResu
         reason = ("no undecided gate has a registered effect to size it by (an mde): the extension runs the "
                   f"plan's remaining looks, to look {total}")
     spending = plan_spending(card)
-    levels = {g.id: tuple(Look(number=s, looks=total, spending=spending).level(g.alpha)
+    levels = {g.id: tuple(Look(number=s, looks=total, spending=spending, share=share).level(g.alpha)
                           for s in range(stages_done + 1, last + 1))
               for g in gates if isinstance(g, TestedGate) and g.decides}
     return ExtensionPlan(first_stage=stages_done + 1, last_stage=last, looks=total, spending=spending,

@@ -40,13 +40,14 @@ class LookRecord(FrozenModel):
     results: tuple[GateResult, ...] = Field(description="Every gate at this look.")
 
 
-def design_look(card: Card, look: int) -> Look:
+def design_look(card: Card, look: int, share: float = 1.0) -> Look:
     """The Look of stage `look` under the card's plan: the design's looks and the registered extension's, one
-    alpha-spending plan (a fixed design without an extension has one look, 1 of 1)."""
+    alpha-spending plan (a fixed design without an extension has one look, 1 of 1), over `share` of each gate's
+    alpha (the run's share of its question's, `decide.question`)."""
     total = planned_stages(card)
     if total > 1:
-        return Look(number=look, looks=total, spending=plan_spending(card))
-    return Look()
+        return Look(number=look, looks=total, spending=plan_spending(card), share=share)
+    return Look(share=share)
 
 
 def decide(results: list[GateResult], look: Look, final_at: int | None = None) -> tuple[Status, Action]:

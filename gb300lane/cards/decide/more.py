@@ -25,8 +25,10 @@ never a change of its status.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import Field, JsonValue
 
@@ -187,5 +189,40 @@ def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], rec
     return out
 
 
-__all__ = ["BootStudy", "MoreNeeded", "boot_checked", "boot_factor", "boot_notes", "boots_per_arm", "more_needed",
-           "provenance_notes"]
+__all__ = ["BootStudy", "MoreNeeded", "ProvenanceDifference", "boot_checked", "boot_factor", "boot_notes",
+           "boots_per_arm", "more_needed", "provenance_difference_notes", "provenance_differences", "provenance_notes"]
+
+
+class ProvenanceDifference(FrozenModel):
+    """A provenance field whose value differs between a card's arms."""
+
+    field: str = Field(description="Dotted provenance field (`image.id`, `installed.vllm`, `host.gpus`, ...).")
+    values: dict[str, Any] = Field(description="Arm -> the value its boot recorded.")
+
+
+def provenance_differences(arms: Sequence[ArmData]) -> tuple[ProvenanceDifference, ...]:
+    """The provenance fields that differ between the arms that recorded one (an arm without a record is left out:
+    absence is not a value). `runtime` and `host.*` are compared like every other field."""
+    have = {a.arm: a.boot.provenance for a in arms if a.boot is not None and a.boot.provenance is not None}
+    if len(have) < 2:
+        return ()
+    out = []
+    for key in sorted({k for rec in have.values() for k in rec}):
+        values = {arm: rec.get(key) for arm, rec in have.items()}
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
+            out.append(ProvenanceDifference(field=key, values=values))
+    return tuple(out)
+
+
+def provenance_difference_notes(diffs: Sequence[ProvenanceDifference]) -> list[str]:
+    """One note naming every provenance field the arms differ in (the arms did not run the same thing)."""
+    if not diffs:
+        return []
+    parts = [f"{d.field} ({', '.join(f'{arm} {_short(v)}' for arm, v in d.values.items())})" for d in diffs]
+    return [f"the arms did not run the same thing: provenance differs in {len(diffs)} field(s): {'; '.join(parts)}; "
+            "a difference the card does not test for is a difference it may be measuring"]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -43,6 +43,18 @@ def spent(alpha: float, t: float, spending: Spending) -> float:
     return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
 
 
+#: scipy's own constant for the standard normal density (`scipy.stats._continuous_distns._norm_pdf_C`).
+_NORM_PDF_C = np.sqrt(2 * np.pi)
+
+
+def _norm_pdf(x: np.ndarray) -> np.ndarray:
+    """The standard normal density, as `scipy.stats.norm.pdf(x)` computes it for loc 0 and scale 1 (the same
+    expression, so the same bits), without its generic checks: the path's kernel is a grid of a million points
+    evaluated once per look."""
+    density: np.ndarray = np.exp(-(x**2) / 2.0) / _NORM_PDF_C
+    return density
+
+
 class _Path:
     """The sub-density of the score S_k = Z_k sqrt(t_k) on the continuation region, look by look."""
 
@@ -69,8 +81,6 @@ class _Path:
 
     def advance(self, t: float, bound: float) -> None:
         """Move to information t, keeping only paths below the boundary."""
-        from scipy.stats import norm
-
         dt = t - self.t
         mean = self.drift * dt
         sd = math.sqrt(dt)
@@ -82,12 +92,22 @@ class _Path:
         w[0] *= 0.5
         w[-1] *= 0.5
         if self.grid is None:
-            dens = norm.pdf((grid - mean) / sd) / sd
+            dens = _norm_pdf((grid - mean) / sd) / sd
         else:
             assert self.dens is not None and self.w is not None
-            kern = norm.pdf((grid[:, None] - self.grid[None, :] - mean) / sd) / sd
+            kern = _norm_pdf((grid[:, None] - self.grid[None, :] - mean) / sd) / sd
             dens = kern @ (self.w * self.dens)
         self.grid, self.dens, self.w, self.t = grid, dens, w, t
+
+
+def run_share(run: int, runs: int) -> float:
+    """The share of a gate's alpha run `run` of a question's `runs` may spend: the runs are looks of one Pocock
+    spending plan over the question, alpha(r) = alpha ln(1 + (e - 1) r / runs), so the shares add to 1 and a
+    question's false PASS stays each gate's alpha however many of its runs are taken (the runs' data are
+    independent, so their errors add at most). 1.0 for a question of one run."""
+    if not 1 <= run <= runs:
+        raise ValueError(f"run {run} of a question of {runs} runs")
+    return spent(1.0, run / runs, "pocock") - spent(1.0, (run - 1) / runs, "pocock")
 
 
 @lru_cache(maxsize=256)

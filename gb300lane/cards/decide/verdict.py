@@ -19,7 +19,9 @@ from gb300lane.cards.decide.boots import BootEstimate
 from gb300lane.cards.decide.data import ArmData, NoiseFloor
 from gb300lane.cards.decide.gates import evaluate, overall
 from gb300lane.cards.decide.looks import design_look
-from gb300lane.cards.decide.more import BootStudy, MoreNeeded, boot_notes, more_needed, provenance_notes
+from gb300lane.cards.decide.more import (BootStudy, MoreNeeded, ProvenanceDifference, boot_notes, more_needed,
+                                         provenance_difference_notes, provenance_differences, provenance_notes)
+from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
 from gb300lane.errors import CardError
@@ -64,11 +66,14 @@ class Verdict(FrozenModel):
                                    "Left out of the file when empty.")
     more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
                                                 "per arm that would decide at 90% power. Left out when empty.")
+    provenance_differs: tuple[ProvenanceDifference, ...] = Field(
+        default=(), description="Provenance fields (image id, engine version, installed vLLM, checkpoint, host) whose "
+        "values differ between the arms' boots, each with every arm's value. Left out when empty.")
 
     def payload(self) -> dict[str, JsonValue]:
         """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
         with nothing to add keeps the bytes it always had."""
-        empty = {k for k in ("notes", "more_needed") if not getattr(self, k)}
+        empty = {k for k in ("notes", "more_needed", "provenance_differs") if not getattr(self, k)}
         return self.model_dump(mode="json", exclude=empty)
 
 
@@ -89,6 +94,9 @@ class VerdictInputs(FrozenModel):
     lane_noise: dict[str, tuple[BootEstimate, str]] = Field(
         default_factory=dict, description="The lane's noise ledger over its other scored cards, by metric: the pooled "
         "estimate and where it is from (empty: none on record, or none needed).")
+    question: QuestionRun | None = Field(
+        default=None, description="Which run of its question the receipts are, and the share of each gate's alpha "
+        "it spends (None: registered before runs were counted: the whole alpha).")
 
 
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
@@ -105,15 +113,17 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
                     previous: PreviousVerdict | None = None, reason: str | None = None,
                     changes: tuple[GateChange, ...] = ()) -> Verdict:
     """Score `gates` over the arms at the look the card ended on; nothing is read or written."""
-    look = design_look(card, max(inputs.stages, 1))
+    look = design_look(card, max(inputs.stages, 1), inputs.question.share if inputs.question is not None else 1.0)
     arms = list(inputs.arms)
     results = evaluate(card, gates, arms, inputs.noise_floor, look)
     by_id = {g.id: g for g in gates}
     needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
+    differs = provenance_differences(arms)
     if not inputs.transcribed:
-        notes = tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
-                      + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now))
+        notes += tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
+                       + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now)
+                       + provenance_difference_notes(differs))
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
@@ -135,6 +145,7 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
         looks=look.looks,
         notes=notes,
         more_needed=needed,
+        provenance_differs=differs,
     )
 
 

@@ -237,3 +237,9 @@ def reproduce_writeup(which: str) -> list[str]:
 
 def writeup_dir(which: str) -> Path:
     return paths.writeup_receipts(BR1_DIR if which == "br1" else BR2_DIR)
+
+
+def original_arms(which: str) -> list[ArmData]:
+    """The write-up card's arms as its transcribed receipts hold them (what a reproduction is compared with)."""
+    rec = writeup_receipts(BR1_DIR if which == "br1" else BR2_DIR)
+    return rec.load_arms(rec.card())

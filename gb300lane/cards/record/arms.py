@@ -156,6 +156,7 @@ def boot_facts_from_report(report: BootReport | Mapping[str, object], foreign_cl
         feature_live={"pass": True, "fail": False}.get(str(live.status)) if live else None,
         feature_live_summary=str(live.summary) if live else None,
         instance=rep.instance,
+        provenance=rep.provenance.fields() if rep.provenance is not None else None,
     )
 
 

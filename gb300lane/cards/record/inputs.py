@@ -30,6 +30,7 @@ def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...], stages: i
         boot_measured_on=recorded,
         measured_now=measured_on(card) if checked and recorded else None,
         lane_noise=_lane_noise(rec, card, gates) if checked else {},
+        question=reg.question,
     )
 
 

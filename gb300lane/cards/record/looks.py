@@ -33,7 +33,7 @@ def take_look(rec: Receipts, card: Card, stage: int, final_at: int | None = None
         return read_look(rec, stage)
     if rec.stages_done(card) < stage:
         raise CardError(f"{rec.root}: look {stage} needs every arm to finish stage {stage}; run the card first")
-    look = design_look(card, stage)
+    look = design_look(card, stage, rec.registration().alpha_share())
     results = evaluate(card, card.gates, rec.load_arms(card, stages=stage), rec.noise_floor_stated(), look)
     verdict, action = decide(results, look, final_at=final_at or stage_count(card))
     record = LookRecord(schema_version=1, card=card.name, look=stage, looks=look.looks,

@@ -19,6 +19,9 @@ Two cards whose controls ran the same recipe at the same seeds replay the same t
 numbers are then one sample, not two, and the ledger counts them once (`CardSample.data`, a digest of both
 arms' per-transcript values).
 
+Only receipts whose chain of custody holds and that the evidence log entered are read
+(`cards.record.verified.planning_receipts`, a step at the ledger's input that says what it left out and why).
+
 Cards are pooled by lane (the control recipe's `lane.name`), engine, metric and window shape (temperature,
 top_p, forced tokens): a boot's shift of one shape says little about another. Only measured, scored cards
 count; a transcribed card has no boots and an unscored one may still be running.
@@ -36,7 +39,8 @@ import numpy as np
 
 from gb300lane.cards.decide.boots import BootEstimate, boot_mean_squares, boot_units
 from gb300lane.cards.decide.data import ArmData
-from gb300lane.cards.record.receipts import Receipts, lane_receipts
+from gb300lane.cards.record.receipts import Receipts
+from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cards.schema import Card, ControlsEquivalence
 from gb300lane.errors import CardError, RecipeError
 from gb300lane.recipes.loader import load_recipe
@@ -219,7 +223,7 @@ def _distinct(samples: Iterable[CardSample]) -> list[CardSample]:
 def ledger(base: Path | None = None) -> dict[LedgerKey, LedgerEstimate]:
     """Every lane's pooled estimates, from every scored card under the results directory (or `base`)."""
     grouped: dict[LedgerKey, list[CardSample]] = {}
-    for rec in lane_receipts(base):
+    for rec in planning_receipts(base).kept:
         for key, sample in card_samples(rec).items():
             grouped.setdefault(key, []).append(sample)
     return {k: estimate(k, _distinct(v)) for k, v in grouped.items()}
@@ -237,7 +241,7 @@ def for_card(card: Card, metric: str, unit: str = ALL_CELLS, base: Path | None =
     want = LedgerKey(lane=r.lane.name, engine=r.engine, metric=metric, unit=unit,
                      shape=Shape(temperature=w.temperature, top_p=w.top_p, forced_tokens=w.forced_tokens))
     samples = []
-    for rec in lane_receipts(base):
+    for rec in planning_receipts(base).kept:
         if exclude is not None and rec.root.name == exclude:
             continue
         got = card_samples(rec).get(want)

@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, JsonValue, ValidationError
 
-from gb300lane import __version__
+from gb300lane import __version__, evidencelog
 from gb300lane.cards.decide.data import (
     ArmData,
     BootFacts,
@@ -43,13 +43,22 @@ from gb300lane.cards.decide.data import (
     merge_stages,
 )
 from gb300lane.bench.models import WindowResult
+from gb300lane.cards.decide.question import QuestionRun, plan_run
 from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
+from gb300lane.cards.record.logged import earlier_runs, receipts_key
 from gb300lane.cards.record.models import DoneReceipt, ForeignReceipt
 from gb300lane.lane.report import BootReport
 from gb300lane.cards.decide.results import CardPlan
 from gb300lane.cards.decide.verdict import Verdict
 from gb300lane.cards.cardfile import load_card, read_card_text
-from gb300lane.cards.schema import Card, gates_hash, parse_card, planned_stages, small_sample_refusals
+from gb300lane.cards.schema import (
+    Card,
+    gates_hash,
+    parse_card,
+    planned_stages,
+    question_runs,
+    small_sample_refusals,
+)
 from gb300lane.errors import CardError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
@@ -67,6 +76,12 @@ class RecipeRef(FrozenModel):
 
     recipe: str = Field(description="Recipe name the arm boots.")
     fingerprint: str | None = Field(description="Recipe fingerprint at registration; None when not recorded.")
+    content_sha256: str | None = Field(
+        default=None, description="sha256 of the arm's whole resolved recipe at registration (every key that reaches "
+        "argv, env, volumes and smoke; `recipes.content_hash`); None when registered before it was recorded.")
+    content: dict[str, JsonValue] | None = Field(
+        default=None, description="The resolved recipe's leaf keys and values at registration (secrets as keyed "
+        "digests): what promotion compares the recipe with, naming the keys that differ.")
 
 
 class Registration(FrozenModel):
@@ -84,6 +99,18 @@ class Registration(FrozenModel):
     plan: CardPlan | None = Field(
         default=None, description="Power and size at registration, from earlier control data (None when there was none)."
     )
+    question: QuestionRun | None = Field(
+        default=None, description="Which run of its question (the card and its candidate's resolved recipe) this is, "
+        "the runs it follows and the share of each gate's alpha it spends; None when registered before runs were "
+        "counted (the whole alpha).")
+
+    def alpha_share(self) -> float:
+        """The share of each gate's alpha this run spends (1.0 when its question has one run)."""
+        return self.question.share if self.question is not None else 1.0
+
+    def candidate_ref(self, card: Card) -> RecipeRef | None:
+        """The candidate arm's recipe as registered."""
+        return self.recipes.get(card.candidate.name)
 
 
 def utc_now() -> str:
@@ -101,9 +128,12 @@ def host_facts() -> dict[str, str | int | None]:
 
 
 def _recipe_ref(recipe: str) -> RecipeRef:
-    from gb300lane.recipes import fingerprint, load_recipe  # the recipes package owns both
+    from gb300lane.recipes import content_hash, content_values, fingerprint, load_recipe  # the recipes package's
 
-    return RecipeRef(recipe=recipe, fingerprint=fingerprint(load_recipe(recipe)))
+    loaded = load_recipe(recipe)
+    values = content_values(loaded)
+    return RecipeRef(recipe=recipe, fingerprint=fingerprint(loaded), content_sha256=content_hash(values),
+                     content=values)
 
 
 class Receipts:
@@ -289,13 +319,15 @@ class Receipts:
         """manifest.json the first time, manifest-<stage>.json after; each hashes every file present."""
         reg = self.registration()
         name = "manifest.json" if not (self.root / "manifest.json").exists() else f"manifest-{stage}.json"
+        evidencelog.require_intact(f"seal {self.root / name}")
         body = {
             "schema_version": 1,
             "card": reg.card,
             "stage": stage,
             "written_at": utc_now(),
             "tool_version": __version__,
-            "recipes": {k: v.model_dump() for k, v in reg.recipes.items()},
+            "recipes": {k: v.model_dump(exclude={"content", "content_sha256"} if v.content_sha256 is None
+                                        else {"content"}) for k, v in reg.recipes.items()},
             # a transcribed card's host is the write-up's box, not the one that copied it
             "host": reg.host if reg.transcribed else host_facts(),
             "transcribed": reg.transcribed,
@@ -305,7 +337,30 @@ class Receipts:
         # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.record.custody` checks
         # it before any receipt counts.
         body["seal"] = seal(MANIFEST_SEAL, body)
-        return self.write_json(self.root / name, body)
+        written = self.write_json(self.root / name, body)
+        self.enter_stage(reg, stage, name)
+        return written
+
+    def enter_stage(self, reg: Registration, stage: str, manifest: str, *, detail: str | None = None) -> None:
+        """Enter a sealed stage in the evidence log: the manifest, and the verdict a verdict stage wrote."""
+        card = self.card()
+        cand = reg.candidate_ref(card)
+        files = {manifest: sha256_file(self.root / manifest)}
+        kind: evidencelog.EntryKind = ("extension" if stage.startswith("extension-") else
+                                       "report" if stage.startswith("report-") else "run")
+        word: Literal["PASS", "FAIL", "INCONCLUSIVE"] | None = None
+        number = None
+        if stage.startswith("verdict-") and stage.split("-", 1)[1].isdigit():
+            number = int(stage.split("-", 1)[1])
+            verdict = self.read_model(self.verdict_file(number), Verdict)
+            word = verdict.verdict
+            kind = "rescore" if number > 1 and verdict.changes else "verdict"
+            files[str(self.verdict_file(number).relative_to(self.root))] = sha256_file(self.verdict_file(number))
+        evidencelog.append(evidencelog.Entry(
+            kind=kind, at=evidencelog.utcnow(), card=reg.card, receipts=receipts_key(self.root), stage=stage,
+            candidate=card.candidate.recipe, candidate_sha256=cand.content_sha256 if cand else None,
+            gates_sha256=reg.gates_sha256, files=files, verdict=word, number=number, detail=detail,
+        ), action=f"enter {manifest} of {self.root} in the evidence log")
 
     def manifests(self) -> list[Path]:
         """manifest.json, then manifest-<stage>.json in the order they were written."""
@@ -356,14 +411,22 @@ def new_run_dir(base: Path, stem: str) -> Path:
 
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
              date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
-             plan: CardPlan | None = None, run: str | None = None) -> Receipts:
-    """Freeze the card's gates: write card.yaml and registration.json once.
+             plan: CardPlan | None = None, run: str | None = None, new_question: str | None = None,
+             aside: str | None = None) -> Receipts:
+    """Freeze the card's gates: write card.yaml and registration.json once, and enter them in the evidence log.
 
     Registering the same gates again returns the existing receipts (marked
     `reused`; `receipts_state` says what they hold); different gates for a card
     already registered that day are refused (a new day, or `fresh`, starts a
     new directory). `run` names a run of its own (`reproduce`:
     `<date>-<card>-reproduce`), which never shares a directory with `card register`.
+
+    A new directory is a run of the card's question (its name and the candidate's resolved recipe): the
+    evidence log's earlier runs of it decide which (`cards.decide.question.plan_run`), and the share of each
+    gate's alpha it spends; a question whose runs are spent, or whose gates changed, is refused unless
+    `new_question` says why this is a new one (recorded, and printed on every later verdict). A run registered
+    `aside` (a lane calibration's replicate, `card reproduce`'s run) is no question's run and never promotion
+    evidence; `aside` says why.
     """
     refused = small_sample_refusals(card)
     if refused:
@@ -379,8 +442,18 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
                 f"(sha256 {reg.gates_sha256[:12]}); gates are frozen once registered: keep the registered "
                 "gates, change them through `gb300lane card rescore`, or register with --fresh for a new run"
             )
+        if new_question is not None:
+            raise CardError(f"{rec.root}: card {card.name} is already registered today with the same gates; "
+                            "--new-question starts a new run: add --fresh")
         return Receipts(rec.root, reused=True)
     refs = {a.name: recipe_ref(a.recipe) for a in card.arms}
+    question: QuestionRun | str | None = None
+    if aside is None:
+        question = next_run(card, refs[card.candidate.name], new_question)
+        if isinstance(question, str):
+            raise CardError(question)
+    else:
+        evidencelog.require_intact(f"register card {card.name}")
     write_once(rec.card_file, card_text)
     reg = Registration(
         schema_version=1,
@@ -393,9 +466,38 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         recipes=refs,
         host=host_facts(),
         plan=plan,
+        question=question,
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
+    enter_registration(rec, card, reg, aside=aside)
     return rec
+
+
+def next_run(card: Card, candidate: RecipeRef | None = None, new_question: str | None = None) -> QuestionRun | str:
+    """Which run of its question a registration of `card` now would be (the evidence log's earlier runs of it),
+    or why it would be refused; what `register` records, and what `card plan` and `card register` size for."""
+    log = evidencelog.require_intact(f"register card {card.name}")
+    cand = candidate or _recipe_ref(card.candidate.recipe)
+    earlier = earlier_runs(log, card.name, cand.content_sha256)
+    others = earlier_runs(log, card.name, cand.content_sha256, other=True)
+    return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question,
+                    others)
+
+
+def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
+                       = "registration", detail: str | None = None, aside: str | None = None) -> None:
+    """Enter a registration in the evidence log: registration.json and card.yaml, the candidate's resolved recipe,
+    and the run of its question."""
+    cand = reg.candidate_ref(card)
+    q = reg.question
+    evidencelog.append(evidencelog.Entry(
+        kind=kind, at=evidencelog.utcnow(), card=reg.card, receipts=receipts_key(rec.root),
+        candidate=card.candidate.recipe, candidate_sha256=cand.content_sha256 if cand else None,
+        gates_sha256=reg.gates_sha256,
+        files={"registration.json": sha256_file(rec.registration_file), "card.yaml": sha256_file(rec.card_file)},
+        run=q.run if q else None, runs=q.runs if q else None, new_question=q.new_question if q else None,
+        detail=detail, aside=aside,
+    ), action=f"enter the registration of {rec.root} in the evidence log")
 
 
 class ReceiptsState(FrozenModel):

@@ -18,13 +18,16 @@ from gb300lane.cards.decide.verdict import (
     apply_changes,
     gates_of,
 )
+from gb300lane import evidencelog
+from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.record.custody import require_intact
 from gb300lane.cards.record.inputs import verdict_over
+from gb300lane.cards.record.logged import LoggedRun, logged_runs, missing, receipts_key, unlogged
 from gb300lane.cards.record.looks import stopped_at
 from gb300lane.cards.record.models import TranscribedRescore
-from gb300lane.cards.record.receipts import Receipts, all_receipts, read_verdict
+from gb300lane.cards.record.receipts import Receipts, RecipeRef, all_receipts, read_verdict
 from gb300lane.cards.schema import Card, stage_count
-from gb300lane.errors import CardError
+from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file
 from gb300lane.models import FrozenModel
 
@@ -174,10 +177,85 @@ def latest_verdict_for(recipe_name: str, base: Path | None = None) -> VerdictRef
 
 
 
+class CandidateEvidence(FrozenModel):
+    """What promotion rests on for a recipe: the newest verdict the evidence log knows, and every break."""
+
+    recipe: str = Field(description="The candidate recipe.")
+    ref: VerdictRef | None = Field(description="Its newest verdict as the evidence log ordered them (a write-up's "
+                                   "transcribed verdict when the log knows none); None when there is none.")
+    breaks: tuple[str, ...] = Field(description="What the log knows that the files no longer show, verdicts the log "
+                                    "never saw, and the log's own breaks; each names the file and the fix.")
+    registered: RecipeRef | None = Field(description="The candidate as the verdict's registration froze it.")
+    question: QuestionRun | None = Field(description="Which run of its question the verdict's receipts are.")
+
+
+def _logged_ref(run: LoggedRun, recipe: str) -> VerdictRef:
+    v = run.newest
+    assert v is not None
+    path = Path(run.receipts) / v.file
+    control = "unknown"
+    written = v.at
+    try:
+        if path.is_file() and sha256_file(path) == v.sha256:
+            got = Verdict.model_validate_json(path.read_bytes())
+            control, written = got.control_recipe, got.written_at
+    except (OSError, ValueError):
+        pass
+    return VerdictRef(card=run.card, receipts=run.receipts, number=v.number, verdict=v.verdict, written_at=written,
+                      file=str(path), sha256=v.sha256, candidate_recipe=recipe, control_recipe=control)
+
+
+def evidence_for(recipe_name: str, base: Path | None = None) -> CandidateEvidence:
+    """The newest verdict of the recipe as the evidence log orders them, and what breaks it: every run or verdict
+    of the recipe the log knows whose files are gone or differ (`logged.missing`), every verdict of it under the
+    results directory the log never entered (`logged.unlogged`), and the log's own breaks. Written-up cards
+    (transcribed, shipped with the package) are never in the log: their verdict counts only when the log knows
+    none of the recipe."""
+    log = evidencelog.read_log()
+    breaks = list(log.breaks)
+    runs = logged_runs(log)
+    mine = [r for r in runs.values() if r.candidate == recipe_name and r.aside is None]
+    for run in mine:
+        breaks.extend(missing(run))
+    transcribed: list[VerdictRef] = []
+    for rec in all_receipts(base):
+        try:
+            reg = rec.registration()
+            card = rec.card()
+        except (CardError, LaneError, ValueError):
+            continue
+        if card.candidate.recipe != recipe_name:
+            continue
+        if reg.transcribed:
+            ref = _newest_ref(rec, card)
+            if ref is not None:
+                transcribed.append(ref)
+            continue
+        known = runs.get(receipts_key(rec.root))
+        if known is None and not rec.verdict_numbers():
+            continue  # registered, never scored and never entered: evidence of nothing
+        breaks.extend(unlogged(rec.root, known))
+    scored = [r for r in mine if r.newest is not None]
+    newest = max(scored, key=lambda r: r.newest.seq if r.newest else 0, default=None)
+    ref = _logged_ref(newest, recipe_name) if newest is not None else (
+        max(transcribed, key=lambda t: (t.written_at, t.number)) if transcribed else None)
+    registered = question = None
+    if ref is not None and Path(ref.receipts, "registration.json").is_file():
+        try:
+            rec = Receipts(Path(ref.receipts))
+            reg = rec.registration()
+            registered = reg.candidate_ref(rec.card())
+            question = reg.question
+        except (CardError, LaneError, ValueError):
+            pass
+    return CandidateEvidence(recipe=recipe_name, ref=ref, breaks=tuple(dict.fromkeys(breaks)),
+                             registered=registered, question=question)
+
+
 def newest_verdict(rec: Receipts) -> VerdictRef | None:
     """A receipts directory's newest verdict (written-up cards: computed from their transcribed receipts)."""
     return _newest_ref(rec, rec.card())
 
 
-__all__ = ["VerdictRef", "compute_rescore", "latest_verdict_for", "newest_verdict", "rescore", "score",
+__all__ = ["CandidateEvidence", "VerdictRef", "compute_rescore", "evidence_for", "latest_verdict_for", "newest_verdict", "rescore", "score",
            "transcribed_verdicts"]
