@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,7 @@ CONCENTRATION = 2.0
 DROPS = (0.0, 0.05, 0.10, 0.20)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _test(worse: int, better: int, n: int, comparison: str, two_sided: bool) -> McNemarTest:
     return mcnemar_counts(worse, better, n, comparison=comparison, level=ALPHA, two_sided=two_sided)
 
