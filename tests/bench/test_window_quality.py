@@ -45,8 +45,10 @@ FLAGS = ["--model", "builtin", "--served-model-name", "deepseek-v4.1-flash", "--
 
 
 def test_a_window_that_stops_at_eos_records_each_requests_outcome() -> None:
+    # One user: requests that stop at EOS can be a few tokens long, and at C2 on a busy host the client's own gap
+    # between them reads as a delivered concurrency below 2 (an invalid cell); C1 holds its load by construction.
     window = WindowSpec(name="q", classes=("tool_json", "structured"), transcripts_per_class=4, rounds=1,
-                        concurrency=(2,), temperature=1.0, seed_base=7, max_tokens=160, tool_choice="required")
+                        concurrency=(1,), temperature=1.0, seed_base=7, max_tokens=160, tool_choice="required")
     with running_engine(FLAGS) as eng:
         result = run_window(eng.url, window, model="deepseek-v4.1-flash")
     assert result.valid, [c.invalid_reasons for c in result.cells]
