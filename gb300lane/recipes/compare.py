@@ -6,7 +6,8 @@ write-up booted v26 -> v27 and v27 -> k9 as hash hits because neither
 `rejection_sample_method` nor `num_speculative_tokens` is a hash input there.
 
 The content (`content_values`, `content_hash`) covers every key of the resolved
-recipe (`extends` applied) but its name and description: everything that reaches
+recipe (`extends` applied) but its name and description, and but keys at their schema default (so a schema that
+gains a key does not change what earlier registrations froze): everything that reaches
 the engine's argv and env, the volumes, the smoke gates, `speculative.*` and
 `extra_args`. It is what a card's registration freezes for each arm and what
 promotion compares with the recipe as it is now (`diff_values` names the keys).
@@ -76,7 +77,10 @@ class RecipeDiff(FrozenModel):
 
 
 def _leaves(recipe: Recipe) -> dict[str, JsonValue]:
-    flat = flatten(recipe.model_dump(mode="json"))
+    # A key at its schema default is left out: a recipe means the same whether it spells a default or not, and a
+    # newer tool whose schema gains a key (at a default that keeps today's behaviour) must not change the content
+    # every earlier registration and promotion froze.
+    flat = flatten(recipe.model_dump(mode="json", exclude_defaults=True))
     return {k: v for k, v in flat.items() if k.split(".")[0] not in IDENTITY_KEYS}  # type: ignore[misc]
 
 

@@ -146,8 +146,10 @@ def run_golden(results: Path) -> dict[str, str]:
     from gb300lane import signing
 
     assert not results.exists(), results
-    config = results.parent / f"{results.name}-config"
-    env = {"GB300LANE_RESULTS_DIR": str(results), "GB300LANE_STATE_DIR": str(results.parent / f"{results.name}-state"),
+    config, state = results.parent / f"{results.name}-config", results.parent / f"{results.name}-state"
+    # the evidence log in the state directory remembers earlier runs: a golden run starts with none
+    assert not config.exists() and not state.exists(), (config, state)
+    env = {"GB300LANE_RESULTS_DIR": str(results), "GB300LANE_STATE_DIR": str(state),
            "XDG_CONFIG_HOME": str(config), "GB300LANE_SIGNING_KEY": None, "GB300LANE_ALLOWED_SIGNERS": None}
     old = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
