@@ -161,18 +161,13 @@ def plan_cmd(
 
     from gb300lane.cards.record.verified import planning_receipts
 
-    from gb300lane.cards.record.receipts import next_run
+    from gb300lane.cards.record.receipts import planned_run
 
     loaded, _ = load_card(card)
     ops = LiveArmOps(protected_instances(), port=port) if pilot is not False else None
-    from gb300lane.cards.decide.question import QuestionRun
-    from gb300lane.errors import LaneError
-
-    try:
-        upcoming: QuestionRun | str = next_run(loaded)
-    except LaneError as exc:  # the evidence log does not hold: plan the whole alpha, and say why
-        upcoming = str(exc)
-        err_console.print(f"[yellow]warning:[/] {escape(upcoming)}", markup=True, highlight=False, soft_wrap=True)
+    upcoming, unheld = planned_run(loaded)
+    if unheld is not None:
+        err_console.print(f"[yellow]warning:[/] {escape(unheld)}", markup=True, highlight=False, soft_wrap=True)
     share = 1.0 if isinstance(upcoming, str) else upcoming.share
     p = plan_for(loaded, pilot=pilot, effect=effect, target=power, progress=_say(as_json), ops=ops, boots=boots,
                  share=share)

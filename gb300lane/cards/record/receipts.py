@@ -59,7 +59,7 @@ from gb300lane.cards.schema import (
     question_runs,
     small_sample_refusals,
 )
-from gb300lane.errors import CardError
+from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
 from gb300lane.models import FrozenModel, format_validation_error
@@ -482,6 +482,15 @@ def next_run(card: Card, candidate: RecipeRef | None = None, new_question: str |
     others = earlier_runs(log, card.name, cand.content_sha256, other=True)
     return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question,
                     others)
+
+
+def planned_run(card: Card) -> tuple[QuestionRun | str, str | None]:
+    """`next_run` as `card plan` reads it: where the evidence log does not hold, a plan is still made (at the whole
+    alpha) and the second item says why; registering then refuses."""
+    try:
+        return next_run(card), None
+    except LaneError as exc:
+        return str(exc), str(exc)
 
 
 def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
