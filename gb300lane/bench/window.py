@@ -160,7 +160,8 @@ async def _run_cell(
     model: str,
     progress: WindowProgress | None,
 ) -> tuple[CellResult, list[RequestRecord]]:
-    planned, passes = plan_requests(select_transcripts(cls, window.transcripts_per_class), concurrency)
+    chosen = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
+    planned, passes = plan_requests(chosen, concurrency)
     before = await scrape_metrics(session, base)
     queue: asyncio.Queue[tuple[int, tuple[Transcript, int]]] = asyncio.Queue()
     for item in enumerate(planned):
@@ -258,7 +259,7 @@ async def _run_open_cell(
     progress: WindowProgress | None,
 ) -> tuple[CellResult, list[RequestRecord]]:
     """One open-loop cell: each transcript is sent at its scheduled arrival, not when a stream frees up."""
-    transcripts = select_transcripts(cls, window.transcripts_per_class)
+    transcripts = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
     schedule = arrival_times(len(transcripts), rate, arrivals, arrival_seed)
     before = await scrape_metrics(session, base)
     records: list[RequestRecord | None] = [None] * len(transcripts)
@@ -366,7 +367,8 @@ async def run_window_async(
         arrival_times(1, rate, "constant", 0)  # a bad rate fails before anything is sent
     base = endpoint.rstrip("/")
     for cls in window.classes:
-        select_transcripts(cls, window.transcripts_per_class)  # fail before sending anything
+        # fail before sending anything
+        select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     connector = aiohttp.TCPConnector(limit=connections or 0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[request_sent_trace()]) as session:
