@@ -34,6 +34,11 @@ def content_hash(classes: tuple[ClassFile, ...], split: Split | None) -> str:
     return sha256_bytes(dumps_json(payload))
 
 
+def transcript_line(t: Transcript) -> str:
+    """A transcript as one line of its class file (sorted keys, absent keys left out), as the shipped ones are."""
+    return json.dumps(t.model_dump(mode="json", exclude_none=True), sort_keys=True, ensure_ascii=False)
+
+
 def class_problem(name: str) -> str | None:
     """Why `name` cannot be a class of a workload, None when it can."""
     if name == MIXED:
@@ -218,7 +223,7 @@ def write_workload(folder: Path, manifest_fields: dict[str, object], by_class: d
     """Write the class files and the manifest into `folder` (atomically, each file), the manifest last."""
     classes = []
     for cls, items in by_class.items():
-        text = "".join(dumps_json(t.model_dump(mode="json")) + "\n" for t in items)
+        text = "".join(transcript_line(t) + "\n" for t in items)
         atomic_write(folder / f"{cls}.jsonl", text)
         classes.append(ClassFile(name=cls, file=f"{cls}.jsonl", sha256=sha256_bytes(text), transcripts=len(items)))
     split = manifest_fields.get("split")
