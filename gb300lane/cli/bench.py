@@ -86,6 +86,9 @@ def bench_cmd(
         None, "--arrival-seed", help="open loop: seed base of the Poisson arrivals (default: the window's seed base)"
     ),
     classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
+    workload: Optional[str] = typer.Option(
+        None, "--workload", help="run this workload's transcripts (its dev part; default: the window's, builtin)"
+    ),
     port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
@@ -133,6 +136,7 @@ def bench_cmd(
         rounds=rounds,
         concurrency=conc,
         classes=[c.strip() for c in classes.split(",")] if classes else None,
+        workload=workload,
     )
     with _progress(as_json) as bar:
         result = run_window(
