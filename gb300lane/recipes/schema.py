@@ -459,7 +459,9 @@ class TokensPerStep(FrozenModel):
 
 class WindowSpec(FrozenModel):
     name: str = Field(description="Window name, unique within the recipe's gates.")
-    classes: tuple[TranscriptClass, ...] = Field(min_length=1, description="Transcript classes the window runs.")
+    classes: tuple[TranscriptClass, ...] = Field(
+        min_length=1, description="Transcript classes the window runs: its workload's (builtin's are prose, "
+        "structured, code, shell_ops, tool_json), or mixed (every class interleaved).")
     transcripts_per_class: int = Field(ge=1, description="Transcripts drawn per class.")
     rounds: int = Field(default=1, ge=1, description="Times the window repeats.")
     concurrency: tuple[int, ...] = Field(min_length=1, description="Concurrency levels (C1, C8, ...).")
