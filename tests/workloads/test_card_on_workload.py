@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gb300lane import signing
-from gb300lane.cards import load_card, register, run_card, score
+from gb300lane.cards import load_card, register, render_report, run_card, score
 from gb300lane.errors import CardError
 from gb300lane.workloads import split_workload
 from gb300lane.workloads.importing import import_workload
@@ -116,6 +116,11 @@ def test_a_held_out_card_runs_the_held_out_part_and_says_so(lane: Path) -> None:
     run_card(rec, ops=InProcessArmOps(card))  # type: ignore[arg-type]
     verdict = score(rec)
     assert [(w.workload, w.part) for w in verdict.workloads] == [("ops", "held_out")]
+    report = render_report(rec)
+    md = report.read_text() if report.is_file() else (report / "card.md").read_text()
+    assert "| primary | ops | held-out | 4 held out |" in md
+    html = next(rec.root.rglob("card.html")).read_text()
+    assert 'data-workload="ops" data-part="held_out"' in html
     ran = {line for line in (rec.root / "arms").rglob("primary.json")}
     ids = {r["transcript_id"] for p in ran for r in json.loads(p.read_text())["records"]}
     assert ids == set(m.split.held_out_ids)
