@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.errors import WorkloadError
+from gb300lane.errors import BenchError, WorkloadError
 from gb300lane.workloads import load_workload, split_workload
 from gb300lane.workloads.formats import TRACE_BLOCK
 from gb300lane.workloads.importing import import_workload, render_import
@@ -130,3 +130,31 @@ def test_split_is_seeded_stratified_and_changes_the_content_hash(tmp_path: Path)
     assert split_workload("many", 0.3, seed=4).split == m.split  # the same seed draws the same split
     with pytest.raises(WorkloadError, match="builtin is shipped with the tool and read-only"):
         split_workload("builtin", 0.3)
+
+
+def test_a_trace_window_replays_the_recorded_arrivals_open_loop(tmp_path: Path) -> None:
+    from fakes import lane as fake_lane
+
+    from gb300lane.bench.models import LoadSpec
+    from gb300lane.bench.window import run_window
+    from gb300lane.recipes.schema import WindowSpec
+
+    f = tmp_path / "t.jsonl"
+    f.write_text("".join(json.dumps({"timestamp": 1000 + ms, "input_length": 20, "output_length": 4,
+                                     "hash_ids": [1]}) + "\n" for ms in (0, 30, 60, 150)))
+    import_workload(f, name="t", fmt="trace")
+    w = WindowSpec(name="t", workload="t", classes=["traffic"], transcripts_per_class=4, concurrency=[1],
+                   temperature=1.0, seed_base=1, forced_tokens=4)
+    server = fake_lane.FakeLane().start()
+    try:
+        result = run_window(server.url, w, model="fake-model", load=LoadSpec(mode="open", request_rates=[2.0],
+                                                                             arrivals="trace"))
+        import_workload(DATA / "custom.jsonl", name="custom", fmt="vllm-custom")
+        with pytest.raises(BenchError, match="transcript traffic-[0-9a-f]{12} has no recorded arrival time"):
+            run_window(server.url, w.model_copy(update={"workload": "custom"}), model="fake-model",
+                       load=LoadSpec(mode="open", request_rates=[1.0], arrivals="trace"))
+    finally:
+        server.stop()
+    (cell,) = result.cells
+    assert cell.arrivals == "trace"
+    assert [r.scheduled_s for r in result.records] == pytest.approx([0.0, 0.015, 0.03, 0.075])  # replayed 2x
