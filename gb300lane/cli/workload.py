@@ -38,13 +38,16 @@ def import_cmd(
         "--drop-long", help="Drop prompts over the limit (reported) instead of refusing the import.")] = False,
     replace: Annotated[bool, typer.Option("--replace", help="Import over an existing workload of that name.")] = False,
     description: Annotated[str, typer.Option("--description", help="One line: what traffic this is.")] = "",
+    turns: Annotated[str, typer.Option(
+        "--turns", help="sharegpt: first (the first human turn) or all (every human turn, sent with the "
+        "conversation so far: multi-turn sessions).")] = "first",
     as_json: Annotated[bool, typer.Option("--json", help="Print the import report as JSON.")] = False,
 ) -> None:
     from gb300lane.workloads.importing import import_workload, render_import
 
     report = import_workload(file, name=name, fmt=fmt, class_field=class_field, allow_secrets=allow_secrets,
                              max_prompt_chars=max_prompt_chars, drop_long=drop_long, replace=replace,
-                             description=description)
+                             description=description, turns=turns)
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:

@@ -8,7 +8,10 @@
 - `sharegpt`: a JSON array (or JSONL) of conversations, `conversations` a list
   of `{from, value}` turns (human, gpt, system). The first human turn (after any
   system turn) is the request, as `vllm bench serve --dataset-name sharegpt`
-  takes it.
+  takes it; with turns 'all', every human turn is one, sent with the
+  conversation so far (the recorded replies as assistant turns): a multi-turn
+  session, each turn's prompt the previous one's plus a reply, so the prefix
+  cache is exercised the way agent traffic does.
 - `vllm-custom`: vLLM bench's custom dataset JSONL, `prompt` and an optional
   `output_tokens`.
 - `trace`: a mooncake-style trace, one JSON object a line: `timestamp`
@@ -112,34 +115,42 @@ _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assista
                    "bard": "assistant", "bing": "assistant", "system": "system"}
 
 
-def _sharegpt(where: str, obj: dict[str, Any]) -> Parsed:
+def _sharegpt(where: str, obj: dict[str, Any], turns: str) -> list[Parsed]:
+    """The first human turn (turns 'first'), or every human turn with the conversation so far (turns 'all')."""
     p = Parsed(where=where, source=obj)
     conv = obj.get("conversations")
     if not isinstance(conv, list) or not conv:
         p.dropped = "no conversations"
-        return p
-    messages = []
+        return [p]
+    out: list[Parsed] = []
+    messages: list[dict[str, Any]] = []
+    session = str(obj.get("id") or where)
     for turn in conv:
         if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
             p.dropped = "a turn without a string value"
-            return p
+            return [p]
         role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
         if role is None:
             p.dropped = f"a turn from {turn.get('from')!r} (expected human, gpt or system)"
-            return p
-        if role == "assistant":
-            break
+            return [p]
+        if role == "assistant" and not out:
+            break  # a reply before any human turn: nothing to send
         messages.append({"role": role, "content": turn["value"]})
         if role == "user":
-            break
-    if not messages or messages[-1]["role"] != "user":
+            if not turn["value"].strip():
+                p.dropped = "the human turn is empty"
+                return [p]
+            one = Parsed(where=where if turns == "first" else f"{where} turn {len(out) + 1}", source=obj)
+            one.fields.update(kind="chat", messages=list(messages))
+            if turns == "all":
+                one.fields["session"] = session
+            out.append(one)
+            if turns == "first":
+                break
+    if not out:
         p.dropped = "no human turn before the first reply"
-        return p
-    if not messages[-1]["content"].strip():
-        p.dropped = "the human turn is empty"
-        return p
-    p.fields.update(kind="chat", messages=messages)
-    return p
+        return [p]
+    return out
 
 
 def _custom(where: str, obj: dict[str, Any]) -> Parsed:
@@ -193,8 +204,14 @@ def _trace(where: str, obj: dict[str, Any], first: list[float]) -> Parsed:
     return p
 
 
-def parse(path: Path, fmt: str) -> list[Parsed]:
-    """Every record of `path` in `fmt`, parsed or with the reason it is dropped."""
+def parse(path: Path, fmt: str, *, turns: str = "first") -> list[Parsed]:
+    """Every record of `path` in `fmt`, parsed or with the reason it is dropped (ShareGPT: one per human turn
+    with `turns` 'all')."""
+    if turns not in ("first", "all"):
+        raise WorkloadError(f"--turns {turns!r}: expected first or all")
+    if turns == "all" and fmt != "sharegpt":
+        raise WorkloadError(f"--turns all splits ShareGPT conversations into their turns; --format {fmt} has one "
+                            "request a record (an OpenAI chat body already carries its conversation)")
     if fmt not in FORMATS:
         raise WorkloadError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:
@@ -212,7 +229,7 @@ def parse(path: Path, fmt: str) -> list[Parsed]:
         elif fmt == "openai":
             out.append(_openai(where, obj))
         elif fmt == "sharegpt":
-            out.append(_sharegpt(where, obj))
+            out.extend(_sharegpt(where, obj, turns))
         elif fmt == "vllm-custom":
             out.append(_custom(where, obj))
         else:

@@ -56,6 +56,7 @@ class ClassStats(FrozenModel):
     output_tokens: tuple[Bin, ...] | None = Field(description="Recorded output length histogram; none when the "
                                                   "source records no output length.")
     with_arrival: int = Field(description="Requests with a recorded arrival time (a trace).")
+    sessions: int = Field(default=0, description="Multi-turn sessions (conversations imported turn by turn).")
 
 
 class Drop(FrozenModel):
@@ -109,7 +110,8 @@ def class_stats(name: str, items: list[Transcript] | tuple[Transcript, ...]) -> 
                       with_tools=sum(bool(t.tools) for t in items), tool_names=dict(sorted(tools.items())),
                       prompt_chars=_histogram([prompt_chars(t) for t in items], PROMPT_EDGES),
                       output_tokens=_histogram(outs, OUTPUT_EDGES) if outs else None,
-                      with_arrival=sum(t.arrival_s is not None for t in items))
+                      with_arrival=sum(t.arrival_s is not None for t in items),
+                      sessions=len({t.session for t in items if t.session is not None}))
 
 
 def _dig(obj: Any, path: str) -> Any:
@@ -150,7 +152,7 @@ def secret_in(fields: dict[str, Any]) -> tuple[str, str] | None:
 
 def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None = None, dest: Path | None = None,
                     allow_secrets: bool = False, max_prompt_chars: int = MAX_PROMPT_CHARS, drop_long: bool = False,
-                    replace: bool = False, description: str = "") -> ImportReport:
+                    replace: bool = False, description: str = "", turns: str = "first") -> ImportReport:
     """Read `file` in `fmt`, write `dest/<name>/` (default ./workloads), and return what was kept and dropped."""
     problem = name_problem(name, "workload name")
     if problem:
@@ -161,7 +163,7 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
     if (folder / MANIFEST).exists() and not replace:
         raise WorkloadError(f"{folder} already holds workload {name}; pass --replace to import over it (its content "
                             "hash changes, so cards registered on it refuse to score), or choose another --name")
-    parsed = parse(file, fmt)
+    parsed = parse(file, fmt, turns=turns)
     by_class: dict[str, list[Transcript]] = {}
     seen: dict[str, str] = {}
     drops: dict[str, Drop] = {}
@@ -188,7 +190,7 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
             cls = ONE_CLASS
         if not allow_secrets:
             found = secret_in({k: v for k, v in p.fields.items() if k in ("prompt", "messages", "tools",
-                                                                           "response_format")})
+                                                                           "response_format", "session")})
             if found is not None:
                 raise WorkloadError(f"{p.where}: field {found[0]} looks like it holds {found[1]}; remove the record "
                                     "(or the secret) from the file, or pass --allow-secrets if it is none; nothing "
@@ -251,7 +253,8 @@ def render_classes(classes: tuple[ClassStats, ...]) -> list[str]:
     for c in classes:
         tools = ", ".join(f"{k} x{v}" for k, v in c.tool_names.items()) or "none"
         lines.append(f"  class {c.name}: {c.transcripts} transcripts ({c.chat} chat), tools on {c.with_tools} "
-                     f"({tools})" + (f", {c.with_arrival} with arrival times" if c.with_arrival else ""))
+                     f"({tools})" + (f", {c.with_arrival} with arrival times" if c.with_arrival else "")
+                     + (f", {c.sessions} multi-turn sessions" if c.sessions else ""))
         lines.append(f"    prompt chars   {_bins(c.prompt_chars)}")
         lines.append("    output tokens  " + (_bins(c.output_tokens) if c.output_tokens else "not recorded"))
     return lines

@@ -49,6 +49,12 @@ class Transcript(FrozenModel):
         description="A trace's arrival time, seconds after its first request (mooncake `timestamp`).",
     )
 
+    session: str | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="The conversation a multi-turn transcript belongs to (ShareGPT imported with every turn): each "
+        "turn is sent with the conversation so far, so the lane's prefix cache sees what agent traffic does.",
+    )
+
     @model_validator(mode="after")
     def _shape(self) -> Transcript:
         if self.kind == "completion" and not self.prompt:

@@ -158,3 +158,17 @@ def test_a_trace_window_replays_the_recorded_arrivals_open_loop(tmp_path: Path) 
     (cell,) = result.cells
     assert cell.arrivals == "trace"
     assert [r.scheduled_s for r in result.records] == pytest.approx([0.0, 0.015, 0.03, 0.075])  # replayed 2x
+
+
+def test_sharegpt_turns_all_makes_sessions_whose_turns_share_a_prefix() -> None:
+    r = import_workload(DATA / "sharegpt.json", name="turns", fmt="sharegpt", class_field="category", turns="all")
+    assert {c.name: (c.transcripts, c.sessions) for c in r.classes} == {"writing": (2, 2), "coding": (2, 1)}
+    first, second = load_workload("turns").by_class["coding"]
+    assert first.session == second.session == "i6IyJda_0"
+    assert second.messages is not None and first.messages is not None
+    assert second.messages[: len(first.messages)] == first.messages  # turn 2 is turn 1, its reply and more
+    assert second.messages[len(first.messages):] == [
+        {"role": "assistant", "content": "Use my_list.reverse() in place, or my_list[::-1] for a reversed copy."},
+        {"role": "user", "content": "And a string?"}]
+    with pytest.raises(WorkloadError, match="--turns all splits ShareGPT conversations"):
+        import_workload(DATA / "custom.jsonl", name="x", fmt="vllm-custom", turns="all")
