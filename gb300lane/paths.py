@@ -93,9 +93,19 @@ def card_dirs() -> tuple[Path, ...]:
 
 
 def workload_dirs() -> tuple[Path, ...]:
-    """Where workload names are looked up, first match first: `GB300LANE_WORKLOADS_DIR` alone, else `./workloads`
-    (when it exists), then the shipped workloads (`builtin`)."""
+    """Where workload names are looked up, first match first: `GB300LANE_WORKLOADS_DIR` (else `./workloads`, when
+    it exists), then the shipped workloads: `builtin`, which every window runs unless it names another, is always
+    found."""
+    env = os.environ.get("GB300LANE_WORKLOADS_DIR")
+    if env:
+        return (Path(env), shipped("workloads"))
     return _search("GB300LANE_WORKLOADS_DIR", "workloads", "workloads")
+
+
+def workloads_home() -> Path:
+    """Where `workload import` writes: `GB300LANE_WORKLOADS_DIR`, else `./workloads` (created on first write)."""
+    env = os.environ.get("GB300LANE_WORKLOADS_DIR")
+    return Path(env) if env else Path.cwd() / "workloads"
 
 
 def results_dir() -> Path:

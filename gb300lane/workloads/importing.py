@@ -26,6 +26,7 @@ from gb300lane.errors import WorkloadError
 from gb300lane.fsio import atomic_write, sha256_file
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
+from gb300lane.paths import workloads_home
 from gb300lane.redact import secret_name, secret_shape
 from gb300lane.workloads.formats import FORMATS, Parsed, parse
 from gb300lane.workloads.model import MANIFEST, Manifest, Source, Transcript
@@ -153,13 +154,14 @@ def secret_in(fields: dict[str, Any]) -> tuple[str, str] | None:
 def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None = None, dest: Path | None = None,
                     allow_secrets: bool = False, max_prompt_chars: int = MAX_PROMPT_CHARS, drop_long: bool = False,
                     replace: bool = False, description: str = "", turns: str = "first") -> ImportReport:
-    """Read `file` in `fmt`, write `dest/<name>/` (default ./workloads), and return what was kept and dropped."""
+    """Read `file` in `fmt`, write `dest/<name>/` (default `paths.workloads_home()`: ./workloads), and return what
+    was kept and dropped."""
     problem = name_problem(name, "workload name")
     if problem:
         raise WorkloadError(f"--name: {problem}")
     if fmt not in FORMATS:
         raise WorkloadError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    folder = (dest or Path.cwd() / "workloads") / name
+    folder = (dest or workloads_home()) / name
     if (folder / MANIFEST).exists() and not replace:
         raise WorkloadError(f"{folder} already holds workload {name}; pass --replace to import over it (its content "
                             "hash changes, so cards registered on it refuse to score), or choose another --name")

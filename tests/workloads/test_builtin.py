@@ -47,3 +47,8 @@ def test_a_window_on_builtin_dumps_as_before() -> None:
     assert "workload" not in w.model_dump() and "held_out" not in w.model_dump(mode="json")
     named = WindowSpec.model_validate({**data, "workload": "ops", "classes": ["support-bots"]})
     assert json.loads(named.model_dump_json())["workload"] == "ops"
+
+
+def test_builtin_is_found_whatever_the_workloads_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("GB300LANE_WORKLOADS_DIR", str(tmp_path))
+    assert load_workload(BUILTIN).manifest.content_sha256 == BUILTIN_SHA256
