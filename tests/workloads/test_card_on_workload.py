@@ -124,3 +124,15 @@ def test_a_held_out_card_runs_the_held_out_part_and_says_so(lane: Path) -> None:
     ran = {line for line in (rec.root / "arms").rglob("primary.json")}
     ids = {r["transcript_id"] for p in ran for r in json.loads(p.read_text())["records"]}
     assert ids == set(m.split.held_out_ids)
+
+
+def test_a_window_its_workload_cannot_fill_is_refused_at_registration(lane: Path) -> None:
+    path = _card(lane, held=True)  # held out, but the workload has no split
+    card, _ = load_card(path)
+    with pytest.raises(CardError, match=r"window primary: .*workload ops has no held-out part; split it first"):
+        register(card, path.read_text())
+    path.write_text(CARD.replace("    HELD\n", "").replace("code-review]", "code-reviews]"))
+    card, _ = load_card(path)
+    with pytest.raises(CardError, match=r"unknown traffic class 'code-reviews' of workload ops; expected one of "
+                       r"support-desk, code-review, mixed"):
+        register(card, path.read_text())

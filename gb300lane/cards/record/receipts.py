@@ -141,11 +141,17 @@ def host_facts() -> dict[str, str | int | None]:
 
 def workload_refs(card: Card) -> dict[str, WorkloadRef] | None:
     """What the registration freezes of each workload the card's windows name (builtin, shipped, is left out)."""
-    from gb300lane.workloads import BUILTIN, load_workload
+    from gb300lane.workloads import BUILTIN, load_workload, select
 
     names = sorted({w.workload for w in card.windows} - {BUILTIN})
     if not names:
         return None
+    for w in card.windows:
+        for cls in w.classes if w.workload != BUILTIN else ():
+            try:  # every window can draw its transcripts, or nothing is registered
+                select(w.workload, cls, w.transcripts_per_class, held_out=w.held_out)
+            except LaneError as exc:
+                raise CardError(f"card {card.name}, window {w.name}: {exc}") from None
     out = {}
     for name in names:
         m = load_workload(name).manifest
@@ -487,6 +493,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     refused = small_sample_refusals(card)
     if refused:
         raise CardError("; ".join(refused))
+    workloads = workload_refs(card)  # before anything is written: a window its workload cannot fill is refused
     base = base or results_dir()
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     rec = Receipts(_dated_dir(base, card, date, fresh, run))
@@ -523,7 +530,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         host=host_facts(),
         plan=plan,
         question=question,
-        workloads=workload_refs(card),
+        workloads=workloads,
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
     enter_registration(rec, card, reg, aside=aside)
