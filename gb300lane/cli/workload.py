@@ -134,6 +134,21 @@ def split_cmd(
          f"content sha256 {m.content_sha256[:12]}")
 
 
+@workload_app.command("pad", help="Write a workload whose every prompt is padded (a context block in front) or cut to "
+                      "WORDS words: a long-context cell (2K, 64K input) of the same requests.")
+def pad_cmd(
+    source: Annotated[str, typer.Argument(help="The workload whose transcripts are padded.")],
+    words: Annotated[int, typer.Option("--words", help="The prompt length in words (about a token each).")],
+    name: Annotated[str, typer.Option("--name", help="The new workload's name.")],
+    replace: Annotated[bool, typer.Option("--replace", help="Write over an existing workload of that name.")] = False,
+) -> None:
+    from gb300lane.workloads.shape import pad_workload
+
+    m = pad_workload(source, name, words, replace=replace)
+    _say(f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {words} words; "
+         f"content sha256 {m.content_sha256[:12]}")
+
+
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
     app.add_typer(workload_app, name="workload")

@@ -172,3 +172,21 @@ def test_sharegpt_turns_all_makes_sessions_whose_turns_share_a_prefix() -> None:
         {"role": "user", "content": "And a string?"}]
     with pytest.raises(WorkloadError, match="--turns all splits ShareGPT conversations"):
         import_workload(DATA / "custom.jsonl", name="x", fmt="vllm-custom", turns="all")
+
+
+def test_pad_takes_every_prompt_to_the_target_length() -> None:
+    from gb300lane.workloads.shape import pad_workload
+
+    import_workload(DATA / "openai.jsonl", name="ops", fmt="openai", class_field="metadata.team")
+    m = pad_workload("ops", "ops-2k", 2048)
+    assert m.source is not None and m.source.format == "pad:2048"
+    w = load_workload("ops-2k")
+    prompts = [t.prompt or "" for t in w.by_class["search"]]
+    assert [len(p.split()) for p in prompts] == [2048, 2048]
+    assert prompts[0].startswith("Context: ") and prompts[0].endswith("\n\nSay this is a test")
+    chat = w.by_class["support-bots"][0]
+    assert chat.messages is not None and sum(len(m["content"].split()) for m in chat.messages) == 2048
+    assert chat.tools  # the request is the same but for its length
+    short = pad_workload("ops", "ops-3", 3)
+    assert [t.prompt for t in load_workload("ops-3").by_class["search"]] == ["is a test", "ice cream shop."]
+    assert short.content_sha256 != m.content_sha256
