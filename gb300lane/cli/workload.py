@@ -135,17 +135,31 @@ def split_cmd(
 
 
 @workload_app.command("pad", help="Write a workload whose every prompt is padded (a context block in front) or cut to "
-                      "WORDS words: a long-context cell (2K, 64K input) of the same requests.")
+                      "a length in words or in the embedded engine's tokens: a long-context cell (2K, 64K input) of "
+                      "the same requests.")
 def pad_cmd(
     source: Annotated[str, typer.Argument(help="The workload whose transcripts are padded.")],
-    words: Annotated[int, typer.Option("--words", help="The prompt length in words (about a token each).")],
     name: Annotated[str, typer.Option("--name", help="The new workload's name.")],
+    words: Annotated[Optional[int], typer.Option("--words", help="The prompt length in words.")] = None,
+    tokens: Annotated[Optional[int], typer.Option(
+        "--tokens", help="The prompt length in the embedded engine's tokens (exact on the embedded lane).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Write over an existing workload of that name.")] = False,
 ) -> None:
     from gb300lane.workloads.shape import pad_workload
 
-    m = pad_workload(source, name, words, replace=replace)
-    _say(f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {words} words; "
+    if (words is None) == (tokens is None):
+        raise typer.BadParameter("pass exactly one of --words N or --tokens N", param_hint="--words/--tokens")
+    if tokens is not None:
+        from gb300lane.engine import load_model
+
+        tok = load_model().tokenizer
+        m = pad_workload(source, name, tokens, count=lambda text: len(tok.encode(text)), unit="tokens",
+                         replace=replace)
+    else:
+        assert words is not None
+        m = pad_workload(source, name, words, replace=replace)
+    unit = f"{tokens} tokens" if tokens is not None else f"{words} words"
+    _say(f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {unit}; "
          f"content sha256 {m.content_sha256[:12]}")
 
 

@@ -179,7 +179,7 @@ def test_pad_takes_every_prompt_to_the_target_length() -> None:
 
     import_workload(DATA / "openai.jsonl", name="ops", fmt="openai", class_field="metadata.team")
     m = pad_workload("ops", "ops-2k", 2048)
-    assert m.source is not None and m.source.format == "pad:2048"
+    assert m.source is not None and m.source.format == "pad:2048 words"
     w = load_workload("ops-2k")
     prompts = [t.prompt or "" for t in w.by_class["search"]]
     assert [len(p.split()) for p in prompts] == [2048, 2048]
@@ -187,6 +187,20 @@ def test_pad_takes_every_prompt_to_the_target_length() -> None:
     chat = w.by_class["support-bots"][0]
     assert chat.messages is not None and sum(len(m["content"].split()) for m in chat.messages) == 2048
     assert chat.tools  # the request is the same but for its length
-    short = pad_workload("ops", "ops-3", 3)
-    assert [t.prompt for t in load_workload("ops-3").by_class["search"]] == ["is a test", "ice cream shop."]
-    assert short.content_sha256 != m.content_sha256
+    with pytest.raises(WorkloadError, match="its other messages alone are 5 long, over 3"):
+        pad_workload("ops", "ops-3", 3)
+    import_workload(DATA / "custom.jsonl", name="qa", fmt="vllm-custom")
+    pad_workload("qa", "qa-3", 3)
+    assert [t.prompt for t in load_workload("qa-3").by_class["traffic"]][:2] == [
+        "capital of India?", "capital of Iran?"]
+
+
+def test_pad_counts_with_the_tokenizer_it_is_given() -> None:
+    from gb300lane.workloads.shape import pad_workload
+
+    import_workload(DATA / "custom.jsonl", name="qa", fmt="vllm-custom")
+    chars = len  # a tokenizer of one token a character: the fit is exact to the character or one word short
+    pad_workload("qa", "qa-500", 500, count=chars, unit="chars")
+    prompts = [t.prompt or "" for t in load_workload("qa-500").by_class["traffic"]]
+    assert all(480 < len(p) <= 500 for p in prompts)
+    assert prompts[0].endswith("\n\nWhat is the capital of India?")
