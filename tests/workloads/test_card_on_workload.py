@@ -136,3 +136,12 @@ def test_a_window_its_workload_cannot_fill_is_refused_at_registration(lane: Path
     with pytest.raises(CardError, match=r"unknown traffic class 'code-reviews' of workload ops; expected one of "
                        r"support-desk, code-review, mixed"):
         register(card, path.read_text())
+
+
+def test_a_held_out_cards_pilot_runs_the_dev_part(lane: Path) -> None:
+    from gb300lane.cards.plan import pilot_window
+
+    split_workload("ops", 0.5, seed=1)
+    card, _ = load_card(_card(lane, held=True))
+    assert card.window("primary").held_out and not pilot_window(card).held_out
+    assert pilot_window(card).workload == "ops"
