@@ -114,6 +114,29 @@ def stats_cmd(
         _say("\n".join(render_classes(stats)))
 
 
+@workload_app.command("diff", help="What differs between two workloads, class by class, by transcript id (an "
+                      "edited transcript shows as one id gone and one new), and whether their splits differ.")
+def diff_cmd(
+    a: Annotated[str, typer.Argument(help="The first workload.")],
+    b: Annotated[str, typer.Argument(help="The second workload.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the difference as JSON.")] = False,
+) -> None:
+    from gb300lane.workloads.views import diff_workloads
+
+    d = diff_workloads(a, b)
+    if as_json:
+        print_json(d.model_dump(mode="json"))
+        return
+    _say(f"{a} vs {b}: " + ("same content" if d.same_content else "content differs")
+         + (", splits differ" if d.split_differs else ""))
+    for c in d.classes:
+        _say(f"  class {c.name}: {c.same} in both, {len(c.only_a)} only in {a}, {len(c.only_b)} only in {b}")
+        for i in c.only_a:
+            _say(f"    - {i}")
+        for i in c.only_b:
+            _say(f"    + {i}")
+
+
 @workload_app.command("split", help="Hold out a seeded fraction of each class: a card with held_out: true runs them, "
                       "selection work (bench, spec advise) never does. Changes the content hash.")
 def split_cmd(

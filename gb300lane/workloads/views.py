@@ -47,4 +47,36 @@ def workload_stats(name: str, part: str = "all") -> tuple[ClassStats, ...]:
     return tuple(out)
 
 
-__all__ = ["PARTS", "WorkloadRow", "list_workloads", "workload_stats"]
+class ClassDiff(FrozenModel):
+    name: str = Field(description="The class.")
+    only_a: tuple[str, ...] = Field(description="Transcript ids only the first workload has.")
+    only_b: tuple[str, ...] = Field(description="Transcript ids only the second has (an edited transcript is one "
+                                    "id gone and one new: ids are content digests).")
+    same: int = Field(description="Transcripts both have.")
+
+
+class WorkloadDiff(FrozenModel):
+    a: str = Field(description="The first workload.")
+    b: str = Field(description="The second.")
+    same_content: bool = Field(description="Whether their content hashes are equal.")
+    classes: tuple[ClassDiff, ...] = Field(description="Per class of either, what differs.")
+    split_differs: bool = Field(description="Whether the held-out ids differ.")
+
+
+def diff_workloads(a: str, b: str) -> WorkloadDiff:
+    """What differs between two workloads, class by class, by transcript id."""
+    wa, wb = load_workload(a), load_workload(b)
+    names = list(wa.classes) + [c for c in wb.classes if c not in wa.classes]
+    classes = []
+    for cls in names:
+        ia = [t.id for t in wa.by_class.get(cls, ())]
+        ib = [t.id for t in wb.by_class.get(cls, ())]
+        classes.append(ClassDiff(name=cls, only_a=tuple(i for i in ia if i not in set(ib)),
+                                 only_b=tuple(i for i in ib if i not in set(ia)), same=len(set(ia) & set(ib))))
+    held_a = wa.manifest.split.held_out_ids if wa.manifest.split else ()
+    held_b = wb.manifest.split.held_out_ids if wb.manifest.split else ()
+    return WorkloadDiff(a=a, b=b, same_content=wa.manifest.content_sha256 == wb.manifest.content_sha256,
+                        classes=tuple(classes), split_differs=held_a != held_b)
+
+
+__all__ = ["PARTS", "ClassDiff", "WorkloadDiff", "WorkloadRow", "diff_workloads", "list_workloads", "workload_stats"]

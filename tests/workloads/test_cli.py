@@ -32,6 +32,11 @@ def test_import_list_show_stats_split_and_pad() -> None:
     assert [s["transcripts"] for s in stats] == [1, 1]
     assert cli("workload", "pad", "ops", "--name", "ops-1k", "--words", "1000").returncode == 0
     assert cli("workload", "pad", "ops", "--name", "x").returncode == 2  # neither --words nor --tokens
+    diff = json.loads(cli("workload", "diff", "ops", "ops-1k", "--json").stdout)
+    assert not diff["same_content"] and diff["split_differs"]
+    assert [(c["name"], c["same"], len(c["only_a"]), len(c["only_b"])) for c in diff["classes"]] == [
+        ("support-bots", 0, 2, 2), ("search", 0, 2, 2)]
+    assert "class search: 0 in both, 2 only in ops, 2 only in ops-1k" in cli("workload", "diff", "ops", "ops-1k").stdout
 
 
 def test_errors_are_one_line_naming_the_file() -> None:
