@@ -167,6 +167,7 @@ def pad_cmd(
     tokens: Annotated[Optional[int], typer.Option(
         "--tokens", help="The prompt length in the embedded engine's tokens (exact on the embedded lane).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Write over an existing workload of that name.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new manifest as JSON.")] = False,
 ) -> None:
     from gb300lane.workloads.shape import pad_workload
 
@@ -181,6 +182,9 @@ def pad_cmd(
     else:
         assert words is not None
         m = pad_workload(source, name, words, replace=replace)
+    if as_json:
+        print_json(m.model_dump(mode="json"))
+        return
     unit = f"{tokens} tokens" if tokens is not None else f"{words} words"
     _say(f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {unit}; "
          f"content sha256 {m.content_sha256[:12]}")
