@@ -11,8 +11,14 @@ source, and `host_path` maps the same way, so a recipe whose cache root is a
 mounted host directory uses that directory on either runtime.
 
 Process facts come from psutil, so the runtime works wherever psutil does.
-Liveness is decided honestly: a pid counts as ours only while its creation
-time is the one we recorded (pids get reused), and a zombie counts as exited.
+Liveness is decided honestly and survives the wall clock: a pid counts as ours
+only while its start in clock ticks since boot (`/proc/<pid>/stat` field 22,
+on the same boot) is the one recorded, since pids get reused; a wall-clock step
+(NTP, a resume, `date -s`) moves psutil's `create_time()` but never the ticks.
+A record with only a wall-clock start (written before ticks were, or on a
+system without `/proc`) is ambiguous once the clock may have moved: the
+process's command line decides, so a process still running what was started is
+never declared dead. A zombie counts as exited.
 Stopping signals the session's process group and every descendant psutil can
 see (a child that left the group is not orphaned).
 """
@@ -140,7 +146,12 @@ class ProcessRecord(FrozenModel):
         default=None, description="The pid's creation time (psutil, seconds since the epoch): guards pid reuse."
     )
     pid_start_ticks: int | None = Field(
-        default=None, description="Earlier records' start time in kernel ticks; read, no longer written or compared."
+        default=None,
+        description="The pid's start in clock ticks since boot (/proc/<pid>/stat field 22): what identifies the "
+        "process, since no wall-clock step moves it; None where the system has no /proc.",
+    )
+    pid_boot_id: str | None = Field(
+        default=None, description="The boot the ticks count from (/proc/sys/kernel/random/boot_id)."
     )
     started_at: float | None = Field(default=None, description="Unix time of the last start.")
     exit_code: int | None = Field(default=None, description="Exit status when it was observed.")
@@ -152,14 +163,67 @@ class ProcessRecord(FrozenModel):
 _SAME_START_S = 0.05
 
 
-def _live(pid: int, created: float | None = None) -> psutil.Process | None:
-    """The running process `pid` (created at `created`, when known); None when it is gone, a zombie or a later
+def start_ticks(pid: int) -> int | None:
+    """The start of `pid` in clock ticks since boot (/proc/<pid>/stat field 22); None without /proc or the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        # The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot's id (ticks count from it); None where the system does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+class Identity(FrozenModel):
+    """What says a pid is still the process a record started: ticks (exact), else the wall-clock start and argv."""
+
+    pid: int = Field(description="The pid.")
+    ticks: int | None = Field(default=None, description="Start in clock ticks since boot.")
+    boot: str | None = Field(default=None, description="The boot the ticks count from.")
+    created: float | None = Field(default=None, description="psutil's create_time() when recorded (wall clock).")
+    argv: tuple[str, ...] | None = Field(default=None, description="The command line started.")
+
+
+def identity_of(rec: ProcessRecord) -> Identity | None:
+    if rec.pid is None:
+        return None
+    return Identity(pid=rec.pid, ticks=rec.pid_start_ticks, boot=rec.pid_boot_id, created=rec.pid_created,
+                    argv=rec.argv)
+
+
+def same_process(proc: psutil.Process, ident: Identity) -> bool:
+    """True when `proc` is the process `ident` recorded: by ticks where both sides have them (a clock step
+    cannot move them), else by the wall-clock start, and where that differs (a clock step or a later process)
+    by the command line: the process is never declared dead while it runs what was started."""
+    if ident.ticks is not None:
+        now_boot = boot_id()
+        if ident.boot is not None and now_boot is not None and ident.boot != now_boot:
+            return False  # the machine rebooted since: nothing recorded before runs any more
+        ticks = start_ticks(proc.pid)
+        if ticks is not None:
+            return ticks == ident.ticks
+    if ident.created is None or abs(proc.create_time() - ident.created) <= _SAME_START_S:
+        return True
+    return ident.argv is not None and tuple(proc.cmdline()) == tuple(ident.argv)
+
+
+def _live(pid: int, ident: Identity | None = None) -> psutil.Process | None:
+    """The running process `pid` (the one `ident` recorded, when given); None when it is gone, a zombie or a later
     process given the same pid."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        if created is not None and abs(proc.create_time() - created) > _SAME_START_S:
+        if ident is not None and not same_process(proc, ident):
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
@@ -287,13 +351,15 @@ class ProcessRuntime(Runtime):
                 raise BootError(f"{name}: cannot start {rec.argv[0]!r}: {exc}; check the recipe's argv") from exc
         _CHILDREN[proc.pid] = proc
         live = _live(proc.pid)
+        ticks = start_ticks(proc.pid)
         now = time.time()
         rec = rec.model_copy(
             update={
                 "state": "running",
                 "pid": proc.pid,
                 "pid_created": live.create_time() if live else None,
-                "pid_start_ticks": None,
+                "pid_start_ticks": ticks,
+                "pid_boot_id": boot_id() if ticks is not None else None,
                 "started_at": now,
                 "exit_code": None,
                 "starts": (*rec.starts, (now, offset)),
@@ -341,18 +407,18 @@ class ProcessRuntime(Runtime):
         rec = self._refresh(self._require(name))
         if rec.state != "running" or rec.pid is None:
             return self._info(rec)
-        code = self._terminate(rec.pid, rec.pid_created, timeout_s)
+        code = self._terminate(rec.pid, identity_of(rec), timeout_s)
         rec = rec.model_copy(
             update={"state": "exited", "exit_code": code, "pid": None, "detail": "stopped by gb300lane"}
         )
         self._save(rec)
         return self._info(rec)
 
-    def _terminate(self, pid: int, created: float | None, timeout_s: float) -> int | None:
+    def _terminate(self, pid: int, ident: Identity | None, timeout_s: float) -> int | None:
         """SIGTERM the process group and every descendant, SIGKILL after the timeout; the exit status when observable."""
         import psutil
 
-        leader = _live(pid, created)
+        leader = _live(pid, ident)
         tree: list[psutil.Process] = []
         if leader is not None:
             try:
@@ -375,7 +441,7 @@ class ProcessRuntime(Runtime):
                     pass
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
-                if not self._alive(pid, created) and all(_gone(p) for p in tree):
+                if not self._alive(pid, ident) and all(_gone(p) for p in tree):
                     break
                 time.sleep(0.02)
             else:
@@ -389,11 +455,11 @@ class ProcessRuntime(Runtime):
                 return None
         return None
 
-    def _alive(self, pid: int, created: float | None) -> bool:
+    def _alive(self, pid: int, ident: Identity | None) -> bool:
         child = _CHILDREN.get(pid)
         if child is not None:
             return child.poll() is None
-        return _live(pid, created) is not None
+        return _live(pid, ident) is not None
 
     def remove(self, name: str) -> None:
         rec = self._load(name)
@@ -427,7 +493,7 @@ class ProcessRuntime(Runtime):
             if gone:
                 _CHILDREN.pop(rec.pid, None)
         else:
-            gone = _live(rec.pid, rec.pid_created) is None
+            gone = _live(rec.pid, identity_of(rec)) is None
         if not gone:
             return rec
         detail = (
@@ -447,7 +513,7 @@ class ProcessRuntime(Runtime):
         argv, env = rec.argv, rec.env
         if rec.state == "running" and rec.pid is not None:
             # The kernel's view is the evidence; the record is only the fallback.
-            proc = _live(rec.pid, rec.pid_created)
+            proc = _live(rec.pid, identity_of(rec))
             if proc is not None:
                 try:
                     with proc.oneshot():
