@@ -236,6 +236,9 @@ def up(
 def _redacted_recipe(recipe: Recipe) -> dict[str, object]:
     data = recipe.model_dump(mode="json")
     data["env"] = {k: redact(k, v) for k, v in data.get("env", {}).items()}
+    extra = (data.get("engine_args") or {}).get("extra_args")
+    if isinstance(extra, dict):
+        data["engine_args"]["extra_args"] = {k: redact(k, v) if isinstance(v, str) else v for k, v in extra.items()}
     if data.get("sidecar"):
         data["sidecar"]["env"] = {k: redact(k, v) for k, v in data["sidecar"]["env"].items()}
     return data
@@ -288,7 +291,10 @@ def _env_values(rec: instances.InstanceRecord) -> dict[str, dict[str, str]]:
         rendered = _render(recipe, dark=rec.dark, port=rec.port)
     except LaneError:
         return {}  # the runtime then names the secret it cannot restore
-    return {n: dict(s.env) for s, n in zip(rendered.containers, rec.containers, strict=False)}
+    # The args too, each under its position: a runtime that keeps a secret flag value as a digest (the process
+    # runtime) finds the value by the digest, so every arg is offered.
+    return {n: {**{f"argv[{i}]": a for i, a in enumerate(s.argv)}, **dict(s.env)}
+            for s, n in zip(rendered.containers, rec.containers, strict=False)}
 
 
 def kept_problem(instance: str, run: str) -> str | None:

@@ -41,7 +41,7 @@ from gb300lane import paths
 from gb300lane.errors import BootError, StateError, StorageError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.models import FrozenModel
-from gb300lane.redact import DIGEST_PREFIX, digest, redact
+from gb300lane.redact import DIGEST_PREFIX, digest, redact, redact_argv
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
 
 if TYPE_CHECKING:  # psutil loads when a process is looked at: `status` with no process instance never does
@@ -126,6 +126,8 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # The env this interpreter created each container with (record path -> env), in memory only: a start in the same
 # process needs no secret handed back; a later invocation gets them from the recipe (`start(secrets=...)`).
 _CREATED_ENV: dict[str, dict[str, str]] = {}
+# Likewise the argv in clear (a secret flag value, `--api-key`, is recorded as its digest).
+_CREATED_ARGV: dict[str, list[str]] = {}
 
 
 class ProcessRecord(FrozenModel):
@@ -213,7 +215,10 @@ def same_process(proc: psutil.Process, ident: Identity) -> bool:
             return ticks == ident.ticks
     if ident.created is None or abs(proc.create_time() - ident.created) <= _SAME_START_S:
         return True
-    return ident.argv is not None and tuple(proc.cmdline()) == tuple(ident.argv)
+    if ident.argv is None:
+        return False
+    cmdline = tuple(proc.cmdline())
+    return cmdline == tuple(ident.argv) or tuple(redact_argv(cmdline)) == tuple(ident.argv)
 
 
 def _live(pid: int, ident: Identity | None = None) -> psutil.Process | None:
@@ -314,7 +319,7 @@ class ProcessRuntime(Runtime):
         # value again (from the recipe) and checks it against the digest.
         rec = ProcessRecord(
             name=spec.name,
-            argv=tuple(argv),
+            argv=tuple(redact_argv(argv)),
             env={k: redact(k, v) for k, v in env.items()},
             base_env={k: redact(k, v) for k, v in base.items()},
             labels=dict(spec.labels),
@@ -325,6 +330,7 @@ class ProcessRuntime(Runtime):
         )
         self._save(rec)
         _CREATED_ENV[str(self._record_path(spec.name))] = env
+        _CREATED_ARGV[str(self._record_path(spec.name))] = list(argv)
         return self._info(rec)
 
     def start(self, name: str, *, secrets: Mapping[str, str] | None = None) -> ContainerInfo:
@@ -333,13 +339,14 @@ class ProcessRuntime(Runtime):
         if current.state == "running":
             return self._info(current)
         env = self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
+        argv = self._argv_with_secrets(rec, secrets or {})
         log_path = Path(rec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    list(rec.argv),
+                    argv,
                     env=env,
                     cwd=rec.cwd,
                     stdin=subprocess.DEVNULL,
@@ -375,6 +382,7 @@ class ProcessRuntime(Runtime):
             return None
         try:
             self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
+            self._argv_with_secrets(rec, secrets or {})
         except BootError as exc:
             return str(exc)
         return None
@@ -402,6 +410,30 @@ class ProcessRuntime(Runtime):
                 )
             env[key] = value
         return env
+
+    def _argv_with_secrets(self, rec: ProcessRecord, given: Mapping[str, str]) -> list[str]:
+        """The argv to start: each arg recorded as a keyed digest is the value given (any key) whose digest it is."""
+        created = _CREATED_ARGV.get(str(self._record_path(rec.name)))
+        if created is not None and len(created) == len(rec.argv):
+            return list(created)
+        values = {v for v in given.values() if isinstance(v, str)}
+        values |= {v.partition("=")[2] for v in values if v.startswith("--") and "=" in v}
+        pool = {digest(v): v for v in values if v and not v.startswith(DIGEST_PREFIX)}
+        out = []
+        for arg in rec.argv:
+            flag, eq, stored = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+            if not stored.startswith(DIGEST_PREFIX):
+                out.append(arg)
+                continue
+            value = pool.get(stored)
+            if value is None:
+                raise BootError(
+                    f"{rec.name}: {self._record_path(rec.name)} keeps an argument{' of ' + flag if flag else ''} only as "
+                    f"a keyed digest (secrets are never stored in clear) and the recipe no longer gives a value with "
+                    f"that digest; boot it again with `gb300lane up` to use the recipe's value"
+                )
+            out.append(f"{flag}={value}" if eq else value)
+        return out
 
     def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:
         rec = self._refresh(self._require(name))
