@@ -156,6 +156,11 @@ class ProcessRecord(FrozenModel):
         default=None, description="The boot the ticks count from (/proc/sys/kernel/random/boot_id)."
     )
     started_at: float | None = Field(default=None, description="Unix time of the last start.")
+    starting_since: float | None = Field(
+        default=None,
+        description="Set (Unix time) just before a start's process is made, cleared once its pid is recorded: a "
+        "record killed in between still finds its process (the session leader writing its log) and owns it.",
+    )
     exit_code: int | None = Field(default=None, description="Exit status when it was observed.")
     starts: tuple[tuple[float, int], ...] = Field(default=(), description="(start time, log offset) per start.")
     detail: str = Field(default="", description="Why the state is what it is.")
@@ -237,6 +242,26 @@ def _live(pid: int, ident: Identity | None = None) -> psutil.Process | None:
     except psutil.AccessDenied:
         return None  # another user's process: not one this runtime started
     return proc
+
+
+def _log_writer(log: Path) -> psutil.Process | None:
+    """The live session leader whose stdout is `log` (how a start this runtime began is found without its pid)."""
+    import psutil
+
+    target = os.path.realpath(log)
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) != proc.pid:
+                continue  # start_new_session: the engine leads its own session; its children do not
+            try:
+                out = os.readlink(f"/proc/{proc.pid}/fd/1")
+            except OSError:
+                out = next((f.path for f in proc.open_files() if f.fd == 1), "")
+            if out == target and proc.status() != psutil.STATUS_ZOMBIE:
+                return proc
+        except (OSError, psutil.Error):
+            continue
+    return None
 
 
 def _gone(proc: psutil.Process) -> bool:
@@ -343,6 +368,10 @@ class ProcessRuntime(Runtime):
         log_path = Path(rec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
+        before = rec
+        # Recorded before the process exists: a kill at any instant after leaves a record that finds it.
+        began = time.time()
+        rec = self._save(rec.model_copy(update={"starting_since": began, "starts": (*rec.starts, (began, offset))}))
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(
@@ -355,26 +384,42 @@ class ProcessRuntime(Runtime):
                     start_new_session=True,
                 )
             except OSError as exc:
+                self._save(before)
                 raise BootError(f"{name}: cannot start {rec.argv[0]!r}: {exc}; check the recipe's argv") from exc
         _CHILDREN[proc.pid] = proc
         live = _live(proc.pid)
-        ticks = start_ticks(proc.pid)
-        now = time.time()
-        rec = rec.model_copy(
+        rec = self._save(self._running(rec, proc.pid, live, began))
+        return self._info(rec)
+
+    @staticmethod
+    def _running(rec: ProcessRecord, pid: int, live: psutil.Process | None, began: float) -> ProcessRecord:
+        ticks = start_ticks(pid)
+        return rec.model_copy(
             update={
                 "state": "running",
-                "pid": proc.pid,
+                "pid": pid,
                 "pid_created": live.create_time() if live else None,
                 "pid_start_ticks": ticks,
                 "pid_boot_id": boot_id() if ticks is not None else None,
-                "started_at": now,
+                "started_at": began,
+                "starting_since": None,
                 "exit_code": None,
-                "starts": (*rec.starts, (now, offset)),
                 "detail": "",
             }
         )
-        self._save(rec)
-        return self._info(rec)
+
+    def _adopt(self, rec: ProcessRecord) -> ProcessRecord:
+        """A record whose start was begun but whose pid was never recorded (the starter was killed in between):
+        the process found (the session leader whose stdout is this record's log) becomes the record's."""
+        if rec.state == "running" or rec.starting_since is None:
+            return rec
+        proc = _log_writer(Path(rec.log_path))
+        if proc is None:
+            return rec
+        try:
+            return self._save(self._running(rec, proc.pid, proc, rec.starting_since))
+        except StorageError:
+            return self._running(rec, proc.pid, proc, rec.starting_since)
 
     def start_problem(self, name: str, *, secrets: Mapping[str, str] | None = None) -> str | None:
         rec = self._load(name)
@@ -515,6 +560,7 @@ class ProcessRuntime(Runtime):
 
     def _refresh(self, rec: ProcessRecord) -> ProcessRecord:
         """Reconcile a `running` record with the kernel; save the change if it died."""
+        rec = self._adopt(rec)
         if rec.state != "running" or rec.pid is None:
             return rec
         child = _CHILDREN.get(rec.pid)
