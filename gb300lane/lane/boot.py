@@ -88,6 +88,21 @@ class BootPlan:
     build_check: checks.CheckResult | None = None
     baseline: Baseline | None = None
 
+    def steps(self) -> list[str]:
+        """What `boot` will do, in order, one line each (`up --dry-run` prints them and does nothing)."""
+        kept = instances.load(self.instance)
+        out = [f"preconditions checked: {self.recipe.name} as {self.instance} on the {self.runtime.name} runtime"
+               f"{' (dark: loopback only)' if self.dark else ''}, {self.gpu_check.summary}"]
+        if kept is not None:
+            out.append(f"remove the kept {self.instance} ({', '.join(kept.containers)}, {kept.phase})")
+        out.append(f"record instance {self.instance} (phase booting) before any container exists")
+        for spec in self.rendered.containers:
+            out.append(f"create and start {spec.name} ({spec.role}, port {spec.port}): {' '.join(spec.argv[:3])} ...")
+        out.append(f"wait until {self.rendered.endpoint} answers (readiness), then run the boot checks"
+                   + (f" on {', '.join(self.check_keys)}" if self.check_keys else ""))
+        out.append("write the boot report; a failed check stops and keeps the containers for `gb300lane logs`")
+        return out
+
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
     """The name `up` gives the instance it boots: the lane, the recipe and the arm, no prefix said twice.
