@@ -246,22 +246,35 @@ def _live(pid: int, ident: Identity | None = None) -> psutil.Process | None:
 
 def _log_writer(log: Path) -> psutil.Process | None:
     """The live session leader whose stdout is `log` (how a start this runtime began is found without its pid)."""
+    leaders = [p for p in _log_writers(log) if _leads_session(p.pid)]
+    return leaders[0] if leaders else None
+
+
+def _leads_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid  # start_new_session: the engine leads its own session; its children do not
+    except OSError:
+        return False
+
+
+def _log_writers(log: Path) -> list[psutil.Process]:
+    """Every live process whose stdout is `log`: the container's process and whatever it started that kept its
+    stdout, even one that left its session and whose parent exited (no longer a descendant)."""
     import psutil
 
     target = os.path.realpath(log)
+    found = []
     for proc in psutil.process_iter():
         try:
-            if os.getsid(proc.pid) != proc.pid:
-                continue  # start_new_session: the engine leads its own session; its children do not
             try:
-                out = os.readlink(f"/proc/{proc.pid}/fd/1")
+                stdout = os.readlink(f"/proc/{proc.pid}/fd/1")
             except OSError:
-                out = next((f.path for f in proc.open_files() if f.fd == 1), "")
-            if out == target and proc.status() != psutil.STATUS_ZOMBIE:
-                return proc
+                stdout = next((f.path for f in proc.open_files() if f.fd == 1), "")
+            if stdout == target and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except (OSError, psutil.Error):
             continue
-    return None
+    return found
 
 
 def _gone(proc: psutil.Process) -> bool:
@@ -484,14 +497,14 @@ class ProcessRuntime(Runtime):
         rec = self._refresh(self._require(name))
         if rec.state != "running" or rec.pid is None:
             return self._info(rec)
-        code = self._terminate(rec.pid, identity_of(rec), timeout_s)
+        code = self._terminate(rec.pid, identity_of(rec), timeout_s, log=Path(rec.log_path))
         rec = rec.model_copy(
             update={"state": "exited", "exit_code": code, "pid": None, "detail": "stopped by gb300lane"}
         )
         self._save(rec)
         return self._info(rec)
 
-    def _terminate(self, pid: int, ident: Identity | None, timeout_s: float) -> int | None:
+    def _terminate(self, pid: int, ident: Identity | None, timeout_s: float, *, log: Path | None = None) -> int | None:
         """SIGTERM the process group and every descendant, SIGKILL after the timeout; the exit status when observable."""
         import psutil
 
@@ -502,6 +515,10 @@ class ProcessRuntime(Runtime):
                 tree = leader.children(recursive=True)
             except psutil.Error:
                 tree = []
+        if leader is not None and log is not None:
+            # What left the tree and the group (a setsid child whose parent exited) still writes the log.
+            seen = {pid, *(p.pid for p in tree)}
+            tree.extend(p for p in _log_writers(log) if p.pid not in seen)
         # A group outlives its leader, and its id is not given to a new process while it does: signal it unless
         # the pid now names a later process.
         group = leader is not None or not psutil.pid_exists(pid)
@@ -543,6 +560,17 @@ class ProcessRuntime(Runtime):
         if rec is None:
             return
         self.stop(name)
+        import psutil
+
+        # A process the container started that outlived it (its own session, its parent gone) and still writes the
+        # log is the container's too: it ends before the record that finds it goes.
+        stray = _log_writers(Path(rec.log_path))
+        for proc in stray:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(stray, timeout=5)
         self._record_path(name).unlink(missing_ok=True)
         Path(rec.log_path).unlink(missing_ok=True)
 

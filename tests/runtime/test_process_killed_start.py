@@ -70,3 +70,41 @@ def test_a_kill_between_start_and_record_leaves_an_engine_the_runtime_still_owns
     finally:
         for proc in _writers_of(log):
             proc.kill()
+
+
+ORPHAN = (
+    "import subprocess, sys, time\n"
+    "code = 'import subprocess, sys; p = subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(120)\"], "
+    "start_new_session=True); print(\"orphan\", p.pid, flush=True)'\n"
+    "subprocess.run([sys.executable, '-c', code])\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_down_ends_a_setsid_child_that_left_the_tree() -> None:
+    """A child in a session of its own whose parent exited (adopted by init: no longer a descendant) still writes
+    the container's log: stop finds it by that and ends it with the rest."""
+    from types import SimpleNamespace
+
+    rt = ProcessRuntime()
+    rt.create(SimpleNamespace(
+        role="main", name="t-o-main", image="", argv=("python3", "-c", ORPHAN), env={}, network_mode="host",
+        device_ids=(), ipc_mode=None, shm_size=None, ulimits={}, volumes=(),
+        labels={"gb300lane.lane": "t", "gb300lane.instance": "t-o", "gb300lane.role": "main"}, port=1,
+    ))  # fmt: skip
+    rt.start("t-o-main")
+    deadline = time.monotonic() + 20
+    while "orphan " not in rt.logs("t-o-main") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    orphan = psutil.Process(int(rt.logs("t-o-main").split("orphan ")[1].split()[0]))
+    try:
+        main = rt.inspect("t-o-main").pid
+        assert orphan.ppid() != main and os.getpgid(orphan.pid) != main, (orphan.ppid(), main)  # out of the tree and group
+        rt.remove("t-o-main")
+        try:
+            orphan.wait(timeout=10)
+        except psutil.TimeoutExpired:
+            raise AssertionError("a setsid child outlived down") from None
+    finally:
+        if orphan.is_running():
+            orphan.kill()
