@@ -58,6 +58,10 @@ def _print_verdict(v: Verdict) -> None:
         console.print(f"  {what} verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
         console.print(f"  changed {c.gate}.{c.key}: {c.old} -> {c.new}", highlight=False)
+    for w in v.workloads:
+        part = {"held_out": "its held-out part", "dev": "its dev part", "all": "every transcript (no split)"}[w.part]
+        console.print(f"  window {w.window} ran workload {w.workload}, {part} (sha256 {w.content_sha256[:12]})",
+                      highlight=False, markup=False, soft_wrap=True)
     for r in v.results:
         tag = r.status if r.decides else f"{r.status}, diagnostic"
         console.print(f"  [{tag}] {r.id}: {r.observed}", highlight=False, markup=False, soft_wrap=True)
