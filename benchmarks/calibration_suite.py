@@ -215,7 +215,7 @@ def check_tail(reps: int, seed: int) -> list[Cell]:
 def check_cuped(reps: int, seed: int) -> list[Cell]:
     rows = []
     theta = 1.3
-    for n in (8, 16):
+    for n in (8, 16, 64):
         fixed = np.random.default_rng([seed, 4, n])
         level = 0.3 * fixed.standard_normal(n)  # the card's transcripts: a fixed, named set
         beta = -(theta - 1.0) * level.mean()  # the null over them: mean log ratio 0
@@ -284,8 +284,12 @@ def _gate_test(t, n: int, requests: int, alpha: float) -> GateTest:  # type: ign
 
 
 def check_more(reps: int, seed: int) -> list[Cell]:
-    card, _ = load_card("cpu-br2")
-    gate = next(g for g in card.gates if g.id == "tokens-per-step-c1").model_copy(update={"boot_sd": 0.0, "mde": 0.04})
+    card, _ = load_card("cpu-br2")  # its gates without a boot sd: the simulation's arms boot alike
+    card = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.0, "boot_df": None})
+                                                  if hasattr(g, "boot_sd") else g for g in card.gates)})
+    gate = next(g for g in card.gates if g.id == "tokens-per-step-c1")
+    agree = next(g for g in card.gates if isinstance(g, ControlsEquivalence))
+    takes_controls = "controls" in inspect.signature(more_mod.more_needed).parameters
     rows = []
     for n, gain_sd in ((8, 0.0), (16, 0.0), (40, 0.0), (16, 0.03)):
         rng = np.random.default_rng([seed, 6, n, int(gain_sd * 100)])
@@ -294,24 +298,30 @@ def check_more(reps: int, seed: int) -> list[Cell]:
             level = np.exp(0.2 * rng.standard_normal(n))
             gain = 1.0 + gate.mde + gain_sd * rng.standard_normal(n)  # B's gain per transcript, fixed for the card
 
-            def run(rounds: int) -> tuple[np.ndarray, np.ndarray]:
+            def run(rounds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 sd = 0.15 / math.sqrt(rounds)
                 a, a2 = (level * np.exp(sd * rng.standard_normal(n)) for _ in range(2))
-                return level * gain * np.exp(sd * rng.standard_normal(n)), (a + a2) / 2.0
+                return level * gain * np.exp(sd * rng.standard_normal(n)), a, a2
 
-            b, c = run(1)
-            t = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=gate.alpha)
+            b, a, a2 = run(1)
+            t = ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0, level_one_sided=gate.alpha)
             if t.decision != "INCONCLUSIVE":
                 continue
             res = GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="", bar="", noise_floor="",
                              tests=(_gate_test(t, n, n, gate.alpha),), decides=True)
-            m = more_mod.more_needed(card, gate, res)
+            e = ratio_test(a, a2, test="equivalence", margin=agree.margin, level_one_sided=agree.alpha)
+            ctrl = GateResult(id=agree.id, kind=agree.kind, status="INCONCLUSIVE", observed="", bar="", noise_floor="",
+                              tests=(_gate_test(e, n, n, agree.alpha).model_copy(
+                                  update={"test": "equivalence", "margin": agree.margin}),), decides=True)
+            m = (more_mod.more_needed(card, gate, res, controls=ctrl) if takes_controls  # type: ignore[call-arg]
+                 else more_mod.more_needed(card, gate, res))
             if m is None or m.requests_per_arm is None:
                 continue
             done += 1
             rounds = max(1, math.ceil(m.requests_per_arm / n))
-            b, c = run(rounds)
-            misses += ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=gate.alpha).decision != "PASS"
+            b, a, a2 = run(rounds)
+            misses += ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0,
+                                 level_one_sided=gate.alpha).decision != "PASS"
         what = ("1 - power at the mde +4% of the size more_needed names after an INCONCLUSIVE pilot"
                 + (f", B's gain sd {gain_sd:.0%} per transcript" if gain_sd else ""))
         rows.append(cell("6 more", f"pilot {n} transcripts" + (f", gain sd {gain_sd:.0%}" if gain_sd else ""),
