@@ -1,21 +1,32 @@
 """The latency-tail gate: a quantile of TTFT or ITL, B against the controls, resampled by transcript.
 
-The estimate is r = Q(B) / Q(C): Q the gate's quantile (the inverted-CDF
-quantile, a value that was observed) of every value of the arm's covered
-cells (TTFT: one per request; ITL: every gap between a request's successive
-chunks, vLLM's definition), C the controls' values pooled.
+The estimate is log r = log Q(B) - mean_k log Q(C_k): Q the gate's quantile
+(the inverted-CDF quantile, a value that was observed) of every value of the
+arm's covered cells (TTFT: one per request; ITL: every gap between a
+request's successive chunks, vLLM's definition), B against each control over
+its own values. Like against like: arms that ran the same requests have equal
+counts, so the inverted-CDF quantile's small-sample bias (a p99 of fewer
+values sits lower) is the same on both sides; the controls pooled into 2N
+values, as the gate once compared them, biased it toward "no worse".
 
 Values are not independent: a transcript's requests share a prompt (and,
 within an arm and round, their seeds), and one request's gaps share its
 batch. The unit is therefore the transcript (class/id, as the tested gates
 pair them): the bootstrap draws transcripts with replacement, the same draw
-for every arm, and recomputes r from every value of the drawn transcripts in
-every cell, round and stage; the spread of log r over the draws is the
-requests' share of the noise. A boot shifts a whole arm, which no draw of
-transcripts sees: the registered `boot_sd` adds `(1 + 1/controls) boot_sd^2`
-to the variance of log r, as it does for the tested gates. The interval is
+for every arm, and recomputes log r from every value of the drawn
+transcripts in every cell, round and stage; the spread of log r over the
+draws is the requests' share of the noise. With few transcripts that spread
+is itself uncertain, so the interval takes t on transcripts - 1 df, and a
+tail over fewer than MIN_TRANSCRIPTS (16) transcripts is not decided (with 4
+transcripts of clustered ITL even the t ran above alpha). A boot shifts a
+whole arm, which no draw of transcripts sees: the registered `boot_sd` adds
+`(1 + 1/controls) boot_sd^2 / s` to the variance of log r at look s (each arm
+has booted s times), as it does for the tested gates. The interval is
 
-    log r +- z(1 - alpha) sqrt(se_draws^2 + (1 + 1/controls) boot_sd^2)
+    log r +- t(1 - alpha_s, transcripts - 1) sqrt(se_draws^2 + (1 + 1/controls) boot_sd^2 / s)
+
+with alpha_s the one-sided level the design's spending allows at look s
+(the gate's alpha on a fixed design).
 
 Lower is better: PASS when the upper bound is below log(1 + margin) (B shown
 no worse than the margin), FAIL when the lower bound is above it (shown
