@@ -90,10 +90,13 @@ def register_cmd(
                                             "question (another workload, another lane, a changed design): its alpha "
                                             "starts afresh, and the reason is recorded and printed on every later "
                                             "verdict and on promote."),
+    boot_sd_override: str | None = typer.Option(None, "--boot-sd-override", metavar="REASON", help="Register "
+                                                 "a deciding gate's boot sd that the lane's noise ledger rules out "
+                                                 "(refused without it); the reason is recorded in the registration."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
-    from gb300lane.instrument.plan import registration_plan, registration_warnings
+    from gb300lane.instrument.plan import check_boot_sds, registration_plan, registration_warnings
     from gb300lane.cards.record.receipts import receipts_state
     from gb300lane.cards.cardfile import read_card_text
 
@@ -103,8 +106,10 @@ def register_cmd(
 
     loaded, path = load_card(card)
     upcoming = next_run(loaded, new_question=new_question)  # refused, if it will be, before anything is planned
+    check_boot_sds(loaded, boot_sd_override)
     plan = registration_plan(loaded, share=1.0 if isinstance(upcoming, str) else upcoming.share)
-    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
+    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question,
+                   boot_sd_override=boot_sd_override)
     reg = rec.registration()
     left_out = planning_receipts().note()
     warnings = registration_warnings(loaded, reg.plan) + ([left_out] if left_out and not rec.reused else [])
