@@ -5,7 +5,7 @@ No engine: each replicate draws n paired units (transcripts x rounds). Transcrip
 probability p_u is Beta-distributed around the base rate (concentration 2: many transcripts nearly always or
 nearly never pass, as a served model's do). A, A2 and B each draw their outcome independently (per-arm seeds);
 B's probability is p_u (1 - drop / base), so B's pass rate is `drop` below the controls' (A/A: drop 0). Each
-replicate is decided by the gate's own code (`cards.decide.quality`: McNemar's exact test per control, the
+replicate is decided by the gate's own code (`cards.decide.quality_gate`: McNemar's exact test per control, the
 floor, the drop's upper bound), at one-sided alpha 2.5% and margin 10 points, as the shipped cards register it.
 
     FAIL rate at drop 0      the false-FAIL rate (nominal: at most alpha)
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gb300lane.cards.decide.quality import decide, mcnemar_counts
+from gb300lane.cards.decide.quality_gate import decide, mcnemar_counts
 from gb300lane.cards.decide.results import McNemarTest
 from gb300lane.cards.decide.stats import proportion
 

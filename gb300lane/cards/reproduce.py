@@ -27,7 +27,7 @@ from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
 from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.cards.schema import Card
 from gb300lane.cards.record.verdicts import score
-from gb300lane.cards.present.provenance import arm_lines, run_differences
+from gb300lane.cards.present.what_differs import arm_lines, run_differences
 from gb300lane.cards.present.writeup import original_arms, reproduce_writeup, verdict_lines
 from gb300lane.errors import CardError
 from gb300lane.recipes import load_recipe

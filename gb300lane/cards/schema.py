@@ -237,7 +237,7 @@ class LatencyTailGate(_WindowGate):
 
 
 class TaskQualityGate(_WindowGate):
-    """B's task quality against the controls': McNemar's exact test on the paired outcomes (cards.decide.quality)."""
+    """B's task quality against the controls': McNemar's exact test on the paired outcomes (cards.decide.quality_gate)."""
 
     kind: Literal["task_quality"] = Field(
         description="Outputs checked without a model (a tool call valid against its tool's schema, data that "

@@ -53,7 +53,7 @@ def verify_cmd(
 
 def _provenance_lines(card: str) -> dict[str, list[str]]:
     """What the card's arms ran and what differs: between the arms, and between the receipts and this host now."""
-    from gb300lane.cards.present.provenance import verify_lines
+    from gb300lane.cards.present.what_differs import verify_lines
 
     return {"lines": verify_lines(card)}
 

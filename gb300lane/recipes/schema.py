@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field, StrictInt, field_validator, model_va
 
 from gb300lane.models import FrozenModel
 from gb300lane.names import RuntimeName, env_key_problem, image_ref_problem, name_problem
-from gb300lane.workloads.model import BUILTIN, BUILTIN_CLASSES, MIXED
+from gb300lane.workloads.content import BUILTIN, BUILTIN_CLASSES, MIXED
 
 #: Most drafts per verify step a recipe may ask for. vLLM sizes its draft buffers and CUDA-graph
 #: capture list by 1 + k, and the lane's checkpoints are trained on blocks of 5; the embedded

@@ -11,8 +11,8 @@ windows name, so an edited workload refuses to run or score.
 
 from __future__ import annotations
 
-from gb300lane.workloads.model import BUILTIN, BUILTIN_CLASSES, MIXED, Manifest, Split, Transcript
-from gb300lane.workloads.store import Workload, find_workload, load_workload, select, split_workload, workload_names
+from gb300lane.workloads.content import BUILTIN, BUILTIN_CLASSES, MIXED, Manifest, Split, Transcript
+from gb300lane.workloads.folders import Workload, find_workload, load_workload, select, split_workload, workload_names
 
 __all__ = [
     "BUILTIN",

@@ -27,9 +27,9 @@ from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
 from gb300lane.paths import workloads_home
 from gb300lane.redact import secret_name, secret_shape
-from gb300lane.workloads.formats import FORMATS, Parsed, parse
-from gb300lane.workloads.model import MANIFEST, Manifest, Source, Transcript
-from gb300lane.workloads.store import class_problem, write_workload
+from gb300lane.workloads.parsers import FORMATS, Parsed, parse
+from gb300lane.workloads.content import MANIFEST, Manifest, Source, Transcript
+from gb300lane.workloads.folders import class_problem, write_workload
 
 #: The class of every record when no --class-field is given.
 ONE_CLASS = "traffic"

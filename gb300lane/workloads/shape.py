@@ -22,9 +22,9 @@ from gb300lane.canonical import dumps_json, sha256_bytes
 from gb300lane.errors import WorkloadError
 from gb300lane.names import name_problem
 from gb300lane.paths import workloads_home
-from gb300lane.workloads.formats import block_words
-from gb300lane.workloads.model import MANIFEST, Manifest, Source, Transcript
-from gb300lane.workloads.store import load_workload, write_workload
+from gb300lane.workloads.parsers import block_words
+from gb300lane.workloads.content import MANIFEST, Manifest, Source, Transcript
+from gb300lane.workloads.folders import load_workload, write_workload
 
 #: What the context block is introduced with, so the request still reads as the original ask.
 CONTEXT_HEAD = "Context:"

@@ -7,7 +7,7 @@ from pydantic import Field
 from gb300lane.errors import WorkloadError
 from gb300lane.models import FrozenModel
 from gb300lane.workloads.importing import ClassStats, class_stats
-from gb300lane.workloads.store import load_workload, workload_names
+from gb300lane.workloads.folders import load_workload, workload_names
 
 #: The parts `workload stats --part` takes.
 PARTS = ("all", "dev", "held-out")

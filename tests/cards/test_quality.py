@@ -9,7 +9,7 @@ from scipy.stats import binomtest
 from gb300lane.cards.decide.data import ArmData, CellData, WindowData
 from gb300lane.cards.decide.evidence import Look
 from gb300lane.cards.decide.gates import evaluate
-from gb300lane.cards.decide.quality import drop_upper, eval_quality, mcnemar
+from gb300lane.cards.decide.quality_gate import drop_upper, eval_quality, mcnemar
 from gb300lane.cards.schema import Card, TaskQualityGate, parse_card
 from gb300lane.errors import CardError
 

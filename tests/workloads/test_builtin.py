@@ -8,7 +8,7 @@ from gb300lane.bench.transcripts import CLASSES, load_transcripts
 from gb300lane.canonical import sha256_bytes
 from gb300lane.recipes.schema import WindowSpec
 from gb300lane.workloads import BUILTIN, load_workload
-from gb300lane.workloads.store import content_hash, transcript_line
+from gb300lane.workloads.folders import content_hash, transcript_line
 
 #: The sha256 of each shipped class file, as they were under gb300lane/bench/transcripts/ before workloads.
 SHIPPED = {

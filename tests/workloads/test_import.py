@@ -9,7 +9,7 @@ import pytest
 
 from gb300lane.errors import BenchError, WorkloadError
 from gb300lane.workloads import load_workload, split_workload
-from gb300lane.workloads.formats import TRACE_BLOCK
+from gb300lane.workloads.parsers import TRACE_BLOCK
 from gb300lane.workloads.importing import import_workload, render_import
 
 DATA = Path(__file__).parent / "data"

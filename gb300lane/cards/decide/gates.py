@@ -3,7 +3,7 @@
 Tested gates (tokens/step, decode tok/s, the controls' equivalence) are
 decided by pre-registered paired tests in `cards.decide.evidence`; the
 latency tail by `cards.decide.tails`, task quality by McNemar's exact test
-in `cards.decide.quality`. Boot checks and
+in `cards.decide.quality_gate`. Boot checks and
 parity compare facts across arms. The write-up's point-ratio gates
 (`tokens_per_step_ratio`, `decode_ratio`, `controls_agree`) are kept so its
 own cards score as they did: they report the controls' spread (A vs A2), the
@@ -19,7 +19,7 @@ from typing import assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
-from gb300lane.cards.decide.quality import eval_quality
+from gb300lane.cards.decide.quality_gate import eval_quality
 from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.schema import (

@@ -24,7 +24,7 @@ from gb300lane.fsio import atomic_write
 from gb300lane.models import format_validation_error
 from gb300lane.names import name_problem
 from gb300lane.paths import shipped, workload_dirs
-from gb300lane.workloads.model import BUILTIN, MANIFEST, MIXED, ClassFile, Manifest, Split, Transcript
+from gb300lane.workloads.content import BUILTIN, MANIFEST, MIXED, ClassFile, Manifest, Split, Transcript
 
 
 def content_hash(classes: tuple[ClassFile, ...], split: Split | None) -> str:
