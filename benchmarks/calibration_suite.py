@@ -45,13 +45,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gb300lane.cards.cardfile import load_card  # noqa: E402
 from gb300lane.cards.decide import more as more_mod  # noqa: E402
+from gb300lane.cards.decide import tails  # noqa: E402
 from gb300lane.cards.decide.cuped import cuped_test  # noqa: E402
 from gb300lane.cards.decide.data import ArmData, CellData, WindowData  # noqa: E402
 from gb300lane.cards.decide.evidence import Look  # noqa: E402
 from gb300lane.cards.decide.question import EarlierRun, plan_run  # noqa: E402
 from gb300lane.cards.decide.results import GateResult, GateTest  # noqa: E402
 from gb300lane.cards.decide.stats import BootVariance, proportion, ratio_test  # noqa: E402
-from gb300lane.cards.decide import tails  # noqa: E402
 from gb300lane.cards.decide.tails import eval_tail  # noqa: E402
 from gb300lane.cards.record import noise  # noqa: E402
 from gb300lane.cards.schema import ControlsEquivalence, LatencyTailGate  # noqa: E402
