@@ -14,7 +14,7 @@ with, each cell at least 2,000 replicates, with its rate, 95% Clopper-Pearson in
             decisions use 500 bootstrap draws (`--tail-draws`; the tool's 2,000 cost four times as long),
             which leaves the se's own Monte Carlo error at about 3% of it (1.6% at 2,000).
 4. cuped    `cuped.cuped_test` when B's gain moves with the level (theta 1.3) at 8 and 16 transcripts, at the
-            2.5% a fixed card spends and the 0.25% a late look spends, and at 64 (where it adjusts); the transcripts
+            2.5% a fixed card spends and the 0.25% a late look spends, and at 64 and 128; the transcripts
             are a fixed set (eight such sets) and the null holds over them (the test's own claim). False PASS.
 5. ledger   `record.noise.pool` (and its replay grouping): how often the one-sided 95% upper bound of the boot
             variance falls below the truth, with one small card beside nine large, and with ten cards whose
@@ -45,13 +45,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from gb300lane.cards.cardfile import load_card  # noqa: E402
 from gb300lane.cards.decide import more as more_mod  # noqa: E402
+from gb300lane.cards.decide import tails  # noqa: E402
 from gb300lane.cards.decide.cuped import cuped_test  # noqa: E402
 from gb300lane.cards.decide.data import ArmData, CellData, WindowData  # noqa: E402
 from gb300lane.cards.decide.evidence import Look  # noqa: E402
 from gb300lane.cards.decide.question import EarlierRun, plan_run  # noqa: E402
 from gb300lane.cards.decide.results import GateResult, GateTest  # noqa: E402
 from gb300lane.cards.decide.stats import BootVariance, proportion, ratio_test  # noqa: E402
-from gb300lane.cards.decide import tails  # noqa: E402
 from gb300lane.cards.decide.tails import eval_tail  # noqa: E402
 from gb300lane.cards.record import noise  # noqa: E402
 from gb300lane.cards.schema import ControlsEquivalence, LatencyTailGate  # noqa: E402
@@ -218,7 +218,7 @@ def check_tail(reps: int, seed: int) -> list[Cell]:
 def check_cuped(reps: int, seed: int) -> list[Cell]:
     rows = []
     theta, sets = 1.3, 8
-    for n in (8, 16, 64):
+    for n in (8, 16, 64, 128):
         for alpha, r in ((0.025, reps), (0.0025, max(reps, 20000))):
             passes = 0
             for k in range(sets):  # the card's transcripts: a fixed, named set; eight such sets, r / 8 replicates each

@@ -65,10 +65,11 @@ or when SSR <= 0, the test stays unadjusted (theta = 1, n - 1 df) and says
 so. Nor is n - 2 enough at small n: with B's gain moving with the level
 (theta 1.3, request sd a third of the level's) the adjusted test falsely
 passed 3.26% at 2.5% and 0.82% at 0.25% over 8 and 16 transcripts, and
-still 3.0% and 0.49% over 40 (12,000 replicates); from 64 transcripts it
-holds both levels (2.72% [2.24%, 3.28%], 0.30% [0.21%, 0.42%]). Below
-MIN_UNITS (64) transcripts the test therefore stays unadjusted, whose
-spread keeps B's varying gain and holds its level. With theta forced (`theta=`)
+over 64 still 0.35% [0.27%, 0.44%] at 0.25% (20,000 replicates over eight
+transcript sets); over 128 it holds both levels (2.65% [2.31%, 3.03%] of
+8,000, 0.24% [0.18%, 0.32%] of 20,000). Below MIN_UNITS (128) transcripts
+the test therefore stays unadjusted, whose spread keeps B's varying gain and
+holds its level. With theta forced (`theta=`)
 nothing is estimated: SSR is the spread of d - phi (x - xbar) on n - 1 df;
 theta = 1 is the unadjusted paired t on log ratios.
 
@@ -108,7 +109,7 @@ MIN_RELIABILITY = 0.5
 
 #: The fewest transcripts the level is used as a covariate over (module docstring): below it the n - 2 df leave
 #: the correction's own uncertainty out and the test runs above its level (benchmarks/calibration_suite.py).
-MIN_UNITS = 64
+MIN_UNITS = 128
 
 
 @dataclass(frozen=True)

@@ -107,12 +107,16 @@ def _se(t: GateTest) -> float | None:
 def _expected_power(gap: float, units_var: float, boot_var: float, df: int, tcrit: float) -> float:
     """The one-sided t test's power at effect `gap`, averaged over the sampling law of the units' variance: the
     observed `units_var` on `df` degrees of freedom puts the true one at units_var df / chi2(df)."""
-    from scipy.stats import chi2, nct
+    from scipy.special import ndtr
+    from scipy.stats import chi2
 
     probs = (np.arange(POWER_GRID) + 0.5) / POWER_GRID
     scale = df / chi2.ppf(probs, df)
     se = np.sqrt(units_var * scale + boot_var)
-    return float(np.mean(nct.sf(tcrit, df, gap / se)))
+    # the noncentral t's tail in its normal approximation (Johnson and Welch): P(t' > c) ~ Phi((ncp - c) /
+    # sqrt(1 + c^2 / 2df)), a point or two of power below scipy's nct at 7 df near 90% (so on the safe side)
+    # and a hundred times faster
+    return float(np.mean(ndtr((gap / se - tcrit) / math.sqrt(1.0 + tcrit * tcrit / (2.0 * df)))))
 
 
 def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER,
@@ -171,7 +175,7 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
     lo, hi = 1e-3, 1e6
     if power(lo, boots) >= target:
         hi = lo
-    while hi / lo > 1.001:
+    while hi / lo > 1.002:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if power(mid, boots) >= target else (mid, hi)
     requests = max(1, math.ceil(t.requests_per_arm * hi))
