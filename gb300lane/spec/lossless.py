@@ -85,6 +85,9 @@ class ScoredTranscript:
     top_logprobs: npt.NDArray[np.float64]
     positions: npt.NDArray[np.int64] | None = None
     label: str = ""
+    #: Rows sampled with a token banned (EOS under min_tokens), that token already taken out of `top_logprobs`:
+    #: the tail's mass is then not known, so these rows count only inside the top-k (None: no row).
+    conditional: npt.NDArray[np.bool_] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.sampled_rank)
@@ -144,6 +147,8 @@ class LosslessResult(FrozenModel):
     referee: str = Field(default="", description="What scored the tokens (URL or kind).")
     referee_tokens: int = Field(default=0, description="Tokens the referee prefilled (prompts and outputs).")
     referee_s: float = Field(default=0.0, description="Wall time the referee took, seconds.")
+    excluded: dict[str, int] = Field(default_factory=dict,
+                                     description="Requests the referee did not score, per reason (none: empty).")
 
 
 @dataclass
@@ -199,8 +204,10 @@ def _form(
         p = np.exp(top)
         tail = np.clip(1.0 - p.sum(axis=1), 0.0, None)
         probs = np.concatenate([p, tail[:, None]], axis=1)
+        cond = np.zeros(n, dtype=bool) if tr.conditional is None else np.asarray(tr.conditional, dtype=bool)
+        probs[cond, k] = 0.0  # a banned token's mass is not known: these rows count inside the top-k only
         probs /= probs.sum(axis=1, keepdims=True)
-        keep = np.ones(n, dtype=bool)
+        keep = ~(cond & ~in_top)
         set_size = np.full(n, k)
         tail_n, undetermined, outside = int((~in_top).sum()), 0, 0
     else:
