@@ -16,6 +16,7 @@ from typing import Any
 
 from gb300lane.engine.api_errors import ApiError as ApiError  # the server catches it from here
 from gb300lane.engine.core import Sequence
+from gb300lane.engine.logprobs import MAX_LOGPROBS
 from gb300lane.engine.sampling import SamplingParams
 from gb300lane.engine.tools import (
     AutoToolStream,
@@ -46,6 +47,12 @@ class GenerateRequest:
     tools: ToolRequest = field(default_factory=lambda: ToolRequest("none"))
     #: What response_format / structured_outputs hold decoding to, if anything.
     constraint: Constraint | None = None
+    #: Top logprobs per output token (completions' `logprobs`, chat's `top_logprobs`); None: no logprobs.
+    logprobs: int | None = None
+    #: Top logprobs per prompt token (`prompt_logprobs`, or `logprobs` under echo); None: none.
+    prompt_logprobs: int | None = None
+    #: A completion's `echo`: the prompt goes before the answer (and its tokens before the answer's logprobs).
+    echo: bool = False
 
     @property
     def decoding_constraint(self) -> Constraint | None:
@@ -97,7 +104,62 @@ def _messages_text(messages: Any) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def parse_request(body: object, *, chat: bool, served_model_name: str) -> GenerateRequest:
+def _logprob_count(body: dict[str, Any], key: str, what: str, max_logprobs: int, vocab_size: int | None) -> int | None:
+    """A logprob count as vLLM takes it: an integer >= 0, or -1 for the whole vocabulary, at most max_logprobs."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(f"{key} must be an integer; got {value!r}", param=key)
+    if value < -1:
+        raise ApiError(f"`{key}` must be a positive value or -1.", param=key)
+    asked = (vocab_size if vocab_size is not None else value) if value == -1 else value
+    if asked > max_logprobs:
+        raise ApiError(f"Requested {what} logprobs of {asked}, which is greater than max allowed: {max_logprobs}",
+                       param=key)
+    return asked
+
+
+def _logprob_params(
+    body: dict[str, Any], *, chat: bool, max_logprobs: int, vocab_size: int | None,
+) -> tuple[int | None, int | None, bool]:
+    """(logprobs per output token, per prompt token, echo) with vLLM's checks and messages."""
+    stream = body.get("stream") is True
+    if chat:
+        wanted = body.get("logprobs", False)
+        if wanted is not None and not isinstance(wanted, bool):
+            raise ApiError(f"logprobs must be a boolean for chat; got {wanted!r} (send top_logprobs for a count)",
+                           param="logprobs")
+        top = _logprob_count(body, "top_logprobs", "sample", max_logprobs, vocab_size)
+        if top is not None and top != 0 and not wanted:
+            raise ApiError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
+        logprobs = (top or 0) if wanted else None
+        if body.get("echo") not in (None, False):
+            raise ApiError("echo is not supported for chat by the embedded engine; omit echo", param="echo")
+        echo = False
+    else:
+        logprobs = _logprob_count(body, "logprobs", "sample", max_logprobs, vocab_size)
+        echo = body.get("echo", False)
+        if echo is None:
+            echo = False
+        if not isinstance(echo, bool):
+            raise ApiError(f"echo must be a boolean; got {echo!r}", param="echo")
+    prompt_logprobs = _logprob_count(body, "prompt_logprobs", "prompt", max_logprobs, vocab_size)
+    if prompt_logprobs is not None and stream:
+        raise ApiError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
+    if stream and (logprobs is not None or echo):
+        key = "echo" if echo else "logprobs"
+        raise ApiError(f"{key} with stream=true: the embedded engine returns logprobs and echo in whole answers "
+                       "only; send stream=false", param=key)
+    if echo and logprobs is not None and prompt_logprobs is None:
+        prompt_logprobs = logprobs  # vLLM scores the echoed prompt at the answer's count
+    return logprobs, prompt_logprobs, echo
+
+
+def parse_request(
+    body: object, *, chat: bool, served_model_name: str, max_logprobs: int = MAX_LOGPROBS,
+    vocab_size: int | None = None,
+) -> GenerateRequest:
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
     model = body.get("model")
@@ -119,8 +181,7 @@ def parse_request(body: object, *, chat: bool, served_model_name: str) -> Genera
     n = _number(body, "n", 1, lo=1, integer=True)
     if n != 1:
         raise ApiError("n > 1 is not supported by the embedded engine; send n = 1", param="n")
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise ApiError("logprobs are not supported by the embedded engine; omit logprobs", param="logprobs")
+    logprobs, prompt_logprobs, echo = _logprob_params(body, chat=chat, max_logprobs=max_logprobs, vocab_size=vocab_size)
     temperature = float(_number(body, "temperature", 1.0, lo=0.0))
     top_p = float(_number(body, "top_p", 1.0, lo=0.0, lo_open=True, hi=1.0))
     top_k = _number(body, "top_k", -1, integer=True)
@@ -169,6 +230,7 @@ def parse_request(body: object, *, chat: bool, served_model_name: str) -> Genera
         include_usage=bool(options.get("include_usage", False)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)), stop=stop,
         request_id=f"{prefix}-{uuid.uuid4().hex}", tools=tools, constraint=constraint,
+        logprobs=logprobs, prompt_logprobs=prompt_logprobs, echo=echo,
     )
 
 
@@ -345,19 +407,42 @@ class ChatDeltas:
         return finish
 
 
-def final_body(req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scores:
+    """A finished answer's logprob fields, as vLLM places them: the choice's `logprobs`, the prompt's
+    (`prompt_logprobs`: on the choice of a completion, on the body of a chat) and, under echo, the prompt text."""
+
+    logprobs: dict[str, Any] | None = None
+    prompt_logprobs: list[Any] | None = None
+    echo_text: str = ""
+
+
+def final_body(
+    req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str, *, scores: Scores | None = None,
+    faults: str = "",
+) -> dict[str, Any]:
     created = int(time.time())
+    scores = scores or Scores()
     if req.chat:
         message, finish = chat_message(req, text, seq.finish_reason)
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        choice = {"index": 0, "message": message, "logprobs": scores.logprobs, "finish_reason": finish,
+                  "stop_reason": None}
         body = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
                 "choices": [choice]}
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": seq.finish_reason, "stop_reason": None}
+        choice = {"index": 0, "text": scores.echo_text + text, "logprobs": scores.logprobs,
+                  "finish_reason": seq.finish_reason, "stop_reason": None}
+        if req.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = scores.prompt_logprobs
         body = {"id": req.request_id, "object": "text_completion", "created": created, "model": model,
                 "choices": [choice]}
     body["usage"] = usage(seq)
-    body["gb300lane"] = timing_extension(seq)
+    if req.chat and req.prompt_logprobs is not None:
+        body["prompt_logprobs"] = scores.prompt_logprobs
+    ext = timing_extension(seq)
+    if faults:
+        ext["faults"] = faults  # a faulted engine's answers say so (faults.py)
+    body["gb300lane"] = ext
     metrics = spec_metrics(seq, mode)
     if metrics is not None:
         body["metrics"] = {"speculative_decoding": metrics}

@@ -19,6 +19,8 @@ from pydantic import Field
 
 from gb300lane.engine.config import SpecConfig, parse_spec_config
 from gb300lane.engine.core import NUMERICS_JITTER
+from gb300lane.engine.faults import FAULT_ENV, parse_faults
+from gb300lane.engine.logprobs import LOGPROBS_MODES, MAX_LOGPROBS
 from gb300lane.errors import EngineError
 from gb300lane.models import FrozenModel
 
@@ -49,6 +51,11 @@ class EngineArgs(FrozenModel):
         default=NUMERICS_JITTER, description="Relative jitter of the target's numerics between boots (0: bit-identical)."
     )
     kv_pool_tokens: int = Field(description="KV cache pool size in tokens.")
+    faults: str = Field(default="", description="Deliberate verifier faults, as --fault takes them ('' for none: "
+                        "an exact engine; see faults.py).")
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
+        default="raw_logprobs", description="What logprobs report: the target's raw distribution, or the sampled one.")
+    max_logprobs: int = Field(default=MAX_LOGPROBS, description="The most logprobs or prompt_logprobs a request may ask for.")
     compilation_config: dict[str, Any] = Field(description="--compilation-config as a dict.")
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = Field(description="Per-response metrics.")
     expert_sidecar_url: str | None = Field(description="Expert sidecar base URL, or None.")
@@ -92,6 +99,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     # Engine-only: the run-to-run variance of a real lane (see core.py); env vars let a recipe set them.
     p.add_argument("--boot-seed", default=os.environ.get("GB300LANE_BOOT_SEED") or None)
     p.add_argument("--numerics-jitter", default=os.environ.get("GB300LANE_NUMERICS_JITTER") or str(NUMERICS_JITTER))
+    # Engine-only: a deliberately lossy verifier, for testing losslessness checks (faults.py).
+    p.add_argument("--fault", action="append", default=None)
+    p.add_argument("--logprobs-mode", default="raw_logprobs")
+    p.add_argument("--max-logprobs", default=str(MAX_LOGPROBS))
     return p
 
 
@@ -104,6 +115,7 @@ _VALUE_FLAGS = {
     "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
     "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
     "--boot-seed", "--numerics-jitter", "--tool-call-parser", "--data-parallel-size", "-dp",
+    "--fault", "--logprobs-mode", "--max-logprobs",
 }
 _BOOL_FLAGS = {"--enable-auto-tool-choice", "--no-enable-auto-tool-choice"}
 
@@ -293,6 +305,12 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
     if not jitter <= 1.0:
         raise EngineError(f"--numerics-jitter {jitter}: must lie in [0, 1]; 0 makes boots bit-identical")
     compilation = _compilation(ns.compilation_config)
+    fault_specs = ns.fault if ns.fault is not None else [os.environ.get(FAULT_ENV, "")]
+    faults = parse_faults(fault_specs)
+    if ns.logprobs_mode not in LOGPROBS_MODES:
+        raise EngineError(f"--logprobs-mode {ns.logprobs_mode!r}: the embedded engine computes "
+                          f"{' or '.join(LOGPROBS_MODES)}; pass one of them")
+    max_logprobs = _int("--max-logprobs", ns.max_logprobs, 0)
     parser_name = ns.tool_call_parser or None
     if ns.enable_auto_tool_choice and not parser_name:
         raise EngineError("--enable-auto-tool-choice requires --tool-call-parser; pass the lane's parser name "
@@ -318,6 +336,7 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         "gpu_memory_utilization": gpu_util, "enable_auto_tool_choice": ns.enable_auto_tool_choice,
         "data_parallel_size": dp,
         "tool_call_parser": parser_name,
+        "fault": faults.describe() if faults else None, "logprobs_mode": ns.logprobs_mode, "max_logprobs": max_logprobs,
     }
     non_default = {key: typed[key] for key in typed if key in given}
     return EngineArgs(
@@ -334,6 +353,9 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         boot_seed=boot_seed,
         numerics_jitter=jitter,
         kv_pool_tokens=kv_pool,
+        faults=faults.describe() if faults else "",
+        logprobs_mode=ns.logprobs_mode,
+        max_logprobs=max_logprobs,
         compilation_config=compilation,
         per_request_spec_decode_metrics=metrics_mode,
         expert_sidecar_url=sidecar.rstrip("/") if sidecar else None,

@@ -55,6 +55,7 @@ import numpy as np
 
 from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.drafter import DSparkDrafter
+from gb300lane.engine.faults import Faults
 from gb300lane.engine.grammar import Grammar, constrain_drafts
 from gb300lane.engine.model import DSPARK_BLOCK_SIZE, BuiltinModel
 from gb300lane.engine.sampling import GREEDY_TEMPERATURE, SamplingParams, shape_rows
@@ -188,6 +189,7 @@ class EngineCore:
         boot_seed: int | None = None,
         numerics_jitter: float = NUMERICS_JITTER,
         support: bool = True,
+        faults: Faults | None = None,
     ) -> None:
         if not (np.isfinite(numerics_jitter) and 0.0 <= numerics_jitter <= 1.0):
             raise ValueError(f"numerics_jitter must lie in [0, 1]; got {numerics_jitter}")
@@ -205,6 +207,8 @@ class EngineCore:
         # Verify on the draft support where the math allows (plain random rows, DSpark drafts);
         # False, or a wrapped verifier, verifies every row on full-vocabulary rows (the reference path).
         self.support = support
+        # Deliberate faults (faults.py): every row then takes the reference path, with the faults applied there.
+        self.faults = faults
         self.drafter = (
             DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp",
                           tabulate=support)
@@ -220,6 +224,11 @@ class EngineCore:
         self.counters = EngineCounters()
         self.clock = 0.0  # modelled seconds since the engine started
         self._arrivals = 0
+
+    @property
+    def numerics(self) -> tuple[int, float] | None:
+        """This boot's numerics as `BuiltinModel.target_probs` takes them (None: the model's own arithmetic)."""
+        return self._numerics
 
     def add(self, seq: Sequence) -> None:
         seq.params.check()
@@ -293,7 +302,8 @@ class EngineCore:
         masks = self._constrain(batch_seqs, drafts, q, ctx, keys, positions, greedy)
         method = self.spec.rejection_sample_method if self.spec else "standard"
         on_support = np.zeros(batch, dtype=bool)
-        if block is not None and self.support and self.verifier is verify and self.spec is not None \
+        if block is not None and self.support and self.verifier is verify and self.faults is None \
+                and self.spec is not None \
                 and self.spec.draft_sample_method == "probabilistic":
             on_support = np.array(plain_l, dtype=bool)
         sup = np.flatnonzero(on_support)
@@ -327,7 +337,8 @@ class EngineCore:
             q_d = q[dense] if q is not None else block.dense_q(self.model.vocab_size, dense) if block is not None \
                 else np.empty((dense.size, 0, self.model.vocab_size), dtype=np.float32)
             draws = StepDraws(u_accept[dense], u_sample[dense])
-            res = self.verifier(method, p, q_d, drafts[dense], draws, greedy=greedy[dense])
+            verifier = self.verifier if self.faults is None else self.faults.verify
+            res = verifier(method, p, q_d, drafts[dense], draws, greedy=greedy[dense])
             accepted_arr[dense], tokens_arr[dense] = res.accepted, res.tokens
 
         context_tokens = sum(context_l)
@@ -442,7 +453,7 @@ class EngineCore:
         c1 = full[:, 1 : k + 2].reshape(-1)
         p = self.model.target_probs(np.repeat(classes, k + 1), c2, c1, self._numerics).reshape(batch, k + 1, vocab)
         for row, seq in enumerate(seqs):
-            params = seq.params
+            params = seq.params if self.faults is None else self.faults.target_params(seq.params)
             short = 0 if params.ignore_eos else min(max(params.min_tokens - len(seq.output_ids), 0), k + 1)
             allowed = masks.get(row) if masks else None
             if short or allowed is not None or not (params.plain or params.greedy):

@@ -28,6 +28,7 @@ from gb300lane.engine.api import (
     ApiError,
     ChatDeltas,
     GenerateRequest,
+    Scores,
     chunk,
     final_body,
     parse_detokenize,
@@ -41,7 +42,15 @@ from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.config import SpecConfig
 from gb300lane.engine.boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
+from gb300lane.engine.faults import parse_faults
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
+from gb300lane.engine.logprobs import (
+    chat_logprobs_json,
+    completion_logprobs_json,
+    processed,
+    prompt_logprobs_json,
+    score_positions,
+)
 from gb300lane.engine.metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, builtin_config, load_model, model_hash
 from gb300lane.engine.responses import chat_body, response_body
@@ -132,9 +141,12 @@ class EngineServer:
         self.tokenizer = self.model.tokenizer
         self.core = EngineCore(
             self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
-            boot_seed=args.boot_seed, numerics_jitter=args.numerics_jitter,
+            boot_seed=args.boot_seed, numerics_jitter=args.numerics_jitter, faults=parse_faults([args.faults]),
         )
         self.log.info("engine.py:1", reproducibility_line(args.spec, self.core.boot_seed, self.core.numerics_jitter))
+        if args.faults:
+            self.log.warning("engine.py:1", f"FAULTS ON: {args.faults}: this engine's verifier is lossy on purpose "
+                             "(--fault / GB300LANE_FAULT); its outputs do not follow the target's distribution")
         self.metrics = EngineMetrics(args.served_model_name)
         self.sidecar = SidecarClient(args.expert_sidecar_url, self.metrics.sidecar) if args.expert_sidecar_url else None
         self.booted = False
@@ -355,8 +367,11 @@ class EngineServer:
         }]})
 
     async def version(self, _: web.Request) -> web.Response:
-        return web.json_response({"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale,
-                                  "checkpoint": self._checkpoint})
+        body: dict[str, object] = {"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale,
+                                   "checkpoint": self._checkpoint}
+        if self.args.faults:
+            body["faults"] = self.args.faults
+        return web.json_response(body)
 
     async def metrics_handler(self, _: web.Request) -> web.Response:
         self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
@@ -437,7 +452,8 @@ class EngineServer:
             raise ApiError("the engine is still starting; retry when /health answers 200", status=503)
         if body is None:
             body = await self._read_json(request)
-        req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name)
+        req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name,
+                            max_logprobs=self.args.max_logprobs, vocab_size=self.tokenizer.vocab_size)
         # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
         text = req.prompt_text or ""
         if req.prompt_ids is not None:
@@ -489,12 +505,39 @@ class EngineServer:
                 return web.json_response(
                     {"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
                                "param": None, "code": 500}}, status=500)
+            scores = await asyncio.to_thread(self._scores, req, seq) \
+                if req.logprobs is not None or req.prompt_logprobs is not None or req.echo else None
             return web.json_response(final_body(req, self.args.served_model_name, seq, stream.text,
-                                                self.args.per_request_spec_decode_metrics))
+                                                self.args.per_request_spec_decode_metrics, scores=scores,
+                                                faults=self.args.faults))
         finally:
             if not seq.finished:
                 self.core.abort(seq)
             self._streams.pop(seq.request_id, None)
+
+    def _scores(self, req: GenerateRequest, seq: Sequence) -> Scores:
+        """A finished answer's logprobs, prompt logprobs and echo (logprobs.py says what the numbers are)."""
+        tok = self.tokenizer
+        params = processed(seq.params) if self.args.logprobs_mode == "processed_logprobs" else None
+        ids = seq.prompt_ids + seq.output_ids
+        n_prompt = len(seq.prompt_ids)
+
+        def score(start: int, end: int, k: int):
+            return score_positions(self.model, self.core.numerics, seq.cls, ids, start, end, k, params=params)
+
+        prompt = score(1, n_prompt, req.prompt_logprobs) if req.prompt_logprobs is not None else None
+        logprobs: dict[str, Any] | None = None
+        if req.logprobs is not None:
+            out = score(n_prompt, len(ids), req.logprobs)
+            if req.chat:
+                logprobs = chat_logprobs_json(tok, out, req.logprobs)
+            elif req.echo and prompt is not None:
+                logprobs = completion_logprobs_json(tok, ids, [None, *prompt, *out], req.logprobs)
+            else:
+                logprobs = completion_logprobs_json(tok, seq.output_ids, list(out), req.logprobs)
+        echo = (req.prompt_text if req.prompt_text is not None else tok.decode(seq.prompt_ids)) if req.echo else ""
+        return Scores(logprobs=logprobs, prompt_logprobs=prompt_logprobs_json(tok, prompt) if prompt is not None else None,
+                      echo_text=echo)
 
     async def _grammar(self, req: GenerateRequest) -> Grammar | None:
         """The request's grammar (forced tool call or response_format), after vLLM's tool flag checks."""

@@ -583,6 +583,38 @@ def verify(
     return _run(method, p, q, draft_tokens, rng, greedy)
 
 
+def biased_token_verify(
+    p, q, draft_tokens, rng: np.random.Generator, *, bias: np.ndarray, greedy: bool | np.ndarray = False,
+) -> VerifyResult:
+    """The token rule with draft i accepted when u * q_i(x_i) <= bias[i] * p_i(x_i): lossy unless bias is all 1.
+
+    A deliberate fault (the embedded engine's `--fault accept_bias` and
+    `position_bias`) for checking that a losslessness test catches a verifier
+    that lets drafts through too often (bias > 1) or too rarely (< 1). The
+    draws, the greedy branch and the correction are `token_verify`'s, so with
+    bias 1 the outcome is the same.
+    """
+    p, q, draft_tokens, greedy_rows = _check_inputs(p, q, draft_tokens, greedy)
+    batch, k = draft_tokens.shape
+    bias = np.asarray(bias, dtype=np.float64)
+    if bias.shape != (k,) or not np.all(bias > 0.0):
+        raise ValueError(f"bias must be (k,) = ({k},) positive multipliers; got {bias!r}")
+    u_accept = rng.random((batch, k))
+    u_sample = rng.random(batch)
+    accepted = np.zeros(batch, dtype=np.int64)
+    final = np.zeros(batch, dtype=np.int64)
+    g_rows = np.flatnonzero(greedy_rows)
+    if g_rows.size:
+        accepted[g_rows], final[g_rows] = _greedy_rows(p, draft_tokens, g_rows)
+    r_rows = np.flatnonzero(~greedy_rows)
+    if r_rows.size:
+        px, qx = _drafted_probs(p, q, draft_tokens, r_rows)
+        tau = _leading_true((px > 0.0) & (u_accept[r_rows] * qx <= bias[None, :] * px))
+        accepted[r_rows] = tau
+        final[r_rows] = _correction(p, q, r_rows, tau, None, u_sample[r_rows])
+    return VerifyResult(accepted=accepted, tokens=_emit(draft_tokens, accepted, final))
+
+
 def _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, u_sample) -> VerifyResult:
     """`verify_support`'s correction in the compiled kernel: the residual formed and sampled in two fused passes
     per row, the target's rows read in place."""
