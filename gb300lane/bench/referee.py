@@ -136,6 +136,11 @@ def _exclusion(rec: RequestRecord, transcript: Transcript | None, forced: bool, 
     return ""
 
 
+def _count_matches(gen: Sequence[int], item: RefereeItem) -> bool:
+    """Whether a retokenization has the count the lane reported (one more where an EOS could end the text)."""
+    return len(gen) == item.output_tokens or (not item.eos_banned and len(gen) == item.output_tokens - 1)
+
+
 async def _score_one(
     session: object, base: str, model: str, item: RefereeItem, *, top_k: int, eos_token_id: int | None,
 ) -> tuple[ScoredTranscript | None, str, int]:
@@ -158,9 +163,16 @@ async def _score_one(
     if err or not isinstance(got, dict) or not isinstance(got.get("tokens"), list):
         return None, f"the referee's /tokenize did not answer ({err or 'no tokens'})", 0
     gen = [int(x) for x in got["tokens"]]
-    if not (len(gen) == item.output_tokens or (not item.eos_banned and len(gen) == item.output_tokens - 1)):
-        return None, ("retokenization does not reproduce the generated tokens (count differs from the lane's "
-                      "usage)"), 0
+    if not _count_matches(gen, item):
+        # The text alone may split differently where it meets the prompt: try it after the prompt.
+        joined = dict(prompt_body, prompt=(t.prompt or "") + item.text) if t.kind == "completion" else None
+        got, err = (await post_json(session, f"{base}/tokenize", joined)) if joined else (None, None)
+        whole = [int(x) for x in got["tokens"]] if isinstance(got, dict) and isinstance(got.get("tokens"), list) else []
+        if whole[: len(prompt_ids)] == prompt_ids and _count_matches(whole[len(prompt_ids):], item):
+            gen = whole[len(prompt_ids):]
+        else:
+            return None, ("retokenization does not reproduce the generated tokens (count differs from the lane's "
+                          "usage)"), 0
     if len(gen) < 2:
         return None, "fewer than two generated tokens (the first is not scored)", 0
     ids = prompt_ids + gen
