@@ -16,9 +16,10 @@ so, and a window left with too few tokens is INCONCLUSIVE. A count that matches 
 the ids are the generated ones: a retokenization that merges differently at the same count is not seen.
 
 Left out, each under its reason: failed requests, grammar-constrained requests (`response_format`: the
-sampled distribution is the masked one), chat requests with tools (the text holds tool-call arguments, not
-the tokens), and windows whose forced length bans EOS without `eos_token_id` (the ban changes the
-distribution; with the id, EOS is taken out of the top-k and those tokens count inside it only).
+sampled distribution is the masked one), and chat requests with tools (the text holds tool-call arguments, not
+the tokens). A forced length is no ban: the bench forces it with `ignore_eos`, under which vLLM's min_tokens
+does not mask EOS, so the sampled distribution is the raw one (a request with min_tokens and without
+ignore_eos bans EOS: `parse_prompt_logprobs(eos_banned=True)` scores it inside the top-k).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ class RefereeItem:
     transcript: Transcript
     text: str
     output_tokens: int
-    eos_banned: bool  # a forced length (min_tokens): EOS could not be sampled
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class RefereeOutcome:
     excluded: dict[str, int]
     referee_tokens: int
     elapsed_s: float
+    requests: int
 
 
 def parse_prompt_logprobs(
@@ -107,22 +108,21 @@ def parse_prompt_logprobs(
                             conditional=np.full(n, eos_banned) if eos_banned else None)
 
 
-def _items(result: WindowResult, window: WindowSpec, eos_token_id: int | None) -> tuple[list[RefereeItem], Counter[str]]:
+def _items(result: WindowResult) -> tuple[list[RefereeItem], Counter[str]]:
     by_id = {t.id: t for cls in BASE_CLASSES for t in load_transcripts(cls)}
     items: list[RefereeItem] = []
     excluded: Counter[str] = Counter()
-    forced = window.forced_tokens is not None
     for rec in result.records:
-        reason = _exclusion(rec, by_id.get(rec.transcript_id), forced, eos_token_id)
+        reason = _exclusion(rec, by_id.get(rec.transcript_id))
         if reason:
             excluded[reason] += 1
             continue
         items.append(RefereeItem(key=output_key(rec), cls=rec.cls, transcript=by_id[rec.transcript_id],
-                                 text=rec.text, output_tokens=rec.output_tokens or 0, eos_banned=forced))
+                                 text=rec.text, output_tokens=rec.output_tokens or 0))
     return items, excluded
 
 
-def _exclusion(rec: RequestRecord, transcript: Transcript | None, forced: bool, eos_token_id: int | None) -> str:
+def _exclusion(rec: RequestRecord, transcript: Transcript | None) -> str:
     if not rec.ok or not rec.output_tokens:
         return "request failed or returned no tokens"
     if transcript is None:
@@ -131,18 +131,16 @@ def _exclusion(rec: RequestRecord, transcript: Transcript | None, forced: bool, 
         return "grammar-constrained (response_format): the sampled distribution is the masked one"
     if transcript.kind == "chat" and transcript.tools:
         return "chat with tools: the text holds tool-call arguments, not the generated tokens"
-    if forced and eos_token_id is None:
-        return "forced length bans EOS and the EOS id is unknown; pass the model's eos_token_id"
     return ""
 
 
 def _count_matches(gen: Sequence[int], item: RefereeItem) -> bool:
     """Whether a retokenization has the count the lane reported (one more where an EOS could end the text)."""
-    return len(gen) == item.output_tokens or (not item.eos_banned and len(gen) == item.output_tokens - 1)
+    return len(gen) in (item.output_tokens, item.output_tokens - 1)
 
 
 async def _score_one(
-    session: object, base: str, model: str, item: RefereeItem, *, top_k: int, eos_token_id: int | None,
+    session: object, base: str, model: str, item: RefereeItem, *, top_k: int,
 ) -> tuple[ScoredTranscript | None, str, int]:
     """(the scored transcript or None, the reason it is None, referee tokens prefilled)."""
     import aiohttp
@@ -188,15 +186,14 @@ async def _score_one(
         return None, "the referee's prompt_logprobs is not a list", len(ids)
     try:
         scored = parse_prompt_logprobs(entries, ids, len(prompt_ids) + 1, top_k=top_k, klass=item.cls,
-                                       label=item.key, eos_token_id=eos_token_id, eos_banned=item.eos_banned)
+                                       label=item.key)
     except BenchError as exc:
         return None, f"the referee's prompt_logprobs do not line up: {exc}", len(ids)
     return scored, "", len(ids)
 
 
 async def score_items(
-    base: str, model: str, items: Sequence[RefereeItem], *, top_k: int = MAX_TOP_K, eos_token_id: int | None = None,
-    concurrency: int = 4,
+    base: str, model: str, items: Sequence[RefereeItem], *, top_k: int = MAX_TOP_K, concurrency: int = 4,
 ) -> RefereeOutcome:
     """Score every item through the referee at `base`, `concurrency` requests at a time."""
     import aiohttp
@@ -205,26 +202,27 @@ async def score_items(
     sem = asyncio.Semaphore(concurrency)
     excluded: Counter[str] = Counter()
     out: list[ScoredTranscript] = []
-    tokens = 0
+    tokens = requests = 0
     async with aiohttp.ClientSession() as session:
 
         async def one(item: RefereeItem) -> tuple[ScoredTranscript | None, str, int]:
             async with sem:
-                return await _score_one(session, base, model, item, top_k=top_k, eos_token_id=eos_token_id)
+                return await _score_one(session, base, model, item, top_k=top_k)
 
         for scored, reason, n in await asyncio.gather(*(one(i) for i in items)):
             tokens += n
+            requests += n > 0
             if scored is None:
                 excluded[reason] += 1
             else:
                 out.append(scored)
     return RefereeOutcome(transcripts=out, excluded=dict(excluded), referee_tokens=tokens,
-                          elapsed_s=time.perf_counter() - t0)
+                          elapsed_s=time.perf_counter() - t0, requests=requests)
 
 
 def referee_window(
     result: WindowResult, referee: str, *, model: str | None = None, alpha: float = 0.01, margin: float = 0.05,
-    top_k: int = MAX_TOP_K, eos_token_id: int | None = None, min_tokens: int = 200, seed: int = 0,
+    top_k: int = MAX_TOP_K, min_tokens: int = 200, seed: int = 0,
 ) -> LosslessResult:
     """The losslessness check of a window result, its outputs scored by the referee at `referee` (a base URL).
 
@@ -238,9 +236,9 @@ def referee_window(
     if not 1 <= top_k <= MAX_TOP_K:
         raise BenchError(f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default "
                          "--max-logprobs)")
-    items, excluded = _items(result, window, eos_token_id)
+    items, excluded = _items(result)
     base = referee.rstrip("/")
-    outcome = asyncio.run(score_items(base, model or result.model, items, top_k=top_k, eos_token_id=eos_token_id))
+    outcome = asyncio.run(score_items(base, model or result.model, items, top_k=top_k))
     verdict = check(outcome.transcripts, temperature=window.temperature, top_p=window.top_p, alpha=alpha,
                     margin=margin, min_tokens=min_tokens, seed=seed)
     all_excluded = Counter(excluded) + Counter(outcome.excluded)
@@ -249,5 +247,6 @@ def referee_window(
         top_reason, count = all_excluded.most_common(1)[0]
         reason += f"; {count} requests left out: {top_reason}"
     return verdict.model_copy(update={"referee": base, "referee_tokens": outcome.referee_tokens,
-                                      "referee_s": outcome.elapsed_s, "excluded": dict(all_excluded),
+                                      "referee_s": outcome.elapsed_s,
+                                      "referee_requests": outcome.requests, "excluded": dict(all_excluded),
                                       "reason": reason})

@@ -91,9 +91,6 @@ def bench_cmd(
     referee: Optional[str] = typer.Option(
         None, "--referee", help="check losslessness: score the window's outputs by this endpoint's prompt_logprobs "
         "(a base URL, or 'self' for the lane's own prefill); exit 1 on FAIL"),
-    eos_token_id: Optional[int] = typer.Option(
-        None, "--eos-token-id", help="with --referee on a forced-length window: the model's EOS id (banned while "
-        "min_tokens holds); the embedded engine's is 0"),
     lossless_alpha: float = typer.Option(0.01, "--lossless-alpha", help="with --referee: the false-FAIL rate"),
     lossless_margin: float = typer.Option(
         0.05, "--lossless-margin", help="with --referee: the deviation of T_eff/T and the top-1 ratio tolerated"),
@@ -163,7 +160,7 @@ def bench_cmd(
 
         result = result.model_copy(update={"lossless": referee_window(
             result, endpoint if referee == "self" else referee, model=model, alpha=lossless_alpha,  # type: ignore[arg-type]
-            margin=lossless_margin, eos_token_id=eos_token_id)})
+            margin=lossless_margin)})
     if out is not None:
         save_result(result, out)
     from gb300lane.bench.crosscheck import cross_check

@@ -226,16 +226,24 @@ def _theta_mle(
         var = (w * (l_safe - mean[:, None]) ** 2).sum(axis=1)
         return l_c - mean, var
 
-    theta = theta0
-    for _ in range(60):
-        score, var = moments(theta)
-        s, info = float(score.sum()), float(var.sum())
-        if info <= 0:
-            break
-        step = float(np.clip(s / info, -0.5 * theta, theta))
-        theta = float(np.clip(theta + step, *_THETA_BOUNDS))
-        if abs(step) < 1e-10 * max(theta, 1.0):
-            break
+    # The log-likelihood is concave in theta (its second derivative is minus a variance), so its score falls
+    # monotonically: bisect it on log theta within the bounds (Newton from theta0 can overshoot a flat region).
+    del theta0
+    lo, hi = np.log(_THETA_BOUNDS[0]), np.log(_THETA_BOUNDS[1])
+    if float(moments(float(np.exp(hi)))[0].sum()) >= 0:
+        theta = float(np.exp(hi))
+    elif float(moments(float(np.exp(lo)))[0].sum()) <= 0:
+        theta = float(np.exp(lo))
+    else:
+        for _ in range(64):
+            mid = (lo + hi) / 2
+            if float(moments(float(np.exp(mid)))[0].sum()) > 0:
+                lo = mid
+            else:
+                hi = mid
+            if hi - lo < 1e-9:
+                break
+        theta = float(np.exp((lo + hi) / 2))
     score, var = moments(theta)
     info = float(var.sum())
     u_cluster = np.bincount(cluster, weights=score, minlength=len(rows))

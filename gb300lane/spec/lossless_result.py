@@ -56,6 +56,7 @@ class LosslessResult(FrozenModel):
     referee: str = Field(default="", description="What scored the tokens (URL or kind).")
     referee_tokens: int = Field(default=0, description="Tokens the referee prefilled (prompts and outputs).")
     referee_s: float = Field(default=0.0, description="Wall time the referee took, seconds.")
+    referee_requests: int = Field(default=0, description="Completions the referee answered (besides /tokenize).")
     excluded: dict[str, int] = Field(default_factory=dict,
                                      description="Requests the referee did not score, per reason (none: empty).")
 
