@@ -205,7 +205,7 @@ class InProcessLane:
             spans.append(clock)
         return spans
 
-    def referee(self, engine: _ArmEngine, seqs: list[Any], window: WindowSpec, gate: LosslessGate) -> LosslessResult:
+    def _referee(self, engine: _ArmEngine, seqs: list[Any], window: WindowSpec, gate: LosslessGate) -> LosslessResult:
         """The lossless gate's check of a window's sequences, scored in process by the target's own rows (what
         the server's prompt_logprobs return: the raw target under the boot's numerics), never by the verifier.
 
@@ -251,7 +251,7 @@ class InProcessLane:
 
     def run_window(self, engine: _ArmEngine, window: WindowSpec, lossless: LosslessGate | None = None) -> WindowResult:
         """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock);
-        with `lossless`, its outputs checked by the gate (`referee`)."""
+        with `lossless`, its outputs checked by the gate (`_referee`)."""
         from gb300lane.bench.stats import decode_rate
         from gb300lane.spec import SpecCounters
 
@@ -324,7 +324,7 @@ class InProcessLane:
             created_at=datetime.now(timezone.utc).isoformat(), endpoint="in process", model=engine.served,
             server_version=None, recipe=None, fingerprint=None, window=window.model_dump(mode="json"),
             valid=all(c.valid for c in cells), cells=cells, records=records,
-            lossless=None if lossless is None else self.referee(
+            lossless=None if lossless is None else self._referee(
                 engine, [s for *_, seqs, _ in cells_in for s in seqs], window, lossless),
         )  # fmt: skip
 
