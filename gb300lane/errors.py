@@ -9,6 +9,7 @@
     ├── EngineError                the embedded engine was misconfigured
     ├── MetricsError               a /metrics scrape or counter delta is unusable
     ├── BenchError                 a window could not be run
+    │   └── WorkloadError          a workload's files, manifest or import input are wrong
     ├── CardError                  a card file, registration or receipt is wrong
     ├── ReceiptExists              a write-once file already exists
     ├── StorageError               a file cannot be written: disk full, read-only file system, no permission
@@ -63,6 +64,10 @@ class MetricsError(LaneError):
 
 class BenchError(LaneError):
     """A bench window or smoke gate could not be run."""
+
+
+class WorkloadError(BenchError):
+    """A workload folder, its manifest or a file given to `workload import` is wrong; names the file and line."""
 
 
 class CardError(LaneError):

@@ -9,7 +9,7 @@ people read and edit them); a wheel carries them under `gb300lane/data/`
 (`recipes/`, `templates/`, `receipts/<run>/`), copied in at build time by
 setup.py, and a checkout (an editable install) reads them where they are.
 
-A user's own `recipes/`, `cards/` and `templates/` in the working directory
+A user's own `recipes/`, `cards/`, `workloads/` and `templates/` in the working directory
 come first (a file there shadows the shipped one of the same name); their
 results go to `./results`. Each location can be overridden by an environment
 variable so that tests and several lanes on one host never share state by
@@ -90,6 +90,22 @@ def recipe_dirs() -> tuple[Path, ...]:
 def card_dirs() -> tuple[Path, ...]:
     """Where card names are looked up, first match first: `GB300LANE_CARDS_DIR` alone, else `./cards`, then the shipped cards."""
     return _search("GB300LANE_CARDS_DIR", "cards", "cards")
+
+
+def workload_dirs() -> tuple[Path, ...]:
+    """Where workload names are looked up, first match first: `GB300LANE_WORKLOADS_DIR` (else `./workloads`, when
+    it exists), then the shipped workloads: `builtin`, which every window runs unless it names another, is always
+    found."""
+    env = os.environ.get("GB300LANE_WORKLOADS_DIR")
+    if env:
+        return (Path(env), shipped("workloads"))
+    return _search("GB300LANE_WORKLOADS_DIR", "workloads", "workloads")
+
+
+def workloads_home() -> Path:
+    """Where `workload import` writes: `GB300LANE_WORKLOADS_DIR`, else `./workloads` (created on first write)."""
+    env = os.environ.get("GB300LANE_WORKLOADS_DIR")
+    return Path(env) if env else Path.cwd() / "workloads"
 
 
 def results_dir() -> Path:

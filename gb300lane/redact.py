@@ -134,3 +134,26 @@ def digest(value: str) -> str:
 def redact(name: str, value: str) -> str:
     """A secret as its keyed digest, so it can be stored and still compared; anything else unchanged."""
     return digest(value) if is_secret(name, value) else value
+
+
+def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """The args with every secret (a secret-named flag's value, or a value shaped like one) as its keyed digest."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(redact("KEY", arg))
+            hide_next = False
+            continue
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if is_secret(name.replace("-", "_")):
+                if eq:
+                    out.append(f"--{name}={redact('KEY', value)}")
+                    continue
+                hide_next = True
+            elif eq:
+                out.append(f"--{name}={redact(name, value)}")
+                continue
+        out.append(redact("", arg))
+    return out

@@ -135,6 +135,8 @@ TEST_MOVES: dict[str, str] = {
     "test_engine_args_config.py": "engine/test_args.py",
     "test_engine_build.py": "lane/test_enginebuild.py",
     "test_engine_calibration.py": "engine/test_calibration.py",
+    "test_engine_faults.py": "engine/test_faults.py",
+    "test_engine_logprobs.py": "engine/test_logprobs.py",
     "test_engine_config.py": "engine/test_config.py",
     "test_engine_core.py": "engine/test_core.py",
     "test_engine_hardening.py": "engine/test_server_hardening.py",

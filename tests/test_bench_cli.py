@@ -60,6 +60,7 @@ def test_window_resolution_order_and_errors(tmp_path):
         with_overrides(quick, concurrency=[0])
 
 
+@pytest.mark.slow
 def test_bench_prints_tables_and_writes_the_result_once(lane, tmp_path):
     out = tmp_path / "w.json"
     args = ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--transcripts", "2", "--tokens", "9",
@@ -115,6 +116,7 @@ def _small_smoke_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     return recipes
 
 
+@pytest.mark.slow
 def test_smoke_command_exit_code_follows_the_gates(lane, tmp_path, monkeypatch):
     _small_smoke_recipes(tmp_path, monkeypatch)
     res = runner.invoke(app, ["smoke", "local-v27", "--endpoint", lane.url])
@@ -157,6 +159,7 @@ def test_public_api_is_pinned():
     assert {"run_window", "run_smoke", "load_transcripts", "WindowResult", "SmokeReport"} <= set(bench.__all__)
 
 
+@pytest.mark.slow
 def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
     recipes = _small_smoke_recipes(tmp_path, monkeypatch)
     control = tmp_path / "control.json"

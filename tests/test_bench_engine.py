@@ -52,6 +52,7 @@ def engine(tmp_path_factory):
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_window_on_the_modelled_clock_with_exact_counters(engine):
     window = WindowSpec(
         name="e", classes=("prose", "tool_json"), transcripts_per_class=3, rounds=2, concurrency=(1, 4),
@@ -87,6 +88,7 @@ def test_window_on_the_modelled_clock_with_exact_counters(engine):
             assert seeds[(tid, rnd, 1)] != seeds[(tid, rnd, 0)] and texts != by_key[(tid, rnd, 0)]
 
 
+@pytest.mark.slow
 def test_smoke_gates_of_the_local_recipe_pass(engine):
     report = run_smoke(load_recipe("local-v27"), engine)
     assert report.passed, [(g.name, g.status, g.reason) for g in report.gates]
@@ -99,6 +101,7 @@ _HELD_WINDOW = WindowSpec(
 )
 
 
+@pytest.mark.slow
 def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
     """Four connections for a C8 cell: about four in flight, and the receipt refuses the cell for it.
 

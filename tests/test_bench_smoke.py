@@ -67,6 +67,7 @@ def test_count_flips():
     assert count_flips({"a": "x", "b": "y", "c": "z"}, {"a": "x", "b": "Y", "d": "w"}) == (1, 2, ["b"])
 
 
+@pytest.mark.slow
 def test_all_gates_pass_without_reference(lane):
     report = run_smoke(_recipe(_parity(), _bounds(tok_s=1.0)), lane.url, model="fake-model")
     assert report.passed, [g.reason for g in report.gates]
@@ -113,6 +114,7 @@ def test_parity_reference_of_another_window_is_inconclusive(lane, tmp_path):
     assert not report.passed
 
 
+@pytest.mark.slow
 def test_bounds_fail_on_tokens_per_step_and_rate(lane):
     report = run_smoke(_recipe(_bounds(lo=3.5, hi=6.0)), lane.url, model="fake-model")
     assert report.gates[0].status == "FAIL" and "tokens/step 3.000 (bounds 3.5 .. 6.0)" in report.gates[0].reason

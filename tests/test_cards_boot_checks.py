@@ -62,6 +62,7 @@ def test_a_measured_boot_sd_above_the_registered_one_is_named_and_a_matching_one
     assert fair is not None and registered_check("tps", fair, 0.005, None, "the boot study", None) == ""
 
 
+@pytest.mark.slow
 def test_a_study_too_small_to_see_the_boot_sd_that_matters_says_how_many_boots_would() -> None:
     rng = np.random.default_rng(5)
     small = estimate_from_units(_units(rng, 4, 20, 0.0, 0.05))
@@ -127,6 +128,7 @@ def test_a_registered_boot_sd_too_large_for_one_boot_asks_for_more_boots() -> No
     assert 1.5 * 0.01 ** 2 / more.boots_per_arm <= 0.75 * more.se_needed ** 2 + 1e-15
 
 
+@pytest.mark.slow
 def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_register_and_in_the_verdict(
         _results: Path) -> None:
     """k9-boots registers local-br1's 0.16% (df 2, measured on local-v26) for local-k9 as production. Three real
@@ -188,6 +190,7 @@ def test_a_bca_gate_below_its_calibrated_sample_size_is_refused_at_register(tmp_
     assert register(card, big.read_text()).registration_file.is_file()
 
 
+@pytest.mark.slow
 def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_another_engine_is_named() -> None:
     import json
 
@@ -223,6 +226,7 @@ def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_ano
     assert moved and f"engine_fingerprint {'0' * 64} -> {measured_on(card)['engine_fingerprint']}" in moved[0]
 
 
+@pytest.mark.slow
 def test_a_calibration_keeps_its_control_boots_lower_bound_and_register_reads_it(tmp_path: Path) -> None:
     """One replicate of calibration of k9-boots (three control boots of local-k9, seed 0): the boot check keeps
     its lower bound beside the estimate, and register names the calibration exactly when that bound is above the

@@ -228,6 +228,7 @@ def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
     assert same_outcomes == outcomes
 
 
+@pytest.mark.slow
 def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_leaves_it_out() -> None:
     from gb300lane.cards.plan import run_boot_study
     from gb300lane.cards.record.studies import earlier_boots

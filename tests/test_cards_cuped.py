@@ -117,6 +117,7 @@ def test_when_b_gains_with_the_level_the_adjustment_removes_it_and_its_se_holds(
     assert np.mean(v_paired) > 3 * realized
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spread", "noise"), [(0.3, 0.05), (0.1, 0.3)])
 def test_a_over_a_false_pass_holds_alpha_even_where_plain_ols_inflates_it(spread: float, noise: float) -> None:
     """A/A (B is a third control): the adjusted superiority test's false PASS rate at one-sided 2.5% holds

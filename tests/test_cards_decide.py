@@ -74,6 +74,7 @@ def test_tost_needs_both_sides_inside_the_band() -> None:
     assert ratio_test(a, a2, test="equivalence", margin=0.03, level_one_sided=0.05).decision == "INCONCLUSIVE"
 
 
+@pytest.mark.slow
 def test_superiority_false_positive_rate_is_alpha() -> None:
     """The instrument check of the test itself: under no effect it claims "better" about alpha of the time."""
     rng = np.random.default_rng(9)
@@ -127,6 +128,7 @@ def _aa_boots(rng: np.random.Generator, n: int, boot_sd: float, sd: float = 0.05
     return arms[1], (arms[0] + arms[2]) / 2
 
 
+@pytest.mark.slow
 def test_a_registered_boot_sd_keeps_the_aa_error_rate_that_the_units_alone_miss() -> None:
     """Boots shift whole arms by 0.4%; 200 units see 0.35% of sampling noise. The units-only test calls A/A
     significant far beyond 5%; with the boot component in its variance it keeps alpha on both tails."""

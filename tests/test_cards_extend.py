@@ -185,6 +185,7 @@ def test_an_inconclusive_card_is_extended_to_a_decision() -> None:
         extend_card(rec, ops=lane.ops())
 
 
+@pytest.mark.slow
 def test_extensions_stop_when_the_registered_looks_are_spent() -> None:
     card, rec = _registered()
     lane = fakes.FakeLane(card, {}, noise=0.03, n_transcripts=20)  # no effect: tokens/step stays undecided

@@ -16,6 +16,7 @@ from fakes.golden import environment, run_golden
 PINNED = Path(__file__).parent / "data" / "golden-card.sha256"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_golden_cards_write_the_same_receipts(tmp_path: Path) -> None:
     lines = PINNED.read_text().splitlines()

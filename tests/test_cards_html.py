@@ -123,6 +123,7 @@ def _children(dom: _DOM, parent: dict) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_report_writes_a_self_contained_page_with_the_receipts_numbers(receipts: Receipts) -> None:
     res = runner.invoke(app, ["card", "report", str(receipts.root)])
     assert res.exit_code == 0, res.output
@@ -141,6 +142,7 @@ def test_report_writes_a_self_contained_page_with_the_receipts_numbers(receipts:
     assert again.exit_code == 1 and "already exists" in again.output
 
 
+@pytest.mark.slow
 def test_html_flag_writes_the_page_alone_beside_an_earlier_markdown_report(receipts: Receipts) -> None:
     md = render_report(receipts, html=False)
     assert not (md.parent / "card.html").exists()

@@ -46,6 +46,7 @@ def test_replicates_are_cards_with_their_own_seeds_and_a_bs_control_recipe_in_aa
     assert [g.id for g in w0.gates] == [g.id for g in card.gates if g.kind != "hash_hit"]
 
 
+@pytest.mark.slow
 def test_calibration_through_the_lane_counts_verdicts_resumes_and_keeps_every_replicate_a_receipt(tmp_path: Path) -> None:
     card, _ = load_card(DATA / "tested.yaml")
     # B as written is 8% better in tokens per step: the card should PASS; A/A has nothing to find
@@ -73,6 +74,7 @@ def test_a_spent_budget_starts_no_replicate_and_says_so() -> None:
     assert cal.stopped_by_budget and cal.false_better.replicates <= 1 and cal.power.replicates <= 1
 
 
+@pytest.mark.slow
 def test_a_registered_extension_takes_every_inconclusive_replicate_on_to_a_decision_or_the_plan_s_end() -> None:
     from gb300lane.cards.record.receipts import read_verdict
     from gb300lane.cards.schema import planned_stages
@@ -104,6 +106,7 @@ def test_a_registered_extension_takes_every_inconclusive_replicate_on_to_a_decis
                                                              for r in own.replicates)
 
 
+@pytest.mark.slow
 def test_an_a_a_rate_beyond_the_gates_alpha_is_named() -> None:
     from gb300lane.cards.calibrate import rate_ci
     from gb300lane.cards.lanecal import rate_notes
@@ -116,6 +119,7 @@ def test_an_a_a_rate_beyond_the_gates_alpha_is_named() -> None:
     assert note.startswith("false FAIL on this lane is 4/8") and "one-sided 2.5%" in note and "card noise" in note
 
 
+@pytest.mark.slow
 def test_a_a_estimates_that_spread_beyond_their_standard_errors_are_named() -> None:
     from gb300lane.cards.lanecal import spread_notes
 

@@ -48,6 +48,7 @@ def _tps() -> object:
     return got[0]
 
 
+@pytest.mark.slow
 def test_the_ledger_recovers_a_known_boot_sd(tmp_path: Path) -> None:
     sigma = 0.03
     rng = np.random.default_rng(20261201)
@@ -59,6 +60,7 @@ def test_the_ledger_recovers_a_known_boot_sd(tmp_path: Path) -> None:
     assert est.df is not None and est.df > 3
 
 
+@pytest.mark.slow
 def test_no_boot_shift_reads_near_zero_with_an_upper_bound_that_covers_it(tmp_path: Path) -> None:
     _cards(tmp_path, [(0.0, 0.0)] * 6)
     est = _tps()
@@ -96,6 +98,7 @@ def test_the_pooled_bounds_cover_the_truth_at_their_rate() -> None:
     assert miss_up / reps < 0.08 and miss_low / reps < 0.08, (miss_up / reps, miss_low / reps)
 
 
+@pytest.mark.slow
 def test_card_plan_uses_the_lane_ledger_and_says_which(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     _cards(tmp_path, [(float(x), float(y)) for x, y in rng.normal(0.0, 0.02, size=(LEDGER_MIN_CARDS, 2))])
@@ -119,6 +122,7 @@ def test_card_plan_uses_the_lane_ledger_and_says_which(tmp_path: Path) -> None:
     assert "boot sd of tokens-per-step, " in planned.output
 
 
+@pytest.mark.slow
 def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in_the_verdict(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     _cards(tmp_path, [(float(x), float(y)) for x, y in rng.normal(0.0, 0.06, size=(8, 2))])

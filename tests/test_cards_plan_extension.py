@@ -48,6 +48,7 @@ def _without_extension(text: str) -> str:
     return head + "design:\n  kind: fixed\n"
 
 
+@pytest.mark.slow
 def test_the_card_s_own_look_takes_its_share_of_alpha_and_the_plan_s_power_is_by_its_last_look() -> None:
     card, path = load_card(DATA / "extension.yaml")
     noise = _noise(card, 0.08)
@@ -82,6 +83,7 @@ def test_the_card_s_own_look_takes_its_share_of_alpha_and_the_plan_s_power_is_by
     assert bigger.extension is not None and bigger.extension.power >= 0.89
 
 
+@pytest.mark.slow
 def test_a_registered_boot_sd_shrinks_with_the_plan_s_boots_not_only_its_requests() -> None:
     card, _ = load_card(DATA / "extension.yaml")
     noise = _noise(card, 0.08)
@@ -100,6 +102,7 @@ def test_a_registered_boot_sd_shrinks_with_the_plan_s_boots_not_only_its_request
     assert tps.power_extended == pytest.approx(simulated, abs=0.01)
 
 
+@pytest.mark.slow
 def test_the_time_plan_costs_the_registered_plan_and_the_card_as_written_extended() -> None:
     card, _ = load_card(DATA / "extension.yaml")
     p = plan_card(card, _noise(card, 0.08), "synthetic")
@@ -117,6 +120,7 @@ def test_the_time_plan_costs_the_registered_plan_and_the_card_as_written_extende
     assert written.worst_s["modelled"] == pytest.approx(3 * (4 * boot.miss_s + 4 * window_s), abs=0.2)
 
 
+@pytest.mark.slow
 def test_register_warns_from_the_registered_plan_s_power_not_the_design_s_own_look() -> None:
     from gb300lane.cards.plan import registration_warnings
 

@@ -70,6 +70,7 @@ def test_interrupted_run_resumes_from_the_last_finished_arm() -> None:
     assert rec.attempt_dir("B", 1).is_dir()  # the broken attempt stays on the record
 
 
+@pytest.mark.slow
 def test_score_rescore_report_and_latest_verdict() -> None:
     card, rec = _registered()
     # the controls' rounds wobble by 3%, A2 sits 2.5% above A: a fixed ±2% agree bar fails
@@ -186,6 +187,7 @@ def _missed_selftest(seen):
     return selftest
 
 
+@pytest.mark.slow
 def test_a_card_on_vllm_lanes_refuses_to_run_when_the_clients_self_test_misses_its_bounds(tmp_path):
     """On a real vLLM lane the card's figures are the client's timing: missed twice, no arm is booted."""
     text = (DATA / "micro.yaml").read_text().replace("local-v26", "v26").replace("local-v27", "v27")
@@ -203,6 +205,7 @@ def test_a_card_on_vllm_lanes_refuses_to_run_when_the_clients_self_test_misses_i
     assert rec.finished_attempt("A") is None and rec.next_attempt("A") == 1  # nothing was booted
 
 
+@pytest.mark.slow
 def test_an_embedded_card_records_a_missed_self_test_without_refusing():
     card, rec = _registered(DATA / "micro.yaml")
     lane = fakes.FakeLane(card, {}).ops()

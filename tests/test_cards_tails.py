@@ -104,6 +104,7 @@ def test_a_request_latency_on_each_clock() -> None:
     assert modelled[0] == 0.1 and modelled[1] == pytest.approx((0.01, 0.02))  # one step's tokens are one chunk
 
 
+@pytest.mark.slow
 def test_aa_false_worse_stays_at_alpha_when_transcripts_cluster_the_values() -> None:
     """200 seeded A/A replicates with strongly clustered values: the gate at margin 0 is a one-sided test at 2.5%
     (FAIL = B shown worse), and resampling by transcript keeps both tails there."""

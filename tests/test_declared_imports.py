@@ -14,6 +14,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -100,6 +101,7 @@ def test_the_real_lane_scripts_import_what_the_real_lane_declares() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_every_import_of_the_package_is_a_runtime_dependency() -> None:
     # The wheel installs `dependencies` only: a test extra would not be there.
     problems = undeclared(("gb300lane",), declared(runtime_only=True))

@@ -104,6 +104,7 @@ def test_a_client_that_disconnects_mid_stream_is_one_log_line_and_its_request_is
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
+@pytest.mark.slow
 def test_health_answers_while_a_large_prompt_is_tokenized():
     with engine() as (url, _, server, _log):
         # 16 MB (the body limit is 64 MiB): tokenizing it takes about four times the 0.3 s waited below here

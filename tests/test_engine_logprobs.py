@@ -185,3 +185,16 @@ def test_the_served_version_says_nothing_of_faults_on_an_exact_engine(lane):
     assert status == 200 and "faults" not in json.loads(raw)
     body = _post(lane, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
     assert "faults" not in body["gb300lane"]
+
+
+def test_processed_logprobs_are_the_distribution_the_request_samples_from():
+    model = load_model()
+    ids = model.tokenizer.encode(PROMPT)
+    params = SamplingParams(temperature=0.5, top_k=5)
+    raw = score_positions(model, None, 0, ids, 1, len(ids), 5)
+    shaped = score_positions(model, None, 0, ids, 1, len(ids), 5, params=params)
+    for r, s in zip(raw, shaped):
+        assert [t for t, _, _ in r.top] == [t for t, _, _ in s.top]  # tempering keeps the order
+        assert math.isclose(sum(math.exp(lp) for _, lp, _ in s.top), 1.0, rel_tol=1e-5)  # top_k = 5 keeps 5
+        if s.rank > 5:
+            assert s.logprob == -9999.0  # outside top_k: -inf, floored as vLLM's server floors it

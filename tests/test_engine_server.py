@@ -268,6 +268,7 @@ def test_the_public_api_is_pinned():
     assert {"EngineCore", "load_model", "parse_serve_args", "parse_spec_config"} <= set(engine_pkg.__all__)
 
 
+@pytest.mark.slow
 def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
     import os
     import signal

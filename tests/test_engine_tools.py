@@ -234,6 +234,7 @@ def test_greedy_constrained_text_is_the_masked_targets_argmax_chain_whatever_the
     assert texts[0] == texts[1]
 
 
+@pytest.mark.slow
 def test_constrained_sampling_with_drafts_matches_sampling_without():
     """The enum a schema forces is drawn with the same frequencies with and without drafting.
 
@@ -427,6 +428,7 @@ def test_a_grammar_that_gives_up_fails_its_own_request_not_the_batch(monkeypatch
     assert len(free.output_ids) == 60
 
 
+@pytest.mark.slow
 def test_a_forced_call_ends_within_128_tokens_in_99_of_100_seeds(lane):
     """The end-of-value preference: one call that parses, not an array appended to until the limit."""
     client, *_ = lane

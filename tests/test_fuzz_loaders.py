@@ -206,6 +206,7 @@ def _write(name: str, content: str | bytes) -> Path:
 @FUZZ
 @given(content=_texts(RECIPE))
 # Keys with a line break (a quoted YAML key) are named on one line, quoted.
+@pytest.mark.slow
 @example(content='? "\\n\\n"\n: 1\n')
 @example(content='engine_args:\n  extra_args:\n    ? "a\\nb"\n    : 1\n')
 @example(content='speculative:\n  ? "\\n"\n  : 1\n')
@@ -214,6 +215,7 @@ def test_the_recipe_loader_never_tracebacks_or_hangs(content: str | bytes) -> No
     _check("recipe loader", lambda: load_recipe("r", _DIR), LaneError, _one_line_naming(path))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(content=_texts(CARD))
 def test_the_card_loader_never_tracebacks_or_hangs(content: str | bytes) -> None:

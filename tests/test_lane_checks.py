@@ -184,3 +184,15 @@ def test_stored_digests_are_keyed_with_the_state_key_not_bare_sha256(monkeypatch
     assert redact("API_KEY", "k1") == stored  # stable under one state directory
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(tmp_path / "other"))
     assert redact("API_KEY", "k1") != stored  # another state directory, another key
+
+
+def test_the_flag_check_compares_a_recorded_secret_by_its_digest() -> None:
+    """An instance record keeps an env secret as its keyed digest; the flag check reads the container's env value."""
+    token = "hf_secret_value"
+    ren = {"env.HF_TOKEN": key_rendering(load_recipe("v26"), "env.HF_TOKEN")}
+    assert ren["env.HF_TOKEN"].rendered_as == "env"
+    recorded = redact("HF_TOKEN", token)
+    assert checks.check_flags(["vllm"], {"env.HF_TOKEN": recorded}, ren, env={"HF_TOKEN": token}).status == "pass"
+    wrong = checks.check_flags(["vllm"], {"env.HF_TOKEN": recorded}, ren, env={"HF_TOKEN": "hf_other"})
+    assert wrong.status == "fail" and "env.HF_TOKEN" in wrong.summary
+    assert token not in json.dumps(wrong.model_dump()) and "hf_other" not in json.dumps(wrong.model_dump())

@@ -188,6 +188,7 @@ print(json.dumps({"path": kernels.describe(), "tokens": [s.output_ids for s in s
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["standard", "block"])
 def test_the_engine_on_numpy_alone_gives_the_same_tokens(compiled, method):
     # Where no compiler built the kernels, the engine runs on numpy (GB300LANE_NO_KERNELS=1 is the same path).

@@ -105,6 +105,7 @@ def _systemd_words(line: str) -> list[str]:
     return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line)]
 
 
+@pytest.mark.slow
 def test_the_timer_service_writes_the_textfile_when_run(tmp_path: Path) -> None:
     textfile = tmp_path / "node exporter" / "lane 100%$x.prom"
     units = systemd_units(textfile, every_s=30, program=[sys.executable, "-m", "gb300lane"], workdir=tmp_path,

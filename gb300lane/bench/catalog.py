@@ -18,6 +18,7 @@ from gb300lane.errors import BenchError
 from gb300lane.models import format_validation_error
 from gb300lane.recipes.schema import Recipe, WindowSpec
 from gb300lane.recipes.yamlio import load_mapping
+from gb300lane.workloads import BUILTIN, load_workload
 
 _FIVE = ["prose", "structured", "code", "shell_ops", "tool_json"]
 
@@ -94,9 +95,17 @@ def with_overrides(
     rounds: int | None = None,
     concurrency: list[int] | None = None,
     classes: list[str] | None = None,
+    workload: str | None = None,
 ) -> WindowSpec:
     """The window with sizes shrunk (or grown) for a quick run, re-validated (`tokens` sets the forced length, or
-    max_tokens where the window lets requests stop at EOS)."""
+    max_tokens where the window lets requests stop at EOS). `workload` runs another workload's transcripts (its
+    dev part: exploration never reads a held-out part); give its classes with `classes` unless it has the window's."""
+    if window.held_out:
+        raise BenchError(f"window {window.name!r} runs the held-out part of workload {window.workload}: a bench run "
+                         "is exploration, which reads only the dev part; run it with a card (held_out: true) for "
+                         "its confirmatory verdict, or drop held_out from the window")
+    if workload is not None and workload != BUILTIN and classes is None:
+        classes = list(load_workload(workload).classes)  # the window's classes are another workload's
     data = window.model_dump()
     for key, value in (
         ("transcripts_per_class", transcripts),
@@ -104,6 +113,7 @@ def with_overrides(
         ("rounds", rounds),
         ("concurrency", concurrency),
         ("classes", classes),
+        ("workload", workload),
     ):
         if value is not None:
             data[key] = value

@@ -28,8 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -149,6 +151,17 @@ async def _main(args: argparse.Namespace) -> None:
         await server.serve_forever()
 
 
+def _end_with_parent(parent: int) -> None:
+    """Exit when the process that started this one is gone: an orphan is re-parented, so the parent pid changes."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="A streaming completions server with known timing.")
     ap.add_argument("--host", default="127.0.0.1")
@@ -157,8 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=2.0)
     ap.add_argument("--events", type=int, default=32)
     ap.add_argument("--events-per-write", type=int, default=1)
+    ap.add_argument("--parent", type=int, default=None,
+                    help="Exit once this pid is no longer the parent (the starter was killed, even with SIGKILL).")
     args = ap.parse_args(argv)
     raise_open_files()
+    if args.parent is not None:
+        _end_with_parent(args.parent)
     try:
         asyncio.run(_main(args))
     except KeyboardInterrupt:

@@ -19,7 +19,8 @@ from gb300lane.spec.lossless_result import LosslessResult
 
 Clock = Literal["modelled", "wall"]
 TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
-Arrivals = Literal["poisson", "constant"]
+#: poisson (seeded), constant spacing, or trace: the transcripts' recorded arrival times (a trace workload).
+Arrivals = Literal["poisson", "constant", "trace"]
 
 class EngineTiming(FrozenModel):
     """The embedded engine's `gb300lane` timing extension from the final chunk."""
@@ -260,7 +261,9 @@ class LoadSpec(FrozenModel):
 
     mode: Literal["closed", "open"] = Field(description="closed (concurrency levels) or open (request rates).")
     request_rates: list[float] | None = Field(default=None, description="Open loop: the rates run, requests/s.")
-    arrivals: Arrivals | None = Field(default=None, description="Open loop: poisson or constant spacing.")
+    arrivals: Arrivals | None = Field(
+        default=None, description="Open loop: poisson or constant spacing at each request rate, or trace: the "
+        "transcripts' recorded arrival times, the rate then the replay speed (1: as recorded, 2: twice as fast).")
     arrival_seed: int | None = Field(
         default=None, description="Open loop, Poisson: the seed base of the arrival times (each cell derives its own)."
     )

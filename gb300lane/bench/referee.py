@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gb300lane.bench.models import RequestRecord, WindowResult, output_key
-from gb300lane.bench.transcripts import BASE_CLASSES, Transcript, load_transcripts
+from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
 from gb300lane.recipes.schema import WindowSpec
 from gb300lane.spec.lossless import MAX_TOP_K, LosslessResult, ScoredTranscript, check
@@ -108,8 +108,9 @@ def parse_prompt_logprobs(
                             conditional=np.full(n, eos_banned) if eos_banned else None)
 
 
-def _items(result: WindowResult) -> tuple[list[RefereeItem], Counter[str]]:
-    by_id = {t.id: t for cls in BASE_CLASSES for t in load_transcripts(cls)}
+def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem], Counter[str]]:
+    by_id = {t.id: t for cls in window.classes
+             for t in select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)}
     items: list[RefereeItem] = []
     excluded: Counter[str] = Counter()
     for rec in result.records:
@@ -126,7 +127,7 @@ def _exclusion(rec: RequestRecord, transcript: Transcript | None) -> str:
     if not rec.ok or not rec.output_tokens:
         return "request failed or returned no tokens"
     if transcript is None:
-        return f"transcript {rec.transcript_id} is not shipped with this version"
+        return f"transcript {rec.transcript_id} is not in the window's workload as it reads now"
     if transcript.response_format is not None:
         return "grammar-constrained (response_format): the sampled distribution is the masked one"
     if transcript.kind == "chat" and transcript.tools:
@@ -236,7 +237,7 @@ def referee_window(
     if not 1 <= top_k <= MAX_TOP_K:
         raise BenchError(f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default "
                          "--max-logprobs)")
-    items, excluded = _items(result)
+    items, excluded = _items(result, window)
     base = referee.rstrip("/")
     outcome = asyncio.run(score_items(base, model or result.model, items, top_k=top_k))
     verdict = check(outcome.transcripts, temperature=window.temperature, top_p=window.top_p, alpha=alpha,

@@ -217,7 +217,8 @@ def render_window(result: WindowResult) -> Group:
     if result.load.mode == "open":
         rates = ", ".join(f"{r:g}" for r in result.load.request_rates or [])
         seed = f", seed {result.load.arrival_seed}" if result.load.arrival_seed is not None else ""
-        load = f", open loop at {rates} requests/s ({result.load.arrivals} arrivals{seed})"
+        load = (f", open loop at the trace's recorded arrival times x {rates}" if result.load.arrivals == "trace"
+                else f", open loop at {rates} requests/s ({result.load.arrivals} arrivals{seed})")
     head = Text(
         f"window {result.window.get('name')} against {result.endpoint} ({result.model}): "
         f"{valid}/{len(result.cells)} cells valid, {len(result.records)} requests{load}",

@@ -179,7 +179,8 @@ def mock_process(timing: MockTiming) -> Iterator[str]:
     """A mock server in its own process; yields its base URL and stops it on exit."""
     argv = [sys.executable, "-m", "gb300lane.bench.mock", "--port", "0", "--ttft-ms", str(timing.ttft_s * 1e3),
             "--itl-ms", str(timing.itl_s * 1e3), "--events", str(timing.events),
-            "--events-per-write", str(timing.events_per_write)]
+            "--events-per-write", str(timing.events_per_write), "--parent", str(os.getpid())]
+    # It ends with this process even when this one is killed (SIGKILL runs no `finally`): it watches its parent.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

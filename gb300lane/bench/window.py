@@ -109,6 +109,16 @@ def arrival_times(n: int, rate: float, arrivals: Arrivals, seed: int) -> list[fl
     return [0.0, *np.cumsum(gaps).tolist()]
 
 
+def trace_schedule(transcripts: list[Transcript], speed: float, workload: str) -> list[float]:
+    """Send times of a trace's transcripts: their recorded arrivals from the first, divided by `speed`."""
+    missing = [t.id for t in transcripts if t.arrival_s is None]
+    if missing:
+        raise BenchError(f"workload {workload}: transcript {missing[0]} has no recorded arrival time; --arrivals trace "
+                         "replays a trace's (import one with `gb300lane workload import --format trace`)")
+    first = min(t.arrival_s for t in transcripts if t.arrival_s is not None)
+    return [((t.arrival_s or 0.0) - first) / speed for t in transcripts]
+
+
 def derive_arrival_seed(base: int, cls: str, round: int, rate: float) -> int:
     """The Poisson seed of one open-loop cell: a stable hash of (base, class, round, rate)."""
     digest = hashlib.sha256(f"arrivals:{base}:{cls}:{round}:{rate!r}".encode()).digest()
@@ -160,7 +170,8 @@ async def _run_cell(
     model: str,
     progress: WindowProgress | None,
 ) -> tuple[CellResult, list[RequestRecord]]:
-    planned, passes = plan_requests(select_transcripts(cls, window.transcripts_per_class), concurrency)
+    chosen = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
+    planned, passes = plan_requests(chosen, concurrency)
     before = await scrape_metrics(session, base)
     queue: asyncio.Queue[tuple[int, tuple[Transcript, int]]] = asyncio.Queue()
     for item in enumerate(planned):
@@ -258,8 +269,12 @@ async def _run_open_cell(
     progress: WindowProgress | None,
 ) -> tuple[CellResult, list[RequestRecord]]:
     """One open-loop cell: each transcript is sent at its scheduled arrival, not when a stream frees up."""
-    transcripts = select_transcripts(cls, window.transcripts_per_class)
-    schedule = arrival_times(len(transcripts), rate, arrivals, arrival_seed)
+    transcripts = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
+    if arrivals == "trace":  # replayed at the recorded times, in their order; the rate is the replay speed
+        transcripts = sorted(transcripts, key=lambda t: t.arrival_s or 0.0)
+        schedule = trace_schedule(transcripts, rate, window.workload)
+    else:
+        schedule = arrival_times(len(transcripts), rate, arrivals, arrival_seed)
     before = await scrape_metrics(session, base)
     records: list[RequestRecord | None] = [None] * len(transcripts)
     in_flight = peak = 0
@@ -366,7 +381,10 @@ async def run_window_async(
         arrival_times(1, rate, "constant", 0)  # a bad rate fails before anything is sent
     base = endpoint.rstrip("/")
     for cls in window.classes:
-        select_transcripts(cls, window.transcripts_per_class)  # fail before sending anything
+        # fail before sending anything
+        chosen = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
+        if load.arrivals == "trace":
+            trace_schedule(chosen, 1.0, window.workload)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     connector = aiohttp.TCPConnector(limit=connections or 0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[request_sent_trace()]) as session:

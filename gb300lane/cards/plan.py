@@ -480,13 +480,14 @@ def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[st
 
 
 def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec:
-    """The pilot: the card's primary window, a few transcripts per cell, two rounds, its own seeds."""
+    """The pilot: the card's primary window, a few transcripts per cell, two rounds, its own seeds; on the dev
+    part of its workload (a pilot sizes the card, and no step before the verdict reads the held-out part)."""
     from gb300lane.cards.run import arm_seed_base
 
     p = card.window(card.primary_window)
     seed = None if p.seed_base is None else arm_seed_base(p.seed_base, "pilot", 1)
     return p.model_copy(update={"name": "pilot", "transcripts_per_class": min(transcripts, p.transcripts_per_class),
-                                "rounds": 2, "seed_base": seed})
+                                "rounds": 2, "seed_base": seed, "held_out": False})
 
 
 def run_pilot(card: Card, *, ops: ArmOps | None = None, base: Path | None = None, progress: Callable[[str], None] | None = None,

@@ -139,7 +139,7 @@ class InProcessLane:
         from gb300lane.engine.grammar import Grammar, compile_constraint
 
         out = []
-        for t in select_transcripts(cls, window.transcripts_per_class):
+        for t in select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out):
             path, body, seed = build_request(t, window, model=engine.served, round=rnd)
             chat = path.endswith("/chat/completions")
             req = parse_request(body, chat=chat, served_model_name=engine.served)

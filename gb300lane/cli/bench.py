@@ -82,11 +82,18 @@ def bench_cmd(
     request_rate: Optional[str] = typer.Option(
         None, "--request-rate", help="open loop instead: arrival rates in requests/s, e.g. 2,4"
     ),
-    arrivals: str = typer.Option("poisson", "--arrivals", help="open loop: poisson (seeded) or constant spacing"),
+    arrivals: str = typer.Option(
+        "poisson", "--arrivals",
+        help="open loop: poisson (seeded), constant spacing, or trace (a trace workload's recorded arrival times; "
+        "--request-rate is then the replay speed, 1 = as recorded)",
+    ),
     arrival_seed: Optional[int] = typer.Option(
         None, "--arrival-seed", help="open loop: seed base of the Poisson arrivals (default: the window's seed base)"
     ),
     classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
+    workload: Optional[str] = typer.Option(
+        None, "--workload", help="run this workload's transcripts (its dev part; default: the window's, builtin)"
+    ),
     port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
     referee: Optional[str] = typer.Option(
         None, "--referee", help="check losslessness: score the window's outputs by this endpoint's prompt_logprobs "
@@ -118,8 +125,8 @@ def bench_cmd(
             "--concurrency (closed loop) and --request-rate (open loop) cannot be combined: pass one",
             param_hint="--request-rate",
         )
-    if arrivals not in ("poisson", "constant"):
-        raise typer.BadParameter(f"{arrivals!r}: expected poisson or constant", param_hint="--arrivals")
+    if arrivals not in ("poisson", "constant", "trace"):
+        raise typer.BadParameter(f"{arrivals!r}: expected poisson, constant or trace", param_hint="--arrivals")
     if rates is not None and (not rates or any(not (r > 0 and r != float("inf")) for r in rates)):
         raise typer.BadParameter(f"{request_rate!r}: rates must be positive finite numbers", param_hint="--request-rate")
     recipe = fp = None
@@ -140,6 +147,7 @@ def bench_cmd(
         rounds=rounds,
         concurrency=conc,
         classes=[c.strip() for c in classes.split(",")] if classes else None,
+        workload=workload,
     )
     with _progress(as_json) as bar:
         result = run_window(

@@ -61,6 +61,9 @@ def up(
     ),
     pull: bool = typer.Option(False, "--pull", help="Pull missing images (never done otherwise)."),
     json_out: bool = typer.Option(False, "--json", help="Print the boot report as JSON."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check the preconditions and print the steps a boot takes; create nothing."
+    ),
 ) -> None:
     """Boot a recipe, wait until it serves, and report the boot checks."""
     from gb300lane.lane import up as lane_up
@@ -68,6 +71,22 @@ def up(
 
     protected = protected_instances()
     baseline = production_recipe() if check is None else None
+    if dry_run:
+        from gb300lane.lane import plan_boot
+
+        plan = plan_boot(
+            recipe, dark=dark, arm=name, runtime=runtime, port=port, check_keys=check, baseline=baseline,
+            baseline_role="production", allow_outside_trained_block=allow_outside_trained_block, pull=pull,
+            protected=protected,
+        )  # fmt: skip
+        steps = plan.steps()
+        if json_out:
+            print_json({"instance": plan.instance, "steps": steps})
+        else:
+            console.print("\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)), highlight=False,
+                          markup=False, soft_wrap=True)
+            console.print("dry run: nothing was created or started", highlight=False)
+        return
     bar, update = _progress_bar(json_out)
     if bar is not None:
         bar.start()

@@ -186,6 +186,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "verify": ("verify",),
     "evidence": ("evidence",),
     "metrics": ("metrics",),
+    "workload": ("workload",),
 }
 
 

@@ -13,7 +13,7 @@ from gb300lane.cli.seams import crash_hook, promotion_ops
 
 if TYPE_CHECKING:  # the promotion layer is imported when a command runs, not for `--help`
     from gb300lane import promote as core
-    from gb300lane.promote.rollout import FleetReport
+    from gb300lane.promote.rollout import FleetPlan, FleetReport
 
 
 def _progress(message: str) -> None:
@@ -38,6 +38,22 @@ def _report(report: core.TransitionReport, as_json: bool) -> None:
         for note in report.notes:
             err_console.print(f"[yellow]note:[/] {escape(note)}", markup=True, highlight=False, soft_wrap=True)
     if not report.ok:
+        raise typer.Exit(1)
+
+
+def _fleet_plan(plan: FleetPlan, as_json: bool) -> None:
+    if as_json:
+        print_json(plan.model_dump(mode="json"))
+    else:
+        for lp in plan.lanes:
+            console.print(f"lane {lp.lane} (host {lp.host}, production {lp.previous or 'none'}):", highlight=False)
+            for i, step in enumerate(lp.steps, 1):
+                console.print(f"  {i}. {step}", highlight=False, markup=False, soft_wrap=True)
+            for why in lp.refusals:
+                console.print(f"  refused: {why}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"dry run: nothing was changed; the rollout of {plan.recipe} "
+                      + ("would run" if plan.ok else "would be refused"), highlight=False)
+    if not plan.ok:
         raise typer.Exit(1)
 
 
@@ -83,14 +99,18 @@ def promote_cmd(
             fail("--lanes and --fleet both name the lanes; pass one of them", 2)
         if current_placement() is not None:
             fail("--host names one lane; --lanes and --fleet name the lanes of a rollout themselves", 2)
-        if resume or dry_run or port is not None or from_card is not None:
-            fail("--resume, --dry-run, --port and --from-card act on one lane; a fleet rollout is repaired with "
+        if resume or port is not None or from_card is not None:
+            fail("--resume, --port and --from-card act on one lane; a fleet rollout is repaired with "
                  "`rollback --fleet`", 2)
-        from gb300lane.promote.rollout import rollout
+        from gb300lane.promote.rollout import plan_rollout, rollout
 
         names = None if fleet else [x.strip() for x in (lanes or "").split(",") if x.strip()]
         if names is not None and not names:
             fail("--lanes needs at least one lane name, e.g. --lanes a,b,c", 2)
+        if dry_run:
+            _fleet_plan(plan_rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason),
+                        as_json)
+            return
         _fleet_report(
             rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason,
                     crash_hook=crash_hook(), progress=_progress),

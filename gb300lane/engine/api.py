@@ -113,7 +113,10 @@ def _logprob_count(body: dict[str, Any], key: str, what: str, max_logprobs: int,
         raise ApiError(f"{key} must be an integer; got {value!r}", param=key)
     if value < -1:
         raise ApiError(f"`{key}` must be a positive value or -1.", param=key)
-    asked = (vocab_size if vocab_size is not None else value) if value == -1 else value
+    if value == -1 and vocab_size is None:
+        raise ApiError(f"Requested {what} logprobs of -1 (the whole vocabulary), which is greater than max allowed: "
+                       f"{max_logprobs}", param=key)
+    asked = vocab_size if value == -1 and vocab_size is not None else value
     if asked > max_logprobs:
         raise ApiError(f"Requested {what} logprobs of {asked}, which is greater than max allowed: {max_logprobs}",
                        param=key)

@@ -100,9 +100,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--boot-seed", default=os.environ.get("GB300LANE_BOOT_SEED") or None)
     p.add_argument("--numerics-jitter", default=os.environ.get("GB300LANE_NUMERICS_JITTER") or str(NUMERICS_JITTER))
     # Engine-only: a deliberately lossy verifier, for testing losslessness checks (faults.py).
-    p.add_argument("--fault", action="append", default=None)
-    p.add_argument("--logprobs-mode", default="raw_logprobs")
-    p.add_argument("--max-logprobs", default=str(MAX_LOGPROBS))
+    p.add_argument("--fault", action="append", default=None, metavar="NAME[=VALUE]",
+                   help="make the verifier lossy on purpose, for testing losslessness checks (accept_bias=X, "
+                        "position_bias=I:X, temperature=T, top_p_ignored_in_verify, draft_temperature_only; "
+                        f"default: ${FAULT_ENV}, else none)")
+    p.add_argument("--logprobs-mode", default="raw_logprobs",
+                   help="what logprobs report: raw_logprobs (the target's distribution, vLLM's default) or "
+                        "processed_logprobs (the distribution sampled from)")
+    p.add_argument("--max-logprobs", default=str(MAX_LOGPROBS),
+                   help="the most logprobs or prompt_logprobs a request may ask for (vLLM's default 20)")
     return p
 
 

@@ -860,9 +860,17 @@ def log_start(args: EngineArgs, log: VllmLog) -> None:
         log.info("serving_chat.py:146", f"{enabled}tool call parser {args.tool_call_parser}: the builtin model writes "
                  'tool calls as {"tool_calls": [...]} JSON, which the engine\'s parser reads')
     for flag in args.ignored:
-        log.warning("arg_utils.py:1702", f"{flag}: accepted and ignored by the embedded engine")
+        log.warning("arg_utils.py:1702", f"{_unsecret(flag)}: accepted and ignored by the embedded engine")
     if args.time_scale > 0:
         log.info("engine.py:1", f"time scale {args.time_scale}: wall seconds track modelled seconds x {args.time_scale}")
+
+
+_SECRET_FLAG = re.compile(r"^(--[\w-]*(?:key|token|secret|password)[\w-]*)([ =]).*$", re.IGNORECASE)
+
+
+def _unsecret(flag: str) -> str:
+    """An ignored flag as the log shows it: a secret-named flag's value left out (`--api-key <secret>`)."""
+    return _SECRET_FLAG.sub(r"\1\2<secret>", flag)
 
 
 async def _serve(args: EngineArgs, log: VllmLog) -> None:

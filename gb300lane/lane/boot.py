@@ -88,6 +88,21 @@ class BootPlan:
     build_check: checks.CheckResult | None = None
     baseline: Baseline | None = None
 
+    def steps(self) -> list[str]:
+        """What `boot` will do, in order, one line each (`up --dry-run` prints them and does nothing)."""
+        kept = instances.load(self.instance)
+        out = [f"preconditions checked: {self.recipe.name} as {self.instance} on the {self.runtime.name} runtime"
+               f"{' (dark: loopback only)' if self.dark else ''}, {self.gpu_check.summary}"]
+        if kept is not None:
+            out.append(f"remove the kept {self.instance} ({', '.join(kept.containers)}, {kept.phase})")
+        out.append(f"record instance {self.instance} (phase booting) before any container exists")
+        for spec in self.rendered.containers:
+            out.append(f"create and start {spec.name} ({spec.role}, port {spec.port}): {' '.join(spec.argv[:3])} ...")
+        out.append(f"wait until {self.rendered.endpoint} answers (readiness), then run the boot checks"
+                   + (f" on {', '.join(self.check_keys)}" if self.check_keys else ""))
+        out.append("write the boot report; a failed check stops and keeps the containers for `gb300lane logs`")
+        return out
+
 
 def instance_name(recipe: Recipe, arm: str | None) -> str:
     """The name `up` gives the instance it boots: the lane, the recipe and the arm, no prefix said twice.
@@ -236,6 +251,9 @@ def up(
 def _redacted_recipe(recipe: Recipe) -> dict[str, object]:
     data = recipe.model_dump(mode="json")
     data["env"] = {k: redact(k, v) for k, v in data.get("env", {}).items()}
+    extra = (data.get("engine_args") or {}).get("extra_args")
+    if isinstance(extra, dict):
+        data["engine_args"]["extra_args"] = {k: redact(k, v) if isinstance(v, str) else v for k, v in extra.items()}
     if data.get("sidecar"):
         data["sidecar"]["env"] = {k: redact(k, v) for k, v in data["sidecar"]["env"].items()}
     return data
@@ -288,7 +306,10 @@ def _env_values(rec: instances.InstanceRecord) -> dict[str, dict[str, str]]:
         rendered = _render(recipe, dark=rec.dark, port=rec.port)
     except LaneError:
         return {}  # the runtime then names the secret it cannot restore
-    return {n: dict(s.env) for s, n in zip(rendered.containers, rec.containers, strict=False)}
+    # The args too, each under its position: a runtime that keeps a secret flag value as a digest (the process
+    # runtime) finds the value by the digest, so every arg is offered.
+    return {n: {**{f"argv[{i}]": a for i, a in enumerate(s.argv)}, **dict(s.env)}
+            for s, n in zip(rendered.containers, rec.containers, strict=False)}
 
 
 def kept_problem(instance: str, run: str) -> str | None:

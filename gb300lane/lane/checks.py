@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from gb300lane import keyed
-from gb300lane.redact import MASK, is_secret, redact
+from gb300lane.redact import DIGEST_PREFIX, MASK, digest, is_secret, redact, redact_argv
 from gb300lane.lane.facts import Listener
 from gb300lane.spec.metrics import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
@@ -146,7 +146,7 @@ def check_flags(
             rows.append({"key": key, "expected": _masked_value(key, want), "present": None, "actual": None, "ok": None,
                          "rendered_as": rendering.rendered_as})
             continue
-        ok = (not reading.present) if want is None else (reading.present and same_value(want, reading.value))
+        ok = (not reading.present) if want is None else (reading.present and _same_flag(want, reading.value))
         rows.append({"key": key, "expected": _masked_value(key, want), "present": int(reading.present),
                      "actual": _masked_value(key, reading.value), "ok": ok, "rendered_as": rendering.rendered_as})
         if not ok:
@@ -183,34 +183,18 @@ def _engine(renderings: Mapping[str, KeyRendering]) -> str:
     return "/".join(engines) or "the"
 
 
+def _same_flag(want: JsonValue, actual: JsonValue) -> bool:
+    """A recipe value against the argv's; a secret the record keeps as its keyed digest compares by digest."""
+    if isinstance(want, str) and want.startswith(DIGEST_PREFIX) and isinstance(actual, str):
+        return digest(actual) == want
+    return same_value(want, actual)
+
+
 def _masked_value(key: str, value: Any) -> Any:
     """A flag value as evidence may hold it: `<secret>` when the key or the value says it is a secret."""
     if isinstance(value, str) and is_secret(key.rsplit(".", 1)[-1], value):
         return MASK
     return value
-
-
-def redact_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
-    """The args with every secret (a secret-named flag's value, or a value shaped like one) as its keyed digest."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(redact("KEY", arg))
-            hide_next = False
-            continue
-        if arg.startswith("--"):
-            name, eq, value = arg[2:].partition("=")
-            if is_secret(name.replace("-", "_")):
-                if eq:
-                    out.append(f"--{name}={redact('KEY', value)}")
-                    continue
-                hide_next = True
-            elif eq:
-                out.append(f"--{name}={redact(name, value)}")
-                continue
-        out.append(redact("", arg))
-    return out
 
 
 def _shown(name: str, value: str | None) -> str | None:

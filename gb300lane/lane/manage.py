@@ -52,6 +52,8 @@ class InstanceInfo(FrozenModel):
     labels: dict[str, str] = Field(description="Labels of the main container.")
     started_at: float | None = Field(default=None, description="When the main container last started.")
     recorded: bool = Field(description="False for a labelled leftover with no instance record.")
+    dark: bool | None = Field(default=None, description="Booted dark (None: a leftover, unknown).")
+    report: str | None = Field(default=None, description="Path of the last boot report, as recorded.")
 
 
 class InstanceStatus(FrozenModel):
@@ -109,7 +111,7 @@ def _info(rec: instances.InstanceRecord, rt: Runtime | None) -> InstanceInfo:
         endpoint=rec.endpoint, fingerprint=rec.fingerprint, compile_hash=report.compile_hash if report else None,
         phase=rec.phase if rt else f"{rec.phase} (runtime {rec.runtime} unreachable)",
         containers={i.name: i.state for i in infos}, labels=infos[0].labels if infos else {},
-        started_at=infos[0].started_at if infos else None, recorded=True,
+        started_at=infos[0].started_at if infos else None, recorded=True, dark=rec.dark, report=rec.report,
     )  # fmt: skip
 
 

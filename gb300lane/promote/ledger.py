@@ -34,7 +34,7 @@ from pydantic import JsonValue, ValidationError
 from gb300lane import keyed, paths, signing
 from gb300lane.promote import witness
 from gb300lane.errors import LaneError, LedgerError, StateError
-from gb300lane.fsio import storage_error
+from gb300lane.fsio import free_bytes, storage_error
 from gb300lane.models import format_validation_error
 from gb300lane.promote.models import (
     CustodyLinks,
@@ -160,7 +160,30 @@ def _empty(path: Path) -> LedgerError:
     )  # fmt: skip
 
 
+#: Below this many free bytes the file system holding the ledger is taken as full: SQLite cannot make the
+#: shared-memory file even a read of a WAL database needs, and says only "disk I/O error".
+_FULL_BYTES = 64 * 1024
+
+
+def _full(folder: Path) -> int | None:
+    """Free bytes where the ledger lives when that file system is full; None when it has room (or cannot say)."""
+    try:
+        free = free_bytes(folder)
+    except OSError:
+        return None
+    return free if free < _FULL_BYTES else None
+
+
 def _unreadable(path: Path, why: str) -> LedgerError:
+    free = _full(path.parent)
+    if free is not None:
+        return LedgerError(
+            f"{path}: the promotion ledger cannot be read ({why}): the file system that holds it is full ({free} "
+            f"bytes free; SQLite needs room for its shared-memory file even to read it); production and the rollback "
+            f"pair are unknown, so commands that could touch them refuse. Free space there (`df -h {path.parent}`), "
+            "then run the command again",
+            kind="unreadable", path=str(path),
+        )  # fmt: skip
     return LedgerError(
         f"{path}: the promotion ledger cannot be read ({why}); production and the rollback pair are unknown, so "
         f"commands that could touch them refuse. Check the permissions of the file and of {path.parent} "

@@ -172,6 +172,54 @@ def _lane_hook(hook: CrashHook | None, lane: str) -> CrashHook | None:
 OpsFor = Callable[[Placement], PromotionOps | None]
 
 
+class LanePlan(FrozenModel):
+    """One lane's part in a planned fleet rollout: its promotion planned as `promote --dry-run` plans it."""
+
+    lane: str = Field(description="Inventory lane.")
+    host: str = Field(description="Its host.")
+    previous: str | None = Field(description="The recipe serving the lane now (None: none).")
+    ok: bool = Field(description="True when this lane's promotion would run (or the lane already serves the recipe).")
+    steps: tuple[str, ...] = Field(description="The steps on this lane, in order.")
+    refusals: tuple[str, ...] = Field(default=(), description="Why this lane's promotion would be refused.")
+
+
+class FleetPlan(FrozenModel):
+    """What `promote --lanes/--fleet --dry-run` prints: every lane's steps, in order; nothing changed."""
+
+    recipe: str = Field(description="The recipe being rolled out.")
+    ok: bool = Field(description="True when every lane's promotion would run.")
+    lanes: tuple[LanePlan, ...] = Field(description="Each lane, canary first.")
+
+
+def plan_rollout(
+    recipe: str, *, lanes: list[str] | None = None, keep_going: bool = False, force: bool = False,
+    reason: str | None = None, ops_for: OpsFor | None = None,
+) -> FleetPlan:
+    """The steps `rollout` would take on each lane and every refusal, found without changing anything."""
+    ops_for = ops_for or (lambda _p: None)
+    planned = []
+    for p in placements(lanes=lanes):
+        with on_lane(p):
+            prod = current_production()
+            previous = prod.recipe if prod else None
+            if previous == recipe:
+                planned.append(LanePlan(lane=p.lane, host=p.host, previous=previous, ok=True,
+                                        steps=(f"{recipe} already serves lane {p.lane}: nothing to do",)))
+                continue
+            refusals: list[str] = []
+            if previous is None and not keep_going:
+                refusals.append(f"lane {p.lane} (host {p.host}) has no production recipe to go back to, so the "
+                                "rollout could not end all-old; promote it on its own first or pass --keep-going")
+            if prod is not None and prod.in_flight is not None:
+                refusals.append(f"lane {p.lane}: {prod.in_flight.explanation}; repair it before a fleet rollout")
+            why = f"fleet rollout of {recipe}" + (f": {reason}" if reason else "")
+            rep = promote(recipe, force=force, reason=why if force else None, ops=ops_for(p), dry_run=True)
+            refusals.extend(rep.refusals)
+            planned.append(LanePlan(lane=p.lane, host=p.host, previous=previous, ok=rep.ok and not refusals,
+                                    steps=rep.steps, refusals=tuple(refusals)))  # fmt: skip
+    return FleetPlan(recipe=recipe, ok=all(lp.ok for lp in planned), lanes=tuple(planned))
+
+
 def rollout(
     recipe: str,
     *,

@@ -187,6 +187,7 @@ def check_witnesses(ledger: Ledger | None, ledger_file: Path | None = None) -> N
     witnessed elsewhere fails closed like a corrupt one.
     """
     path = ledger.path if ledger is not None else (ledger_file or ledger_path())
+    acted_on: tuple[str, ...] = ()
     if ledger is None:
         said: tuple[str | None, str | None] = (None, None)
         newest, what = 0, "is missing"
@@ -195,9 +196,22 @@ def check_witnesses(ledger: Ledger | None, ledger_file: Path | None = None) -> N
         said = (prod.instance if prod else None, pair.instance if pair else None)
         newest = ledger.last_event_id()
         what = "reads" if prod or pair else "records no production and no rollback pair"
-    problem = witness.disagreement(said, newest, what, path)
+        tr = ledger.open_transition()
+        if tr is not None:
+            acted_on = _acted_on(tr.plan)
+    problem = witness.disagreement(said, newest, what, path, acted_on)
     if problem is not None:
         raise LedgerError(problem, kind="witnesses", path=str(path))
+
+
+def _acted_on(plan: object) -> tuple[str, ...]:
+    """The instances an unfinished transition's plan boots, starts or stops (they serve between ledger writes)."""
+    names = [getattr(plan, "instance", None)]
+    for field in ("previous", "pair", "target", "production"):
+        slot = getattr(plan, field, None)
+        names.append(getattr(slot, "instance", None))
+    names.extend(getattr(plan, "remove", ()))
+    return tuple(n for n in names if isinstance(n, str))
 
 
 def open_ledger() -> Ledger:

@@ -9,6 +9,11 @@ serves. So every change of role the ledger commits is also written
 - onto the instance records themselves (`lane.hold`): "production" or
   "rollback pair", with the same event number.
 
+- and the engines themselves: a running instance, not dark, that has the boot
+  report and a smoke report for its endpoint that a promotion writes, may be
+  production whatever the files say (a ledger, witness file and marks can be
+  forged or deleted together; a serving engine cannot).
+
 `disagreement` compares what each witness says with the ledger. A witness whose
 event number is below the ledger's newest event is behind (a process killed
 between the ledger's commit and the witness write) and is rewritten by the next
@@ -19,6 +24,7 @@ production and names every witness and the repair.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Literal
@@ -107,13 +113,46 @@ def read() -> Witness | None:
                      "aside when the promotion ledger is intact (the next promote or rollback writes it again)")
 
 
+def serving(skip: set[str]) -> list[tuple[str, str]]:
+    """Running engines that may be production (instance, why), other than those in `skip` (what the ledger names).
+
+    One that is not dark and has a boot report and a smoke report for its own endpoint serves as a promotion left
+    it: only a promotion (or an operator's `gb300lane smoke` of a public instance) runs smoke on a public engine.
+    """
+    from gb300lane.bench.store import smoke_dir
+
+    out = []
+    try:
+        found = lane.list_instances()
+    except LaneError as exc:
+        return [("(instances)", f"cannot be listed ({exc}), so what serves production is unknown")]
+    for info in found:
+        if info.name in skip or info.state not in ("running", "partial") or info.dark is not False:
+            continue
+        endpoint = (info.endpoint or "").rstrip("/")
+        reports = sorted(smoke_dir(info.recipe, info.fingerprint).glob("*-report.json")) if endpoint else []
+        for report in reversed(reports):
+            try:
+                said = json.loads(report.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(said, dict) and str(said.get("endpoint", "")).rstrip("/") == endpoint:
+                boot = f", boot report {info.report}" if info.report else ""
+                out.append((info.name, f"is running, not dark, on {endpoint} with a smoke report of that endpoint "
+                                       f"({report}{boot}): it may be production"))
+                break
+    return out
+
+
 def disagreement(
-    said: tuple[str | None, str | None], newest_event: int, ledger_what: str, ledger_file: Path
+    said: tuple[str | None, str | None], newest_event: int, ledger_what: str, ledger_file: Path,
+    transition: tuple[str, ...] = (),
 ) -> str | None:
     """Why the witnesses and the ledger disagree about production and the pair, with the repair; None when they agree.
 
     `said` is (production instance, pair instance) per the ledger; `ledger_what` how the ledger reads ("missing",
-    "no production recorded", ...).
+    "no production recorded", ...); `transition` the instances an unfinished transition acts on (a candidate
+    booted and smoked before the ledger names it is not a disagreement).
     """
     prod, pair = said
     wrong: list[str] = []
@@ -137,6 +176,8 @@ def disagreement(
             continue  # behind the ledger: rewritten by the next transition
         if (held == PRODUCTION and name != prod) or (held == PAIR and name != pair):
             wrong.append(f"{where} marks {name} as {held} (as of ledger event #{by})")
+    for name, why in serving(skip={n for n in (prod, pair, *transition) if n}):
+        wrong.append(f"{name} {why}")
     if not wrong:
         return None
     return (

@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictInt, field_validator, model_validator
 
 from gb300lane.models import FrozenModel
 from gb300lane.names import RuntimeName, env_key_problem, image_ref_problem, name_problem
+from gb300lane.workloads.model import BUILTIN, BUILTIN_CLASSES, MIXED
 
 #: Most drafts per verify step a recipe may ask for. vLLM sizes its draft buffers and CUDA-graph
 #: capture list by 1 + k, and the lane's checkpoints are trained on blocks of 5; the embedded
@@ -78,7 +79,16 @@ def volume_source_problem(source: str) -> str | None:
     return None
 
 
-TranscriptClass = Literal["prose", "structured", "code", "shell_ops", "tool_json", "mixed"]
+def _class_name(v: str) -> str:
+    problem = None if v == MIXED else name_problem(v, "class name")
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+#: A transcript class: one of the window's workload's classes, or `mixed` (the builtin's are checked by name here;
+#: another workload's when the window runs, against its manifest).
+TranscriptClass = Annotated[str, AfterValidator(_class_name)]
 JsonScalar = str | int | float | bool | None
 
 
@@ -449,7 +459,9 @@ class TokensPerStep(FrozenModel):
 
 class WindowSpec(FrozenModel):
     name: str = Field(description="Window name, unique within the recipe's gates.")
-    classes: tuple[TranscriptClass, ...] = Field(min_length=1, description="Transcript classes the window runs.")
+    classes: tuple[TranscriptClass, ...] = Field(
+        min_length=1, description="Transcript classes the window runs: its workload's (builtin's are prose, "
+        "structured, code, shell_ops, tool_json), or mixed (every class interleaved).")
     transcripts_per_class: int = Field(ge=1, description="Transcripts drawn per class.")
     rounds: int = Field(default=1, ge=1, description="Times the window repeats.")
     concurrency: tuple[int, ...] = Field(min_length=1, description="Concurrency levels (C1, C8, ...).")
@@ -474,6 +486,26 @@ class WindowSpec(FrozenModel):
         "required (the lane constrains decoding to a call of a declared tool, its structured-output path under "
         "speculative decoding); absent: none sent, which a chat with tools reads as auto.",
     )
+    # Left out of the dump at their defaults, so every window (and the gates hash and registration over it) written
+    # before workloads existed is byte for byte what it was.
+    workload: str = Field(
+        default=BUILTIN, exclude_if=lambda v: v == BUILTIN,
+        description="The workload the window runs (`workloads/<name>/`, found like recipes: ./workloads, then the "
+        "shipped ones); builtin: the shipped transcripts. A card's registration freezes its content hash.",
+    )
+    held_out: bool = Field(
+        default=False, exclude_if=lambda v: v is False,
+        description="Run the workload's held-out part (`gb300lane workload split`), which no selection step reads; "
+        "false: its dev part (every transcript when it has no split).",
+    )
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_name(cls, v: str) -> str:
+        problem = name_problem(v, "workload name")
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @field_validator("concurrency")
     @classmethod
@@ -484,6 +516,16 @@ class WindowSpec(FrozenModel):
 
     @model_validator(mode="after")
     def _length(self) -> WindowSpec:
+        if self.workload == BUILTIN:
+            known = (*BUILTIN_CLASSES, MIXED)
+            unknown = [c for c in self.classes if c not in known]
+            if unknown:
+                raise ValueError(f"window {self.name}: classes {', '.join(map(repr, unknown))} are not classes of "
+                                 f"the builtin workload ({', '.join(known)}); name them, or set workload: to the "
+                                 "workload that has them")
+        if self.held_out and self.workload == BUILTIN:
+            raise ValueError(f"window {self.name}: held_out: true on the builtin workload, which has no split; "
+                             "import your traffic, split it (`gb300lane workload split`) and name it in workload:")
         if self.forced_tokens is None and self.max_tokens is None:
             raise ValueError(f"window {self.name}: set forced_tokens (every request returns exactly that many "
                              "tokens) or, with forced_tokens null, max_tokens (requests stop at EOS or there)")

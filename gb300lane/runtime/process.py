@@ -11,8 +11,14 @@ source, and `host_path` maps the same way, so a recipe whose cache root is a
 mounted host directory uses that directory on either runtime.
 
 Process facts come from psutil, so the runtime works wherever psutil does.
-Liveness is decided honestly: a pid counts as ours only while its creation
-time is the one we recorded (pids get reused), and a zombie counts as exited.
+Liveness is decided honestly and survives the wall clock: a pid counts as ours
+only while its start in clock ticks since boot (`/proc/<pid>/stat` field 22,
+on the same boot) is the one recorded, since pids get reused; a wall-clock step
+(NTP, a resume, `date -s`) moves psutil's `create_time()` but never the ticks.
+A record with only a wall-clock start (written before ticks were, or on a
+system without `/proc`) is ambiguous once the clock may have moved: the
+process's command line decides, so a process still running what was started is
+never declared dead. A zombie counts as exited.
 Stopping signals the session's process group and every descendant psutil can
 see (a child that left the group is not orphaned).
 """
@@ -35,7 +41,7 @@ from gb300lane import paths
 from gb300lane.errors import BootError, StateError, StorageError
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.models import FrozenModel
-from gb300lane.redact import DIGEST_PREFIX, digest, redact
+from gb300lane.redact import DIGEST_PREFIX, digest, redact, redact_argv
 from gb300lane.runtime.base import ContainerInfo, Runtime, SpecLike, label_filter, tail_lines
 
 if TYPE_CHECKING:  # psutil loads when a process is looked at: `status` with no process instance never does
@@ -120,6 +126,8 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # The env this interpreter created each container with (record path -> env), in memory only: a start in the same
 # process needs no secret handed back; a later invocation gets them from the recipe (`start(secrets=...)`).
 _CREATED_ENV: dict[str, dict[str, str]] = {}
+# Likewise the argv in clear (a secret flag value, `--api-key`, is recorded as its digest).
+_CREATED_ARGV: dict[str, list[str]] = {}
 
 
 class ProcessRecord(FrozenModel):
@@ -140,9 +148,19 @@ class ProcessRecord(FrozenModel):
         default=None, description="The pid's creation time (psutil, seconds since the epoch): guards pid reuse."
     )
     pid_start_ticks: int | None = Field(
-        default=None, description="Earlier records' start time in kernel ticks; read, no longer written or compared."
+        default=None,
+        description="The pid's start in clock ticks since boot (/proc/<pid>/stat field 22): what identifies the "
+        "process, since no wall-clock step moves it; None where the system has no /proc.",
+    )
+    pid_boot_id: str | None = Field(
+        default=None, description="The boot the ticks count from (/proc/sys/kernel/random/boot_id)."
     )
     started_at: float | None = Field(default=None, description="Unix time of the last start.")
+    starting_since: float | None = Field(
+        default=None,
+        description="Set (Unix time) just before a start's process is made, cleared once its pid is recorded: a "
+        "record killed in between still finds its process (the session leader writing its log) and owns it.",
+    )
     exit_code: int | None = Field(default=None, description="Exit status when it was observed.")
     starts: tuple[tuple[float, int], ...] = Field(default=(), description="(start time, log offset) per start.")
     detail: str = Field(default="", description="Why the state is what it is.")
@@ -152,14 +170,70 @@ class ProcessRecord(FrozenModel):
 _SAME_START_S = 0.05
 
 
-def _live(pid: int, created: float | None = None) -> psutil.Process | None:
-    """The running process `pid` (created at `created`, when known); None when it is gone, a zombie or a later
+def start_ticks(pid: int) -> int | None:
+    """The start of `pid` in clock ticks since boot (/proc/<pid>/stat field 22); None without /proc or the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        # The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot's id (ticks count from it); None where the system does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+class Identity(FrozenModel):
+    """What says a pid is still the process a record started: ticks (exact), else the wall-clock start and argv."""
+
+    pid: int = Field(description="The pid.")
+    ticks: int | None = Field(default=None, description="Start in clock ticks since boot.")
+    boot: str | None = Field(default=None, description="The boot the ticks count from.")
+    created: float | None = Field(default=None, description="psutil's create_time() when recorded (wall clock).")
+    argv: tuple[str, ...] | None = Field(default=None, description="The command line started.")
+
+
+def identity_of(rec: ProcessRecord) -> Identity | None:
+    if rec.pid is None:
+        return None
+    return Identity(pid=rec.pid, ticks=rec.pid_start_ticks, boot=rec.pid_boot_id, created=rec.pid_created,
+                    argv=rec.argv)
+
+
+def same_process(proc: psutil.Process, ident: Identity) -> bool:
+    """True when `proc` is the process `ident` recorded: by ticks where both sides have them (a clock step
+    cannot move them), else by the wall-clock start, and where that differs (a clock step or a later process)
+    by the command line: the process is never declared dead while it runs what was started."""
+    if ident.ticks is not None:
+        now_boot = boot_id()
+        if ident.boot is not None and now_boot is not None and ident.boot != now_boot:
+            return False  # the machine rebooted since: nothing recorded before runs any more
+        ticks = start_ticks(proc.pid)
+        if ticks is not None:
+            return ticks == ident.ticks
+    if ident.created is None or abs(proc.create_time() - ident.created) <= _SAME_START_S:
+        return True
+    if ident.argv is None:
+        return False
+    cmdline = tuple(proc.cmdline())
+    return cmdline == tuple(ident.argv) or tuple(redact_argv(cmdline)) == tuple(ident.argv)
+
+
+def _live(pid: int, ident: Identity | None = None) -> psutil.Process | None:
+    """The running process `pid` (the one `ident` recorded, when given); None when it is gone, a zombie or a later
     process given the same pid."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        if created is not None and abs(proc.create_time() - created) > _SAME_START_S:
+        if ident is not None and not same_process(proc, ident):
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
@@ -168,6 +242,39 @@ def _live(pid: int, created: float | None = None) -> psutil.Process | None:
     except psutil.AccessDenied:
         return None  # another user's process: not one this runtime started
     return proc
+
+
+def _log_writer(log: Path) -> psutil.Process | None:
+    """The live session leader whose stdout is `log` (how a start this runtime began is found without its pid)."""
+    leaders = [p for p in _log_writers(log) if _leads_session(p.pid)]
+    return leaders[0] if leaders else None
+
+
+def _leads_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid  # start_new_session: the engine leads its own session; its children do not
+    except OSError:
+        return False
+
+
+def _log_writers(log: Path) -> list[psutil.Process]:
+    """Every live process whose stdout is `log`: the container's process and whatever it started that kept its
+    stdout, even one that left its session and whose parent exited (no longer a descendant)."""
+    import psutil
+
+    target = os.path.realpath(log)
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            try:
+                stdout = os.readlink(f"/proc/{proc.pid}/fd/1")
+            except OSError:
+                stdout = next((f.path for f in proc.open_files() if f.fd == 1), "")
+            if stdout == target and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
 
 
 def _gone(proc: psutil.Process) -> bool:
@@ -250,7 +357,7 @@ class ProcessRuntime(Runtime):
         # value again (from the recipe) and checks it against the digest.
         rec = ProcessRecord(
             name=spec.name,
-            argv=tuple(argv),
+            argv=tuple(redact_argv(argv)),
             env={k: redact(k, v) for k, v in env.items()},
             base_env={k: redact(k, v) for k, v in base.items()},
             labels=dict(spec.labels),
@@ -261,6 +368,7 @@ class ProcessRuntime(Runtime):
         )
         self._save(rec)
         _CREATED_ENV[str(self._record_path(spec.name))] = env
+        _CREATED_ARGV[str(self._record_path(spec.name))] = list(argv)
         return self._info(rec)
 
     def start(self, name: str, *, secrets: Mapping[str, str] | None = None) -> ContainerInfo:
@@ -269,13 +377,18 @@ class ProcessRuntime(Runtime):
         if current.state == "running":
             return self._info(current)
         env = self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
+        argv = self._argv_with_secrets(rec, secrets or {})
         log_path = Path(rec.log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
+        before = rec
+        # Recorded before the process exists: a kill at any instant after leaves a record that finds it.
+        began = time.time()
+        rec = self._save(rec.model_copy(update={"starting_since": began, "starts": (*rec.starts, (began, offset))}))
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    list(rec.argv),
+                    argv,
                     env=env,
                     cwd=rec.cwd,
                     stdin=subprocess.DEVNULL,
@@ -284,24 +397,42 @@ class ProcessRuntime(Runtime):
                     start_new_session=True,
                 )
             except OSError as exc:
+                self._save(before)
                 raise BootError(f"{name}: cannot start {rec.argv[0]!r}: {exc}; check the recipe's argv") from exc
         _CHILDREN[proc.pid] = proc
         live = _live(proc.pid)
-        now = time.time()
-        rec = rec.model_copy(
+        rec = self._save(self._running(rec, proc.pid, live, began))
+        return self._info(rec)
+
+    @staticmethod
+    def _running(rec: ProcessRecord, pid: int, live: psutil.Process | None, began: float) -> ProcessRecord:
+        ticks = start_ticks(pid)
+        return rec.model_copy(
             update={
                 "state": "running",
-                "pid": proc.pid,
+                "pid": pid,
                 "pid_created": live.create_time() if live else None,
-                "pid_start_ticks": None,
-                "started_at": now,
+                "pid_start_ticks": ticks,
+                "pid_boot_id": boot_id() if ticks is not None else None,
+                "started_at": began,
+                "starting_since": None,
                 "exit_code": None,
-                "starts": (*rec.starts, (now, offset)),
                 "detail": "",
             }
         )
-        self._save(rec)
-        return self._info(rec)
+
+    def _adopt(self, rec: ProcessRecord) -> ProcessRecord:
+        """A record whose start was begun but whose pid was never recorded (the starter was killed in between):
+        the process found (the session leader whose stdout is this record's log) becomes the record's."""
+        if rec.state == "running" or rec.starting_since is None:
+            return rec
+        proc = _log_writer(Path(rec.log_path))
+        if proc is None:
+            return rec
+        try:
+            return self._save(self._running(rec, proc.pid, proc, rec.starting_since))
+        except StorageError:
+            return self._running(rec, proc.pid, proc, rec.starting_since)
 
     def start_problem(self, name: str, *, secrets: Mapping[str, str] | None = None) -> str | None:
         rec = self._load(name)
@@ -309,6 +440,7 @@ class ProcessRuntime(Runtime):
             return None
         try:
             self._with_secrets(rec, {**(secrets or {}), **_CREATED_ENV.get(str(self._record_path(name)), {})})
+            self._argv_with_secrets(rec, secrets or {})
         except BootError as exc:
             return str(exc)
         return None
@@ -337,28 +469,56 @@ class ProcessRuntime(Runtime):
             env[key] = value
         return env
 
+    def _argv_with_secrets(self, rec: ProcessRecord, given: Mapping[str, str]) -> list[str]:
+        """The argv to start: each arg recorded as a keyed digest is the value given (any key) whose digest it is."""
+        created = _CREATED_ARGV.get(str(self._record_path(rec.name)))
+        if created is not None and len(created) == len(rec.argv):
+            return list(created)
+        values = {v for v in given.values() if isinstance(v, str)}
+        values |= {v.partition("=")[2] for v in values if v.startswith("--") and "=" in v}
+        pool = {digest(v): v for v in values if v and not v.startswith(DIGEST_PREFIX)}
+        out = []
+        for arg in rec.argv:
+            flag, eq, stored = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+            if not stored.startswith(DIGEST_PREFIX):
+                out.append(arg)
+                continue
+            value = pool.get(stored)
+            if value is None:
+                raise BootError(
+                    f"{rec.name}: {self._record_path(rec.name)} keeps an argument{' of ' + flag if flag else ''} only as "
+                    f"a keyed digest (secrets are never stored in clear) and the recipe no longer gives a value with "
+                    f"that digest; boot it again with `gb300lane up` to use the recipe's value"
+                )
+            out.append(f"{flag}={value}" if eq else value)
+        return out
+
     def stop(self, name: str, *, timeout_s: float = 10.0) -> ContainerInfo:
         rec = self._refresh(self._require(name))
         if rec.state != "running" or rec.pid is None:
             return self._info(rec)
-        code = self._terminate(rec.pid, rec.pid_created, timeout_s)
+        code = self._terminate(rec.pid, identity_of(rec), timeout_s, log=Path(rec.log_path))
         rec = rec.model_copy(
             update={"state": "exited", "exit_code": code, "pid": None, "detail": "stopped by gb300lane"}
         )
         self._save(rec)
         return self._info(rec)
 
-    def _terminate(self, pid: int, created: float | None, timeout_s: float) -> int | None:
+    def _terminate(self, pid: int, ident: Identity | None, timeout_s: float, *, log: Path | None = None) -> int | None:
         """SIGTERM the process group and every descendant, SIGKILL after the timeout; the exit status when observable."""
         import psutil
 
-        leader = _live(pid, created)
+        leader = _live(pid, ident)
         tree: list[psutil.Process] = []
         if leader is not None:
             try:
                 tree = leader.children(recursive=True)
             except psutil.Error:
                 tree = []
+        if leader is not None and log is not None:
+            # What left the tree and the group (a setsid child whose parent exited) still writes the log.
+            seen = {pid, *(p.pid for p in tree)}
+            tree.extend(p for p in _log_writers(log) if p.pid not in seen)
         # A group outlives its leader, and its id is not given to a new process while it does: signal it unless
         # the pid now names a later process.
         group = leader is not None or not psutil.pid_exists(pid)
@@ -375,7 +535,7 @@ class ProcessRuntime(Runtime):
                     pass
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
-                if not self._alive(pid, created) and all(_gone(p) for p in tree):
+                if not self._alive(pid, ident) and all(_gone(p) for p in tree):
                     break
                 time.sleep(0.02)
             else:
@@ -389,17 +549,28 @@ class ProcessRuntime(Runtime):
                 return None
         return None
 
-    def _alive(self, pid: int, created: float | None) -> bool:
+    def _alive(self, pid: int, ident: Identity | None) -> bool:
         child = _CHILDREN.get(pid)
         if child is not None:
             return child.poll() is None
-        return _live(pid, created) is not None
+        return _live(pid, ident) is not None
 
     def remove(self, name: str) -> None:
         rec = self._load(name)
         if rec is None:
             return
         self.stop(name)
+        import psutil
+
+        # A process the container started that outlived it (its own session, its parent gone) and still writes the
+        # log is the container's too: it ends before the record that finds it goes.
+        stray = _log_writers(Path(rec.log_path))
+        for proc in stray:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(stray, timeout=5)
         self._record_path(name).unlink(missing_ok=True)
         Path(rec.log_path).unlink(missing_ok=True)
 
@@ -417,6 +588,7 @@ class ProcessRuntime(Runtime):
 
     def _refresh(self, rec: ProcessRecord) -> ProcessRecord:
         """Reconcile a `running` record with the kernel; save the change if it died."""
+        rec = self._adopt(rec)
         if rec.state != "running" or rec.pid is None:
             return rec
         child = _CHILDREN.get(rec.pid)
@@ -427,7 +599,7 @@ class ProcessRuntime(Runtime):
             if gone:
                 _CHILDREN.pop(rec.pid, None)
         else:
-            gone = _live(rec.pid, rec.pid_created) is None
+            gone = _live(rec.pid, identity_of(rec)) is None
         if not gone:
             return rec
         detail = (
@@ -447,7 +619,7 @@ class ProcessRuntime(Runtime):
         argv, env = rec.argv, rec.env
         if rec.state == "running" and rec.pid is not None:
             # The kernel's view is the evidence; the record is only the fallback.
-            proc = _live(rec.pid, rec.pid_created)
+            proc = _live(rec.pid, identity_of(rec))
             if proc is not None:
                 try:
                     with proc.oneshot():

@@ -47,6 +47,7 @@ def test_mcnemar_is_the_binomial_test_of_the_discordant_pairs() -> None:
     assert (none.p_value, none.drop) == (1.0, 0.0)
 
 
+@pytest.mark.slow
 def test_the_drops_upper_bound_holds_at_its_level() -> None:
     # Pairs with a true drop of exactly 0.1: p(worse) = 0.2, p(better) = 0.1; the bound must lie above 0.1 in at
     # least 97.5% of samples (it is conservative: the two Clopper-Pearson pieces are Bonferroni-combined).

@@ -63,6 +63,7 @@ def card_file(tmp_path: Path) -> Path:
     return p
 
 
+@pytest.mark.slow
 def test_a_candidate_that_breaks_its_calls_fails_from_the_receipts(card_file: Path, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))

@@ -59,6 +59,7 @@ def _sd() -> float:
     return got[0].sd
 
 
+@pytest.mark.slow
 def test_four_copies_with_a2_equal_to_a_are_skipped_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")
     roots = _cards(tmp_path, [(0.006, -0.004), (-0.005, 0.003), (0.002, -0.006)])

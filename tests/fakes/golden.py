@@ -77,8 +77,18 @@ def environment() -> str:
     import numpy
     import pydantic
 
-    return (f"python {sys.version_info.major}.{sys.version_info.minor} {platform.machine()}, numpy {numpy.__version__}, "
-            f"matplotlib {matplotlib.__version__}, pydantic {pydantic.__version__}")
+    return (f"python {sys.version_info.major}.{sys.version_info.minor} {platform.machine()} ({_simd()}), "
+            f"numpy {numpy.__version__}, matplotlib {matplotlib.__version__}, pydantic {pydantic.__version__}")
+
+
+def _simd() -> str:
+    """The SIMD levels numpy dispatches to on this CPU: its float kernels (exp, sums) round differently on an
+    AVX-512 host than on an AVX2 one, so the receipts' bytes are pinned per level."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        return "simd unknown"
+    return " ".join(k for k in __cpu_dispatch__ if __cpu_features__.get(k)) or "baseline"
 
 
 def _window_result(raw: WindowResult, *, recipe: str, fingerprint: str | None, seed_base: int | None) -> WindowResult:

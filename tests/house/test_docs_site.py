@@ -50,6 +50,7 @@ def test_the_generated_reference_pages_are_current() -> None:
     )
 
 
+@pytest.mark.slow
 def test_every_command_has_help_and_a_section_in_the_cli_reference() -> None:
     page = rendered()["reference/cli.md"]
     commands = gen_docs().commands()

@@ -146,7 +146,9 @@ def test_a_verdict_names_the_image_rebuilt_between_arms(recipes: Path, tmp_path:
     run_card(rec, ops=_RebuildBeforeB(free_port()))  # type: ignore[arg-type]
     verdict = score(rec)
     fields = {d.field: d.values for d in verdict.provenance_differs}
-    assert list(fields) == ["image.id"], fields
+    # A tag pushed to a registry earlier (the `registry` tests do) also leaves A's image a repo digest that the
+    # rebuilt one lacks: the verdict names that too, and nothing else.
+    assert "image.id" in fields and set(fields) <= {"image.id", "image.repo_digests"}, fields
     ids = fields["image.id"]
     assert ids["A"] != ids["B"] == ids["A2"]
-    assert any("provenance differs in 1 field(s): image.id" in n for n in verdict.notes)
+    assert any(f"provenance differs in {len(fields)} field(s): image.id (" in n for n in verdict.notes), verdict.notes

@@ -43,6 +43,17 @@ class PreviousVerdict(FrozenModel):
     verdict: Status = Field(description="What it said.")
 
 
+class WindowWorkload(FrozenModel):
+    """Which traffic a window of the verdict ran: the workload, its registered content hash and the part."""
+
+    window: str = Field(description="The card window.")
+    workload: str = Field(description="The workload it names.")
+    content_sha256: str = Field(description="The workload's content hash the registration froze.")
+    part: Literal["all", "dev", "held_out"] = Field(
+        description="held_out: transcripts no selection step read (the window registered held_out: true); dev: the "
+        "split's dev part; all: the workload has no split.")
+
+
 class Verdict(FrozenModel):
     schema_version: Literal[1] = Field(description="File format version.")
     card: str = Field(description="Card name.")
@@ -66,6 +77,9 @@ class Verdict(FrozenModel):
                                    "Left out of the file when empty.")
     more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
                                                 "per arm that would decide at 90% power. Left out when empty.")
+    workloads: tuple[WindowWorkload, ...] = Field(
+        default=(), description="The windows that ran a workload other than builtin: which, its registered hash and "
+        "the part (held-out or dev) they ran. Left out when empty (every window ran builtin).")
     provenance_differs: tuple[ProvenanceDifference, ...] = Field(
         default=(), description="Provenance fields (image id, engine version, installed vLLM, checkpoint, host) whose "
         "values differ between the arms' boots, each with every arm's value. Left out when empty.")
@@ -73,7 +87,7 @@ class Verdict(FrozenModel):
     def payload(self) -> dict[str, JsonValue]:
         """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
         with nothing to add keeps the bytes it always had."""
-        empty = {k for k in ("notes", "more_needed", "provenance_differs") if not getattr(self, k)}
+        empty = {k for k in ("notes", "more_needed", "provenance_differs", "workloads") if not getattr(self, k)}
         return self.model_dump(mode="json", exclude=empty)
 
 
@@ -97,6 +111,8 @@ class VerdictInputs(FrozenModel):
     question: QuestionRun | None = Field(
         default=None, description="Which run of its question the receipts are, and the share of each gate's alpha "
         "it spends (None: registered before runs were counted: the whole alpha).")
+    workloads: tuple[WindowWorkload, ...] = Field(
+        default=(), description="The windows that ran a workload other than builtin, from the registration.")
 
 
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
@@ -146,6 +162,7 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
         notes=notes,
         more_needed=needed,
         provenance_differs=differs,
+        workloads=inputs.workloads,
     )
 
 

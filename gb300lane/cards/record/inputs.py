@@ -6,11 +6,20 @@ them, with the card and the gates, to the pure `cards.decide.verdict.compute_ver
 
 from __future__ import annotations
 
+from typing import Literal
+
 from gb300lane.cards.decide.boots import BootEstimate
 from gb300lane.cards.decide.more import boot_checked
-from gb300lane.cards.decide.verdict import GateChange, PreviousVerdict, Verdict, VerdictInputs, compute_verdict
+from gb300lane.cards.decide.verdict import (
+    GateChange,
+    PreviousVerdict,
+    Verdict,
+    VerdictInputs,
+    WindowWorkload,
+    compute_verdict,
+)
 from gb300lane.cards.record.noise import for_card
-from gb300lane.cards.record.receipts import Receipts, utc_now
+from gb300lane.cards.record.receipts import Receipts, Registration, utc_now
 from gb300lane.cards.record.studies import earlier_boots, measured_on
 from gb300lane.cards.schema import Card, Gate, planned_stages
 
@@ -31,7 +40,20 @@ def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...], stages: i
         measured_now=measured_on(card) if checked and recorded else None,
         lane_noise=_lane_noise(rec, card, gates) if checked else {},
         question=reg.question,
+        workloads=window_workloads(card, reg),
     )
+
+
+def window_workloads(card: Card, reg: Registration) -> tuple[WindowWorkload, ...]:
+    """Which workload and part each window that names one (not builtin) ran, as the registration froze it."""
+    out = []
+    for w in card.windows:
+        ref = (reg.workloads or {}).get(w.workload)
+        if ref is None:
+            continue
+        part: Literal["all", "dev", "held_out"] = "held_out" if w.held_out else "dev" if ref.held_out_ids else "all"
+        out.append(WindowWorkload(window=w.name, workload=w.workload, content_sha256=ref.content_sha256, part=part))
+    return tuple(out)
 
 
 def _lane_noise(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> dict[str, tuple[BootEstimate, str]]:

@@ -84,6 +84,13 @@ class RecipeRef(FrozenModel):
         "digests): what promotion compares the recipe with, naming the keys that differ.")
 
 
+class WorkloadRef(FrozenModel):
+
+    content_sha256: str = Field(description="The workload's content hash at registration (its manifest's).")
+    files: dict[str, str] = Field(description="Each class file -> its sha256 at registration: what an edit is named by.")
+    held_out_ids: tuple[str, ...] | None = Field(default=None, description="The held-out ids at registration; none: no split.")
+
+
 class Registration(FrozenModel):
 
     schema_version: Literal[1] = Field(description="File format version.")
@@ -103,6 +110,11 @@ class Registration(FrozenModel):
         default=None, description="Which run of its question (the card and its candidate's resolved recipe) this is, "
         "the runs it follows and the share of each gate's alpha it spends; None when registered before runs were "
         "counted (the whole alpha).")
+    # Left out when the card's windows run only the builtin workload, so those registrations keep their bytes.
+    workloads: dict[str, WorkloadRef] | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="Each workload the windows name but builtin -> its content hash and files at registration; "
+        "running or scoring refuses a workload that differs, naming the file.")
 
     def alpha_share(self) -> float:
         """The share of each gate's alpha this run spends (1.0 when its question has one run)."""
@@ -125,6 +137,52 @@ def host_facts() -> dict[str, str | int | None]:
         "cpu_count": os.cpu_count(),
         "tool_version": __version__,
     }
+
+
+def workload_refs(card: Card) -> dict[str, WorkloadRef] | None:
+    """What the registration freezes of each workload the card's windows name (builtin, shipped, is left out)."""
+    from gb300lane.workloads import BUILTIN, load_workload, select
+
+    names = sorted({w.workload for w in card.windows} - {BUILTIN})
+    if not names:
+        return None
+    for w in card.windows:
+        for cls in w.classes if w.workload != BUILTIN else ():
+            try:  # every window can draw its transcripts, or nothing is registered
+                select(w.workload, cls, w.transcripts_per_class, held_out=w.held_out)
+            except LaneError as exc:
+                raise CardError(f"card {card.name}, window {w.name}: {exc}") from None
+    out = {}
+    for name in names:
+        m = load_workload(name).manifest
+        out[name] = WorkloadRef(content_sha256=m.content_sha256, files={c.file: c.sha256 for c in m.classes},
+                                held_out_ids=m.split.held_out_ids if m.split is not None else None)
+    return out
+
+
+def workload_changes(registered: dict[str, WorkloadRef] | None, card: Card) -> list[str]:
+    """How each registered workload differs now (the file, or the split), one line each; empty when none does."""
+    from gb300lane.workloads import load_workload
+
+    problems = []
+    for name, ref in sorted((registered or {}).items()):
+        try:
+            w = load_workload(name)
+        except LaneError as exc:
+            problems.append(str(exc))
+            continue
+        if w.manifest.content_sha256 == ref.content_sha256:
+            continue
+        now = {c.file: c.sha256 for c in w.manifest.classes}
+        named = [f"{w.folder / f}" + (" (gone)" if f not in now else "") for f in sorted(ref.files)
+                 if now.get(f) != ref.files[f]]
+        named += [f"{w.folder / f} (new)" for f in sorted(set(now) - set(ref.files))]
+        held = w.manifest.split.held_out_ids if w.manifest.split is not None else None
+        if held != ref.held_out_ids:
+            named.append(f"{w.folder / 'manifest.json'} (its split)")
+        problems.append(f"workload {name} changed after registration: {', '.join(named) or w.folder} "
+                        f"(content sha256 {ref.content_sha256[:12]} registered, {w.manifest.content_sha256[:12]} now)")
+    return problems
 
 
 def _recipe_ref(recipe: str) -> RecipeRef:
@@ -261,7 +319,7 @@ class Receipts:
         return n
 
     def check_frozen(self, card: Card) -> None:
-        """Refuse a card whose gates differ from the registered ones."""
+        """Refuse a card whose gates differ from the registered ones, or whose workloads changed since."""
         reg = self.registration()
         if gates_hash(card) != reg.gates_sha256:
             raise CardError(
@@ -269,6 +327,10 @@ class Receipts:
                 f"(registered gates sha256 {reg.gates_sha256[:12]}, now {gates_hash(card)[:12]}); "
                 "gates are frozen: restore the card file, or change a gate through `gb300lane card rescore`"
             )
+        changed = workload_changes(reg.workloads, card)
+        if changed:
+            raise CardError(f"{self.registration_file}: {'; '.join(changed)}; the verdict would not be about the "
+                            "registered traffic: restore the workload's files, or register the card again (--fresh)")
 
     def load_arms(self, card: Card, stages: int | None = None) -> list[ArmData]:
         """Every arm's data, transcribed or measured; arms not finished are left out.
@@ -431,6 +493,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
     refused = small_sample_refusals(card)
     if refused:
         raise CardError("; ".join(refused))
+    workloads = workload_refs(card)  # before anything is written: a window its workload cannot fill is refused
     base = base or results_dir()
     date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
     rec = Receipts(_dated_dir(base, card, date, fresh, run))
@@ -467,6 +530,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         host=host_facts(),
         plan=plan,
         question=question,
+        workloads=workloads,
     )
     rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
     enter_registration(rec, card, reg, aside=aside)
