@@ -86,3 +86,30 @@ def test_prompt_logprobs_parse_as_vllm_answers_them() -> None:
         parse_prompt_logprobs(entries[:3] + [_entry((3, -0.4, 1))], [1, 5, 7, 9], 2, top_k=2, klass="p", label="r")
     with pytest.raises(BenchError, match="3 entries for 4 prompt tokens"):
         parse_prompt_logprobs(entries[:3], [1, 5, 7, 9], 2, top_k=2, klass="p", label="r")
+
+
+def _smoke_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    from gb300lane.recipes import load_recipe
+    from gb300lane.recipes.schema import SmokeGate, SmokeLossless, WindowSpec
+
+    monkeypatch.setenv("GB300LANE_STATE_DIR", str(tmp_path / "state"))
+    base = load_recipe("local-v27")
+    window = WindowSpec(name="t1", classes=("prose", "code"), transcripts_per_class=6, rounds=1, concurrency=(1,),
+                        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=128)
+    gate = SmokeGate(name="bounds-t1", kind="bounds", window=window, lossless=SmokeLossless())
+    spec = base.speculative.model_copy(update={"schedule": None, "num_speculative_tokens": 3})  # as FLAGS
+    return base.model_copy(update={"smoke": base.smoke.model_copy(update={"gates": (gate,)}), "speculative": spec})
+
+
+@pytest.mark.parametrize(("fault", "status"), [(None, "PASS"), ("temperature=0.8", "FAIL")])
+def test_the_smoke_bounds_gate_carries_the_check(fault: str | None, status: str, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    from gb300lane.bench.smoke import run_smoke
+
+    recipe = _smoke_recipe(monkeypatch, tmp_path)
+    with running_engine(FLAGS + (["--fault", fault] if fault else [])) as eng:
+        report = run_smoke(recipe, eng.url, model="lane", fingerprint="f" * 16)
+    gate = report.gates[0]
+    assert gate.status == status, gate.reason
+    assert f"lossless {status}" in gate.reason
+    assert gate.details["lossless"]["referee_tokens"] > 0
