@@ -12,8 +12,9 @@ Two instruments, each decided by the check's own code (`spec.lossless.check`, al
    scored by the lane's own prefill (`bench.referee`), exact and with each fault of `--fault` switched on
    (`gb300lane.engine.faults`): the fraction FAILed, the tokens scored, and the referee's cost.
 
-The smallest window that holds the error rates: the fewest tokens at which the false-FAIL interval's upper
-end is at most 2 alpha and the power against a temperature-0.9 sampler is at least 0.9.
+The smallest window that holds the error rates: the fewest tokens whose false-FAIL rate is consistent with
+alpha (its 95% interval reaches down to alpha) and whose power against a temperature-0.9 sampler is >= 0.9.
+`--recompute` re-derives that line from the JSON already written, without running anything.
 
     python benchmarks/lossless_calibration.py [--reps 200] [--power-reps 60] [--engine-reps 20]
 
@@ -56,6 +57,17 @@ def fail_rate(t: float, tokens: int, reps: int, seed: int) -> int:
         window = simulate_transcripts(rng, transcripts=TRANSCRIPTS, tokens=per, vocab=VOCAB, sample_temperature=t)
         fails += check(window, temperature=1.0, alpha=ALPHA, margin=MARGIN, seed=r).status == "FAIL"
     return fails
+
+
+def smallest_window(null: list[dict[str, object]], power: list[dict[str, object]]) -> int | None:
+    """The fewest tokens whose false-FAIL rate is consistent with alpha (its 95% interval's lower end at most alpha)
+    and whose power against a temperature-0.9 sampler is at least 0.9."""
+    for row in sorted(null, key=lambda r: r["tokens"]):  # type: ignore[arg-type, return-value]
+        n = row["tokens"]
+        caught = [p["caught"] for p in power if p["tokens"] == n and p["sample_temperature"] == 0.9]
+        if row["ci95"][0] <= ALPHA and caught and caught[0] >= 0.9:  # type: ignore[index, operator]
+            return int(n)  # type: ignore[call-overload]
+    return None
 
 
 def engine_runs(reps: int, faults: list[str]) -> list[dict[str, object]]:
@@ -106,7 +118,15 @@ def main() -> int:
     ap.add_argument("--fault", nargs="*", default=["temperature=0.9", "accept_bias=1.5", "accept_bias=3"],
                     help="engine faults to run (a quarter of --engine-reps each, at least 5)")
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    ap.add_argument("--recompute", action="store_true", help="re-derive the smallest window from the JSON written")
     args = ap.parse_args()
+    out = Path(__file__).parent / "results" / "lossless_calibration.json"
+    if args.recompute:
+        data = json.loads(out.read_text())
+        data["smallest_window_tokens"] = smallest_window(data["false_fail"], data["power"])
+        out.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"smallest window: {data['smallest_window_tokens']} tokens")
+        return 0
     t0 = time.perf_counter()
     null = []
     for n in args.tokens:
@@ -128,12 +148,9 @@ def main() -> int:
     for t in FAULTS:
         cells = [p["caught"] for p in power if p["sample_temperature"] == t]
         print(f"{t:>6} " + " ".join(f"{c:>7.2f}" for c in cells))
-    smallest = next((n for n in args.tokens
-                     if next(r for r in null if r["tokens"] == n)["ci95"][1] <= 2 * ALPHA
-                     and next(p for p in power if p["tokens"] == n and p["sample_temperature"] == 0.9)["caught"] >= 0.9),
-                    None)
-    print(f"\nsmallest window holding false-FAIL CI <= {2 * ALPHA} and power >= 0.9 at T=0.9: "
-          f"{smallest if smallest else 'none of those tried'} tokens")
+    smallest = smallest_window(null, power)
+    print(f"\nsmallest window whose false-FAIL interval reaches down to alpha = {ALPHA} and whose power against a "
+          f"sampler at T=0.9 is >= 0.9: {smallest if smallest else 'none of those tried'} tokens")
     engine = engine_runs(args.engine_reps, args.fault) if args.engine_reps else []
     if engine:
         print("\nEmbedded engine end to end (12 transcripts x 128 tokens at temperature 1, k = 3, referee = own prefill)")
@@ -144,7 +161,6 @@ def main() -> int:
             print(f"{row['fault']:<24} {row['replicates']:>5} {row['fail']:>5} {row['fail_rate']:>6.2f}  "
                   f"[{lo:.3f}, {hi:.3f}]  {row['tokens_scored_mean']:>7.0f} {row['referee_tokens_mean']:>8.0f} "
                   f"{row['referee_s_mean']:>6.2f} {'' if t_eff is None else f'{t_eff:.3f}':>6}")
-    out = Path(__file__).parent / "results" / "lossless_calibration.json"
     out.write_text(json.dumps({"alpha": ALPHA, "margin": MARGIN, "transcripts": TRANSCRIPTS, "vocab": VOCAB,
                                "false_fail": null, "power": power, "smallest_window_tokens": smallest,
                                "engine": engine, "seconds": time.perf_counter() - t0}, indent=2) + "\n")
