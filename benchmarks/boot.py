@@ -38,7 +38,7 @@ from rich.table import Table
 
 from gb300lane import __version__, paths
 from gb300lane.fsio import atomic_write, dumps_json
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "boot.json"
 FLOOR_OVERHEAD_S = 1.0

@@ -72,7 +72,7 @@ from gb300lane.bench.selftest import run_selftest, selftest_table
 from gb300lane.bench.window import run_window_async
 from gb300lane.fsio import atomic_write, dumps_json
 from gb300lane.recipes.schema import WindowSpec
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "client.json"
 SPEC_CONFIG = {

@@ -1,7 +1,7 @@
 """The CUPED saving on the embedded engine: requests per arm at equal power with and without `adjust: cuped`.
 
 Replicates of a card (default the shipped local-br1, its primary window and the tested gates that read it) run
-in process on the engine core (`cards.calibrate.run_replicate`: four arms per replicate, A, A2, B as written
+in process on the engine core (`instrument.calibrate.run_replicate`: four arms per replicate, A, A2, B as written
 and the control recipe as B), each scored twice: every tested B-against-the-controls gate as registered and a
 copy with `adjust: cuped`. Per gate it reports, over the replicates:
 
@@ -34,14 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from gb300lane.cards.calibrate import ArmStage, run_replicate
+from gb300lane.instrument.calibrate import ArmStage, run_replicate
 from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.cuped import adjusted_log_ratio
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.decide.evidence import by_transcript, units_of
 from gb300lane.cards.decide.stats import BootVariance, proportion
 from gb300lane.cards.schema import Card, ControlsEquivalence, TestedGate
-from gb300lane.cards.simulate import InProcessLane
+from gb300lane.instrument.simulate import InProcessLane
 
 RESULTS = Path(__file__).parent / "results"
 SCENARIOS = ("card", "aa")

@@ -55,7 +55,7 @@ from rich.table import Table
 
 from gb300lane import __version__
 from gb300lane.fsio import atomic_write, dumps_json
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine_api.json"
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,7 +49,7 @@ def _env(base: Path) -> dict[str, str]:
 
 def _recipes(base: Path) -> None:
     from gb300lane.paths import shipped
-    from gb300lane.testing.ports import free_port
+    from gb300lane.testing.free_ports import free_port
 
     folder = base / "recipes"
     folder.mkdir(parents=True)

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def write_recipes(dest: Path, time_scale: float) -> tuple[int, int]:
     from gb300lane.paths import shipped
-    from gb300lane.testing.ports import free_port
+    from gb300lane.testing.free_ports import free_port
 
     dest.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())

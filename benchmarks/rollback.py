@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from gb300lane.paths import shipped
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

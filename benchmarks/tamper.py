@@ -294,7 +294,7 @@ def noise_copies() -> dict[str, Any]:
     """Four hand-made copies of a scored card with A2 = A: skipped by the noise ledger, the plan unchanged. Beside
     it, what the same ledger pools when nothing is left out (the copies counted), which is what the plan read
     before the filter."""
-    from gb300lane.cards.plan import registration_plan
+    from gb300lane.instrument.plan import registration_plan
     from gb300lane.cards.record import noise
     from gb300lane.cards.record.receipts import lane_receipts
     from gb300lane.cards.record.verified import planning_receipts

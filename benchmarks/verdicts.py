@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from gb300lane import __version__
-from gb300lane.cards.calibrate import (calibrate, default_workers, find_calibration, progress_file, raw_file,
+from gb300lane.instrument.calibrate import (calibrate, default_workers, find_calibration, progress_file, raw_file,
                                        write_calibration)
 from gb300lane.cards.cardfile import load_card
 from gb300lane.fsio import atomic_write, dumps_json

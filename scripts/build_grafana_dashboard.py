@@ -9,7 +9,7 @@ throughput, requests running and waiting, production and the rollback pair,
 verdicts, boots and compile-cache outcomes, and the promotion ledger's events
 (as a panel and as annotations). Every query uses only `$__rate_interval`
 and `$datasource`, so it runs unchanged in Prometheus once the interval is
-substituted (tests/test_dashboard_prometheus.py does exactly that).
+substituted (tests/promote/test_exposition_prometheus.py does exactly that).
 
     python scripts/build_grafana_dashboard.py [--check]
 """

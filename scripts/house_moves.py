@@ -13,14 +13,14 @@ What it does, in order:
 2. `git mv` each flat test file of `TEST_MOVES` to its folder, and writes an empty `__init__.py` in each folder
    (pytest's default `prepend` import mode: a test module is `<folder>.test_<name>`, so two folders may hold the
    same basename; `tests/` stays on sys.path, so `from fakes import ...` imports as before).
-3. Rewrites, in every tracked text file: the dotted module names (`gb300lane.cards.plan` ->
-   `gb300lane.instrument.plan`), the file paths (`gb300lane/cards/plan.py`, `tests/test_cards_plan_checks.py`),
+3. Rewrites, in every tracked text file: the dotted module names (`gb300lane.instrument.plan` ->
+   `gb300lane.instrument.plan`), the file paths (`gb300lane/instrument/plan.py`, `tests/instrument/test_plan_checks.py`),
    the lazy packages' name maps (`"hold": "instances"` in `lane/__init__.py`), the names `cards` re-exported from
    the wing (`from gb300lane.cards import calibrate` -> `from gb300lane.instrument import calibrate`), one test
-   importing another (`from test_engine_server import engine` -> `from engine.test_server import engine`), and in
+   importing another (`from engine.test_server import engine` -> `from engine.test_server import engine`), and in
    each moved test `Path(__file__)` one level deeper.
 4. Rewrites the import contracts in pyproject.toml (the wing's layer; the cards contract without it) and the
-   contracts list in docs/architecture.md to match (`tests/test_docs_architecture.py` checks them).
+   contracts list in docs/architecture.md to match (`tests/house/test_docs_architecture.py` checks them).
 
 Run on main after every branch has merged: a module or test added since this table was written is left where it
 is and named in the output, so the table can be extended first.
@@ -270,24 +270,24 @@ def _is_text(p: Path) -> bool:
     return (p.suffix in TEXT_SUFFIXES or p.name in TEXT_NAMES) and not rel.startswith(FROZEN)
 
 
-#: Modules named without `gb300lane.` in docs and docstrings (`cards.record.custody.verify_receipts`). Not
+#: Modules named without `gb300lane.` in docs and docstrings (`cards.record.card_custody.verify_receipts`). Not
 #: `lane.instance`/`lane.instances`: those are also names of the lane's functions and of a SimLane's method.
 SHORT_NAMES: dict[str, str] = {
-    "cards.record.custody": "cards.record.card_custody",
-    "cards.record.looks": "cards.record.look_receipts",
-    "promote.custody": "promote.production_custody",
-    "promote.lane_ops": "promote.live_ops",
-    "promote.lanetake": "promote.take_lane",
-    "lane.ledger": "lane.hash_ledger",
-    "engine.metrics": "engine.served_metrics",
-    "engine.boot": "engine.modelled_boot",
-    "spec.metrics": "spec.counters",
-    "testing.ports": "testing.free_ports",
-    "cards.plan": "instrument.plan",
-    "cards.timeplan": "instrument.timeplan",
-    "cards.lanecal": "instrument.lanecal",
-    "cards.simulate": "instrument.simulate",
-    "cards.calibrate": "instrument.calibrate",
+    "cards.record.card_custody": "cards.record.card_custody",
+    "cards.record.look_receipts": "cards.record.look_receipts",
+    "promote.production_custody": "promote.production_custody",
+    "promote.live_ops": "promote.live_ops",
+    "promote.take_lane": "promote.take_lane",
+    "lane.hash_ledger": "lane.hash_ledger",
+    "engine.served_metrics": "engine.served_metrics",
+    "engine.modelled_boot": "engine.modelled_boot",
+    "spec.counters": "spec.counters",
+    "testing.free_ports": "testing.free_ports",
+    "instrument.plan": "instrument.plan",
+    "instrument.timeplan": "instrument.timeplan",
+    "instrument.lanecal": "instrument.lanecal",
+    "instrument.simulate": "instrument.simulate",
+    "instrument.calibrate": "instrument.calibrate",
 }
 
 
@@ -299,7 +299,7 @@ def rewrites() -> list[tuple[re.Pattern[str], str]]:
         pairs.append(("gb300lane/" + old, "gb300lane/" + new))
     for old, new in TEST_MOVES.items():
         pairs.append(("tests/" + old, "tests/" + new))
-        # One test importing another: `from test_engine_server import engine` -> `from engine.test_server import`.
+        # One test importing another: `from engine.test_server import engine` -> `from engine.test_server import`.
         pairs.append(
             (f"from {old.removesuffix('.py')} import", f"from {new.removesuffix('.py').replace('/', '.')} import")
         )
@@ -453,11 +453,44 @@ def architecture_blocks(doc: str, pyproject: str) -> str:
     return re.sub(r"(<!-- engine-importers -->\n)(.*?)(<!-- /engine-importers -->)", resort, doc, flags=re.S)
 
 
+def rewrite_only(*, dry: bool) -> int:
+    """The name rewrites alone, in every tracked file (each rule is idempotent): for code written against the old
+    names after the moves (a branch merged since). Flat tests it leaves are named, to move by hand."""
+    rules = rewrites()
+    changed = 0
+    for path in _tracked():
+        rel = path.relative_to(ROOT).as_posix()
+        if not _is_text(path) or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        new_text = text
+        for pattern, repl in rules:
+            new_text = pattern.sub(repl, new_text)
+        if rel.endswith(".py") and rel != "gb300lane/cards/__init__.py":
+            new_text = _wing_names(new_text)
+        if rel.endswith(".py"):
+            new_text = _submodule_names(new_text)
+        if new_text != text:
+            changed += 1
+            print(f"rewrite {rel}")
+            if not dry:
+                path.write_text(new_text, encoding="utf-8", errors="surrogateescape")
+    left = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    if left:
+        print(f"house_moves: flat tests left: {left}")
+    print(f"{changed} files rewritten" + (" (dry run: nothing changed)" if dry else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
+    parser.add_argument("--rewrite-only", action="store_true",
+                        help="after the moves: rewrite the old names in what was written since (a merged branch)")
     args = parser.parse_args(argv)
     dry = args.dry_run
+    if args.rewrite_only:
+        return rewrite_only(dry=dry)
     if (
         not dry
         and subprocess.run(

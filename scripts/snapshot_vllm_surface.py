@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from gb300lane.fsio import atomic_write, dumps_json
     from gb300lane.lane import surface
-    from gb300lane.spec.metrics import served_families
+    from gb300lane.spec.counters import served_families
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="a vllm wheel, or a site-packages directory with vllm installed")

@@ -22,7 +22,7 @@ hold the same basename (`tests/house/test_layout.py` checks every folder is a pa
 
 Both run in parallel (pytest-xdist, `--dist loadgroup`): Docker tests run one at a time on one
 worker, podman tests likewise; every other test owns its state directory, its ports
-(`gb300lane.testing.ports.free_port`) and its files, so it may run beside any other.
+(`gb300lane.testing.free_ports.free_port`) and its files, so it may run beside any other.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gb300lane.engine.args import parse_serve_args
-from gb300lane.engine.boot import VllmLog
+from gb300lane.engine.modelled_boot import VllmLog
 from gb300lane.engine.server import BODY_READ_TIMEOUT_S, HEADER_READ_TIMEOUT_S, EngineServer
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from gb300lane import lane
 from gb300lane import promote as pm
 from gb300lane.paths import shipped
 from gb300lane.testing.crash import CRASH_ENV
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 
 def write_recipes(folder: Path) -> int:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 

@@ -38,7 +38,7 @@ from gb300lane.bench.quality import Ask, check
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
 from gb300lane.errors import MetricsError
 from gb300lane.lane.probe import Scrape
-from gb300lane.spec.metrics import parse_request_counts
+from gb300lane.spec.counters import parse_request_counts
 
 _SPEC_NAME = "vllm:spec_decode_num_drafts"
 

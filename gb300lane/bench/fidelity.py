@@ -7,7 +7,7 @@ running the engine core on the shipped transcripts, 256 forced tokens each.
 A one-user window at a fixed k is run as one batch: a request's draws are
 addressed by (request, position, use, slot) and nothing in a step depends on
 what shares it at the same k, so each request's tokens and counters are
-exactly those of running it alone (tests/test_engine_core.py checks the
+exactly those of running it alone (tests/engine/test_core.py checks the
 invariance); the served k-schedule at C8 runs at C8.
 
 `mixed` transcripts are conversations across the five classes: the i-th

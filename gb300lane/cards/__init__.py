@@ -6,12 +6,9 @@ it goes; `score` writes the pre-registered verdict, `rescore` a later one that
 points back at it; `render_report` draws the card. The write-up's own cards
 (BR1, BR2) ship as transcribed receipts and are re-derived by
 `reproduce_writeup`. Tested gates decide by pre-registered paired tests
-(`GateResult.tests`); `plan_for` gives power and size before a card runs and
-`calibrate` measures a card's error rates on the embedded engine.
+(`GateResult.tests`). Sizing, timing and calibrating a card are `gb300lane.instrument`'s.
 """
 
-from gb300lane.cards.calibrate import Calibration, calibrate
-from gb300lane.cards.plan import plan_for
 from gb300lane.cards.record.receipts import Receipts, Registration, all_receipts, find_receipts, register
 from gb300lane.cards.decide.results import CardPlan, GateResult, GateTest
 from gb300lane.cards.present.report import render_html, render_report
@@ -25,7 +22,6 @@ from gb300lane.cards.present.writeup import reproduce_writeup
 
 __all__ = [
     "ArmOps",
-    "Calibration",
     "Card",
     "CardPlan",
     "ForeignCount",
@@ -37,13 +33,11 @@ __all__ = [
     "Verdict",
     "VerdictRef",
     "all_receipts",
-    "calibrate",
     "compute_rescore",
     "find_receipts",
     "latest_verdict_for",
     "load_card",
     "parse_card",
-    "plan_for",
     "register",
     "render_html",
     "render_report",

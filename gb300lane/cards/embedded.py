@@ -1,6 +1,6 @@
 """Whether a card's arms run on the embedded engine, and the fingerprint of what decides an in-process run.
 
-The in-process fast path (`cards.simulate`) drives only the embedded engine; a boot study records the engine's
+The in-process fast path (`instrument.simulate`) drives only the embedded engine; a boot study records the engine's
 fingerprint with what it measured (`cards.record.studies`).
 """
 

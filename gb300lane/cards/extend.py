@@ -25,7 +25,7 @@ from pydantic import Field
 from gb300lane import lane
 from gb300lane.cards.decide.extension import plan_extension, refusal
 from gb300lane.cards.decide.verdict import Verdict
-from gb300lane.cards.record.custody import require_intact
+from gb300lane.cards.record.card_custody import require_intact
 from gb300lane.cards.record.extensions import ExtensionReceipt, pending_extension, record_extension
 from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.cards.record.receipts import Receipts, read_verdict

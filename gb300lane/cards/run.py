@@ -12,7 +12,7 @@ a stable hash of (the window's seed base, the arm, the stage), so A2 is a
 second sample of production and not a copy of A; the seed base an arm used
 is recorded in its window receipt. A group-sequential card runs the bracket
 once per stage (the primary window's rounds split evenly; the other windows
-run in stage 1 only) and takes a look after each (`cards.record.looks`), stopping
+run in stage 1 only) and takes a look after each (`cards.record.look_receipts`), stopping
 as soon as a look reaches PASS or FAIL.
 """
 
@@ -133,7 +133,7 @@ def lane_taken_by_protected(card: Card, protected: Protected, port: int | None) 
     """
     if port is not None or not protected.instances:
         return
-    from gb300lane.lane import instances
+    from gb300lane.lane import records as instances
 
     wanted = {p: a for a in card.arms for p in lane.ports_of([load_recipe(a.recipe)])}
     for name, role in sorted(protected.instances.items()):
@@ -294,7 +294,7 @@ def run_stages(rec: Receipts, card: Card, ops: ArmOps, say: Progress, first: int
     `card run` runs the design's stages, `card extend` an extension's; the lane's preflight and the client's
     self-test (when `ops` offers them) come first whenever an arm is left to run.
     """
-    from gb300lane.cards.record.looks import take_look
+    from gb300lane.cards.record.look_receipts import take_look
 
     lines: list[str] = []
     stages = stage_count(card)

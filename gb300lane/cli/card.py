@@ -20,7 +20,7 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}
 
 if TYPE_CHECKING:  # the cards package is imported when a card command runs
     from gb300lane.cards import Receipts, Verdict
-    from gb300lane.cards.plan import PlanCheck
+    from gb300lane.instrument.plan import PlanCheck
     from gb300lane.cards.schema import Card
     from gb300lane.promote import TransitionReport
 
@@ -89,7 +89,7 @@ def register_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
-    from gb300lane.cards.plan import registration_plan, registration_warnings
+    from gb300lane.instrument.plan import registration_plan, registration_warnings
     from gb300lane.cards.record.receipts import receipts_state
     from gb300lane.cards.cardfile import read_card_text
 
@@ -154,9 +154,9 @@ def plan_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.plan import LEDGER_MIN_CARDS, control_windows, plan_for
+    from gb300lane.instrument.plan import LEDGER_MIN_CARDS, control_windows, plan_for
     from gb300lane.cards.run import LiveArmOps
-    from gb300lane.cards.timeplan import time_plan
+    from gb300lane.instrument.timeplan import time_plan
     from gb300lane.promote.view import protected_instances
 
     from gb300lane.cards.record.verified import planning_receipts
@@ -416,7 +416,7 @@ def report_cmd(
 @card_app.command("show", help="Show a card's registration, arms, looks and verdicts.")
 def show_cmd(card: str = typer.Argument(..., help="Card name, file or receipts directory."),
              receipts: Path | None = _RECEIPTS, as_json: bool = _JSON) -> None:
-    from gb300lane.cards.record.looks import read_look
+    from gb300lane.cards.record.look_receipts import read_look
     from gb300lane.cards.record.receipts import read_verdict
 
     rec = _receipts(card, receipts)
@@ -534,7 +534,7 @@ def calibrate_cmd(
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card
-    from gb300lane.cards.calibrate import calibrate, default_workers, progress_file, raw_file, write_calibration
+    from gb300lane.instrument.calibrate import calibrate, default_workers, progress_file, raw_file, write_calibration
 
     loaded, path = load_card(card)
     say = _say(as_json)
@@ -548,7 +548,7 @@ def calibrate_cmd(
     cal, outcomes = calibrate(loaded, replicates, seed=seed, workers=workers or default_workers(), progress=say,
                               resume=keep, raw=raw, extend=extend)
     d = write_calibration(loaded, path.read_text(encoding="utf-8"), cal, outcomes)  # `keep` stays for longer runs
-    from gb300lane.cards.plan import plan_check
+    from gb300lane.instrument.plan import plan_check
 
     check = plan_check(loaded, cal)
     if as_json:
@@ -626,7 +626,7 @@ def _print_plan_check(card: Card, check: PlanCheck | None) -> None:
 
 def _calibrate_on_lane(card: Any, replicates: int, *, seed: int, budget: float | None, port: int | None,
                        as_json: bool, extend: bool = True) -> None:
-    from gb300lane.cards.lanecal import calibrate_lane
+    from gb300lane.instrument.lanecal import calibrate_lane
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.promote.view import protected_instances
 

@@ -26,7 +26,7 @@ def verify_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the chains as JSON.")] = False,
 ) -> None:
     """Check every link of a chain of custody (recipe -> boots -> receipts -> verdicts -> promotion); exit 1 where one breaks."""
-    from gb300lane.promote.custody import verify_card, verify_everything, verify_evidence, verify_production
+    from gb300lane.promote.production_custody import verify_card, verify_everything, verify_evidence, verify_production
 
     if sum((card is not None, production, evidence)) > 1:
         fail("--card, --production and --evidence check different chains; give one (or none, for every chain)", 2)

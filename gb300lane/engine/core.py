@@ -19,7 +19,7 @@ Randomness is per request and addressed, not consumed (`streams.py`): every
 uniform a step draws for a request is keyed by the request (its `seed`, else
 the engine seed and its arrival number), the output position the step starts
 at, what the draw is for and its slot. What that makes invariant, and what it
-does not (each claim has a test in tests/test_engine_core.py):
+does not (each claim has a test in tests/engine/test_core.py):
 
 - Within one boot, a seeded request's text does not depend on which requests
   share its steps or in what order they arrived, as long as its steps run at

@@ -40,7 +40,7 @@ from gb300lane.engine.api import (
 )
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.config import SpecConfig
-from gb300lane.engine.boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
+from gb300lane.engine.modelled_boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
 from gb300lane.engine.faults import parse_faults
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
@@ -51,7 +51,7 @@ from gb300lane.engine.logprobs import (
     prompt_logprobs_json,
     score_positions,
 )
-from gb300lane.engine.metrics import EngineMetrics
+from gb300lane.engine.served_metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, builtin_config, load_model, model_hash
 from gb300lane.engine.responses import chat_body, response_body
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from gb300lane.lane.checks import CheckResult
     from gb300lane.lane.foreign import foreign_clients
     from gb300lane.lane.hosts import on_lane
-    from gb300lane.lane.instance import instance
-    from gb300lane.lane.instances import hold, holds
+    from gb300lane.lane.instance_scope import instance
+    from gb300lane.lane.records import hold, holds
     from gb300lane.lane.manage import (
         InstanceInfo,
         InstanceStatus,
@@ -80,9 +80,9 @@ __getattr__, __dir__ = attach(
         "default_check_keys": "checkkeys",
         "CheckResult": "checks",
         "foreign_clients": "foreign",
-        "instance": "instance",
-        "hold": "instances",
-        "holds": "instances",
+        "instance": "instance_scope",
+        "hold": "records",
+        "holds": "records",
         "InstanceInfo": "manage",
         "InstanceStatus": "manage",
         "LaneStatus": "manage",

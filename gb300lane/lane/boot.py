@@ -25,7 +25,7 @@ from pydantic import Field
 
 from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane import placement
-from gb300lane.lane import checks, facts, hosts, instances, ledger, logparse
+from gb300lane.lane import checks, facts, hosts, records as instances, hash_ledger as ledger, logparse
 from gb300lane.lane.checkkeys import choose_baseline
 from gb300lane.lane.enginebuild import check_engine_build
 from gb300lane.lane.gather import check_booted

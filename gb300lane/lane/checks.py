@@ -24,7 +24,7 @@ from pydantic import Field, JsonValue
 from gb300lane import keyed
 from gb300lane.redact import DIGEST_PREFIX, MASK, digest, is_secret, redact, redact_argv
 from gb300lane.lane.facts import Listener
-from gb300lane.spec.metrics import RequestCounts
+from gb300lane.spec.counters import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
 from gb300lane.lane.provenance import Provenance

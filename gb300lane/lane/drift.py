@@ -209,9 +209,9 @@ def _running(recipe: str) -> Any | None:
 
 def _live(base: sf.Surface, info: Any) -> sf.Surface:
     """A surface's families and log lines as the running instance serves and logged them."""
-    from gb300lane.lane import instances, probe
+    from gb300lane.lane import records as instances, probe
     from gb300lane.runtime import get_runtime
-    from gb300lane.spec.metrics import served_families
+    from gb300lane.spec.counters import served_families
 
     text = probe.metrics_text(info.endpoint)
     families = {n: t for n, t in served_families(text, source=f"{info.endpoint}/metrics").items()

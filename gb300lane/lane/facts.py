@@ -5,7 +5,7 @@ reads the network namespace's socket tables, where host networking puts Docker
 containers' sockets too) and each carries the pid holding it where this user
 may see it. `listening` is the pure half tests feed with recorded connections;
 `parse_nvidia_smi` is the pure half of GPU discovery. The request counters of
-the foreign-client check are read from /metrics by `gb300lane.spec.metrics`,
+the foreign-client check are read from /metrics by `gb300lane.spec.counters`,
 the one Prometheus parser.
 
 On a lane of a remote host the sockets and GPUs are that box's: its

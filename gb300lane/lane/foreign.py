@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gb300lane.errors import MetricsError
 from gb300lane.lane import checks, probe
-from gb300lane.spec.metrics import parse_request_counts
+from gb300lane.spec.counters import parse_request_counts
 
 
 def foreign_clients(endpoint: str, *, sent_by_tool: float = 0) -> checks.CheckResult:

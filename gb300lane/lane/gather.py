@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from gb300lane.lane import checks, facts, instances, logparse, probe, provenance
+from gb300lane.lane import checks, facts, records as instances, logparse, probe, provenance
 from gb300lane.lane.checkkeys import expected_values, renderings
 from gb300lane.lane.foreign import foreign_clients
 from gb300lane.lane.report import BootReport, newest_report, write_report

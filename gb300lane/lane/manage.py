@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field
 
 from gb300lane.errors import LaneError, StateError
-from gb300lane.lane import instances, probe
+from gb300lane.lane import records as instances, probe
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.models import FrozenModel
 

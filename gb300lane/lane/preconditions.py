@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gb300lane import placement
 from gb300lane.errors import BootError, StateError
-from gb300lane.lane import facts, instances
+from gb300lane.lane import facts, records as instances
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.protect import Protected
 from gb300lane.recipes import RenderedLane

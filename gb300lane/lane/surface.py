@@ -25,7 +25,7 @@ from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane.errors import LaneError
 from gb300lane.models import FrozenModel, format_validation_error
-from gb300lane.spec import metrics as m
+from gb300lane.spec import counters as m
 
 
 class LogLine(FrozenModel):

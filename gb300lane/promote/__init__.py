@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         TransitionReport,
         VerdictInfo,
     )
-    from gb300lane.promote.lane_ops import default_ops
+    from gb300lane.promote.live_ops import default_ops
     from gb300lane.promote.ops import InstanceFact, PromotionOps
     from gb300lane.promote.state import current_production
     from gb300lane.promote.runs import CrashHook
@@ -60,7 +60,7 @@ __getattr__, __dir__ = attach(
         "VerdictInfo": "models",
         "InstanceFact": "ops",
         "PromotionOps": "ops",
-        "default_ops": "lane_ops",
+        "default_ops": "live_ops",
         "current_production": "state",
         "CrashHook": "runs",
         "crash_points": "transitions",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gb300lane.cards import LiveArmOps, Receipts, run_card
-from gb300lane.promote.lanetake import LaneTake, take_lane
+from gb300lane.promote.take_lane import LaneTake, take_lane
 from gb300lane.promote.models import TransitionReport
 from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.runs import CrashHook

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from gb300lane.cards.record.receipts import all_receipts
 from gb300lane.cards.record.verdicts import newest_verdict
 from gb300lane.errors import LaneError
-from gb300lane.lane import ledger as hash_ledger
+from gb300lane.lane import hash_ledger as hash_ledger
 from gb300lane.promote.housekeeping import history
 from gb300lane.promote.models import EventKind
 from gb300lane.promote.state import current_production

@@ -16,7 +16,7 @@ from gb300lane.promote import witness
 from gb300lane.promote.ledger import Ledger, read_ledger
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import LedgerEvent, NewEvent, PrunePlan, PruneReport
-from gb300lane.promote.lane_ops import default_ops
+from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.ops import PromotionOps
 from gb300lane.promote.state import explain, open_ledger, refuse_if_running
 

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 
 from gb300lane import cards, lane, placement
 from gb300lane.bench import run_smoke
-from gb300lane.cards.record.custody import verify_receipts
+from gb300lane.cards.record.card_custody import verify_receipts
 from gb300lane.cards.record.verdicts import evidence_for
 from gb300lane.errors import BootError, LaneError
 from gb300lane.fsio import sha256_file
@@ -106,7 +106,7 @@ class LiveOps:
         return lane.start_problem(instance)
 
     def production_custody(self) -> str | None:
-        from gb300lane.promote.custody import verify_production
+        from gb300lane.promote.production_custody import verify_production
 
         broken = verify_production().first_break
         return None if broken is None else f"{broken.file + ': ' if broken.file else ''}{broken.detail}"

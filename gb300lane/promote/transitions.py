@@ -42,8 +42,8 @@ from gb300lane.promote.models import (
     VerdictCustody,
     VerdictInfo,
 )
-from gb300lane.promote.lane_ops import default_ops
-from gb300lane.promote.lanetake import give_back
+from gb300lane.promote.live_ops import default_ops
+from gb300lane.promote.take_lane import give_back
 from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.runs import CrashHook, Run, first_line, instance_fact, open_or_close_prune, report_link
 from gb300lane.promote.state import explain, open_ledger

@@ -4,7 +4,7 @@ One place for the figure, so the lane's own readiness wait (`lane.boot`) and
 a Kubernetes startupProbe (`recipes.k8s`) never disagree about it. A compile
 miss on the write-up's box takes about 1,910 s (weights 236 s, torch.compile
 1,083 s, FlashInfer autotune 508 s, the rest and the graph captures); the
-embedded engine models the same phases (`gb300lane/engine/boot.py`) and sleeps
+embedded engine models the same phases (`gb300lane/engine/modelled_boot.py`) and sleeps
 them times its `time_scale`.
 """
 

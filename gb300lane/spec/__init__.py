@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         load_advisor_input,
     )
     from gb300lane.spec.expectation import expected_accepted
-    from gb300lane.spec.metrics import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
+    from gb300lane.spec.counters import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
     from gb300lane.spec.verification import (
         VERIFY_METHODS,
         VerifyResult,
@@ -70,11 +70,11 @@ __getattr__, __dir__ = attach(
         "fit_step_time": "advisor",
         "load_advisor_input": "advisor",
         "expected_accepted": "expectation",
-        "MetricsScrape": "metrics",
-        "SpecLogLine": "metrics",
-        "delta": "metrics",
-        "parse_metrics_text": "metrics",
-        "parse_spec_log_line": "metrics",
+        "MetricsScrape": "counters",
+        "SpecLogLine": "counters",
+        "delta": "counters",
+        "parse_metrics_text": "counters",
+        "parse_spec_log_line": "counters",
         "VERIFY_METHODS": "verification",
         "VerifyResult": "verification",
         "block_verify": "verification",

@@ -29,7 +29,7 @@ accept tests and the correction draw run there in fused passes; the numpy
 paths below stay as the definition and the fallback. Sampling is the same
 bit for bit; block verification's residual sums are grouped differently, so
 a draw within a few roundings of a threshold could be decided differently
-(`tests/test_spec_kernels.py` holds the two to the same tokens).
+(`tests/spec/test_kernels.py` holds the two to the same tokens).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from gb300lane.bench.client import _StreamState
 from gb300lane.bench.quality import ToolCall
 from gb300lane.bench.window import run_window
 from gb300lane.cards.record.arms import window_data_from_result
-from gb300lane.cards.simulate import InProcessLane
+from gb300lane.instrument.simulate import InProcessLane
 from gb300lane.recipes.schema import WindowSpec
 
 from engines import running_engine

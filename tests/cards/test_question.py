@@ -122,7 +122,7 @@ def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_s
     shown = runner.invoke(app, ["card", "show", str(second.root)])
     assert "run 2 of 3 of card tested's question" in " ".join(shown.output.split())
     # the plan of the next run is the plan of its share of alpha
-    from gb300lane.cards.plan import registration_plan
+    from gb300lane.instrument.plan import registration_plan
     from gb300lane.cards.record.receipts import next_run
 
     card, _ = _card(3, "tested")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.cards.plan import registration_plan
+from gb300lane.instrument.plan import registration_plan
 from gb300lane.cards.record.noise import ALL_CELLS, ledger
 from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cli.main import app

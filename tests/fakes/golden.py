@@ -1,6 +1,6 @@
 """A golden card run: seeded cards end to end on the embedded engine in process, and the sha256 of every receipt.
 
-Each arm's windows run on the engine core in this process (`cards.simulate.InProcessLane`, each arm its own
+Each arm's windows run on the engine core in this process (`instrument.simulate.InProcessLane`, each arm its own
 pinned boot seed); the boot reports are the synthetic ones of `fakes.cards`. Register, run, score, rescore
 and report go through the library as `card run` does, so every receipt the record writes (registration, attempt,
 boot, window, foreign, done, looks, verdicts, manifests, report, figures, page) is hashed.
@@ -123,7 +123,7 @@ class InProcessArmOps:
     """A card's arms on the embedded engine core in this process: one engine per boot, its own boot seed."""
 
     def __init__(self, card: Any) -> None:
-        from gb300lane.cards.simulate import InProcessLane
+        from gb300lane.instrument.simulate import InProcessLane
 
         self.card = card
         self.lane = InProcessLane()

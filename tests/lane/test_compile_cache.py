@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gb300lane.engine.args import parse_serve_args
-from gb300lane.engine.boot import VllmLog, plan_boot, run_boot
+from gb300lane.engine.modelled_boot import VllmLog, plan_boot, run_boot
 from gb300lane.errors import EngineError
 from gb300lane.lane import checks, logparse
 

@@ -8,7 +8,7 @@ import pytest
 
 from gb300lane.errors import MetricsError
 from gb300lane.lane import drift, surface
-from gb300lane.spec.metrics import parse_metrics_text, served_families
+from gb300lane.spec.counters import parse_metrics_text, served_families
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lane"
 GATES = {"cpu-br2": [("k9-tokens-per-step", "tokens_per_step"), ("hash-hit", "hash_hit"), ("kv-pool", "kv_pool_equal")]}

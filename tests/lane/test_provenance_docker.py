@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.slow, pytest.mark.timeout(900)]
 

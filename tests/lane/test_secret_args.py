@@ -15,7 +15,7 @@ import yaml
 from gb300lane import lane, paths
 from gb300lane.paths import shipped
 from gb300lane.runtime import process as process_runtime
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from gb300lane import promote as pm
 from gb300lane.lane.inventory import placements
 from gb300lane.paths import shipped
 from gb300lane.promote import rollout as ro
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 from gb300lane.testing.simlane import SimLane
 
 from clirun import cli

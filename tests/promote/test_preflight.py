@@ -22,7 +22,7 @@ from gb300lane import signing
 from gb300lane.cli.main import app
 from gb300lane.errors import StateError
 from gb300lane.promote.live import LiveOps
-from gb300lane.testing.ports import free_port
+from gb300lane.testing.free_ports import free_port
 from gb300lane.testing.simlane import SimLane
 
 from fakes.sshkey import write_key

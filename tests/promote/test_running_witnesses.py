@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gb300lane import lane
-from gb300lane.lane import instances as instance_records
+from gb300lane.lane import records as instance_records
 from gb300lane.promote.ledger import ledger_path
 from gb300lane.promote.witness import witness_path
 

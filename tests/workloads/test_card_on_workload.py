@@ -139,7 +139,7 @@ def test_a_window_its_workload_cannot_fill_is_refused_at_registration(lane: Path
 
 
 def test_a_held_out_cards_pilot_runs_the_dev_part(lane: Path) -> None:
-    from gb300lane.cards.plan import pilot_window
+    from gb300lane.instrument.plan import pilot_window
 
     split_workload("ops", 0.5, seed=1)
     card, _ = load_card(_card(lane, held=True))

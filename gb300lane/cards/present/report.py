@@ -27,7 +27,7 @@ from gb300lane.cards.present.figures import (
     table_value,
 )
 from gb300lane.cards.present.report_html import page
-from gb300lane.cards.record.custody import require_intact
+from gb300lane.cards.record.card_custody import require_intact
 from gb300lane.cards.record.receipts import Receipts, read_verdict
 from gb300lane.cards.schema import Card
 from gb300lane.errors import CardError, ReceiptExists

@@ -13,7 +13,7 @@ its missing files stay breaks).
 from __future__ import annotations
 
 from gb300lane import evidencelog
-from gb300lane.cards.record.custody import require_intact
+from gb300lane.cards.record.card_custody import require_intact
 from gb300lane.cards.record.logged import logged_runs, receipts_key
 from gb300lane.cards.record.receipts import Receipts, enter_registration
 from gb300lane.errors import CardError

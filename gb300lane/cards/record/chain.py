@@ -1,7 +1,7 @@
 """A card's chain of custody, link by link, without re-scoring: the registration, the card file, the sealed
 manifests and every file they list, the boot reports and the verdicts' pointers (`walk`).
 
-`cards.record.custody` adds the re-score of every verdict over its receipts on top; this part reads no
+`cards.record.card_custody` adds the re-score of every verdict over its receipts on top; this part reads no
 verdict's inputs, so the readers below those (the noise ledger) can ask whether a receipts directory's chain
 holds (`cards.record.verified`).
 """
@@ -114,7 +114,7 @@ Rescorer = Callable[[Receipts, Card, Verdict, str, int, list[int]], "Link"]
 
 
 def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
-    """Check a card's receipts directory link by link (`cards.record.custody`'s docstring); never raises for a bad
+    """Check a card's receipts directory link by link (`cards.record.card_custody`'s docstring); never raises for a bad
     link. `rescorer` re-scores each verdict over its receipts (None: the links of files, seals and pointers only)."""
     links: list[Link] = []
     subject = f"card receipts {rec.root}"

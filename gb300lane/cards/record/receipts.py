@@ -396,7 +396,7 @@ class Receipts:
             "files": {str(p.relative_to(self.root)): sha256_file(p) for p in self.files()},
         }
         # The seal (an SSH signature with the user's key, outside the results and state directories) is what a
-        # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.record.custody` checks
+        # hand edit, or a consistent rewrite without that key, cannot reproduce; `gb300lane.cards.record.card_custody` checks
         # it before any receipt counts.
         body["seal"] = seal(MANIFEST_SEAL, body)
         written = self.write_json(self.root / name, body)
@@ -623,7 +623,7 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
                          finished=finished, unfinished=unfinished, verdicts=verdicts, next=nxt)
 
 
-#: Where `card calibrate --lane` keeps its replicates (`cards.lanecal.calibration_root`), under the results directory.
+#: Where `card calibrate --lane` keeps its replicates (`instrument.lanecal.calibration_root`), under the results directory.
 LANE_CALIBRATIONS = ("calibrations", "*-lane-s*")
 
 

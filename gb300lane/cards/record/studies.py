@@ -1,7 +1,7 @@
 """Pilots and boot studies: the receipts under results/pilots/ that a card's plan and verdict read.
 
 A pilot (`pilot.json`, `window.json`, `boot.json`) is a short window of the control recipe; a boot study
-(`boots.json`, `boot-NNN.json`) is N boots of it, each one arm. `card plan` writes them (`cards.plan`); here
+(`boots.json`, `boot-NNN.json`) is N boots of it, each one arm. `card plan` writes them (`instrument.plan`); here
 they are found and read back for the card whose control recipe and window they match.
 """
 

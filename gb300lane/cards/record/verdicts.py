@@ -20,10 +20,10 @@ from gb300lane.cards.decide.verdict import (
 )
 from gb300lane import evidencelog
 from gb300lane.cards.decide.question import QuestionRun
-from gb300lane.cards.record.custody import require_intact
+from gb300lane.cards.record.card_custody import require_intact
 from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.cards.record.logged import LoggedRun, logged_runs, missing, receipts_key, unlogged
-from gb300lane.cards.record.looks import stopped_at
+from gb300lane.cards.record.look_receipts import stopped_at
 from gb300lane.cards.record.models import TranscribedRescore
 from gb300lane.cards.record.receipts import Receipts, RecipeRef, all_receipts, read_verdict
 from gb300lane.cards.schema import Card, stage_count
