@@ -10,7 +10,7 @@ from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.data import ArmData, WindowData
 from gb300lane.cards.decide.lossless import eval_lossless
 from gb300lane.cards.schema import LosslessGate
-from gb300lane.cards.simulate import InProcessLane
+from gb300lane.instrument.simulate import InProcessLane
 from gb300lane.spec.lossless import check, simulate_transcripts
 from gb300lane.spec.lossless_result import LosslessResult
 

@@ -22,7 +22,7 @@ from gb300lane.errors import BenchError
 from engines import running_engine
 
 runner = CliRunner()
-WINDOW = Path(__file__).parent / "data" / "bench" / "lossless-window.yaml"
+WINDOW = Path(__file__).parents[1] / "data" / "bench" / "lossless-window.yaml"
 FLAGS = ["--model", "builtin", "--served-model-name", "lane", "--time-scale", "0",
          "--speculative-config", json.dumps({"method": "dspark", "num_speculative_tokens": 3,
                                             "draft_sample_method": "probabilistic"})]
