@@ -11,8 +11,10 @@ Token alignment. The window kept text, not token ids, so the generated tokens ar
 tokenization of the generated text (`/tokenize`, no special tokens), and the prompt's is `/tokenize` of the
 prompt or chat messages as the generate routes render them. A request is scored only when that
 tokenization has exactly the number of tokens the lane reported in its usage (one more is allowed where the
-request could stop at EOS: the EOS the text does not show); otherwise it is left out under a reason that says
-so, and a window left with too few tokens is INCONCLUSIVE. A count that matches is evidence, not proof, that
+window stops at EOS: the final EOS the text does not show, which is then not scored); otherwise it is left out
+under a reason that says so, and a window left with too few tokens is INCONCLUSIVE. Under a forced length
+(`ignore_eos`) an EOS may be sampled inside the text, which shows nothing for it: such a request has one token
+fewer than its usage and is left out, since the EOS cannot be placed. A count that matches is evidence, not proof, that
 the ids are the generated ones: a retokenization that merges differently at the same count is not seen.
 
 Left out, each under its reason: failed requests, grammar-constrained requests (`response_format`: the
@@ -48,6 +50,7 @@ class RefereeItem:
     transcript: Transcript
     text: str
     output_tokens: int
+    stops_at_eos: bool  # the window lets requests stop at EOS (its final EOS is not in the text)
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,8 @@ def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem],
             excluded[reason] += 1
             continue
         items.append(RefereeItem(key=output_key(rec), cls=rec.cls, transcript=by_id[rec.transcript_id],
-                                 text=rec.text, output_tokens=rec.output_tokens or 0))
+                                 text=rec.text, output_tokens=rec.output_tokens or 0,
+                                 stops_at_eos=window.forced_tokens is None))
     return items, excluded
 
 
@@ -136,8 +140,9 @@ def _exclusion(rec: RequestRecord, transcript: Transcript | None) -> str:
 
 
 def _count_matches(gen: Sequence[int], item: RefereeItem) -> bool:
-    """Whether a retokenization has the count the lane reported (one more where an EOS could end the text)."""
-    return len(gen) in (item.output_tokens, item.output_tokens - 1)
+    """Whether a retokenization has the count the lane reported (one more where an EOS could end the text; a forced
+    length samples with ignore_eos, where an EOS inside the text is not shown and cannot be placed)."""
+    return len(gen) == item.output_tokens or (item.stops_at_eos and len(gen) == item.output_tokens - 1)
 
 
 async def _score_one(
