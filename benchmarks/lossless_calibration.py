@@ -14,7 +14,8 @@ Two instruments, each decided by the check's own code (`spec.lossless.check`, al
 
 The smallest window that holds the error rates: the fewest tokens whose false-FAIL rate is consistent with
 alpha (its 95% interval reaches down to alpha) and whose power against a temperature-0.9 sampler is >= 0.9.
-`--recompute` re-derives that line from the JSON already written, without running anything.
+`--recompute` re-derives that line from the JSON already written, without running anything; `--engine-only`
+keeps the JSON's synthetic tables and runs the engine again.
 
     python benchmarks/lossless_calibration.py [--reps 200] [--power-reps 60] [--engine-reps 20]
 
@@ -110,6 +111,22 @@ def engine_runs(reps: int, faults: list[str]) -> list[dict[str, object]]:
     return rows
 
 
+def synthetic(args: argparse.Namespace) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The false-FAIL rows (exact sampling) and the power rows (a sampler at each temperature of FAULTS)."""
+    null: list[dict[str, object]] = []
+    for n in args.tokens:
+        k = fail_rate(1.0, n, args.reps, seed=1)
+        lo, hi = clopper_pearson(k, args.reps)
+        null.append({"tokens": n, "replicates": args.reps, "fail": k, "fail_rate": k / args.reps, "ci95": [lo, hi]})
+    power: list[dict[str, object]] = []
+    for t in FAULTS:
+        for n in args.tokens:
+            k = fail_rate(t, n, args.power_reps, seed=2)
+            power.append({"sample_temperature": t, "tokens": n, "replicates": args.power_reps,
+                          "caught": k / args.power_reps})
+    return null, power
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200, help="exact-sampling replicates per window size")
@@ -118,6 +135,7 @@ def main() -> int:
     ap.add_argument("--fault", nargs="*", default=["temperature=0.9", "accept_bias=1.5", "accept_bias=3"],
                     help="engine faults to run (a quarter of --engine-reps each, at least 5)")
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
+    ap.add_argument("--engine-only", action="store_true", help="keep the JSON's synthetic tables; run the engine")
     ap.add_argument("--recompute", action="store_true", help="re-derive the smallest window from the JSON written")
     args = ap.parse_args()
     out = Path(__file__).parent / "results" / "lossless_calibration.json"
@@ -128,21 +146,17 @@ def main() -> int:
         print(f"smallest window: {data['smallest_window_tokens']} tokens")
         return 0
     t0 = time.perf_counter()
-    null = []
-    for n in args.tokens:
-        k = fail_rate(1.0, n, args.reps, seed=1)
-        lo, hi = clopper_pearson(k, args.reps)
-        null.append({"tokens": n, "replicates": args.reps, "fail": k, "fail_rate": k / args.reps, "ci95": [lo, hi]})
+    if args.engine_only:  # the synthetic tables as the JSON holds them; only the engine runs again
+        kept = json.loads(out.read_text())
+        null, power = kept["false_fail"], kept["power"]
+        args.tokens = [r["tokens"] for r in null]
+    else:
+        null, power = synthetic(args)
     print(f"False-FAIL rate of exact sampling (alpha {ALPHA}, {TRANSCRIPTS} transcripts, synthetic)")
     print(f"{'tokens':>8} {'reps':>6} {'FAIL':>6} {'rate':>7}  95% CI")
     for row in null:
         print(f"{row['tokens']:>8} {row['replicates']:>6} {row['fail']:>6} {row['fail_rate']:>7.3f}  "
               f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]")
-    power = []
-    for t in FAULTS:
-        for n in args.tokens:
-            k = fail_rate(t, n, args.power_reps, seed=2)
-            power.append({"sample_temperature": t, "tokens": n, "replicates": args.power_reps, "caught": k / args.power_reps})
     print(f"\nPower: fraction FAILed, sampler at temperature T served at 1 ({args.power_reps} replicates per cell)")
     print(f"{'T':>6} " + " ".join(f"{n:>7}" for n in args.tokens))
     for t in FAULTS:
