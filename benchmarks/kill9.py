@@ -100,7 +100,7 @@ def _judge(base: Path, env: dict[str, str], repair: list[str] | None) -> tuple[s
         if res.returncode != 0 and _engines(state):
             if "--force" not in said:
                 return "lost", f"{' '.join(repair)} refused without a fix: {said[:160]}"
-            forced = _cli(env, *repair, "--force")
+            _cli(env, *repair, "--force")
             _settle(state)
             if _engines(state):
                 return "lost", f"engines {_engines(state)} left after the named fix"

@@ -343,6 +343,29 @@ def _rate(rate: float, ci: list[float], n: int) -> str:
     return f"{_pct(rate)} [{_pct(ci[0])}, {_pct(ci[1])}] ({round(rate * n)}/{n})"
 
 
+def _suite_tables() -> list[str]:
+    """The calibration suite's cells before and after (`benchmarks/calibration_suite.py`), one table each."""
+    out: list[str] = []
+    for name, title in (("calibration_suite_before.json", "before the fixes"), ("calibration_suite.json", "now")):
+        f = RESULTS / name
+        if not f.is_file():
+            continue
+        d = json.loads(f.read_text(encoding="utf-8"))
+        out.append(
+            f"\n## The calibration suite, {title} (`{name}`)\n\n`python benchmarks/calibration_suite.py`: each "
+            "error rate a user can reach, simulated through the tool's own functions against a known truth, "
+            "with its 95% Clopper-Pearson interval; **above** marks an interval wholly above the nominal.\n\n"
+            "| check | cell | rate | 95% interval | nominal | N |\n| --- | --- | --- | --- | --- | --- |\n"
+        )
+        for r in d["rows"]:
+            flag = " **above**" if r["above_nominal"] else ""
+            out.append(
+                f"| {r['check']} | {r['cell']} | {100 * r['rate']:.2f}% | [{100 * r['low']:.2f}%, "
+                f"{100 * r['high']:.2f}%]{flag} | {100 * r['nominal']:.2f}% | {r['replicates']} |\n"
+            )
+    return out
+
+
 def calibration_page() -> str:
     """The calibrations' rates from the benchmark results the repository keeps (benchmarks/results/)."""
     out = [
@@ -382,6 +405,7 @@ def calibration_page() -> str:
                 f"{_rate(r['false_pass']['rate'], r['false_pass']['ci95'], n)} | "
                 f"{_rate(r['false_fail']['rate'], r['false_fail']['ci95'], n)} |\n"
             )
+    out += _suite_tables()
     boots = json.loads((RESULTS / "calibrate-local-br1.json").read_text(encoding="utf-8")).get("boot_check") or {}
     if boots:
         out.append(

@@ -46,7 +46,7 @@ GateStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 #: Window keys that must agree before two windows' outputs are comparable.
 _COMPARABLE = (
     "classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "seed_base", "forced_tokens",
-    "max_tokens", "tool_choice",
+    "max_tokens", "tool_choice", "workload", "held_out",  # the last two absent from a builtin window's dump: None
 )
 
 ProgressFactory = Callable[[], AbstractContextManager[WindowProgress | None]]

@@ -11,14 +11,17 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from gb300lane.bench.models import WindowResult
 from gb300lane.errors import BenchError, ReceiptExists
 from gb300lane.models import format_validation_error
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.paths import state_dir
+
+if TYPE_CHECKING:
+    from gb300lane.bench.models import WindowResult
 
 
 def save_result(result: WindowResult, path: Path) -> Path:
@@ -39,6 +42,8 @@ def load_result(path: Path) -> WindowResult:
         raise BenchError(f"{path}: cannot read window result: {exc.strerror}; pass an existing file") from exc
     except json.JSONDecodeError as exc:
         raise BenchError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); pass a window result file") from exc
+    from gb300lane.bench.models import WindowResult  # numpy with it: `status` reads smoke_dir alone
+
     try:
         return WindowResult.model_validate(raw)
     except ValidationError as exc:

@@ -108,6 +108,14 @@ class LiveArmOps:
             pass  # nothing left over is the usual case
 
     def foreign(self, endpoint: str, sent_by_tool: float) -> ForeignCount:
+        # Around every window: the bind check again (boot checked it once; a listener opened since is a leak the
+        # windows' numbers cannot be trusted past), then the foreign request count.
+        for info in lane.list_instances():
+            if info.endpoint == endpoint and info.dark and info.state == "running":
+                bind = lane.dark_bind(info.name)
+                if bind is not None and bind.status == "fail":
+                    raise LaneError(f"{info.name} is dark but {bind.summary}; the card stops here (its receipts so "
+                                    "far are kept): stop what opened it and run the card again")
         check = lane.foreign_clients(endpoint, sent_by_tool=sent_by_tool)
         seen = check.evidence.get("foreign_requests")
         return ForeignCount(

@@ -58,6 +58,10 @@ def _print_verdict(v: Verdict) -> None:
         console.print(f"  {what} verdict {v.previous.number} ({v.previous.verdict}): {v.reason}", highlight=False)
     for c in v.changes:
         console.print(f"  changed {c.gate}.{c.key}: {c.old} -> {c.new}", highlight=False)
+    for w in v.workloads:
+        part = {"held_out": "its held-out part", "dev": "its dev part", "all": "every transcript (no split)"}[w.part]
+        console.print(f"  window {w.window} ran workload {w.workload}, {part} (sha256 {w.content_sha256[:12]})",
+                      highlight=False, markup=False, soft_wrap=True)
     for r in v.results:
         tag = r.status if r.decides else f"{r.status}, diagnostic"
         console.print(f"  [{tag}] {r.id}: {r.observed}", highlight=False, markup=False, soft_wrap=True)
@@ -86,10 +90,13 @@ def register_cmd(
                                             "question (another workload, another lane, a changed design): its alpha "
                                             "starts afresh, and the reason is recorded and printed on every later "
                                             "verdict and on promote."),
+    boot_sd_override: str | None = typer.Option(None, "--boot-sd-override", metavar="REASON", help="Register "
+                                                 "a deciding gate's boot sd that the lane's noise ledger rules out "
+                                                 "(refused without it); the reason is recorded in the registration."),
     as_json: bool = _JSON,
 ) -> None:
     from gb300lane.cards import load_card, register
-    from gb300lane.instrument.plan import registration_plan, registration_warnings
+    from gb300lane.instrument.plan import check_boot_sds, registration_plan, registration_warnings
     from gb300lane.cards.record.receipts import receipts_state
     from gb300lane.cards.cardfile import read_card_text
 
@@ -99,8 +106,10 @@ def register_cmd(
 
     loaded, path = load_card(card)
     upcoming = next_run(loaded, new_question=new_question)  # refused, if it will be, before anything is planned
+    check_boot_sds(loaded, boot_sd_override)
     plan = registration_plan(loaded, share=1.0 if isinstance(upcoming, str) else upcoming.share)
-    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question)
+    rec = register(loaded, read_card_text(path), fresh=fresh, plan=plan, new_question=new_question,
+                   boot_sd_override=boot_sd_override)
     reg = rec.registration()
     left_out = planning_receipts().note()
     warnings = registration_warnings(loaded, reg.plan) + ([left_out] if left_out and not rec.reused else [])

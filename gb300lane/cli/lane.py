@@ -238,6 +238,11 @@ def _print_status(st: LaneView) -> None:
                 i.compile_hash or "-", _uptime(row.uptime_s), (i.endpoint or "-").removeprefix("http://"),
             )  # fmt: skip
         console.print(table)
+        for row in st.instances:
+            if row.dark_bind:
+                console.print(f"[red]{escape(row.info.name)} is dark but {escape(row.dark_bind)}: stop what opened it, "
+                              f"or take the instance down (`gb300lane down {escape(row.info.name)}`)[/]",
+                              markup=True, highlight=False, soft_wrap=True)
     else:
         console.print("no lane instances on this host", highlight=False)
     prod = st.production

@@ -634,6 +634,35 @@ def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate
     return out
 
 
+def boot_sd_refusals(card: Card, base: Path | None = None) -> list[str]:
+    """Why `card register` refuses the card's registered boot sds: a deciding aggregate tested gate whose boot sd
+    lies outside the one-sided 95% bounds the lane's noise ledger puts on it (at least `LEDGER_MIN_CARDS` scored
+    cards of the lane, engine and window shape), so the lane's own measurement rules the figure out."""
+    ledger = lane_noise(card, base)
+    out = []
+    for g in card.gates:
+        if not (isinstance(g, TestedGate) and g.decides and g.scope == "aggregate"):
+            continue
+        led = ledger.get(g.metric)
+        if led is None or led.cards < LEDGER_MIN_CARDS:
+            continue
+        if led.lower <= g.boot_sd <= led.upper:
+            continue
+        side = "above its upper" if g.boot_sd > led.upper else "below its lower"
+        out.append(f"gate {g.id} registers a boot sd of {g.boot_sd:.3%}, {side} one-sided 95% bound: "
+                   f"{led.describe()} puts it between {led.lower:.3%} and {led.upper:.3%}; register a boot sd "
+                   f"inside that range (`gb300lane card plan {card.name}` prints one), or pass "
+                   "--boot-sd-override REASON to register it anyway (the reason is recorded)")
+    return out
+
+
+def check_boot_sds(card: Card, override: str | None, base: Path | None = None) -> None:
+    """CardError with `boot_sd_refusals` unless `override` gives a reason (then it is recorded by `register`)."""
+    refused = boot_sd_refusals(card, base)
+    if refused and not (override and override.strip()):
+        raise CardError(f"card {card.name}: " + "; ".join(refused))
+
+
 def registration_plan(card: Card, base: Path | None = None, share: float = 1.0) -> CardPlan | None:
     """The plan `card register` records: from earlier control data only (registering never boots anything), for
     the run's `share` of each gate's alpha."""

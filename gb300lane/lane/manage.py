@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,9 @@ from gb300lane.errors import LaneError, StateError
 from gb300lane.lane import records as instances, probe
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.models import FrozenModel
+
+if TYPE_CHECKING:
+    from gb300lane.lane.checks import CheckResult
 
 from gb300lane.runtime import (
     LABEL_INSTANCE,
@@ -62,6 +65,10 @@ class InstanceStatus(FrozenModel):
     info: InstanceInfo = Field(description="The instance.")
     health: str = Field(description="healthy, unhealthy (HTTP n), unreachable, or not running.")
     uptime_s: float | None = Field(description="Seconds since the main container started, while running.")
+    dark_bind: str | None = Field(
+        default=None, description="A running dark instance's bind check now: why it fails (a socket reachable beyond "
+        "loopback, a port no longer listening); None when it passes, cannot be read, or the instance is not dark.",
+    )
 
 
 class LaneStatus(FrozenModel):
@@ -145,6 +152,34 @@ def _list(recs: list[instances.InstanceRecord], rts: dict[str, Runtime]) -> list
     return out
 
 
+def dark_bind(name: str) -> CheckResult | None:
+    """The bind check of dark instance `name` as it stands now (boot checks it once; a lane runs for hours): every
+    socket on its ports, or held by its processes, on loopback only. None when it is not a running dark instance."""
+    from gb300lane.lane import checks, facts
+
+    rec = instances.load(name)
+    if rec is None or not rec.dark:
+        return None
+    try:
+        rt = get_runtime(rec.runtime)
+        pids = [pid for c in rec.containers if (pid := rt.inspect(c).pid) is not None]
+    except LaneError:
+        return None
+    if not pids:
+        return None
+    ports = sorted({rec.port, *(p for h in rec.extra_health if (p := _port(h)) is not None)})
+    return checks.check_bind(facts.lane_listeners(ports, pids), ports)
+
+
+def _port(url: str) -> int | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return None
+
+
 def status() -> LaneStatus:
     """What runs where: every instance with its health, hash and uptime, and which runtimes answer."""
     recs = instances.load_all()
@@ -154,7 +189,9 @@ def status() -> LaneStatus:
         running = info.state == "running"
         health = probe.health(info.endpoint) if running and info.endpoint else "not running"
         uptime = time.time() - info.started_at if running and info.started_at else None
-        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime))
+        bind = dark_bind(info.name) if running and info.dark else None
+        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime,
+                                   dark_bind=bind.summary if bind is not None and bind.status == "fail" else None))
     return LaneStatus(instances=tuple(rows), runtimes=notes, quarantined=tuple(instances.quarantined()))
 
 

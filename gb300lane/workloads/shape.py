@@ -14,8 +14,8 @@ chat template left out.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gb300lane.canonical import dumps_json, sha256_bytes

@@ -47,7 +47,7 @@ def test_without_the_noise_correction_it_is_ols_of_log_b_on_log_c() -> None:
 
 def test_the_noise_correction_matches_a_direct_errors_in_variables_computation() -> None:
     rng = np.random.default_rng(2)
-    level = 0.3 * rng.standard_normal(50)
+    level = 0.3 * rng.standard_normal(64)
     b, c = _bracket(rng, level, theta=1.3, noise=0.1)
     got = adjusted_log_ratio(b, c)
     logs = np.log(c)
@@ -103,7 +103,7 @@ def test_when_b_gains_with_the_level_the_adjustment_removes_it_and_its_se_holds(
     spread keeps (theta - 1)^2 Var(level); the adjusted one is the requests' noise, which is what the
     estimate's spread over replicates shows."""
     rng = np.random.default_rng(5)
-    level = 0.3 * rng.standard_normal(60)
+    level = 0.3 * rng.standard_normal(64)
     est, v_paired, v_cuped = [], [], []
     for _ in range(400):
         b, c = _bracket(rng, level, theta=1.5, effect=0.02, noise=0.05)
@@ -175,7 +175,7 @@ def test_a_cuped_gate_reports_its_adjustment_and_theta(tmp_path: Path, monkeypat
     path.write_text(_text("    adjust: cuped\n"))
     card, p = load_card(path)
     rec = register(card, p.read_text())
-    run_card(rec, ops=fakes.FakeLane(card, {"B": 1.03}, tps={"B": 1.03}, noise=0.03, n_transcripts=20).ops())
+    run_card(rec, ops=fakes.FakeLane(card, {"B": 1.03}, tps={"B": 1.03}, noise=0.03, n_transcripts=32).ops())
     v = score(rec)
     gate = next(r for r in v.results if r.id == "tokens-per-step")
     t = gate.tests[0]

@@ -131,13 +131,41 @@ def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in
     p.write_text((DATA / "tested.yaml").read_text().replace("name: tested\n", "name: too-little\n")
                  .replace("seed_base: 1000", "seed_base: 4242").replace("    mde: 0.02\n", "    mde: 0.02\n    boot_sd: 0.001\n"))
     runner = CliRunner()
-    reg = runner.invoke(app, ["card", "register", str(p)])
+    refused = runner.invoke(app, ["card", "register", str(p)])
+    assert refused.exit_code == 1 and "registers a boot sd of 0.100%, below its lower one-sided 95% bound" in \
+        refused.output and "--boot-sd-override" in refused.output, refused.output
+    reg = runner.invoke(app, ["card", "register", str(p), "--boot-sd-override", "the lane changed since"])
     assert reg.exit_code == 0, reg.output
     assert "the lane's noise ledger" in reg.output and "above the registered 0.100%" in reg.output
     card, _ = load_card(p)
     from gb300lane.cards.record.receipts import find_receipts
 
     rec = find_receipts(card.name)
+    assert rec.registration().boot_sd_override == "the lane changed since"
     run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.02).ops())
     verdict = score(rec)
     assert any("the lane's noise ledger: the controls of 8 scored cards" in n for n in verdict.notes), verdict.notes
+
+
+def test_the_pool_weighs_unequal_cards_and_counts_a_replay_once() -> None:
+    """One small card beside nine large ones is nearly one card's evidence (Satterthwaite's nu near 1, so the upper
+    bound widens); ten cards whose controls ran the same registered requests are one sample."""
+    from gb300lane.cards.record.noise import CardSample, _distinct, pool
+
+    def sample(i: int, n: int, ms_boot: float, ms_res: float, seeds: str) -> CardSample:
+        return CardSample(card=f"c{i}", receipts=f"r{i}", date="2026-01-01", recipe="r", fingerprint=None,
+                          transcripts=n, ms_boot=ms_boot, ms_res=ms_res, data=f"d{i}", seeds=seeds)
+
+    equal = [sample(i, 200, 0.02, 0.01, f"s{i}") for i in range(10)]
+    mixed = [sample(0, 8, 0.02, 0.01, "s0")] + equal[1:]
+    _, _, up_equal, _ = pool(equal)
+    from scipy.stats import chi2
+
+    x, w = 0.02 / 200, 0.01 / 200
+    assert up_equal == pytest.approx(10 * x / chi2.ppf(0.05, 10) - w)  # cards of one size: the plain chi2(K)
+    _, _, up_mixed, _ = pool(mixed)
+    mean_x = (0.02 / 8 + 9 * x) / 10
+    assert up_mixed > 10 * mean_x / chi2.ppf(0.05, 10) - (0.01 / 8 + 9 * w) / 10  # wider than chi2(10) would say
+    replays = [sample(i, 200, 0.02 + 0.001 * i, 0.01, "same") for i in range(10)]
+    kept = _distinct(replays)
+    assert len(kept) == 1 and kept[0].ms_boot == pytest.approx(0.0245) and kept[0].card.count("+") == 9

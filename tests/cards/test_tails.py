@@ -117,3 +117,30 @@ def test_aa_false_worse_stays_at_alpha_when_transcripts_cluster_the_values() -> 
         passes += status == "PASS"
     # binomial(200, 0.025): mean 5, P(X > 13) < 0.1%; both tails are one-sided tests at 2.5%
     assert fails <= 13 and passes <= 13, (fails, passes)
+
+
+def test_a_tail_over_too_few_transcripts_is_not_decided() -> None:
+    """Values within a transcript are not independent: 12 transcripts of 40 requests hold 480 values per arm, and
+    the gate still waits for MIN_TRANSCRIPTS transcripts."""
+    from gb300lane.cards.decide.tails import MIN_TRANSCRIPTS
+
+    arms = _arms(np.random.default_rng(5), transcripts=12, per=40)
+    got = _eval(_gate(), arms)
+    assert got.status == "INCONCLUSIVE" and f"fewer than {MIN_TRANSCRIPTS} transcripts" in got.reasons[0]
+
+
+def test_a_look_spends_its_own_level_and_the_boots_so_far() -> None:
+    """At look 1 of 4 (O'Brien-Fleming) the interval is far wider than the fixed design's, and the bar says so."""
+    from gb300lane.cards.decide.evidence import Look
+
+    arms = _arms(np.random.default_rng(6), transcripts=40, per=12)
+    gate = _gate(quantile=0.95, boot_sd=0.01)
+    fixed = eval_tail(gate, arms[1], [arms[0], arms[2]])
+    early = eval_tail(gate, arms[1], [arms[0], arms[2]], Look(number=1, looks=4, spending="obrien_fleming"))
+    assert "look 1 of 4" in early.bar and "look" not in fixed.bar
+
+    def width(r) -> float:
+        lo, hi = r.observed.split("interval [")[1].split("]")[0].split(", ")
+        return float(hi.rstrip("%")) - float(lo.rstrip("%"))
+
+    assert width(early) > 1.5 * width(fixed)

@@ -106,7 +106,8 @@ def test_status_loads_the_docker_sdk_only_when_a_container_of_ours_may_exist(tmp
         names, proc = imported_modules("status", DOCKER_HOST=f"unix://{sock}")
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "docker" not in names and "requests" not in names
-        assert requests == ["GET /_ping HTTP/1.0\r\n"]
+        # Pinged only (status lists the instances, and production's witnesses list the running engines again).
+        assert requests and set(requests) == {"GET /_ping HTTP/1.0\r\n"}, requests
         # ... and once one may have been created since, the SDK asks the engine for it.
         dockerhost.new_epoch()
         names, proc = imported_modules("status", DOCKER_HOST=f"unix://{sock}")

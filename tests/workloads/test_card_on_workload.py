@@ -14,6 +14,7 @@ from gb300lane.errors import CardError
 from gb300lane.workloads import split_workload
 from gb300lane.workloads.importing import import_workload
 
+from clirun import cli
 from fakes.golden import InProcessArmOps
 from fakes.sshkey import write_key
 
@@ -116,6 +117,8 @@ def test_a_held_out_card_runs_the_held_out_part_and_says_so(lane: Path) -> None:
     run_card(rec, ops=InProcessArmOps(card))  # type: ignore[arg-type]
     verdict = score(rec)
     assert [(w.workload, w.part) for w in verdict.workloads] == [("ops", "held_out")]
+    ran = cli("card", "score", str(rec.root), "--dry-run")
+    assert "window primary ran workload ops, its held-out part (sha256 " in ran.stdout, ran.stderr
     report = render_report(rec)
     md = report.read_text() if report.is_file() else (report / "card.md").read_text()
     assert "| primary | ops | held-out | 4 held out |" in md

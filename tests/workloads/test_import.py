@@ -133,11 +133,11 @@ def test_split_is_seeded_stratified_and_changes_the_content_hash(tmp_path: Path)
 
 
 def test_a_trace_window_replays_the_recorded_arrivals_open_loop(tmp_path: Path) -> None:
-    from fakes import lane as fake_lane
-
     from gb300lane.bench.models import LoadSpec
     from gb300lane.bench.window import run_window
     from gb300lane.recipes.schema import WindowSpec
+
+    from fakes import lane as fake_lane
 
     f = tmp_path / "t.jsonl"
     f.write_text("".join(json.dumps({"timestamp": 1000 + ms, "input_length": 20, "output_length": 4,

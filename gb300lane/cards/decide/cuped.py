@@ -62,7 +62,13 @@ alpha (with request noise three times the transcripts' spread, reliability
 about 0.2, 2.8% against 2.5% over 4,000 A/A replicates), and there is
 little to remove anyway. So below a reliability of MIN_RELIABILITY (0.5),
 or when SSR <= 0, the test stays unadjusted (theta = 1, n - 1 df) and says
-so. With theta forced (`theta=`)
+so. Nor is n - 2 enough at small n: with B's gain moving with the level
+(theta 1.3, request sd a third of the level's) the adjusted test falsely
+passed 3.26% at 2.5% and 0.82% at 0.25% over 8 and 16 transcripts, and
+still 3.0% and 0.49% over 40 (12,000 replicates); from 64 transcripts it
+holds both levels (2.72% [2.24%, 3.28%], 0.30% [0.21%, 0.42%]). Below
+MIN_UNITS (64) transcripts the test therefore stays unadjusted, whose
+spread keeps B's varying gain and holds its level. With theta forced (`theta=`)
 nothing is estimated: SSR is the spread of d - phi (x - xbar) on n - 1 df;
 theta = 1 is the unadjusted paired t on log ratios.
 
@@ -99,6 +105,10 @@ from gb300lane.cards.decide.stats import BootVariance, NO_BOOT, RatioTest
 
 #: The least reliability S_TT / S_xx at which the level is used as a covariate (module docstring).
 MIN_RELIABILITY = 0.5
+
+#: The fewest transcripts the level is used as a covariate over (module docstring): below it the n - 2 df leave
+#: the correction's own uncertainty out and the test runs above its level (benchmarks/calibration_suite.py).
+MIN_UNITS = 64
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,10 @@ def adjusted_log_ratio(b: np.ndarray, controls: np.ndarray, *, boot: BootVarianc
         return done(s_dd, n - 1, 1.0, rel, False,
                     f"not adjusted: the controls measure the transcripts' level with reliability "
                     f"{'n/a' if rel is None else f'{rel:.2f}'}, below {MIN_RELIABILITY}")
+    if correct_noise and n < MIN_UNITS:
+        return done(s_dd, n - 1, 1.0, rel, False,
+                    f"not adjusted: {n} transcripts, below the {MIN_UNITS} at which the corrected slope's own "
+                    "uncertainty is small enough for n - 2 df to hold the level")
     ssr = s_dd - s_dt * s_dt / s_tt
     if ssr <= 0:
         return done(s_dd, n - 1, 1.0, s_tt / s_xx, False, "not adjusted: the level explains all of the spread")

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from gb300lane.cards.decide.evidence import Look
-from gb300lane.cards.decide.more import MoreNeeded, more_needed
+from gb300lane.cards.decide.more import MoreNeeded, controls_for, more_needed
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, TestedGate, extension_looks, plan_spending, planned_stages
 from gb300lane.models import FrozenModel
@@ -92,7 +92,9 @@ def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResu
     if card.design.extension is None or stages_done >= total:
         raise ValueError(f"card {card.name}: no further look is registered after look {stages_done}")
     by_id = {g.id: g for g in gates}
-    needed = [m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None]
+    needed = [m for r in results if r.id in by_id
+              and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results)))
+              is not None]
     sized: list[tuple[int, MoreNeeded]] = []
     for r in results:
         m = next((x for x in needed if x.gate == r.id), None)

@@ -368,7 +368,7 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
             elif isinstance(gate, ParityGate):
                 out.append(_eval_parity(ctx, gate))
             elif isinstance(gate, LatencyTailGate):
-                out.append(eval_tail(gate, ctx.cand, ctx.ctrls))
+                out.append(eval_tail(gate, ctx.cand, ctx.ctrls, look or Look()))
             elif isinstance(gate, TaskQualityGate):
                 out.append(eval_quality(gate, ctx.candidate(), ctx.ctrls, look or Look()))
             elif isinstance(gate, LosslessGate):

@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import Field, JsonValue
 
 from gb300lane.cards.decide.boots import (BootEstimate, boot_units, critical_boot_sd, estimate_from_units,
@@ -40,6 +41,12 @@ from gb300lane.cards.schema import Card, ControlsEquivalence, Gate, GroupSequent
 from gb300lane.models import FrozenModel
 
 TARGET_POWER = 0.9
+
+#: Points of the variance's sampling law the expected power averages over.
+POWER_GRID = 200
+
+#: The most boots per arm a size is sought over.
+MAX_BOOTS = 64
 
 #: The boot studies of a card's control recipe: every boot as one arm, and a line naming them.
 BootStudy = tuple[list[ArmData], str]
@@ -90,11 +97,29 @@ def _se(t: GateTest) -> float | None:
         return abs(off / t.statistic)
     if t.low is None or t.high is None or t.high <= t.low:
         return None
+    if t.df:
+        from scipy.stats import t as t_dist
+
+        return (t.high - t.low) / (2 * float(t_dist.isf((1 - t.level) / 2, t.df)))
     return (t.high - t.low) / (2 * _z((1 - t.level) / 2))
 
 
-def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER) -> MoreNeeded | None:
-    """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power."""
+def _expected_power(gap: float, units_var: float, boot_var: float, df: int, tcrit: float) -> float:
+    """The one-sided t test's power at effect `gap`, averaged over the sampling law of the units' variance: the
+    observed `units_var` on `df` degrees of freedom puts the true one at units_var df / chi2(df)."""
+    from scipy.stats import chi2, nct
+
+    probs = (np.arange(POWER_GRID) + 0.5) / POWER_GRID
+    scale = df / chi2.ppf(probs, df)
+    se = np.sqrt(units_var * scale + boot_var)
+    return float(np.mean(nct.sf(tcrit, df, gap / se)))
+
+
+def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER,
+                controls: GateResult | None = None) -> MoreNeeded | None:
+    """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power, averaged
+    over what the card's own variance leaves unknown (module docstring); `controls` is the controls' equivalence
+    result on the same metric and window, whose A against A2 is the requests' own noise."""
     if result.status != "INCONCLUSIVE" or not result.decides:
         return None
     if not isinstance(gate, TestedGate):
@@ -114,19 +139,70 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
         return MoreNeeded(**common, se_needed=0.0, requests_per_arm=None, boots_per_arm=None,
                           note=f"gate {gate.id}: no registered effect above the margin (mde {effect:.1%}), so no "
                           "size reaches a power; give the gate an mde to say how much more would decide")
+    from scipy.stats import t as t_dist
+
+    df = max(1, int(t.df) if t.df else t.n - 1)
     # equivalence: both one-sided tests must pass, each at alpha, with (1 - power) split over the two
     beta = (1 - target) / 2 if gate.test == "equivalence" else 1 - target
-    need = gap / (_z(t.nominal_alpha) + _z(beta))
-    req_var = max(se * se - share, 1e-18)
-    # the fewest boots per arm whose share leaves the requests a quarter of the variance at least
+    tcrit = float(t_dist.isf(t.nominal_alpha, df))
+    need = gap / (tcrit + float(t_dist.isf(beta, df)))
+    units_var = max(se * se - share, 1e-18)
+    # the units' variance: the requests' noise (more requests per arm shrink it) and B's gain varying by
+    # transcript (a fixed part over the card's transcripts); the controls' A against A2 measures the former
+    gain_var = 0.0
+    ctrl = _controls_request_var(card, gate, controls)
+    if ctrl is not None and not isinstance(gate, ControlsEquivalence):
+        gain_var = max(0.0, units_var - ctrl * factor / 2.0)
+    req_var = units_var - gain_var
+    # the fewest boots per arm whose share leaves the units a quarter of the variance at least
     boots = max(1, math.ceil(boot1 / (0.75 * need * need))) if boot1 > 0 else 1
-    room = need * need - boot1 / boots
-    requests = math.ceil(t.requests_per_arm * req_var / room)
+
+    def power(mult: float, b: int) -> float:
+        return _expected_power(gap, (req_var / mult + gain_var), boot1 / b, df, tcrit)
+
+    while power(1e6, boots) < target and boots < MAX_BOOTS:
+        boots *= 2
+    if power(1e6, boots) < target:
+        why = ("B's gain varies by transcript more than more requests can average away" if gain_var > 0
+               else "the boots' share leaves no room")
+        return MoreNeeded(**common, se_needed=need, requests_per_arm=None, boots_per_arm=None,
+                          note=f"gate {gate.id}: no number of requests over these {t.n} transcripts reaches "
+                          f"{target:.0%} power at the registered effect {effect:+.1%} ({why}): run more transcripts")
+    lo, hi = 1e-3, 1e6
+    if power(lo, boots) >= target:
+        hi = lo
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if power(mid, boots) >= target else (mid, hi)
+    requests = max(1, math.ceil(t.requests_per_arm * hi))
     how = (f"{requests} requests per arm" + (f" over {boots} boots per arm" if boots > 1 else " in one boot per arm"))
-    note = (f"gate {gate.id}: to decide at {target:.0%} power at the registered effect {effect:+.1%} the test needs a "
-            f"standard error of {need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}): "
+    gain = f", B's gain varying by transcript {math.sqrt(gain_var):.2%} of it" if gain_var > 0 else ""
+    note = (f"gate {gate.id}: to decide at {target:.0%} power (averaged over the uncertainty of the card's own "
+            f"variance, t on {df} df) at the registered effect {effect:+.1%} the test needs a standard error near "
+            f"{need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}{gain}): "
             f"{how} (the card ran {t.requests_per_arm})")
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
+
+
+def _controls_request_var(card: Card, gate: TestedGate, controls: GateResult | None) -> float | None:
+    """The variance of A / A2 that the requests carry (relative, squared), from the controls' equivalence result."""
+    if controls is None:
+        return None
+    got = [s for c in controls.tests if c.n > 1 and (s := _se(c)) is not None]
+    if not got:
+        return None
+    c_gate = next((g for g in card.gates if g.id == controls.id and isinstance(g, ControlsEquivalence)), None)
+    boot = 2.0 * float(c_gate.boot_sd) ** 2 / max(1, controls.tests[0].look) if c_gate is not None else 0.0
+    return max(0.0, max(got) ** 2 - boot)
+
+
+def controls_for(card: Card, gate: Gate, results: Sequence[GateResult]) -> GateResult | None:
+    """The controls' equivalence result on `gate`'s metric and window, where the card has one."""
+    if not isinstance(gate, TestedGate) or isinstance(gate, ControlsEquivalence):
+        return None
+    ids = {g.id for g in card.gates if isinstance(g, ControlsEquivalence) and g.metric == gate.metric
+           and g.window == gate.window}
+    return next((r for r in results if r.id in ids), None)
 
 
 def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: BootStudy | None,
@@ -190,7 +266,7 @@ def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], rec
 
 
 __all__ = ["BootStudy", "MoreNeeded", "ProvenanceDifference", "boot_checked", "boot_factor", "boot_notes",
-           "boots_per_arm", "more_needed", "provenance_difference_notes", "provenance_differences", "provenance_notes"]
+           "boots_per_arm", "controls_for", "more_needed", "provenance_difference_notes", "provenance_differences", "provenance_notes"]
 
 
 class ProvenanceDifference(FrozenModel):

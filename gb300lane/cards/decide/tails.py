@@ -1,21 +1,32 @@
 """The latency-tail gate: a quantile of TTFT or ITL, B against the controls, resampled by transcript.
 
-The estimate is r = Q(B) / Q(C): Q the gate's quantile (the inverted-CDF
-quantile, a value that was observed) of every value of the arm's covered
-cells (TTFT: one per request; ITL: every gap between a request's successive
-chunks, vLLM's definition), C the controls' values pooled.
+The estimate is log r = log Q(B) - mean_k log Q(C_k): Q the gate's quantile
+(the inverted-CDF quantile, a value that was observed) of every value of the
+arm's covered cells (TTFT: one per request; ITL: every gap between a
+request's successive chunks, vLLM's definition), B against each control over
+its own values. Like against like: arms that ran the same requests have equal
+counts, so the inverted-CDF quantile's small-sample bias (a p99 of fewer
+values sits lower) is the same on both sides; the controls pooled into 2N
+values, as the gate once compared them, biased it toward "no worse".
 
 Values are not independent: a transcript's requests share a prompt (and,
 within an arm and round, their seeds), and one request's gaps share its
 batch. The unit is therefore the transcript (class/id, as the tested gates
 pair them): the bootstrap draws transcripts with replacement, the same draw
-for every arm, and recomputes r from every value of the drawn transcripts in
-every cell, round and stage; the spread of log r over the draws is the
-requests' share of the noise. A boot shifts a whole arm, which no draw of
-transcripts sees: the registered `boot_sd` adds `(1 + 1/controls) boot_sd^2`
-to the variance of log r, as it does for the tested gates. The interval is
+for every arm, and recomputes log r from every value of the drawn
+transcripts in every cell, round and stage; the spread of log r over the
+draws is the requests' share of the noise. With few transcripts that spread
+is itself uncertain, so the interval takes t on transcripts - 1 df, and a
+tail over fewer than MIN_TRANSCRIPTS (16) transcripts is not decided (with 4
+transcripts of clustered ITL even the t ran above alpha). A boot shifts a
+whole arm, which no draw of transcripts sees: the registered `boot_sd` adds
+`(1 + 1/controls) boot_sd^2 / s` to the variance of log r at look s (each arm
+has booted s times), as it does for the tested gates. The interval is
 
-    log r +- z(1 - alpha) sqrt(se_draws^2 + (1 + 1/controls) boot_sd^2)
+    log r +- t(1 - alpha_s, transcripts - 1) sqrt(se_draws^2 + (1 + 1/controls) boot_sd^2 / s)
+
+with alpha_s the one-sided level the design's spending allows at look s
+(the gate's alpha on a fixed design).
 
 Lower is better: PASS when the upper bound is below log(1 + margin) (B shown
 no worse than the margin), FAIL when the lower bound is above it (shown
@@ -33,9 +44,14 @@ import numpy as np
 from scipy import stats as sps
 
 from gb300lane.cards.decide.data import ArmData
+from gb300lane.cards.decide.evidence import Look
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.decide.stats import BOOTSTRAP_RESAMPLES, bootstrap_seed
 from gb300lane.cards.schema import LatencyTailGate
+
+#: The fewest transcripts a tail is decided over (benchmarks/calibration_suite.py: with 4 the t on 3 df still runs
+#: above alpha; from 16 it holds).
+MIN_TRANSCRIPTS = 16
 
 #: Draws evaluated at once (their weight matrix is CHUNK x values).
 CHUNK = 100
@@ -95,14 +111,19 @@ class _Arm:
         return _weighted_quantiles(self.values, self.unit_of, counts, q)
 
 
-def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData]) -> GateResult:
-    """Decide `gate` over the candidate's and the controls' per-request latencies (module docstring)."""
+def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData],
+              look: Look | None = None) -> GateResult:
+    """Decide `gate` over the candidate's and the controls' per-request latencies at `look` (module docstring)."""
+    look = look or Look()
     what = {"ttft": "TTFT", "itl": "ITL"}[gate.metric]
     q_name = f"p{gate.quantile * 100:g}"
     need = gate.min_values()
+    level_one_sided = look.level(gate.alpha)
+    seq = "" if look.looks == 1 else f"; look {look.number} of {look.looks}, one-sided {level_one_sided:.3%} here"
     bar = (f"latency-tail: B's {q_name} {what} no worse than the controls' by more than +{gate.margin:.2%}; "
-           f"one-sided alpha {gate.alpha:.2%}; a {q_name} needs more than {need - 1} values per arm "
-           f"(n > 4q/(1-q)); resampled by transcript")
+           f"one-sided alpha {gate.alpha:.2%}{seq}; a {q_name} needs more than {need - 1} values per arm "
+           f"(n > 4q/(1-q)) over at least {MIN_TRANSCRIPTS} transcripts; B against each control at equal counts, "
+           f"resampled by transcript, t on transcripts - 1 df")
 
     def undecided(observed: str, reason: str) -> GateResult:
         return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed=observed, bar=bar,
@@ -117,11 +138,6 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
         return undecided("no paired units", f"the arms share no transcript with {what} values in window "
                          f"{gate.window} (windows run in process, and receipts without per-request timing, carry none)")
     arms = [_Arm(v, units) for v, _ in per_arm]
-    pooled: UnitValues = {}
-    for v, _ in per_arm[1:]:
-        for u in units:
-            pooled.setdefault(u, []).extend(v.get(u, []))
-    ctrl = _Arm(pooled, units)
     sizes = [a.values.size for a in arms]
     names = [a.arm for a in (cand, *ctrls)]
     short = [f"{n} has {s}" for n, s in zip(names, sizes) if s < need]
@@ -129,33 +145,42 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
         return undecided(f"{', '.join(f'{n} {s}' for n, s in zip(names, sizes))} values",
                          f"too few values for a {q_name}: it needs at least {need} per arm ({'; '.join(short)}); "
                          f"run more requests or compare a lower quantile")
+    if len(units) < MIN_TRANSCRIPTS:
+        return undecided(f"{len(units)} transcripts",
+                         f"too few transcripts for a {q_name}: values within a transcript share its prompt and "
+                         f"batch, and fewer than {MIN_TRANSCRIPTS} transcripts cannot bound the tail's spread "
+                         f"(benchmarks/calibration_suite.py); run more transcripts")
     b = quantile(arms[0].values, gate.quantile)
-    c = quantile(ctrl.values, gate.quantile)
+    cs = [quantile(a.values, gate.quantile) for a in arms[1:]]
     clock = "/".join(sorted(clocks)) or "unknown"
-    if b <= 0 or c <= 0:
-        return undecided(f"{q_name} {what} B {b * 1e3:.3g} ms, controls {c * 1e3:.3g} ms",
+    if b <= 0 or min(cs) <= 0:
+        return undecided(f"{q_name} {what} B {b * 1e3:.3g} ms, controls {', '.join(f'{c * 1e3:.3g}' for c in cs)} ms",
                          f"a {q_name} of zero has no ratio (the {clock} clock did not resolve these gaps)")
-    est = math.log(b / c)
+    # like against like: B's quantile against each control's, each over its own values (equal counts where the
+    # arms ran the same requests), so the inverted-CDF quantile's small-sample bias cancels
+    est = math.log(b) - sum(math.log(c) for c in cs) / len(cs)
+    c = math.exp(sum(math.log(c) for c in cs) / len(cs))
     rng = np.random.default_rng(bootstrap_seed("tail", gate.id))
     logs = []
     for start in range(0, BOOTSTRAP_RESAMPLES, CHUNK):
         counts = rng.multinomial(len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, BOOTSTRAP_RESAMPLES - start))
-        qb = arms[0].at(counts, gate.quantile)
-        qc = ctrl.at(counts, gate.quantile)  # the controls' values merged, each unit weighted by the draw
-        ok = (qb > 0) & (qc > 0)
-        logs.append(np.log(qb[ok] / qc[ok]))
+        qs = [a.at(counts, gate.quantile) for a in arms]
+        ok = np.logical_and.reduce([q > 0 for q in qs])
+        logs.append(np.log(qs[0][ok]) - np.mean([np.log(q[ok]) for q in qs[1:]], axis=0))
     draws = np.concatenate(logs)
     se_draws = float(draws.std(ddof=1)) if draws.size > 1 else 0.0
     factor = 1.0 + 1.0 / len(ctrls)
-    se = math.sqrt(se_draws ** 2 + factor * gate.boot_sd ** 2)
-    z = float(sps.norm.ppf(1.0 - gate.alpha))
-    low, high = math.exp(est - z * se) - 1.0, math.exp(est + z * se) - 1.0
-    level = 1.0 - 2.0 * gate.alpha
+    se = math.sqrt(se_draws ** 2 + factor * gate.boot_sd ** 2 / max(1, look.number))
+    df = len(units) - 1
+    tcrit = float(sps.t.ppf(1.0 - level_one_sided, df))
+    low, high = math.exp(est - tcrit * se) - 1.0, math.exp(est + tcrit * se) - 1.0
+    level = 1.0 - 2.0 * level_one_sided
     interval = f"{level:.1%} interval [{low:+.2%}, {high:+.2%}]"
-    boot = f", boot sd {gate.boot_sd:.2%} registered" if gate.boot_sd > 0 else ", no boot sd registered"
-    observed = (f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}; "
-                f"{len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} values, "
-                f"{clock} clock{boot})")
+    boot = (f", boot sd {gate.boot_sd:.2%} registered ({look.number} boot(s) per arm)" if gate.boot_sd > 0
+            else ", no boot sd registered")
+    observed = (f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}, "
+                f"t on {df} df; {len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} "
+                f"values, {clock} clock{boot})")
     bound = gate.margin
     status: Status
     reasons: tuple[str, ...]

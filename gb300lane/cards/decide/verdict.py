@@ -19,8 +19,8 @@ from gb300lane.cards.decide.boots import BootEstimate
 from gb300lane.cards.decide.data import ArmData, NoiseFloor
 from gb300lane.cards.decide.gates import evaluate, overall
 from gb300lane.cards.decide.looks import design_look
-from gb300lane.cards.decide.more import (BootStudy, MoreNeeded, ProvenanceDifference, boot_notes, more_needed,
-                                         provenance_difference_notes, provenance_differences, provenance_notes)
+from gb300lane.cards.decide.more import (BootStudy, MoreNeeded, ProvenanceDifference, boot_notes, controls_for,
+                                         more_needed, provenance_difference_notes, provenance_differences, provenance_notes)
 from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
@@ -133,7 +133,9 @@ def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, 
     arms = list(inputs.arms)
     results = evaluate(card, gates, arms, inputs.noise_floor, look)
     by_id = {g.id: g for g in gates}
-    needed = tuple(m for r in results if r.id in by_id and (m := more_needed(card, by_id[r.id], r)) is not None)
+    needed = tuple(m for r in results if r.id in by_id
+                   and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results)))
+                   is not None)
     notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
     differs = provenance_differences(arms)
     if not inputs.transcribed:

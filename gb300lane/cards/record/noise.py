@@ -10,14 +10,17 @@ degrees of freedom), all relative to the grand mean as `cards.boots` does for a 
     MS_r = sum (y - m_j - t_i + 1)^2 / (n - 1)
 
 Over K cards, s_b^2 is the mean of (MS_b - MS_r) / n (its max(0, .) is the estimate), its degrees of freedom
-Satterthwaite's, and the one-sided 95% bounds come from sum_c MS_b,c / n_c ~ theta chi2(K) with theta the mean
-of the cards' expected MS_b / n: upper = K mean(MS_b / n) / chi2.ppf(0.05, K) - mean(MS_r / n). Each card adds
+Satterthwaite's, and the one-sided 95% bounds come from sum_c MS_b,c / n_c ~ theta chi2(nu) / nu with theta the
+sum of the cards' expected MS_b / n and nu Satterthwaite's effective df over cards of unequal weight (K for
+cards of one size): upper = nu mean(MS_b / n) / chi2.ppf(0.05, nu) - mean(MS_r / n). Each card adds
 a degree of freedom, so a lane that runs cards learns its own noise without a boot study.
 
 Two cards whose controls ran the same recipe at the same seeds replay the same tokens on a deterministic engine
 (vLLM's CPU build and the embedded engine both repeat a seeded request across boots): their A-against-A2
 numbers are then one sample, not two, and the ledger counts them once (`CardSample.data`, a digest of both
-arms' per-transcript values).
+arms' per-transcript values). Where the boots move the bytes the request noise is still one draw: cards whose
+controls ran the same requests as registered (recipe, seed base, classes, transcripts, concurrency, rounds and
+sampling: `CardSample.seeds`) are one sample, their mean squares averaged.
 
 Only receipts whose chain of custody holds and that the evidence log entered are read
 (`cards.record.verified.planning_receipts`, a step at the ledger's input that says what it left out and why).
@@ -86,6 +89,7 @@ class CardSample:
     ms_boot: float
     ms_res: float
     data: str  # sha256 of both arms' per-transcript values: equal data is a replay, counted once
+    seeds: str = ""  # the controls' requests as registered (recipe, seed base, transcripts, window): equal is a replay
 
     @property
     def s2(self) -> float:
@@ -136,7 +140,11 @@ class LedgerEstimate:
 
 
 def pool(samples: Iterable[CardSample]) -> tuple[float, float | None, float, float]:
-    """(signed s_b^2, its df, upper and lower one-sided 95% bounds of s_b^2) over the cards' samples."""
+    """(signed s_b^2, its df, upper and lower one-sided 95% bounds of s_b^2) over the cards' samples.
+
+    Card c's MS_b / n_c is E_c chi2(1) with E_c = s_e,c^2 / n_c + s_b^2, which differs between cards of different
+    sizes; their sum is taken as (sum E_c) chi2(nu) / nu with Satterthwaite's nu = (sum E_c)^2 / sum E_c^2, each
+    E_c estimated by MS_r,c / n_c + max(0, s_b^2). Cards of one size give nu = K, the plain chi2(K)."""
     from scipy.stats import chi2
 
     got = list(samples)
@@ -148,8 +156,10 @@ def pool(samples: Iterable[CardSample]) -> tuple[float, float | None, float, flo
     w = sum(s.ms_res / s.transcripts for s in got) / k
     var = sum(2 * xi ** 2 + 2 * (s.ms_res / s.transcripts) ** 2 / (s.transcripts - 1) for xi, s in zip(x, got)) / k ** 2
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
-    upper = k * (sum(x) / k) / float(chi2.ppf(0.05, k)) - w
-    lower = k * (sum(x) / k) / float(chi2.ppf(0.95, k)) - w
+    expected = [s.ms_res / s.transcripts + max(0.0, s2) for s in got]
+    nu = sum(expected) ** 2 / sum(e * e for e in expected) if sum(expected) > 0 else float(k)
+    upper = nu * (sum(x) / k) / float(chi2.ppf(0.05, nu)) - w
+    lower = nu * (sum(x) / k) / float(chi2.ppf(0.95, nu)) - w
     return s2, df, upper, lower
 
 
@@ -205,18 +215,37 @@ def _sample(card: Card, rec: Receipts, arms: list[ArmData], a: dict[str, float],
     ms_b, ms_r, _, _ = boot_mean_squares(y)
     boot = arms[0].boot
     data = hashlib.sha256(repr(([(u, a[u]) for u in common], [(u, a2[u]) for u in common])).encode()).hexdigest()
+    w = card.window(card.primary_window)
+    per_arm = (arms[0].arm, arms[1].arm) if card.seeds == "per_arm" else ()  # `run.arm_window`'s seeds
+    registered = repr((arms[0].recipe, arms[1].recipe, w.seed_base, card.seeds, per_arm, tuple(w.classes),
+                       w.transcripts_per_class,
+                       tuple(w.concurrency), w.rounds, w.temperature, w.top_p, w.forced_tokens))
     return CardSample(card=card.name, receipts=rec.root.name, date=rec.root.name[:10], recipe=arms[0].recipe,
                       fingerprint=boot.fingerprint if boot is not None else None, transcripts=n,
-                      ms_boot=ms_b, ms_res=ms_r, data=data)
+                      ms_boot=ms_b, ms_res=ms_r, data=data, seeds=hashlib.sha256(registered.encode()).hexdigest())
 
 
 def _distinct(samples: Iterable[CardSample]) -> list[CardSample]:
+    """The samples with every replay counted once: equal data, or controls that ran the same requests as
+    registered (`CardSample.seeds`), whose request noise is then one draw however the boots moved the bytes; a
+    replayed group is one sample, its cards' mean squares averaged."""
+    groups: dict[str, list[CardSample]] = {}
     seen: set[str] = set()
-    out = []
     for s in samples:
-        if s.data not in seen:
-            seen.add(s.data)
-            out.append(s)
+        if s.data in seen:
+            continue
+        seen.add(s.data)
+        groups.setdefault(s.seeds or s.data, []).append(s)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) == 1 or len({g.transcripts for g in group}) != 1:
+            out.append(first)
+            continue
+        out.append(CardSample(card="+".join(g.card for g in group), receipts=first.receipts, date=first.date,
+                              recipe=first.recipe, fingerprint=first.fingerprint, transcripts=first.transcripts,
+                              ms_boot=sum(g.ms_boot for g in group) / len(group),
+                              ms_res=sum(g.ms_res for g in group) / len(group), data=first.data, seeds=first.seeds))
     return out
 
 

@@ -115,6 +115,9 @@ class Registration(FrozenModel):
         default=None, exclude_if=lambda v: v is None,
         description="Each workload the windows name but builtin -> its content hash and files at registration; "
         "running or scoring refuses a workload that differs, naming the file.")
+    boot_sd_override: str | None = Field(
+        default=None, description="Why a registered boot sd that the lane's noise ledger rules out was registered "
+        "anyway (`card register --boot-sd-override`); absent when none was ruled out.")
 
     def alpha_share(self) -> float:
         """The share of each gate's alpha this run spends (1.0 when its question has one run)."""
@@ -474,7 +477,7 @@ def new_run_dir(base: Path, stem: str) -> Path:
 def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
              date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
              plan: CardPlan | None = None, run: str | None = None, new_question: str | None = None,
-             aside: str | None = None) -> Receipts:
+             aside: str | None = None, boot_sd_override: str | None = None) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once, and enter them in the evidence log.
 
     Registering the same gates again returns the existing receipts (marked
@@ -531,8 +534,11 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         plan=plan,
         question=question,
         workloads=workloads,
+        boot_sd_override=boot_sd_override,
     )
-    rec.write_json(rec.registration_file, reg.model_dump(mode="json"))
+    # absent unless given, so a registration without one keeps the bytes it always had
+    rec.write_json(rec.registration_file, reg.model_dump(mode="json", exclude=None if boot_sd_override else
+                                                         {"boot_sd_override"}))
     enter_registration(rec, card, reg, aside=aside)
     return rec
 

@@ -79,7 +79,7 @@ def boot_window(card: Card) -> WindowSpec:
 
 
 _SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens",
-          "max_tokens", "tool_choice")
+          "max_tokens", "tool_choice", "workload", "held_out")
 
 
 def same_boot(card: Card, w: WindowSpec) -> bool:
