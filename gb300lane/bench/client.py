@@ -590,3 +590,25 @@ async def stream_request(
             out.error = "no usage chunk in the stream (stream_options.include_usage ignored?)"
     out.ok = out.error is None
     return out
+
+
+async def post_json(
+    session: aiohttp.ClientSession, url: str, payload: Mapping[str, object], *, timeout_s: float = 300.0,
+) -> tuple[Any, str | None]:
+    """POST `payload` to `url` and read one JSON answer (the referee's /tokenize and prompt_logprobs calls):
+    (the body, None), or (None, what went wrong); never raises for a bad server."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(ssh.reach(url), json=payload) as resp:
+                text = await resp.text(errors="replace")
+                if resp.status != 200:
+                    return None, f"HTTP {resp.status} from {url}: {text[:_ERROR_BODY_CHARS].strip()}"
+        return json.loads(text), None
+    except asyncio.TimeoutError:
+        return None, f"no answer from {url} within {timeout_s:g} s"
+    except json.JSONDecodeError as exc:
+        return None, f"{url} answered with a body that is not JSON ({exc})"
+    except aiohttp.ClientConnectorError as exc:
+        return None, f"cannot connect to {url}: {exc.os_error or exc}"
+    except aiohttp.ClientError as exc:
+        return None, f"{type(exc).__name__} talking to {url}: {exc}"

@@ -15,6 +15,7 @@ from gb300lane import spec
 from gb300lane.bench.quality import QualityOutcome
 from gb300lane.bench.stats import Percentiles
 from gb300lane.models import FrozenModel
+from gb300lane.spec.lossless_result import LosslessResult
 
 Clock = Literal["modelled", "wall"]
 TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
@@ -300,6 +301,12 @@ class WindowResult(FrozenModel):
         default_factory=list,
         description="Tries of cells that came back invalid and were run again (`invalid_retries`), in the order "
         "they ran; `cells` and `records` hold each cell's last try.",
+    )
+
+    lossless: LosslessResult | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="The losslessness check of the window's outputs by a referee (`bench --referee`); None: not "
+        "checked.",
     )
 
     def outputs(self) -> dict[str, str]:

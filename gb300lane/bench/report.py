@@ -20,6 +20,7 @@ from rich.text import Text
 from gb300lane.bench.cells import aggregate_spec
 from gb300lane.bench.models import CellResult, ClockStats, Clock, WindowResult, load_label
 from gb300lane.bench.stats import Percentiles
+from gb300lane.spec.lossless_result import TempEstimate
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}") -> str:
@@ -183,6 +184,32 @@ def quality_table(result: WindowResult) -> Table | None:
     return table
 
 
+def lossless_table(result: WindowResult) -> Table | None:
+    """The losslessness check per class and overall (`bench --referee`); None when the window was not checked."""
+    ll = result.lossless
+    if ll is None:
+        return None
+    p = "—" if ll.p is None else f"{ll.p:.3g}"
+    table = Table(title=f"Lossless at temperature {ll.temperature:g}, top_p {ll.top_p:g}: {ll.status} (p {p}, alpha "
+                  f"{ll.alpha:g}, margin {ll.margin:g}; referee {ll.referee or '—'})", title_justify="left")
+    for name, justify in (("class", "left"), ("tokens", "right"), ("transcripts", "right"), ("T_eff", "right"),
+                          (f"{1 - ll.alpha:.0%} interval", "right"), ("top-1 observed", "right"),
+                          ("top-1 expected", "right"), ("PIT Z", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+
+    def row(name: str, e: TempEstimate) -> None:
+        iv = "—" if e.t_low is None or e.t_high is None else f"[{e.t_low:.3f}, {e.t_high:.3f}]"
+        table.add_row(name, str(e.tokens), str(e.transcripts), "—" if e.t_eff is None else f"{e.t_eff:.3f}", iv,
+                      "—" if e.top1_observed is None else f"{e.top1_observed:.1%}",
+                      "—" if e.top1_expected is None else f"{e.top1_expected:.1%}",
+                      "—" if e.z_mean is None else f"{e.z_mean:+.2f}")
+
+    for name, est in ll.per_class.items():
+        row(name, est)
+    row("all", ll.overall)
+    return table
+
+
 def render_window(result: WindowResult) -> Group:
     """Everything `gb300lane bench` prints after a window."""
     valid = sum(1 for c in result.cells if c.valid)
@@ -204,6 +231,9 @@ def render_window(result: WindowResult) -> Group:
     quality = quality_table(result)
     if quality is not None:
         parts.append(quality)
+    lossless = lossless_table(result)
+    if lossless is not None:
+        parts.append(lossless)
     notes = cell_notes(result)
     if notes.plain:
         parts.append(notes)

@@ -114,6 +114,12 @@ class _Runner:
             result = run_window(
                 self.endpoint, window, model=self.model, progress=bar, recipe=self.recipe.name, fingerprint=self.fp
             )
+        if gate.lossless is not None and window.temperature > 0:
+            from gb300lane.bench.referee import referee_window
+
+            result = result.model_copy(update={"lossless": referee_window(
+                result, self.endpoint, model=self.model, alpha=gate.lossless.alpha, margin=gate.lossless.margin,
+                min_tokens=gate.lossless.min_tokens)})
         path = save_result(result, self.dir / f"{self.stamp}-{gate.name}-{tag}.json")
         return result, str(path)
 
@@ -212,6 +218,14 @@ def _bounds(gate: SmokeGate, runner: _Runner) -> GateResult:
                 f"{low.clock} clock; min {gate.decode_tok_s_min:,.1f})"
             )
             (passes if (low.decode_tok_s or 0.0) >= gate.decode_tok_s_min else failures).append(text)
+    if gate.lossless is not None:
+        ll = run.lossless
+        if ll is None:
+            inconclusive.append(f"lossless not checkable: window {gate.window.name} is greedy")
+        else:
+            details["lossless"] = ll.model_dump(mode="json")
+            text = (f"lossless {ll.status}: {ll.reason} (referee {ll.referee_tokens} tokens, {ll.referee_s:.1f} s)")
+            {"PASS": passes, "FAIL": failures, "INCONCLUSIVE": inconclusive}[ll.status].append(text)
     schedule = check_schedule(run, runner.recipe.speculative.schedule, effective_k(runner.recipe))
     if schedule is not None:
         details["schedule"] = schedule.model_dump(mode="json")

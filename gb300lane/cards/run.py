@@ -27,10 +27,19 @@ from typing import Any, Protocol
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
 from gb300lane.bench.models import load_label
+from gb300lane.bench.referee import referee_window
 from gb300lane.bench.selftest import SelftestResult, levels_for, run_selftest
 from gb300lane.cards.record.models import AttemptReceipt, DoneReceipt, ForeignCount, ForeignReceipt, SelftestReceipt
 from gb300lane.cards.record.receipts import Receipts, utc_now
-from gb300lane.cards.schema import Arm, Card, FlagGate, GroupSequential, planned_stages, stage_count
+from gb300lane.cards.schema import (
+    Arm,
+    Card,
+    FlagGate,
+    GroupSequential,
+    LosslessGate,
+    planned_stages,
+    stage_count,
+)
 from gb300lane.errors import CardError, LaneError
 from gb300lane.lane import BootReport, Protected
 from gb300lane.recipes import WindowSpec, load_recipe
@@ -172,6 +181,11 @@ def stage_windows(card: Card, stage: int) -> list[WindowSpec]:
     return [w for w in card.windows if stage == 1 or w.name == card.primary_window]
 
 
+def lossless_gate(card: Card, window: str) -> LosslessGate | None:
+    """The card's lossless gate on `window` (the referee scores the window's outputs for it), or None."""
+    return next((g for g in card.gates if isinstance(g, LosslessGate) and g.window == window), None)
+
+
 def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Progress, stage: int = 1) -> int:
     """Boot, measure and stop one arm as a new attempt; returns the attempt number."""
     arm = card.arms[arm_index]
@@ -201,6 +215,14 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
                 result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
                                         fingerprint=report.fingerprint)
                 sent += len(result.records) + sum(len(t.records) for t in result.retried)
+                gate = lossless_gate(card, w.name)
+                if gate is not None:
+                    progress(f"{label}: window {w.name}: scoring its outputs by the arm's own prefill "
+                             "(prompt_logprobs) for the lossless gate")
+                    result = result.model_copy(update={"lossless": referee_window(
+                        result, report.endpoint, model=report.served_model, alpha=gate.alpha, margin=gate.margin,
+                        min_tokens=gate.min_tokens)})
+                    sent += result.lossless.referee_requests if result.lossless is not None else 0
                 rec.write_model(adir / "windows" / f"{w.name}.json", result)
                 for t in result.retried:
                     c = t.cell

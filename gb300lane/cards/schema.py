@@ -256,6 +256,25 @@ class TaskQualityGate(_WindowGate):
     decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
 
 
+class LosslessGate(_WindowGate):
+    """Each arm's text against its target's distribution at the served temperature (spec.lossless)."""
+
+    kind: Literal["lossless"] = Field(
+        description="Each arm judged absolutely: its window's outputs, scored after the window by the arm's own "
+        "prefill (prompt_logprobs; a prefill never reaches the rejection sampler), must be distributed as the target "
+        "samples them (randomized PIT, mean / dispersion / top-1 tests, Bonferroni at `alpha`). FAIL when any arm "
+        "FAILs; B's effective temperature against the controls' is reported beside it.",
+    )
+    margin: float = Field(
+        gt=0, lt=1, description="The deviation of an arm's effective temperature from the served one (relative: "
+        "0.05 is 5%), and of its top-1 rate from the expected, tolerated where a deviation is detected: a referee "
+        "in other numerics differs from the sampler by that much.",
+    )
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description="The false-FAIL rate per arm under exact sampling.")
+    min_tokens: int = Field(default=200, ge=50, description="Fewest scored tokens per arm; below it INCONCLUSIVE.")
+    decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
+
+
 class HashHitGate(_Gate):
     kind: Literal["hash_hit"] = Field(description="Every arm (or the arms listed) booted as a compile/autotune hash hit.")
     arms: tuple[str, ...] | None = Field(
@@ -301,6 +320,7 @@ Gate = Annotated[
     | ParityGate
     | LatencyTailGate
     | TaskQualityGate
+    | LosslessGate
     | HashHitGate
     | FlagGate
     | EnvEqualGate
@@ -431,6 +451,12 @@ class Card(FrozenModel):
                 problem = task_quality_problem(g, self.window(g.window))
                 if problem:
                     raise ValueError(problem)
+            if isinstance(g, LosslessGate):
+                w = self.window(g.window)
+                if w.temperature <= 0:
+                    raise ValueError(f"gate {g.id}: window {w.name} is greedy (temperature {w.temperature}); the "
+                                     "lossless gate reads a window at the served temperature (the parity gate "
+                                     "checks temperature 0)")
         cuped = [g.id for g in self.gates if getattr(g, "adjust", "none") == "cuped"]
         if cuped and self.seeds == "shared":
             raise ValueError(f"gates {cuped}: adjust: cuped measures the controls' noise from A against A2, which "

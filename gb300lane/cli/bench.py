@@ -60,6 +60,7 @@ def _summary(result: WindowResult, out: Path | None, check: dict[str, Any] | Non
         "load": result.load.model_dump(mode="json"),
         "cells": [c.model_dump(mode="json") for c in result.cells],
         "quality": [r.model_dump(mode="json") for r in result.quality_rates()],
+        "lossless": result.lossless.model_dump(mode="json") if result.lossless is not None else None,
     }
 
 
@@ -94,6 +95,12 @@ def bench_cmd(
         None, "--workload", help="run this workload's transcripts (its dev part; default: the window's, builtin)"
     ),
     port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
+    referee: Optional[str] = typer.Option(
+        None, "--referee", help="check losslessness: score the window's outputs by this endpoint's prompt_logprobs "
+        "(a base URL, or 'self' for the lane's own prefill); exit 1 on FAIL"),
+    lossless_alpha: float = typer.Option(0.01, "--lossless-alpha", help="with --referee: the false-FAIL rate"),
+    lossless_margin: float = typer.Option(
+        0.05, "--lossless-margin", help="with --referee: the deviation of T_eff/T and the top-1 ratio tolerated"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
     if ctx.invoked_subcommand is not None:
@@ -156,6 +163,12 @@ def bench_cmd(
                 if rates is not None else None
             ),
         )
+    if referee is not None:
+        from gb300lane.bench.referee import referee_window
+
+        result = result.model_copy(update={"lossless": referee_window(
+            result, endpoint if referee == "self" else referee, model=model, alpha=lossless_alpha,  # type: ignore[arg-type]
+            margin=lossless_margin)})
     if out is not None:
         save_result(result, out)
     from gb300lane.bench.crosscheck import cross_check
@@ -177,6 +190,11 @@ def bench_cmd(
         if schedule is not None:
             console.print(f"{'PASS' if schedule.status == 'pass' else schedule.status.upper():<7} {schedule.summary}",
                           highlight=False, style=None if schedule.ok else "red")
+        if result.lossless is not None:
+            ll = result.lossless
+            console.print(f"{ll.status:<12} lossless: {ll.reason}; referee {ll.referee_tokens} tokens in "
+                          f"{ll.referee_s:.1f} s", highlight=False, markup=False,
+                          style={"PASS": None, "FAIL": "red", "INCONCLUSIVE": "yellow"}[ll.status])
         if out is not None:
             console.print(f"window result written to {out}")
     if not result.valid:
@@ -184,6 +202,8 @@ def bench_cmd(
         fail(f"{bad} of {len(result.cells)} cells invalid (reasons above); they are not averaged in")
     if schedule is not None and not schedule.ok:
         fail(f"the k schedule is not live: {schedule.summary}")
+    if result.lossless is not None and result.lossless.status == "FAIL":
+        fail(f"not lossless at temperature {result.lossless.temperature:g}: {result.lossless.reason}")
 
 
 def _print_smoke(report: SmokeReport) -> None:

@@ -38,8 +38,9 @@ from gb300lane.bench.stats import Percentiles
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
 from gb300lane.cards.record.arms import window_data_from_result
-from gb300lane.cards.schema import Arm, Card
+from gb300lane.cards.schema import Arm, Card, LosslessGate
 from gb300lane.recipes.schema import TranscriptClass, WindowSpec
+from gb300lane.spec.lossless_result import LosslessResult
 
 DIFFERENCES = (
     "in process on the engine core, each arm one engine with its own boot seed (numerics jitter as between "
@@ -204,8 +205,53 @@ class InProcessLane:
             spans.append(clock)
         return spans
 
-    def run_window(self, engine: _ArmEngine, window: WindowSpec) -> WindowResult:
-        """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock)."""
+    def _referee(self, engine: _ArmEngine, seqs: list[Any], window: WindowSpec, gate: LosslessGate) -> LosslessResult:
+        """The lossless gate's check of a window's sequences, scored in process by the target's own rows (what
+        the server's prompt_logprobs return: the raw target under the boot's numerics), never by the verifier.
+
+        Sequences held to a grammar are left out (their sampled distribution is the masked one).
+        """
+        import time
+
+        import numpy as np
+
+        from gb300lane.spec.lossless import MAX_TOP_K, ScoredTranscript
+        from gb300lane.spec.lossless import check as lossless_check
+
+        t0 = time.perf_counter()
+        model = self.model
+        scored: list[ScoredTranscript] = []
+        excluded: dict[str, int] = {}
+        tokens = 0
+        for seq in seqs:
+            if seq.grammar is not None or len(seq.output_ids) < 2:
+                why = ("grammar-constrained: the sampled distribution is the masked one" if seq.grammar is not None
+                       else "fewer than two generated tokens (the first is not scored)")
+                excluded[why] = excluded.get(why, 0) + 1
+                continue
+            ids = np.asarray([0, 0, *seq.prompt_ids, *seq.output_ids], dtype=np.int64)  # EOS pads, as last_two
+            start = len(seq.prompt_ids) + 1
+            pos = np.arange(start, len(ids) - 2) + 2
+            rows = model.target_probs(np.full(len(pos), seq.cls, dtype=np.int64), ids[pos - 2], ids[pos - 1],
+                                      engine.core.numerics)
+            tokens += len(ids) - 2
+            with np.errstate(divide="ignore"):
+                logp = np.log(rows.astype(np.float64))
+            own = logp[np.arange(len(pos)), ids[pos]]
+            top_idx = np.argsort(-logp, axis=1, kind="stable")[:, :MAX_TOP_K]
+            top = np.take_along_axis(logp, top_idx, axis=1)
+            hit = top_idx == ids[pos][:, None]
+            rank = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, MAX_TOP_K + 1)
+            scored.append(ScoredTranscript(klass=str(seq.request_id).rsplit("-", 1)[0], sampled_rank=rank,
+                                           sampled_logprob=own, top_logprobs=top, label=str(seq.request_id)))
+        result = lossless_check(scored, temperature=window.temperature, top_p=window.top_p, alpha=gate.alpha,
+                       margin=gate.margin, min_tokens=gate.min_tokens)
+        return result.model_copy(update={"referee": "in process (the target's rows)", "referee_tokens": tokens,
+                                         "referee_s": time.perf_counter() - t0, "excluded": excluded})
+
+    def run_window(self, engine: _ArmEngine, window: WindowSpec, lossless: LosslessGate | None = None) -> WindowResult:
+        """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock);
+        with `lossless`, its outputs checked by the gate (`_referee`)."""
         from gb300lane.bench.stats import decode_rate
         from gb300lane.spec import SpecCounters
 
@@ -278,13 +324,17 @@ class InProcessLane:
             created_at=datetime.now(timezone.utc).isoformat(), endpoint="in process", model=engine.served,
             server_version=None, recipe=None, fingerprint=None, window=window.model_dump(mode="json"),
             valid=all(c.valid for c in cells), cells=cells, records=records,
+            lossless=None if lossless is None else self._referee(
+                engine, [s for *_, seqs, _ in cells_in for s in seqs], window, lossless),
         )  # fmt: skip
 
     def run_arm(self, card: Card, arm: Arm, windows: list[WindowSpec], recipe: str | None = None,
                 previous: dict[str, WindowData] | None = None, boot_seed: int | None = None) -> ArmData:
         """One arm (one boot) over `windows`, merged after `previous` stages' data when given."""
         engine = self.boot(recipe or arm.recipe, boot_seed)
-        data = {w.name: window_data_from_result(self.run_window(engine, w), w.name) for w in windows}
+        gates = {g.window: g for g in card.gates if isinstance(g, LosslessGate)}
+        data = {w.name: window_data_from_result(self.run_window(engine, w, gates.get(w.name)), w.name)
+                for w in windows}
         for name, old in (previous or {}).items():
             data[name] = merge_stages([old, data[name]]) if name in data else old
         return ArmData(arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured",

@@ -554,6 +554,15 @@ class WindowSpec(FrozenModel):
         return f"up to {self.token_cap} tokens (stops at EOS)"
 
 
+class SmokeLossless(FrozenModel):
+    """A bounds gate's losslessness check: its window's outputs scored by the lane's own prefill (bench.referee)."""
+
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description="The false-FAIL rate under exact sampling.")
+    margin: float = Field(default=0.05, gt=0, lt=1, description="The deviation of T_eff / T and of the top-1 "
+                          "ratio tolerated where a deviation is detected.")
+    min_tokens: int = Field(default=200, ge=50, description="Fewest scored tokens; below it INCONCLUSIVE.")
+
+
 class SmokeGate(FrozenModel):
     name: str = Field(description="Gate name.")
     kind: Literal["parity", "bounds"] = Field(description="parity: outputs match the reference; bounds: numbers in range.")
@@ -561,6 +570,9 @@ class SmokeGate(FrozenModel):
     max_flips: int | None = Field(default=None, ge=0, description="parity: outputs allowed to differ from the reference.")
     tokens_per_step: TokensPerStep | None = Field(default=None, description="bounds: tokens per verify step range.")
     decode_tok_s_min: float | None = Field(default=None, ge=0, description="bounds: lowest decode tokens/s.")
+    lossless: SmokeLossless | None = Field(
+        default=None, description="bounds, on a window at temperature > 0: also check that the outputs are the "
+        "target's distribution (scored by the lane's own prefill; costs one prefill of each output).")
 
 
 class Smoke(FrozenModel):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from gb300lane.models import FrozenModel
+from gb300lane.spec.lossless_result import LosslessResult
 
 
 class NoiseFloor(FrozenModel):
@@ -107,6 +108,11 @@ class WindowData(FrozenModel):
     a_p: tuple[float, ...] | None = Field(default=None, description="Window-wide accepted-at-position over drafts.")
     invalid_cells: tuple[str, ...] = Field(
         default=(), description="Cells left out because every try of them was invalid: 'class Cn rN: reasons'."
+    )
+    # Left out of the dump when absent, so windows without a referee keep the bytes they had.
+    lossless: LosslessResult | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="The losslessness check of the window's outputs by the arm's referee; None: not checked.",
     )
 
 

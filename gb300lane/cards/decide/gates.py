@@ -19,6 +19,7 @@ from typing import assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
+from gb300lane.cards.decide.lossless import eval_lossless
 from gb300lane.cards.decide.quality_gate import eval_quality
 from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
@@ -37,6 +38,7 @@ from gb300lane.cards.schema import (
     HashHitGate,
     KvPoolGate,
     LatencyTailGate,
+    LosslessGate,
     ParityGate,
     TaskQualityGate,
     TestedGate,
@@ -53,7 +55,7 @@ __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate | FeatureLiveGate
 #: Gates over a window's cells.
 WindowGate = (TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate | LatencyTailGate
-              | TaskQualityGate)
+              | TaskQualityGate | LosslessGate)
 CellKey = tuple[str, int]
 
 
@@ -369,6 +371,8 @@ def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
                 out.append(eval_tail(gate, ctx.cand, ctx.ctrls, look or Look()))
             elif isinstance(gate, TaskQualityGate):
                 out.append(eval_quality(gate, ctx.candidate(), ctx.ctrls, look or Look()))
+            elif isinstance(gate, LosslessGate):
+                out.append(eval_lossless(gate, ctx.cand, ctx.ctrls))
             elif isinstance(gate, TokensPerStepGate):
                 out.append(_eval_tps(ctx, gate))
             else:

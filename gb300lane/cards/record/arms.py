@@ -117,6 +117,7 @@ def window_data_from_result(result: WindowResult | Mapping[str, object], window_
         tokens_per_step=(1.0 + accepted / drafts) if drafts else None,
         a_p=tuple(w / n for w, n in zip(ap_weighted, ap_weight) if n) or None,
         invalid_cells=tuple(invalid),
+        lossless=res.lossless,
     )
 
 
