@@ -27,8 +27,15 @@ def rates(n: int, reps: int, method: str) -> dict[str, object]:
         base = 3.0 * (1 + 0.3 * rng.standard_normal(n))
         b = base * (1 + 0.1 * rng.standard_normal(n))
         c = base * (1 + 0.1 * rng.standard_normal(n))
-        d = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025, method=method,  # type: ignore[arg-type]
-                       seed=r).decision
+        d = ratio_test(
+            b,
+            c,
+            test="superiority",
+            margin=0.0,
+            level_one_sided=0.025,
+            method=method,  # type: ignore[arg-type]
+            seed=r,
+        ).decision
         fb += d == "PASS"
         ff += d == "FAIL"
     out: dict[str, object] = {"n": n, "replicates": reps, "method": method}

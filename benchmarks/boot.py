@@ -138,13 +138,26 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     table = Table(title=f"gb300lane up: up-to-ready on the process runtime, time scale {args.time_scale}")
-    for col in ("outcome", "up-to-ready s", "readiness wait s", "bare engine s", "engine logged x scale s", "overhead s"):
+    for col in (
+        "outcome",
+        "up-to-ready s",
+        "readiness wait s",
+        "bare engine s",
+        "engine logged x scale s",
+        "overhead s",
+    ):
         table.add_column(col, justify="right")
     summary = {}
     for outcome, runs in rows.items():
-        med = {k: statistics.median(float(r[k]) for r in runs) for k in ("up_to_ready_s", "wait_s", "bare_s", "engine_logged_wall_s", "overhead_s")}  # type: ignore[arg-type]
+        med = {
+            k: statistics.median(float(r[k]) for r in runs)
+            for k in ("up_to_ready_s", "wait_s", "bare_s", "engine_logged_wall_s", "overhead_s")
+        }  # type: ignore[arg-type]
         summary[outcome] = {**med, "max_overhead_s": max(float(r["overhead_s"]) for r in runs), "reps": len(runs)}  # type: ignore[arg-type]
-        table.add_row(outcome, *(f"{med[k]:.3f}" for k in ("up_to_ready_s", "wait_s", "bare_s", "engine_logged_wall_s", "overhead_s")))
+        table.add_row(
+            outcome,
+            *(f"{med[k]:.3f}" for k in ("up_to_ready_s", "wait_s", "bare_s", "engine_logged_wall_s", "overhead_s")),
+        )
     worst = max(s["max_overhead_s"] for s in summary.values())
     console = Console()
     console.print(table)
@@ -152,11 +165,21 @@ def main() -> None:
     console.print(f"floor: overhead <= {FLOOR_OVERHEAD_S:.1f} s; worst {worst:.3f} s: {verdict}")
     atomic_write(
         RESULTS,
-        dumps_json({
-            "schema_version": 1, "benchmark": "boot", "tool_version": __version__, "python": platform.python_version(),
-            "platform": sys.platform, "time_scale": args.time_scale, "runs": rows, "median": summary,
-            "floor_overhead_s": FLOOR_OVERHEAD_S, "worst_overhead_s": worst, "verdict": verdict,
-        }),  # fmt: skip
+        dumps_json(
+            {
+                "schema_version": 1,
+                "benchmark": "boot",
+                "tool_version": __version__,
+                "python": platform.python_version(),
+                "platform": sys.platform,
+                "time_scale": args.time_scale,
+                "runs": rows,
+                "median": summary,
+                "floor_overhead_s": FLOOR_OVERHEAD_S,
+                "worst_overhead_s": worst,
+                "verdict": verdict,
+            }
+        ),  # fmt: skip
     )
     if verdict != "PASS":
         raise SystemExit(1)

@@ -62,11 +62,22 @@ Cell = dict[str, object]
 
 def cell(check: str, name: str, events: int, n: int, nominal: float, what: str) -> Cell:
     ci = proportion(events, n)
-    return {"check": check, "cell": name, "events": events, "replicates": n, "rate": ci.rate, "low": ci.low,
-            "high": ci.high, "nominal": nominal, "what": what, "above_nominal": ci.low > nominal}
+    return {
+        "check": check,
+        "cell": name,
+        "events": events,
+        "replicates": n,
+        "rate": ci.rate,
+        "low": ci.low,
+        "high": ci.high,
+        "nominal": nominal,
+        "what": what,
+        "above_nominal": ci.low > nominal,
+    }
 
 
 # 1. re-registration ---------------------------------------------------------------------------------------------
+
 
 def check_rerun(reps: int, seed: int) -> list[Cell]:
     from rerun_alpha import ALPHA, RUNS, run_outcome  # the benchmark's own A/A run of the Pocock 4-look design
@@ -84,13 +95,24 @@ def check_rerun(reps: int, seed: int) -> list[Cell]:
                 break
             if out != "INCONCLUSIVE":
                 break
-            earlier.append(EarlierRun(receipts=f"/r/{r}", registered_at=str(r), run=r, runs=RUNS,
-                                      gates_sha256="gates", verdict=out, measured=True))
+            earlier.append(
+                EarlierRun(
+                    receipts=f"/r/{r}",
+                    registered_at=str(r),
+                    run=r,
+                    runs=RUNS,
+                    gates_sha256="gates",
+                    verdict=out,
+                    measured=True,
+                )
+            )
         within2 += first is not None and first <= 2
         within5 += first is not None
     what = "A/A false PASS, re-registered after each INCONCLUSIVE, one question of 5 runs"
-    return [cell("1 rerun", "within 2 runs", within2, reps, ALPHA, what),
-            cell("1 rerun", "within 5 runs", within5, reps, ALPHA, what)]
+    return [
+        cell("1 rerun", "within 2 runs", within2, reps, ALPHA, what),
+        cell("1 rerun", "within 5 runs", within5, reps, ALPHA, what),
+    ]
 
 
 # 2. the real lane's own noise -----------------------------------------------------------------------------------
@@ -109,28 +131,54 @@ def check_lane(reps: int, seed: int) -> list[Cell]:
         level = 2.0 * np.exp(0.10 * rng.standard_normal(n))
         shift = np.exp(LANE_BOOT_SD * rng.standard_normal(3))  # A, B, A2: one boot each
         a, b, a2 = (level * s * np.exp(0.16 * rng.standard_normal(n)) for s in shift)
-        t = ratio_test(b, (a + a2) / 2.0, test="superiority", margin=tps.margin, level_one_sided=tps.alpha,
-                       boot=BootVariance(sd=tps.boot_sd, df=tps.boot_df, refs=2, boots=1))
-        e = ratio_test(a, a2, test="equivalence", margin=agree.margin, level_one_sided=agree.alpha,
-                       boot=BootVariance(sd=agree.boot_sd, df=agree.boot_df, refs=1, boots=1))
+        t = ratio_test(
+            b,
+            (a + a2) / 2.0,
+            test="superiority",
+            margin=tps.margin,
+            level_one_sided=tps.alpha,
+            boot=BootVariance(sd=tps.boot_sd, df=tps.boot_df, refs=2, boots=1),
+        )
+        e = ratio_test(
+            a,
+            a2,
+            test="equivalence",
+            margin=agree.margin,
+            level_one_sided=agree.alpha,
+            boot=BootVariance(sd=agree.boot_sd, df=agree.boot_df, refs=1, boots=1),
+        )
         better += t.decision == "PASS" and e.decision == "PASS"
         fail += t.decision == "FAIL"
-    what = (f"cpu-br2 as registered (tokens/step boot sd {tps.boot_sd:.2%}), A/A on a lane of boot sd "
-            f"{LANE_BOOT_SD:.1%} per arm, {n} transcripts")
-    return [cell("2 lane", "false B better", better, reps, tps.alpha, what),
-            cell("2 lane", "false FAIL", fail, reps, tps.alpha, what)]
+    what = (
+        f"cpu-br2 as registered (tokens/step boot sd {tps.boot_sd:.2%}), A/A on a lane of boot sd "
+        f"{LANE_BOOT_SD:.1%} per arm, {n} transcripts"
+    )
+    return [
+        cell("2 lane", "false B better", better, reps, tps.alpha, what),
+        cell("2 lane", "false FAIL", fail, reps, tps.alpha, what),
+    ]
 
 
 # 3. the latency tail --------------------------------------------------------------------------------------------
 
+
 def _arm(name: str, role: str, values: dict[str, list[float]], metric: str) -> ArmData:
     if metric == "ttft":
-        c = CellData(cls="prose", concurrency=1, round=1,
-                     ttft_s={f"{u}#{j}": v for u, vs in values.items() for j, v in enumerate(vs)})
+        c = CellData(
+            cls="prose",
+            concurrency=1,
+            round=1,
+            ttft_s={f"{u}#{j}": v for u, vs in values.items() for j, v in enumerate(vs)},
+        )
     else:
         c = CellData(cls="prose", concurrency=1, round=1, itl_s={f"{u}#0": tuple(vs) for u, vs in values.items()})
-    return ArmData(arm=name, recipe="r", role=role, source="measured",  # type: ignore[arg-type]
-                   windows={"primary": WindowData(window="primary", clock="wall", cells=(c,))})
+    return ArmData(
+        arm=name,
+        recipe="r",
+        role=role,
+        source="measured",  # type: ignore[arg-type]
+        windows={"primary": WindowData(window="primary", clock="wall", cells=(c,))},
+    )
 
 
 def _tail(gate: LatencyTailGate, arms: list[ArmData], look: Look | None) -> str:
@@ -140,8 +188,9 @@ def _tail(gate: LatencyTailGate, arms: list[ArmData], look: Look | None) -> str:
     return eval_tail(gate, arms[0], arms[1:]).status
 
 
-def _tail_values(rng: np.random.Generator, units: int, per_unit: int, margin: float, cluster_sd: float,
-                 stages: int = 1) -> list[list[dict[str, list[float]]]]:
+def _tail_values(
+    rng: np.random.Generator, units: int, per_unit: int, margin: float, cluster_sd: float, stages: int = 1
+) -> list[list[dict[str, list[float]]]]:
     """Per stage, per arm (B, A, A2): transcript -> values; B's every value scaled by (1 + margin), so B's true
     quantile lies exactly at the margin. A transcript has a level shared by the arms and one per arm and stage."""
     shared = cluster_sd * rng.standard_normal(units)
@@ -160,8 +209,15 @@ def _tail_values(rng: np.random.Generator, units: int, per_unit: int, margin: fl
 def _tail_cell(job: tuple[str, str, int, int, float, int, int]) -> Cell:
     name, metric, units, per, csd, reps, seed = job
     margin = 0.05
-    gate = LatencyTailGate(id="tail", kind="latency_tail", window="primary", metric=metric,  # type: ignore[arg-type]
-                           quantile=0.99, margin=margin, alpha=0.025)
+    gate = LatencyTailGate(
+        id="tail",
+        kind="latency_tail",
+        window="primary",
+        metric=metric,  # type: ignore[arg-type]
+        quantile=0.99,
+        margin=margin,
+        alpha=0.025,
+    )
     rng = np.random.default_rng([seed, 3, units])
     passes = 0
     for _ in range(reps):
@@ -175,8 +231,9 @@ def _tail_looks(job: tuple[int, int]) -> Cell:
     """Four looks (O'Brien-Fleming): each stage adds 100 transcripts x 1 TTFT per arm; a PASS at any look."""
     reps, seed = job
     margin = 0.05
-    gate = LatencyTailGate(id="tail", kind="latency_tail", window="primary", metric="ttft", quantile=0.95,
-                           margin=margin, alpha=0.025)
+    gate = LatencyTailGate(
+        id="tail", kind="latency_tail", window="primary", metric="ttft", quantile=0.95, margin=margin, alpha=0.025
+    )
     rng = np.random.default_rng([seed, 3, 99])
     passes = 0
     for _ in range(reps):
@@ -186,15 +243,23 @@ def _tail_looks(job: tuple[int, int]) -> Cell:
             for k in range(3):
                 for u, vs in stage[k].items():
                     acc[k][f"s{s}{u}"] = vs
-            arms = [_arm(n, r, v, "ttft") for n, r, v in zip(("B", "A", "A2"), ("candidate", "control", "control"), acc)]
+            arms = [
+                _arm(n, r, v, "ttft") for n, r, v in zip(("B", "A", "A2"), ("candidate", "control", "control"), acc)
+            ]
             status = _tail(gate, arms, Look(number=s, looks=4, spending="obrien_fleming"))
             if status == "PASS":
                 passes += 1
                 break
             if status == "FAIL":
                 break
-    return cell("3 tail", "TTFT p95, 4 looks x 100 values", passes, reps, gate.alpha,
-                f"false PASS at the margin +{margin:.0%}, at any of 4 looks")
+    return cell(
+        "3 tail",
+        "TTFT p95, 4 looks x 100 values",
+        passes,
+        reps,
+        gate.alpha,
+        f"false PASS at the margin +{margin:.0%}, at any of 4 looks",
+    )
 
 
 WORKERS = 2
@@ -203,9 +268,11 @@ WORKERS = 2
 def check_tail(reps: int, seed: int) -> list[Cell]:
     from concurrent.futures import ProcessPoolExecutor
 
-    setups = [("TTFT p99, 400 transcripts x 1 value", "ttft", 400, 1, 0.0),
-              ("ITL p99, 4 transcripts x 100 gaps", "itl", 4, 100, 0.15),
-              ("ITL p99, 16 transcripts x 25 gaps", "itl", 16, 25, 0.15)]
+    setups = [
+        ("TTFT p99, 400 transcripts x 1 value", "ttft", 400, 1, 0.0),
+        ("ITL p99, 4 transcripts x 100 gaps", "itl", 4, 100, 0.15),
+        ("ITL p99, 16 transcripts x 25 gaps", "itl", 16, 25, 0.15),
+    ]
     with ProcessPoolExecutor(WORKERS) as pool:
         looks = pool.submit(_tail_looks, (reps, seed))
         rows = list(pool.map(_tail_cell, [(*s, reps, seed) for s in setups]))
@@ -214,6 +281,7 @@ def check_tail(reps: int, seed: int) -> list[Cell]:
 
 
 # 4. CUPED at small n --------------------------------------------------------------------------------------------
+
 
 def check_cuped(reps: int, seed: int) -> list[Cell]:
     rows = []
@@ -230,14 +298,25 @@ def check_cuped(reps: int, seed: int) -> list[Cell]:
                     ctrls = np.exp(level[None, :] + 0.1 * rng.standard_normal((2, n)))
                     t, _ = cuped_test(b, ctrls, test="superiority", margin=0.0, level_one_sided=alpha)
                     passes += t.decision == "PASS"
-            rows.append(cell("4 cuped", f"n {n}, level {alpha:.2%}", passes, r // sets * sets, alpha,
-                             f"false PASS, theta {theta}, request sd 0.1, level sd 0.3, {sets} transcript sets"))
+            rows.append(
+                cell(
+                    "4 cuped",
+                    f"n {n}, level {alpha:.2%}",
+                    passes,
+                    r // sets * sets,
+                    alpha,
+                    f"false PASS, theta {theta}, request sd 0.1, level sd 0.3, {sets} transcript sets",
+                )
+            )
     return rows
 
 
 # 5. the noise ledger --------------------------------------------------------------------------------------------
 
-def _samples(rng: np.random.Generator, sizes: list[int], s_e: float, s_b: float, replay: bool) -> list[noise.CardSample]:
+
+def _samples(
+    rng: np.random.Generator, sizes: list[int], s_e: float, s_b: float, replay: bool
+) -> list[noise.CardSample]:
     """One ledger's cards: per card two control boots of n transcripts, each a shift of sd s_b plus request noise of
     sd s_e per transcript; with `replay` every card's controls run the same seeds (the same request noise) and
     only the boots (and a trace of per-boot numerics) differ."""
@@ -251,8 +330,17 @@ def _samples(rng: np.random.Generator, sizes: list[int], s_e: float, s_b: float,
         from gb300lane.cards.decide.boots import boot_mean_squares
 
         ms_b, ms_r, _, _ = boot_mean_squares(y)
-        kw = dict(card=f"c{c}", receipts=f"r{c}", date="2026-01-01", recipe="cpu-v26", fingerprint=None,
-                  transcripts=n, ms_boot=ms_b, ms_res=ms_r, data=f"{c}")
+        kw = dict(
+            card=f"c{c}",
+            receipts=f"r{c}",
+            date="2026-01-01",
+            recipe="cpu-v26",
+            fingerprint=None,
+            transcripts=n,
+            ms_boot=ms_b,
+            ms_res=ms_r,
+            data=f"{c}",
+        )
         if "seeds" in noise.CardSample.__dataclass_fields__:
             kw["seeds"] = "seed_base 1000" if replay else f"seed_base {1000 + c}"
         out.append(noise.CardSample(**kw))  # type: ignore[arg-type]
@@ -262,8 +350,10 @@ def _samples(rng: np.random.Generator, sizes: list[int], s_e: float, s_b: float,
 def check_ledger(reps: int, seed: int) -> list[Cell]:
     rows = []
     s_b = 0.01
-    setups = [("one card of 8 transcripts beside nine of 200", [8] + [200] * 9, 0.10, False),
-              ("ten cards of 200 replaying one seed base", [200] * 10, 0.10, True)]
+    setups = [
+        ("one card of 8 transcripts beside nine of 200", [8] + [200] * 9, 0.10, False),
+        ("ten cards of 200 replaying one seed base", [200] * 10, 0.10, True),
+    ]
     for name, sizes, s_e, replay in setups:
         rng = np.random.default_rng([seed, 5, len(name)])
         below = 0
@@ -272,24 +362,56 @@ def check_ledger(reps: int, seed: int) -> list[Cell]:
             kept = noise._distinct(got)
             _, _, upper, _ = noise.pool(kept)
             below += upper < s_b * s_b
-        rows.append(cell("5 ledger", name, below, reps, 0.05,
-                         f"one-sided 95% upper bound below the true boot variance (boot sd {s_b:.0%}, request sd {s_e:.0%})"))
+        rows.append(
+            cell(
+                "5 ledger",
+                name,
+                below,
+                reps,
+                0.05,
+                f"one-sided 95% upper bound below the true boot variance (boot sd {s_b:.0%}, request sd {s_e:.0%})",
+            )
+        )
     return rows
 
 
 # 6. more_needed -------------------------------------------------------------------------------------------------
 
+
 def _gate_test(t, n: int, requests: int, alpha: float) -> GateTest:  # type: ignore[no-untyped-def]
-    return GateTest(metric="tokens_per_step", comparison="B / mean(A, A2)", test="superiority", method="t",
-                    estimate=t.estimate, low=t.low, high=t.high, level=1 - 2 * alpha, margin=0.0, alpha=alpha,
-                    nominal_alpha=alpha, n=n, requests_per_arm=requests, statistic=t.statistic, df=t.df,
-                    p_value=t.p_value, baseline=t.baseline, decision=t.decision, reason=t.reason)
+    return GateTest(
+        metric="tokens_per_step",
+        comparison="B / mean(A, A2)",
+        test="superiority",
+        method="t",
+        estimate=t.estimate,
+        low=t.low,
+        high=t.high,
+        level=1 - 2 * alpha,
+        margin=0.0,
+        alpha=alpha,
+        nominal_alpha=alpha,
+        n=n,
+        requests_per_arm=requests,
+        statistic=t.statistic,
+        df=t.df,
+        p_value=t.p_value,
+        baseline=t.baseline,
+        decision=t.decision,
+        reason=t.reason,
+    )
 
 
 def check_more(reps: int, seed: int) -> list[Cell]:
     card, _ = load_card("cpu-br2")  # its gates without a boot sd: the simulation's arms boot alike
-    card = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.0, "boot_df": None})
-                                                  if hasattr(g, "boot_sd") else g for g in card.gates)})
+    card = card.model_copy(
+        update={
+            "gates": tuple(
+                g.model_copy(update={"boot_sd": 0.0, "boot_df": None}) if hasattr(g, "boot_sd") else g
+                for g in card.gates
+            )
+        }
+    )
     gate = next(g for g in card.gates if g.id == "tokens-per-step-c1")
     agree = next(g for g in card.gates if isinstance(g, ControlsEquivalence))
     takes_controls = "controls" in inspect.signature(more_mod.more_needed).parameters
@@ -310,31 +432,67 @@ def check_more(reps: int, seed: int) -> list[Cell]:
             t = ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0, level_one_sided=gate.alpha)
             if t.decision != "INCONCLUSIVE":
                 continue
-            res = GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="", bar="", noise_floor="",
-                             tests=(_gate_test(t, n, n, gate.alpha),), decides=True)
+            res = GateResult(
+                id=gate.id,
+                kind=gate.kind,
+                status="INCONCLUSIVE",
+                observed="",
+                bar="",
+                noise_floor="",
+                tests=(_gate_test(t, n, n, gate.alpha),),
+                decides=True,
+            )
             e = ratio_test(a, a2, test="equivalence", margin=agree.margin, level_one_sided=agree.alpha)
-            ctrl = GateResult(id=agree.id, kind=agree.kind, status="INCONCLUSIVE", observed="", bar="", noise_floor="",
-                              tests=(_gate_test(e, n, n, agree.alpha).model_copy(
-                                  update={"test": "equivalence", "margin": agree.margin}),), decides=True)
-            m = (more_mod.more_needed(card, gate, res, controls=ctrl) if takes_controls  # type: ignore[call-arg]
-                 else more_mod.more_needed(card, gate, res))
+            ctrl = GateResult(
+                id=agree.id,
+                kind=agree.kind,
+                status="INCONCLUSIVE",
+                observed="",
+                bar="",
+                noise_floor="",
+                tests=(
+                    _gate_test(e, n, n, agree.alpha).model_copy(update={"test": "equivalence", "margin": agree.margin}),
+                ),
+                decides=True,
+            )
+            m = (
+                more_mod.more_needed(card, gate, res, controls=ctrl)
+                if takes_controls  # type: ignore[call-arg]
+                else more_mod.more_needed(card, gate, res)
+            )
             if m is None or m.requests_per_arm is None:
                 continue
             done += 1
             rounds = max(1, math.ceil(m.requests_per_arm / n))
             b, a, a2 = run(rounds)
-            misses += ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0,
-                                 level_one_sided=gate.alpha).decision != "PASS"
-        what = ("1 - power at the mde +4% of the size more_needed names after an INCONCLUSIVE pilot"
-                + (f", B's gain sd {gain_sd:.0%} per transcript" if gain_sd else ""))
-        rows.append(cell("6 more", f"pilot {n} transcripts" + (f", gain sd {gain_sd:.0%}" if gain_sd else ""),
-                         misses, reps, 1 - more_mod.TARGET_POWER, what))
+            misses += (
+                ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0, level_one_sided=gate.alpha).decision
+                != "PASS"
+            )
+        what = "1 - power at the mde +4% of the size more_needed names after an INCONCLUSIVE pilot" + (
+            f", B's gain sd {gain_sd:.0%} per transcript" if gain_sd else ""
+        )
+        rows.append(
+            cell(
+                "6 more",
+                f"pilot {n} transcripts" + (f", gain sd {gain_sd:.0%}" if gain_sd else ""),
+                misses,
+                reps,
+                1 - more_mod.TARGET_POWER,
+                what,
+            )
+        )
     return rows
 
 
 CHECKS: dict[str, Callable[[int, int], list[Cell]]] = {
-    "rerun": check_rerun, "lane": check_lane, "tail": check_tail, "cuped": check_cuped, "ledger": check_ledger,
-    "more": check_more}
+    "rerun": check_rerun,
+    "lane": check_lane,
+    "tail": check_tail,
+    "cuped": check_cuped,
+    "ledger": check_ledger,
+    "more": check_more,
+}
 
 
 def table(rows: list[Cell]) -> Iterator[str]:
@@ -342,8 +500,10 @@ def table(rows: list[Cell]) -> Iterator[str]:
     for r in rows:
         iv = f"[{r['low']:.2%}, {r['high']:.2%}]"
         flag = "  ABOVE" if r["above_nominal"] else ""
-        yield (f"{r['check']:<9} {r['cell']:<44} {r['rate']:>7.2%} {iv:>18} {r['nominal']:>8.2%} "
-               f"{r['replicates']:>6}{flag}")
+        yield (
+            f"{r['check']:<9} {r['cell']:<44} {r['rate']:>7.2%} {iv:>18} {r['nominal']:>8.2%} "
+            f"{r['replicates']:>6}{flag}"
+        )
 
 
 def main() -> int:
@@ -352,8 +512,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=",".join(CHECKS), help="comma-separated checks: " + ", ".join(CHECKS))
     ap.add_argument("--workers", type=int, default=2, help="processes for the tail gate's cells")
-    ap.add_argument("--tail-draws", type=int, default=500,
-                    help="the tail gate's bootstrap draws per decision (the tool's 2,000 cost four times as long)")
+    ap.add_argument(
+        "--tail-draws",
+        type=int,
+        default=500,
+        help="the tail gate's bootstrap draws per decision (the tool's 2,000 cost four times as long)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS / "calibration_suite.json")
     args = ap.parse_args()
     global WORKERS
@@ -372,8 +536,19 @@ def main() -> int:
     for line in table(rows):
         print(line)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"replicates": args.replicates, "seed": args.seed, "seconds": timings,
-                                    "interval": "95% Clopper-Pearson", "rows": rows}, indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "replicates": args.replicates,
+                "seed": args.seed,
+                "seconds": timings,
+                "interval": "95% Clopper-Pearson",
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
     return 1 if any(r["above_nominal"] for r in rows) else 0
 

@@ -124,25 +124,35 @@ def main() -> int:
     def verdict(ok: bool, judged: bool) -> str:
         return ("ok" if ok else "MISSED") if judged else ("(ok)" if ok else "(missed)")
 
-    print(f"cold start, median of {args.runs} runs each (round-robin, one warm-up round), same run; "
-          f"load average {load:.1f} on {cpus_n} CPUs (bare Python's wall/CPU {bare / max(bare_cpu, 1e-9):.1f}x)")
-    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'over bare s':>12} {'floor':>8} {'cpu s':>7} "
-          f"{'cpu over bare':>14} {'floor':>8}")
+    print(
+        f"cold start, median of {args.runs} runs each (round-robin, one warm-up round), same run; "
+        f"load average {load:.1f} on {cpus_n} CPUs (bare Python's wall/CPU {bare / max(bare_cpu, 1e-9):.1f}x)"
+    )
+    print(
+        f"{'command':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'over bare s':>12} {'floor':>8} {'cpu s':>7} "
+        f"{'cpu over bare':>14} {'floor':>8}"
+    )
     for r in rows:
         over = "-" if r["over_bare_s"] is None else f"{r['over_bare_s']:+.3f}"
         cpu_over = "-" if r["cpu_over_bare_s"] is None else f"{r['cpu_over_bare_s']:+.3f}"
         bare_row = r["over_bare_s"] is None
         wall_v = "-" if bare_row else verdict(r["passed_wall"], not loaded)
         cpu_v = "-" if bare_row else verdict(r["passed_cpu"], loaded)
-        print(f"{r['command']:<20} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {over:>12} {wall_v:>8} "
-              f"{r['cpu_median_s']:7.3f} {cpu_over:>14} {cpu_v:>8}")
+        print(
+            f"{r['command']:<20} {r['median_s']:9.3f} {r['min_s']:7.3f} {r['max_s']:7.3f} {over:>12} {wall_v:>8} "
+            f"{r['cpu_median_s']:7.3f} {cpu_over:>14} {cpu_v:>8}"
+        )
     if loaded:
-        print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on CPU seconds: "
-              f"{'passed' if passed else 'MISSED'}; the wall clock (in brackets) is not judged: load {load:.1f} on "
-              f"{cpus_n} CPUs, each process also waits for a core; rerun on an idle machine to judge it")
+        print(
+            f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on CPU seconds: "
+            f"{'passed' if passed else 'MISSED'}; the wall clock (in brackets) is not judged: load {load:.1f} on "
+            f"{cpus_n} CPUs, each process also waits for a core; rerun on an idle machine to judge it"
+        )
     else:
-        print(f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on the wall clock: "
-              f"{'passed' if passed else 'MISSED'} (load {load:.1f} on {cpus_n} CPUs)")
+        print(
+            f"floor: each command at most {FLOOR_OVER_BARE_S} s above bare Python, judged on the wall clock: "
+            f"{'passed' if passed else 'MISSED'} (load {load:.1f} on {cpus_n} CPUs)"
+        )
 
     result = {
         "schema_version": 3,

@@ -99,19 +99,41 @@ def _realtime(priority: int | None) -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
 
 
-def _boot(port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_root: str,
-          realtime: int | None = None) -> subprocess.Popen:
+def _boot(
+    port: int, cpu: int | None, max_seqs: int, time_scale: float, cache_root: str, realtime: int | None = None
+) -> subprocess.Popen:
     argv = [
-        sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin",
-        "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(port),
-        "--time-scale", str(time_scale), "--max-num-seqs", str(max_seqs), "--seed", "0",
-        "--speculative-config", json.dumps(SPEC_CONFIG),
+        sys.executable,
+        "-m",
+        "gb300lane.engine",
+        "serve",
+        "--model",
+        "builtin",
+        "--served-model-name",
+        "bench",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--time-scale",
+        str(time_scale),
+        "--max-num-seqs",
+        str(max_seqs),
+        "--seed",
+        "0",
+        "--speculative-config",
+        json.dumps(SPEC_CONFIG),
         # The mixed class carries tool_json's `tools`, which need a tool-call parser (as on the lane).
-        "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "deepseek_v41",
     ]
     env = {**os.environ, "VLLM_CACHE_ROOT": cache_root}
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
         preexec_fn=(lambda: (_pin(cpu), realtime is not None and _realtime(realtime))),
     )
     # A cached boot is ~530 modelled seconds, slept at the time scale.
@@ -173,8 +195,15 @@ def _timing_errors_ms(result) -> tuple[list[float], list[float]]:
 
 async def _measure(endpoint: str, conc: int, tokens: int, requests: int, engine_pid: int, probe: bool) -> dict:
     window = WindowSpec(
-        name=f"client-c{conc}", classes=("mixed",), transcripts_per_class=requests, rounds=1,
-        concurrency=(conc,), temperature=1.0, top_p=1.0, seed_base=1, forced_tokens=tokens,
+        name=f"client-c{conc}",
+        classes=("mixed",),
+        transcripts_per_class=requests,
+        rounds=1,
+        concurrency=(conc,),
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1,
+        forced_tokens=tokens,
     )
     lags: list[float] = []
     stop = asyncio.Event()
@@ -212,8 +241,11 @@ async def _measure(endpoint: str, conc: int, tokens: int, requests: int, engine_
         "ratio": (capacity / modelled) if capacity and modelled else None,
         "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None,
         # Engine CPU seconds per wall second over the cell (1.0 = one core saturated).
-        "engine_cpu_util": ((engine_cpu1 - engine_cpu0) / cell.wall_span_s
-                            if engine_cpu0 is not None and engine_cpu1 is not None and cell.wall_span_s else None),
+        "engine_cpu_util": (
+            (engine_cpu1 - engine_cpu0) / cell.wall_span_s
+            if engine_cpu0 is not None and engine_cpu1 is not None and cell.wall_span_s
+            else None
+        ),
         "client_loop_lag_ms": {
             "samples": len(lags),
             "p50": float(np.percentile(lags, 50)) if lags else None,
@@ -237,8 +269,18 @@ async def _measure(endpoint: str, conc: int, tokens: int, requests: int, engine_
     }
 
 
-def _phase(levels: list[int], tokens: int, per_stream: int, time_scale: float, args, cache_root: str,
-           *, pin: bool, probe: bool, realtime: int | None = None) -> list[dict]:
+def _phase(
+    levels: list[int],
+    tokens: int,
+    per_stream: int,
+    time_scale: float,
+    args,
+    cache_root: str,
+    *,
+    pin: bool,
+    probe: bool,
+    realtime: int | None = None,
+) -> list[dict]:
     port = free_port()
     engine_cpu = args.engine_cpu if pin and (os.cpu_count() or 1) > 1 else None
     _pin(args.client_cpu if pin else None)
@@ -249,12 +291,18 @@ def _phase(levels: list[int], tokens: int, per_stream: int, time_scale: float, a
         _realtime(realtime)
     try:
         rows = [
-            asyncio.run(_measure(f"http://127.0.0.1:{port}", conc, tokens, min(200, conc * per_stream), proc.pid, probe))
+            asyncio.run(
+                _measure(f"http://127.0.0.1:{port}", conc, tokens, min(200, conc * per_stream), proc.pid, probe)
+            )
             for conc in levels
         ]
         for row in rows:
-            row.update(phase="capacity" if time_scale == 0 else "timing", time_scale=time_scale, pinned=pin,
-                       realtime_priority=realtime)
+            row.update(
+                phase="capacity" if time_scale == 0 else "timing",
+                time_scale=time_scale,
+                pinned=pin,
+                realtime_priority=realtime,
+            )
         return rows
     finally:
         if realtime is not None:
@@ -274,11 +322,19 @@ def main() -> None:
     ap.add_argument("--timing-time-scale", type=float, default=0.25, help="engine pacing for the timing-error phase")
     ap.add_argument("--timing-tokens", type=int, default=128)
     ap.add_argument("--timing-requests-per-stream", type=int, default=8)
-    ap.add_argument("--timing-unpinned", action="store_true",
-                    help="leave engine and client unpinned in the timing phase (the kernel may then run the "
-                         "client on the engine's core, behind its step)")
-    ap.add_argument("--timing-realtime", type=int, default=None, metavar="PRIO",
-                    help="run the timing phase's engine and client under SCHED_FIFO at PRIO (root; a shared host)")
+    ap.add_argument(
+        "--timing-unpinned",
+        action="store_true",
+        help="leave engine and client unpinned in the timing phase (the kernel may then run the "
+        "client on the engine's core, behind its step)",
+    )
+    ap.add_argument(
+        "--timing-realtime",
+        type=int,
+        default=None,
+        metavar="PRIO",
+        help="run the timing phase's engine and client under SCHED_FIFO at PRIO (root; a shared host)",
+    )
     ap.add_argument("--timing-only", action="store_true", help="skip the capacity phase (comparisons of timing alone)")
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--engine-cpu", type=int, default=1)
@@ -294,8 +350,11 @@ def main() -> None:
     selftest = None if args.skip_selftest else run_selftest()
     if args.selftest_only:
         rows, paced = [], []
-    with (contextlib.nullcontext() if args.selftest_only
-          else tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-")) as cache_root:
+    with (
+        contextlib.nullcontext()
+        if args.selftest_only
+        else tempfile.TemporaryDirectory(prefix="gb300lane-bench-client-")
+    ) as cache_root:
         # Throughput at time scale 0; this boot also fills the compile cache so the paced boot is a hit.
         if args.selftest_only:
             pass
@@ -308,8 +367,17 @@ def main() -> None:
         else:
             rows = _phase(levels, args.tokens, args.requests_per_stream, 0.0, args, cache_root, pin=True, probe=False)
         if not args.selftest_only:
-            paced = _phase(levels, args.timing_tokens, args.timing_requests_per_stream, args.timing_time_scale, args,
-                           cache_root, pin=not args.timing_unpinned, probe=True, realtime=args.timing_realtime)
+            paced = _phase(
+                levels,
+                args.timing_tokens,
+                args.timing_requests_per_stream,
+                args.timing_time_scale,
+                args,
+                cache_root,
+                pin=not args.timing_unpinned,
+                probe=True,
+                realtime=args.timing_realtime,
+            )
     c8 = next((r for r in rows if r["concurrency"] == 8), None)
     floors = {
         "c8_client_over_modelled_min": FLOOR_RATIO_C8,
@@ -345,11 +413,18 @@ def main() -> None:
     atomic_write(args.out, dumps_json(out))
     console = Console(width=max(Console().width, 150))
     if rows:
-        console.print(_table(f"capacity phase, time scale 0: {args.tokens} tokens/request, engine and client pinned", rows))
+        console.print(
+            _table(f"capacity phase, time scale 0: {args.tokens} tokens/request, engine and client pinned", rows)
+        )
     rt = f", SCHED_FIFO {args.timing_realtime}" if args.timing_realtime is not None else ""
-    console.print(_table(f"timing phase, time scale {args.timing_time_scale:g} (paced): {args.timing_tokens} "
-                         f"tokens/request, {'unpinned' if args.timing_unpinned else 'pinned'}{rt}; "
-                         f"load average {os.getloadavg()[0]:.1f}", paced))
+    console.print(
+        _table(
+            f"timing phase, time scale {args.timing_time_scale:g} (paced): {args.timing_tokens} "
+            f"tokens/request, {'unpinned' if args.timing_unpinned else 'pinned'}{rt}; "
+            f"load average {os.getloadavg()[0]:.1f}",
+            paced,
+        )
+    )
     verdict = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
     console.print(
         f"floor C8 client >= {FLOOR_RATIO_C8:g}x modelled: {verdict(floors['c8_ratio_pass'])}; "
@@ -359,18 +434,30 @@ def main() -> None:
         + ", ".join(f"C{c} {verdict(ok)}" for c, ok in floors["p99_pass_time_scale_0"].items())
     )
     if selftest is not None:
-        console.print(selftest_table(selftest, f"client self-test, mock with known timing, no real-time priority "
-                                               f"(ms); load average {selftest.load_average or 0:.1f}"))
-        console.print(f"mean ITL, three events a write: client {selftest.client_itl_ms or 0:.3f} ms, vLLM-style "
-                      f"per-line stamping {selftest.vllm_itl_ms or 0:.3f} ms", highlight=False)
+        console.print(
+            selftest_table(
+                selftest,
+                f"client self-test, mock with known timing, no real-time priority "
+                f"(ms); load average {selftest.load_average or 0:.1f}",
+            )
+        )
+        console.print(
+            f"mean ITL, three events a write: client {selftest.client_itl_ms or 0:.3f} ms, vLLM-style "
+            f"per-line stamping {selftest.vllm_itl_ms or 0:.3f} ms",
+            highlight=False,
+        )
         for line in selftest.failures():
             console.print(f"self-test FAIL: {line}", highlight=False, markup=False)
     console.print(f"wrote {args.out}")
-    missed = [name for name, ok in (
-        ("C8 client capacity", floors["c8_ratio_pass"] if rows else True),
-        ("paced p99 timing error", all(floors["p99_pass_paced"].values())),
-        ("self-test", selftest is None or selftest.passed),
-    ) if not ok]
+    missed = [
+        name
+        for name, ok in (
+            ("C8 client capacity", floors["c8_ratio_pass"] if rows else True),
+            ("paced p99 timing error", all(floors["p99_pass_paced"].values())),
+            ("self-test", selftest is None or selftest.passed),
+        )
+        if not ok
+    ]
     if missed:
         console.print(f"missed: {', '.join(missed)}", highlight=False, markup=False)
         sys.exit(1)
@@ -383,20 +470,40 @@ def _p99_ok(row: dict) -> bool:
 
 def _table(title: str, rows: list[dict]) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("C", "requests", "valid", "consumed tok/s", "client CPU cap tok/s", "engine modelled tok/s",
-                "cap / modelled", "tok/step", "engine CPU",
-                "err p50 ms", "err p99 ms", "err max ms", "offset p50 ms", "loop lag p99 ms"):
+    for col in (
+        "C",
+        "requests",
+        "valid",
+        "consumed tok/s",
+        "client CPU cap tok/s",
+        "engine modelled tok/s",
+        "cap / modelled",
+        "tok/step",
+        "engine CPU",
+        "err p50 ms",
+        "err p99 ms",
+        "err max ms",
+        "offset p50 ms",
+        "loop lag p99 ms",
+    ):
         table.add_column(col, justify="right")
     fmt = lambda v, f="{:,.1f}": "—" if v is None else f.format(v)  # noqa: E731
     for r in rows:
         t = r["timing_error_ms"]
         table.add_row(
-            str(r["concurrency"]), str(r["requests"]), "yes" if r["valid"] else "NO",
-            fmt(r["client_tok_s"]), fmt(r["client_capacity_tok_s"]), fmt(r["engine_modelled_tok_s"]),
+            str(r["concurrency"]),
+            str(r["requests"]),
+            "yes" if r["valid"] else "NO",
+            fmt(r["client_tok_s"]),
+            fmt(r["client_capacity_tok_s"]),
+            fmt(r["engine_modelled_tok_s"]),
             fmt(r["ratio"], "{:.1f}x"),
-            fmt(r["tokens_per_step"], "{:.2f}"), fmt(r["engine_cpu_util"], "{:.0%}"),
-            fmt(t["abs_p50"], "{:.3f}"), fmt(t["abs_p99"], "{:.3f}"),
-            fmt(t["abs_max"], "{:.3f}"), fmt(r["origin_offset_ms"]["p50"], "{:.3f}"),
+            fmt(r["tokens_per_step"], "{:.2f}"),
+            fmt(r["engine_cpu_util"], "{:.0%}"),
+            fmt(t["abs_p50"], "{:.3f}"),
+            fmt(t["abs_p99"], "{:.3f}"),
+            fmt(t["abs_max"], "{:.3f}"),
+            fmt(r["origin_offset_ms"]["p50"], "{:.3f}"),
             fmt(r["client_loop_lag_ms"]["p99"], "{:.3f}"),
         )
     return table

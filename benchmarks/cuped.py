@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from gb300lane.instrument.calibrate import ArmStage, run_replicate
 from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.cuped import adjusted_log_ratio
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
 from gb300lane.cards.decide.evidence import by_transcript, units_of
 from gb300lane.cards.decide.stats import BootVariance, proportion
 from gb300lane.cards.schema import Card, ControlsEquivalence, TestedGate
+from gb300lane.instrument.calibrate import ArmStage, run_replicate
 from gb300lane.instrument.simulate import InProcessLane
 
 RESULTS = Path(__file__).parent / "results"
@@ -49,11 +49,18 @@ SCENARIOS = ("card", "aa")
 
 def bench_card(card: Card) -> tuple[Card, list[TestedGate]]:
     """The card's primary window and its tested B-against-the-controls gates, each also as a cuped copy."""
-    base: list[TestedGate] = [g for g in card.gates if isinstance(g, TestedGate)
-                              and not isinstance(g, ControlsEquivalence) and g.window == card.primary_window
-                              and g.decides]
+    base: list[TestedGate] = [
+        g
+        for g in card.gates
+        if isinstance(g, TestedGate)
+        and not isinstance(g, ControlsEquivalence)
+        and g.window == card.primary_window
+        and g.decides
+    ]
     if not base:
-        raise SystemExit(f"card {card.name} has no deciding tested gate of B against the controls on its primary window")
+        raise SystemExit(
+            f"card {card.name} has no deciding tested gate of B against the controls on its primary window"
+        )
     copies = [g.model_copy(update={"id": f"{g.id}-cuped", "adjust": "cuped"}) for g in base]
     d = card.model_dump(mode="json")
     d["windows"] = [w for w in d["windows"] if w["name"] == card.primary_window]
@@ -104,11 +111,17 @@ def one(lane: InProcessLane, card: Card, base: list[TestedGate], seed: int, rep:
             tcrit = float(sps.t.ppf(1.0 - g.alpha, ols.df))
             t_ols = (ols.estimate_log - bound) / ols.se
             sc["parts"][g.id] = {
-                "n": paired.n, "estimate_log": paired.estimate_log, "var_boot": paired.var_boot,
-                "var_units_paired": paired.var_units, "var_units_cuped": cup.var_units,
-                "var_units_ols": ols.var_units, "theta": cup.theta, "reliability": cup.reliability,
-                "adjusted": cup.adjusted, "ols_decision": "PASS" if t_ols > tcrit else "FAIL" if t_ols < -tcrit
-                else "INCONCLUSIVE"}
+                "n": paired.n,
+                "estimate_log": paired.estimate_log,
+                "var_boot": paired.var_boot,
+                "var_units_paired": paired.var_units,
+                "var_units_cuped": cup.var_units,
+                "var_units_ols": ols.var_units,
+                "theta": cup.theta,
+                "reliability": cup.reliability,
+                "adjusted": cup.adjusted,
+                "ols_decision": "PASS" if t_ols > tcrit else "FAIL" if t_ols < -tcrit else "INCONCLUSIVE",
+            }
         out["scenarios"][o.scenario] = sc
     return out
 
@@ -143,25 +156,36 @@ def summarize(card: Card, base: list[TestedGate], reps: list[dict[str, Any]]) ->
             dec["ols"] = [p["ols_decision"] for p in parts]
             entry: dict[str, Any] = {"replicates": n_rep}
             for v, ds in dec.items():
-                entry[v] = {"pass": rate(sum(d == "PASS" for d in ds), len(ds)),
-                            "fail": rate(sum(d == "FAIL" for d in ds), len(ds))}
+                entry[v] = {
+                    "pass": rate(sum(d == "PASS" for d in ds), len(ds)),
+                    "fail": rate(sum(d == "FAIL" for d in ds), len(ds)),
+                }
             if parts:
                 est = np.array([p["estimate_log"] for p in parts])
                 vb = float(np.mean([p["var_boot"] for p in parts]))
                 vu = {k: float(np.mean([p[f"var_units_{k}"] for p in parts])) for k in ("paired", "cuped", "ols")}
-                entry.update({
-                    "units": parts[0]["n"], "requests_per_arm": got[0]["requests_per_arm"],
-                    "var_units": vu, "var_boot": vb,
-                    "variance_ratio_cuped": vu["cuped"] / vu["paired"], "variance_ratio_ols": vu["ols"] / vu["paired"],
-                    "requests_at_equal_power": {"paired": got[0]["requests_per_arm"],
-                                                "cuped": got[0]["requests_per_arm"] * vu["cuped"] / vu["paired"]},
-                    "realized_var_estimate": float(est.var(ddof=1)) if len(est) > 1 else None,
-                    "claimed_var": {k: v + vb for k, v in vu.items()},
-                    "theta_mean": float(np.mean([p["theta"] for p in parts])),
-                    "theta_sd": float(np.std([p["theta"] for p in parts], ddof=1)) if len(parts) > 1 else None,
-                    "reliability_mean": float(np.mean([p["reliability"] for p in parts if p["reliability"] is not None])),
-                    "adjusted_share": float(np.mean([p["adjusted"] for p in parts])),
-                })
+                entry.update(
+                    {
+                        "units": parts[0]["n"],
+                        "requests_per_arm": got[0]["requests_per_arm"],
+                        "var_units": vu,
+                        "var_boot": vb,
+                        "variance_ratio_cuped": vu["cuped"] / vu["paired"],
+                        "variance_ratio_ols": vu["ols"] / vu["paired"],
+                        "requests_at_equal_power": {
+                            "paired": got[0]["requests_per_arm"],
+                            "cuped": got[0]["requests_per_arm"] * vu["cuped"] / vu["paired"],
+                        },
+                        "realized_var_estimate": float(est.var(ddof=1)) if len(est) > 1 else None,
+                        "claimed_var": {k: v + vb for k, v in vu.items()},
+                        "theta_mean": float(np.mean([p["theta"] for p in parts])),
+                        "theta_sd": float(np.std([p["theta"] for p in parts], ddof=1)) if len(parts) > 1 else None,
+                        "reliability_mean": float(
+                            np.mean([p["reliability"] for p in parts if p["reliability"] is not None])
+                        ),
+                        "adjusted_share": float(np.mean([p["adjusted"] for p in parts])),
+                    }
+                )
             row[sc] = entry
         gates[g.id] = row
     return {"card": card.name, "replicates": len(reps), "cpu_s": sum(r["cpu_s"] for r in reps), "gates": gates}
@@ -206,21 +230,27 @@ def main() -> None:
     summary = summarize(card, base, got)
     summary["seed"] = args.seed
     print(f"card {card.name}, {summary['replicates']} replicates, {summary['cpu_s']:.0f} CPU s")
-    print(f"{'gate':<16} {'req/arm':>7} {'cuped req':>9} {'var ratio':>9} {'theta':>13} {'rel':>5} "
-          f"{'realized/claimed var (paired, cuped, ols)':>42}")
+    print(
+        f"{'gate':<16} {'req/arm':>7} {'cuped req':>9} {'var ratio':>9} {'theta':>13} {'rel':>5} "
+        f"{'realized/claimed var (paired, cuped, ols)':>42}"
+    )
     for gid, row in summary["gates"].items():
         e = row["card"]
         claimed = e["claimed_var"]
         rv = e["realized_var_estimate"]
-        print(f"{gid:<16} {e['requests_per_arm']:>7} {e['requests_at_equal_power']['cuped']:>9.0f} "
-              f"{e['variance_ratio_cuped']:>9.3f} {e['theta_mean']:>6.3f}+-{e['theta_sd']:.3f} "
-              f"{e['reliability_mean']:>5.3f} "
-              f"{rv / claimed['paired']:>13.2f} {rv / claimed['cuped']:>13.2f} {rv / claimed['ols']:>13.2f}")
+        print(
+            f"{gid:<16} {e['requests_per_arm']:>7} {e['requests_at_equal_power']['cuped']:>9.0f} "
+            f"{e['variance_ratio_cuped']:>9.3f} {e['theta_mean']:>6.3f}+-{e['theta_sd']:.3f} "
+            f"{e['reliability_mean']:>5.3f} "
+            f"{rv / claimed['paired']:>13.2f} {rv / claimed['cuped']:>13.2f} {rv / claimed['ols']:>13.2f}"
+        )
     print(f"{'gate':<16} {'variant':<10} {'power':>22} {'A/A false PASS':>22} {'A/A false FAIL':>22}")
     for gid, row in summary["gates"].items():
         for v in ("registered", "cuped", "ols"):
-            print(f"{gid:<16} {v:<10} {fmt_rate(row['card'][v]['pass']):>22} {fmt_rate(row['aa'][v]['pass']):>22} "
-                  f"{fmt_rate(row['aa'][v]['fail']):>22}")
+            print(
+                f"{gid:<16} {v:<10} {fmt_rate(row['card'][v]['pass']):>22} {fmt_rate(row['aa'][v]['pass']):>22} "
+                f"{fmt_rate(row['aa'][v]['fail']):>22}"
+            )
     out = RESULTS / "cuped.json"
     out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(f"wrote {out}")

@@ -69,10 +69,16 @@ def _peak_rss_mb() -> float:
 
 
 def run_spec(k: int):
-    spec, _ = parse_spec_config(json.dumps({
-        "method": "dspark", "num_speculative_tokens": k, "draft_sample_method": "probabilistic",
-        "rejection_sample_method": "block",
-    }))
+    spec, _ = parse_spec_config(
+        json.dumps(
+            {
+                "method": "dspark",
+                "num_speculative_tokens": k,
+                "draft_sample_method": "probabilistic",
+                "rejection_sample_method": "block",
+            }
+        )
+    )
     return spec
 
 
@@ -81,8 +87,9 @@ def run_spec(k: int):
 PATHS = ("support", "reference", "reference_kernels")
 
 
-def run_cell(model, k: int, concurrency: int, tokens: int, requests: int, support: bool = True,
-             numpy_verify: bool | None = None) -> dict:
+def run_cell(
+    model, k: int, concurrency: int, tokens: int, requests: int, support: bool = True, numpy_verify: bool | None = None
+) -> dict:
     """One cell on the engine's path (`support`) or the reference path; the reference verifies with numpy
     unless `numpy_verify` is False."""
     if numpy_verify if numpy_verify is not None else not support:
@@ -104,11 +111,17 @@ def _run_cell(model, k: int, concurrency: int, tokens: int, requests: int, suppo
     c = core.counters
     digest = hashlib.sha256(json.dumps([s.output_ids for s in seqs]).encode()).hexdigest()[:16]
     return {
-        "k": k, "concurrency": concurrency, "output_tokens": c.generation_tokens, "cpu_s": round(cpu, 4),
-        "wall_s": round(wall, 4), "tok_per_cpu_s": round(c.generation_tokens / cpu, 1),
+        "k": k,
+        "concurrency": concurrency,
+        "output_tokens": c.generation_tokens,
+        "cpu_s": round(cpu, 4),
+        "wall_s": round(wall, 4),
+        "tok_per_cpu_s": round(c.generation_tokens / cpu, 1),
         "tokens_per_step": round(1 + c.num_accepted / c.num_drafts, 4) if c.num_drafts else None,
         "modelled_tok_s": round(c.generation_tokens / c.modelled_seconds, 1),
-        "verify_steps": c.verify_steps, "path": "support" if support else "reference", "outputs_sha256": digest,
+        "verify_steps": c.verify_steps,
+        "path": "support" if support else "reference",
+        "outputs_sha256": digest,
     }
 
 
@@ -124,8 +137,9 @@ def _best_of(model, k: int, concurrency: int, tokens: int, requests: int, repeat
     best: dict[str, dict] = {}
     for rep in range(repeats):
         for path in PATHS if rep % 2 == 0 else PATHS[::-1]:
-            run = run_cell(model, k, concurrency, tokens, requests, support=path == "support",
-                           numpy_verify=path == "reference")
+            run = run_cell(
+                model, k, concurrency, tokens, requests, support=path == "support", numpy_verify=path == "reference"
+            )
             kept = best.get(path)
             if kept is not None and kept["outputs_sha256"] != run["outputs_sha256"]:
                 raise SystemExit(f"k={k} C={concurrency}: two runs of one path gave different tokens")
@@ -140,11 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--requests", type=int, default=32, help="requests per cell")
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="runs per path and cell, alternating; each path's least CPU time is kept (default 5)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="runs per path and cell, alternating; each path's least CPU time is kept (default 5)",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--engine-only", action="store_true",
-                    help="run the engine's own path alone and print its peak RSS (what the RSS ceiling reads)")
+    ap.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="run the engine's own path alone and print its peak RSS (what the RSS ceiling reads)",
+    )
     ns = ap.parse_args(argv)
     if ns.engine_only:
         model = load_model()
@@ -165,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     # This process held both paths at once; an engine holds its own. The ceiling reads a process
     # that runs the engine's path alone over the same cells.
     both_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    child = subprocess.run([sys.executable, __file__, "--engine-only", "--tokens", str(ns.tokens),
-                            "--requests", str(ns.requests)], capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, __file__, "--engine-only", "--tokens", str(ns.tokens), "--requests", str(ns.requests)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rss_mb = json.loads(child.stdout.strip().splitlines()[-1])["peak_rss_mb"]
     from gb300lane.engine import model as model_mod
 
@@ -180,40 +205,59 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.process_time()
     load_model()
     cached_load_cpu_s = time.process_time() - t0
-    print(f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'reference':>10} {'speedup':>8} {'same tokens':>11} "
-          f"{'ref, kernels':>12} {'speedup':>8} {'tok/step':>9} {'modelled tok/s':>15}")
+    print(
+        f"{'C':>3} {'k':>3} {'out tok':>8} {'tok/CPU s':>10} {'reference':>10} {'speedup':>8} {'same tokens':>11} "
+        f"{'ref, kernels':>12} {'speedup':>8} {'tok/step':>9} {'modelled tok/s':>15}"
+    )
     for cell, (ref, ref_k) in zip(cells, refs):
         cell["reference_tok_per_cpu_s"] = ref["tok_per_cpu_s"]
         cell["speedup"] = round(cell["tok_per_cpu_s"] / ref["tok_per_cpu_s"], 3)
         cell["reference_kernels_tok_per_cpu_s"] = ref_k["tok_per_cpu_s"]
         cell["speedup_over_reference_kernels"] = round(cell["tok_per_cpu_s"] / ref_k["tok_per_cpu_s"], 3)
         cell["same_as_reference"] = cell["outputs_sha256"] == ref["outputs_sha256"] == ref_k["outputs_sha256"]
-        print(f"{cell['concurrency']:>3} {cell['k']:>3} {cell['output_tokens']:>8} {cell['tok_per_cpu_s']:>10,.0f} "
-              f"{ref['tok_per_cpu_s']:>10,.0f} {cell['speedup']:>7.2f}x {'yes' if cell['same_as_reference'] else 'no':>11} "
-              f"{ref_k['tok_per_cpu_s']:>12,.0f} {cell['speedup_over_reference_kernels']:>7.2f}x "
-              f"{cell['tokens_per_step']:>9.3f} {cell['modelled_tok_s']:>15,.1f}")
+        print(
+            f"{cell['concurrency']:>3} {cell['k']:>3} {cell['output_tokens']:>8} {cell['tok_per_cpu_s']:>10,.0f} "
+            f"{ref['tok_per_cpu_s']:>10,.0f} {cell['speedup']:>7.2f}x {'yes' if cell['same_as_reference'] else 'no':>11} "
+            f"{ref_k['tok_per_cpu_s']:>12,.0f} {cell['speedup_over_reference_kernels']:>7.2f}x "
+            f"{cell['tokens_per_step']:>9.3f} {cell['modelled_tok_s']:>15,.1f}"
+        )
     k5c8 = next(c for c in cells if c["k"] == 5 and c["concurrency"] == 8)
     floors = {
-        "tok_per_cpu_s_k5_c8": {"floor": FLOOR_TOK_PER_CPU_S, "value": k5c8["tok_per_cpu_s"],
-                                "ok": k5c8["tok_per_cpu_s"] >= FLOOR_TOK_PER_CPU_S},
+        "tok_per_cpu_s_k5_c8": {
+            "floor": FLOOR_TOK_PER_CPU_S,
+            "value": k5c8["tok_per_cpu_s"],
+            "ok": k5c8["tok_per_cpu_s"] >= FLOOR_TOK_PER_CPU_S,
+        },
         "speedup_k5_c8": {"floor": FLOOR_SPEEDUP, "value": k5c8["speedup"], "ok": k5c8["speedup"] >= FLOOR_SPEEDUP},
         "peak_rss_mb": {"ceiling": FLOOR_RSS_MB, "value": round(rss_mb, 1), "ok": rss_mb <= FLOOR_RSS_MB},
-        "cached_model_load_cpu_s": {"ceiling": CEILING_CACHED_LOAD_CPU_S, "value": round(cached_load_cpu_s, 3),
-                                    "ok": cached_load_cpu_s <= CEILING_CACHED_LOAD_CPU_S},
+        "cached_model_load_cpu_s": {
+            "ceiling": CEILING_CACHED_LOAD_CPU_S,
+            "value": round(cached_load_cpu_s, 3),
+            "ok": cached_load_cpu_s <= CEILING_CACHED_LOAD_CPU_S,
+        },
     }
-    print(f"peak RSS {rss_mb:.1f} MB, the engine's path alone (ceiling {FLOOR_RSS_MB}; both paths in one process "
-          f"{both_rss_mb:.1f} MB); model load {load_cpu_s:.2f} CPU s, "
-          f"from the cache {cached_load_cpu_s:.2f} CPU s (ceiling {CEILING_CACHED_LOAD_CPU_S}); "
-          f"a boot's drafter tables (k=5) {boot_tables_cpu_s:.2f} CPU s")
+    print(
+        f"peak RSS {rss_mb:.1f} MB, the engine's path alone (ceiling {FLOOR_RSS_MB}; both paths in one process "
+        f"{both_rss_mb:.1f} MB); model load {load_cpu_s:.2f} CPU s, "
+        f"from the cache {cached_load_cpu_s:.2f} CPU s (ceiling {CEILING_CACHED_LOAD_CPU_S}); "
+        f"a boot's drafter tables (k=5) {boot_tables_cpu_s:.2f} CPU s"
+    )
     print(f"each path's least CPU time of {ns.repeats} alternating runs per cell; verification on {kernels.describe()}")
     result = {
-        "schema_version": 1, "tool_version": __version__, "python": sys.version.split()[0],
-        "platform": platform.platform(), "settings": {"tokens": ns.tokens, "requests": ns.requests,
-                                                      "temperature": 1.0, "time_scale": 0},
-        "cells": cells, "peak_rss_mb": round(rss_mb, 1), "peak_rss_mb_both_paths": round(both_rss_mb, 1),
+        "schema_version": 1,
+        "tool_version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "settings": {"tokens": ns.tokens, "requests": ns.requests, "temperature": 1.0, "time_scale": 0},
+        "cells": cells,
+        "peak_rss_mb": round(rss_mb, 1),
+        "peak_rss_mb_both_paths": round(both_rss_mb, 1),
         "model_load_cpu_s": round(load_cpu_s, 3),
-        "cached_model_load_cpu_s": round(cached_load_cpu_s, 3), "boot_tables_cpu_s": round(boot_tables_cpu_s, 3),
-        "floors": floors, "repeats": ns.repeats, "verification": kernels.describe(),
+        "cached_model_load_cpu_s": round(cached_load_cpu_s, 3),
+        "boot_tables_cpu_s": round(boot_tables_cpu_s, 3),
+        "floors": floors,
+        "repeats": ns.repeats,
+        "verification": kernels.describe(),
     }
     atomic_write(ns.out, dumps_json(result))
     failed = [name for name, f in floors.items() if not f["ok"]]

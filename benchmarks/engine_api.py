@@ -68,13 +68,24 @@ FLOOR_CONSTRAINED_RATIO = 0.2
 FLOOR_SERVED_RATIO = 3.0
 #: Blocks of each structured-output arm, alternating: one block each let the host's load move the ratio by a third.
 STRUCTURED_ROUNDS = 3
-SCHEMA = {"type": "object", "properties": {
-    "status": {"enum": ["ok", "degraded", "down"]}, "latency_ms": {"type": "integer", "minimum": 0, "maximum": 60000},
-    "host": {"type": "string"}, "checks": {"type": "array", "items": {"type": "string"}}},
-    "required": ["status", "latency_ms", "host", "checks"]}
-MESSAGES = [{"role": "assistant", "content": '{"tool_calls": [{"id": "call_1", "type": "function", "function": '
-                                             '{"name": "get_weather", "arguments": {"city": "Porto"}}}]}'},
-            {"role": "tool", "content": '{"tool_call_id": "call_1", "role": "tool", "content": {"ok": true}}'}]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["ok", "degraded", "down"]},
+        "latency_ms": {"type": "integer", "minimum": 0, "maximum": 60000},
+        "host": {"type": "string"},
+        "checks": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["status", "latency_ms", "host", "checks"],
+}
+MESSAGES = [
+    {
+        "role": "assistant",
+        "content": '{"tool_calls": [{"id": "call_1", "type": "function", "function": '
+        '{"name": "get_weather", "arguments": {"city": "Porto"}}}]}',
+    },
+    {"role": "tool", "content": '{"tool_call_id": "call_1", "role": "tool", "content": {"ok": true}}'},
+]
 
 
 def _post(url: str, body: dict, timeout: float = 600) -> tuple[int, dict]:
@@ -98,15 +109,40 @@ def _boot(port: int, cache: str, tree: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "VLLM_CACHE_ROOT": cache}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
-    argv = [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name", "bench",
-            "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0", "--seed", "0", "--boot-seed", "1",
-            "--speculative-config", json.dumps(SPEC), "--enable-auto-tool-choice", "--tool-call-parser", "builtin"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            cwd=str(tree) if tree is not None else None)
+    argv = [
+        sys.executable,
+        "-m",
+        "gb300lane.engine",
+        "serve",
+        "--model",
+        "builtin",
+        "--served-model-name",
+        "bench",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--time-scale",
+        "0",
+        "--seed",
+        "0",
+        "--boot-seed",
+        "1",
+        "--speculative-config",
+        json.dumps(SPEC),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "builtin",
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(tree) if tree is not None else None
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"engine exited: {proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
+            raise SystemExit(
+                f"engine exited: {proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}"
+            )
         try:
             if _health_ms(f"http://127.0.0.1:{port}") >= 0:
                 return proc
@@ -133,9 +169,15 @@ def health_under_prompt(url: str, megabytes: int) -> dict:
         time.sleep(0.01)
     thread.join()
     lat = np.array(samples)
-    return {"prompt_mb": megabytes, "prompt_status": done["status"], "prompt_s": done["s"], "health_polls": lat.size,
-            "health_p50_ms": float(np.percentile(lat, 50)), "health_p99_ms": float(np.percentile(lat, 99)),
-            "health_max_ms": float(lat.max())}
+    return {
+        "prompt_mb": megabytes,
+        "prompt_status": done["status"],
+        "prompt_s": done["s"],
+        "health_polls": lat.size,
+        "health_p50_ms": float(np.percentile(lat, 50)),
+        "health_p99_ms": float(np.percentile(lat, 99)),
+        "health_max_ms": float(lat.max()),
+    }
 
 
 def _spec_counters(url: str) -> tuple[int, int]:
@@ -153,17 +195,30 @@ def _spec_counters(url: str) -> tuple[int, int]:
 def structured_cost(url: str, requests: int, tokens: int, rounds: int = STRUCTURED_ROUNDS) -> dict:
     """The same seeded requests unconstrained and under the json_schema, in blocks that alternate `rounds`
     times (free, constrained, free, ...), so both arms meet the same host load; per arm, its blocks summed."""
-    arms = (("free", {}), ("json_schema", {"response_format": {
-        "type": "json_schema", "json_schema": {"name": "probe", "schema": SCHEMA}}}))
+    arms = (
+        ("free", {}),
+        (
+            "json_schema",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": SCHEMA}}},
+        ),
+    )
     totals = {arm: {"tokens": 0, "wall_s": 0.0, "drafts": 0, "accepted": 0} for arm, _ in arms}
     for _ in range(rounds):
         for arm, extra in arms:
             d0, a0 = _spec_counters(url)
             t0 = time.perf_counter()
             for seed in range(requests):
-                code, body = _post(url + "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": tokens,
-                                                                  "min_tokens": tokens, "ignore_eos": True,
-                                                                  "seed": seed, **extra})
+                code, body = _post(
+                    url + "/v1/chat/completions",
+                    {
+                        "messages": MESSAGES,
+                        "max_tokens": tokens,
+                        "min_tokens": tokens,
+                        "ignore_eos": True,
+                        "seed": seed,
+                        **extra,
+                    },
+                )
                 assert code == 200, body
                 totals[arm]["tokens"] += body["usage"]["completion_tokens"]
             totals[arm]["wall_s"] += time.perf_counter() - t0
@@ -172,8 +227,13 @@ def structured_cost(url: str, requests: int, tokens: int, rounds: int = STRUCTUR
             totals[arm]["accepted"] += a1 - a0
     out: dict = {}
     for arm, t in totals.items():
-        out[arm] = {"tokens": t["tokens"], "wall_s": t["wall_s"], "tok_per_s": t["tokens"] / t["wall_s"],
-                    "tokens_per_step": 1 + t["accepted"] / max(t["drafts"], 1), "blocks": rounds}
+        out[arm] = {
+            "tokens": t["tokens"],
+            "wall_s": t["wall_s"],
+            "tok_per_s": t["tokens"] / t["wall_s"],
+            "tokens_per_step": 1 + t["accepted"] / max(t["drafts"], 1),
+            "blocks": rounds,
+        }
     out["ratio"] = out["json_schema"]["tok_per_s"] / out["free"]["tok_per_s"]
     return out
 
@@ -187,28 +247,50 @@ def _window(url: str, pid: int, tokens: int) -> dict:
     from gb300lane.bench.window import run_window_async
     from gb300lane.recipes.schema import WindowSpec
 
-    window = WindowSpec(name="served", classes=("prose",), transcripts_per_class=16, rounds=1, concurrency=(8,),
-                        temperature=1.0, top_p=1.0, seed_base=1, forced_tokens=tokens)
+    window = WindowSpec(
+        name="served",
+        classes=("prose",),
+        transcripts_per_class=16,
+        rounds=1,
+        concurrency=(8,),
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1,
+        forced_tokens=tokens,
+    )
     proc = psutil.Process(pid)
     cpu0 = sum(proc.cpu_times()[:2])
     result = asyncio.run(run_window_async(url, window, model="bench"))
     cpu = sum(proc.cpu_times()[:2]) - cpu0
     (cell,) = result.cells
-    return {"output_tokens": cell.output_tokens, "engine_cpu_s": cpu, "wall_s": cell.wall_span_s,
-            "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None, "valid": cell.valid}
+    return {
+        "output_tokens": cell.output_tokens,
+        "engine_cpu_s": cpu,
+        "wall_s": cell.wall_span_s,
+        "tokens_per_step": cell.spec.tokens_per_step if cell.spec else None,
+        "valid": cell.valid,
+    }
 
 
 def _totals(windows: list[dict]) -> dict:
     tokens = sum(w["output_tokens"] for w in windows)
     cpu = sum(w["engine_cpu_s"] for w in windows)
-    return {"concurrency": 8, "k": SPEC["num_speculative_tokens"], "windows": len(windows), "output_tokens": tokens,
-            "engine_cpu_s": cpu, "tok_per_cpu_s": tokens / cpu if cpu > 0 else None,
-            "wall_s": sum(w["wall_s"] for w in windows), "tokens_per_step": [w["tokens_per_step"] for w in windows],
-            "valid": all(w["valid"] for w in windows)}
+    return {
+        "concurrency": 8,
+        "k": SPEC["num_speculative_tokens"],
+        "windows": len(windows),
+        "output_tokens": tokens,
+        "engine_cpu_s": cpu,
+        "tok_per_cpu_s": tokens / cpu if cpu > 0 else None,
+        "wall_s": sum(w["wall_s"] for w in windows),
+        "tokens_per_step": [w["tokens_per_step"] for w in windows],
+        "valid": all(w["valid"] for w in windows),
+    }
 
 
-def served_throughput(url: str, pid: int, tokens: int = 256, *, repeats: int = 1,
-                      baseline: tuple[str, int] | None = None) -> dict:
+def served_throughput(
+    url: str, pid: int, tokens: int = 256, *, repeats: int = 1, baseline: tuple[str, int] | None = None
+) -> dict:
     """C8 windows through the bench client, alternating with the baseline engine's where one is up.
 
     The first window of each engine warms it (its first requests pay imports and first-touch
@@ -233,16 +315,29 @@ def served_throughput(url: str, pid: int, tokens: int = 256, *, repeats: int = 1
 
 def baseline_tree(ref: str, where: Path) -> Path:
     """A detached git worktree of `ref` at `where`, its C kernels built in place (as an install builds them)."""
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(where), ref], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(where), ref],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=where,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return where
 
 
 def remove_tree(where: Path) -> None:
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     shutil.rmtree(where, ignore_errors=True)
 
 
@@ -251,8 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-mb", type=int, default=30)
     ap.add_argument("--requests", type=int, default=10)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--baseline-ref", default=BASELINE_REF,
-                    help="git revision whose engine serves the same windows for the ratio ('' skips it)")
+    ap.add_argument(
+        "--baseline-ref",
+        default=BASELINE_REF,
+        help="git revision whose engine serves the same windows for the ratio ('' skips it)",
+    )
     ap.add_argument("--served-repeats", type=int, default=5, help="C8 windows per engine, alternating")
     args = ap.parse_args(argv)
     port = free_port()
@@ -280,27 +378,40 @@ def main(argv: list[str] | None = None) -> int:
     ok_health = health["health_max_ms"] < FLOOR_HEALTH_MAX_MS
     ok_cost = cost["ratio"] >= FLOOR_CONSTRAINED_RATIO
     # Without a baseline (--baseline-ref '') there is no ratio to hold to its floor.
-    ok_served = "ratio" not in served or (served["ratio"] is not None and served["ratio"] >= FLOOR_SERVED_RATIO
-                                          and served["same_tokens_per_step"] and served["this tree"]["valid"])
+    ok_served = "ratio" not in served or (
+        served["ratio"] is not None
+        and served["ratio"] >= FLOOR_SERVED_RATIO
+        and served["same_tokens_per_step"]
+        and served["this tree"]["valid"]
+    )
     console = Console()
     table = Table(title=f"/health while a {args.prompt_mb} MB prompt is tokenized")
     for col in ("polls", "p50 ms", "p99 ms", "max ms", "floor max ms", "prompt answered", "prompt s"):
         table.add_column(col, justify="right")
-    table.add_row(str(health["health_polls"]), f"{health['health_p50_ms']:.1f}", f"{health['health_p99_ms']:.1f}",
-                  f"{health['health_max_ms']:.1f}", f"{FLOOR_HEALTH_MAX_MS:.0f}", str(health["prompt_status"]),
-                  f"{health['prompt_s']:.2f}")
+    table.add_row(
+        str(health["health_polls"]),
+        f"{health['health_p50_ms']:.1f}",
+        f"{health['health_p99_ms']:.1f}",
+        f"{health['health_max_ms']:.1f}",
+        f"{FLOOR_HEALTH_MAX_MS:.0f}",
+        str(health["prompt_status"]),
+        f"{health['prompt_s']:.2f}",
+    )
     console.print(table)
     table = Table(title=f"structured output, C1, {args.requests} x {args.tokens} tokens (one run)")
     for col in ("arm", "tokens", "wall s", "tok/s", "tokens/step"):
         table.add_column(col, justify="right")
     for arm in ("free", "json_schema"):
         row = cost[arm]
-        table.add_row(arm, str(row["tokens"]), f"{row['wall_s']:.2f}", f"{row['tok_per_s']:.0f}",
-                      f"{row['tokens_per_step']:.2f}")
+        table.add_row(
+            arm, str(row["tokens"]), f"{row['wall_s']:.2f}", f"{row['tok_per_s']:.0f}", f"{row['tokens_per_step']:.2f}"
+        )
     console.print(table)
     console.print(f"json_schema / free tok/s: {cost['ratio']:.2f} (floor {FLOOR_CONSTRAINED_RATIO})")
-    table = Table(title=f"served through HTTP as a card runs it: C8, k=5, 16 x 256 tokens, {args.served_repeats} "
-                        f"windows per engine, alternating (one run); baseline = a git worktree at {args.baseline_ref}")
+    table = Table(
+        title=f"served through HTTP as a card runs it: C8, k=5, 16 x 256 tokens, {args.served_repeats} "
+        f"windows per engine, alternating (one run); baseline = a git worktree at {args.baseline_ref}"
+    )
     for col in ("engine", "output tokens", "engine CPU s", "tok / CPU s", "wall s", "tokens/step", "valid"):
         table.add_column(col, justify="right")
     labels = {"this tree": "this tree", "baseline": f"baseline {args.baseline_ref}"}
@@ -309,29 +420,52 @@ def main(argv: list[str] | None = None) -> int:
             continue
         row = served[name]
         steps = sorted({round(t, 4) for t in row["tokens_per_step"] if t is not None})
-        table.add_row(labels[name], str(row["output_tokens"]), f"{row['engine_cpu_s']:.3f}",
-                      f"{row['tok_per_cpu_s']:,.0f}", f"{row['wall_s']:.2f}", ", ".join(f"{t:.3f}" for t in steps),
-                      str(row["valid"]))
+        table.add_row(
+            labels[name],
+            str(row["output_tokens"]),
+            f"{row['engine_cpu_s']:.3f}",
+            f"{row['tok_per_cpu_s']:,.0f}",
+            f"{row['wall_s']:.2f}",
+            ", ".join(f"{t:.3f}" for t in steps),
+            str(row["valid"]),
+        )
     console.print(table)
     if "ratio" in served:
-        console.print(f"tok / CPU s, this tree / baseline: {served['ratio']:.2f}x, floor {FLOOR_SERVED_RATIO:g}x "
-                      f"(same tokens/step in every window: {served['same_tokens_per_step']})")
+        console.print(
+            f"tok / CPU s, this tree / baseline: {served['ratio']:.2f}x, floor {FLOOR_SERVED_RATIO:g}x "
+            f"(same tokens/step in every window: {served['same_tokens_per_step']})"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(RESULTS, dumps_json({
-        "schema_version": 1, "tool_version": __version__, "python": platform.python_version(),
-        "platform": platform.platform(), "health": health, "structured": cost, "served": served,
-        "baseline_ref": args.baseline_ref or None,
-        "floors": {"health_max_ms": FLOOR_HEALTH_MAX_MS, "constrained_ratio": FLOOR_CONSTRAINED_RATIO,
-                   "served_ratio": FLOOR_SERVED_RATIO},
-        "passed": ok_health and ok_cost and ok_served,
-    }))
+    atomic_write(
+        RESULTS,
+        dumps_json(
+            {
+                "schema_version": 1,
+                "tool_version": __version__,
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "health": health,
+                "structured": cost,
+                "served": served,
+                "baseline_ref": args.baseline_ref or None,
+                "floors": {
+                    "health_max_ms": FLOOR_HEALTH_MAX_MS,
+                    "constrained_ratio": FLOOR_CONSTRAINED_RATIO,
+                    "served_ratio": FLOOR_SERVED_RATIO,
+                },
+                "passed": ok_health and ok_cost and ok_served,
+            }
+        ),
+    )
     if not ok_health:
         console.print(f"FLOOR MISSED: /health max {health['health_max_ms']:.0f} ms >= {FLOOR_HEALTH_MAX_MS:.0f} ms")
     if not ok_cost:
         console.print(f"FLOOR MISSED: constrained/free {cost['ratio']:.2f} < {FLOOR_CONSTRAINED_RATIO}")
     if not ok_served:
-        console.print(f"FLOOR MISSED: served {served['ratio'] or 0:.2f}x the baseline < {FLOOR_SERVED_RATIO:g}x, "
-                      f"or the tokens/step differ (same: {served.get('same_tokens_per_step')})")
+        console.print(
+            f"FLOOR MISSED: served {served['ratio'] or 0:.2f}x the baseline < {FLOOR_SERVED_RATIO:g}x, "
+            f"or the tokens/step differ (same: {served.get('same_tokens_per_step')})"
+        )
     return 0 if ok_health and ok_cost and ok_served else 1
 
 

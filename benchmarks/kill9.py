@@ -77,8 +77,9 @@ def _engines(state: Path) -> list[int]:
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _settle(state: Path, before: list[int] | None = None) -> None:
@@ -123,8 +124,12 @@ def case_up_killed(delay_s: float) -> tuple[str, str]:
         base = Path(tmp)
         _recipes(base)
         env = _env(base)
-        proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "up", "k9", "--dark", "--runtime", "process"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gb300lane", "up", "k9", "--dark", "--runtime", "process"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay_s)
         finished = proc.poll() is not None
         proc.send_signal(signal.SIGKILL)
@@ -156,8 +161,9 @@ def case_process_start_killed() -> tuple[str, str]:
         base = Path(tmp)
         _recipes(base)
         env = _env(base)
-        done = subprocess.run([sys.executable, "-c", PROCESS_START_KILLED], env=env, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", PROCESS_START_KILLED], env=env, capture_output=True, text=True, timeout=120
+        )
         if done.returncode != 137:
             return "lost", f"the kill point was not reached (exit {done.returncode}): {done.stderr[-200:]}"
         outcome, detail = _judge(base, env, ["down", "k9"])
@@ -199,8 +205,9 @@ def main() -> int:
         rows.append({"case": f"up killed at {delay:.2f} s", "outcome": outcome, "detail": detail})
         print(f"  {rows[-1]['case']}: {outcome}: {detail}", flush=True)
     outcome, detail = case_process_start_killed()
-    rows.append({"case": "killed between the engine's start and its pid's record", "outcome": outcome,
-                 "detail": detail})
+    rows.append(
+        {"case": "killed between the engine's start and its pid's record", "outcome": outcome, "detail": detail}
+    )
     print(f"  {rows[-1]['case']}: {outcome}: {detail}", flush=True)
     outcome, detail = case_selftest_killed()
     rows.append({"case": "client self-test killed while its mock server runs", "outcome": outcome, "detail": detail})
@@ -212,8 +219,19 @@ def main() -> int:
         print(f"{r['case']:<58} {r['outcome']:<9} {r['detail'][:90]}")
     print(f"refused {counts['refused']}, repaired {counts['repaired']}, lost {counts['lost']}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"schema_version": 1, "python": platform.python_version(),
-                               "platform": platform.platform(), "cases": rows, "counts": counts}, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cases": rows,
+                "counts": counts,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {OUT}")
     return 1 if counts["lost"] else 0
 

@@ -73,14 +73,22 @@ def smallest_window(null: list[dict[str, object]], power: list[dict[str, object]
 
 def engine_runs(reps: int, faults: list[str]) -> list[dict[str, object]]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from engines import running_engine  # the tests' in-process engine runner
-
     from gb300lane.bench.referee import referee_window
     from gb300lane.bench.window import run_window
     from gb300lane.recipes.schema import WindowSpec
 
-    flags = ["--model", "builtin", "--served-model-name", "lane", "--time-scale", "0", "--speculative-config",
-             json.dumps({"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"})]
+    from engines import running_engine  # the tests' in-process engine runner
+
+    flags = [
+        "--model",
+        "builtin",
+        "--served-model-name",
+        "lane",
+        "--time-scale",
+        "0",
+        "--speculative-config",
+        json.dumps({"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}),
+    ]
     rows = []
     for fault in ["", *faults]:
         statuses: list[str] = []
@@ -90,9 +98,16 @@ def engine_runs(reps: int, faults: list[str]) -> list[dict[str, object]]:
         t_eff: list[float] = []
         with running_engine(flags + (["--fault", fault] if fault else [])) as eng:
             for r in range(reps if not fault else max(reps // 4, 5)):
-                window = WindowSpec(name="lossless-t1", classes=("prose", "code"), transcripts_per_class=6,
-                                    rounds=1, concurrency=(1,), temperature=1.0, seed_base=1000 + r,
-                                    forced_tokens=128)
+                window = WindowSpec(
+                    name="lossless-t1",
+                    classes=("prose", "code"),
+                    transcripts_per_class=6,
+                    rounds=1,
+                    concurrency=(1,),
+                    temperature=1.0,
+                    seed_base=1000 + r,
+                    forced_tokens=128,
+                )
                 result = run_window(eng.url, window, model="lane")
                 ll = referee_window(result, eng.url, alpha=ALPHA, margin=MARGIN, seed=r)
                 statuses.append(ll.status)
@@ -104,10 +119,20 @@ def engine_runs(reps: int, faults: list[str]) -> list[dict[str, object]]:
         n = len(statuses)
         k = statuses.count("FAIL")
         lo, hi = clopper_pearson(k, n)
-        rows.append({"fault": fault or "none (exact)", "replicates": n, "fail": k, "fail_rate": k / n,
-                     "ci95": [lo, hi], "inconclusive": statuses.count("INCONCLUSIVE"),
-                     "tokens_scored_mean": float(np.mean(tokens)), "referee_tokens_mean": float(np.mean(ref_tokens)),
-                     "referee_s_mean": float(np.mean(ref_s)), "t_eff_mean": float(np.mean(t_eff)) if t_eff else None})
+        rows.append(
+            {
+                "fault": fault or "none (exact)",
+                "replicates": n,
+                "fail": k,
+                "fail_rate": k / n,
+                "ci95": [lo, hi],
+                "inconclusive": statuses.count("INCONCLUSIVE"),
+                "tokens_scored_mean": float(np.mean(tokens)),
+                "referee_tokens_mean": float(np.mean(ref_tokens)),
+                "referee_s_mean": float(np.mean(ref_s)),
+                "t_eff_mean": float(np.mean(t_eff)) if t_eff else None,
+            }
+        )
     return rows
 
 
@@ -122,8 +147,9 @@ def synthetic(args: argparse.Namespace) -> tuple[list[dict[str, object]], list[d
     for t in FAULTS:
         for n in args.tokens:
             k = fail_rate(t, n, args.power_reps, seed=2)
-            power.append({"sample_temperature": t, "tokens": n, "replicates": args.power_reps,
-                          "caught": k / args.power_reps})
+            power.append(
+                {"sample_temperature": t, "tokens": n, "replicates": args.power_reps, "caught": k / args.power_reps}
+            )
     return null, power
 
 
@@ -132,8 +158,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=200, help="exact-sampling replicates per window size")
     ap.add_argument("--power-reps", type=int, default=60, help="replicates per fault x window size")
     ap.add_argument("--engine-reps", type=int, default=20, help="exact embedded-engine replicates (0: skip)")
-    ap.add_argument("--fault", nargs="*", default=["temperature=0.9", "accept_bias=1.5", "accept_bias=3"],
-                    help="engine faults to run (a quarter of --engine-reps each, at least 5)")
+    ap.add_argument(
+        "--fault",
+        nargs="*",
+        default=["temperature=0.9", "accept_bias=1.5", "accept_bias=3"],
+        help="engine faults to run (a quarter of --engine-reps each, at least 5)",
+    )
     ap.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
     ap.add_argument("--engine-only", action="store_true", help="keep the JSON's synthetic tables; run the engine")
     ap.add_argument("--recompute", action="store_true", help="re-derive the smallest window from the JSON written")
@@ -155,29 +185,53 @@ def main() -> int:
     print(f"False-FAIL rate of exact sampling (alpha {ALPHA}, {TRANSCRIPTS} transcripts, synthetic)")
     print(f"{'tokens':>8} {'reps':>6} {'FAIL':>6} {'rate':>7}  95% CI")
     for row in null:
-        print(f"{row['tokens']:>8} {row['replicates']:>6} {row['fail']:>6} {row['fail_rate']:>7.3f}  "
-              f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]")
+        print(
+            f"{row['tokens']:>8} {row['replicates']:>6} {row['fail']:>6} {row['fail_rate']:>7.3f}  "
+            f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]"
+        )
     print(f"\nPower: fraction FAILed, sampler at temperature T served at 1 ({args.power_reps} replicates per cell)")
     print(f"{'T':>6} " + " ".join(f"{n:>7}" for n in args.tokens))
     for t in FAULTS:
         cells = [p["caught"] for p in power if p["sample_temperature"] == t]
         print(f"{t:>6} " + " ".join(f"{c:>7.2f}" for c in cells))
     smallest = smallest_window(null, power)
-    print(f"\nsmallest window whose false-FAIL interval reaches down to alpha = {ALPHA} and whose power against a "
-          f"sampler at T=0.9 is >= 0.9: {smallest if smallest else 'none of those tried'} tokens")
+    print(
+        f"\nsmallest window whose false-FAIL interval reaches down to alpha = {ALPHA} and whose power against a "
+        f"sampler at T=0.9 is >= 0.9: {smallest if smallest else 'none of those tried'} tokens"
+    )
     engine = engine_runs(args.engine_reps, args.fault) if args.engine_reps else []
     if engine:
-        print("\nEmbedded engine end to end (12 transcripts x 128 tokens at temperature 1, k = 3, referee = own prefill)")
-        print(f"{'fault':<24} {'reps':>5} {'FAIL':>5} {'rate':>6}  95% CI          {'tokens':>7} {'ref tok':>8} {'ref s':>6} {'T_eff':>6}")
+        print(
+            "\nEmbedded engine end to end (12 transcripts x 128 tokens at temperature 1, k = 3, referee = own prefill)"
+        )
+        print(
+            f"{'fault':<24} {'reps':>5} {'FAIL':>5} {'rate':>6}  95% CI          {'tokens':>7} {'ref tok':>8} {'ref s':>6} {'T_eff':>6}"
+        )
         for row in engine:
             lo, hi = row["ci95"]  # type: ignore[misc]
             t_eff = row["t_eff_mean"]
-            print(f"{row['fault']:<24} {row['replicates']:>5} {row['fail']:>5} {row['fail_rate']:>6.2f}  "
-                  f"[{lo:.3f}, {hi:.3f}]  {row['tokens_scored_mean']:>7.0f} {row['referee_tokens_mean']:>8.0f} "
-                  f"{row['referee_s_mean']:>6.2f} {'' if t_eff is None else f'{t_eff:.3f}':>6}")
-    out.write_text(json.dumps({"alpha": ALPHA, "margin": MARGIN, "transcripts": TRANSCRIPTS, "vocab": VOCAB,
-                               "false_fail": null, "power": power, "smallest_window_tokens": smallest,
-                               "engine": engine, "seconds": time.perf_counter() - t0}, indent=2) + "\n")
+            print(
+                f"{row['fault']:<24} {row['replicates']:>5} {row['fail']:>5} {row['fail_rate']:>6.2f}  "
+                f"[{lo:.3f}, {hi:.3f}]  {row['tokens_scored_mean']:>7.0f} {row['referee_tokens_mean']:>8.0f} "
+                f"{row['referee_s_mean']:>6.2f} {'' if t_eff is None else f'{t_eff:.3f}':>6}"
+            )
+    out.write_text(
+        json.dumps(
+            {
+                "alpha": ALPHA,
+                "margin": MARGIN,
+                "transcripts": TRANSCRIPTS,
+                "vocab": VOCAB,
+                "false_fail": null,
+                "power": power,
+                "smallest_window_tokens": smallest,
+                "engine": engine,
+                "seconds": time.perf_counter() - t0,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"\nwritten to {out} ({time.perf_counter() - t0:.0f} s)")
     return 0
 

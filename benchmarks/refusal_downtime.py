@@ -56,8 +56,9 @@ def write_recipes(dest: Path, time_scale: float) -> tuple[int, int]:
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     for name in ("local-v27", "local-k9"):
         (dest / f"{name}.yaml").write_text((shipped("recipes") / f"{name}.yaml").read_text())
-    (dest / "local-nosmoke.yaml").write_text("schema_version: 1\nname: local-nosmoke\nextends: local-v27\n"
-                                             "description: no smoke gates\nsmoke:\n  gates: []\n")
+    (dest / "local-nosmoke.yaml").write_text(
+        "schema_version: 1\nname: local-nosmoke\nextends: local-v27\ndescription: no smoke gates\nsmoke:\n  gates: []\n"
+    )
     return port, sidecar
 
 
@@ -93,7 +94,7 @@ class Poller:
         if since is not None:
             self.down_s += time.monotonic() - since
 
-    def __enter__(self) -> "Poller":
+    def __enter__(self) -> Poller:
         self._thread.start()
         return self
 
@@ -108,21 +109,25 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "refusal_downtime.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gb300lane-refusal-bench-"))
-    os.environ.update(GB300LANE_STATE_DIR=str(work / "state"), GB300LANE_RECIPES_DIR=str(work / "recipes"),
-                      GB300LANE_RESULTS_DIR=str(work / "results"), VLLM_CACHE_ROOT=str(work / "vllm-cache"),
-                      XDG_CONFIG_HOME=str(work / "config"))
+    os.environ.update(
+        GB300LANE_STATE_DIR=str(work / "state"),
+        GB300LANE_RECIPES_DIR=str(work / "recipes"),
+        GB300LANE_RESULTS_DIR=str(work / "results"),
+        VLLM_CACHE_ROOT=str(work / "vllm-cache"),
+        XDG_CONFIG_HOME=str(work / "config"),
+    )
     for k in ("GB300LANE_LANE_OPS", "GB300LANE_SIGNING_KEY", "GB300LANE_ALLOWED_SIGNERS", "GB300LANE_PRINCIPALS"):
         os.environ.pop(k, None)
     port, _ = write_recipes(work / "recipes", args.time_scale)
-
-    from fakes import cards as fakes
-    from fakes.sshkey import write_key
 
     from gb300lane import __version__, lane, signing
     from gb300lane import promote as pm
     from gb300lane.cards import load_card, register, run_card, score
     from gb300lane.errors import LaneError
     from gb300lane.fsio import atomic_write, dumps_json
+
+    from fakes import cards as fakes
+    from fakes.sshkey import write_key
 
     rows = []
     try:
@@ -148,7 +153,8 @@ def main() -> int:
         held = holder.getsockname()[1]
         (work / "recipes" / "local-heldport.yaml").write_text(
             f"schema_version: 1\nname: local-heldport\nextends: local-v27\ndescription: its sidecar port held\n"
-            f"sidecar:\n  port: {held}\n")
+            f"sidecar:\n  port: {held}\n"
+        )
 
         def spoil(kind: str) -> None:
             if kind == "garbage":
@@ -165,20 +171,42 @@ def main() -> int:
             Path(f"{key}.pub").write_text(pub)
 
         cases = [
-            ("k above the trained block (local-k9)", "local-k9", True, lambda: None, lambda: None,
-             "exceeds the trained block"),
+            (
+                "k above the trained block (local-k9)",
+                "local-k9",
+                True,
+                lambda: None,
+                lambda: None,
+                "exceeds the trained block",
+            ),
             ("no smoke gates", "local-nosmoke", True, lambda: None, lambda: None, "smoke.gates is empty"),
-            ("a port of the candidate's lane held", "local-heldport", True,
-             holder.listen, holder.close, f"port {held}"),
+            (
+                "a port of the candidate's lane held",
+                "local-heldport",
+                True,
+                holder.listen,
+                holder.close,
+                f"port {held}",
+            ),
             ("signing key garbage", "local-v27", False, lambda: spoil("garbage"), unspoil, str(key)),
             ("signing key zeroed", "local-v27", False, lambda: spoil("zeroed"), unspoil, str(key)),
             ("signing key foreign", "local-v27", False, lambda: spoil("foreign"), unspoil, "does not verify"),
-            ("recipe edited after its PASS", "local-v27", False,
-             lambda: recipe27.write_text(text27 + "  num_speculative_tokens: 3\nenv:\n  BENCH_EXTRA: \"1\"\n"),
-             lambda: recipe27.write_text(text27), "differs from the candidate card mini measured"),
-            ("its verdict deleted from results/ (the log remembers it)", "local-v27", False,
-             lambda: (os.chmod(rec.verdict_file(1), 0o644), rec.verdict_file(1).rename(work / "verdict.bak")),
-             lambda: (work / "verdict.bak").rename(rec.verdict_file(1)), "verdict-1.json"),
+            (
+                "recipe edited after its PASS",
+                "local-v27",
+                False,
+                lambda: recipe27.write_text(text27 + '  num_speculative_tokens: 3\nenv:\n  BENCH_EXTRA: "1"\n'),
+                lambda: recipe27.write_text(text27),
+                "differs from the candidate card mini measured",
+            ),
+            (
+                "its verdict deleted from results/ (the log remembers it)",
+                "local-v27",
+                False,
+                lambda: (os.chmod(rec.verdict_file(1), 0o644), rec.verdict_file(1).rename(work / "verdict.bak")),
+                lambda: (work / "verdict.bak").rename(rec.verdict_file(1)),
+                "verdict-1.json",
+            ),
         ]
         for name, recipe, force, before, after, expect in cases:
             before()
@@ -193,26 +221,54 @@ def main() -> int:
             after()
             now = {i.name: i for i in lane.list_instances()}.get(prod.instance)
             same = now is not None and now.state == "running" and now.containers == pid.containers
-            rows.append({"reason": name, "refused": refused, "named": expect in said, "down_s": poll.down_s,
-                         "polls": poll.polls, "failed_polls": poll.failures, "promote_s": took,
-                         "production_untouched": same and pm.current_production() == prod, "said": said[:300]})
-            print(f"  {name}: refused={refused} down {poll.down_s:.2f} s ({poll.failures}/{poll.polls} polls "
-                  f"failed) in {took:.2f} s", file=sys.stderr)
+            rows.append(
+                {
+                    "reason": name,
+                    "refused": refused,
+                    "named": expect in said,
+                    "down_s": poll.down_s,
+                    "polls": poll.polls,
+                    "failed_polls": poll.failures,
+                    "promote_s": took,
+                    "production_untouched": same and pm.current_production() == prod,
+                    "said": said[:300],
+                }
+            )
+            print(
+                f"  {name}: refused={refused} down {poll.down_s:.2f} s ({poll.failures}/{poll.polls} polls "
+                f"failed) in {took:.2f} s",
+                file=sys.stderr,
+            )
     finally:
         for info in lane.list_instances():
             lane.remove_instance(info.name)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"time production is down while promote refuses, embedded engine on the process runtime, time scale "
-          f"{args.time_scale}; /health polled every 20 ms")
+    print(
+        f"time production is down while promote refuses, embedded engine on the process runtime, time scale "
+        f"{args.time_scale}; /health polled every 20 ms"
+    )
     print(f"{'reason':<58} {'refused':>7} {'named':>5} {'down s':>7} {'polls':>6} {'promote s':>9}  production")
     for r in rows:
-        print(f"{r['reason']:<58} {'yes' if r['refused'] else 'NO':>7} {'yes' if r['named'] else 'NO':>5} "
-              f"{r['down_s']:>7.2f} {r['polls']:>6} {r['promote_s']:>9.2f}  "
-              f"{'untouched' if r['production_untouched'] else 'TOUCHED'}")
-    atomic_write(args.out, dumps_json({"schema_version": 1, "benchmark": "refusal_downtime",
-                                       "tool_version": __version__, "python": platform.python_version(),
-                                       "platform": platform.platform(), "time_scale": args.time_scale, "rows": rows}))
+        print(
+            f"{r['reason']:<58} {'yes' if r['refused'] else 'NO':>7} {'yes' if r['named'] else 'NO':>5} "
+            f"{r['down_s']:>7.2f} {r['polls']:>6} {r['promote_s']:>9.2f}  "
+            f"{'untouched' if r['production_untouched'] else 'TOUCHED'}"
+        )
+    atomic_write(
+        args.out,
+        dumps_json(
+            {
+                "schema_version": 1,
+                "benchmark": "refusal_downtime",
+                "tool_version": __version__,
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "time_scale": args.time_scale,
+                "rows": rows,
+            }
+        ),
+    )
     print(f"wrote {args.out}")
     bad = [r for r in rows if not (r["refused"] and r["named"] and r["production_untouched"]) or r["down_s"] > 0]
     return 1 if bad else 0

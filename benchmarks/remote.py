@@ -69,12 +69,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "remote.json")
     args = parser.parse_args()
 
-    import sshd
-
     from gb300lane import __version__
     from gb300lane.fsio import atomic_write, dumps_json
     from gb300lane.placement import Placement, SshAccess
     from gb300lane.runtime import ssh
+
+    import sshd
 
     why = sshd.problem()
     if why:
@@ -132,15 +132,21 @@ def main() -> int:
         {"path": "ssh forward", "requests": len(t_times), "median_ms": t_med * 1e3,
          "p95_ms": _pct(t_times, 0.95) * 1e3, "max_ms": max(t_times) * 1e3},
     ]  # fmt: skip
-    print(f"GET /health, {args.gets} requests per path, interleaved, same run; load average {load:.1f} "
-          f"on {os.cpu_count()} CPUs")
+    print(
+        f"GET /health, {args.gets} requests per path, interleaved, same run; load average {load:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
     print(f"{'path':<12} {'median ms':>10} {'p95 ms':>8} {'max ms':>8}")
     for r in rows:
         print(f"{r['path']:<12} {r['median_ms']:10.2f} {r['p95_ms']:8.2f} {r['max_ms']:8.2f}")
-    print(f"forward overhead (median): {overhead * 1e3:+.2f} ms (floor {OVERHEAD_FLOOR_S * 1e3:.0f} ms); "
-          f"ratio through/direct {t_med / d_med:.2f}x")
-    print(f"opening a forward: median {open_median:.3f} s of {len(opens)} (min {min(opens):.3f}, max {max(opens):.3f}; "
-          f"floor {OPEN_FLOOR_S} s)")
+    print(
+        f"forward overhead (median): {overhead * 1e3:+.2f} ms (floor {OVERHEAD_FLOOR_S * 1e3:.0f} ms); "
+        f"ratio through/direct {t_med / d_med:.2f}x"
+    )
+    print(
+        f"opening a forward: median {open_median:.3f} s of {len(opens)} (min {min(opens):.3f}, max {max(opens):.3f}; "
+        f"floor {OPEN_FLOOR_S} s)"
+    )
     print(f"floors: {'passed' if passed else 'MISSED'}")
     result = {
         "schema_version": 1, "benchmark": "remote", "tool_version": __version__,

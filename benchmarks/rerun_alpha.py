@@ -49,8 +49,13 @@ def run_outcome(rng: np.random.Generator, share: float) -> str:
     for look in range(1, LOOKS + 1):
         sums += level * (1.0 + STAGE_SD * rng.standard_normal((3, TRANSCRIPTS)))
         a, b, a2 = sums / look
-        test = ratio_test(b, (a + a2) / 2.0, test="superiority", margin=0.0,
-                          level_one_sided=Look(number=look, looks=LOOKS, spending="pocock", share=share).level(ALPHA))
+        test = ratio_test(
+            b,
+            (a + a2) / 2.0,
+            test="superiority",
+            margin=0.0,
+            level_one_sided=Look(number=look, looks=LOOKS, spending="pocock", share=share).level(ALPHA),
+        )
         if test.decision in ("PASS", "FAIL"):
             return test.decision
     return "INCONCLUSIVE"
@@ -65,8 +70,17 @@ def replicate(seed: int) -> dict[str, list[str]]:
         assert not isinstance(planned, str) and planned.run == r, planned
         for regime, share in (("reset", 1.0), ("question", planned.share)):
             out[regime].append(run_outcome(np.random.default_rng([seed, r]), share))
-        earlier.append(EarlierRun(receipts=f"/r/{r}", registered_at=str(r), run=r, runs=RUNS, gates_sha256="gates",
-                                  verdict=out["question"][-1], measured=True))
+        earlier.append(
+            EarlierRun(
+                receipts=f"/r/{r}",
+                registered_at=str(r),
+                run=r,
+                runs=RUNS,
+                gates_sha256="gates",
+                verdict=out["question"][-1],
+                measured=True,
+            )
+        )
     return out
 
 
@@ -92,7 +106,7 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     seeds = [args.seed * 1_000_003 + i for i in range(args.replicates)]
-    chunks = [seeds[i::args.workers * 8] for i in range(args.workers * 8)]
+    chunks = [seeds[i :: args.workers * 8] for i in range(args.workers * 8)]
     with ProcessPoolExecutor(args.workers) as pool:
         reps = [x for part in pool.map(_batch, chunks) for x in part]
     rows = []
@@ -101,28 +115,77 @@ def main() -> int:
             for runs in range(1, RUNS + 1):
                 events = sum(false_pass_within(rep[regime], again, runs) for rep in reps)
                 ci = proportion(events, len(reps))
-                rows.append({"regime": regime, "policy": policy, "within_runs": runs, "events": events,
-                             "replicates": len(reps), "rate": ci.rate, "low": ci.low, "high": ci.high,
-                             "nominal": ALPHA, "above_nominal": ci.low > ALPHA})
-    print(f"A/A false PASS under repeated registration: one superiority gate, alpha {ALPHA:.1%} one-sided, Pocock "
-          f"{LOOKS} looks, {TRANSCRIPTS} transcripts; 95% Clopper-Pearson intervals; {len(reps)} replicates a cell "
-          f"({time.monotonic() - t0:.0f} s)")
+                rows.append(
+                    {
+                        "regime": regime,
+                        "policy": policy,
+                        "within_runs": runs,
+                        "events": events,
+                        "replicates": len(reps),
+                        "rate": ci.rate,
+                        "low": ci.low,
+                        "high": ci.high,
+                        "nominal": ALPHA,
+                        "above_nominal": ci.low > ALPHA,
+                    }
+                )
+    print(
+        f"A/A false PASS under repeated registration: one superiority gate, alpha {ALPHA:.1%} one-sided, Pocock "
+        f"{LOOKS} looks, {TRANSCRIPTS} transcripts; 95% Clopper-Pearson intervals; {len(reps)} replicates a cell "
+        f"({time.monotonic() - t0:.0f} s)"
+    )
     print(f"{'regime':<9} {'re-register':<27} {'runs':>4} {'false PASS':>10} {'95% interval':>18} {'nominal':>8}")
     for row in rows:
         iv = f"[{row['low']:.2%}, {row['high']:.2%}]"
         flag = "  ABOVE" if row["above_nominal"] else ""
-        print(f"{row['regime']:<9} {row['policy']:<27} {row['within_runs']:>4} {row['rate']:>10.2%} {iv:>18} "
-              f"{row['nominal']:>8.1%}{flag}")
-    shares = [plan_run("aa", "c", RUNS, "g", [EarlierRun(receipts=str(j), registered_at=str(j), run=j, runs=RUNS,
-                                                           gates_sha256="g", verdict="INCONCLUSIVE", measured=True)
-                                                for j in range(1, r)]) for r in range(1, RUNS + 1)]
-    print("question regime's shares of alpha, runs 1..5: "
-          + ", ".join(f"{s.share:.3f}" for s in shares if not isinstance(s, str)))
+        print(
+            f"{row['regime']:<9} {row['policy']:<27} {row['within_runs']:>4} {row['rate']:>10.2%} {iv:>18} "
+            f"{row['nominal']:>8.1%}{flag}"
+        )
+    shares = [
+        plan_run(
+            "aa",
+            "c",
+            RUNS,
+            "g",
+            [
+                EarlierRun(
+                    receipts=str(j),
+                    registered_at=str(j),
+                    run=j,
+                    runs=RUNS,
+                    gates_sha256="g",
+                    verdict="INCONCLUSIVE",
+                    measured=True,
+                )
+                for j in range(1, r)
+            ],
+        )
+        for r in range(1, RUNS + 1)
+    ]
+    print(
+        "question regime's shares of alpha, runs 1..5: "
+        + ", ".join(f"{s.share:.3f}" for s in shares if not isinstance(s, str))
+    )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "rerun_alpha.json"
-    out.write_text(json.dumps({"alpha": ALPHA, "looks": LOOKS, "spending": "pocock", "runs": RUNS,
-                               "transcripts": TRANSCRIPTS, "replicates": len(reps), "seed": args.seed,
-                               "interval": "95% Clopper-Pearson", "rows": rows}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "alpha": ALPHA,
+                "looks": LOOKS,
+                "spending": "pocock",
+                "runs": RUNS,
+                "transcripts": TRANSCRIPTS,
+                "replicates": len(reps),
+                "seed": args.seed,
+                "interval": "95% Clopper-Pearson",
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     bad = [r for r in rows if r["regime"] == "question" and r["above_nominal"]]
     return 1 if bad else 0

@@ -138,15 +138,19 @@ def main() -> int:
     print(header)
     for r in rows:
         pct = 100 * r["tool_s"] / r["restore_s"]
-        print(f"{r['round']:>5}  {r['to']:<10} {r['restore_s']:9.2f} {r['boot_s']:7.2f} {r['engine_s']:8.2f} "
-              f"{r['tool_s']:7.2f} {pct:6.1f} {r['smoke_s']:7.2f}")
+        print(
+            f"{r['round']:>5}  {r['to']:<10} {r['restore_s']:9.2f} {r['boot_s']:7.2f} {r['engine_s']:8.2f} "
+            f"{r['tool_s']:7.2f} {pct:6.1f} {r['smoke_s']:7.2f}"
+        )
     restore = [r["restore_s"] for r in rows]
     tool = [r["tool_s"] for r in rows]
     engine = [r["engine_s"] for r in rows]
     outside = [r["outside_boot_s"] for r in rows]
-    print(f"median restore {statistics.median(restore):.2f} s: engine {statistics.median(engine):.2f} s, "
-          f"tool {statistics.median(tool):.2f} s (of which outside the pair's start-to-ready "
-          f"{statistics.median(outside):.2f} s)")
+    print(
+        f"median restore {statistics.median(restore):.2f} s: engine {statistics.median(engine):.2f} s, "
+        f"tool {statistics.median(tool):.2f} s (of which outside the pair's start-to-ready "
+        f"{statistics.median(outside):.2f} s)"
+    )
     result = {
         "schema_version": 1,
         "benchmark": "rollback",

@@ -35,9 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fakes import cards as fakes  # noqa: E402
-from fakes.sshkey import write_key  # noqa: E402
-
 from gb300lane import evidencelog, keyed, paths, signing  # noqa: E402
 from gb300lane.cards import Receipts, parse_card, register, run_card, score  # noqa: E402
 from gb300lane.cards.record.receipts import MANIFEST_SEAL  # noqa: E402
@@ -46,6 +43,9 @@ from gb300lane.fsio import sha256_file  # noqa: E402
 from gb300lane.promote import current_production, promote, rollback  # noqa: E402
 from gb300lane.promote.live import LiveOps  # noqa: E402
 from gb300lane.testing.simlane import SimLane  # noqa: E402
+
+from fakes import cards as fakes  # noqa: E402
+from fakes.sshkey import write_key  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CARD = Path(__file__).resolve().parents[1] / "tests" / "data" / "cards" / "mini.yaml"
@@ -103,10 +103,17 @@ def _writable(path: Path) -> None:
 @contextmanager
 def world() -> Iterator[World]:
     root = Path(tempfile.mkdtemp(prefix="gb300lane-tamper-"))
-    env = {"GB300LANE_STATE_DIR": str(root / "state"), "GB300LANE_RESULTS_DIR": str(root / "results"),
-           "XDG_CONFIG_HOME": str(root / "config"), "GB300LANE_RECIPES_DIR": str(root / "recipes"),
-           "VLLM_CACHE_ROOT": str(root / "vllm-cache"), "DOCKER_HOST": f"unix://{root / 'no-docker.sock'}",
-           "GB300LANE_SIGNING_KEY": None, "GB300LANE_ALLOWED_SIGNERS": None, "GB300LANE_PRINCIPALS": None}
+    env = {
+        "GB300LANE_STATE_DIR": str(root / "state"),
+        "GB300LANE_RESULTS_DIR": str(root / "results"),
+        "XDG_CONFIG_HOME": str(root / "config"),
+        "GB300LANE_RECIPES_DIR": str(root / "recipes"),
+        "VLLM_CACHE_ROOT": str(root / "vllm-cache"),
+        "DOCKER_HOST": f"unix://{root / 'no-docker.sock'}",
+        "GB300LANE_SIGNING_KEY": None,
+        "GB300LANE_ALLOWED_SIGNERS": None,
+        "GB300LANE_PRINCIPALS": None,
+    }
     old = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
         os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -173,6 +180,7 @@ def hide(how: str) -> Callable[[World], tuple[str, Callable[[], None], str]]:
             for p in [passed.verdict_file(1), *passed.root.glob("manifest*.json")]:
                 shutil.copy(p, failed.root / p.relative_to(passed.root))
         return str(failed.root), lambda: w.restore("results"), "FAIL"
+
     return case
 
 
@@ -180,7 +188,7 @@ def edited_recipe(w: World) -> tuple[str, Callable[[], None], str]:
     run_card_as(w, "mini", "PASS", "2026-11-01")
     w.backup()
     path = w.root / "recipes" / "local-v27.yaml"
-    path.write_text(path.read_text() + "  num_speculative_tokens: 3\nenv:\n  GB300LANE_EXTRA: \"1\"\n")
+    path.write_text(path.read_text() + '  num_speculative_tokens: 3\nenv:\n  GB300LANE_EXTRA: "1"\n')
     return "speculative.num_speculative_tokens", lambda: w.restore("recipes"), "PASS"
 
 
@@ -205,8 +213,10 @@ def forged_signer(w: World) -> tuple[str, Callable[[], None], str]:
     team = w.root / "config" / "team_signers"
     own = signing.public_key().split()[:2]
     bob = write_key(w.root / "bob" / "key", "bob")
-    team.write_text(f'gb300lane namespaces="gb300lane" {own[0]} {own[1]}\n'
-                    f"bob {' '.join(Path(f'{bob}.pub').read_text().split()[:2])}\n")
+    team.write_text(
+        f'gb300lane namespaces="gb300lane" {own[0]} {own[1]}\n'
+        f"bob {' '.join(Path(f'{bob}.pub').read_text().split()[:2])}\n"
+    )
     os.environ["GB300LANE_ALLOWED_SIGNERS"] = str(team)
     manifest, body = _forge_pass(failed)
     os.environ["GB300LANE_SIGNING_KEY"] = str(bob)
@@ -257,7 +267,9 @@ def broken_key(kind: str) -> Callable[[World], tuple[str, Callable[[], None], st
         def repair() -> None:
             key.write_bytes(good)
             Path(f"{key}.pub").write_text(pub)
+
         return str(key), repair, "PASS"
+
     return case
 
 
@@ -274,13 +286,21 @@ def log_tampered(how: str) -> Callable[[World], tuple[str, Callable[[], None], s
         else:
             path.unlink()
         return str(path), lambda: w.restore("state"), "FAIL"
+
     return case
 
 
 CASES: dict[str, Callable[[World], tuple[str, Callable[[], None], str]]] = {
-    **{f"hide the newer FAIL: {h}": hide(h) for h in (
-        "directory deleted", "verdict and head manifest deleted", "registration overwritten",
-        "written_at moved earlier", "the PASS copied over it")},
+    **{
+        f"hide the newer FAIL: {h}": hide(h)
+        for h in (
+            "directory deleted",
+            "verdict and head manifest deleted",
+            "registration overwritten",
+            "written_at moved earlier",
+            "the PASS copied over it",
+        )
+    },
     "recipe edited after its PASS": edited_recipe,
     "a FAIL made PASS, re-signed by a team key outside the namespace": forged_signer,
     "a FAIL made PASS, sealed with a keyed HMAC (unsigned)": unsigned_receipts,
@@ -294,18 +314,22 @@ def noise_copies() -> dict[str, Any]:
     """Four hand-made copies of a scored card with A2 = A: skipped by the noise ledger, the plan unchanged. Beside
     it, what the same ledger pools when nothing is left out (the copies counted), which is what the plan read
     before the filter."""
-    from gb300lane.instrument.plan import registration_plan
     from gb300lane.cards.record import noise
     from gb300lane.cards.record.receipts import lane_receipts
     from gb300lane.cards.record.verified import planning_receipts
+    from gb300lane.instrument.plan import registration_plan
 
     with world():
-        text = (CARD.parent / "tested.yaml").read_text().replace("    mde: 0.02\n",
-                                                                 "    mde: 0.02\n    scope: aggregate\n")
+        text = (
+            (CARD.parent / "tested.yaml")
+            .read_text()
+            .replace("    mde: 0.02\n", "    mde: 0.02\n    scope: aggregate\n")
+        )
         roots = []
         for i, (a, a2) in enumerate([(0.006, -0.004), (-0.005, 0.003), (0.002, -0.006)]):
             t = text.replace("name: tested\n", f"name: tested-{i}\n").replace(
-                "seed_base: 1000", f"seed_base: {1000 + 7919 * (i + 1)}")
+                "seed_base: 1000", f"seed_base: {1000 + 7919 * (i + 1)}"
+            )
             card = parse_card(t, f"tested-{i}")
             rec = register(card, t)
             run_card(rec, ops=fakes.FakeLane(card, {}, tps={"A": 1 + a, "A2": 1 + a2, "B": 1.0}, noise=0.02).ops())
@@ -328,15 +352,20 @@ def noise_copies() -> dict[str, Any]:
                 shutil.copy(window, copy / "arms" / "A2" / "attempt-1" / "windows" / window.name)
         after = signed_sd()
         key = next(k for k in noise.ledger() if k.metric == "tokens_per_step" and k.unit == noise.ALL_CELLS)
-        unfiltered = noise.estimate(key, noise._distinct(
-            s for rec in lane_receipts() if (s := noise.card_samples(rec).get(key)) is not None))
+        unfiltered = noise.estimate(
+            key, noise._distinct(s for rec in lane_receipts() if (s := noise.card_samples(rec).get(key)) is not None)
+        )
         skipped = planning_receipts().skipped
         outcome = "refused" if after == before and len(skipped) == 4 else "lost"
-        return {"case": "four hand-made copies with A2 = A in the noise ledger", "outcome": outcome,
-                "repaired": None, "stopped": False,
-                "said": f"registered boot sd of tokens-per-step {before:.3%} -> {after:.3%} with the copies "
-                        f"({unfiltered.sd:.3%} over {unfiltered.cards} cards had they been read); {len(skipped)} "
-                        "left out: " + (skipped[0].why if skipped else "-")}
+        return {
+            "case": "four hand-made copies with A2 = A in the noise ledger",
+            "outcome": outcome,
+            "repaired": None,
+            "stopped": False,
+            "said": f"registered boot sd of tokens-per-step {before:.3%} -> {after:.3%} with the copies "
+            f"({unfiltered.sd:.3%} over {unfiltered.cards} cards had they been read); {len(skipped)} "
+            "left out: " + (skipped[0].why if skipped else "-"),
+        }
 
 
 def main() -> int:
@@ -359,12 +388,24 @@ def main() -> int:
             info = w.ops.verdict("local-v27")
             again, said_again = attempt(w)
             if honest == "FAIL":
-                repaired = (info is not None and info.verdict == "FAIL" and not info.evidence
-                            and again == "refused" and "newest verdict is FAIL" in said_again)
+                repaired = (
+                    info is not None
+                    and info.verdict == "FAIL"
+                    and not info.evidence
+                    and again == "refused"
+                    and "newest verdict is FAIL" in said_again
+                )
             else:
                 repaired = again == "acted" and current_production() is not None
-            rows.append({"case": name, "outcome": "lost" if lost else "refused" if refused else "unnamed",
-                         "repaired": repaired, "stopped": stopped, "said": said[:400]})
+            rows.append(
+                {
+                    "case": name,
+                    "outcome": "lost" if lost else "refused" if refused else "unnamed",
+                    "repaired": repaired,
+                    "stopped": stopped,
+                    "said": said[:400],
+                }
+            )
     rows.append(noise_copies())
     counts = {k: sum(r["outcome"] == k for r in rows) for k in ("refused", "unnamed", "lost")}
     counts["repaired"] = sum(bool(r["repaired"]) for r in rows)
@@ -373,8 +414,10 @@ def main() -> int:
     for r in rows:
         rep = "-" if r["repaired"] is None else "yes" if r["repaired"] else "NO"
         print(f"{r['case']:<66} {r['outcome']:<8} {rep:<9} {'YES' if r['stopped'] else 'no'}")
-    print(f"refused {counts['refused']}, repaired {counts['repaired']}, refused without naming the tampered file "
-          f"{counts['unnamed']}, lost {counts['lost']}")
+    print(
+        f"refused {counts['refused']}, repaired {counts['repaired']}, refused without naming the tampered file "
+        f"{counts['unnamed']}, lost {counts['lost']}"
+    )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "tamper.json"
     out.write_text(json.dumps({"counts": counts, "rows": rows}, indent=2) + "\n")

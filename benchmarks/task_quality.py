@@ -82,29 +82,49 @@ def main() -> int:
     args = ap.parse_args()
     start = time.perf_counter()
     rows = [row(n, base, drop, args.reps) for base in args.base for n in args.n for drop in DROPS]
-    print(f"task_quality gate: one-sided alpha {ALPHA:.1%}, margin {MARGIN * 100:.0f} pts, {args.reps} replicates "
-          "per row (95% Clopper-Pearson)")
+    print(
+        f"task_quality gate: one-sided alpha {ALPHA:.1%}, margin {MARGIN * 100:.0f} pts, {args.reps} replicates "
+        "per row (95% Clopper-Pearson)"
+    )
     print(f"{'base':>5} {'n':>5} {'drop':>6}   {'FAIL':>24}   {'PASS':>24}   {'INCONCLUSIVE':>24}   reads as")
     problems = []
     for r in rows:
         drop = float(r["drop"])  # type: ignore[arg-type]
         fail, passed = r["fail"], r["pass"]
         assert isinstance(fail, dict) and isinstance(passed, dict)
-        what = ("false FAIL (A/A)" if drop == 0 else
-                "power; false PASS at the margin" if abs(drop - MARGIN) < 1e-9 else "power")
-        print(f"{r['base']:>5} {r['n']:>5} {drop:>6.2f}   {_cell(fail):>24}   {_cell(passed):>24}   "
-              f"{_cell(r['inconclusive']):>24}   {what}")
+        what = (
+            "false FAIL (A/A)"
+            if drop == 0
+            else "power; false PASS at the margin"
+            if abs(drop - MARGIN) < 1e-9
+            else "power"
+        )
+        print(
+            f"{r['base']:>5} {r['n']:>5} {drop:>6.2f}   {_cell(fail):>24}   {_cell(passed):>24}   "
+            f"{_cell(r['inconclusive']):>24}   {what}"
+        )
         if drop == 0 and fail["ci95"][0] > ALPHA:
             problems.append(f"false FAIL {fail['rate']:.1%} above alpha at base {r['base']}, n {r['n']}")
         if abs(drop - MARGIN) < 1e-9 and passed["ci95"][0] > ALPHA:
             problems.append(f"false PASS {passed['rate']:.1%} above alpha at base {r['base']}, n {r['n']}")
     out = Path(__file__).parent / "results" / "task_quality.json"
-    out.write_text(json.dumps({
-        "gate": "task_quality", "alpha": ALPHA, "margin": MARGIN, "concentration": CONCENTRATION,
-        "model": "per-unit pass probability Beta(base c, (1 - base) c); A, A2, B independent draws; "
-                 "B's probability p (1 - drop / base)",
-        "seconds": round(time.perf_counter() - start, 1), "rows": rows, "problems": problems,
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "gate": "task_quality",
+                "alpha": ALPHA,
+                "margin": MARGIN,
+                "concentration": CONCENTRATION,
+                "model": "per-unit pass probability Beta(base c, (1 - base) c); A, A2, B independent draws; "
+                "B's probability p (1 - drop / base)",
+                "seconds": round(time.perf_counter() - start, 1),
+                "rows": rows,
+                "problems": problems,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     for p in problems:
         print(f"PROBLEM: {p}")

@@ -116,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                 del p, q, drafts
     worst = max(r["block_over_token_cost"] for r in rows)
     ok = worst <= FLOOR
-    print(f"\nworst block/token cost {worst:.2f} (floor {FLOOR}): {'PASS' if ok else 'FAIL'}; "
-          f"both methods on {kernels.describe()}")
+    print(
+        f"\nworst block/token cost {worst:.2f} (floor {FLOOR}): {'PASS' if ok else 'FAIL'}; "
+        f"both methods on {kernels.describe()}"
+    )
     result = {
         "schema_version": 1,
         "benchmark": "verify",

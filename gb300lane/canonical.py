@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+
 def to_bytes(data: str | bytes) -> bytes:
     """`data` as bytes (text as UTF-8)."""
     return data.encode("utf-8") if isinstance(data, str) else data

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -59,8 +59,10 @@ VerdictWord = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 class Entry(FrozenModel):
     """One thing a card wrote, as the log keeps it."""
 
-    kind: EntryKind = Field(description="registration, run, look, verdict, rescore, extension, report, adopted "
-                            "(a receipts directory entered after the fact) or reset (a new log).")
+    kind: EntryKind = Field(
+        description="registration, run, look, verdict, rescore, extension, report, adopted "
+        "(a receipts directory entered after the fact) or reset (a new log)."
+    )
     at: str = Field(description="UTC time the entry was made (ISO 8601); the order is the line number's.")
     card: str | None = Field(default=None, description="Card name.")
     receipts: str | None = Field(default=None, description="The receipts directory (absolute path).")
@@ -68,17 +70,22 @@ class Entry(FrozenModel):
     candidate: str | None = Field(default=None, description="The candidate arm's recipe name.")
     candidate_sha256: str | None = Field(default=None, description="sha256 of the candidate's whole resolved recipe.")
     gates_sha256: str | None = Field(default=None, description="The registered gates' sha256.")
-    files: dict[str, str] = Field(default_factory=dict,
-                                  description="What the entry pins: path inside the receipts directory -> sha256.")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="What the entry pins: path inside the receipts directory -> sha256."
+    )
     verdict: VerdictWord | None = Field(default=None, description="What a verdict said.")
     number: int | None = Field(default=None, description="The verdict's number (2 and up: a re-score or extension).")
     run: int | None = Field(default=None, description="Registration: this run's number among its question's runs.")
     runs: int | None = Field(default=None, description="Registration: the runs its question's plan allows.")
-    new_question: str | None = Field(default=None,
-                                     description="Registration: why this run asks a new question, when it says so.")
+    new_question: str | None = Field(
+        default=None, description="Registration: why this run asks a new question, when it says so."
+    )
     detail: str | None = Field(default=None, description="One line more (an adoption's or a reset's reason).")
-    aside: str | None = Field(default=None, description="Registration: why the run is no question's run and never "
-                              "promotion evidence (a lane calibration's replicate, a reproduction of the write-up).")
+    aside: str | None = Field(
+        default=None,
+        description="Registration: why the run is no question's run and never "
+        "promotion evidence (a lane calibration's replicate, a reproduction of the write-up).",
+    )
 
 
 class Record(FrozenModel):
@@ -129,7 +136,7 @@ def head_path(log: Path | None = None) -> Path:
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _body(seq: int, prev: str, entry: object) -> bytes:
@@ -143,8 +150,11 @@ def _read_head(log: Path) -> tuple[Head | None, str | None]:
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as exc:
-        return None, f"{path}: the log's head is unreadable ({type(exc).__name__}); restore it, or `gb300lane " \
-                     "evidence reset --reason \"...\"` starts a new log"
+        return (
+            None,
+            f"{path}: the log's head is unreadable ({type(exc).__name__}); restore it, or `gb300lane "
+            'evidence reset --reason "..."` starts a new log',
+        )
 
 
 def read_log(*, signatures: Literal["head", "all"] = "head") -> EvidenceLog:
@@ -159,9 +169,11 @@ def read_log(*, signatures: Literal["head", "all"] = "head") -> EvidenceLog:
         raw = path.read_bytes()
     except FileNotFoundError:
         if head is not None and head.seq > 0:
-            breaks.append(f"{path}: the evidence log is gone, and {head_path(path)} remembers {head.seq} entries; "
-                          "restore it from a backup (or `gb300lane evidence reset --reason \"...\"` starts a new one, "
-                          "and promotion then rests only on what is entered from then on)")
+            breaks.append(
+                f"{path}: the evidence log is gone, and {head_path(path)} remembers {head.seq} entries; "
+                'restore it from a backup (or `gb300lane evidence reset --reason "..."` starts a new one, '
+                "and promotion then rests only on what is entered from then on)"
+            )
         return EvidenceLog(path=str(path), records=(), hashes=(), breaks=tuple(breaks), notes=tuple(notes))
     except OSError as exc:
         breaks.append(f"{path}: the evidence log is unreadable ({exc.strerror or exc}); fix its permissions")
@@ -174,19 +186,25 @@ def read_log(*, signatures: Literal["head", "all"] = "head") -> EvidenceLog:
     prev = ORIGIN
     for n, line in enumerate(lines[:-1] if not torn else lines, 1):
         if torn and n == len(lines):
-            breaks.append(f"{path}: line {n} is cut short (a write interrupted); `gb300lane evidence reset --reason "
-                          "\"...\"` starts a new log (the old one is kept beside it)")
+            breaks.append(
+                f"{path}: line {n} is cut short (a write interrupted); `gb300lane evidence reset --reason "
+                '"..."` starts a new log (the old one is kept beside it)'
+            )
             break
         try:
             data = json.loads(line)
             rec = Record.model_validate(data)
         except (ValueError, ValidationError) as exc:
-            breaks.append(f"{path}: line {n} does not read back ({type(exc).__name__}); it was edited: restore the "
-                          "log from a backup")
+            breaks.append(
+                f"{path}: line {n} does not read back ({type(exc).__name__}); it was edited: restore the "
+                "log from a backup"
+            )
             break
         if rec.seq != n or rec.prev != prev:
-            breaks.append(f"{path}: line {n} does not follow the line before it (a line removed, inserted or "
-                          "edited); restore the log from a backup")
+            breaks.append(
+                f"{path}: line {n} does not follow the line before it (a line removed, inserted or "
+                "edited); restore the log from a backup"
+            )
             break
         digest = hashlib.sha256(line).hexdigest()
         records.append(rec)
@@ -203,17 +221,24 @@ def read_log(*, signatures: Literal["head", "all"] = "head") -> EvidenceLog:
                 break
     if head is None:
         if records:
-            notes.append(f"{head_path(path)}: no head of this log in the config directory (a new config directory, "
-                         "or a log made elsewhere): lines removed from its end could not be seen")
+            notes.append(
+                f"{head_path(path)}: no head of this log in the config directory (a new config directory, "
+                "or a log made elsewhere): lines removed from its end could not be seen"
+            )
     elif not breaks:
         if head.seq > len(records):
-            breaks.append(f"{path}: {len(records)} entries, and {head_path(path)} remembers {head.seq}: entries were "
-                          "removed from the end of the log; restore it from a backup")
+            breaks.append(
+                f"{path}: {len(records)} entries, and {head_path(path)} remembers {head.seq}: entries were "
+                "removed from the end of the log; restore it from a backup"
+            )
         elif head.seq > 0 and hashes[head.seq - 1] != head.sha256:
-            breaks.append(f"{path}: line {head.seq} is not the one {head_path(path)} remembers: the log was "
-                          "rewritten; restore it from a backup")
-    return EvidenceLog(path=str(path), records=tuple(records), hashes=tuple(hashes), breaks=tuple(breaks),
-                       notes=tuple(notes))
+            breaks.append(
+                f"{path}: line {head.seq} is not the one {head_path(path)} remembers: the log was "
+                "rewritten; restore it from a backup"
+            )
+    return EvidenceLog(
+        path=str(path), records=tuple(records), hashes=tuple(hashes), breaks=tuple(breaks), notes=tuple(notes)
+    )
 
 
 def require_intact(action: str) -> EvidenceLog:
@@ -229,8 +254,10 @@ def _write_head(log: Path, seq: int, digest: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise StateError(f"{path.parent}: cannot create the evidence log's head there ({exc.strerror or exc}); the "
-                         "config directory must be writable") from None
+        raise StateError(
+            f"{path.parent}: cannot create the evidence log's head there ({exc.strerror or exc}); the "
+            "config directory must be writable"
+        ) from None
     atomic_write(path, Head(schema_version=1, log=str(log.absolute()), seq=seq, sha256=digest).model_dump_json() + "\n")
 
 
@@ -243,9 +270,11 @@ def _line(seq: int, prev: str, entry: Entry) -> bytes:
     # break the log for every later entry.
     status, text = signing.verify(ENTRY_SEAL, body, seal)
     if status != "ok":
-        raise StateError(f"{signing.signing_key_path()}: what it signs does not verify ({text}); nothing was entered "
-                         f"in the evidence log: restore the signing key, or add its public half to "
-                         f"{signing.allowed_signers_path()} with namespaces=\"{signing.NAMESPACE}\"")
+        raise StateError(
+            f"{signing.signing_key_path()}: what it signs does not verify ({text}); nothing was entered "
+            f"in the evidence log: restore the signing key, or add its public half to "
+            f'{signing.allowed_signers_path()} with namespaces="{signing.NAMESPACE}"'
+        )
     record = {"schema_version": 1, "seq": seq, "prev": prev, "entry": data, "seal": seal}
     return keyed.canonical(record).encode("utf-8")
 
@@ -279,20 +308,26 @@ def reset(reason: str) -> Record:
     """Start a new log: the old file is kept beside it (`evidence.log.reset-<time>`), and the new log's first
     line says why and which head it replaced. What the old log knew no longer counts for promotion."""
     if not reason.strip():
-        raise StateError("evidence reset needs --reason \"...\": a new log says why the old one was set aside")
+        raise StateError('evidence reset needs --reason "...": a new log says why the old one was set aside')
     path = log_path()
     with FileLock(path.with_name(path.name + ".lock")):
         old = read_log()
         head, _ = _read_head(path)
         kept = None
         if path.exists():
-            kept = path.with_name(f"{LOG_FILE}.reset-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}")
+            kept = path.with_name(f"{LOG_FILE}.reset-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}")
             with writing(kept):
                 os.replace(path, kept)
-        replaced = (f"head {head.seq} {head.sha256[:16]}" if head is not None
-                    else f"{len(old.records)} entries, no head on record")
-        detail = (f"{reason.strip()}; replaced {replaced}" + (f" (kept as {kept.name})" if kept else "")
-                  + (f"; it broke at: {old.breaks[0]}" if old.breaks else ""))
+        replaced = (
+            f"head {head.seq} {head.sha256[:16]}"
+            if head is not None
+            else f"{len(old.records)} entries, no head on record"
+        )
+        detail = (
+            f"{reason.strip()}; replaced {replaced}"
+            + (f" (kept as {kept.name})" if kept else "")
+            + (f"; it broke at: {old.breaks[0]}" if old.breaks else "")
+        )
         line = _line(1, ORIGIN, Entry(kind="reset", at=utcnow(), detail=detail))
         with writing(path):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,5 +341,17 @@ def reset(reason: str) -> Record:
     return Record.model_validate_json(line)
 
 
-__all__ = ["Entry", "EntryKind", "EvidenceLog", "Head", "Record", "append", "head_path", "log_path", "read_log",
-           "require_intact", "reset", "utcnow"]
+__all__ = [
+    "Entry",
+    "EntryKind",
+    "EvidenceLog",
+    "Head",
+    "Record",
+    "append",
+    "head_path",
+    "log_path",
+    "read_log",
+    "require_intact",
+    "reset",
+    "utcnow",
+]

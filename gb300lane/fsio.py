@@ -23,7 +23,6 @@ from gb300lane.canonical import sha256_bytes as sha256_bytes
 from gb300lane.canonical import to_bytes as _to_bytes
 from gb300lane.errors import ReceiptExists, StorageError
 
-
 #: errno values that mean "this storage cannot take the write" (not a bug): each gets a one-line StorageError.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
 #: Least free space a transition (promote, rollback, prune) needs where it writes before it starts.
@@ -39,8 +38,10 @@ def storage_error(path: str | os.PathLike[str] | None, exc: OSError) -> StorageE
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = f"free space on the file system that holds it (`df -h {folder}`), then run the command again"
     elif exc.errno == errno.EROFS:
-        fix = ("the file system is read-only: remount it read-write, or point GB300LANE_STATE_DIR / "
-               "GB300LANE_RESULTS_DIR at a writable directory, then run the command again")
+        fix = (
+            "the file system is read-only: remount it read-write, or point GB300LANE_STATE_DIR / "
+            "GB300LANE_RESULTS_DIR at a writable directory, then run the command again"
+        )
     else:
         fix = f"this user may not write {folder}: fix its permissions (or use another directory)"
     return StorageError(f"{name}: cannot write ({why}); {fix}", why=why, fix=fix)

@@ -39,7 +39,9 @@ def _read(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"{path}: the state key is unreadable ({exc}); it must be a 0600 file of 64 hex digits") from None
+        raise StateError(
+            f"{path}: the state key is unreadable ({exc}); it must be a 0600 file of 64 hex digits"
+        ) from None
     if len(text) != _KEY_HEX or any(c not in "0123456789abcdef" for c in text):
         raise StateError(
             f"{path}: not a state key (expected 64 hex digits); restore it from a backup. Moving it aside starts a "

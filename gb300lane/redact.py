@@ -94,8 +94,9 @@ def secret_shape(value: str) -> str | None:
             return what
     if _hex_run(value):
         return "a hex token of credential length"
-    classes = sum((any(ch.isupper() for ch in value), any(ch.islower() for ch in value),
-                   any(ch.isdigit() for ch in value)))
+    classes = sum(
+        (any(ch.isupper() for ch in value), any(ch.islower() for ch in value), any(ch.isdigit() for ch in value))
+    )
     if FILE_PATH.match(value) and not BASE64_TOKEN.match(value):
         return None  # an absolute path (a mktemp folder's random part is not a credential)
     if BASE64_TOKEN.match(value) and classes >= 2 and _entropy_bits(value) >= BASE64_MIN_BITS:

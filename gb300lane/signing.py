@@ -71,8 +71,10 @@ def allowed_signers_path() -> Path:
 def _ssh_keygen() -> str:
     found = shutil.which("ssh-keygen")
     if found is None:
-        raise StateError("ssh-keygen is not installed; install OpenSSH's client (apt-get install openssh-client): "
-                         "receipts, verdicts and promotions are signed with it")
+        raise StateError(
+            "ssh-keygen is not installed; install OpenSSH's client (apt-get install openssh-client): "
+            "receipts, verdicts and promotions are signed with it"
+        )
     return found
 
 
@@ -106,9 +108,11 @@ def public_key() -> str:
     except (OSError, UnicodeDecodeError):
         got = _run(["-y", "-f", str(key)])
         if got.returncode != 0:
-            raise StateError(f"{key}: not a private key ssh-keygen can read ({_err(got)}); restore it, or move it "
-                             "aside to make a new one (what the old one signed then verifies only while its public "
-                             "half stays in the allowed signers)") from None
+            raise StateError(
+                f"{key}: not a private key ssh-keygen can read ({_err(got)}); restore it, or move it "
+                "aside to make a new one (what the old one signed then verifies only while its public "
+                "half stays in the allowed signers)"
+            ) from None
         return got.stdout.decode("ascii", "replace").strip()
 
 
@@ -148,16 +152,21 @@ def ensure_key() -> Path:
             with open(allowed_signers_path(), "a", encoding="ascii") as fh:
                 fh.write(line + "\n")
         except OSError as exc:
-            raise StateError(f"{allowed_signers_path()}: cannot record the new signing key's public half "
-                             f"({exc.strerror or exc}); add this line to it: {line}") from None
+            raise StateError(
+                f"{allowed_signers_path()}: cannot record the new signing key's public half "
+                f"({exc.strerror or exc}); add this line to it: {line}"
+            ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return key
 
 
 def _err(done: subprocess.CompletedProcess[bytes]) -> str:
-    return (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:][0] if (
-        done.stderr or done.stdout) else f"exit {done.returncode}"
+    return (
+        (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:][0]
+        if (done.stderr or done.stdout)
+        else f"exit {done.returncode}"
+    )
 
 
 def _message(label: str, data: bytes) -> bytes:
@@ -193,8 +202,10 @@ def sign(label: str, data: bytes) -> dict[str, str]:
     key = ensure_key()
     got = _run(["-Y", "sign", "-q", "-f", str(key), "-n", NAMESPACE], _message(label, data))
     if got.returncode != 0:
-        raise StateError(f"{key}: ssh-keygen could not sign ({_err(got)}); the key must be a private key "
-                         "ssh-keygen can read without a passphrase (or one an ssh-agent holds)")
+        raise StateError(
+            f"{key}: ssh-keygen could not sign ({_err(got)}); the key must be a private key "
+            "ssh-keygen can read without a passphrase (or one an ssh-agent holds)"
+        )
     return {"signer": PRINCIPAL, "key": _own_fingerprint(key), "ssh_signature": got.stdout.decode("ascii")}
 
 
@@ -279,8 +290,9 @@ def _is_key_type(field: str) -> bool:
 class Signers:
     """The signers the configuration chose: the allowed-signers lines for this namespace (and principals)."""
 
-    def __init__(self, path: Path, lines: list[SignerLine], wanted: tuple[str, ...] | None,
-                 left_out: list[str]) -> None:
+    def __init__(
+        self, path: Path, lines: list[SignerLine], wanted: tuple[str, ...] | None, left_out: list[str]
+    ) -> None:
         self.path = path
         self.lines = lines
         self.wanted = wanted
@@ -297,7 +309,7 @@ class Signers:
     def describe(self) -> str:
         who = ", ".join(self.principals) or "none"
         narrowed = f" (narrowed by {PRINCIPALS_ENV}={','.join(self.wanted)})" if self.wanted else ""
-        return f"{self.path}: principals {who} with namespaces=\"{NAMESPACE}\"{narrowed}"
+        return f'{self.path}: principals {who} with namespaces="{NAMESPACE}"{narrowed}'
 
 
 def configured_principals() -> tuple[str, ...] | None:
@@ -316,13 +328,15 @@ def chosen_signers() -> Signers | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"{path}: the allowed-signers file is unreadable ({exc}); restore it (one line per signer: "
-                         f'principal namespaces="{NAMESPACE}" ssh-ed25519 AAAA...)') from None
+        raise StateError(
+            f"{path}: the allowed-signers file is unreadable ({exc}); restore it (one line per signer: "
+            f'principal namespaces="{NAMESPACE}" ssh-ed25519 AAAA...)'
+        ) from None
     wanted = configured_principals()
     lines, left_out = [], []
     for line in parse_allowed_signers(text):
         if not line.allows(NAMESPACE):
-            left_out.append(f"line {line.number} ({','.join(line.principals)}): no namespaces=\"{NAMESPACE}\"")
+            left_out.append(f'line {line.number} ({",".join(line.principals)}): no namespaces="{NAMESPACE}"')
             continue
         keep = tuple(p for p in line.principals if wanted is None or p in wanted)
         if not keep:
@@ -338,13 +352,17 @@ def verify(label: str, data: bytes, found: object) -> tuple[SignatureStatus, str
     `found`."""
     if not isinstance(found, dict) or not isinstance(found.get("ssh_signature"), str):
         if isinstance(found, dict) and "hmac_sha256" in found:
-            return "unsigned", ("carries a keyed seal under a state key, not a signature: anyone who can write the "
-                                "state directory can make one; re-register and run the card again")
+            return "unsigned", (
+                "carries a keyed seal under a state key, not a signature: anyone who can write the "
+                "state directory can make one; re-register and run the card again"
+            )
         return "unsigned", "carries no signature"
     chosen = chosen_signers()
     if chosen is None:
-        return "no_signers", f"signed by key {found.get('key')}, but there is no allowed-signers file " \
-                             f"({allowed_signers_path()})"
+        return (
+            "no_signers",
+            f"signed by key {found.get('key')}, but there is no allowed-signers file ({allowed_signers_path()})",
+        )
     message = _message(label, data)
     with tempfile.TemporaryDirectory() as tmp:
         sig = Path(tmp) / "data.sig"
@@ -361,14 +379,17 @@ def verify(label: str, data: bytes, found: object) -> tuple[SignatureStatus, str
                 lines = got.stdout.decode("utf-8", "replace").split() if got.returncode == 0 else []
                 principal = lines[0] if lines else None
             if principal is not None:
-                checked = _run(["-Y", "verify", "-f", str(signers), "-I", principal, "-n", NAMESPACE, "-s", str(sig)],
-                               message)
+                checked = _run(
+                    ["-Y", "verify", "-f", str(signers), "-I", principal, "-n", NAMESPACE, "-s", str(sig)], message
+                )
                 if checked.returncode == 0:
                     return "ok", f"signed by {principal} (key {found.get('key')}), a signer {chosen.path} chooses"
         valid = _run(["-Y", "check-novalidate", "-n", NAMESPACE, "-s", str(sig)], message)
     if valid.returncode == 0:
-        return "not_allowed", (f"signed by key {found.get('key')}, which is not an allowed signer of this "
-                               f"namespace ({chosen.describe()}): a forged or foreign signature")
+        return "not_allowed", (
+            f"signed by key {found.get('key')}, which is not an allowed signer of this "
+            f"namespace ({chosen.describe()}): a forged or foreign signature"
+        )
     return "mismatch", "its signature does not match its content (edited after it was signed)"
 
 
@@ -381,7 +402,9 @@ def check_key() -> str:
     made = sign("preflight", nonce)
     status, text = verify("preflight", nonce, made)
     if status != "ok":
-        raise StateError(f"{key}: a test message signed with the signing key does not verify ({text}); the key's "
-                         f"public half must be a signer of {allowed_signers_path()} with namespaces=\"{NAMESPACE}\" "
-                         "(restore the key that is, or add this key's line: `gb300lane verify` prints it)")
+        raise StateError(
+            f"{key}: a test message signed with the signing key does not verify ({text}); the key's "
+            f'public half must be a signer of {allowed_signers_path()} with namespaces="{NAMESPACE}" '
+            "(restore the key that is, or add this key's line: `gb300lane verify` prints it)"
+        )
     return text

@@ -55,8 +55,10 @@ def template_path(name: str) -> Path:
         if (d / name).is_file():
             return d / name
     where = ", ".join(str(d) for d in paths.template_dirs())
-    raise TemplateError(f"template {name} not found in {where}; reinstall gb300lane, or add your own "
-                        f"templates/{name} in the working directory")
+    raise TemplateError(
+        f"template {name} not found in {where}; reinstall gb300lane, or add your own "
+        f"templates/{name} in the working directory"
+    )
 
 
 def render(name: str, **context: object) -> str:
@@ -67,11 +69,15 @@ def render(name: str, **context: object) -> str:
     try:
         return environment().get_template(name).render(**context)
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"{exc.filename or path}:{exc.lineno}: {exc.message}; fix the template, or remove "
-                            "your copy to use the shipped one") from exc
+        raise TemplateError(
+            f"{exc.filename or path}:{exc.lineno}: {exc.message}; fix the template, or remove "
+            "your copy to use the shipped one"
+        ) from exc
     except jinja2.UndefinedError as exc:
-        raise TemplateError(f"{path}: {exc.message} (the names a template may use are the shipped template's); fix "
-                            "the template, or remove your copy to use the shipped one") from exc
+        raise TemplateError(
+            f"{path}: {exc.message} (the names a template may use are the shipped template's); fix "
+            "the template, or remove your copy to use the shipped one"
+        ) from exc
 
 
 def markup(html: str) -> Markup:

@@ -46,70 +46,184 @@ def marginal_expr() -> str:
 
 
 def _target(expr: str, legend: str, ref: str, *, instant: bool = False, fmt: str = "time_series") -> dict[str, Any]:
-    return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref, "instant": instant,
-            "range": not instant, "format": fmt}
+    return {
+        "datasource": DS,
+        "expr": expr,
+        "legendFormat": legend,
+        "refId": ref,
+        "instant": instant,
+        "range": not instant,
+        "format": fmt,
+    }
 
 
-def _panel(pid: int, title: str, description: str, targets: list[dict[str, Any]], pos: tuple[int, int, int, int], *,
-           kind: str = "timeseries", unit: str = "short") -> dict[str, Any]:
+def _panel(
+    pid: int,
+    title: str,
+    description: str,
+    targets: list[dict[str, Any]],
+    pos: tuple[int, int, int, int],
+    *,
+    kind: str = "timeseries",
+    unit: str = "short",
+) -> dict[str, Any]:
     x, y, w, h = pos
-    return {"id": pid, "type": kind, "title": title, "description": description, "datasource": DS,
-            "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}, "options": {}}
+    return {
+        "id": pid,
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "targets": targets,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {},
+    }
 
 
 def _quantiles(metric: str, name: str) -> list[dict[str, Any]]:
-    return [_target(f"histogram_quantile({q}, {_rate(metric + '_bucket', 'le')})", f"{name} p{int(q * 100)}", ref)
-            for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))]
+    return [
+        _target(f"histogram_quantile({q}, {_rate(metric + '_bucket', 'le')})", f"{name} p{int(q * 100)}", ref)
+        for q, ref in ((0.5, "A"), (0.9, "B"), (0.99, "C"))
+    ]
 
 
 def dashboard() -> dict[str, Any]:
     drafts = _rate("vllm:spec_decode_num_drafts_total")
     panels = [
-        _panel(1, "Tokens per verify step", "1 + accepted draft tokens / drafts: tokens each verify step emits.",
-               [_target(f"1 + {_rate('vllm:spec_decode_num_accepted_tokens_total')} / {drafts}", "tokens/step", "A")],
-               (0, 0, 8, 8)),
-        _panel(2, "Accepted at position (vLLM's convention)",
-               "Accepted at position p over all drafts (vLLM's per-position rate; p is 0-based here). With a "
-               "k schedule, drafts shorter than p count as not accepted.",
-               [_target(f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', 'position')} "
-                        f"/ ignoring (position) group_left {drafts}", "p={{position}}", "A")],
-               (8, 0, 8, 8), unit="percentunit"),
-        _panel(3, "Marginal acceptance per position",
-               "Accepted at p / accepted at p-1: the chance a draft token is accepted given the one before it was "
-               "(exact while k is fixed; the write-up's Figure 5).",
-               [_target(marginal_expr(), "p={{position}}", "A")], (16, 0, 8, 8), unit="percentunit"),
-        _panel(4, "Draft tokens per draft", "Draft tokens / drafts: the mean draft length the lane runs (its k).",
-               [_target(f"{_rate('vllm:spec_decode_num_draft_tokens_total')} / {drafts}", "draft tokens/draft", "A")],
-               (0, 8, 8, 8)),
-        _panel(5, "Generation throughput", "Generated tokens per second (vllm:generation_tokens_total).",
-               [_target(_rate("vllm:generation_tokens_total"), "tok/s", "A"),
-                _target(_rate("vllm:request_success_total"), "requests/s", "B")], (8, 8, 8, 8)),
-        _panel(6, "Requests running and waiting", "The engine's batch and its queue.",
-               [_target("sum (vllm:num_requests_running)", "running", "A"),
-                _target("sum (vllm:num_requests_waiting)", "waiting", "B")], (16, 8, 8, 8)),
-        _panel(7, "Time to first token", "Percentiles of vllm:time_to_first_token_seconds.",
-               _quantiles("vllm:time_to_first_token_seconds", "TTFT"), (0, 16, 8, 8), unit="s"),
-        _panel(8, "Time per output token", "Percentiles of vllm:request_time_per_output_token_seconds.",
-               _quantiles("vllm:request_time_per_output_token_seconds", "TPOT"), (8, 16, 8, 8), unit="s"),
-        _panel(9, "End-to-end latency", "Percentiles of vllm:e2e_request_latency_seconds.",
-               _quantiles("vllm:e2e_request_latency_seconds", "E2E"), (16, 16, 8, 8), unit="s"),
-        _panel(10, "Production", "The recipe serving production and the kept rollback pair (gb300lane metrics).",
-               [_target("gb300lane_production_info", "{{recipe}} {{fingerprint}}", "A", instant=True, fmt="table"),
-                _target("gb300lane_rollback_pair_info", "{{recipe}} {{fingerprint}}", "B", instant=True, fmt="table")],
-               (0, 24, 12, 6), kind="table"),
-        _panel(11, "Verdicts", "Each card's newest verdict (1 on its verdict) and its number.",
-               [_target("gb300lane_card_verdict == 1", "{{card}} {{verdict}}", "A", instant=True, fmt="table"),
-                _target("gb300lane_card_verdict_number", "{{card}}", "B", instant=True, fmt="table")],
-               (12, 24, 12, 6), kind="table"),
-        _panel(12, "Promotion ledger", "Promotions, rollbacks, failures, recoveries and prunes on record.",
-               [_target("gb300lane_ledger_events_total", "{{kind}}", "A"),
-                _target("gb300lane_transition_unfinished", "unfinished {{kind}}", "B")], (0, 30, 8, 8)),
-        _panel(13, "Boot seconds", "The newest boot of each fingerprint, containers started to ready.",
-               [_target("gb300lane_boot_seconds", "{{fingerprint}} ({{outcome}})", "A")], (8, 30, 8, 8), unit="s"),
-        _panel(14, "Compile-cache outcomes of recorded boots", "Hits and misses of the boots the hash ledger keeps.",
-               [_target("sum by (outcome) (gb300lane_boots_recorded)", "{{outcome}}", "A"),
-                _target("gb300lane_facts_up", "facts readable: {{source}}", "B")], (16, 30, 8, 8)),
+        _panel(
+            1,
+            "Tokens per verify step",
+            "1 + accepted draft tokens / drafts: tokens each verify step emits.",
+            [_target(f"1 + {_rate('vllm:spec_decode_num_accepted_tokens_total')} / {drafts}", "tokens/step", "A")],
+            (0, 0, 8, 8),
+        ),
+        _panel(
+            2,
+            "Accepted at position (vLLM's convention)",
+            "Accepted at position p over all drafts (vLLM's per-position rate; p is 0-based here). With a "
+            "k schedule, drafts shorter than p count as not accepted.",
+            [
+                _target(
+                    f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', 'position')} "
+                    f"/ ignoring (position) group_left {drafts}",
+                    "p={{position}}",
+                    "A",
+                )
+            ],
+            (8, 0, 8, 8),
+            unit="percentunit",
+        ),
+        _panel(
+            3,
+            "Marginal acceptance per position",
+            "Accepted at p / accepted at p-1: the chance a draft token is accepted given the one before it was "
+            "(exact while k is fixed; the write-up's Figure 5).",
+            [_target(marginal_expr(), "p={{position}}", "A")],
+            (16, 0, 8, 8),
+            unit="percentunit",
+        ),
+        _panel(
+            4,
+            "Draft tokens per draft",
+            "Draft tokens / drafts: the mean draft length the lane runs (its k).",
+            [_target(f"{_rate('vllm:spec_decode_num_draft_tokens_total')} / {drafts}", "draft tokens/draft", "A")],
+            (0, 8, 8, 8),
+        ),
+        _panel(
+            5,
+            "Generation throughput",
+            "Generated tokens per second (vllm:generation_tokens_total).",
+            [
+                _target(_rate("vllm:generation_tokens_total"), "tok/s", "A"),
+                _target(_rate("vllm:request_success_total"), "requests/s", "B"),
+            ],
+            (8, 8, 8, 8),
+        ),
+        _panel(
+            6,
+            "Requests running and waiting",
+            "The engine's batch and its queue.",
+            [
+                _target("sum (vllm:num_requests_running)", "running", "A"),
+                _target("sum (vllm:num_requests_waiting)", "waiting", "B"),
+            ],
+            (16, 8, 8, 8),
+        ),
+        _panel(
+            7,
+            "Time to first token",
+            "Percentiles of vllm:time_to_first_token_seconds.",
+            _quantiles("vllm:time_to_first_token_seconds", "TTFT"),
+            (0, 16, 8, 8),
+            unit="s",
+        ),
+        _panel(
+            8,
+            "Time per output token",
+            "Percentiles of vllm:request_time_per_output_token_seconds.",
+            _quantiles("vllm:request_time_per_output_token_seconds", "TPOT"),
+            (8, 16, 8, 8),
+            unit="s",
+        ),
+        _panel(
+            9,
+            "End-to-end latency",
+            "Percentiles of vllm:e2e_request_latency_seconds.",
+            _quantiles("vllm:e2e_request_latency_seconds", "E2E"),
+            (16, 16, 8, 8),
+            unit="s",
+        ),
+        _panel(
+            10,
+            "Production",
+            "The recipe serving production and the kept rollback pair (gb300lane metrics).",
+            [
+                _target("gb300lane_production_info", "{{recipe}} {{fingerprint}}", "A", instant=True, fmt="table"),
+                _target("gb300lane_rollback_pair_info", "{{recipe}} {{fingerprint}}", "B", instant=True, fmt="table"),
+            ],
+            (0, 24, 12, 6),
+            kind="table",
+        ),
+        _panel(
+            11,
+            "Verdicts",
+            "Each card's newest verdict (1 on its verdict) and its number.",
+            [
+                _target("gb300lane_card_verdict == 1", "{{card}} {{verdict}}", "A", instant=True, fmt="table"),
+                _target("gb300lane_card_verdict_number", "{{card}}", "B", instant=True, fmt="table"),
+            ],
+            (12, 24, 12, 6),
+            kind="table",
+        ),
+        _panel(
+            12,
+            "Promotion ledger",
+            "Promotions, rollbacks, failures, recoveries and prunes on record.",
+            [
+                _target("gb300lane_ledger_events_total", "{{kind}}", "A"),
+                _target("gb300lane_transition_unfinished", "unfinished {{kind}}", "B"),
+            ],
+            (0, 30, 8, 8),
+        ),
+        _panel(
+            13,
+            "Boot seconds",
+            "The newest boot of each fingerprint, containers started to ready.",
+            [_target("gb300lane_boot_seconds", "{{fingerprint}} ({{outcome}})", "A")],
+            (8, 30, 8, 8),
+            unit="s",
+        ),
+        _panel(
+            14,
+            "Compile-cache outcomes of recorded boots",
+            "Hits and misses of the boots the hash ledger keeps.",
+            [
+                _target("sum by (outcome) (gb300lane_boots_recorded)", "{{outcome}}", "A"),
+                _target("gb300lane_facts_up", "facts readable: {{source}}", "B"),
+            ],
+            (16, 30, 8, 8),
+        ),
     ]
     return {
         "title": "gb300lane lane",
@@ -122,12 +236,24 @@ def dashboard() -> dict[str, Any]:
         "timezone": "utc",
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
-        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}]},
-        "annotations": {"list": [
-            {"name": "Lane events", "datasource": DS, "enable": True, "iconColor": "orange",
-             "expr": "gb300lane_ledger_event_last_timestamp_seconds * 1000", "useValueForTime": True,
-             "titleFormat": "{{kind}}", "textFormat": "{{recipe}}", "step": "60s"},
-        ]},
+        "templating": {
+            "list": [{"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}]
+        },
+        "annotations": {
+            "list": [
+                {
+                    "name": "Lane events",
+                    "datasource": DS,
+                    "enable": True,
+                    "iconColor": "orange",
+                    "expr": "gb300lane_ledger_event_last_timestamp_seconds * 1000",
+                    "useValueForTime": True,
+                    "titleFormat": "{{kind}}",
+                    "textFormat": "{{recipe}}",
+                    "step": "60s",
+                },
+            ]
+        },
         "panels": panels,
     }
 

@@ -28,8 +28,14 @@ from collections.abc import Callable
 from scipy.optimize import brentq
 
 from gb300lane.bench.fidelity import (
-    FIDELITY_CLASSES, WRITEUP_FIG4_TPS, WRITEUP_PROSE_K9, WRITEUP_TPS_K5, WRITEUP_TPS_K9, class_prompts,
-    figure4_window, run_window,
+    FIDELITY_CLASSES,
+    WRITEUP_FIG4_TPS,
+    WRITEUP_PROSE_K9,
+    WRITEUP_TPS_K5,
+    WRITEUP_TPS_K9,
+    class_prompts,
+    figure4_window,
+    run_window,
 )
 from gb300lane.engine.calibration import CALIBRATION_FILE, Calibration, ClassParams, DrafterParams
 from gb300lane.engine.model import BuiltinModel, load_model, with_calibration
@@ -49,8 +55,15 @@ def _root(f: Callable[[float], float], lo: float, hi: float, xtol: float) -> flo
 
 
 class Fitter:
-    def __init__(self, base: BuiltinModel, cal: Calibration, transcripts: int, tokens: int,
-                 fig4_transcripts: int, fig4_tokens: int) -> None:
+    def __init__(
+        self,
+        base: BuiltinModel,
+        cal: Calibration,
+        transcripts: int,
+        tokens: int,
+        fig4_transcripts: int,
+        fig4_tokens: int,
+    ) -> None:
         self.base, self.cal = base, cal
         self.tokens, self.fig4_transcripts, self.fig4_tokens = tokens, fig4_transcripts, fig4_tokens
         self.prompts = {c: class_prompts(base, c, transcripts) for c in FIDELITY_CLASSES}
@@ -78,18 +91,24 @@ class Fitter:
     def fit_k5(self, cls: str) -> None:
         target = WRITEUP_TPS_K5[cls]
         self.cal = self._with(cls, predictability=1.0)
-        mu = _root(lambda m: self.tps(self._with(cls, miss=m), cls, 5, "standard").tokens_per_step - target,
-                   0.0, 0.95, 2e-3)
+        mu = _root(
+            lambda m: self.tps(self._with(cls, miss=m), cls, 5, "standard").tokens_per_step - target, 0.0, 0.95, 2e-3
+        )
         self.cal = self._with(cls, miss=round(mu, 4))
         if mu == 0.0:
-            rho = _root(lambda r: self.tps(self._with(cls, predictability=r), cls, 5, "standard").tokens_per_step
-                        - target, 0.2, 1.0, 2e-3)
+            rho = _root(
+                lambda r: self.tps(self._with(cls, predictability=r), cls, 5, "standard").tokens_per_step - target,
+                0.2,
+                1.0,
+                2e-3,
+            )
             self.cal = self._with(cls, predictability=round(rho, 4))
 
     def fit_omega(self, cls: str) -> None:
         target = WRITEUP_TPS_K9[cls]
-        omega = _root(lambda w: self.tps(self._with(cls, wide_block=w), cls, 9, "block").tokens_per_step - target,
-                      0.0, 0.95, 2e-3)
+        omega = _root(
+            lambda w: self.tps(self._with(cls, wide_block=w), cls, 9, "block").tokens_per_step - target, 0.0, 0.95, 2e-3
+        )
         self.cal = self._with(cls, wide_block=round(omega, 4))
 
     def fit_sigma(self) -> None:
@@ -100,25 +119,33 @@ class Fitter:
         def tail(c: float) -> float:
             w = self.tps(self._with(drafter={"cliff": c}), "prose", 9, "block")
             return sum(w.a_p(9)[5:]) - PROSE_TAIL
+
         self.cal = self._with(drafter={"cliff": round(_root(tail, 0.0, 0.95, 2e-3), 4)})
 
 
 def residual_table(f: Fitter) -> list[str]:
-    lines = [f"{'class':<11} {'mu':>7} {'rho':>7} {'omega':>7} {'k5 fit':>7} {'k5 w-up':>7} {'resid':>7} "
-             f"{'k9 fit':>7} {'k9 w-up':>7} {'resid':>7}"]
+    lines = [
+        f"{'class':<11} {'mu':>7} {'rho':>7} {'omega':>7} {'k5 fit':>7} {'k5 w-up':>7} {'resid':>7} "
+        f"{'k9 fit':>7} {'k9 w-up':>7} {'resid':>7}"
+    ]
     for cls in FIDELITY_CLASSES:
         p = f.cal.classes[cls]
         t5 = f.tps(f.cal, cls, 5, "standard").tokens_per_step
         t9 = f.tps(f.cal, cls, 9, "block").tokens_per_step
-        lines.append(f"{cls:<11} {p.miss:>7.4f} {p.predictability:>7.4f} {p.wide_block:>7.4f} {t5:>7.3f} {WRITEUP_TPS_K5[cls]:>7.2f} "
-                     f"{t5 - WRITEUP_TPS_K5[cls]:>+7.3f} {t9:>7.3f} {WRITEUP_TPS_K9[cls]:>7.2f} "
-                     f"{t9 - WRITEUP_TPS_K9[cls]:>+7.3f}")
+        lines.append(
+            f"{cls:<11} {p.miss:>7.4f} {p.predictability:>7.4f} {p.wide_block:>7.4f} {t5:>7.3f} {WRITEUP_TPS_K5[cls]:>7.2f} "
+            f"{t5 - WRITEUP_TPS_K5[cls]:>+7.3f} {t9:>7.3f} {WRITEUP_TPS_K9[cls]:>7.2f} "
+            f"{t9 - WRITEUP_TPS_K9[cls]:>+7.3f}"
+        )
     prose9 = f.tps(f.cal, "prose", 9, "block").a_p(9)
-    lines.append(f"prose k=9 positions 6-9: {sum(prose9[5:]):.3f} (write-up {PROSE_TAIL:.3f}); "
-                 f"a_p {' '.join(f'{x:.3f}' for x in prose9)}")
+    lines.append(
+        f"prose k=9 positions 6-9: {sum(prose9[5:]):.3f} (write-up {PROSE_TAIL:.3f}); "
+        f"a_p {' '.join(f'{x:.3f}' for x in prose9)}"
+    )
     effect = f.fig4_effect(f.cal)
-    lines.append(f"Figure 4 block effect: {effect:+.4f} (write-up {FIG4_EFFECT:+.4f}); drafter: "
-                 f"{f.cal.drafter.model_dump()}")
+    lines.append(
+        f"Figure 4 block effect: {effect:+.4f} (write-up {FIG4_EFFECT:+.4f}); drafter: {f.cal.drafter.model_dump()}"
+    )
     return lines
 
 
@@ -144,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(ns.passes):
         for cls in FIDELITY_CLASSES:
             f.fit_k5(cls)
-        print(f"pass {n + 1}: mu, rho {[(f.cal.classes[c].miss, f.cal.classes[c].predictability) for c in FIDELITY_CLASSES]}", flush=True)
+        print(
+            f"pass {n + 1}: mu, rho {[(f.cal.classes[c].miss, f.cal.classes[c].predictability) for c in FIDELITY_CLASSES]}",
+            flush=True,
+        )
         f.fit_sigma()
         print(f"pass {n + 1}: sigma {f.cal.drafter.noise}", flush=True)
     for cls in FIDELITY_CLASSES:

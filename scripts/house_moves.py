@@ -485,8 +485,11 @@ def rewrite_only(*, dry: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print what would change; change nothing")
-    parser.add_argument("--rewrite-only", action="store_true",
-                        help="after the moves: rewrite the old names in what was written since (a merged branch)")
+    parser.add_argument(
+        "--rewrite-only",
+        action="store_true",
+        help="after the moves: rewrite the old names in what was written since (a merged branch)",
+    )
     args = parser.parse_args(argv)
     dry = args.dry_run
     if args.rewrite_only:

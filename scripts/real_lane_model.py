@@ -57,10 +57,27 @@ CONFIG = {
     "vocab_size": 2048,
     "seq_len": 128,
     "max_position_embeddings": 1024,
-    "target": {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 3,
-               "intermediate_size": 384, "steps": 600, "batch": 24, "lr": 3e-3},
-    "draft": {"hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1,
-              "intermediate_size": 256, "steps": 400, "batch": 24, "lr": 3e-3, "distill_weight": 0.8},
+    "target": {
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 3,
+        "intermediate_size": 384,
+        "steps": 600,
+        "batch": 24,
+        "lr": 3e-3,
+    },
+    "draft": {
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 1,
+        "intermediate_size": 256,
+        "steps": 400,
+        "batch": 24,
+        "lr": 3e-3,
+        "distill_weight": 0.8,
+    },
     "seed": 20261201,
     "threads": 2,
 }
@@ -207,9 +224,7 @@ def build(out: Path, *, force: bool = False) -> dict:
 
     tok = _train_tokenizer(texts, tmp)
     eos_id = tok.convert_tokens_to_ids(EOS)
-    ids = np.concatenate(
-        [np.asarray(tok(texts[c] + f"\n{EOS}\n")["input_ids"], dtype=np.int32) for c in CLASSES]
-    )
+    ids = np.concatenate([np.asarray(tok(texts[c] + f"\n{EOS}\n")["input_ids"], dtype=np.int32) for c in CLASSES])
     print(f"tokenizer: {len(tok)} tokens; training text {len(ids):,} tokens", flush=True)
 
     target = _llama(CONFIG["target"], len(tok), eos_id)

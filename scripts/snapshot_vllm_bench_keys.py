@@ -85,8 +85,10 @@ def _function(tree: ast.Module, predicate: Any) -> ast.AsyncFunctionDef | ast.Fu
 
 
 def _assigns_name(fn: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
-               for n in ast.walk(fn))
+    return any(
+        isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+        for n in ast.walk(fn)
+    )
 
 
 def snapshot(wheel: Path) -> dict[str, Any]:
@@ -99,12 +101,19 @@ def snapshot(wheel: Path) -> dict[str, Any]:
     tree = ast.parse(text)
 
     saver = _function(tree, lambda f: _assigns_name(f, "result_json"))
-    header = [(k, cond) for k, cond in ((_const_key(s), c) for s, c in _subscript_assigns(saver, "result_json"))
-              if k is not None]
+    header = [
+        (k, cond)
+        for k, cond in ((_const_key(s), c) for s, c in _subscript_assigns(saver, "result_json"))
+        if k is not None
+    ]
     detailed: list[str] = []
     for node in ast.walk(saver):
-        if (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == "field"
-                and isinstance(node.iter, ast.List)):
+        if (
+            isinstance(node, ast.For)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "field"
+            and isinstance(node.iter, ast.List)
+        ):
             detailed = [k for k in (_const_key(e) for e in node.iter.elts) if k is not None]
     if not detailed:
         raise SystemExit(f"{SERVE}: no save_detailed field list found; update scripts/snapshot_vllm_bench_keys.py")
@@ -112,30 +121,51 @@ def snapshot(wheel: Path) -> dict[str, Any]:
     bench = _function(tree, lambda f: f.name == "benchmark")
     generation: list[str] = []
     for node in ast.walk(bench):
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "result" for t in node.targets)
-                and isinstance(node.value, ast.Dict)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "result" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
             keys = [k for k in (_const_key(e) for e in node.value.keys if e is not None) if k is not None]
             if "output_throughput" in keys:
                 generation = keys
     if not generation:
         raise SystemExit(f"{SERVE}: no generation result dict found; update scripts/snapshot_vllm_bench_keys.py")
-    spec_decode = sorted({k for k in (_const_key(s) for s, _ in _subscript_assigns(bench, "result"))
-                         if k is not None and k.startswith("spec_decode_")})
+    spec_decode = sorted(
+        {
+            k
+            for k in (_const_key(s) for s, _ in _subscript_assigns(bench, "result"))
+            if k is not None and k.startswith("spec_decode_")
+        }
+    )
     templates = sorted({t for t in (_template(s) for s, _ in _subscript_assigns(bench, "result")) if t is not None})
     metrics = []
     for node in ast.walk(bench):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "process_one_metric"
-                and node.args and _const_key(node.args[0])):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "process_one_metric"
+            and node.args
+            and _const_key(node.args[0])
+        ):
             metrics.append(_const_key(node.args[0]))
 
     main_fn = _function(tree, lambda f: _assigns_name(f, "default_percentile_metrics"))
-    defaults = [_const_key(n.value) for n in ast.walk(main_fn)
-                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "default_percentile_metrics"
-                                                     for t in n.targets)]
+    defaults = [
+        _const_key(n.value)
+        for n in ast.walk(main_fn)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "default_percentile_metrics" for t in n.targets)
+    ]
     metric_percentiles = None
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
-                and node.args and _const_key(node.args[0]) == "--metric-percentiles"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+            and node.args
+            and _const_key(node.args[0]) == "--metric-percentiles"
+        ):
             metric_percentiles = next(_const_key(kw.value) for kw in node.keywords if kw.arg == "default")
     if not defaults or metric_percentiles is None:
         raise SystemExit(f"{SERVE}: no percentile defaults found; update scripts/snapshot_vllm_bench_keys.py")
@@ -164,8 +194,12 @@ def snapshot(wheel: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("wheel", type=Path, help="path to a downloaded vllm-<version>-*.whl")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output file (default gb300lane/data/vllm-<version>-bench-serve-keys.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output file (default gb300lane/data/vllm-<version>-bench-serve-keys.json)",
+    )
     args = parser.parse_args(argv)
     data = snapshot(args.wheel)
     out = args.out or ROOT / "gb300lane" / "data" / f"vllm-{data['vllm_version']}-bench-serve-keys.json"
@@ -174,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(out)
     s = data["save_result"]
-    print(f"{out}: {len(s['header_keys'])} header keys, {len(s['generation_keys'])} result keys, "
-          f"{len(s['spec_decode_keys'])} spec-decode keys, {len(s['percentile_key_templates'])} percentile templates")
+    print(
+        f"{out}: {len(s['header_keys'])} header keys, {len(s['generation_keys'])} result keys, "
+        f"{len(s['spec_decode_keys'])} spec-decode keys, {len(s['percentile_key_templates'])} percentile templates"
+    )
     return 0
 
 

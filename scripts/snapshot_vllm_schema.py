@@ -34,7 +34,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("vllm_surface_probe", ROOT / "gb300lane" / "data" / "_vllm_surface_probe.py")
+_spec = importlib.util.spec_from_file_location(
+    "vllm_surface_probe", ROOT / "gb300lane" / "data" / "_vllm_surface_probe.py"
+)
 assert _spec is not None and _spec.loader is not None
 _probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_probe)
@@ -44,8 +46,12 @@ snapshot = _probe.snapshot
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("wheel", type=Path, help="a downloaded vllm-<version>-*.whl, or a site-packages directory with vllm installed")
-    parser.add_argument("--out", type=Path, default=None, help="output file (default gb300lane/data/vllm-<version>-schema.json)")
+    parser.add_argument(
+        "wheel", type=Path, help="a downloaded vllm-<version>-*.whl, or a site-packages directory with vllm installed"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output file (default gb300lane/data/vllm-<version>-schema.json)"
+    )
     args = parser.parse_args(argv)
     data = snapshot(args.wheel)
     out = args.out or ROOT / "gb300lane" / "data" / f"vllm-{data['vllm_version']}-schema.json"
@@ -53,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     tmp.replace(out)
-    print(f"{out}: {len(data['speculative_config']['fields'])} speculative fields, "
-          f"{len(data['engine_args']['fields'])} engine args, "
-          f"{len(data['frontend_args']['fields'])} server args, "
-          f"{len(data['compilation_config']['fields'])} compilation fields")
+    print(
+        f"{out}: {len(data['speculative_config']['fields'])} speculative fields, "
+        f"{len(data['engine_args']['fields'])} engine args, "
+        f"{len(data['frontend_args']['fields'])} server args, "
+        f"{len(data['compilation_config']['fields'])} compilation fields"
+    )
     return 0
 
 

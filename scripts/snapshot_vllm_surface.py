@@ -38,17 +38,23 @@ def main(argv: list[str] | None = None) -> int:
     got = surface.ProbeReport.model_validate(probe.probe(args.source, surface.probe_literals()))
     families = None
     if args.scrape is not None:
-        families = {n: t for n, t in served_families(args.scrape.read_text(), source=str(args.scrape)).items()
-                    if n.startswith("vllm:")}
+        families = {
+            n: t
+            for n, t in served_families(args.scrape.read_text(), source=str(args.scrape)).items()
+            if n.startswith("vllm:")
+        }
     label = str(args.source)
     found = surface.from_probe(label, got, families=families)
     out = args.out or ROOT / "gb300lane" / "data" / f"vllm-{got.vllm_version}-surface.json"
     how = f"live scrape ({args.scrape.name})" if args.scrape else f"source ({Path(label).name})"
-    atomic_write(out, dumps_json(surface.golden_payload(found, families_from=how,
-                                                        log_lines_from=f"source ({Path(label).name})")))
-    print(f"{out}: {len(found.families)} families ({how}), "
-          f"{sum(1 for v in found.log_lines.values() if v)} of {len(found.log_lines)} log lines, "
-          f"{len(found.compile_env)} compile env names")
+    atomic_write(
+        out, dumps_json(surface.golden_payload(found, families_from=how, log_lines_from=f"source ({Path(label).name})"))
+    )
+    print(
+        f"{out}: {len(found.families)} families ({how}), "
+        f"{sum(1 for v in found.log_lines.values() if v)} of {len(found.log_lines)} log lines, "
+        f"{len(found.compile_env)} compile env names"
+    )
     return 0
 
 

@@ -69,8 +69,9 @@ def _podman_problem() -> str | None:
             _podman_state["problem"] = "podman is not installed"
         else:
             try:
-                probe = subprocess.run(["podman", "info", "--format", "{{.Version.Version}}"],
-                                       capture_output=True, text=True, timeout=60)
+                probe = subprocess.run(
+                    ["podman", "info", "--format", "{{.Version.Version}}"], capture_output=True, text=True, timeout=60
+                )
                 _podman_state["problem"] = None if probe.returncode == 0 else probe.stderr.strip()[-500:]
             except (OSError, subprocess.TimeoutExpired) as exc:
                 _podman_state["problem"] = f"{type(exc).__name__}: {exc}"
@@ -102,8 +103,12 @@ def _prometheus_problem() -> str | None:
 
 
 def _aarch64_problem() -> str | None:
-    missing = [tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static", "gcc", "file") if shutil.which(tool) is None]
+    missing = [
+        tool for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static", "gcc", "file") if shutil.which(tool) is None
+    ]
     return f"{', '.join(missing)} not installed" if missing else None
+
+
 def _real_vllm_problem() -> str | None:
     base = Path(os.environ.get("GB300LANE_REAL_LANE_DIR") or Path.home() / ".cache/gb300lane/real-lane")
     python = base / "venv" / "bin" / "python"
@@ -126,11 +131,18 @@ _COMPONENTS = {
     "mounts": ("GB300LANE_SKIP_MOUNTS", "run as root (unshare -m and mount -t tmpfs)", _mounts_problem),
     "chromium": ("GB300LANE_SKIP_CHROMIUM", "install Debian's chromium (bash .ci/run does)", _chromium_problem),
     "prometheus": ("GB300LANE_SKIP_PROMETHEUS", "install Debian's prometheus (bash .ci/run does)", _prometheus_problem),
-    "aarch64": ("GB300LANE_SKIP_AARCH64", "install Debian's gcc-aarch64-linux-gnu and qemu-user-static "
-                "(apt-get install gcc-aarch64-linux-gnu qemu-user-static file; bash .ci/run does)", _aarch64_problem),
+    "aarch64": (
+        "GB300LANE_SKIP_AARCH64",
+        "install Debian's gcc-aarch64-linux-gnu and qemu-user-static "
+        "(apt-get install gcc-aarch64-linux-gnu qemu-user-static file; bash .ci/run does)",
+        _aarch64_problem,
+    ),
     "real_vllm": ("GB300LANE_SKIP_REAL_VLLM", "run `make real-lane` (scripts/real_lane.sh)", _real_vllm_problem),
-    "registry": ("GB300LANE_SKIP_REGISTRY", "install Debian's docker-registry (apt-get install docker-registry; "
-                 "bash .ci/run does)", _registry_problem),
+    "registry": (
+        "GB300LANE_SKIP_REGISTRY",
+        "install Debian's docker-registry (apt-get install docker-registry; bash .ci/run does)",
+        _registry_problem,
+    ),
 }
 
 
@@ -186,7 +198,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker, (skip_var, fix, probe) in needed:
         problem = probe()
         if problem:
-            where = f" (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')})" if marker == "docker" else ""
+            where = (
+                f" (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')})"
+                if marker == "docker"
+                else ""
+            )
             pytest.fail(
                 f"this test needs {marker} and it does not answer{where}: {problem}; "
                 f"{fix}, or set {skip_var}=1 to skip {marker} tests",

@@ -73,7 +73,9 @@ def running_engine(
         if wait_ready:
             deadline = time.monotonic() + ready_timeout_s
             while _health(url) != 200:
-                assert time.monotonic() < deadline, f"the engine on {url} was not ready in {ready_timeout_s} s:\n{log.getvalue()[-2000:]}"
+                assert time.monotonic() < deadline, (
+                    f"the engine on {url} was not ready in {ready_timeout_s} s:\n{log.getvalue()[-2000:]}"
+                )
                 time.sleep(0.05)
         yield RunningEngine(url=url, port=port, server=server, log=log)
     finally:

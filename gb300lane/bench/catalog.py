@@ -101,9 +101,11 @@ def with_overrides(
     max_tokens where the window lets requests stop at EOS). `workload` runs another workload's transcripts (its
     dev part: exploration never reads a held-out part); give its classes with `classes` unless it has the window's."""
     if window.held_out:
-        raise BenchError(f"window {window.name!r} runs the held-out part of workload {window.workload}: a bench run "
-                         "is exploration, which reads only the dev part; run it with a card (held_out: true) for "
-                         "its confirmatory verdict, or drop held_out from the window")
+        raise BenchError(
+            f"window {window.name!r} runs the held-out part of workload {window.workload}: a bench run "
+            "is exploration, which reads only the dev part; run it with a card (held_out: true) for "
+            "its confirmatory verdict, or drop held_out from the window"
+        )
     if workload is not None and workload != BUILTIN and classes is None:
         classes = list(load_workload(workload).classes)  # the window's classes are another workload's
     data = window.model_dump()
@@ -120,7 +122,9 @@ def with_overrides(
     try:
         return WindowSpec.model_validate(data)
     except ValidationError as exc:
-        raise BenchError(f"window {window.name!r} with overrides: {format_validation_error(exc)}; fix the override options") from None
+        raise BenchError(
+            f"window {window.name!r} with overrides: {format_validation_error(exc)}; fix the override options"
+        ) from None
 
 
 def lane_endpoint(recipe: Recipe) -> tuple[str, str]:

@@ -107,8 +107,9 @@ def make_record(
         spec_decode=outcome.spec_decode,
         event_times_s=outcome.event_times_s,
         sent_s=outcome.sent_s,
-        quality=None if ask is None or not outcome.ok else check(
-            ask, text=outcome.content, tool_calls=outcome.tool_calls, finish_reason=outcome.finish_reason),
+        quality=None
+        if ask is None or not outcome.ok
+        else check(ask, text=outcome.content, tool_calls=outcome.tool_calls, finish_reason=outcome.finish_reason),
     )
 
 
@@ -137,7 +138,11 @@ def spec_from_scrapes(
     try:
         first = _parse(before.text, model, "/metrics before the cell")
         last = _parse(after.text, model, "/metrics after the cell")
-        if first.spec.drafts_by_length is None and first.spec.num_drafts == 0 and last.spec.drafts_by_length is not None:
+        if (
+            first.spec.drafts_by_length is None
+            and first.spec.num_drafts == 0
+            and last.spec.drafts_by_length is not None
+        ):
             # A fresh engine prints the labelled family with no samples yet: that is zero drafts of every length.
             first = first.model_copy(update={"spec": first.spec.model_copy(update={"drafts_by_length": {}})})
         d = spec.delta(first, last)
@@ -223,8 +228,11 @@ def summarize_cell(
         if gauges is not None and gauges.requests_running is not None:
             server_count = (mid_cell[0], gauges.requests_running + (gauges.requests_waiting or 0.0))
     delivered, load_reasons, load_notes = delivered_load(
-        records, concurrency=concurrency if request_rate is None else None, request_rate=request_rate,
-        schedule=schedule, server=server_count,
+        records,
+        concurrency=concurrency if request_rate is None else None,
+        request_rate=request_rate,
+        schedule=schedule,
+        server=server_count,
     )
     invalid.extend(load_reasons)
     notes.extend(load_notes)
@@ -254,8 +262,11 @@ def summarize_cell(
         seeded = any(r.seed >= 0 for r in records)
         notes.append(
             f"concurrency {concurrency} is above the {n} transcripts: each was sent {repeats} times"
-            + (", every pass with its own seeds (records carry `repeat` and `seed`)" if seeded
-               else " (unseeded window: the passes send identical requests; records carry `repeat`)")
+            + (
+                ", every pass with its own seeds (records carry `repeat` and `seed`)"
+                if seeded
+                else " (unseeded window: the passes send identical requests; records carry `repeat`)"
+            )
         )
     return CellResult(
         cls=cls,

@@ -105,9 +105,7 @@ class SSEParser:
                 # One `data:` line: what every OpenAI-compatible server sends, parsed without splitting.
                 events.append(buf[start + 5 : end].lstrip(b" ").decode("utf-8", errors="replace"))
             else:
-                lines = [
-                    line[5:].lstrip(b" ") for line in buf[start:end].split(b"\n") if line.startswith(b"data:")
-                ]
+                lines = [line[5:].lstrip(b" ") for line in buf[start:end].split(b"\n") if line.startswith(b"data:")]
                 if lines:
                     events.append(b"\n".join(lines).decode("utf-8", errors="replace"))
             start = end + 2
@@ -168,8 +166,13 @@ def _chunk_parts(chunk: dict[str, Any]) -> tuple[str, list[tuple[int, str | None
             fn = call.get("function") or {}
             index = call.get("index")
             name = fn.get("name")
-            calls.append((index if isinstance(index, int) else pos, name if isinstance(name, str) else None,
-                          fn.get("arguments") or ""))
+            calls.append(
+                (
+                    index if isinstance(index, int) else pos,
+                    name if isinstance(name, str) else None,
+                    fn.get("arguments") or "",
+                )
+            )
     return "".join(parts), calls
 
 
@@ -334,9 +337,14 @@ def kernel_stamps(transport: Any) -> _StampingSocket | None:
     except (OSError, AttributeError):
         return None
     return stamping
+
+
 #: vLLM 0.32's names for a request's spec-decode counters (0.33 renamed them): 0.33 name -> 0.32 name.
-_SPEC_FIELDS_0_32 = {"num_drafts": "num_spec_steps", "num_draft_tokens": "num_draft_tokens",
-                     "num_accepted_tokens": "num_accepted_draft_tokens"}
+_SPEC_FIELDS_0_32 = {
+    "num_drafts": "num_spec_steps",
+    "num_draft_tokens": "num_draft_tokens",
+    "num_accepted_tokens": "num_accepted_draft_tokens",
+}
 
 
 def request_spec_fields(sd: Mapping[str, object]) -> dict[str, object]:
@@ -460,7 +468,7 @@ class _Body:
             while not eof.done():
                 idle = time.perf_counter() - self.last
                 if idle >= idle_limit_s:
-                    raise asyncio.TimeoutError
+                    raise TimeoutError
                 await asyncio.wait((eof,), timeout=idle_limit_s - idle)
             eof.result()
         except BaseException as exc:
@@ -484,7 +492,9 @@ class _Body:
                 await asyncio.sleep(0)
             for data, at in pieces[i : i + _PARSE_SLICE]:
                 self.feed(data, at)
-        await asyncio.sleep(0)  # the caller's own work on the outcome (a record, the next request) in a slice of its own
+        await asyncio.sleep(
+            0
+        )  # the caller's own work on the outcome (a record, the next request) in a slice of its own
 
     def _parse_pieces(self) -> None:
         pieces, self.pieces = self.pieces, []
@@ -547,8 +557,12 @@ async def stream_request(
     try:
         # The response's head within read_timeout_s; the body's idle limit is the body's own (see _Body.consume).
         async with asyncio.timeout(read_timeout_s):
-            resp = await session.post(ssh.reach(url), json=payload, trace_request_ctx=out,
-                                      timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+            resp = await session.post(
+                ssh.reach(url),
+                json=payload,
+                trace_request_ctx=out,
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+            )
         async with resp:
             out.http_status = resp.status
             if resp.status != 200:
@@ -571,7 +585,7 @@ async def stream_request(
                     raise _StreamFault(f"truncated stream: ended inside an event: {tail[:80]!r}") from None
     except _StreamFault as exc:
         out.error = str(exc)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         out.error = f"no data from {url} for {read_timeout_s:g} s (stream stalled)"
     except aiohttp.ClientConnectorError as exc:
         out.error = f"cannot connect to {url}: {exc.os_error or exc}"
@@ -593,7 +607,11 @@ async def stream_request(
 
 
 async def post_json(
-    session: aiohttp.ClientSession, url: str, payload: Mapping[str, object], *, timeout_s: float = 300.0,
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: Mapping[str, object],
+    *,
+    timeout_s: float = 300.0,
 ) -> tuple[Any, str | None]:
     """POST `payload` to `url` and read one JSON answer (the referee's /tokenize and prompt_logprobs calls):
     (the body, None), or (None, what went wrong); never raises for a bad server."""
@@ -604,7 +622,7 @@ async def post_json(
                 if resp.status != 200:
                     return None, f"HTTP {resp.status} from {url}: {text[:_ERROR_BODY_CHARS].strip()}"
         return json.loads(text), None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return None, f"no answer from {url} within {timeout_s:g} s"
     except json.JSONDecodeError as exc:
         return None, f"{url} answered with a body that is not JSON ({exc})"

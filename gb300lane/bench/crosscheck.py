@@ -41,8 +41,10 @@ class CounterCheck(FrozenModel):
     client: Literal["agree", "differ", "unknown"] = Field(
         description="agree: counters' decode tokens minus the client's within [0, k x requests]."
     )
-    shortfall_tokens: int | None = Field(description="accepted + drafts - (received - requests): tokens the "
-                                         "engine counted and did not send (drafts accepted past max_tokens).")
+    shortfall_tokens: int | None = Field(
+        description="accepted + drafts - (received - requests): tokens the "
+        "engine counted and did not send (drafts accepted past max_tokens)."
+    )
     max_shortfall: int = Field(description="The bound on the shortfall: k x requests.")
 
     @property
@@ -52,14 +54,17 @@ class CounterCheck(FrozenModel):
     def line(self) -> str:
         counters = "—" if self.counters_tokens_per_step is None else f"{self.counters_tokens_per_step:.3f}"
         client = "—" if self.client_tokens_per_step is None else f"{self.client_tokens_per_step:.3f}"
-        per = {"equal": "per-request counters sum to the same drafts and accepted",
-               "differ": f"per-request counters DIFFER ({self.request_drafts} drafts, {self.request_accepted} "
-                         "accepted)",
-               "absent": "no per-request counters"}[self.per_request]
-        return (f"tokens/step cross-check: counters {counters} ({self.counter_accepted} accepted / "
-                f"{self.counter_drafts} drafts), client {client} ({self.received_tokens} tokens received over "
-                f"{self.requests} requests, {self.shortfall_tokens} counted and not sent, bound "
-                f"{self.max_shortfall}): {self.client}; {per}")
+        per = {
+            "equal": "per-request counters sum to the same drafts and accepted",
+            "differ": f"per-request counters DIFFER ({self.request_drafts} drafts, {self.request_accepted} accepted)",
+            "absent": "no per-request counters",
+        }[self.per_request]
+        return (
+            f"tokens/step cross-check: counters {counters} ({self.counter_accepted} accepted / "
+            f"{self.counter_drafts} drafts), client {client} ({self.received_tokens} tokens received over "
+            f"{self.requests} requests, {self.shortfall_tokens} counted and not sent, bound "
+            f"{self.max_shortfall}): {self.client}; {per}"
+        )
 
 
 def cross_check(result: WindowResult, k: int) -> CounterCheck | None:

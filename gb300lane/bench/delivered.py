@@ -165,8 +165,12 @@ def delivered_load(
             late = lates[min(len(lates) - 1, int(math.ceil(0.99 * len(lates))) - 1)]
         want = sched_rate if sched_rate is not None else request_rate
         want_span = (len(spans) - 1) / want if want > 0 and math.isfinite(want) else 0.0
-        if (math.isfinite(want) and math.isfinite(deliv_rate) and abs(deliv_rate / want - 1) > tolerance
-                and abs(span - want_span) > RATE_RESOLUTION_S):
+        if (
+            math.isfinite(want)
+            and math.isfinite(deliv_rate)
+            and abs(deliv_rate / want - 1) > tolerance
+            and abs(span - want_span) > RATE_RESOLUTION_S
+        ):
             reasons.append(
                 f"delivered arrival rate {deliv_rate:.3g}/s is off the schedule's {want:.3g}/s (configured "
                 f"{request_rate:g}/s) by more than the registered {tolerance:.0%}: the client did not send on time"
@@ -176,8 +180,10 @@ def delivered_load(
         (asked, answered), lane_count = server
         # The lane counted at some moment between the scrape's send and its answer: the client's fewest in
         # flight over that span is what it must at least have seen.
-        at_scrape = min([_in_flight_at(begins, ends, asked)]
-                        + [_in_flight_at(begins, ends, t) for t in (*begins, *ends) if asked <= t <= answered])
+        at_scrape = min(
+            [_in_flight_at(begins, ends, asked)]
+            + [_in_flight_at(begins, ends, t) for t in (*begins, *ends) if asked <= t <= answered]
+        )
         if lane_count < at_scrape * (1 - tolerance):
             notes.append(
                 f"the lane counted {lane_count:g} requests running or waiting (vllm:num_requests_running + "
@@ -243,8 +249,11 @@ def counter_attribution(
             "num_draft_tokens": sum(p.num_draft_tokens for p in per if p is not None),
             "num_accepted_tokens": sum(p.num_accepted_tokens for p in per if p is not None),
         }
-        off = {name: (v, int(counters.get(name) or 0)) for name, v in sums.items()  # type: ignore[call-overload]
-               if v != int(counters.get(name) or 0)}  # type: ignore[call-overload]
+        off = {
+            name: (v, int(counters.get(name) or 0))  # type: ignore[call-overload]
+            for name, v in sums.items()
+            if v != int(counters.get(name) or 0)  # type: ignore[call-overload]
+        }
         if off:
             reasons.append(
                 "spec-decode counters contaminated: the requests' own spec-decode metrics sum to "

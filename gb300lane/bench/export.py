@@ -25,9 +25,9 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime
 from importlib import resources
-from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -51,16 +51,23 @@ def vllm_bench_keys(version: str = VLLM_VERSION) -> dict[str, JsonValue]:
     """The committed snapshot of the keys `vllm bench serve --save-result` writes."""
     path = resources.files("gb300lane.data").joinpath(f"vllm-{version}-bench-serve-keys.json")
     if not path.is_file():
-        raise BenchError(f"no vllm bench serve key snapshot for {version}; run scripts/snapshot_vllm_bench_keys.py on that wheel")
+        raise BenchError(
+            f"no vllm bench serve key snapshot for {version}; run scripts/snapshot_vllm_bench_keys.py on that wheel"
+        )
     keys: dict[str, JsonValue] = json.loads(path.read_text(encoding="utf-8"))
     return keys
 
 
 def cell_records(result: WindowResult, cell: CellResult) -> list[RequestRecord]:
     """The requests of one cell, matched by class, load and round."""
-    return [r for r in result.records
-            if r.cls == cell.cls and r.round == cell.round and r.concurrency == cell.concurrency
-            and r.request_rate == cell.request_rate]
+    return [
+        r
+        for r in result.records
+        if r.cls == cell.cls
+        and r.round == cell.round
+        and r.concurrency == cell.concurrency
+        and r.request_rate == cell.request_rate
+    ]
 
 
 def _chunk_times(token_times: list[float]) -> list[float]:
@@ -117,8 +124,11 @@ def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, object]:
     total_out = sum(r.output_tokens or 0 for r in ok)
     timed = [(r, *vllm_timings(r)) for r in ok]
     ttfts = [t for _, t, _, _ in timed if t is not None]
-    tpots = [(e - t) / ((r.output_tokens or 0) - 1) for r, t, _, e in timed
-             if e is not None and t is not None and (r.output_tokens or 0) > 1]
+    tpots = [
+        (e - t) / ((r.output_tokens or 0) - 1)
+        for r, t, _, e in timed
+        if e is not None and t is not None and (r.output_tokens or 0) > 1
+    ]
     itls = [g for _, _, gaps, _ in timed for g in gaps]
     e2els = [e for _, _, _, e in timed if e is not None]
     peak_tok_s, peak_conc = _peaks(ok)
@@ -162,15 +172,19 @@ def vllm_record(result: WindowResult, cell: CellResult) -> dict[str, object]:
     }
     spec = cell.spec
     if spec is not None and spec.num_draft_tokens > 0:
-        out.update({
-            "spec_decode_acceptance_rate": spec.num_accepted_tokens / spec.num_draft_tokens * 100,
-            "spec_decode_acceptance_length": 1 + spec.num_accepted_tokens / spec.num_drafts if spec.num_drafts else 0.0,
-            "spec_decode_num_drafts": spec.num_drafts,
-            "spec_decode_draft_tokens": spec.num_draft_tokens,
-            "spec_decode_accepted_tokens": spec.num_accepted_tokens,
-            # vLLM's convention: accepted at position p over all drafts.
-            "spec_decode_per_position_acceptance_rates": list(spec.vllm_per_position),
-        })
+        out.update(
+            {
+                "spec_decode_acceptance_rate": spec.num_accepted_tokens / spec.num_draft_tokens * 100,
+                "spec_decode_acceptance_length": 1 + spec.num_accepted_tokens / spec.num_drafts
+                if spec.num_drafts
+                else 0.0,
+                "spec_decode_num_drafts": spec.num_drafts,
+                "spec_decode_draft_tokens": spec.num_draft_tokens,
+                "spec_decode_accepted_tokens": spec.num_accepted_tokens,
+                # vLLM's convention: accepted at position p over all drafts.
+                "spec_decode_per_position_acceptance_rates": list(spec.vllm_per_position),
+            }
+        )
     for metric, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         s = _stats(values)
         out[f"mean_{metric}_ms"] = s["mean"]
@@ -205,9 +219,17 @@ def _clock_columns(stats: ClockStats | None, prefix: str) -> dict[str, Any]:
 
 
 def _lead(cell: CellResult) -> ClockStats:
-    return ClockStats(clock=cell.clock, span_s=cell.span_s, decode_tok_s=cell.decode_tok_s,
-                      request_throughput=cell.request_throughput, decode_tok_s_per_stream=cell.decode_tok_s_per_stream,
-                      ttft_s=cell.ttft_s, tpot_s=cell.tpot_s, itl_s=cell.itl_s, e2e_s=cell.e2e_s)
+    return ClockStats(
+        clock=cell.clock,
+        span_s=cell.span_s,
+        decode_tok_s=cell.decode_tok_s,
+        request_throughput=cell.request_throughput,
+        decode_tok_s_per_stream=cell.decode_tok_s_per_stream,
+        ttft_s=cell.ttft_s,
+        tpot_s=cell.tpot_s,
+        itl_s=cell.itl_s,
+        e2e_s=cell.e2e_s,
+    )
 
 
 def csv_rows(result: WindowResult) -> list[dict[str, object]]:
@@ -219,24 +241,35 @@ def csv_rows(result: WindowResult) -> list[dict[str, object]]:
             by_clock[cell.other_clock.clock] = cell.other_clock
         spec = cell.spec
         row: dict[str, object] = {
-            "recipe": result.recipe, "fingerprint": result.fingerprint, "model": result.model,
-            "class": cell.cls, "concurrency": cell.concurrency if cell.request_rate is None else None,
-            "request_rate": cell.request_rate, "arrivals": cell.arrivals, "round": cell.round,
-            "valid": cell.valid, "invalid_reasons": "; ".join(cell.invalid_reasons),
-            "requests": cell.requests, "errors": cell.errors, "expected_tokens": cell.expected_tokens,
-            "output_tokens": cell.output_tokens, "lead_clock": cell.clock,
+            "recipe": result.recipe,
+            "fingerprint": result.fingerprint,
+            "model": result.model,
+            "class": cell.cls,
+            "concurrency": cell.concurrency if cell.request_rate is None else None,
+            "request_rate": cell.request_rate,
+            "arrivals": cell.arrivals,
+            "round": cell.round,
+            "valid": cell.valid,
+            "invalid_reasons": "; ".join(cell.invalid_reasons),
+            "requests": cell.requests,
+            "errors": cell.errors,
+            "expected_tokens": cell.expected_tokens,
+            "output_tokens": cell.output_tokens,
+            "lead_clock": cell.clock,
         }
         for clock in ("modelled", "wall"):
             row.update(_clock_columns(by_clock.get(clock), clock))
-        row.update({
-            "tokens_per_step": spec.tokens_per_step if spec else None,
-            "num_drafts": spec.num_drafts if spec else None,
-            "num_draft_tokens": spec.num_draft_tokens if spec else None,
-            "num_accepted_tokens": spec.num_accepted_tokens if spec else None,
-            "draft_acceptance_rate": spec.draft_acceptance_rate if spec else None,
-            "a_p": " ".join(f"{v:.6g}" for v in spec.a_p) if spec else None,
-            "marginal": " ".join("" if v is None else f"{v:.6g}" for v in spec.marginal) if spec else None,
-        })
+        row.update(
+            {
+                "tokens_per_step": spec.tokens_per_step if spec else None,
+                "num_drafts": spec.num_drafts if spec else None,
+                "num_draft_tokens": spec.num_draft_tokens if spec else None,
+                "num_accepted_tokens": spec.num_accepted_tokens if spec else None,
+                "draft_acceptance_rate": spec.draft_acceptance_rate if spec else None,
+                "a_p": " ".join(f"{v:.6g}" for v in spec.a_p) if spec else None,
+                "marginal": " ".join("" if v is None else f"{v:.6g}" for v in spec.marginal) if spec else None,
+            }
+        )
         rows.append(row)
     return rows
 

@@ -105,8 +105,12 @@ class WindowResult:
 
 
 def spec_for(k: int, method: str, schedule: list[list[int]] | None = None) -> SpecConfig:
-    cfg: dict[str, object] = {"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": "probabilistic",
-                 "rejection_sample_method": method}
+    cfg: dict[str, object] = {
+        "method": "dspark",
+        "num_speculative_tokens": k,
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": method,
+    }
     if schedule:
         cfg["num_speculative_tokens_per_batch_size"] = schedule
     spec = parse_spec_config(json.dumps(cfg))[0]
@@ -115,8 +119,16 @@ def spec_for(k: int, method: str, schedule: list[list[int]] | None = None) -> Sp
 
 
 def run_window(
-    model: BuiltinModel, prompts: list[list[int]], *, k: int, method: str, concurrency: int = 1,
-    tokens: int = 256, schedule: list[list[int]] | None = None, boot_seed: int = 1, seed_base: int = 0,
+    model: BuiltinModel,
+    prompts: list[list[int]],
+    *,
+    k: int,
+    method: str,
+    concurrency: int = 1,
+    tokens: int = 256,
+    schedule: list[list[int]] | None = None,
+    boot_seed: int = 1,
+    seed_base: int = 0,
     out: WindowResult | None = None,
 ) -> WindowResult:
     """Run `prompts` once at temperature 1.0; C1 at a fixed k runs as one batch (module docstring)."""
@@ -125,8 +137,10 @@ def run_window(
         return out
     batch = len(prompts) if concurrency == 1 and not schedule else concurrency
     core = EngineCore(model, spec_for(k, method, schedule), max_num_seqs=batch, seed=0, boot_seed=boot_seed)
-    seqs = [Sequence(f"f{i}", ids, SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True,
-                                                  seed=seed_base + i)) for i, ids in enumerate(prompts)]
+    seqs = [
+        Sequence(f"f{i}", ids, SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=seed_base + i))
+        for i, ids in enumerate(prompts)
+    ]
     for seq in seqs:
         core.add(seq)
     while core.has_work:
@@ -135,21 +149,34 @@ def run_window(
     return out
 
 
-def class_window(model: BuiltinModel, cls: str, *, k: int, method: str, transcripts: int = 40,
-                 tokens: int = 256, boot_seed: int = 1) -> WindowResult:
-    return run_window(model, class_prompts(model, cls, transcripts), k=k, method=method, tokens=tokens,
-                      boot_seed=boot_seed)
+def class_window(
+    model: BuiltinModel, cls: str, *, k: int, method: str, transcripts: int = 40, tokens: int = 256, boot_seed: int = 1
+) -> WindowResult:
+    return run_window(
+        model, class_prompts(model, cls, transcripts), k=k, method=method, tokens=tokens, boot_seed=boot_seed
+    )
 
 
-def figure4_window(model: BuiltinModel, method: str, *, transcripts: int = 40, tokens: int = 256,
-                   boot_seed: int = 1) -> WindowResult:
+def figure4_window(
+    model: BuiltinModel, method: str, *, transcripts: int = 40, tokens: int = 256, boot_seed: int = 1
+) -> WindowResult:
     """All five classes at C1 and C8 under the served schedule (the BR1 primary window, one round)."""
     out = WindowResult()
     for cls in BASE_CLASSES:
         prompts = class_prompts(model, cls, transcripts)
         run_window(model, prompts, k=5, method=method, tokens=tokens, boot_seed=boot_seed, out=out)
-        run_window(model, prompts, k=5, method=method, concurrency=8, schedule=SERVED_SCHEDULE, tokens=tokens,
-                   boot_seed=boot_seed, seed_base=10_000, out=out)
+        run_window(
+            model,
+            prompts,
+            k=5,
+            method=method,
+            concurrency=8,
+            schedule=SERVED_SCHEDULE,
+            tokens=tokens,
+            boot_seed=boot_seed,
+            seed_base=10_000,
+            out=out,
+        )
     return out
 
 

@@ -66,14 +66,20 @@ def _chunk(payload: bytes) -> bytes:
 
 
 def _event(text: str, done: int) -> bytes:
-    body = {"id": "cmpl-mock", "object": "text_completion", "model": "mock",
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": done, "total_tokens": done + 1}}
+    body = {
+        "id": "cmpl-mock",
+        "object": "text_completion",
+        "model": "mock",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": done, "total_tokens": done + 1},
+    }
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
-_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-         b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+)
 
 
 async def _stream(writer: asyncio.StreamWriter, timing: MockTiming, events: int, received: float) -> None:
@@ -93,8 +99,13 @@ async def _stream(writer: asyncio.StreamWriter, timing: MockTiming, events: int,
             parts.append(_event(text, i + 1))
         writer.write(_chunk(b"".join(parts)))
         done = last + 1
-    tail = {"id": "cmpl-mock", "object": "text_completion", "model": "mock", "choices": [],
-            "usage": {"prompt_tokens": 1, "completion_tokens": events, "total_tokens": events + 1}}
+    tail = {
+        "id": "cmpl-mock",
+        "object": "text_completion",
+        "model": "mock",
+        "choices": [],
+        "usage": {"prompt_tokens": 1, "completion_tokens": events, "total_tokens": events + 1},
+    }
     writer.write(_chunk(b"data: " + json.dumps(tail).encode() + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n")
     await writer.drain()
 
@@ -143,8 +154,9 @@ async def start_mock(timing: MockTiming, host: str = "127.0.0.1", port: int = 0)
 
 
 async def _main(args: argparse.Namespace) -> None:
-    timing = MockTiming(ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3, events=args.events,
-                        events_per_write=args.events_per_write)
+    timing = MockTiming(
+        ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3, events=args.events, events_per_write=args.events_per_write
+    )
     server = await start_mock(timing, args.host, args.port)
     print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
@@ -170,8 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-ms", type=float, default=2.0)
     ap.add_argument("--events", type=int, default=32)
     ap.add_argument("--events-per-write", type=int, default=1)
-    ap.add_argument("--parent", type=int, default=None,
-                    help="Exit once this pid is no longer the parent (the starter was killed, even with SIGKILL).")
+    ap.add_argument(
+        "--parent",
+        type=int,
+        default=None,
+        help="Exit once this pid is no longer the parent (the starter was killed, even with SIGKILL).",
+    )
     args = ap.parse_args(argv)
     raise_open_files()
     if args.parent is not None:

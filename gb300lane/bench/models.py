@@ -22,6 +22,7 @@ TokenAttribution = Literal["usage", "one_per_chunk", "chunks_only"]
 #: poisson (seeded), constant spacing, or trace: the transcripts' recorded arrival times (a trace workload).
 Arrivals = Literal["poisson", "constant", "trace"]
 
+
 class EngineTiming(FrozenModel):
     """The embedded engine's `gb300lane` timing extension from the final chunk."""
 
@@ -66,13 +67,15 @@ class RequestRecord(FrozenModel):
     worker: int = Field(description="Index of the concurrent stream that sent it (0-based).")
     start_s: float = Field(description="Client wall time the request was sent, seconds since the cell started.")
     scheduled_s: float | None = Field(
-        default=None, description="Open-loop cells: when the arrival process scheduled the request, seconds since the cell started."
+        default=None,
+        description="Open-loop cells: when the arrival process scheduled the request, seconds since the cell started.",
     )
     ok: bool = Field(description="True when the stream completed without error and with usage.")
     error: str | None = Field(description="What went wrong, when anything did.")
     http_status: int | None = Field(description="HTTP status of the response; None when none arrived.")
     expected_tokens: int | None = Field(
-        description="The forced output length requested; None where the window let requests stop at EOS.")
+        description="The forced output length requested; None where the window let requests stop at EOS."
+    )
     output_tokens: int | None = Field(description="Completion tokens from the usage chunk; None without usage.")
     prompt_tokens: int | None = Field(description="Prompt tokens from the usage chunk.")
     chunks: int = Field(description="Number of content-bearing SSE chunks received.")
@@ -109,7 +112,8 @@ class RequestRecord(FrozenModel):
     )
     # Left out of the dump when none, so the records of forced-length windows are byte for byte what they were.
     quality: QualityOutcome | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="Task quality (windows whose requests stop at EOS, transcripts that ask for something "
         "checkable): the outcome with its check's input (bench.quality); None: no outcome.",
     )
@@ -122,7 +126,9 @@ SERIES_POINTS = 200
 class DeliveredLoad(FrozenModel):
     """What one cell put on the lane, rebuilt from its requests' own timestamps, beside what was configured."""
 
-    configured_concurrency: int | None = Field(description="Closed loop: the concurrency asked for; None for open loop.")
+    configured_concurrency: int | None = Field(
+        description="Closed loop: the concurrency asked for; None for open loop."
+    )
     configured_rate: float | None = Field(description="Open loop: the arrival rate asked for, requests/s; None closed.")
     delivered_concurrency: float | None = Field(
         description="Closed loop: median in-flight count at the starts after the ramp (see the module docstring)."
@@ -133,7 +139,9 @@ class DeliveredLoad(FrozenModel):
     peak_in_flight: int = Field(description="The most requests in flight at once, from the records.")
     scheduled_rate: float | None = Field(description="Open loop: (n - 1) / span of the schedule the client was given.")
     delivered_rate: float | None = Field(description="Open loop: (n - 1) / span of the begin times.")
-    late_p99_s: float | None = Field(description="Open loop: 99th percentile of begin minus scheduled arrival, seconds.")
+    late_p99_s: float | None = Field(
+        description="Open loop: 99th percentile of begin minus scheduled arrival, seconds."
+    )
     tolerance: float = Field(description="The registered relative tolerance the cell was checked against.")
     in_flight_series: list[tuple[float, int]] = Field(
         description="(seconds since the cell started, requests in flight from then on), thinned to at most "
@@ -211,7 +219,8 @@ class CellResult(FrozenModel):
         default=None, description="The most requests in flight at once during the cell, as the client counted them."
     )
     repeats: int = Field(
-        default=1, description="Passes over the transcripts (above 1 when the concurrency exceeds the transcript count)."
+        default=1,
+        description="Passes over the transcripts (above 1 when the concurrency exceeds the transcript count).",
     )
     round: int = Field(description="Round number, 1-based.")
     valid: bool = Field(description="False when any request failed, was short, or foreign traffic was seen.")
@@ -220,7 +229,8 @@ class CellResult(FrozenModel):
     requests: int = Field(description="Requests sent.")
     errors: int = Field(description="Requests that failed.")
     expected_tokens: int | None = Field(
-        description="requests x forced tokens; None where the window let requests stop at EOS.")
+        description="requests x forced tokens; None where the window let requests stop at EOS."
+    )
     output_tokens: int = Field(description="Completion tokens received (sum of usage).")
     clock: Clock = Field(description="Clock of the decode rates: 'modelled' when every request carried it.")
     span_s: float | None = Field(description="Cell duration on `clock`.")
@@ -262,8 +272,10 @@ class LoadSpec(FrozenModel):
     mode: Literal["closed", "open"] = Field(description="closed (concurrency levels) or open (request rates).")
     request_rates: list[float] | None = Field(default=None, description="Open loop: the rates run, requests/s.")
     arrivals: Arrivals | None = Field(
-        default=None, description="Open loop: poisson or constant spacing at each request rate, or trace: the "
-        "transcripts' recorded arrival times, the rate then the replay speed (1: as recorded, 2: twice as fast).")
+        default=None,
+        description="Open loop: poisson or constant spacing at each request rate, or trace: the "
+        "transcripts' recorded arrival times, the rate then the replay speed (1: as recorded, 2: twice as fast).",
+    )
     arrival_seed: int | None = Field(
         default=None, description="Open loop, Poisson: the seed base of the arrival times (each cell derives its own)."
     )
@@ -304,7 +316,8 @@ class WindowResult(FrozenModel):
     )
 
     lossless: LosslessResult | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="The losslessness check of the window's outputs by a referee (`bench --referee`); None: not "
         "checked.",
     )

@@ -60,20 +60,28 @@ class Ask(FrozenModel):
 
     check: CheckKind = Field(description="tool_call, json, yaml, csv or python: the check its output gets.")
     container: Container | None = Field(
-        default=None, description="json / yaml: the top-level value asked for (a JSON array or YAML list: array; "
-        "a JSON object or YAML mapping: object); None: either.")
+        default=None,
+        description="json / yaml: the top-level value asked for (a JSON array or YAML list: array; "
+        "a JSON object or YAML mapping: object); None: either.",
+    )
     heading: bool = Field(default=False, description="The prompt asks for a short heading before the data.")
     open_fence: bool = Field(
-        default=False, description="python: the prompt ends inside an open code fence, so the code runs up to the "
-        "fence's close.")
+        default=False,
+        description="python: the prompt ends inside an open code fence, so the code runs up to the fence's close.",
+    )
     tools: list[dict[str, Any]] | None = Field(
-        default=None, description="tool_call: the tools the request declared, with their parameter schemas.")
+        default=None, description="tool_call: the tools the request declared, with their parameter schemas."
+    )
     json_schema: dict[str, Any] | None = Field(
-        default=None, description="json: the schema of a response_format json_schema the output must validate "
-        "against (None: any JSON of the container asked for).")
+        default=None,
+        description="json: the schema of a response_format json_schema the output must validate "
+        "against (None: any JSON of the container asked for).",
+    )
     columns: list[str] | None = Field(
-        default=None, description="csv: the columns the prompt names, the header the table must have (a CSV "
-        "reader accepts almost any text, so the header is what shows the table is the one asked for).")
+        default=None,
+        description="csv: the columns the prompt names, the header the table must have (a CSV "
+        "reader accepts almost any text, so the header is what shows the table is the one asked for).",
+    )
 
 
 class ToolCall(FrozenModel):
@@ -90,15 +98,20 @@ class QualityOutcome(FrozenModel):
     passed: bool = Field(description="True when the output is what was asked for (see bench.quality).")
     source: Literal["tool_calls", "content", "text"] = Field(
         description="Where the checked value came from: the response's tool_calls, a call written in the content, "
-        "or the output text.")
-    checked: str = Field(description="The text the check parsed (the data or code taken from the output; the "
-                         "calls' JSON for tool_calls).")
+        "or the output text."
+    )
+    checked: str = Field(
+        description="The text the check parsed (the data or code taken from the output; the "
+        "calls' JSON for tool_calls)."
+    )
     tool_calls: tuple[ToolCall, ...] = Field(
-        default=(), description="The tool calls the response carried (tool_call checks; empty otherwise).")
+        default=(), description="The tool calls the response carried (tool_call checks; empty otherwise)."
+    )
     error: str | None = Field(description="Why it did not pass: the first parse or validation error; None passed.")
     finish_reason: str | None = Field(
-        default=None, description="The response's finish reason (length: cut at max_tokens, which often explains "
-        "a parse error).")
+        default=None,
+        description="The response's finish reason (length: cut at max_tokens, which often explains a parse error).",
+    )
 
 
 def _prompt_text(t: Transcript) -> str:
@@ -121,16 +134,23 @@ def asks_for(t: Transcript) -> Ask | None:
     if fmt is not None and fmt.get("type") in ("json_object", "json_schema"):
         spec = fmt.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
-        return Ask(check="json", container="object" if fmt["type"] == "json_object" else None,
-                   json_schema=schema if isinstance(schema, dict) else None)
+        return Ask(
+            check="json",
+            container="object" if fmt["type"] == "json_object" else None,
+            json_schema=schema if isinstance(schema, dict) else None,
+        )
     text = _prompt_text(t)
     if t.cls == "structured" and (m := _DATA_ASK.search(text)):
         formats: dict[str, CheckKind] = {"CSV": "csv", "YAML": "yaml", "JSON": "json"}
         check = formats[m.group(1)]
         container = _CONTAINER.get(m.group(2) or "") if check != "csv" else None
         named = _COLUMNS.search(text) if check == "csv" else None
-        return Ask(check=check, container=container, heading="short heading" in text,
-                   columns=[c.strip() for c in named.group(1).split(",")] if named else None)
+        return Ask(
+            check=check,
+            container=container,
+            heading="short heading" in text,
+            columns=[c.strip() for c in named.group(1).split(",")] if named else None,
+        )
     if t.cls == "code" and re.search(r"\bin Python\b", text):
         return Ask(check="python", open_fence=text.rstrip(" ").endswith("```python\n"))
     return None
@@ -159,7 +179,7 @@ def _data(text: str, ask: Ask) -> str:
 def _code(text: str, ask: Ask) -> str:
     if ask.open_fence:
         m = re.search(r"^[ \t]*```", text, re.MULTILINE)
-        return text[:m.start()] if m else text
+        return text[: m.start()] if m else text
     blocks = [body for lang, body in _fences(text) if lang in ("python", "py", "python3", "")]
     return "\n\n".join(blocks) if blocks else text
 
@@ -175,15 +195,21 @@ def _quote(text: str) -> str:
 
 def _container_error(value: object, ask: Ask, what: str) -> str | None:
     kind = "array" if isinstance(value, list) else "object" if isinstance(value, dict) else None
-    words = {("json", "array"): "a JSON array", ("json", "object"): "a JSON object",
-             ("yaml", "array"): "a YAML list", ("yaml", "object"): "a YAML mapping"}
+    words = {
+        ("json", "array"): "a JSON array",
+        ("json", "object"): "a JSON object",
+        ("yaml", "array"): "a YAML list",
+        ("yaml", "object"): "a YAML mapping",
+    }
     if ask.container is None:
         if kind is None:
             return f"{what} is a {type(value).__name__}, not a list or a mapping of data"
         return None
     if kind != ask.container:
-        return f"{what} is {('a ' + type(value).__name__) if kind is None else words[(ask.check, kind)]}, " \
-               f"not {words[(ask.check, ask.container)]} as asked"
+        return (
+            f"{what} is {('a ' + type(value).__name__) if kind is None else words[(ask.check, kind)]}, "
+            f"not {words[(ask.check, ask.container)]} as asked"
+        )
     return None
 
 
@@ -196,7 +222,9 @@ def _schema_error(schema: dict[str, Any], value: Any, what: str) -> str | None:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"{what}: the schema itself is invalid ({exc.message}); fix the transcript's schema"
-    errors = sorted(cls(schema).iter_errors(value), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        cls(schema).iter_errors(value), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if not errors:
         return None
     first = errors[0]
@@ -315,8 +343,11 @@ def _loads_call(body: str) -> ToolCall | None:
 
 
 def _check_calls(calls: Sequence[ToolCall], ask: Ask) -> str | None:
-    declared = {str(t["function"]["name"]): t["function"] for t in ask.tools or ()
-                if isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
+    declared = {
+        str(t["function"]["name"]): t["function"]
+        for t in ask.tools or ()
+        if isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+    }
     if not calls:
         return "no tool call: the answer is text"
     for call in calls:
@@ -337,8 +368,9 @@ def _check_calls(calls: Sequence[ToolCall], ask: Ask) -> str | None:
     return None
 
 
-def check(ask: Ask, *, text: str, tool_calls: Sequence[ToolCall] = (), finish_reason: str | None = None
-          ) -> QualityOutcome:
+def check(
+    ask: Ask, *, text: str, tool_calls: Sequence[ToolCall] = (), finish_reason: str | None = None
+) -> QualityOutcome:
     """Check one output against what its transcript asked for; `text` is the completion text or chat content
     (tool-call arguments apart, in `tool_calls`)."""
     if ask.check == "tool_call":
@@ -348,17 +380,30 @@ def check(ask: Ask, *, text: str, tool_calls: Sequence[ToolCall] = (), finish_re
             calls, source = calls_in_content(text), "content"
         checked = json.dumps([c.model_dump() for c in calls], ensure_ascii=False) if calls else text
         error = _check_calls(calls, ask)
-        return QualityOutcome(ask=ask, passed=error is None, source=source, checked=checked,
-                              tool_calls=tuple(tool_calls), error=error, finish_reason=finish_reason)
+        return QualityOutcome(
+            ask=ask,
+            passed=error is None,
+            source=source,
+            checked=checked,
+            tool_calls=tuple(tool_calls),
+            error=error,
+            finish_reason=finish_reason,
+        )
     if ask.check == "python":
         payload = _code(text, ask)
         error = _check_python(payload)
     else:
         payload = _data(text, ask)
-        error = (_check_csv(payload, ask.columns) if ask.check == "csv" else _check_yaml(payload, ask) if ask.check == "yaml"
-                 else _check_json(payload, ask))
-    return QualityOutcome(ask=ask, passed=error is None, source="text", checked=payload, error=error,
-                          finish_reason=finish_reason)
+        error = (
+            _check_csv(payload, ask.columns)
+            if ask.check == "csv"
+            else _check_yaml(payload, ask)
+            if ask.check == "yaml"
+            else _check_json(payload, ask)
+        )
+    return QualityOutcome(
+        ask=ask, passed=error is None, source="text", checked=payload, error=error, finish_reason=finish_reason
+    )
 
 
 def recheck(outcome: QualityOutcome, text: str) -> QualityOutcome:

@@ -65,8 +65,15 @@ class RefereeOutcome:
 
 
 def parse_prompt_logprobs(
-    entries: Sequence[object], ids: Sequence[int], start: int, *, top_k: int, klass: str, label: str,
-    eos_token_id: int | None = None, eos_banned: bool = False,
+    entries: Sequence[object],
+    ids: Sequence[int],
+    start: int,
+    *,
+    top_k: int,
+    klass: str,
+    label: str,
+    eos_token_id: int | None = None,
+    eos_banned: bool = False,
 ) -> ScoredTranscript:
     """The `ScoredTranscript` of positions start..len(ids)-1 of a vLLM `prompt_logprobs` list.
 
@@ -96,8 +103,10 @@ def parse_prompt_logprobs(
             cands.append((float(value["logprob"]), token))
         own = entry.get(str(tid))
         if not isinstance(own, dict):
-            raise BenchError(f"{label}: prompt_logprobs[{pos}] does not hold the prompt token {tid}; the endpoint "
-                             "must return the scored token with the top-k, as vLLM does")
+            raise BenchError(
+                f"{label}: prompt_logprobs[{pos}] does not hold the prompt token {tid}; the endpoint "
+                "must return the scored token with the top-k, as vLLM does"
+            )
         own_lp[row] = float(own["logprob"])
         own_rank = own.get("rank")
         # The top-k in descending order (ties by id, as the endpoint ranks them); the own token is in it only
@@ -107,13 +116,22 @@ def parse_prompt_logprobs(
         top[row, : len(in_top)] = [c[0] for c in in_top]
         ids_top = [c[1] for c in in_top]
         rank[row] = ids_top.index(tid) + 1 if tid in ids_top else k + 1
-    return ScoredTranscript(klass=klass, sampled_rank=rank, sampled_logprob=own_lp, top_logprobs=top, label=label,
-                            conditional=np.full(n, eos_banned) if eos_banned else None)
+    return ScoredTranscript(
+        klass=klass,
+        sampled_rank=rank,
+        sampled_logprob=own_lp,
+        top_logprobs=top,
+        label=label,
+        conditional=np.full(n, eos_banned) if eos_banned else None,
+    )
 
 
 def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem], Counter[str]]:
-    by_id = {t.id: t for cls in window.classes
-             for t in select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)}
+    by_id = {
+        t.id: t
+        for cls in window.classes
+        for t in select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
+    }
     items: list[RefereeItem] = []
     excluded: Counter[str] = Counter()
     for rec in result.records:
@@ -121,9 +139,16 @@ def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem],
         if reason:
             excluded[reason] += 1
             continue
-        items.append(RefereeItem(key=output_key(rec), cls=rec.cls, transcript=by_id[rec.transcript_id],
-                                 text=rec.text, output_tokens=rec.output_tokens or 0,
-                                 stops_at_eos=window.forced_tokens is None))
+        items.append(
+            RefereeItem(
+                key=output_key(rec),
+                cls=rec.cls,
+                transcript=by_id[rec.transcript_id],
+                text=rec.text,
+                output_tokens=rec.output_tokens or 0,
+                stops_at_eos=window.forced_tokens is None,
+            )
+        )
     return items, excluded
 
 
@@ -146,7 +171,12 @@ def _count_matches(gen: Sequence[int], item: RefereeItem) -> bool:
 
 
 async def _score_one(
-    session: object, base: str, model: str, item: RefereeItem, *, top_k: int,
+    session: object,
+    base: str,
+    model: str,
+    item: RefereeItem,
+    *,
+    top_k: int,
 ) -> tuple[ScoredTranscript | None, str, int]:
     """(the scored transcript or None, the reason it is None, referee tokens prefilled)."""
     import aiohttp
@@ -156,14 +186,17 @@ async def _score_one(
     assert isinstance(session, aiohttp.ClientSession)
     t = item.transcript
     prompt_body: dict[str, object] = (
-        {"model": model, "messages": t.messages, "add_generation_prompt": True} if t.kind == "chat"
-        else {"model": model, "prompt": t.prompt})
+        {"model": model, "messages": t.messages, "add_generation_prompt": True}
+        if t.kind == "chat"
+        else {"model": model, "prompt": t.prompt}
+    )
     got, err = await post_json(session, f"{base}/tokenize", prompt_body)
     if err or not isinstance(got, dict) or not isinstance(got.get("tokens"), list):
         return None, f"the referee's /tokenize did not answer ({err or 'no tokens'})", 0
     prompt_ids = [int(x) for x in got["tokens"]]
-    got, err = await post_json(session, f"{base}/tokenize",
-                               {"model": model, "prompt": item.text, "add_special_tokens": False})
+    got, err = await post_json(
+        session, f"{base}/tokenize", {"model": model, "prompt": item.text, "add_special_tokens": False}
+    )
     if err or not isinstance(got, dict) or not isinstance(got.get("tokens"), list):
         return None, f"the referee's /tokenize did not answer ({err or 'no tokens'})", 0
     gen = [int(x) for x in got["tokens"]]
@@ -172,11 +205,14 @@ async def _score_one(
         joined = dict(prompt_body, prompt=(t.prompt or "") + item.text) if t.kind == "completion" else None
         got, err = (await post_json(session, f"{base}/tokenize", joined)) if joined else (None, None)
         whole = [int(x) for x in got["tokens"]] if isinstance(got, dict) and isinstance(got.get("tokens"), list) else []
-        if whole[: len(prompt_ids)] == prompt_ids and _count_matches(whole[len(prompt_ids):], item):
-            gen = whole[len(prompt_ids):]
+        if whole[: len(prompt_ids)] == prompt_ids and _count_matches(whole[len(prompt_ids) :], item):
+            gen = whole[len(prompt_ids) :]
         else:
-            return None, ("retokenization does not reproduce the generated tokens (count differs from the lane's "
-                          "usage)"), 0
+            return (
+                None,
+                ("retokenization does not reproduce the generated tokens (count differs from the lane's usage)"),
+                0,
+            )
     if len(gen) < 2:
         return None, "fewer than two generated tokens (the first is not scored)", 0
     ids = prompt_ids + gen
@@ -187,19 +223,27 @@ async def _score_one(
     try:
         entries = got["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
-        return None, "the referee's answer has no choices[0].prompt_logprobs (not a vLLM-compatible endpoint?)", len(ids)
+        return (
+            None,
+            "the referee's answer has no choices[0].prompt_logprobs (not a vLLM-compatible endpoint?)",
+            len(ids),
+        )
     if not isinstance(entries, list):
         return None, "the referee's prompt_logprobs is not a list", len(ids)
     try:
-        scored = parse_prompt_logprobs(entries, ids, len(prompt_ids) + 1, top_k=top_k, klass=item.cls,
-                                       label=item.key)
+        scored = parse_prompt_logprobs(entries, ids, len(prompt_ids) + 1, top_k=top_k, klass=item.cls, label=item.key)
     except BenchError as exc:
         return None, f"the referee's prompt_logprobs do not line up: {exc}", len(ids)
     return scored, "", len(ids)
 
 
 async def score_items(
-    base: str, model: str, items: Sequence[RefereeItem], *, top_k: int = MAX_TOP_K, concurrency: int = 4,
+    base: str,
+    model: str,
+    items: Sequence[RefereeItem],
+    *,
+    top_k: int = MAX_TOP_K,
+    concurrency: int = 4,
 ) -> RefereeOutcome:
     """Score every item through the referee at `base`, `concurrency` requests at a time."""
     import aiohttp
@@ -222,13 +266,25 @@ async def score_items(
                 excluded[reason] += 1
             else:
                 out.append(scored)
-    return RefereeOutcome(transcripts=out, excluded=dict(excluded), referee_tokens=tokens,
-                          elapsed_s=time.perf_counter() - t0, requests=requests)
+    return RefereeOutcome(
+        transcripts=out,
+        excluded=dict(excluded),
+        referee_tokens=tokens,
+        elapsed_s=time.perf_counter() - t0,
+        requests=requests,
+    )
 
 
 def referee_window(
-    result: WindowResult, referee: str, *, model: str | None = None, alpha: float = 0.01, margin: float = 0.05,
-    top_k: int = MAX_TOP_K, min_tokens: int = 200, seed: int = 0,
+    result: WindowResult,
+    referee: str,
+    *,
+    model: str | None = None,
+    alpha: float = 0.01,
+    margin: float = 0.05,
+    top_k: int = MAX_TOP_K,
+    min_tokens: int = 200,
+    seed: int = 0,
 ) -> LosslessResult:
     """The losslessness check of a window result, its outputs scored by the referee at `referee` (a base URL).
 
@@ -237,22 +293,38 @@ def referee_window(
     """
     window = WindowSpec.model_validate(result.window)
     if window.temperature <= 0:
-        raise BenchError(f"window {window.name!r} is greedy (temperature {window.temperature}); the losslessness "
-                         "check reads a sampled window: pass a window at the served temperature (primary-t1)")
+        raise BenchError(
+            f"window {window.name!r} is greedy (temperature {window.temperature}); the losslessness "
+            "check reads a sampled window: pass a window at the served temperature (primary-t1)"
+        )
     if not 1 <= top_k <= MAX_TOP_K:
-        raise BenchError(f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default "
-                         "--max-logprobs)")
+        raise BenchError(
+            f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default --max-logprobs)"
+        )
     items, excluded = _items(result, window)
     base = referee.rstrip("/")
     outcome = asyncio.run(score_items(base, model or result.model, items, top_k=top_k))
-    verdict = check(outcome.transcripts, temperature=window.temperature, top_p=window.top_p, alpha=alpha,
-                    margin=margin, min_tokens=min_tokens, seed=seed)
+    verdict = check(
+        outcome.transcripts,
+        temperature=window.temperature,
+        top_p=window.top_p,
+        alpha=alpha,
+        margin=margin,
+        min_tokens=min_tokens,
+        seed=seed,
+    )
     all_excluded = Counter(excluded) + Counter(outcome.excluded)
     reason = verdict.reason
     if verdict.status == "INCONCLUSIVE" and all_excluded:
         top_reason, count = all_excluded.most_common(1)[0]
         reason += f"; {count} requests left out: {top_reason}"
-    return verdict.model_copy(update={"referee": base, "referee_tokens": outcome.referee_tokens,
-                                      "referee_s": outcome.elapsed_s,
-                                      "referee_requests": outcome.requests, "excluded": dict(all_excluded),
-                                      "reason": reason})
+    return verdict.model_copy(
+        update={
+            "referee": base,
+            "referee_tokens": outcome.referee_tokens,
+            "referee_s": outcome.elapsed_s,
+            "referee_requests": outcome.requests,
+            "excluded": dict(all_excluded),
+            "reason": reason,
+        }
+    )

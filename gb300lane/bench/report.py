@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gb300lane.bench.cells import aggregate_spec
-from gb300lane.bench.models import CellResult, ClockStats, Clock, WindowResult, load_label
+from gb300lane.bench.models import CellResult, Clock, ClockStats, WindowResult, load_label
 from gb300lane.bench.stats import Percentiles
 from gb300lane.spec.lossless_result import TempEstimate
 
@@ -40,9 +40,15 @@ def _view(cell: CellResult, clock: Clock) -> ClockStats | None:
     """The cell's statistics on `clock`, wherever the cell keeps them."""
     if cell.clock == clock:
         return ClockStats(
-            clock=cell.clock, span_s=cell.span_s, decode_tok_s=cell.decode_tok_s,
-            request_throughput=cell.request_throughput, decode_tok_s_per_stream=cell.decode_tok_s_per_stream,
-            ttft_s=cell.ttft_s, tpot_s=cell.tpot_s, itl_s=cell.itl_s, e2e_s=cell.e2e_s,
+            clock=cell.clock,
+            span_s=cell.span_s,
+            decode_tok_s=cell.decode_tok_s,
+            request_throughput=cell.request_throughput,
+            decode_tok_s_per_stream=cell.decode_tok_s_per_stream,
+            ttft_s=cell.ttft_s,
+            tpot_s=cell.tpot_s,
+            itl_s=cell.itl_s,
+            e2e_s=cell.e2e_s,
         )
     if cell.other_clock is not None and cell.other_clock.clock == clock:
         return cell.other_clock
@@ -91,9 +97,7 @@ def decode_table(result: WindowResult, clock: Clock | None = None) -> Table:
 def cell_table(result: WindowResult, clock: Clock | None = None) -> Table:
     """One row per cell on one clock: rates, tokens/step, TTFT, TPOT and E2E percentiles (ms), status."""
     clock = clock or (clocks(result) or ["wall"])[0]
-    table = Table(
-        title=f"Cells, {_CLOCK_NAME[clock]} (TTFT, TPOT, E2E in ms: p50 / p90 / p99)", title_justify="left"
-    )
+    table = Table(title=f"Cells, {_CLOCK_NAME[clock]} (TTFT, TPOT, E2E in ms: p50 / p90 / p99)", title_justify="left")
     for name, justify in (
         ("class", "left"),
         ("load", "right"),
@@ -174,13 +178,27 @@ def quality_table(result: WindowResult) -> Table | None:
     if not rates:
         return None
     table = Table(title="Task quality (outputs checked without a model; 95% Clopper-Pearson)", title_justify="left")
-    for name, justify in (("class", "left"), ("check", "left"), ("passed", "right"), ("rate", "right"),
-                          ("95% interval", "right"), ("cut at max", "right"), ("most frequent error", "left")):
+    for name, justify in (
+        ("class", "left"),
+        ("check", "left"),
+        ("passed", "right"),
+        ("rate", "right"),
+        ("95% interval", "right"),
+        ("cut at max", "right"),
+        ("most frequent error", "left"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in rates:
         check = r.check + (f" ({r.from_content} from content)" if r.from_content else "")
-        table.add_row(r.cls, check, f"{r.passed}/{r.checked}", f"{r.rate:.1%}", f"[{r.low:.1%}, {r.high:.1%}]",
-                      str(r.cut_at_max_tokens), Text(r.top_error or "—"))
+        table.add_row(
+            r.cls,
+            check,
+            f"{r.passed}/{r.checked}",
+            f"{r.rate:.1%}",
+            f"[{r.low:.1%}, {r.high:.1%}]",
+            str(r.cut_at_max_tokens),
+            Text(r.top_error or "—"),
+        )
     return table
 
 
@@ -190,19 +208,35 @@ def lossless_table(result: WindowResult) -> Table | None:
     if ll is None:
         return None
     p = "—" if ll.p is None else f"{ll.p:.3g}"
-    table = Table(title=f"Lossless at temperature {ll.temperature:g}, top_p {ll.top_p:g}: {ll.status} (p {p}, alpha "
-                  f"{ll.alpha:g}, margin {ll.margin:g}; referee {ll.referee or '—'})", title_justify="left")
-    for name, justify in (("class", "left"), ("tokens", "right"), ("transcripts", "right"), ("T_eff", "right"),
-                          (f"{1 - ll.alpha:.0%} interval", "right"), ("top-1 observed", "right"),
-                          ("top-1 expected", "right"), ("PIT Z", "right")):
+    table = Table(
+        title=f"Lossless at temperature {ll.temperature:g}, top_p {ll.top_p:g}: {ll.status} (p {p}, alpha "
+        f"{ll.alpha:g}, margin {ll.margin:g}; referee {ll.referee or '—'})",
+        title_justify="left",
+    )
+    for name, justify in (
+        ("class", "left"),
+        ("tokens", "right"),
+        ("transcripts", "right"),
+        ("T_eff", "right"),
+        (f"{1 - ll.alpha:.0%} interval", "right"),
+        ("top-1 observed", "right"),
+        ("top-1 expected", "right"),
+        ("PIT Z", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
 
     def row(name: str, e: TempEstimate) -> None:
         iv = "—" if e.t_low is None or e.t_high is None else f"[{e.t_low:.3f}, {e.t_high:.3f}]"
-        table.add_row(name, str(e.tokens), str(e.transcripts), "—" if e.t_eff is None else f"{e.t_eff:.3f}", iv,
-                      "—" if e.top1_observed is None else f"{e.top1_observed:.1%}",
-                      "—" if e.top1_expected is None else f"{e.top1_expected:.1%}",
-                      "—" if e.z_mean is None else f"{e.z_mean:+.2f}")
+        table.add_row(
+            name,
+            str(e.tokens),
+            str(e.transcripts),
+            "—" if e.t_eff is None else f"{e.t_eff:.3f}",
+            iv,
+            "—" if e.top1_observed is None else f"{e.top1_observed:.1%}",
+            "—" if e.top1_expected is None else f"{e.top1_expected:.1%}",
+            "—" if e.z_mean is None else f"{e.z_mean:+.2f}",
+        )
 
     for name, est in ll.per_class.items():
         row(name, est)
@@ -217,8 +251,11 @@ def render_window(result: WindowResult) -> Group:
     if result.load.mode == "open":
         rates = ", ".join(f"{r:g}" for r in result.load.request_rates or [])
         seed = f", seed {result.load.arrival_seed}" if result.load.arrival_seed is not None else ""
-        load = (f", open loop at the trace's recorded arrival times x {rates}" if result.load.arrivals == "trace"
-                else f", open loop at {rates} requests/s ({result.load.arrivals} arrivals{seed})")
+        load = (
+            f", open loop at the trace's recorded arrival times x {rates}"
+            if result.load.arrivals == "trace"
+            else f", open loop at {rates} requests/s ({result.load.arrivals} arrivals{seed})"
+        )
     head = Text(
         f"window {result.window.get('name')} against {result.endpoint} ({result.model}): "
         f"{valid}/{len(result.cells)} cells valid, {len(result.records)} requests{load}",

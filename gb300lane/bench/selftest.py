@@ -108,14 +108,20 @@ class SelftestResult(FrozenModel):
             if lv.failed:
                 out.append(f"C{lv.concurrency}: {lv.failed} of {lv.requests} self-test requests failed")
             if lv.ttft_error_ms_p99 is None or lv.ttft_error_ms_p99 >= lv.bound_ttft_p99_ms:
-                out.append(f"C{lv.concurrency}: TTFT error p99 {_ms(lv.ttft_error_ms_p99)} >= the registered "
-                           f"{lv.bound_ttft_p99_ms:g} ms")
+                out.append(
+                    f"C{lv.concurrency}: TTFT error p99 {_ms(lv.ttft_error_ms_p99)} >= the registered "
+                    f"{lv.bound_ttft_p99_ms:g} ms"
+                )
             if lv.itl_error_sigma_ms is None or lv.itl_error_sigma_ms >= lv.bound_itl_sigma_ms:
-                out.append(f"C{lv.concurrency}: ITL error sigma {_ms(lv.itl_error_sigma_ms)} >= the registered "
-                           f"{lv.bound_itl_sigma_ms:g} ms")
+                out.append(
+                    f"C{lv.concurrency}: ITL error sigma {_ms(lv.itl_error_sigma_ms)} >= the registered "
+                    f"{lv.bound_itl_sigma_ms:g} ms"
+                )
         if not self.vllm_itl_agrees:
-            out.append(f"mean ITL {_ms(self.client_itl_ms)} is not within {BOUND_VLLM_ITL:.0%} of vLLM-style "
-                       f"stamping's {_ms(self.vllm_itl_ms)}")
+            out.append(
+                f"mean ITL {_ms(self.client_itl_ms)} is not within {BOUND_VLLM_ITL:.0%} of vLLM-style "
+                f"stamping's {_ms(self.vllm_itl_ms)}"
+            )
         return out
 
 
@@ -177,9 +183,23 @@ async def vllm_style_stream(session: aiohttp.ClientSession, url: str, payload: M
 @contextlib.contextmanager
 def mock_process(timing: MockTiming) -> Iterator[str]:
     """A mock server in its own process; yields its base URL and stops it on exit."""
-    argv = [sys.executable, "-m", "gb300lane.bench.mock", "--port", "0", "--ttft-ms", str(timing.ttft_s * 1e3),
-            "--itl-ms", str(timing.itl_s * 1e3), "--events", str(timing.events),
-            "--events-per-write", str(timing.events_per_write), "--parent", str(os.getpid())]
+    argv = [
+        sys.executable,
+        "-m",
+        "gb300lane.bench.mock",
+        "--port",
+        "0",
+        "--ttft-ms",
+        str(timing.ttft_s * 1e3),
+        "--itl-ms",
+        str(timing.itl_s * 1e3),
+        "--events",
+        str(timing.events),
+        "--events-per-write",
+        str(timing.events_per_write),
+        "--parent",
+        str(os.getpid()),
+    ]
     # It ends with this process even when this one is killed (SIGKILL runs no `finally`): it watches its parent.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -199,8 +219,13 @@ def mock_process(timing: MockTiming) -> Iterator[str]:
 
 
 def _body(events: int) -> dict[str, Any]:
-    return {"model": "mock", "prompt": "self-test", "max_tokens": events, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    return {
+        "model": "mock",
+        "prompt": "self-test",
+        "max_tokens": events,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
 
 
 async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> tuple[SelftestLevel, list[float]]:
@@ -238,21 +263,35 @@ async def _level(base: str, conc: int, timing: MockTiming, per_stream: int) -> t
             gaps.append(ev[j + 1] - ev[j])
         late.extend((out.started_at + t - s) * 1e3 for t, s in zip(ev, sent))
         server_late.extend((s - (received + timing.ttft_s + j * timing.itl_s)) * 1e3 for j, s in enumerate(sent))
+
     def p(xs: list[float], q: float) -> float | None:
         return float(np.percentile(xs, q)) if xs else None
 
     sigma = float(np.std(itl_err)) if itl_err else None
     bound = bound_ttft_p99_ms(conc)
     level = SelftestLevel(
-        concurrency=conc, requests=len(outcomes), failed=failed, ttft_ms=timing.ttft_s * 1e3,
-        itl_ms=timing.itl_s * 1e3, events=timing.events,
-        ttft_error_ms_p50=p(ttft_err, 50), ttft_error_ms_p99=p(ttft_err, 99),
+        concurrency=conc,
+        requests=len(outcomes),
+        failed=failed,
+        ttft_ms=timing.ttft_s * 1e3,
+        itl_ms=timing.itl_s * 1e3,
+        events=timing.events,
+        ttft_error_ms_p50=p(ttft_err, 50),
+        ttft_error_ms_p99=p(ttft_err, 99),
         ttft_error_ms_max=max(ttft_err) if ttft_err else None,
-        itl_error_sigma_ms=sigma, itl_error_ms_p99=p([abs(x) for x in itl_err], 99),
-        arrival_late_ms_p99=p(late, 99), server_late_ms_p99=p(server_late, 99),
-        bound_ttft_p99_ms=bound, bound_itl_sigma_ms=BOUND_ITL_SIGMA_MS,
-        passed=bool(not failed and ttft_err and p(ttft_err, 99) < bound  # type: ignore[operator]
-                    and sigma is not None and sigma < BOUND_ITL_SIGMA_MS),
+        itl_error_sigma_ms=sigma,
+        itl_error_ms_p99=p([abs(x) for x in itl_err], 99),
+        arrival_late_ms_p99=p(late, 99),
+        server_late_ms_p99=p(server_late, 99),
+        bound_ttft_p99_ms=bound,
+        bound_itl_sigma_ms=BOUND_ITL_SIGMA_MS,
+        passed=bool(
+            not failed
+            and ttft_err
+            and p(ttft_err, 99) < bound  # type: ignore[operator]
+            and sigma is not None
+            and sigma < BOUND_ITL_SIGMA_MS
+        ),
     )
     return level, gaps
 
@@ -296,29 +335,64 @@ def run_selftest(levels: tuple[tuple[int, MockTiming, int], ...] = LEVELS, *, ag
         grouped = MockTiming(ttft_s=0.01, itl_s=0.002, events=48, events_per_write=3)
         with mock_process(grouped) as base:
             client_itl, vllm_itl = asyncio.run(_vllm_agreement(base, grouped, 8))
-        agrees = (client_itl is not None and vllm_itl is not None and vllm_itl > 0
-                  and abs(client_itl / vllm_itl - 1) <= BOUND_VLLM_ITL)
+        agrees = (
+            client_itl is not None
+            and vllm_itl is not None
+            and vllm_itl > 0
+            and abs(client_itl / vllm_itl - 1) <= BOUND_VLLM_ITL
+        )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return SelftestResult(levels=rows, vllm_itl_ms=vllm_itl, client_itl_ms=client_itl, vllm_itl_agrees=agrees,
-                          load_average=load, realtime=_realtime(),
-                          passed=agrees and all(r.passed for r in rows))
+    return SelftestResult(
+        levels=rows,
+        vllm_itl_ms=vllm_itl,
+        client_itl_ms=client_itl,
+        vllm_itl_agrees=agrees,
+        load_average=load,
+        realtime=_realtime(),
+        passed=agrees and all(r.passed for r in rows),
+    )
 
 
 #: Column headers of the self-test table (`table_rows`).
-TABLE_COLUMNS = ("C", "requests", "failed", "TTFT / ITL ms", "TTFT err p50", "TTFT err p99", "bound",
-                 "ITL err sigma", "bound", "ITL err p99", "arrival late p99", "mock late p99", "result")
+TABLE_COLUMNS = (
+    "C",
+    "requests",
+    "failed",
+    "TTFT / ITL ms",
+    "TTFT err p50",
+    "TTFT err p99",
+    "bound",
+    "ITL err sigma",
+    "bound",
+    "ITL err p99",
+    "arrival late p99",
+    "mock late p99",
+    "result",
+)
 
 
 def table_rows(result: SelftestResult) -> list[list[str]]:
     """The self-test as table rows (ms), one per level, in `TABLE_COLUMNS` order."""
+
     def f(v: float | None) -> str:
         return "—" if v is None else f"{v:.3f}"
 
     return [
-        [str(lv.concurrency), str(lv.requests), str(lv.failed), f"{lv.ttft_ms:g} / {lv.itl_ms:g}",
-         f(lv.ttft_error_ms_p50), f(lv.ttft_error_ms_p99), f"< {lv.bound_ttft_p99_ms:g}", f(lv.itl_error_sigma_ms),
-         f"< {lv.bound_itl_sigma_ms:g}", f(lv.itl_error_ms_p99), f(lv.arrival_late_ms_p99), f(lv.server_late_ms_p99),
-         "PASS" if lv.passed else "FAIL"]
+        [
+            str(lv.concurrency),
+            str(lv.requests),
+            str(lv.failed),
+            f"{lv.ttft_ms:g} / {lv.itl_ms:g}",
+            f(lv.ttft_error_ms_p50),
+            f(lv.ttft_error_ms_p99),
+            f"< {lv.bound_ttft_p99_ms:g}",
+            f(lv.itl_error_sigma_ms),
+            f"< {lv.bound_itl_sigma_ms:g}",
+            f(lv.itl_error_ms_p99),
+            f(lv.arrival_late_ms_p99),
+            f(lv.server_late_ms_p99),
+            "PASS" if lv.passed else "FAIL",
+        ]
         for lv in result.levels
     ]
 

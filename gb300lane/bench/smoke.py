@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,8 +45,18 @@ from gb300lane.recipes.schema import Recipe, SmokeGate, WindowSpec
 GateStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 #: Window keys that must agree before two windows' outputs are comparable.
 _COMPARABLE = (
-    "classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "seed_base", "forced_tokens",
-    "max_tokens", "tool_choice", "workload", "held_out",  # the last two absent from a builtin window's dump: None
+    "classes",
+    "transcripts_per_class",
+    "rounds",
+    "concurrency",
+    "temperature",
+    "top_p",
+    "seed_base",
+    "forced_tokens",
+    "max_tokens",
+    "tool_choice",
+    "workload",
+    "held_out",  # the last two absent from a builtin window's dump: None
 )
 
 ProgressFactory = Callable[[], AbstractContextManager[WindowProgress | None]]
@@ -117,9 +127,18 @@ class _Runner:
         if gate.lossless is not None and window.temperature > 0:
             from gb300lane.bench.referee import referee_window
 
-            result = result.model_copy(update={"lossless": referee_window(
-                result, self.endpoint, model=self.model, alpha=gate.lossless.alpha, margin=gate.lossless.margin,
-                min_tokens=gate.lossless.min_tokens)})
+            result = result.model_copy(
+                update={
+                    "lossless": referee_window(
+                        result,
+                        self.endpoint,
+                        model=self.model,
+                        alpha=gate.lossless.alpha,
+                        margin=gate.lossless.margin,
+                        min_tokens=gate.lossless.min_tokens,
+                    )
+                }
+            )
         path = save_result(result, self.dir / f"{self.stamp}-{gate.name}-{tag}.json")
         return result, str(path)
 
@@ -143,7 +162,9 @@ def _parity(gate: SmokeGate, runner: _Runner, references: list[Path]) -> GateRes
             return result("FAIL", f"repeat of the parity window invalid: {_invalid_summary(again)}")
         flips, compared, first = count_flips(outputs, again.outputs())
         details.update(flips=flips, compared=compared, first_flips=first, control="this lane (repeat run)")
-        note = f"no control reference: compared two runs of this lane; outputs recorded in {path} (pass it as --reference)"
+        note = (
+            f"no control reference: compared two runs of this lane; outputs recorded in {path} (pass it as --reference)"
+        )
         if flips > max_flips:
             return result(
                 "FAIL",
@@ -190,9 +211,14 @@ def _bounds(gate: SmokeGate, runner: _Runner) -> GateResult:
         return result("FAIL", _invalid_summary(run))
     failures: list[str] = []
     inconclusive: list[str] = []
-    passes = [f"{requests} requests, no errors, " + (f"every output exactly {gate.window.forced_tokens} tokens"
-                                                     if gate.window.forced_tokens is not None
-                                                     else f"every output at most {gate.window.token_cap} tokens")]
+    passes = [
+        f"{requests} requests, no errors, "
+        + (
+            f"every output exactly {gate.window.forced_tokens} tokens"
+            if gate.window.forced_tokens is not None
+            else f"every output at most {gate.window.token_cap} tokens"
+        )
+    ]
     tps = gate.tokens_per_step
     if tps is not None and (tps.min is not None or tps.max is not None):
         agg = aggregate_spec(run.cells)
@@ -224,7 +250,7 @@ def _bounds(gate: SmokeGate, runner: _Runner) -> GateResult:
             inconclusive.append(f"lossless not checkable: window {gate.window.name} is greedy")
         else:
             details["lossless"] = ll.model_dump(mode="json")
-            text = (f"lossless {ll.status}: {ll.reason} (referee {ll.referee_tokens} tokens, {ll.referee_s:.1f} s)")
+            text = f"lossless {ll.status}: {ll.reason} (referee {ll.referee_tokens} tokens, {ll.referee_s:.1f} s)"
             {"PASS": passes, "FAIL": failures, "INCONCLUSIVE": inconclusive}[ll.status].append(text)
     schedule = check_schedule(run, runner.recipe.speculative.schedule, effective_k(runner.recipe))
     if schedule is not None:
@@ -260,7 +286,7 @@ def run_smoke(
 
         fingerprint = recipe_fingerprint(recipe)
     refs = [] if reference is None else [reference] if isinstance(reference, Path) else list(reference)
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = datetime.now(UTC).isoformat(timespec="seconds")
     runner = _Runner(recipe, endpoint.rstrip("/"), model or recipe.model.served_name, fingerprint, progress)
     gates: list[GateResult] = []
     for gate in recipe.smoke.gates:

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from gb300lane.errors import BenchError, ReceiptExists
-from gb300lane.models import format_validation_error
 from gb300lane.fsio import dumps_json, write_once
+from gb300lane.models import format_validation_error
 from gb300lane.paths import state_dir
 
 if TYPE_CHECKING:
@@ -31,7 +31,9 @@ def save_result(result: WindowResult, path: Path) -> Path:
     try:
         return write_once(path, dumps_json(result.model_dump(mode="json")))
     except ReceiptExists as exc:
-        raise BenchError(f"{path} already exists; window results are never overwritten: pass another --out path") from exc
+        raise BenchError(
+            f"{path} already exists; window results are never overwritten: pass another --out path"
+        ) from exc
 
 
 def load_result(path: Path) -> WindowResult:
@@ -55,7 +57,7 @@ def load_result(path: Path) -> WindowResult:
 
 def stamp() -> str:
     """A UTC timestamp usable in file names (microseconds, so two runs never share a name)."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
 def smoke_dir(recipe: str, fingerprint: str | None) -> Path:

@@ -31,8 +31,8 @@ import math
 import platform
 import sys
 import time
-from datetime import datetime, timezone
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol
 
@@ -113,8 +113,10 @@ def trace_schedule(transcripts: list[Transcript], speed: float, workload: str) -
     """Send times of a trace's transcripts: their recorded arrivals from the first, divided by `speed`."""
     missing = [t.id for t in transcripts if t.arrival_s is None]
     if missing:
-        raise BenchError(f"workload {workload}: transcript {missing[0]} has no recorded arrival time; --arrivals trace "
-                         "replays a trace's (import one with `gb300lane workload import --format trace`)")
+        raise BenchError(
+            f"workload {workload}: transcript {missing[0]} has no recorded arrival time; --arrivals trace "
+            "replays a trace's (import one with `gb300lane workload import --format trace`)"
+        )
     first = min(t.arrival_s for t in transcripts if t.arrival_s is not None)
     return [((t.arrival_s or 0.0) - first) / speed for t in transcripts]
 
@@ -133,13 +135,15 @@ def build_request(
     body: dict[str, object] = {"model": model, "max_tokens": window.token_cap}
     if window.forced_tokens is not None:
         body.update(min_tokens=window.forced_tokens, ignore_eos=True)
-    body.update({
-        "temperature": window.temperature,
-        "top_p": window.top_p,
-        "stream": True,
-        # Per-chunk cumulative usage makes multi-token chunks countable exactly.
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    })
+    body.update(
+        {
+            "temperature": window.temperature,
+            "top_p": window.top_p,
+            "stream": True,
+            # Per-chunk cumulative usage makes multi-token chunks countable exactly.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    )
     if seed is not None:
         body["seed"] = seed
     if transcript.response_format is not None:
@@ -340,7 +344,9 @@ async def _run_open_cell(
 async def _discover_model(session: aiohttp.ClientSession, base: str) -> str:
     body, reason = await get_json(session, f"{base}/v1/models")
     if body is None:
-        raise BenchError(f"cannot reach the lane at {base}: {reason}; start it (`gb300lane up RECIPE`) or fix --endpoint")
+        raise BenchError(
+            f"cannot reach the lane at {base}: {reason}; start it (`gb300lane up RECIPE`) or fix --endpoint"
+        )
     data = body.get("data") if isinstance(body, dict) else None
     first = data[0] if isinstance(data, list) and data else None
     if not isinstance(first, dict) or "id" not in first:
@@ -385,7 +391,7 @@ async def run_window_async(
         chosen = select_transcripts(cls, window.transcripts_per_class, window.workload, held_out=window.held_out)
         if load.arrivals == "trace":
             trace_schedule(chosen, 1.0, window.workload)
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = datetime.now(UTC).isoformat(timespec="seconds")
     connector = aiohttp.TCPConnector(limit=connections or 0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, trace_configs=[request_sent_trace()]) as session:
         # Reachability first: an unreachable or still-booting lane is one clear error,
@@ -432,15 +438,36 @@ async def run_window_async(
             for cls in window.classes:
                 if load.mode == "open":
                     for rate in load.request_rates or []:
-                        await run(partial(
-                            _run_open_cell, session, base, window, cls=cls, rate=rate,
-                            arrivals=load.arrivals or "poisson", arrival_seed=derive_arrival_seed(seed_base, cls, rnd, rate),
-                            round=rnd, model=served, progress=progress,
-                        ))
+                        await run(
+                            partial(
+                                _run_open_cell,
+                                session,
+                                base,
+                                window,
+                                cls=cls,
+                                rate=rate,
+                                arrivals=load.arrivals or "poisson",
+                                arrival_seed=derive_arrival_seed(seed_base, cls, rnd, rate),
+                                round=rnd,
+                                model=served,
+                                progress=progress,
+                            )
+                        )
                     continue
                 for conc in window.concurrency:
-                    await run(partial(_run_cell, session, base, window, cls=cls, concurrency=conc, round=rnd,
-                                      model=served, progress=progress))
+                    await run(
+                        partial(
+                            _run_cell,
+                            session,
+                            base,
+                            window,
+                            cls=cls,
+                            concurrency=conc,
+                            round=rnd,
+                            model=served,
+                            progress=progress,
+                        )
+                    )
     return WindowResult(
         tool_version=__version__,
         python=sys.version.split()[0],
@@ -482,7 +509,14 @@ def run_window(
     """
     return asyncio.run(
         run_window_async(
-            endpoint, window, model=model, progress=progress, recipe=recipe, fingerprint=fingerprint, load=load,
-            invalid_retries=invalid_retries, on_retry=on_retry,
+            endpoint,
+            window,
+            model=model,
+            progress=progress,
+            recipe=recipe,
+            fingerprint=fingerprint,
+            load=load,
+            invalid_retries=invalid_retries,
+            on_retry=on_retry,
         )
     )

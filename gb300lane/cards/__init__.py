@@ -9,16 +9,16 @@ points back at it; `render_report` draws the card. The write-up's own cards
 (`GateResult.tests`). Sizing, timing and calibrating a card are `gb300lane.instrument`'s.
 """
 
-from gb300lane.cards.record.receipts import Receipts, Registration, all_receipts, find_receipts, register
-from gb300lane.cards.decide.results import CardPlan, GateResult, GateTest
-from gb300lane.cards.present.report import render_html, render_report
-from gb300lane.cards.record.models import ForeignCount
-from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
 from gb300lane.cards.cardfile import load_card
-from gb300lane.cards.schema import Card, parse_card
+from gb300lane.cards.decide.results import CardPlan, GateResult, GateTest
 from gb300lane.cards.decide.verdict import Verdict
-from gb300lane.cards.record.verdicts import VerdictRef, compute_rescore, latest_verdict_for, rescore, score
+from gb300lane.cards.present.report import render_html, render_report
 from gb300lane.cards.present.writeup import reproduce_writeup
+from gb300lane.cards.record.models import ForeignCount
+from gb300lane.cards.record.receipts import Receipts, Registration, all_receipts, find_receipts, register
+from gb300lane.cards.record.verdicts import VerdictRef, compute_rescore, latest_verdict_for, rescore, score
+from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
+from gb300lane.cards.schema import Card, parse_card
 
 __all__ = [
     "ArmOps",

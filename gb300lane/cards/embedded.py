@@ -45,8 +45,10 @@ def check_embedded(card: Card) -> None:
 
     others = sorted({a.recipe for a in card.arms if load_recipe(a.recipe).engine != "embedded"})
     if others:
-        raise CardError(f"card {card.name}: recipes {', '.join(others)} do not run on the embedded engine; "
-                        "calibration drives the embedded engine in process: calibrate the local- card instead")
+        raise CardError(
+            f"card {card.name}: recipes {', '.join(others)} do not run on the embedded engine; "
+            "calibration drives the embedded engine in process: calibrate the local- card instead"
+        )
 
 
 __all__ = ["check_embedded", "engine_fingerprint", "runs_embedded"]

@@ -51,45 +51,64 @@ def plan_next(rec: Receipts) -> ExtensionReceipt:
     nums = rec.verdict_numbers()
     latest = read_verdict(rec, nums[-1]) if nums else None
     done = rec.stages_done(card)
-    why = refusal(card, card_file=str(rec.card_file), verdict_file=str(rec.verdict_file(nums[-1])) if nums else None,
-                  verdict=latest.verdict if latest else None,
-                  registered_gates=latest is not None and latest.gates == gates_payload(card.gates),
-                  stages_done=done, look_file=str(rec.look_file(done)))
+    why = refusal(
+        card,
+        card_file=str(rec.card_file),
+        verdict_file=str(rec.verdict_file(nums[-1])) if nums else None,
+        verdict=latest.verdict if latest else None,
+        registered_gates=latest is not None and latest.gates == gates_payload(card.gates),
+        stages_done=done,
+        look_file=str(rec.look_file(done)),
+    )
     if why is not None:
         raise CardError(why)
     assert latest is not None
     if latest.look != done:
-        raise CardError(f"{rec.verdict_file(latest.number)}: verdict {latest.number} was decided at look "
-                        f"{latest.look} but stages 1..{done} have run (key look); the receipts are out of step: "
-                        "check them with `gb300lane verify --card CARD`")
+        raise CardError(
+            f"{rec.verdict_file(latest.number)}: verdict {latest.number} was decided at look "
+            f"{latest.look} but stages 1..{done} have run (key look); the receipts are out of step: "
+            "check them with `gb300lane verify --card CARD`"
+        )
     require_intact(rec, "extend")
-    return record_extension(rec, card, latest.number, plan_extension(card, card.gates, list(latest.results), done,
-                                                                      share=rec.registration().alpha_share()))
+    return record_extension(
+        rec,
+        card,
+        latest.number,
+        plan_extension(card, card.gates, list(latest.results), done, share=rec.registration().alpha_share()),
+    )
 
 
-def extend_card(rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None,
-                protected: Protected = lane.NOTHING) -> Extended:
+def extend_card(
+    rec: Receipts, *, ops: ArmOps | None = None, progress: Progress | None = None, protected: Protected = lane.NOTHING
+) -> Extended:
     """Extend the card's newest INCONCLUSIVE verdict by the further looks it registered (or resume one)."""
     card = rec.card()
     rec.check_frozen(card)
     if rec.registration().transcribed:
-        raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they are never extended. "
-                        "Run the local card instead (e.g. `gb300lane card run local-br1-extend`)")
+        raise CardError(
+            f"{rec.root}: these receipts were transcribed from a write-up; they are never extended. "
+            "Run the local card instead (e.g. `gb300lane card run local-br1-extend`)"
+        )
     say = progress or (lambda _msg: None)
     receipt = pending_extension(rec)
     resumed = receipt is not None
     if receipt is None:
         receipt = plan_next(rec)
     plan = receipt.plan
-    say(f"extension {receipt.number} of verdict {receipt.extends.number} ({receipt.extends.verdict}): stages "
+    say(
+        f"extension {receipt.number} of verdict {receipt.extends.number} ({receipt.extends.verdict}): stages "
         f"{plan.first_stage}..{plan.last_stage} of the plan's {plan.looks} looks ({plan.spending} spending)"
-        + (", resumed" if resumed else "") + f"; {plan.reason}")
+        + (", resumed" if resumed else "")
+        + f"; {plan.reason}"
+    )
     lines = run_stages(rec, card, ops or LiveArmOps(protected), say, plan.first_stage, plan.last_stage)
     rec.write_manifest(f"extension-{receipt.number}")
     require_intact(rec, "score the extension")
     number = rec.verdict_numbers()[-1] + 1
-    reason = (f"extension {receipt.number}: further looks {plan.first_stage}..{plan.last_stage} of {plan.looks} "
-              f"registered (design.extension), alpha spent by {plan.spending} over the plan")
+    reason = (
+        f"extension {receipt.number}: further looks {plan.first_stage}..{plan.last_stage} of {plan.looks} "
+        f"registered (design.extension), alpha spent by {plan.spending} over the plan"
+    )
     v = verdict_over(rec, card, card.gates, number=number, previous=receipt.extends, reason=reason)
     rec.write_json(rec.verdict_file(number), v.payload())
     rec.write_manifest(f"verdict-{number}")

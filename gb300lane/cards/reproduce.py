@@ -21,14 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gb300lane import lane
-from gb300lane.cards.record.receipts import Receipts, register
-from gb300lane.cards.present.report import ratio_rows, render_report
-from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
 from gb300lane.cards.cardfile import load_card, read_card_text
-from gb300lane.cards.schema import Card
-from gb300lane.cards.record.verdicts import score
+from gb300lane.cards.present.report import ratio_rows, render_report
 from gb300lane.cards.present.what_differs import arm_lines, run_differences
 from gb300lane.cards.present.writeup import original_arms, reproduce_writeup, verdict_lines
+from gb300lane.cards.record.receipts import Receipts, register
+from gb300lane.cards.record.verdicts import score
+from gb300lane.cards.run import ArmOps, LiveArmOps, run_card
+from gb300lane.cards.schema import Card
 from gb300lane.errors import CardError
 from gb300lane.recipes import load_recipe
 
@@ -58,13 +58,22 @@ def arm_port(card: Card, port: int | None, notice: Say) -> int | None:
         return None
     moved = lane.free_lane_port(recipes, start=max(wanted) + 1)
     held = "; ".join(f"{p} by {who}" for p, who in taken.items())
-    notice(f"port{'s' if len(taken) > 1 else ''} in use ({held}): the arms boot on "
-           f"{', '.join(map(str, lane.ports_of(recipes, moved)))} instead (pass --port P to choose)")
+    notice(
+        f"port{'s' if len(taken) > 1 else ''} in use ({held}): the arms boot on "
+        f"{', '.join(map(str, lane.ports_of(recipes, moved)))} instead (pass --port P to choose)"
+    )
     return moved
 
 
-def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None = None, port: int | None = None,
-          notice: Say | None = None) -> tuple[float, Receipts]:
+def part2(
+    which: str,
+    say: Say,
+    *,
+    base: Path | None = None,
+    ops: ArmOps | None = None,
+    port: int | None = None,
+    notice: Say | None = None,
+) -> tuple[float, Receipts]:
     """Register, run, score and report the local card in a fresh receipts directory.
 
     The arms boot on `port` (the whole lane moved there), else where `arm_port` finds room; the move is told to
@@ -75,15 +84,23 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     card, path = load_card(LOCAL_CARDS[which])
     say(f"== {which.upper()} part 2: card {card.name} on the embedded engine ==")
     for w in card.windows:
-        say(f"sizes (reduced from the write-up's 40 transcripts x 256 tokens): window {w.name}: "
+        say(
+            f"sizes (reduced from the write-up's 40 transcripts x 256 tokens): window {w.name}: "
             f"{len(w.classes)} classes ({', '.join(w.classes)}), {w.transcripts_per_class} transcripts per class, "
             f"{w.length_label()}, concurrency {list(w.concurrency)}, {w.rounds} rounds, "
-            f"temperature {w.temperature}")
+            f"temperature {w.temperature}"
+        )
     if ops is None:
         ops = LiveArmOps(port=arm_port(card, port, notice or say))
     # A run directory of its own (`<date>-<card>-reproduce[-runN]`): `card register CARD` never finds these receipts.
-    rec = register(card, read_card_text(path), base=base, fresh=True, run="reproduce",
-                   aside="`card reproduce`: the write-up's card run again on this lane")
+    rec = register(
+        card,
+        read_card_text(path),
+        base=base,
+        fresh=True,
+        run="reproduce",
+        aside="`card reproduce`: the write-up's card run again on this lane",
+    )
     say(f"registered: {rec.root} (gates sha256 {rec.registration().gates_sha256[:16]})")
     run_card(rec, ops=ops, progress=lambda m: say(f"  {m}"))
     v = score(rec)
@@ -108,8 +125,16 @@ def part2(which: str, say: Say, *, base: Path | None = None, ops: ArmOps | None 
     return dt, rec
 
 
-def reproduce(which: str, say: Say, *, parts: tuple[int, ...] = (1, 2), base: Path | None = None,
-              ops: ArmOps | None = None, port: int | None = None, notice: Say | None = None) -> dict[str, float]:
+def reproduce(
+    which: str,
+    say: Say,
+    *,
+    parts: tuple[int, ...] = (1, 2),
+    base: Path | None = None,
+    ops: ArmOps | None = None,
+    port: int | None = None,
+    notice: Say | None = None,
+) -> dict[str, float]:
     times: dict[str, float] = {}
     if 1 in parts:
         times["part1_s"] = part1(which, say)

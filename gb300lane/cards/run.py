@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-
 from gb300lane import lane
 from gb300lane.bench import WindowResult, run_window
 from gb300lane.bench.models import load_label
@@ -51,7 +50,12 @@ class ArmOps(Protocol):
     """What a card run asks of the lane and bench: an arm's instance for a block, foreign clients, windows."""
 
     def instance(
-        self, recipe: str, *, arm: str, check_keys: Sequence[str] | None, baseline: str | None,
+        self,
+        recipe: str,
+        *,
+        arm: str,
+        check_keys: Sequence[str] | None,
+        baseline: str | None,
         allow_outside_trained_block: bool,
     ) -> AbstractContextManager[BootReport]:
         """The arm booted dark for the length of a `with` block, stopped and kept after it."""
@@ -92,7 +96,12 @@ class LiveArmOps:
         lane_taken_by_protected(card, self.protected, self.port)
 
     def instance(
-        self, recipe: str, *, arm: str, check_keys: Sequence[str] | None, baseline: str | None,
+        self,
+        recipe: str,
+        *,
+        arm: str,
+        check_keys: Sequence[str] | None,
+        baseline: str | None,
         allow_outside_trained_block: bool,
     ) -> AbstractContextManager[BootReport]:
         return lane.instance(
@@ -114,8 +123,10 @@ class LiveArmOps:
             if info.endpoint == endpoint and info.dark and info.state == "running":
                 bind = lane.dark_bind(info.name)
                 if bind is not None and bind.status == "fail":
-                    raise LaneError(f"{info.name} is dark but {bind.summary}; the card stops here (its receipts so "
-                                    "far are kept): stop what opened it and run the card again")
+                    raise LaneError(
+                        f"{info.name} is dark but {bind.summary}; the card stops here (its receipts so "
+                        "far are kept): stop what opened it and run the card again"
+                    )
         check = lane.foreign_clients(endpoint, sent_by_tool=sent_by_tool)
         seen = check.evidence.get("foreign_requests")
         return ForeignCount(
@@ -125,8 +136,9 @@ class LiveArmOps:
     def run_window(
         self, endpoint: str, window: WindowSpec, *, model: str, recipe: str, fingerprint: str | None
     ) -> WindowResult:
-        return run_window(endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint,
-                          invalid_retries=CELL_RETRIES)
+        return run_window(
+            endpoint, window, model=model, recipe=recipe, fingerprint=fingerprint, invalid_retries=CELL_RETRIES
+        )
 
     def selftest(self, concurrencies: list[int]) -> SelftestResult:
         """The bench client's self-test at the card's concurrency levels (see bench/selftest.py)."""
@@ -195,13 +207,20 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
     if n > 1:
         progress(f"{label}: attempt {n - 1} did not finish; removing its leftovers and booting again")
         ops.discard(arm.recipe, arm.name)
-    rec.write_model(adir / "attempt.json", AttemptReceipt(arm=arm.name, recipe=arm.recipe, attempt=n, stage=stage,
-                                                          started_at=utc_now()))
+    rec.write_model(
+        adir / "attempt.json",
+        AttemptReceipt(arm=arm.name, recipe=arm.recipe, attempt=n, stage=stage, started_at=utc_now()),
+    )
     progress(f"{label}: booting {arm.recipe} dark")
     # The flag check compares every arm with the control (production): B shows its changed keys.
     baseline = card.controls[0].recipe if card.controls else None
-    booted = ops.instance(arm.recipe, arm=arm.name, check_keys=_flag_keys(card) or None, baseline=baseline,
-                          allow_outside_trained_block=arm.allow_outside_trained_block)
+    booted = ops.instance(
+        arm.recipe,
+        arm=arm.name,
+        check_keys=_flag_keys(card) or None,
+        baseline=baseline,
+        allow_outside_trained_block=arm.allow_outside_trained_block,
+    )
     with booted as report:
         try:
             rec.write_model(adir / "boot.json", report)
@@ -209,38 +228,63 @@ def run_arm(rec: Receipts, card: Card, arm_index: int, ops: ArmOps, progress: Pr
             sent = 0
             for w in (arm_window(card, x, arm, stage) for x in stage_windows(card, stage)):
                 seeds = "" if w.seed_base is None else f", seed base {w.seed_base}"
-                progress(f"{label}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
-                         f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.length_label()}"
-                         f"{seeds})")
-                result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
-                                        fingerprint=report.fingerprint)
+                progress(
+                    f"{label}: window {w.name} ({len(w.classes)} classes x C{'/C'.join(map(str, w.concurrency))}"
+                    f" x {w.rounds} rounds, {w.transcripts_per_class} transcripts, {w.length_label()}"
+                    f"{seeds})"
+                )
+                result = ops.run_window(
+                    report.endpoint, w, model=report.served_model, recipe=arm.recipe, fingerprint=report.fingerprint
+                )
                 sent += len(result.records) + sum(len(t.records) for t in result.retried)
                 gate = lossless_gate(card, w.name)
                 if gate is not None:
-                    progress(f"{label}: window {w.name}: scoring its outputs by the arm's own prefill "
-                             "(prompt_logprobs) for the lossless gate")
-                    result = result.model_copy(update={"lossless": referee_window(
-                        result, report.endpoint, model=report.served_model, alpha=gate.alpha, margin=gate.margin,
-                        min_tokens=gate.min_tokens)})
+                    progress(
+                        f"{label}: window {w.name}: scoring its outputs by the arm's own prefill "
+                        "(prompt_logprobs) for the lossless gate"
+                    )
+                    result = result.model_copy(
+                        update={
+                            "lossless": referee_window(
+                                result,
+                                report.endpoint,
+                                model=report.served_model,
+                                alpha=gate.alpha,
+                                margin=gate.margin,
+                                min_tokens=gate.min_tokens,
+                            )
+                        }
+                    )
                     sent += result.lossless.referee_requests if result.lossless is not None else 0
                 rec.write_model(adir / "windows" / f"{w.name}.json", result)
                 for t in result.retried:
                     c = t.cell
-                    progress(f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} was invalid "
-                             f"({'; '.join(c.invalid_reasons)}); it ran again")
+                    progress(
+                        f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} was invalid "
+                        f"({'; '.join(c.invalid_reasons)}); it ran again"
+                    )
                 for c in (c for c in result.cells if not c.valid):
-                    progress(f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} is still invalid "
-                             f"after {CELL_RETRIES + 1} tries ({'; '.join(c.invalid_reasons)}); the verdict leaves it "
-                             "out and says so")
+                    progress(
+                        f"{label}: window {w.name}: cell {c.cls} {load_label(c)} r{c.round} is still invalid "
+                        f"after {CELL_RETRIES + 1} tries ({'; '.join(c.invalid_reasons)}); the verdict leaves it "
+                        "out and says so"
+                    )
             after = ops.foreign(report.endpoint, sent)
             counts = [x.foreign_clients for x in (before, after)]
-            rec.write_model(adir / "foreign.json", ForeignReceipt(
-                before_windows=before, after_windows=after, sent_by_bench=sent,
-                foreign_clients=None if None in counts else max(c for c in counts if c is not None)))
+            rec.write_model(
+                adir / "foreign.json",
+                ForeignReceipt(
+                    before_windows=before,
+                    after_windows=after,
+                    sent_by_bench=sent,
+                    foreign_clients=None if None in counts else max(c for c in counts if c is not None),
+                ),
+            )
         finally:
             progress(f"{label}: stopping {report.instance} (containers kept)")
-    rec.write_model(rec.arm_dir(arm.name, stage) / "done.json", DoneReceipt(attempt=n, stage=stage,
-                                                                            finished_at=utc_now()))
+    rec.write_model(
+        rec.arm_dir(arm.name, stage) / "done.json", DoneReceipt(attempt=n, stage=stage, finished_at=utc_now())
+    )
     return n
 
 
@@ -277,10 +321,12 @@ def _selftest(rec: Receipts, card: Card, check: Callable[[list[int]], SelftestRe
     rec.write_model(path, SelftestReceipt(concurrency=levels, passed=result.passed, attempts=results))
     binding = _wall_clock_figures(card)
     if not result.passed and not binding:
-        return (f"client self-test at C{'/C'.join(map(str, levels))} missed its registered bounds "
-                f"({'; '.join(result.failures())}); recorded in selftest-{n}.json. Not binding here: every arm "
-                "runs on the embedded engine, whose cells lead with its modelled clock, which the client does not "
-                "time")
+        return (
+            f"client self-test at C{'/C'.join(map(str, levels))} missed its registered bounds "
+            f"({'; '.join(result.failures())}); recorded in selftest-{n}.json. Not binding here: every arm "
+            "runs on the embedded engine, whose cells lead with its modelled clock, which the client does not "
+            "time"
+        )
     if not result.passed:
         raise CardError(
             f"the bench client's self-test missed its registered bounds {len(results)} times (last: "
@@ -291,8 +337,10 @@ def _selftest(rec: Receipts, card: Card, check: Callable[[list[int]], SelftestRe
     worst = max((lv.ttft_error_ms_p99 or 0.0 for lv in result.levels), default=0.0)
     sigma = max((lv.itl_error_sigma_ms or 0.0 for lv in result.levels), default=0.0)
     again = "" if len(results) == 1 else f" on attempt {len(results)}"
-    return (f"client self-test at C{'/C'.join(map(str, levels))}: TTFT error p99 <= {worst:.2f} ms, ITL error "
-            f"sigma <= {sigma:.3f} ms, within the registered bounds{again} (selftest-{n}.json)")
+    return (
+        f"client self-test at C{'/C'.join(map(str, levels))}: TTFT error p99 <= {worst:.2f} ms, ITL error "
+        f"sigma <= {sigma:.3f} ms, within the registered bounds{again} (selftest-{n}.json)"
+    )
 
 
 def run_stages(rec: Receipts, card: Card, ops: ArmOps, say: Progress, first: int, last: int) -> list[str]:
@@ -306,8 +354,9 @@ def run_stages(rec: Receipts, card: Card, ops: ArmOps, say: Progress, first: int
 
     lines: list[str] = []
     stages = stage_count(card)
-    unfinished = any(rec.finished_attempt(arm.name, stage) is None
-                     for stage in range(first, last + 1) for arm in card.arms)
+    unfinished = any(
+        rec.finished_attempt(arm.name, stage) is None for stage in range(first, last + 1) for arm in card.arms
+    )
     preflight = getattr(ops, "preflight", None)  # the live lane's; doubles that boot nothing have none
     if preflight is not None:
         preflight(card)
@@ -328,8 +377,10 @@ def run_stages(rec: Receipts, card: Card, ops: ArmOps, say: Progress, first: int
             say(lines[-1])
         if planned_stages(card) > 1:
             look = take_look(rec, card, stage, final_at=last)
-            lines.append(f"look {look.look} of {look.looks}: {look.verdict} with {look.requests_per_arm} requests "
-                         f"per arm -> {look.action}")
+            lines.append(
+                f"look {look.look} of {look.looks}: {look.verdict} with {look.requests_per_arm} requests "
+                f"per arm -> {look.action}"
+            )
             say(lines[-1])
             if look.action != "continue":
                 break
@@ -347,8 +398,10 @@ def run_card(
     card = rec.card()
     rec.check_frozen(card)
     if rec.registration().transcribed:
-        raise CardError(f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
-                        "Run the local card instead (e.g. `gb300lane card run local-br1`)")
+        raise CardError(
+            f"{rec.root}: these receipts were transcribed from a write-up; they cannot be run. "
+            "Run the local card instead (e.g. `gb300lane card run local-br1`)"
+        )
     ops = ops or LiveArmOps(protected)
     lines = run_stages(rec, card, ops, progress or (lambda _msg: None), 1, stage_count(card))
     if not (rec.root / "manifest.json").exists():

@@ -51,10 +51,13 @@ class Bar(FrozenModel):
     rounds r1 vs r2, widest over the arms), never below `value`.
     """
 
-    mode: Literal["fixed", "spread"] = Field(description="fixed: a number written in advance; spread: from the noise floor.")
+    mode: Literal["fixed", "spread"] = Field(
+        description="fixed: a number written in advance; spread: from the noise floor."
+    )
     value: float = Field(ge=0, description="fixed: the bar; spread: the least the bar may be.")
     source: Literal["controls", "rounds"] | None = Field(
-        default=None, description="spread only: controls = A vs A2 of the cell; rounds = the cell's r1 vs r2, widest over the arms."
+        default=None,
+        description="spread only: controls = A vs A2 of the cell; rounds = the cell's r1 vs r2, widest over the arms.",
     )
     multiplier: float = Field(default=1.0, gt=0, description="spread only: bar = multiplier x spread.")
 
@@ -80,38 +83,54 @@ class _Gate(FrozenModel):
 
 class _WindowGate(_Gate):
     window: str = Field(description="Name of the card window the gate reads.")
-    classes: tuple[TranscriptClass, ...] | None = Field(default=None, description="Classes it covers (all when absent).")
-    concurrency: tuple[int, ...] | None = Field(default=None, description="Concurrency levels it covers (all when absent).")
+    classes: tuple[TranscriptClass, ...] | None = Field(
+        default=None, description="Classes it covers (all when absent)."
+    )
+    concurrency: tuple[int, ...] | None = Field(
+        default=None, description="Concurrency levels it covers (all when absent)."
+    )
 
 
 class _TestedGate(_WindowGate):
     """A gate decided by a pre-registered paired test (see `cards.decide.stats`); alpha and margin are frozen with it."""
 
-    margin: float = Field(ge=0, lt=1, description="Relative margin: superiority needs B better by more than it; "
-                          "non-inferiority B no worse than minus it; equivalence within plus or minus it.")
+    margin: float = Field(
+        ge=0,
+        lt=1,
+        description="Relative margin: superiority needs B better by more than it; "
+        "non-inferiority B no worse than minus it; equivalence within plus or minus it.",
+    )
     alpha: float = Field(gt=0, lt=0.5, description="One-sided alpha of the test (each side, for equivalence).")
-    interval: IntervalMethod = Field(default="t", description="t: paired t-test with Fieller's interval; bca: BCa bootstrap.")
+    interval: IntervalMethod = Field(
+        default="t", description="t: paired t-test with Fieller's interval; bca: BCa bootstrap."
+    )
     mde: float | None = Field(
-        default=None, gt=0, lt=1,
+        default=None,
+        gt=0,
+        lt=1,
         description="Planning only: the smallest relative effect the card is sized to detect (card plan's power).",
     )
     decides: bool = Field(
         default=True, description="false: a diagnostic, printed with its test but never part of the verdict."
     )
     boot_sd: float = Field(
-        default=0.0, ge=0, lt=0.5,
+        default=0.0,
+        ge=0,
+        lt=0.5,
         description="Relative SD of one boot's mean of the metric beyond its requests' own noise (a boot's "
         "numerics shift a whole arm): added to the test's variance for every arm (cards.stats). Measure it with "
         "`gb300lane card plan CARD --boots N`, which prints the value and its df; registered and hashed with the gate.",
     )
     boot_df: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Degrees of freedom of boot_sd's estimate (card plan prints them); the test's df is then "
         "Welch-Satterthwaite's. Absent: boot_sd is taken as known.",
     )
     # Left out of the dump when none, so the receipts of cards without it are byte for byte what they were.
     adjust: Adjust = Field(
-        default="none", exclude_if=lambda v: v == "none",
+        default="none",
+        exclude_if=lambda v: v == "none",
         description="none: the paired test; cuped: the transcripts' level (what the controls measure, their own "
         "noise removed) is a covariate of B's log ratio, theta estimated on n - 2 df (cards.decide.cuped); the "
         "claim is then about the card's transcripts. Registered and hashed with the gate; needs interval t.",
@@ -120,17 +139,24 @@ class _TestedGate(_WindowGate):
     @model_validator(mode="after")
     def _boot(self) -> _TestedGate:
         if self.adjust == "cuped" and self.interval == "bca":
-            raise ValueError(f"gate {self.id}: adjust: cuped is a t-test on the adjusted log ratios; set "
-                             "interval: t or drop adjust")
+            raise ValueError(
+                f"gate {self.id}: adjust: cuped is a t-test on the adjusted log ratios; set interval: t or drop adjust"
+            )
         if self.adjust == "cuped" and getattr(self, "kind", None) == "controls_equivalence":
-            raise ValueError(f"gate {self.id}: adjust: cuped adjusts B against the controls; the controls' "
-                             "equivalence test takes none (drop adjust)")
+            raise ValueError(
+                f"gate {self.id}: adjust: cuped adjusts B against the controls; the controls' "
+                "equivalence test takes none (drop adjust)"
+            )
         if self.boot_sd > 0 and self.interval == "bca":
-            raise ValueError(f"gate {self.id}: boot_sd needs interval t (the BCa bootstrap resamples requests, "
-                             "never boots); set interval: t or drop boot_sd")
+            raise ValueError(
+                f"gate {self.id}: boot_sd needs interval t (the BCa bootstrap resamples requests, "
+                "never boots); set interval: t or drop boot_sd"
+            )
         if self.boot_df is not None and self.boot_sd <= 0:
-            raise ValueError(f"gate {self.id}: boot_df is set without boot_sd; set boot_sd (card plan --boots "
-                             "measures it) or drop boot_df")
+            raise ValueError(
+                f"gate {self.id}: boot_df is set without boot_sd; set boot_sd (card plan --boots "
+                "measures it) or drop boot_df"
+            )
         return self
 
 
@@ -140,7 +166,8 @@ class TokensPerStepTest(_TestedGate):
     )
     test: Literal["superiority", "non_inferiority"] = Field(description="What B must show.")
     scope: Literal["aggregate", "per_cell"] = Field(
-        default="aggregate", description="aggregate: one test over the window's units; per_cell: one per class x concurrency."
+        default="aggregate",
+        description="aggregate: one test over the window's units; per_cell: one per class x concurrency.",
     )
 
     @property
@@ -195,7 +222,9 @@ class DecodeRatioGate(_WindowGate):
 
 
 class ControlsAgreeGate(_WindowGate):
-    kind: Literal["controls_agree"] = Field(description="The controls' decode tok/s agree per cell: 1 - min/max <= bar.")
+    kind: Literal["controls_agree"] = Field(
+        description="The controls' decode tok/s agree per cell: 1 - min/max <= bar."
+    )
     bar: Bar = Field(description="Largest tolerated disagreement of the controls.")
 
 
@@ -205,8 +234,9 @@ class ParityGate(_WindowGate):
     )
     max_extra_flips: int = Field(default=0, ge=0, description="Flips tolerated beyond those between A and A2.")
     decides: bool = Field(
-        default=True, description="false: a diagnostic, printed but never part of the verdict (where greedy outputs "
-        "depend on the boot, three boots cannot tell a change from a reboot)."
+        default=True,
+        description="false: a diagnostic, printed but never part of the verdict (where greedy outputs "
+        "depend on the boot, three boots cannot tell a change from a reboot).",
     )
 
 
@@ -225,7 +255,9 @@ class LatencyTailGate(_WindowGate):
     margin: float = Field(ge=0, lt=1, description="B's quantile may exceed the controls' by at most this, relative.")
     alpha: float = Field(default=0.025, gt=0, lt=0.5, description="One-sided alpha of the test.")
     boot_sd: float = Field(
-        default=0.0, ge=0, lt=0.5,
+        default=0.0,
+        ge=0,
+        lt=0.5,
         description="Relative SD one boot shifts the quantile by, beyond its requests' noise (every arm is a boot): "
         "added to the bootstrap's variance, as the tested gates add theirs.",
     )
@@ -246,11 +278,16 @@ class TaskQualityGate(_WindowGate):
         "the controls' own difference), PASS when B's drop is shown below `margin`.",
     )
     margin: float = Field(
-        ge=0, lt=1, description="The drop in pass rate (absolute: 0.05 is five points) B may have against a "
+        ge=0,
+        lt=1,
+        description="The drop in pass rate (absolute: 0.05 is five points) B may have against a "
         "control: PASS needs the one-sided upper bound of B's drop below it against each control.",
     )
     alpha: float = Field(
-        default=0.025, gt=0, lt=0.5, description="One-sided alpha of McNemar's exact test (FAIL) and of the drop's "
+        default=0.025,
+        gt=0,
+        lt=0.5,
+        description="One-sided alpha of McNemar's exact test (FAIL) and of the drop's "
         "upper bound (PASS); at a look of a sequential design, the level the design's spending allows there.",
     )
     decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
@@ -266,7 +303,9 @@ class LosslessGate(_WindowGate):
         "FAILs; B's effective temperature against the controls' is reported beside it.",
     )
     margin: float = Field(
-        gt=0, lt=1, description="The deviation of an arm's effective temperature from the served one (relative: "
+        gt=0,
+        lt=1,
+        description="The deviation of an arm's effective temperature from the served one (relative: "
         "0.05 is 5%), and of its top-1 rate from the expected, tolerated where a deviation is detected: a referee "
         "in other numerics differs from the sampler by that much.",
     )
@@ -276,14 +315,18 @@ class LosslessGate(_WindowGate):
 
 
 class HashHitGate(_Gate):
-    kind: Literal["hash_hit"] = Field(description="Every arm (or the arms listed) booted as a compile/autotune hash hit.")
+    kind: Literal["hash_hit"] = Field(
+        description="Every arm (or the arms listed) booted as a compile/autotune hash hit."
+    )
     arms: tuple[str, ...] | None = Field(
         default=None, description="Arms it covers (all when absent); the first control may compile on a fresh cache."
     )
 
 
 class FlagGate(_Gate):
-    kind: Literal["flag_on_candidate_only"] = Field(description="The changed key is in the candidate's container args only.")
+    kind: Literal["flag_on_candidate_only"] = Field(
+        description="The changed key is in the candidate's container args only."
+    )
     key: str = Field(description="Dotted recipe key that must differ, e.g. speculative.rejection_sample_method.")
     value: Any = Field(description="The candidate's value of that key.")
 
@@ -349,45 +392,62 @@ class Extension(FrozenModel):
 
     looks: int = Field(ge=1, le=9, description="Further looks (stages) `card extend` may run, at most.")
     spending: Spending = Field(
-        default="pocock", description="Alpha spending over the whole plan (a fixed design's look is its first look; "
-        "a group-sequential design spends by its own spending and this must match it)."
+        default="pocock",
+        description="Alpha spending over the whole plan (a fixed design's look is its first look; "
+        "a group-sequential design spends by its own spending and this must match it).",
     )
 
 
 class FixedDesign(FrozenModel):
     kind: Literal["fixed"] = Field(default="fixed", description="Every arm runs the whole window once; one look.")
     extension: Extension | None = Field(
-        default=None, description="Further looks `card extend` may take after an INCONCLUSIVE verdict (none when "
-        "absent): the one look becomes the first of a plan of 1 + extension.looks.")
+        default=None,
+        description="Further looks `card extend` may take after an INCONCLUSIVE verdict (none when "
+        "absent): the one look becomes the first of a plan of 1 + extension.looks.",
+    )
     runs: int = Field(
-        default=1, ge=1, le=9, description="Runs the card's question (its name and the candidate's resolved recipe) "
+        default=1,
+        ge=1,
+        le=9,
+        description="Runs the card's question (its name and the candidate's resolved recipe) "
         "may take, sharing each gate's alpha: run r spends the Pocock share ln(1 + (e-1) r/runs) - ln(1 + (e-1) "
         "(r-1)/runs) of it, so re-registering after a final verdict keeps the error rates the registered ones. 1 "
-        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.")
+        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.",
+    )
 
 
 class GroupSequential(FrozenModel):
     """Stages of A -> B -> A2, a look after each, alpha spent over the looks."""
 
     kind: Literal["group_sequential"] = Field(description="Group-sequential with Lan-DeMets alpha spending.")
-    looks: int = Field(ge=2, le=10, description="Looks (stages); the primary window's rounds are split evenly over them.")
+    looks: int = Field(
+        ge=2, le=10, description="Looks (stages); the primary window's rounds are split evenly over them."
+    )
     spending: Spending = Field(
         default="obrien_fleming", description="obrien_fleming (spends little early) or pocock (spends evenly)."
     )
     extension: Extension | None = Field(
-        default=None, description="Further looks `card extend` may take after an INCONCLUSIVE last look (none when "
-        "absent): the looks become the first of a plan of looks + extension.looks.")
+        default=None,
+        description="Further looks `card extend` may take after an INCONCLUSIVE last look (none when "
+        "absent): the looks become the first of a plan of looks + extension.looks.",
+    )
     runs: int = Field(
-        default=1, ge=1, le=9, description="Runs the card's question (its name and the candidate's resolved recipe) "
+        default=1,
+        ge=1,
+        le=9,
+        description="Runs the card's question (its name and the candidate's resolved recipe) "
         "may take, sharing each gate's alpha: run r spends the Pocock share ln(1 + (e-1) r/runs) - ln(1 + (e-1) "
         "(r-1)/runs) of it, so re-registering after a final verdict keeps the error rates the registered ones. 1 "
-        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.")
+        "(default): one run spends all; another then asks a new question and needs `card register --new-question`.",
+    )
 
     @model_validator(mode="after")
     def _same_spending(self) -> GroupSequential:
         if self.extension is not None and self.extension.spending != self.spending:
-            raise ValueError(f"extension.spending {self.extension.spending} differs from the design's spending "
-                             f"{self.spending}: one plan spends alpha by one function; set both the same")
+            raise ValueError(
+                f"extension.spending {self.extension.spending} differs from the design's spending "
+                f"{self.spending}: one plan spends alpha by one function; set both the same"
+            )
         if self.extension is not None and self.looks + self.extension.looks > 10:
             raise ValueError(f"looks {self.looks} + extension.looks {self.extension.looks} exceed 10 looks in all")
         return self
@@ -405,7 +465,9 @@ class Card(FrozenModel):
     windows: tuple[WindowSpec, ...] = Field(min_length=1, description="Windows every arm runs, in order.")
     primary_window: str = Field(description="The window that is evidence (the others are gates only).")
     gates: tuple[Gate, ...] = Field(min_length=1, description="Pre-registered gates; frozen by registration.")
-    design: Design = Field(default_factory=FixedDesign, description="fixed, or group_sequential with looks and spending.")
+    design: Design = Field(
+        default_factory=FixedDesign, description="fixed, or group_sequential with looks and spending."
+    )
     seeds: Literal["per_arm", "shared"] = Field(
         default="per_arm",
         description="per_arm: each arm (and stage) draws its own seed base from the window's, so A2 is not a copy "
@@ -415,7 +477,9 @@ class Card(FrozenModel):
     @model_validator(mode="after")
     def _bracket(self) -> Card:
         if not CARD_SLUG_RE.fullmatch(self.name) or len(self.name) > MAX_NAME:
-            raise ValueError(f"name {self.name!r} must be a slug (lowercase letters, digits, dashes; at most {MAX_NAME})")
+            raise ValueError(
+                f"name {self.name!r} must be a slug (lowercase letters, digits, dashes; at most {MAX_NAME})"
+            )
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique: {names}")
@@ -454,13 +518,17 @@ class Card(FrozenModel):
             if isinstance(g, LosslessGate):
                 w = self.window(g.window)
                 if w.temperature <= 0:
-                    raise ValueError(f"gate {g.id}: window {w.name} is greedy (temperature {w.temperature}); the "
-                                     "lossless gate reads a window at the served temperature (the parity gate "
-                                     "checks temperature 0)")
+                    raise ValueError(
+                        f"gate {g.id}: window {w.name} is greedy (temperature {w.temperature}); the "
+                        "lossless gate reads a window at the served temperature (the parity gate "
+                        "checks temperature 0)"
+                    )
         cuped = [g.id for g in self.gates if getattr(g, "adjust", "none") == "cuped"]
         if cuped and self.seeds == "shared":
-            raise ValueError(f"gates {cuped}: adjust: cuped measures the controls' noise from A against A2, which "
-                             "shared seeds make copies of each other; set seeds: per_arm or drop adjust")
+            raise ValueError(
+                f"gates {cuped}: adjust: cuped measures the controls' noise from A against A2, which "
+                "shared seeds make copies of each other; set seeds: per_arm or drop adjust"
+            )
         if isinstance(self.design, GroupSequential):
             primary = next(w for w in self.windows if w.name == self.primary_window)
             if primary.rounds % self.design.looks:
@@ -470,8 +538,10 @@ class Card(FrozenModel):
                 )
             legacy = [g.id for g in self.gates if g.kind in POINT_RATIO_KINDS]
             if legacy:
-                raise ValueError(f"a group-sequential design needs tested gates; {legacy} are point ratios "
-                                 "(use kind tokens_per_step, decode_tok_s, controls_equivalence)")
+                raise ValueError(
+                    f"a group-sequential design needs tested gates; {legacy} are point ratios "
+                    "(use kind tokens_per_step, decode_tok_s, controls_equivalence)"
+                )
         return self
 
     @property
@@ -499,13 +569,17 @@ def task_quality_problem(gate: TaskQualityGate, w: WindowSpec) -> str | None:
     """Why a task-quality gate cannot read its window, or None: outputs cut at a forced length are no outcome,
     and a round's requests at several concurrencies share their seeds, so they are not independent pairs."""
     if not w.stops_at_eos:
-        return (f"gate {gate.id}: window {w.name} forces {w.forced_tokens} tokens, which cuts tool calls and "
-                "documents off; give the gate a window of its own with forced_tokens: null and max_tokens")
+        return (
+            f"gate {gate.id}: window {w.name} forces {w.forced_tokens} tokens, which cuts tool calls and "
+            "documents off; give the gate a window of its own with forced_tokens: null and max_tokens"
+        )
     levels = [c for c in w.concurrency if gate.concurrency is None or c in gate.concurrency]
     if len(levels) != 1:
-        return (f"gate {gate.id}: it covers concurrency {levels or 'none'} of window {w.name}; a round's requests "
-                "share their seeds at every concurrency, so they are one paired unit, not several: name one level "
-                "(concurrency: [8]) or give the window one")
+        return (
+            f"gate {gate.id}: it covers concurrency {levels or 'none'} of window {w.name}; a round's requests "
+            "share their seeds at every concurrency, so they are one paired unit, not several: name one level "
+            "(concurrency: [8]) or give the window one"
+        )
     return None
 
 
@@ -557,10 +631,12 @@ def small_sample_refusals(card: Card) -> list[str]:
     out = []
     for g in card.gates:
         if isinstance(g, TestedGate) and g.interval == "bca" and (n := units_per_test(card, g)) < BCA_MIN_UNITS:
-            out.append(f"card {card.name}: gate {g.id}.interval = bca at {n} paired units per test, below the "
-                       f"{BCA_MIN_UNITS} its calibration holds at (BCa's false PASS and false FAIL run above the "
-                       f"nominal alpha at small n); set interval: t, or give the window at least {BCA_MIN_UNITS} "
-                       "units per test")
+            out.append(
+                f"card {card.name}: gate {g.id}.interval = bca at {n} paired units per test, below the "
+                f"{BCA_MIN_UNITS} its calibration holds at (BCa's false PASS and false FAIL run above the "
+                f"nominal alpha at small n); set interval: t, or give the window at least {BCA_MIN_UNITS} "
+                "units per test"
+            )
     return out
 
 
@@ -574,11 +650,16 @@ def gates_hash(card: Card) -> str:
     Defaults are left out, so a field added to the schema later (with a
     default) does not unfreeze every card registered before it.
     """
+
     def dump(m: BaseModel) -> dict[str, Any]:
         return m.model_dump(mode="json", exclude_defaults=True)
 
-    payload: dict[str, Any] = {"gates": [dump(g) for g in card.gates], "windows": [dump(w) for w in card.windows],
-                               "arms": [dump(a) for a in card.arms], "primary_window": card.primary_window}
+    payload: dict[str, Any] = {
+        "gates": [dump(g) for g in card.gates],
+        "windows": [dump(w) for w in card.windows],
+        "arms": [dump(a) for a in card.arms],
+        "primary_window": card.primary_window,
+    }
     # the design and the seed policy are frozen too; the defaults stay out so earlier registrations still match
     if not isinstance(card.design, FixedDesign) or card.design.extension is not None or card.design.runs != 1:
         design = card.design.model_dump(mode="json")
@@ -594,8 +675,9 @@ def gates_hash(card: Card) -> str:
 
 def parse_card(text: str, source: str) -> Card:
     """Validate card YAML text through the strict loader recipes use; errors name the file, the line or the key."""
-    data = parse_mapping(text, source, error=CardError,
-                         what="a card file is a mapping with schema_version, name, arms, windows, gates")
+    data = parse_mapping(
+        text, source, error=CardError, what="a card file is a mapping with schema_version, name, arms, windows, gates"
+    )
     try:
         return Card.model_validate(data)
     except ValidationError as exc:

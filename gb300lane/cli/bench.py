@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.text import Text
@@ -45,8 +45,9 @@ def _progress(as_json: bool) -> AbstractContextManager[RichWindowProgress | None
     return RichWindowProgress(console=err_console)
 
 
-def _summary(result: WindowResult, out: Path | None, check: dict[str, Any] | None = None,
-             schedule: dict[str, Any] | None = None) -> dict[str, Any]:
+def _summary(
+    result: WindowResult, out: Path | None, check: dict[str, Any] | None = None, schedule: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "counter_check": check,
         "schedule_check": schedule,
@@ -66,41 +67,48 @@ def _summary(result: WindowResult, out: Path | None, check: dict[str, Any] | Non
 
 def bench_cmd(
     ctx: typer.Context,
-    window: Optional[str] = typer.Option(
+    window: str | None = typer.Option(
         None, "--window", help="window name (recipe gate, primary-t1, parity-t0) or a YAML/JSON file"
     ),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="base URL of the lane, e.g. http://127.0.0.1:30106"),
-    lane: Optional[str] = typer.Option(None, "--lane", help="recipe whose rendered endpoint to measure"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the window result here (never overwrites)"),
-    model: Optional[str] = typer.Option(None, "--model", help="served model name (default: the recipe's, or /v1/models)"),
-    transcripts: Optional[int] = typer.Option(None, "--transcripts", help="override transcripts per class"),
-    tokens: Optional[int] = typer.Option(None, "--tokens", help="override the forced output tokens (max_tokens where the window stops at EOS)"),
-    rounds: Optional[int] = typer.Option(None, "--rounds", help="override the number of rounds"),
-    concurrency: Optional[str] = typer.Option(
+    endpoint: str | None = typer.Option(None, "--endpoint", help="base URL of the lane, e.g. http://127.0.0.1:30106"),
+    lane: str | None = typer.Option(None, "--lane", help="recipe whose rendered endpoint to measure"),
+    out: Path | None = typer.Option(None, "--out", help="write the window result here (never overwrites)"),
+    model: str | None = typer.Option(None, "--model", help="served model name (default: the recipe's, or /v1/models)"),
+    transcripts: int | None = typer.Option(None, "--transcripts", help="override transcripts per class"),
+    tokens: int | None = typer.Option(
+        None, "--tokens", help="override the forced output tokens (max_tokens where the window stops at EOS)"
+    ),
+    rounds: int | None = typer.Option(None, "--rounds", help="override the number of rounds"),
+    concurrency: str | None = typer.Option(
         None, "--concurrency", help="closed loop: override concurrency levels, e.g. 1,8 (above the transcripts: cycled)"
     ),
-    request_rate: Optional[str] = typer.Option(
+    request_rate: str | None = typer.Option(
         None, "--request-rate", help="open loop instead: arrival rates in requests/s, e.g. 2,4"
     ),
     arrivals: str = typer.Option(
-        "poisson", "--arrivals",
+        "poisson",
+        "--arrivals",
         help="open loop: poisson (seeded), constant spacing, or trace (a trace workload's recorded arrival times; "
         "--request-rate is then the replay speed, 1 = as recorded)",
     ),
-    arrival_seed: Optional[int] = typer.Option(
+    arrival_seed: int | None = typer.Option(
         None, "--arrival-seed", help="open loop: seed base of the Poisson arrivals (default: the window's seed base)"
     ),
-    classes: Optional[str] = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
-    workload: Optional[str] = typer.Option(
+    classes: str | None = typer.Option(None, "--classes", help="override classes, e.g. prose,code"),
+    workload: str | None = typer.Option(
         None, "--workload", help="run this workload's transcripts (its dev part; default: the window's, builtin)"
     ),
-    port: Optional[int] = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
-    referee: Optional[str] = typer.Option(
-        None, "--referee", help="check losslessness: score the window's outputs by this endpoint's prompt_logprobs "
-        "(a base URL, or 'self' for the lane's own prefill); exit 1 on FAIL"),
+    port: int | None = typer.Option(None, "--port", help="with --lane: the lane moved to this port (`up --port`)"),
+    referee: str | None = typer.Option(
+        None,
+        "--referee",
+        help="check losslessness: score the window's outputs by this endpoint's prompt_logprobs "
+        "(a base URL, or 'self' for the lane's own prefill); exit 1 on FAIL",
+    ),
     lossless_alpha: float = typer.Option(0.01, "--lossless-alpha", help="with --referee: the false-FAIL rate"),
     lossless_margin: float = typer.Option(
-        0.05, "--lossless-margin", help="with --referee: the deviation of T_eff/T and the top-1 ratio tolerated"),
+        0.05, "--lossless-margin", help="with --referee: the deviation of T_eff/T and the top-1 ratio tolerated"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables (no progress bar)"),
 ) -> None:
     if ctx.invoked_subcommand is not None:
@@ -116,8 +124,9 @@ def bench_cmd(
     if (endpoint is None) == (lane is None):
         raise typer.BadParameter("pass exactly one of --endpoint URL or --lane RECIPE", param_hint="--endpoint/--lane")
     if port is not None and lane is None:
-        raise typer.BadParameter("--port goes with --lane RECIPE (with --endpoint, put the port in the URL)",
-                                 param_hint="--port")
+        raise typer.BadParameter(
+            "--port goes with --lane RECIPE (with --endpoint, put the port in the URL)", param_hint="--port"
+        )
     conc = _int_list(concurrency, "--concurrency")
     rates = _float_list(request_rate, "--request-rate")
     if rates is not None and conc is not None:
@@ -128,7 +137,9 @@ def bench_cmd(
     if arrivals not in ("poisson", "constant", "trace"):
         raise typer.BadParameter(f"{arrivals!r}: expected poisson, constant or trace", param_hint="--arrivals")
     if rates is not None and (not rates or any(not (r > 0 and r != float("inf")) for r in rates)):
-        raise typer.BadParameter(f"{request_rate!r}: rates must be positive finite numbers", param_hint="--request-rate")
+        raise typer.BadParameter(
+            f"{request_rate!r}: rates must be positive finite numbers", param_hint="--request-rate"
+        )
     recipe = fp = None
     if lane is not None:
         from gb300lane.recipes import load_recipe, render
@@ -158,17 +169,30 @@ def bench_cmd(
             recipe=recipe.name if recipe else None,
             fingerprint=fp,
             load=(
-                LoadSpec(mode="open", request_rates=rates, arrivals=arrivals,
-                         arrival_seed=arrival_seed if arrivals == "poisson" else None)
-                if rates is not None else None
+                LoadSpec(
+                    mode="open",
+                    request_rates=rates,
+                    arrivals=arrivals,
+                    arrival_seed=arrival_seed if arrivals == "poisson" else None,
+                )
+                if rates is not None
+                else None
             ),
         )
     if referee is not None:
         from gb300lane.bench.referee import referee_window
 
-        result = result.model_copy(update={"lossless": referee_window(
-            result, endpoint if referee == "self" else referee, model=model, alpha=lossless_alpha,  # type: ignore[arg-type]
-            margin=lossless_margin)})
+        result = result.model_copy(
+            update={
+                "lossless": referee_window(
+                    result,
+                    endpoint if referee == "self" else referee,  # type: ignore[arg-type]
+                    model=model,
+                    alpha=lossless_alpha,
+                    margin=lossless_margin,
+                )
+            }
+        )
     if out is not None:
         save_result(result, out)
     from gb300lane.bench.crosscheck import cross_check
@@ -181,20 +205,32 @@ def bench_cmd(
 
     schedule = check_schedule(result, recipe.speculative.schedule, effective_k(recipe)) if recipe else None
     if as_json:
-        print_json(_summary(result, out, check.model_dump(mode="json") if check else None,
-                            schedule.model_dump(mode="json") if schedule else None))
+        print_json(
+            _summary(
+                result,
+                out,
+                check.model_dump(mode="json") if check else None,
+                schedule.model_dump(mode="json") if schedule else None,
+            )
+        )
     else:
         console.print(render_window(result), highlight=False)
         if check is not None:
             console.print(check.line(), highlight=False, style=None if check.ok else "red")
         if schedule is not None:
-            console.print(f"{'PASS' if schedule.status == 'pass' else schedule.status.upper():<7} {schedule.summary}",
-                          highlight=False, style=None if schedule.ok else "red")
+            console.print(
+                f"{'PASS' if schedule.status == 'pass' else schedule.status.upper():<7} {schedule.summary}",
+                highlight=False,
+                style=None if schedule.ok else "red",
+            )
         if result.lossless is not None:
             ll = result.lossless
-            console.print(f"{ll.status:<12} lossless: {ll.reason}; referee {ll.referee_tokens} tokens in "
-                          f"{ll.referee_s:.1f} s", highlight=False, markup=False,
-                          style={"PASS": None, "FAIL": "red", "INCONCLUSIVE": "yellow"}[ll.status])
+            console.print(
+                f"{ll.status:<12} lossless: {ll.reason}; referee {ll.referee_tokens} tokens in {ll.referee_s:.1f} s",
+                highlight=False,
+                markup=False,
+                style={"PASS": None, "FAIL": "red", "INCONCLUSIVE": "yellow"}[ll.status],
+            )
         if out is not None:
             console.print(f"window result written to {out}")
     if not result.valid:
@@ -219,16 +255,17 @@ def _print_smoke(report: SmokeReport) -> None:
 
 def smoke_cmd(
     recipe_name: str = typer.Argument(..., metavar="RECIPE", help="recipe whose smoke gates to run, e.g. v27"),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="base URL of the lane (default: the recipe's)"),
-    reference: Optional[list[Path]] = typer.Option(
-        None, "--reference", help="the control's parity window result; pass twice (A, A2) to use their flips as the floor"
+    endpoint: str | None = typer.Option(None, "--endpoint", help="base URL of the lane (default: the recipe's)"),
+    reference: list[Path] | None = typer.Option(
+        None,
+        "--reference",
+        help="the control's parity window result; pass twice (A, A2) to use their flips as the floor",
     ),
-    port: Optional[int] = typer.Option(None, "--port", help="the lane moved to this port (`up --port`)"),
+    port: int | None = typer.Option(None, "--port", help="the lane moved to this port (`up --port`)"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     from gb300lane.bench.catalog import lane_endpoint
     from gb300lane.bench.smoke import run_smoke
-
     from gb300lane.recipes import load_recipe, render
 
     recipe = load_recipe(recipe_name)
@@ -255,9 +292,12 @@ def smoke_cmd(
 
 def export_cmd(
     result: Path = typer.Argument(..., help="a window result file written by `gb300lane bench --out`"),
-    fmt: str = typer.Option(..., "--format", help="vllm (vllm bench serve --save-result keys, one JSON line per cell) "
-                            "or csv (one row per cell)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write here (never overwrites); default: standard output"),
+    fmt: str = typer.Option(
+        ...,
+        "--format",
+        help="vllm (vllm bench serve --save-result keys, one JSON line per cell) or csv (one row per cell)",
+    ),
+    out: Path | None = typer.Option(None, "--out", help="write here (never overwrites); default: standard output"),
 ) -> None:
     from gb300lane.bench.export import FORMATS, export
     from gb300lane.bench.store import load_result
@@ -286,8 +326,11 @@ def selftest_cmd(
     else:
         load = "" if result.load_average is None else f", load average {result.load_average:.1f}"
         console.print(selftest_table(result, f"client self-test against a mock with known timing (ms){load}"))
-        console.print(f"mean ITL, several events a write: client {result.client_itl_ms or 0:.3f} ms, vLLM-style "
-                      f"per-line stamping {result.vllm_itl_ms or 0:.3f} ms", highlight=False)
+        console.print(
+            f"mean ITL, several events a write: client {result.client_itl_ms or 0:.3f} ms, vLLM-style "
+            f"per-line stamping {result.vllm_itl_ms or 0:.3f} ms",
+            highlight=False,
+        )
         for line in result.failures():
             err_console.print(f"FAIL {line}", highlight=False, markup=False)
     if not result.passed:
@@ -301,10 +344,15 @@ def register(app: typer.Typer) -> None:
         help="Run a bench window against a lane and print the write-up's tables; `bench export` converts a result.",
     )
     bench_app.callback()(acts_on_host(bench_cmd))
-    bench_app.command("export", help="Write a window result as vllm bench serve JSON lines or a CSV of cells.")(export_cmd)
+    bench_app.command("export", help="Write a window result as vllm bench serve JSON lines or a CSV of cells.")(
+        export_cmd
+    )
     bench_app.command(
-        "selftest", help="Check the client's timing against a mock with known TTFT and ITL at C1, C64 and C1000; "
-        "exit 1 when a registered bound is missed."
+        "selftest",
+        help="Check the client's timing against a mock with known TTFT and ITL at C1, C64 and C1000; "
+        "exit 1 when a registered bound is missed.",
     )(selftest_cmd)
     app.add_typer(bench_app, name="bench")
-    app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(acts_on_host(smoke_cmd))
+    app.command("smoke", help="Run a recipe's smoke gates (parity, bounds) against its running lane.")(
+        acts_on_host(smoke_cmd)
+    )

@@ -10,27 +10,39 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 def register(app: typer.Typer) -> None:
     """Attach this group's commands to the top-level app."""
-    group = typer.Typer(help="The embedded lane engine: a vLLM-compatible server and the expert-sidecar stand-in.",
-                        no_args_is_help=True)
+    group = typer.Typer(
+        help="The embedded lane engine: a vLLM-compatible server and the expert-sidecar stand-in.", no_args_is_help=True
+    )
 
-    @group.command("serve", context_settings=_PASS_THROUGH, add_help_option=False,
-                   help="Serve the builtin model with vLLM's API; takes `vllm serve` flags (see --help).")
+    @group.command(
+        "serve",
+        context_settings=_PASS_THROUGH,
+        add_help_option=False,
+        help="Serve the builtin model with vLLM's API; takes `vllm serve` flags (see --help).",
+    )
     def serve(ctx: typer.Context) -> None:
         from gb300lane.engine.__main__ import main
 
         raise typer.Exit(main(["serve", *ctx.args]))
 
-    @group.command("sidecar", context_settings=_PASS_THROUGH, add_help_option=False,
-                   help="Serve the expert-sidecar stand-in: --host H --port P.")
+    @group.command(
+        "sidecar",
+        context_settings=_PASS_THROUGH,
+        add_help_option=False,
+        help="Serve the expert-sidecar stand-in: --host H --port P.",
+    )
     def sidecar(ctx: typer.Context) -> None:
         from gb300lane.engine.__main__ import main
 
         raise typer.Exit(main(["sidecar", *ctx.args]))
 
-    @group.command("drift", help="What changed between two vLLM builds that a recipe, a check or a gate reads: the "
-                   "config schema, the metric families, the boot-log lines. A and B are each a vLLM version with a "
-                   "shipped golden (0.33.0), a recipe (its interpreter's vLLM; a running instance of it is scraped "
-                   "live) or an image. Exit 1 when a change would blind a check or a shipped gate.")
+    @group.command(
+        "drift",
+        help="What changed between two vLLM builds that a recipe, a check or a gate reads: the "
+        "config schema, the metric families, the boot-log lines. A and B are each a vLLM version with a "
+        "shipped golden (0.33.0), a recipe (its interpreter's vLLM; a running instance of it is scraped "
+        "live) or an image. Exit 1 when a change would blind a check or a shipped gate.",
+    )
     def drift(
         a: str = typer.Argument(..., help="Side A: a version (0.32.0), a recipe (cpu-v26) or an image reference."),
         b: str = typer.Argument(..., help="Side B, the same kinds."),
@@ -59,7 +71,9 @@ def _recipe_keys() -> dict[str, dict[str, object]]:
         recipe = load_recipe(summary.name)
         keys = {f"speculative.{k}": v for k, v in recipe.speculative.model_dump(exclude_none=True).items()}
         keys.update({f"engine_args.extra_args.{k}": v for k, v in recipe.engine_args.extra_args.items()})
-        keys.update({f"engine_args.compilation_config.{k}": v for k, v in recipe.engine_args.compilation_config.items()})
+        keys.update(
+            {f"engine_args.compilation_config.{k}": v for k, v in recipe.engine_args.compilation_config.items()}
+        )
         for key, value in keys.items():
             out.setdefault(key, {})[recipe.name] = value
     return out

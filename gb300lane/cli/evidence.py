@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,7 +18,7 @@ evidence_app = typer.Typer(
 
 @evidence_app.command("show", help="Print the log's entries (and its breaks); exit 1 when it breaks.")
 def show_cmd(
-    card: Annotated[Optional[str], typer.Option("--card", help="Only this card's entries.")] = None,
+    card: Annotated[str | None, typer.Option("--card", help="Only this card's entries.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the entries as JSON.")] = False,
 ) -> None:
     from gb300lane import evidencelog
@@ -26,17 +26,33 @@ def show_cmd(
     log = evidencelog.read_log(signatures="all")
     records = [r for r in log.records if card is None or r.entry.card == card]
     if as_json:
-        print_json({"log": log.path, "ok": log.ok, "breaks": list(log.breaks), "notes": list(log.notes),
-                    "entries": [r.model_dump(mode="json", exclude={"seal"}) for r in records]})
+        print_json(
+            {
+                "log": log.path,
+                "ok": log.ok,
+                "breaks": list(log.breaks),
+                "notes": list(log.notes),
+                "entries": [r.model_dump(mode="json", exclude={"seal"}) for r in records],
+            }
+        )
     else:
         console.print(f"{log.path}: {len(log.records)} entries", highlight=False, soft_wrap=True)
         for r in records:
             e = r.entry
-            what = (f"verdict {e.number} {e.verdict}" if e.verdict else
-                    f"run {e.run} of {e.runs}" if e.kind in ("registration", "adopted") and e.run else e.stage or "")
+            what = (
+                f"verdict {e.number} {e.verdict}"
+                if e.verdict
+                else f"run {e.run} of {e.runs}"
+                if e.kind in ("registration", "adopted") and e.run
+                else e.stage or ""
+            )
             extra = f" ({e.new_question or e.detail})" if e.new_question or e.detail else ""
-            console.print(f"  {r.seq:>5} {e.at} {e.kind:<12} {e.card or '-':<20} {what}{extra}  {e.receipts or ''}",
-                          highlight=False, soft_wrap=True, markup=False)
+            console.print(
+                f"  {r.seq:>5} {e.at} {e.kind:<12} {e.card or '-':<20} {what}{extra}  {e.receipts or ''}",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )
         for br in log.breaks:
             console.print(f"  BROKEN {br}", highlight=False, soft_wrap=True, markup=False)
         for note in log.notes:
@@ -45,8 +61,11 @@ def show_cmd(
         raise typer.Exit(1)
 
 
-@evidence_app.command("adopt", help="Enter a receipts directory the log never saw (made before the log, elsewhere, "
-                      "or cut off by a crash) after its whole chain of custody verifies; the reason is recorded.")
+@evidence_app.command(
+    "adopt",
+    help="Enter a receipts directory the log never saw (made before the log, elsewhere, "
+    "or cut off by a crash) after its whole chain of custody verifies; the reason is recorded.",
+)
 def adopt_cmd(
     receipts: Annotated[Path, typer.Argument(help="The receipts directory.")],
     reason: Annotated[str, typer.Option("--reason", help="Why it is entered late (kept in the log).")],
@@ -59,12 +78,18 @@ def adopt_cmd(
     if as_json:
         print_json({"receipts": str(receipts), "entries": made})
     else:
-        console.print(f"{receipts}: entered in the evidence log ({made} entries, adopted: {reason})", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"{receipts}: entered in the evidence log ({made} entries, adopted: {reason})",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
-@evidence_app.command("reset", help="Start a new evidence log when the old one cannot be restored; the old file is "
-                      "kept beside it, and what it knew no longer counts for promotion.")
+@evidence_app.command(
+    "reset",
+    help="Start a new evidence log when the old one cannot be restored; the old file is "
+    "kept beside it, and what it knew no longer counts for promotion.",
+)
 def reset_cmd(
     reason: Annotated[str, typer.Option("--reason", help="Why the old log is set aside (the new log's first line).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the new log's first line as JSON.")] = False,
@@ -75,8 +100,9 @@ def reset_cmd(
     if as_json:
         print_json(rec.model_dump(mode="json", exclude={"seal"}))
     else:
-        console.print(f"{evidencelog.log_path()}: a new evidence log ({rec.entry.detail})", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"{evidencelog.log_path()}: a new evidence log ({rec.entry.detail})", highlight=False, soft_wrap=True
+        )
 
 
 def register(app: typer.Typer) -> None:

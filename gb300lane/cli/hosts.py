@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import typer
 
@@ -40,7 +40,7 @@ def acts_on_host(fn: Callable[P, R]) -> Callable[..., R]:
     sig = inspect.signature(fn, eval_str=True)
     option = inspect.Parameter(
         _PARAM, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--host", metavar="HOST", help=HOST_HELP),
-        annotation=Optional[str],
+        annotation=str | None,
     )  # fmt: skip
 
     @functools.wraps(fn)
@@ -58,6 +58,6 @@ def acts_on_host(fn: Callable[P, R]) -> Callable[..., R]:
     # typer also reads the hints; they are the evaluated ones, the option's included.
     wrapper.__annotations__ = {
         **{n: p.annotation for n, p in sig.parameters.items() if p.annotation is not inspect.Parameter.empty},
-        _PARAM: Optional[str],
+        _PARAM: str | None,
     }
     return wrapper

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -47,15 +47,17 @@ def _progress_bar(json_out: bool) -> tuple[Progress | None, Callable[[BootProgre
 def up(
     recipe: str = typer.Argument(..., help="Recipe name (a file stem in recipes/)."),
     dark: bool = typer.Option(False, "--dark", help="Bind to 127.0.0.1 only and check for foreign clients."),
-    name: Optional[str] = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<recipe>-<ARM>."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="docker or process (default: the recipe's)."),
-    port: Optional[int] = typer.Option(
+    name: str | None = typer.Option(None, "--name", help="Arm name; the instance becomes <lane>-<recipe>-<ARM>."),
+    runtime: str | None = typer.Option(None, "--runtime", help="docker or process (default: the recipe's)."),
+    port: int | None = typer.Option(
         None, "--port", help="Move the whole lane: main on this port, the sidecar as far from it as in the recipe."
     ),
-    check: Optional[list[str]] = typer.Option(
-        None, "--check", help="Recipe key to verify where the engine renders it (repeatable; default: the keys that differ from production on the same lane, else from the lane's last boot of this recipe, else from the parent; the report names which)."
+    check: list[str] | None = typer.Option(
+        None,
+        "--check",
+        help="Recipe key to verify where the engine renders it (repeatable; default: the keys that differ from production on the same lane, else from the lane's last boot of this recipe, else from the parent; the report names which).",
     ),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds to wait for readiness."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for readiness."),
     allow_outside_trained_block: bool = typer.Option(
         False, "--allow-outside-trained-block", help="Boot k above the checkpoint's dspark_block_size anyway."
     ),
@@ -83,8 +85,12 @@ def up(
         if json_out:
             print_json({"instance": plan.instance, "steps": steps})
         else:
-            console.print("\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)), highlight=False,
-                          markup=False, soft_wrap=True)
+            console.print(
+                "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1)),
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
             console.print("dry run: nothing was created or started", highlight=False)
         return
     bar, update = _progress_bar(json_out)
@@ -108,10 +114,12 @@ def up(
 
 
 def down(
-    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
-    name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
+    target: str | None = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
+    name: str | None = typer.Option(None, "--name", help="Arm name given to `up --name`."),
     all_: bool = typer.Option(
-        False, "--all", help="Every instance TARGET matches (no TARGET: every one on this host), not production or the rollback pair."
+        False,
+        "--all",
+        help="Every instance TARGET matches (no TARGET: every one on this host), not production or the rollback pair.",
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Take down every instance TARGET matches without asking."),
     force: bool = typer.Option(False, "--force", help="Also take down production or the kept rollback pair."),
@@ -158,7 +166,9 @@ def _uptime(seconds: float | None) -> str:
 
 
 def status(
-    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="Only the instances of this instance name, recipe or arm."),
+    target: str | None = typer.Argument(
+        None, metavar="[TARGET]", help="Only the instances of this instance name, recipe or arm."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     fleet: bool = typer.Option(False, "--fleet", help="Every lane of the hosts inventory (lanes.yaml) in one table."),
 ) -> None:
@@ -203,7 +213,16 @@ def _fleet_status(json_out: bool) -> None:
         print_json(view.model_dump(mode="json"))
     else:
         table = Table(show_edge=False, header_style="bold", box=None)
-        for col in ("host", "lane", "production", "fingerprint", "health", "rollback pair", "last verdict", "in flight"):
+        for col in (
+            "host",
+            "lane",
+            "production",
+            "fingerprint",
+            "health",
+            "rollback pair",
+            "last verdict",
+            "in flight",
+        ):
             table.add_column(col)
         for r in view.lanes:
             table.add_row(
@@ -240,9 +259,13 @@ def _print_status(st: LaneView) -> None:
         console.print(table)
         for row in st.instances:
             if row.dark_bind:
-                console.print(f"[red]{escape(row.info.name)} is dark but {escape(row.dark_bind)}: stop what opened it, "
-                              f"or take the instance down (`gb300lane down {escape(row.info.name)}`)[/]",
-                              markup=True, highlight=False, soft_wrap=True)
+                console.print(
+                    f"[red]{escape(row.info.name)} is dark but {escape(row.dark_bind)}: stop what opened it, "
+                    f"or take the instance down (`gb300lane down {escape(row.info.name)}`)[/]",
+                    markup=True,
+                    highlight=False,
+                    soft_wrap=True,
+                )
     else:
         console.print("no lane instances on this host", highlight=False)
     prod = st.production
@@ -270,10 +293,10 @@ def _print_status(st: LaneView) -> None:
 
 
 def logs(
-    target: Optional[str] = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
-    name: Optional[str] = typer.Option(None, "--name", help="Arm name given to `up --name`."),
+    target: str | None = typer.Argument(None, metavar="[TARGET]", help="An instance, a recipe or an arm."),
+    name: str | None = typer.Option(None, "--name", help="Arm name given to `up --name`."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the container stops."),
-    tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines."),
+    tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
     sidecar: bool = typer.Option(False, "--sidecar", help="The sidecar container's log instead of the main one."),
 ) -> None:
     """Print an instance's container log."""
@@ -298,7 +321,9 @@ def image_build(
     from gb300lane.runtime.image import ensure_engine_image
 
     t0 = time.monotonic()
-    result = ensure_engine_image(force=force, log=None if json_out else (lambda m: err_console.print(m, highlight=False)))
+    result = ensure_engine_image(
+        force=force, log=None if json_out else (lambda m: err_console.print(m, highlight=False))
+    )
     if json_out:
         print_json(result.model_dump(mode="json"))
         return

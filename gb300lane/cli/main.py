@@ -46,7 +46,9 @@ class _Warnings(logging.Handler):
     """The library's warnings (a quarantined record, ...) as one yellow line each on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        err_console.print(f"[yellow]warning:[/] {escape(record.getMessage())}", markup=True, highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[yellow]warning:[/] {escape(record.getMessage())}", markup=True, highlight=False, soft_wrap=True
+        )
 
 
 _LIBRARY_LOG = logging.getLogger("gb300lane")
@@ -132,7 +134,9 @@ def _choices(param: TyperOption) -> list[str]:
     """The values an option of choices takes: typer 0.29 describes them (`type_descriptor`), earlier typers hand
     click a `Choice` type."""
     desc = getattr(param, "type_descriptor", None)
-    found = desc.choices if desc is not None and desc.is_choice else getattr(getattr(param, "type", None), "choices", None)
+    found = (
+        desc.choices if desc is not None and desc.is_choice else getattr(getattr(param, "type", None), "choices", None)
+    )
     return [str(getattr(c, "value", c)) for c in found or ()]
 
 
@@ -208,7 +212,11 @@ def _print_version(value: bool) -> None:
 
 def _root(
     _version: bool = typer.Option(
-        False, "--version", is_eager=True, expose_value=False, callback=_print_version,
+        False,
+        "--version",
+        is_eager=True,
+        expose_value=False,
+        callback=_print_version,
         help="Print the version and exit.",
     ),
 ) -> None:

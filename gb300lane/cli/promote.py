@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -27,14 +27,19 @@ def _report(report: core.TransitionReport, as_json: bool) -> None:
     else:
         colour = "green" if report.ok else "red"
         if report.refusals:
-            console.print(f"[{colour}]{report.kind}:[/] plan refused, {len(report.refusals)} reason"
-                          f"{'s' if len(report.refusals) != 1 else ''} (dry run: nothing done):", markup=True,
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"[{colour}]{report.kind}:[/] plan refused, {len(report.refusals)} reason"
+                f"{'s' if len(report.refusals) != 1 else ''} (dry run: nothing done):",
+                markup=True,
+                highlight=False,
+                soft_wrap=True,
+            )
             for n, r in enumerate(report.refusals, 1):
                 console.print(f"  ({n}) {escape(r)}", markup=True, highlight=False, soft_wrap=True)
         else:
-            console.print(f"[{colour}]{report.kind}:[/] {escape(report.message)}", markup=True, highlight=False,
-                          soft_wrap=True)
+            console.print(
+                f"[{colour}]{report.kind}:[/] {escape(report.message)}", markup=True, highlight=False, soft_wrap=True
+            )
         for note in report.notes:
             err_console.print(f"[yellow]note:[/] {escape(note)}", markup=True, highlight=False, soft_wrap=True)
     if not report.ok:
@@ -51,8 +56,11 @@ def _fleet_plan(plan: FleetPlan, as_json: bool) -> None:
                 console.print(f"  {i}. {step}", highlight=False, markup=False, soft_wrap=True)
             for why in lp.refusals:
                 console.print(f"  refused: {why}", highlight=False, markup=False, soft_wrap=True)
-        console.print(f"dry run: nothing was changed; the rollout of {plan.recipe} "
-                      + ("would run" if plan.ok else "would be refused"), highlight=False)
+        console.print(
+            f"dry run: nothing was changed; the rollout of {plan.recipe} "
+            + ("would run" if plan.ok else "would be refused"),
+            highlight=False,
+        )
     if not plan.ok:
         raise typer.Exit(1)
 
@@ -60,25 +68,36 @@ def _fleet_plan(plan: FleetPlan, as_json: bool) -> None:
 def promote_cmd(
     recipe: Annotated[str, typer.Argument(help="Recipe to make production, e.g. local-v27.")],
     force: Annotated[bool, typer.Option("--force", help="Promote without a PASS verdict (needs --reason).")] = False,
-    reason: Annotated[Optional[str], typer.Option("--reason", help="Why a forced promotion is made; recorded.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why a forced promotion is made; recorded.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Complete an interrupted promotion of RECIPE.")] = False,
     port: Annotated[
-        Optional[int], typer.Option("--port", help="Production port for a first promotion (default: the recipe's).")
+        int | None, typer.Option("--port", help="Production port for a first promotion (default: the recipe's).")
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only: print the steps, or every reason the promotion "
-                                          "would be refused (exit 1); change nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Plan only: print the steps, or every reason the promotion would be refused (exit 1); change nothing.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     lanes: Annotated[
-        Optional[str], typer.Option("--lanes", help="Roll out to these inventory lanes in order, a,b,c (a is the canary).")
+        str | None, typer.Option("--lanes", help="Roll out to these inventory lanes in order, a,b,c (a is the canary).")
     ] = None,
-    fleet: Annotated[bool, typer.Option("--fleet", help="Roll out to every lane of the inventory, in its order.")] = False,
+    fleet: Annotated[
+        bool, typer.Option("--fleet", help="Roll out to every lane of the inventory, in its order.")
+    ] = False,
     keep_going: Annotated[
         bool, typer.Option("--keep-going", help="Fleet: move the other lanes when one fails (else roll back all).")
     ] = False,
     from_card: Annotated[
-        Optional[str],
-        typer.Option("--from-card", metavar="CARD", help="Start the candidate this card's run kept on the lane "
-                     "(`card run --take-lane`) as production instead of booting RECIPE afresh; needs the card's PASS."),
+        str | None,
+        typer.Option(
+            "--from-card",
+            metavar="CARD",
+            help="Start the candidate this card's run kept on the lane "
+            "(`card run --take-lane`) as production instead of booting RECIPE afresh; needs the card's PASS.",
+        ),
     ] = None,
 ) -> None:
     """Make RECIPE production: needs a PASS verdict; keeps the old production as the rollback pair.
@@ -92,24 +111,28 @@ def promote_cmd(
     if reason and not force:
         fail("--reason goes with --force: a promotion with a PASS verdict records the verdict, not a reason", 2)
     if from_card is not None and (force or resume):
-        fail("--from-card promotes on the card's own PASS; --force (no PASS) and --resume (an interrupted promotion, "
-             "as it was planned) do not go with it", 2)
+        fail(
+            "--from-card promotes on the card's own PASS; --force (no PASS) and --resume (an interrupted promotion, "
+            "as it was planned) do not go with it",
+            2,
+        )
     if lanes is not None or fleet:
         if lanes is not None and fleet:
             fail("--lanes and --fleet both name the lanes; pass one of them", 2)
         if current_placement() is not None:
             fail("--host names one lane; --lanes and --fleet name the lanes of a rollout themselves", 2)
         if resume or port is not None or from_card is not None:
-            fail("--resume, --port and --from-card act on one lane; a fleet rollout is repaired with "
-                 "`rollback --fleet`", 2)
+            fail(
+                "--resume, --port and --from-card act on one lane; a fleet rollout is repaired with `rollback --fleet`",
+                2,
+            )
         from gb300lane.promote.rollout import plan_rollout, rollout
 
         names = None if fleet else [x.strip() for x in (lanes or "").split(",") if x.strip()]
         if names is not None and not names:
             fail("--lanes needs at least one lane name, e.g. --lanes a,b,c", 2)
         if dry_run:
-            _fleet_plan(plan_rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason),
-                        as_json)
+            _fleet_plan(plan_rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason), as_json)
             return
         _fleet_report(
             rollout(recipe, lanes=names, keep_going=keep_going, force=force, reason=reason,
@@ -143,11 +166,19 @@ def _fleet_report(report: FleetReport, as_json: bool) -> None:
 
 
 def rollback_cmd(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only: print the steps, or every reason the rollback "
-                                          "would be refused (exit 1); change nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Plan only: print the steps, or every reason the rollback would be refused (exit 1); change nothing.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     fleet: Annotated[
-        bool, typer.Option("--fleet", help="Repair an unfinished fleet rollout: every lane it touched back to its old recipe.")
+        bool,
+        typer.Option(
+            "--fleet", help="Repair an unfinished fleet rollout: every lane it touched back to its old recipe."
+        ),
     ] = False,
 ) -> None:
     """Restore the kept rollback pair (or repair an interrupted promote/rollback) and report the time to restore."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -36,17 +36,20 @@ def _say_masked(masked: list[str]) -> None:
     if masked:
         err_console.print(
             f"note: {len(masked)} secret value(s) shown as <secret> ({', '.join(masked)}); --show-secrets prints them",
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
 
 
 def _dir_option() -> Any:  # typer's OptionInfo, the parameter's default (the parameter is an Optional[Path])
-    return typer.Option(None, "--recipes-dir", help="directory of recipe files (default: GB300LANE_RECIPES_DIR or ./recipes)")
+    return typer.Option(
+        None, "--recipes-dir", help="directory of recipe files (default: GB300LANE_RECIPES_DIR or ./recipes)"
+    )
 
 
 @recipes_app.command("list", help="Every recipe with its parent, engine and one-line description.")
 def list_cmd(
-    recipes_dir: Optional[Path] = _dir_option(),
+    recipes_dir: Path | None = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     from gb300lane.recipes import list_recipes
@@ -58,7 +61,9 @@ def list_cmd(
         _print_recipe_table(rows)
     broken = [r.name for r in rows if r.error]
     if broken:
-        fail(f"{len(broken)} recipe(s) do not load ({', '.join(broken)}); `gb300lane recipes show NAME` gives the error")
+        fail(
+            f"{len(broken)} recipe(s) do not load ({', '.join(broken)}); `gb300lane recipes show NAME` gives the error"
+        )
 
 
 def _print_recipe_table(rows: list[RecipeSummary]) -> None:
@@ -77,7 +82,7 @@ def _print_recipe_table(rows: list[RecipeSummary]) -> None:
 @recipes_app.command("show", help="The resolved recipe (extends merged), as YAML or --json.")
 def show_cmd(
     name: str = typer.Argument(..., help="recipe name, e.g. v27"),
-    recipes_dir: Optional[Path] = _dir_option(),
+    recipes_dir: Path | None = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of YAML"),
     show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
@@ -101,7 +106,7 @@ def show_cmd(
 def diff_cmd(
     a: str = typer.Argument(..., help="the recipe to compare from, e.g. v26"),
     b: str = typer.Argument(..., help="the recipe to compare to, e.g. v27"),
-    recipes_dir: Optional[Path] = _dir_option(),
+    recipes_dir: Path | None = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
 ) -> None:
     from gb300lane.recipes import diff_recipes, load_recipe
@@ -124,7 +129,7 @@ def _show(value: object) -> str:
 @recipes_app.command("hash", help="The recipe's autotune fingerprint over the image's hash inputs.")
 def hash_cmd(
     name: str = typer.Argument(..., help="recipe name, e.g. v27"),
-    recipes_dir: Optional[Path] = _dir_option(),
+    recipes_dir: Path | None = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print the fingerprint with its input values as JSON"),
 ) -> None:
     from gb300lane.recipes import fingerprint, hash_values, load_recipe
@@ -140,8 +145,8 @@ def hash_cmd(
 
 @recipes_app.command("lint", help="Rules from the write-up and vLLM (id, severity, fix); exit 1 on any error.")
 def lint_cmd(
-    name: Optional[str] = typer.Argument(None, help="recipe name; all recipes when omitted"),
-    recipes_dir: Optional[Path] = _dir_option(),
+    name: str | None = typer.Argument(None, help="recipe name; all recipes when omitted"),
+    recipes_dir: Path | None = _dir_option(),
     as_json: bool = typer.Option(False, "--json", help="print findings as JSON"),
 ) -> None:
     from gb300lane.recipes import lint, list_recipes, load_recipe
@@ -168,10 +173,10 @@ def lint_cmd(
 def render_cmd(
     name: str = typer.Argument(..., help="recipe name, e.g. v27"),
     fmt: RenderFormat = typer.Option(RenderFormat.compose, "--format", "-f", help="compose, docker-run, json or k8s"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the file into this directory instead of stdout"),
+    out: Path | None = typer.Option(None, "--out", help="write the file into this directory instead of stdout"),
     dark: bool = typer.Option(False, "--dark", help="render the lane dark: bind to 127.0.0.1 only"),
-    port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
-    recipes_dir: Optional[Path] = _dir_option(),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="serve the main container on this port"),
+    recipes_dir: Path | None = _dir_option(),
     show_secrets: bool = _SHOW_SECRETS,
 ) -> None:
     from gb300lane.recipes import load_recipe, render
@@ -204,5 +209,6 @@ def register(app: typer.Typer) -> None:
     """Attach the `recipes` group and the top-level `render` command."""
     app.add_typer(recipes_app, name="recipes")
     app.command(
-        "render", help="The exact containers of a recipe: compose file, docker-run script, JSON or Kubernetes manifests."
+        "render",
+        help="The exact containers of a recipe: compose file, docker-run script, JSON or Kubernetes manifests.",
     )(render_cmd)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -27,15 +27,17 @@ def _read_scrape(path: Path, model: str | None) -> MetricsScrape:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise MetricsError(f"{path}: cannot read the scrape ({exc.strerror}); save GET /metrics to a file first") from exc
+        raise MetricsError(
+            f"{path}: cannot read the scrape ({exc.strerror}); save GET /metrics to a file first"
+        ) from exc
     return parse_metrics_text(text, model_name=model, source=str(path))
 
 
 @spec_app.command("from-metrics", help="Tokens per step, a_p and marginal per position from one or two saved scrapes.")
 def from_metrics(
     after: Path = typer.Argument(..., help="a saved /metrics scrape (the later one when --before is given)"),
-    before: Optional[Path] = typer.Option(None, "--before", help="an earlier scrape of the same engine run"),
-    model: Optional[str] = typer.Option(None, "--model", help="model_name label to read, when the scrape has several"),
+    before: Path | None = typer.Option(None, "--before", help="an earlier scrape of the same engine run"),
+    model: str | None = typer.Option(None, "--model", help="model_name label to read, when the scrape has several"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     from gb300lane.spec import acceptance, delta
@@ -69,7 +71,9 @@ def _curve(text: str, k_kind: str) -> AcceptanceCurve:
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError as exc:
-        raise LaneError(f"--{k_kind}: {text!r} is not a comma-separated list of numbers, e.g. 0.717,0.476,0.310") from exc
+        raise LaneError(
+            f"--{k_kind}: {text!r} is not a comma-separated list of numbers, e.g. 0.717,0.476,0.310"
+        ) from exc
     key = "a_p" if k_kind == "a-p" else "marginal"
     try:
         return AcceptanceCurve(k=len(values), **{key: values})
@@ -87,16 +91,20 @@ def _step(text: str) -> StepTimePoint:
         raise LaneError(f"--step {text!r}: expected K:MS with MS > 0, e.g. --step 5:11.0") from exc
 
 
-@spec_app.command("advise", help="Predict tokens/step and tok/s per k from acceptance curves and step times; recommend k.")
+@spec_app.command(
+    "advise", help="Predict tokens/step and tok/s per k from acceptance curves and step times; recommend k."
+)
 def advise_cmd(
-    receipts: Optional[Path] = typer.Option(
-        None, "--receipts", help='JSON: {"schema_version": 1, "curves": [{"k", "a_p" | "marginal"}], '
-        '"step_ms": [{"k", "ms"}], "trained_block"}'
+    receipts: Path | None = typer.Option(
+        None,
+        "--receipts",
+        help='JSON: {"schema_version": 1, "curves": [{"k", "a_p" | "marginal"}], '
+        '"step_ms": [{"k", "ms"}], "trained_block"}',
     ),
     a_p: list[str] = typer.Option([], "--a-p", help="a_p per position measured at k = its length (repeatable)"),
     marginal: list[str] = typer.Option([], "--marginal", help="marginal per position at k = its length (repeatable)"),
     step: list[str] = typer.Option([], "--step", help="measured step time K:MS (repeat for two k or more)"),
-    trained_block: Optional[int] = typer.Option(None, "--trained-block", help="the checkpoint's dspark_block_size"),
+    trained_block: int | None = typer.Option(None, "--trained-block", help="the checkpoint's dspark_block_size"),
     k: list[int] = typer.Option([], "--k", help="candidate k to consider (default 1..longest curve)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
@@ -117,11 +125,19 @@ def advise_cmd(
     table = Table("k", "tokens/step", "ms/step", "tok/s", "curve from k", "note")
     for row in advice.predictions:
         note = ", ".join(
-            n for n, on in (("outside trained block", row.outside_trained_block), ("extrapolated", row.extrapolated)) if on
+            n
+            for n, on in (("outside trained block", row.outside_trained_block), ("extrapolated", row.extrapolated))
+            if on
         )
         mark = " *" if row.k == advice.recommended_k else ""
-        table.add_row(f"{row.k}{mark}", f"{row.tokens_per_step:.3f}", f"{row.step_ms:.2f}", f"{row.tok_s:.1f}",
-                      str(row.curve_k), note)
+        table.add_row(
+            f"{row.k}{mark}",
+            f"{row.tokens_per_step:.3f}",
+            f"{row.step_ms:.2f}",
+            f"{row.tok_s:.1f}",
+            str(row.curve_k),
+            note,
+        )
     console.print(table)
     m = advice.step_model
     console.print(f"step time model: {m.intercept_ms:.2f} ms + {m.slope_ms:.3f} ms x k ({len(m.points)} points)")

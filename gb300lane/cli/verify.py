@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,14 +14,18 @@ if TYPE_CHECKING:
 
 def verify_cmd(
     card: Annotated[
-        Optional[str], typer.Option("--card", help="A card name, file or receipts directory: check its receipts.")
+        str | None, typer.Option("--card", help="A card name, file or receipts directory: check its receipts.")
     ] = None,
     production: Annotated[
         bool, typer.Option("--production", help="Check production: ledger, promotion, verdict, boot report, recipe.")
     ] = False,
     evidence: Annotated[
-        bool, typer.Option("--evidence", help="Check the evidence log: every line's chain and signature, its head, "
-                           "every file it entered, and every scored card in it.")
+        bool,
+        typer.Option(
+            "--evidence",
+            help="Check the evidence log: every line's chain and signature, its head, "
+            "every file it entered, and every scored card in it.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the chains as JSON.")] = False,
 ) -> None:
@@ -30,8 +34,15 @@ def verify_cmd(
 
     if sum((card is not None, production, evidence)) > 1:
         fail("--card, --production and --evidence check different chains; give one (or none, for every chain)", 2)
-    chains = ([verify_card(card)] if card is not None else [verify_production()] if production
-              else [verify_evidence()] if evidence else verify_everything())
+    chains = (
+        [verify_card(card)]
+        if card is not None
+        else [verify_production()]
+        if production
+        else [verify_evidence()]
+        if evidence
+        else verify_everything()
+    )
     lines = _provenance_lines(card) if card is not None else {}
     if as_json:
         out = [c.as_json() for c in chains]

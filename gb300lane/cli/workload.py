@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,34 +20,65 @@ def _say(text: str) -> None:
     console.print(text, highlight=False, soft_wrap=True, markup=False)
 
 
-@workload_app.command("import", help="Import a file of your traffic into ./workloads/NAME/ and print what was kept, "
-                      "what was dropped and why, the length histograms and tool use per class.")
+@workload_app.command(
+    "import",
+    help="Import a file of your traffic into ./workloads/NAME/ and print what was kept, "
+    "what was dropped and why, the length histograms and tool use per class.",
+)
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="The file to import.")],
     name: Annotated[str, typer.Option("--name", help="The workload's name (its folder under ./workloads).")],
-    fmt: Annotated[str, typer.Option("--format", help="openai (request bodies, one a line), sharegpt, "
-                                     "vllm-custom (prompt, output_tokens) or trace (mooncake-style).")],
-    class_field: Annotated[Optional[str], typer.Option(
-        "--class-field", help="Dotted field of each record that names its class, e.g. metadata.team "
-        "(default: one class, traffic).")] = None,
-    allow_secrets: Annotated[bool, typer.Option(
-        "--allow-secrets", help="Import records that look like they hold a secret (refused by default).")] = False,
-    max_prompt_chars: Annotated[int, typer.Option(
-        "--max-prompt-chars", help="The longest prompt imported, in characters.")] = 65536,
-    drop_long: Annotated[bool, typer.Option(
-        "--drop-long", help="Drop prompts over the limit (reported) instead of refusing the import.")] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="openai (request bodies, one a line), sharegpt, "
+            "vllm-custom (prompt, output_tokens) or trace (mooncake-style).",
+        ),
+    ],
+    class_field: Annotated[
+        str | None,
+        typer.Option(
+            "--class-field",
+            help="Dotted field of each record that names its class, e.g. metadata.team (default: one class, traffic).",
+        ),
+    ] = None,
+    allow_secrets: Annotated[
+        bool,
+        typer.Option("--allow-secrets", help="Import records that look like they hold a secret (refused by default)."),
+    ] = False,
+    max_prompt_chars: Annotated[
+        int, typer.Option("--max-prompt-chars", help="The longest prompt imported, in characters.")
+    ] = 65536,
+    drop_long: Annotated[
+        bool, typer.Option("--drop-long", help="Drop prompts over the limit (reported) instead of refusing the import.")
+    ] = False,
     replace: Annotated[bool, typer.Option("--replace", help="Import over an existing workload of that name.")] = False,
     description: Annotated[str, typer.Option("--description", help="One line: what traffic this is.")] = "",
-    turns: Annotated[str, typer.Option(
-        "--turns", help="sharegpt: first (the first human turn) or all (every human turn, sent with the "
-        "conversation so far: multi-turn sessions).")] = "first",
+    turns: Annotated[
+        str,
+        typer.Option(
+            "--turns",
+            help="sharegpt: first (the first human turn) or all (every human turn, sent with the "
+            "conversation so far: multi-turn sessions).",
+        ),
+    ] = "first",
     as_json: Annotated[bool, typer.Option("--json", help="Print the import report as JSON.")] = False,
 ) -> None:
     from gb300lane.workloads.importing import import_workload, render_import
 
-    report = import_workload(file, name=name, fmt=fmt, class_field=class_field, allow_secrets=allow_secrets,
-                             max_prompt_chars=max_prompt_chars, drop_long=drop_long, replace=replace,
-                             description=description, turns=turns)
+    report = import_workload(
+        file,
+        name=name,
+        fmt=fmt,
+        class_field=class_field,
+        allow_secrets=allow_secrets,
+        max_prompt_chars=max_prompt_chars,
+        drop_long=drop_long,
+        replace=replace,
+        description=description,
+        turns=turns,
+    )
     if as_json:
         print_json(report.model_dump(mode="json"))
     else:
@@ -64,12 +95,17 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print the lis
         return
     for r in rows:
         split = f", split {r.dev} dev / {r.held_out} held out" if r.held_out else ""
-        _say(f"{r.name:<20} {r.transcripts:>5} transcripts in {len(r.classes)} classes ({', '.join(r.classes)}){split}"
-             f"  sha256 {r.content_sha256[:12]}  {r.folder}")
+        _say(
+            f"{r.name:<20} {r.transcripts:>5} transcripts in {len(r.classes)} classes ({', '.join(r.classes)}){split}"
+            f"  sha256 {r.content_sha256[:12]}  {r.folder}"
+        )
 
 
-@workload_app.command("show", help="Show a workload's manifest: where it is, its classes and files, the split and "
-                      "the content hash a card's registration freezes.")
+@workload_app.command(
+    "show",
+    help="Show a workload's manifest: where it is, its classes and files, the split and "
+    "the content hash a card's registration freezes.",
+)
 def show_cmd(
     name: Annotated[str, typer.Argument(help="The workload.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
@@ -86,8 +122,10 @@ def show_cmd(
         _say(f"  {m.description}")
     _say(f"  content sha256 {m.content_sha256}")
     if m.source is not None:
-        _say(f"  imported from {m.source.file} ({m.source.format}, sha256 {m.source.sha256[:12]})"
-             + (f", classes from {m.source.class_field}" if m.source.class_field else ""))
+        _say(
+            f"  imported from {m.source.file} ({m.source.format}, sha256 {m.source.sha256[:12]})"
+            + (f", classes from {m.source.class_field}" if m.source.class_field else "")
+        )
     for c in m.classes:
         _say(f"  class {c.name:<16} {c.transcripts:>5} transcripts  {c.file}  sha256 {c.sha256[:12]}")
     if m.split is not None:
@@ -96,8 +134,11 @@ def show_cmd(
         _say("  split: none (every transcript is dev)")
 
 
-@workload_app.command("stats", help="Per class: transcripts, chat share, tool use and the prompt and output length "
-                      "histograms (of one part with --part).")
+@workload_app.command(
+    "stats",
+    help="Per class: transcripts, chat share, tool use and the prompt and output length "
+    "histograms (of one part with --part).",
+)
 def stats_cmd(
     name: Annotated[str, typer.Argument(help="The workload.")],
     part: Annotated[str, typer.Option("--part", help="all, dev or held-out.")] = "all",
@@ -114,8 +155,11 @@ def stats_cmd(
         _say("\n".join(render_classes(stats)))
 
 
-@workload_app.command("diff", help="What differs between two workloads, class by class, by transcript id (an "
-                      "edited transcript shows as one id gone and one new), and whether their splits differ.")
+@workload_app.command(
+    "diff",
+    help="What differs between two workloads, class by class, by transcript id (an "
+    "edited transcript shows as one id gone and one new), and whether their splits differ.",
+)
 def diff_cmd(
     a: Annotated[str, typer.Argument(help="The first workload.")],
     b: Annotated[str, typer.Argument(help="The second workload.")],
@@ -127,8 +171,11 @@ def diff_cmd(
     if as_json:
         print_json(d.model_dump(mode="json"))
         return
-    _say(f"{a} vs {b}: " + ("same content" if d.same_content else "content differs")
-         + (", splits differ" if d.split_differs else ""))
+    _say(
+        f"{a} vs {b}: "
+        + ("same content" if d.same_content else "content differs")
+        + (", splits differ" if d.split_differs else "")
+    )
     for c in d.classes:
         _say(f"  class {c.name}: {c.same} in both, {len(c.only_a)} only in {a}, {len(c.only_b)} only in {b}")
         for i in c.only_a:
@@ -137,8 +184,11 @@ def diff_cmd(
             _say(f"    + {i}")
 
 
-@workload_app.command("split", help="Hold out a seeded fraction of each class: a card with held_out: true runs them, "
-                      "selection work (bench, spec advise) never does. Changes the content hash.")
+@workload_app.command(
+    "split",
+    help="Hold out a seeded fraction of each class: a card with held_out: true runs them, "
+    "selection work (bench, spec advise) never does. Changes the content hash.",
+)
 def split_cmd(
     name: Annotated[str, typer.Argument(help="The workload (one of ./workloads).")],
     held_out: Annotated[float, typer.Option("--held-out", help="The fraction of each class held out, e.g. 0.3.")],
@@ -153,19 +203,28 @@ def split_cmd(
         return
     assert m.split is not None
     total = sum(c.transcripts for c in m.classes)
-    _say(f"workload {name}: {len(m.split.held_out_ids)} of {total} transcripts held out (seed {seed}); "
-         f"content sha256 {m.content_sha256[:12]}")
+    _say(
+        f"workload {name}: {len(m.split.held_out_ids)} of {total} transcripts held out (seed {seed}); "
+        f"content sha256 {m.content_sha256[:12]}"
+    )
 
 
-@workload_app.command("pad", help="Write a workload whose every prompt is padded (a context block in front) or cut to "
-                      "a length in words or in the embedded engine's tokens: a long-context cell (2K, 64K input) of "
-                      "the same requests.")
+@workload_app.command(
+    "pad",
+    help="Write a workload whose every prompt is padded (a context block in front) or cut to "
+    "a length in words or in the embedded engine's tokens: a long-context cell (2K, 64K input) of "
+    "the same requests.",
+)
 def pad_cmd(
     source: Annotated[str, typer.Argument(help="The workload whose transcripts are padded.")],
     name: Annotated[str, typer.Option("--name", help="The new workload's name.")],
-    words: Annotated[Optional[int], typer.Option("--words", help="The prompt length in words.")] = None,
-    tokens: Annotated[Optional[int], typer.Option(
-        "--tokens", help="The prompt length in the embedded engine's tokens (exact on the embedded lane).")] = None,
+    words: Annotated[int | None, typer.Option("--words", help="The prompt length in words.")] = None,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens", help="The prompt length in the embedded engine's tokens (exact on the embedded lane)."
+        ),
+    ] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Write over an existing workload of that name.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the new manifest as JSON.")] = False,
 ) -> None:
@@ -177,8 +236,7 @@ def pad_cmd(
         from gb300lane.engine import load_model
 
         tok = load_model().tokenizer
-        m = pad_workload(source, name, tokens, count=lambda text: len(tok.encode(text)), unit="tokens",
-                         replace=replace)
+        m = pad_workload(source, name, tokens, count=lambda text: len(tok.encode(text)), unit="tokens", replace=replace)
     else:
         assert words is not None
         m = pad_workload(source, name, words, replace=replace)
@@ -186,8 +244,10 @@ def pad_cmd(
         print_json(m.model_dump(mode="json"))
         return
     unit = f"{tokens} tokens" if tokens is not None else f"{words} words"
-    _say(f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {unit}; "
-         f"content sha256 {m.content_sha256[:12]}")
+    _say(
+        f"workload {name}: {sum(c.transcripts for c in m.classes)} transcripts of {source} at {unit}; "
+        f"content sha256 {m.content_sha256[:12]}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -143,7 +143,9 @@ def _installed(site: Path) -> tuple[str, str, dict[str, str]]:
     if not match:
         raise SystemExit(f"{infos[0]}: not a vllm dist-info name")
     frontend = FRONTEND if (site / FRONTEND).is_file() else FRONTEND_OLD
-    sources = {path: (site / path).read_text(encoding="utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, frontend)}
+    sources = {
+        path: (site / path).read_text(encoding="utf-8") for path in (SPECULATIVE, ARG_UTILS, COMPILATION, frontend)
+    }
     return match.group(1).replace("_", "-"), match.group(2), sources
 
 
@@ -181,14 +183,20 @@ def snapshot(wheel: Path) -> dict[str, Any]:
             "generator": "scripts/snapshot_vllm_schema.py",
         },
         "speculative_config": {"fields": speculative},
-        "engine_args": {"fields": {name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
-                                   for name, f in engine.items()}},
+        "engine_args": {
+            "fields": {
+                name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
+                for name, f in engine.items()
+            }
+        },
         "compilation_config": {"fields": {name: {"type": f["type"]} for name, f in compilation.items()}},
-        "frontend_args": {"fields": {name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
-                                     for name, f in frontend.items()}},
+        "frontend_args": {
+            "fields": {
+                name: {"type": f["type"], **({"choices": f["choices"]} if "choices" in f else {})}
+                for name, f in frontend.items()
+            }
+        },
     }
-
-
 
 
 class Source:
@@ -250,9 +258,14 @@ def probe(where: Path, probes: dict[str, list[str]]) -> dict[str, Any]:
         for key, literals in probes.items():
             if found[key] is None and any(lit in text for lit in literals):
                 found[key] = name
-    return {"distribution": snap["source"].get("installed", "").split("==")[0] or "vllm",
-            "vllm_version": snap["vllm_version"], "schema": snap, "metric_names": sorted(names),
-            "log_lines": found, "compile_env": compile_env(envs) if envs else []}
+    return {
+        "distribution": snap["source"].get("installed", "").split("==")[0] or "vllm",
+        "vllm_version": snap["vllm_version"],
+        "schema": snap,
+        "metric_names": sorted(names),
+        "log_lines": found,
+        "compile_env": compile_env(envs) if envs else [],
+    }
 
 
 def _auto() -> Path:

@@ -114,25 +114,34 @@ def _logprob_count(body: dict[str, Any], key: str, what: str, max_logprobs: int,
     if value < -1:
         raise ApiError(f"`{key}` must be a positive value or -1.", param=key)
     if value == -1 and vocab_size is None:
-        raise ApiError(f"Requested {what} logprobs of -1 (the whole vocabulary), which is greater than max allowed: "
-                       f"{max_logprobs}", param=key)
+        raise ApiError(
+            f"Requested {what} logprobs of -1 (the whole vocabulary), which is greater than max allowed: "
+            f"{max_logprobs}",
+            param=key,
+        )
     asked = vocab_size if value == -1 and vocab_size is not None else value
     if asked > max_logprobs:
-        raise ApiError(f"Requested {what} logprobs of {asked}, which is greater than max allowed: {max_logprobs}",
-                       param=key)
+        raise ApiError(
+            f"Requested {what} logprobs of {asked}, which is greater than max allowed: {max_logprobs}", param=key
+        )
     return asked
 
 
 def _logprob_params(
-    body: dict[str, Any], *, chat: bool, max_logprobs: int, vocab_size: int | None,
+    body: dict[str, Any],
+    *,
+    chat: bool,
+    max_logprobs: int,
+    vocab_size: int | None,
 ) -> tuple[int | None, int | None, bool]:
     """(logprobs per output token, per prompt token, echo) with vLLM's checks and messages."""
     stream = body.get("stream") is True
     if chat:
         wanted = body.get("logprobs", False)
         if wanted is not None and not isinstance(wanted, bool):
-            raise ApiError(f"logprobs must be a boolean for chat; got {wanted!r} (send top_logprobs for a count)",
-                           param="logprobs")
+            raise ApiError(
+                f"logprobs must be a boolean for chat; got {wanted!r} (send top_logprobs for a count)", param="logprobs"
+            )
         top = _logprob_count(body, "top_logprobs", "sample", max_logprobs, vocab_size)
         if top is not None and top != 0 and not wanted:
             raise ApiError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
@@ -152,15 +161,22 @@ def _logprob_params(
         raise ApiError("`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
     if stream and (logprobs is not None or echo):
         key = "echo" if echo else "logprobs"
-        raise ApiError(f"{key} with stream=true: the embedded engine returns logprobs and echo in whole answers "
-                       "only; send stream=false", param=key)
+        raise ApiError(
+            f"{key} with stream=true: the embedded engine returns logprobs and echo in whole answers "
+            "only; send stream=false",
+            param=key,
+        )
     if echo and logprobs is not None and prompt_logprobs is None:
         prompt_logprobs = logprobs  # vLLM scores the echoed prompt at the answer's count
     return logprobs, prompt_logprobs, echo
 
 
 def parse_request(
-    body: object, *, chat: bool, served_model_name: str, max_logprobs: int = MAX_LOGPROBS,
+    body: object,
+    *,
+    chat: bool,
+    served_model_name: str,
+    max_logprobs: int = MAX_LOGPROBS,
     vocab_size: int | None = None,
 ) -> GenerateRequest:
     if not isinstance(body, dict):
@@ -177,7 +193,9 @@ def parse_request(
             prompt = prompt[0]
         if isinstance(prompt, str):
             prompt_text = prompt
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        elif (
+            isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+        ):
             prompt_ids = list(prompt)
         else:
             raise ApiError("prompt must be a string, a list with one string, or a list of token ids", param="prompt")
@@ -221,19 +239,35 @@ def parse_request(
     tools = parse_tools(body) if chat else ToolRequest("none")
     constraint = parse_constraint(body)
     if constraint is not None and tools.mode in ("required", "named"):
-        raise ApiError("You can only either use constraints for structured outputs or tools, not both.",
-                       param="response_format")
+        raise ApiError(
+            "You can only either use constraints for structured outputs or tools, not both.", param="response_format"
+        )
     params = SamplingParams(
-        temperature=temperature, top_p=top_p, max_tokens=max_tokens or 0, min_tokens=min_tokens,
-        ignore_eos=ignore_eos, seed=seed, top_k=top_k, min_p=min_p,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens or 0,
+        min_tokens=min_tokens,
+        ignore_eos=ignore_eos,
+        seed=seed,
+        top_k=top_k,
+        min_p=min_p,
     )
     prefix = "chatcmpl" if chat else "cmpl"
     return GenerateRequest(
-        chat=chat, prompt_text=prompt_text, prompt_ids=prompt_ids, params=params, stream=stream,
+        chat=chat,
+        prompt_text=prompt_text,
+        prompt_ids=prompt_ids,
+        params=params,
+        stream=stream,
         include_usage=bool(options.get("include_usage", False)),
-        continuous_usage=bool(options.get("continuous_usage_stats", False)), stop=stop,
-        request_id=f"{prefix}-{uuid.uuid4().hex}", tools=tools, constraint=constraint,
-        logprobs=logprobs, prompt_logprobs=prompt_logprobs, echo=echo,
+        continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        stop=stop,
+        request_id=f"{prefix}-{uuid.uuid4().hex}",
+        tools=tools,
+        constraint=constraint,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        echo=echo,
     )
 
 
@@ -321,7 +355,12 @@ def usage(seq: Sequence, completion_tokens: int | None = None) -> dict[str, int]
 
 
 def chunk(
-    req: GenerateRequest, model: str, text: str | None, finish: str | None, *, first: bool = False,
+    req: GenerateRequest,
+    model: str,
+    text: str | None,
+    finish: str | None,
+    *,
+    first: bool = False,
     fields: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """One stream chunk; a chat chunk's delta carries `text` as content, or `fields` (tool_calls) instead."""
@@ -335,8 +374,13 @@ def chunk(
         elif text is not None:
             delta["content"] = text
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [choice]}
+        return {
+            "id": req.request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
     choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
     return {"id": req.request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
@@ -347,8 +391,9 @@ def chat_message(req: GenerateRequest, text: str, finish: str | None) -> tuple[d
     message: dict[str, object] = {"role": "assistant", "content": text, "tool_calls": []}
     if mode == "named":
         message["content"] = ""
-        message["tool_calls"] = [{"id": tool_call_id(), "type": "function",
-                                  "function": {"name": req.tools.name, "arguments": text}}]
+        message["tool_calls"] = [
+            {"id": tool_call_id(), "type": "function", "function": {"name": req.tools.name, "arguments": text}}
+        ]
     elif mode == "required":
         calls = parse_required(text)
         if calls is not None:
@@ -383,8 +428,12 @@ class ChatDeltas:
             call: dict[str, object] = {"index": 0, "function": {"arguments": text}}
             if not self._named_started:
                 self._named_started = True
-                call = {"index": 0, "id": tool_call_id(), "type": "function",
-                        "function": {"name": self.req.tools.name, "arguments": text}}
+                call = {
+                    "index": 0,
+                    "id": tool_call_id(),
+                    "type": "function",
+                    "function": {"name": self.req.tools.name, "arguments": text},
+                }
             return [{"tool_calls": [call]}]
         if mode == "required":
             self._held += text  # the calls go out whole, once the array closes
@@ -421,24 +470,50 @@ class Scores:
 
 
 def final_body(
-    req: GenerateRequest, model: str, seq: Sequence, text: str, mode: str, *, scores: Scores | None = None,
+    req: GenerateRequest,
+    model: str,
+    seq: Sequence,
+    text: str,
+    mode: str,
+    *,
+    scores: Scores | None = None,
     faults: str = "",
 ) -> dict[str, Any]:
     created = int(time.time())
     scores = scores or Scores()
     if req.chat:
         message, finish = chat_message(req, text, seq.finish_reason)
-        choice = {"index": 0, "message": message, "logprobs": scores.logprobs, "finish_reason": finish,
-                  "stop_reason": None}
-        body = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [choice]}
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": scores.logprobs,
+            "finish_reason": finish,
+            "stop_reason": None,
+        }
+        body = {
+            "id": req.request_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
     else:
-        choice = {"index": 0, "text": scores.echo_text + text, "logprobs": scores.logprobs,
-                  "finish_reason": seq.finish_reason, "stop_reason": None}
+        choice = {
+            "index": 0,
+            "text": scores.echo_text + text,
+            "logprobs": scores.logprobs,
+            "finish_reason": seq.finish_reason,
+            "stop_reason": None,
+        }
         if req.prompt_logprobs is not None:
             choice["prompt_logprobs"] = scores.prompt_logprobs
-        body = {"id": req.request_id, "object": "text_completion", "created": created, "model": model,
-                "choices": [choice]}
+        body = {
+            "id": req.request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
     body["usage"] = usage(seq)
     if req.chat and req.prompt_logprobs is not None:
         body["prompt_logprobs"] = scores.prompt_logprobs

@@ -17,6 +17,11 @@ class ApiError(Exception):
         self.param = param
 
     def body(self) -> dict[str, JsonValue]:
-        kind = {400: "BadRequestError", 404: "NotFoundError", 408: "RequestTimeoutError", 413: "RequestEntityTooLarge",
-                503: "ServiceUnavailableError"}.get(self.status, "Error")
+        kind = {
+            400: "BadRequestError",
+            404: "NotFoundError",
+            408: "RequestTimeoutError",
+            413: "RequestEntityTooLarge",
+            503: "ServiceUnavailableError",
+        }.get(self.status, "Error")
         return {"error": {"message": str(self), "type": kind, "param": self.param, "code": self.status}}

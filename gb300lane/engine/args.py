@@ -48,25 +48,35 @@ class EngineArgs(FrozenModel):
         default=None, description="Seed of this boot's numerics (None: drawn fresh at start, as a real boot's are)."
     )
     numerics_jitter: float = Field(
-        default=NUMERICS_JITTER, description="Relative jitter of the target's numerics between boots (0: bit-identical)."
+        default=NUMERICS_JITTER,
+        description="Relative jitter of the target's numerics between boots (0: bit-identical).",
     )
     kv_pool_tokens: int = Field(description="KV cache pool size in tokens.")
-    faults: str = Field(default="", description="Deliberate verifier faults, as --fault takes them ('' for none: "
-                        "an exact engine; see faults.py).")
+    faults: str = Field(
+        default="",
+        description="Deliberate verifier faults, as --fault takes them ('' for none: an exact engine; see faults.py).",
+    )
     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
-        default="raw_logprobs", description="What logprobs report: the target's raw distribution, or the sampled one.")
-    max_logprobs: int = Field(default=MAX_LOGPROBS, description="The most logprobs or prompt_logprobs a request may ask for.")
+        default="raw_logprobs", description="What logprobs report: the target's raw distribution, or the sampled one."
+    )
+    max_logprobs: int = Field(
+        default=MAX_LOGPROBS, description="The most logprobs or prompt_logprobs a request may ask for."
+    )
     compilation_config: dict[str, Any] = Field(description="--compilation-config as a dict.")
     per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] = Field(description="Per-response metrics.")
     expert_sidecar_url: str | None = Field(description="Expert sidecar base URL, or None.")
     enable_auto_tool_choice: bool = Field(default=False, description="Parse tool calls from `auto` answers.")
     tool_call_parser: str | None = Field(
-        default=None, description="vLLM's tool-call parser name; the builtin model's calls read with the engine's parser."
+        default=None,
+        description="vLLM's tool-call parser name; the builtin model's calls read with the engine's parser.",
     )
     dtype: str = Field(description="Model dtype (hashed, not modelled).")
     tensor_parallel_size: int = Field(description="Tensor parallel size (hashed, not modelled).")
-    data_parallel_size: int = Field(default=1, description="Data parallel size: above 1 the k schedule is dropped, as "
-                                    "vLLM drops it (modelled for that alone).")
+    data_parallel_size: int = Field(
+        default=1,
+        description="Data parallel size: above 1 the k schedule is dropped, as "
+        "vLLM drops it (modelled for that alone).",
+    )
     gpu_memory_utilization: float = Field(description="Fraction of GPU memory (logged, not modelled).")
     non_default: dict[str, Any] = Field(description="Flags given on the command line, as vLLM logs them.")
     ignored: tuple[str, ...] = Field(description="Flags accepted but not modelled, as given.")
@@ -74,8 +84,12 @@ class EngineArgs(FrozenModel):
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, add_help=True, allow_abbrev=False,
-                                description="Serve the builtin model with vLLM's API (the embedded lane engine).")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        add_help=True,
+        allow_abbrev=False,
+        description="Serve the builtin model with vLLM's API (the embedded lane engine).",
+    )
     p.add_argument("model_tag", nargs="?", default=None, help="model (positional form of --model)")
     p.add_argument("--model", default=None)
     p.add_argument("--served-model-name", nargs="+", default=None)
@@ -100,15 +114,26 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--boot-seed", default=os.environ.get("GB300LANE_BOOT_SEED") or None)
     p.add_argument("--numerics-jitter", default=os.environ.get("GB300LANE_NUMERICS_JITTER") or str(NUMERICS_JITTER))
     # Engine-only: a deliberately lossy verifier, for testing losslessness checks (faults.py).
-    p.add_argument("--fault", action="append", default=None, metavar="NAME[=VALUE]",
-                   help="make the verifier lossy on purpose, for testing losslessness checks (accept_bias=X, "
-                        "position_bias=I:X, temperature=T, top_p_ignored_in_verify, draft_temperature_only; "
-                        f"default: ${FAULT_ENV}, else none)")
-    p.add_argument("--logprobs-mode", default="raw_logprobs",
-                   help="what logprobs report: raw_logprobs (the target's distribution, vLLM's default) or "
-                        "processed_logprobs (the distribution sampled from)")
-    p.add_argument("--max-logprobs", default=str(MAX_LOGPROBS),
-                   help="the most logprobs or prompt_logprobs a request may ask for (vLLM's default 20)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=None,
+        metavar="NAME[=VALUE]",
+        help="make the verifier lossy on purpose, for testing losslessness checks (accept_bias=X, "
+        "position_bias=I:X, temperature=T, top_p_ignored_in_verify, draft_temperature_only; "
+        f"default: ${FAULT_ENV}, else none)",
+    )
+    p.add_argument(
+        "--logprobs-mode",
+        default="raw_logprobs",
+        help="what logprobs report: raw_logprobs (the target's distribution, vLLM's default) or "
+        "processed_logprobs (the distribution sampled from)",
+    )
+    p.add_argument(
+        "--max-logprobs",
+        default=str(MAX_LOGPROBS),
+        help="the most logprobs or prompt_logprobs a request may ask for (vLLM's default 20)",
+    )
     return p
 
 
@@ -117,11 +142,31 @@ def defaults_of(prog: str) -> dict[str, object]:
 
 
 _VALUE_FLAGS = {
-    "--model", "--host", "--port", "--speculative-config", "--max-num-seqs", "--max-model-len", "--seed",
-    "--time-scale", "--kv-pool-tokens", "--compilation-config", "-O", "--per-request-spec-decode-metrics",
-    "--expert-sidecar-url", "--dtype", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization",
-    "--boot-seed", "--numerics-jitter", "--tool-call-parser", "--data-parallel-size", "-dp",
-    "--fault", "--logprobs-mode", "--max-logprobs",
+    "--model",
+    "--host",
+    "--port",
+    "--speculative-config",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--seed",
+    "--time-scale",
+    "--kv-pool-tokens",
+    "--compilation-config",
+    "-O",
+    "--per-request-spec-decode-metrics",
+    "--expert-sidecar-url",
+    "--dtype",
+    "--tensor-parallel-size",
+    "-tp",
+    "--gpu-memory-utilization",
+    "--boot-seed",
+    "--numerics-jitter",
+    "--tool-call-parser",
+    "--data-parallel-size",
+    "-dp",
+    "--fault",
+    "--logprobs-mode",
+    "--max-logprobs",
 }
 _BOOL_FLAGS = {"--enable-auto-tool-choice", "--no-enable-auto-tool-choice"}
 
@@ -204,11 +249,18 @@ def _compilation(value: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise EngineError(f"--compilation-config: not valid JSON ({exc}); pass a JSON object or an -O level") from exc
     if not isinstance(raw, dict):
-        raise EngineError("--compilation-config: must be a JSON object such as '{\"cudagraph_capture_sizes\": [1, 2, 4]}'")
+        raise EngineError(
+            "--compilation-config: must be a JSON object such as '{\"cudagraph_capture_sizes\": [1, 2, 4]}'"
+        )
     sizes = raw.get("cudagraph_capture_sizes")
-    if sizes is not None and (not isinstance(sizes, list) or not sizes
-                              or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes)):
-        raise EngineError(f"--compilation-config: cudagraph_capture_sizes = {sizes!r}; must be a list of positive integers")
+    if sizes is not None and (
+        not isinstance(sizes, list)
+        or not sizes
+        or any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes)
+    ):
+        raise EngineError(
+            f"--compilation-config: cudagraph_capture_sizes = {sizes!r}; must be a list of positive integers"
+        )
     return raw
 
 
@@ -243,17 +295,19 @@ def expand_config_file(argv: list[str]) -> list[str]:
     if argv[i] == "--config":
         if i + 1 >= len(argv):
             raise EngineError("--config needs a file; pass --config /path/to/serve.yaml")
-        path, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+        path, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
     else:
-        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
-    fix = "pass a YAML file of `long-flag-name: value` pairs, e.g. speculative-config: '{\"method\": \"dspark\"}'"
+        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    fix = 'pass a YAML file of `long-flag-name: value` pairs, e.g. speculative-config: \'{"method": "dspark"}\''
     if not path.endswith((".yaml", ".yml")):
         raise EngineError(f"--config {path}: not a .yaml or .yml file; {fix}")
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
     except OSError as exc:
-        raise EngineError(f"--config {path}: cannot be read ({exc.strerror or exc}); mount the file or fix the path") from exc
+        raise EngineError(
+            f"--config {path}: cannot be read ({exc.strerror or exc}); mount the file or fix the path"
+        ) from exc
     except yaml.YAMLError as exc:
         raise EngineError(f"--config {path}: not valid YAML ({exc}); {fix}") from exc
     if data is None:
@@ -300,8 +354,10 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         raise EngineError(f"--per-request-spec-decode-metrics {metrics_mode!r}: use none, summary or detailed")
     sidecar = ns.expert_sidecar_url or os.environ.get("EXPERT_SIDECAR_URL") or None
     if sidecar and not sidecar.startswith(("http://", "https://")):
-        raise EngineError(f"expert sidecar URL {sidecar!r} (--expert-sidecar-url or EXPERT_SIDECAR_URL): "
-                          "must start with http:// such as http://127.0.0.1:30107")
+        raise EngineError(
+            f"expert sidecar URL {sidecar!r} (--expert-sidecar-url or EXPERT_SIDECAR_URL): "
+            "must start with http:// such as http://127.0.0.1:30107"
+        )
     given = {key for key, value in vars(ns).items() if value != defaults_of(prog).get(key)}
     max_num_seqs = _int("--max-num-seqs", ns.max_num_seqs, 1)
     seed = _int("--seed", ns.seed, 0)
@@ -314,13 +370,17 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
     fault_specs = ns.fault if ns.fault is not None else [os.environ.get(FAULT_ENV, "")]
     faults = parse_faults(fault_specs)
     if ns.logprobs_mode not in LOGPROBS_MODES:
-        raise EngineError(f"--logprobs-mode {ns.logprobs_mode!r}: the embedded engine computes "
-                          f"{' or '.join(LOGPROBS_MODES)}; pass one of them")
+        raise EngineError(
+            f"--logprobs-mode {ns.logprobs_mode!r}: the embedded engine computes "
+            f"{' or '.join(LOGPROBS_MODES)}; pass one of them"
+        )
     max_logprobs = _int("--max-logprobs", ns.max_logprobs, 0)
     parser_name = ns.tool_call_parser or None
     if ns.enable_auto_tool_choice and not parser_name:
-        raise EngineError("--enable-auto-tool-choice requires --tool-call-parser; pass the lane's parser name "
-                          "(the builtin model's calls are read with the engine's own parser whatever the name)")
+        raise EngineError(
+            "--enable-auto-tool-choice requires --tool-call-parser; pass the lane's parser name "
+            "(the builtin model's calls are read with the engine's own parser whatever the name)"
+        )
     tp = _int("--tensor-parallel-size", ns.tensor_parallel_size, 1)
     dp = _int("--data-parallel-size", ns.data_parallel_size, 1)
     if dp > 1 and spec is not None and spec.num_speculative_tokens_per_batch_size:
@@ -334,15 +394,29 @@ def parse_serve_args(argv: list[str], prog: str = "gb300lane engine serve") -> E
         spec = spec.model_copy(update={"num_speculative_tokens_per_batch_size": None})
     gpu_util = _float("--gpu-memory-utilization", ns.gpu_memory_utilization, 0.0)
     typed = {
-        "model_tag": ns.model_tag, "model": model, "served_model_name": ns.served_model_name, "host": ns.host,
-        "port": port, "speculative_config": spec.as_log_dict() if spec else None, "max_num_seqs": max_num_seqs,
-        "max_model_len": max_model_len, "seed": seed, "time_scale": time_scale, "kv_pool_tokens": kv_pool,
-        "compilation_config": compilation, "per_request_spec_decode_metrics": metrics_mode,
-        "expert_sidecar_url": ns.expert_sidecar_url, "dtype": ns.dtype, "tensor_parallel_size": tp,
-        "gpu_memory_utilization": gpu_util, "enable_auto_tool_choice": ns.enable_auto_tool_choice,
+        "model_tag": ns.model_tag,
+        "model": model,
+        "served_model_name": ns.served_model_name,
+        "host": ns.host,
+        "port": port,
+        "speculative_config": spec.as_log_dict() if spec else None,
+        "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len,
+        "seed": seed,
+        "time_scale": time_scale,
+        "kv_pool_tokens": kv_pool,
+        "compilation_config": compilation,
+        "per_request_spec_decode_metrics": metrics_mode,
+        "expert_sidecar_url": ns.expert_sidecar_url,
+        "dtype": ns.dtype,
+        "tensor_parallel_size": tp,
+        "gpu_memory_utilization": gpu_util,
+        "enable_auto_tool_choice": ns.enable_auto_tool_choice,
         "data_parallel_size": dp,
         "tool_call_parser": parser_name,
-        "fault": faults.describe() if faults else None, "logprobs_mode": ns.logprobs_mode, "max_logprobs": max_logprobs,
+        "fault": faults.describe() if faults else None,
+        "logprobs_mode": ns.logprobs_mode,
+        "max_logprobs": max_logprobs,
     }
     non_default = {key: typed[key] for key in typed if key in given}
     return EngineArgs(

@@ -52,7 +52,9 @@ class DrafterParams(FrozenModel):
     noise: float = Field(ge=0.0, le=20.0, description="sigma: s.d. of the logit error on a context the drafter knows.")
     miss_noise: float = Field(ge=0.0, le=50.0, description="s.d. of the logit error on a context it misses.")
     sharpness: float = Field(gt=0.0, le=10.0, description="tau: weight of the target's log-probabilities.")
-    cliff: float = Field(ge=0.0, lt=1.0, description="kappa: per slot past the block, the chance a known context is lost.")
+    cliff: float = Field(
+        ge=0.0, lt=1.0, description="kappa: per slot past the block, the chance a known context is lost."
+    )
 
 
 class Calibration(FrozenModel):

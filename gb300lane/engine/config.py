@@ -23,16 +23,38 @@ from gb300lane.models import FrozenModel
 SUPPORTED_METHODS = ("dspark", "mtp")
 MTP_ALIASES = ("deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "longcat_flash_mtp")
 VLLM_METHODS = (
-    "ngram", "draft_model", "suffix", "custom_class", "ngram_gpu", "eagle", "eagle3",
-    "extract_hidden_states", "dflash", "dspark", "mtp",
+    "ngram",
+    "draft_model",
+    "suffix",
+    "custom_class",
+    "ngram_gpu",
+    "eagle",
+    "eagle3",
+    "extract_hidden_states",
+    "dflash",
+    "dspark",
+    "mtp",
 )
 AUX_HIDDEN_STATE_METHODS = ("eagle3", "extract_hidden_states", "dflash", "dspark")
 #: vLLM speculative-config keys the embedded engine accepts but does not model.
 UNMODELLED_KEYS = (
-    "model", "draft_tensor_parallel_size", "quantization", "max_model_len", "revision", "code_revision",
-    "disable_by_batch_size", "prompt_lookup_max", "prompt_lookup_min", "parallel_drafting",
-    "speculative_token_tree", "disable_padded_drafter_batch", "disable_logprobs", "draft_model_config",
-    "disable_log_stats", "suffix_decoding_max_tree_depth", "enforce_eager",
+    "model",
+    "draft_tensor_parallel_size",
+    "quantization",
+    "max_model_len",
+    "revision",
+    "code_revision",
+    "disable_by_batch_size",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "parallel_drafting",
+    "speculative_token_tree",
+    "disable_padded_drafter_batch",
+    "disable_logprobs",
+    "draft_model_config",
+    "disable_log_stats",
+    "suffix_decoding_max_tree_depth",
+    "enforce_eager",
 )
 DEFAULT_DRAFT_TOPK = 32
 #: The k schedule's new name (vLLM's open rename of num_speculative_tokens_per_batch_size); both are accepted.
@@ -81,8 +103,10 @@ def parse_spec_config(text: str | None) -> tuple[SpecConfig | None, list[str]]:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise EngineError(f"--speculative-config: not valid JSON ({exc}); pass a JSON object such as "
-                          "'{\"method\": \"dspark\", \"num_speculative_tokens\": 5}'") from exc
+        raise EngineError(
+            f"--speculative-config: not valid JSON ({exc}); pass a JSON object such as "
+            '\'{"method": "dspark", "num_speculative_tokens": 5}\''
+        ) from exc
     if not isinstance(raw, dict):
         raise _bad("(whole value)", raw, "pass a JSON object")
     warnings: list[str] = []
@@ -102,20 +126,31 @@ def parse_spec_config(text: str | None) -> tuple[SpecConfig | None, list[str]]:
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise _bad("num_speculative_tokens", k, "must be an integer > 0")
     if k > MAX_SPECULATIVE_TOKENS:
-        raise _bad("num_speculative_tokens", k,
-                   f"the embedded engine drafts at most {MAX_SPECULATIVE_TOKENS} tokens per step; pass a smaller k")
+        raise _bad(
+            "num_speculative_tokens",
+            k,
+            f"the embedded engine drafts at most {MAX_SPECULATIVE_TOKENS} tokens per step; pass a smaller k",
+        )
     old_name = raw.pop("num_speculative_tokens_per_batch_size", None)
     new_name = raw.pop(SCHEDULE_NEW_NAME, None)
     if old_name is not None and new_name is not None:
-        raise _bad(SCHEDULE_NEW_NAME, new_name, "the same schedule as num_speculative_tokens_per_batch_size under "
-                   "its new name; give it once, under one name")
+        raise _bad(
+            SCHEDULE_NEW_NAME,
+            new_name,
+            "the same schedule as num_speculative_tokens_per_batch_size under "
+            "its new name; give it once, under one name",
+        )
     schedule = _parse_schedule(old_name if new_name is None else new_name, k, warnings)
     draft = raw.pop("draft_sample_method", "greedy")
     if draft not in ("greedy", "probabilistic"):
         raise _bad("draft_sample_method", draft, "use greedy or probabilistic")
     rejection = raw.pop("rejection_sample_method", "standard")
     if rejection not in ("standard", "block"):
-        hint = "a lossy or synthetic vLLM rule the embedded engine does not model" if rejection in ("synthetic", "fly") else "unknown"
+        hint = (
+            "a lossy or synthetic vLLM rule the embedded engine does not model"
+            if rejection in ("synthetic", "fly")
+            else "unknown"
+        )
         raise _bad("rejection_sample_method", rejection, f"{hint}; use standard or block")
     topk = raw.pop("dspark_draft_topk", None)
     if topk is not None and method != "dspark":
@@ -139,9 +174,14 @@ def parse_spec_config(text: str | None) -> tuple[SpecConfig | None, list[str]]:
             "slots past the trained block are extrapolated"
         )
     return SpecConfig(
-        method=method, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=schedule,
-        draft_sample_method=draft, rejection_sample_method=rejection, dspark_draft_topk=topk,
-        enable_adaptive_verification=adaptive, ignored_keys=tuple(ignored),
+        method=method,
+        num_speculative_tokens=k,
+        num_speculative_tokens_per_batch_size=schedule,
+        draft_sample_method=draft,
+        rejection_sample_method=rejection,
+        dspark_draft_topk=topk,
+        enable_adaptive_verification=adaptive,
+        ignored_keys=tuple(ignored),
     ), warnings
 
 
@@ -154,8 +194,11 @@ def _parse_schedule(value: Any, k: int, warnings: list[str]) -> tuple[tuple[int,
     out = []
     prev_end = 0
     for i, item in enumerate(value):
-        if (not isinstance(item, list) or len(item) != 3
-                or any(isinstance(x, bool) or not isinstance(x, int) for x in item)):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in item)
+        ):
             raise _bad(f"{key}[{i}]", item, "each entry must be [range_start, range_end, k] integers")
         start, end, kk = item
         if start <= 0:
@@ -209,8 +252,12 @@ def compile_hash(
     resolved = dict(compilation_config)
     resolved["cudagraph_capture_sizes"] = sorted(int(s) for s in sizes)
     payload = {
-        "model": model, "speculative": spec_part, "compilation_config": resolved,
-        "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "dtype": dtype,
+        "model": model,
+        "speculative": spec_part,
+        "compilation_config": resolved,
+        "max_num_seqs": max_num_seqs,
+        "max_model_len": max_model_len,
+        "dtype": dtype,
         "tensor_parallel_size": tensor_parallel_size,
     }
     return sha256_bytes(json.dumps(payload, sort_keys=True, default=str))[:10], resolved["cudagraph_capture_sizes"]

@@ -81,8 +81,10 @@ class StepTimeModel:
 
     def step_seconds(self, batch: int, k: int, context_tokens: int, prefill_tokens: int = 0) -> float:
         return (
-            self.base_s + self.per_slot_s * batch * (k + 1)
-            + self.per_context_token_s * context_tokens + self.prefill_per_token_s * prefill_tokens
+            self.base_s
+            + self.per_slot_s * batch * (k + 1)
+            + self.per_context_token_s * context_tokens
+            + self.prefill_per_token_s * prefill_tokens
         )
 
 
@@ -210,9 +212,15 @@ class EngineCore:
         # Deliberate faults (faults.py): every row then takes the reference path, with the faults applied there.
         self.faults = faults
         self.drafter = (
-            DSparkDrafter(model, topk=spec.dspark_draft_topk, block_size=DSPARK_BLOCK_SIZE, serial=spec.method == "mtp",
-                          tabulate=support)
-            if spec else None
+            DSparkDrafter(
+                model,
+                topk=spec.dspark_draft_topk,
+                block_size=DSPARK_BLOCK_SIZE,
+                serial=spec.method == "mtp",
+                tabulate=support,
+            )
+            if spec
+            else None
         )
         if self.drafter is not None and spec is not None:
             # The boot's drafter tables are built at boot, before the first request, as model loading is.
@@ -269,11 +277,21 @@ class EngineCore:
         k = self.spec.k_for_batch(batch) if self.spec else 0
         # One pass over the batch for what the step reads of each request.
         # "Plain" rows may verify on the draft support: no grammar, temperature-1 sampling, EOS allowed.
-        rows_info = [(s.params.temperature, s.stream_key, len(s.output_ids), s.cls, s.grammar is None, *s.last_two(),
-                      s.grammar is None and s.params.plain
-                      and (s.params.ignore_eos or s.params.min_tokens <= len(s.output_ids)),
-                      len(s.prompt_ids) + len(s.output_ids))
-                     for s in batch_seqs]
+        rows_info = [
+            (
+                s.params.temperature,
+                s.stream_key,
+                len(s.output_ids),
+                s.cls,
+                s.grammar is None,
+                *s.last_two(),
+                s.grammar is None
+                and s.params.plain
+                and (s.params.ignore_eos or s.params.min_tokens <= len(s.output_ids)),
+                len(s.prompt_ids) + len(s.output_ids),
+            )
+            for s in batch_seqs
+        ]
         temps_l, keys_l, positions_l, classes_l, free_l, c2_l, c1_l, plain_l, context_l = zip(*rows_info)
         temps = np.array(temps_l, dtype=np.float64)
         greedy = temps < GREEDY_TEMPERATURE
@@ -288,12 +306,28 @@ class EngineCore:
         if k > 0 and self.drafter is not None and self.spec is not None:  # k > 0 only with a speculative config
             probabilistic = self.spec.draft_sample_method == "probabilistic"
             if self.drafter.markov and not self.drafter.serial:
-                block = self.drafter.draft_block(classes, ctx[:, 0], ctx[:, 1], k, temps, draft_u,
-                                                 probabilistic=probabilistic, numerics=self._numerics)
+                block = self.drafter.draft_block(
+                    classes,
+                    ctx[:, 0],
+                    ctx[:, 1],
+                    k,
+                    temps,
+                    draft_u,
+                    probabilistic=probabilistic,
+                    numerics=self._numerics,
+                )
                 drafts = block.tokens
             else:
-                drafts, q = self.drafter.draft(classes, ctx[:, 0], ctx[:, 1], k, temps, draft_u,
-                                               probabilistic=probabilistic, numerics=self._numerics)
+                drafts, q = self.drafter.draft(
+                    classes,
+                    ctx[:, 0],
+                    ctx[:, 1],
+                    k,
+                    temps,
+                    draft_u,
+                    probabilistic=probabilistic,
+                    numerics=self._numerics,
+                )
         else:
             drafts = np.empty((batch, 0), dtype=np.int64)
             q = np.empty((batch, 0, self.model.vocab_size), dtype=np.float32)
@@ -302,9 +336,14 @@ class EngineCore:
         masks = self._constrain(batch_seqs, drafts, q, ctx, keys, positions, greedy)
         method = self.spec.rejection_sample_method if self.spec else "standard"
         on_support = np.zeros(batch, dtype=bool)
-        if block is not None and self.support and self.verifier is verify and self.faults is None \
-                and self.spec is not None \
-                and self.spec.draft_sample_method == "probabilistic":
+        if (
+            block is not None
+            and self.support
+            and self.verifier is verify
+            and self.faults is None
+            and self.spec is not None
+            and self.spec.draft_sample_method == "probabilistic"
+        ):
             on_support = np.array(plain_l, dtype=bool)
         sup = np.flatnonzero(on_support)
         every = sup.size == batch  # the common case: every row on the support, no copies
@@ -322,20 +361,35 @@ class EngineCore:
             if fused is not None:
                 accepted_arr, tokens_arr = fused
             elif every:
-                res = verify_support(method, block.p, block.q, block.cand, block.choice, u_accept, u_sample, rows_at,
-                                     drafts=block.tokens)
+                res = verify_support(
+                    method, block.p, block.q, block.cand, block.choice, u_accept, u_sample, rows_at, drafts=block.tokens
+                )
                 accepted_arr, tokens_arr = res.accepted, res.tokens
             else:
-                res = verify_support(method, block.p[sup], block.q[sup], block.cand[sup], block.choice[sup],
-                                     u_accept[sup], u_sample[sup], rows_at, drafts=block.tokens[sup])
+                res = verify_support(
+                    method,
+                    block.p[sup],
+                    block.q[sup],
+                    block.cand[sup],
+                    block.choice[sup],
+                    u_accept[sup],
+                    u_sample[sup],
+                    rows_at,
+                    drafts=block.tokens[sup],
+                )
                 accepted_arr[sup], tokens_arr[sup] = res.accepted, res.tokens
         dense = np.flatnonzero(~on_support) if not every else sup[:0]
         if dense.size:
             d_seqs = [batch_seqs[i] for i in dense]
             d_masks = {j: masks[i] for j, i in enumerate(dense.tolist()) if i in masks}
             p = self._target(classes[dense], ctx[dense], drafts[dense], d_seqs, temps[dense], greedy[dense], d_masks)
-            q_d = q[dense] if q is not None else block.dense_q(self.model.vocab_size, dense) if block is not None \
+            q_d = (
+                q[dense]
+                if q is not None
+                else block.dense_q(self.model.vocab_size, dense)
+                if block is not None
                 else np.empty((dense.size, 0, self.model.vocab_size), dtype=np.float32)
+            )
             draws = StepDraws(u_accept[dense], u_sample[dense])
             verifier = self.verifier if self.faults is None else self.faults.verify
             res = verifier(method, p, q_d, drafts[dense], draws, greedy=greedy[dense])
@@ -395,20 +449,34 @@ class EngineCore:
         give them; None where that call does not apply (no kernels, no drafts, other dtypes)."""
         compiled = kernels.active()
         batch, k = block.tokens.shape
-        if compiled is None or k == 0 or method not in ("standard", "block") or not (
-                block.p.dtype == block.q.dtype == np.float32 and block.choice.dtype == classes.dtype == np.int64):
+        if (
+            compiled is None
+            or k == 0
+            or method not in ("standard", "block")
+            or not (block.p.dtype == block.q.dtype == np.float32 and block.choice.dtype == classes.dtype == np.int64)
+        ):
             return None
         tables = self.model.target_tables(self._numerics)
         if tables is None:
             return None
         tau = np.empty(batch, dtype=np.int64)
         tokens = np.empty((batch, k + 1), dtype=np.int64)
-        compiled.support_step(method == "block", np.ascontiguousarray(block.p), np.ascontiguousarray(block.q),
-                              np.ascontiguousarray(block.choice), np.ascontiguousarray(u_accept, dtype=np.float64),
-                              np.ascontiguousarray(u_sample, dtype=np.float64),
-                              np.ascontiguousarray(block.cand, dtype=np.int64),
-                              np.ascontiguousarray(block.tokens, dtype=np.int64), np.ascontiguousarray(classes),
-                              np.ascontiguousarray(full, dtype=np.int64), *tables, tau, tokens, np.empty(batch))
+        compiled.support_step(
+            method == "block",
+            np.ascontiguousarray(block.p),
+            np.ascontiguousarray(block.q),
+            np.ascontiguousarray(block.choice),
+            np.ascontiguousarray(u_accept, dtype=np.float64),
+            np.ascontiguousarray(u_sample, dtype=np.float64),
+            np.ascontiguousarray(block.cand, dtype=np.int64),
+            np.ascontiguousarray(block.tokens, dtype=np.int64),
+            np.ascontiguousarray(classes),
+            np.ascontiguousarray(full, dtype=np.int64),
+            *tables,
+            tau,
+            tokens,
+            np.empty(batch),
+        )
         return tau, tokens
 
     def _take(self, seq: Sequence, tokens: list[int]) -> list[int]:
@@ -439,8 +507,15 @@ class EngineCore:
         masks = {}
         for i, row in enumerate(rows):
             grammar = seqs[row].grammar
-            masks[row] = constrain_drafts(grammar, drafts[row], q[row], self.model.bigram, int(ctx[row, 1]),
-                                          redraws[i], greedy=bool(greedy_drafts or greedy[row]))
+            masks[row] = constrain_drafts(
+                grammar,
+                drafts[row],
+                q[row],
+                self.model.bigram,
+                int(ctx[row, 1]),
+                redraws[i],
+                greedy=bool(greedy_drafts or greedy[row]),
+            )
         return masks
 
     def _target(self, classes, ctx, drafts, seqs, temps, greedy, masks=None) -> np.ndarray:

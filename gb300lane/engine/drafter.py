@@ -33,10 +33,10 @@ there); `draft` scatters it into target-vocabulary columns.
 
 from __future__ import annotations
 
-from typing import cast
 import functools
 import threading
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.special import ndtri
@@ -74,10 +74,18 @@ class _BootTables:
         self.classes = keys // (vocab * vocab)
         anchor = keys % vocab
         self.cand = model.pair_ids[0, :, : drafter.topk].astype(np.int32)
-        self.p = _chunked(lambda lo, hi: model.target_at(self.classes[lo:hi], (keys[lo:hi] // vocab) % vocab,
-                                                         anchor[lo:hi], self.cand[lo:hi], numerics), keys.size)
-        self.next = _chunked(lambda lo, hi: model.pair_rows(self.classes[lo:hi, None], anchor[lo:hi, None],
-                                                            self.cand[lo:hi]).astype(np.int32), keys.size)
+        self.p = _chunked(
+            lambda lo, hi: model.target_at(
+                self.classes[lo:hi], (keys[lo:hi] // vocab) % vocab, anchor[lo:hi], self.cand[lo:hi], numerics
+            ),
+            keys.size,
+        )
+        self.next = _chunked(
+            lambda lo, hi: model.pair_rows(self.classes[lo:hi, None], anchor[lo:hi, None], self.cand[lo:hi]).astype(
+                np.int32
+            ),
+            keys.size,
+        )
         self._slots: dict[int, np.ndarray] = {}
         #: Per k, draft_block's per-slot tables and keeps (`DSparkDrafter._block_args`).
         self.block_args: dict[int, tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
@@ -85,12 +93,23 @@ class _BootTables:
         # Every other context drafts from the anchor token's candidates: the target there per
         # trigram context the model has, and per (class, anchor) where it has none.
         topk, tri = drafter.topk, model.tri_keys
-        self.tri_p = _chunked(lambda lo, hi: model.target_at(
-            tri[lo:hi] // (vocab * vocab), (tri[lo:hi] // vocab) % vocab, tri[lo:hi] % vocab,
-            model.draft_ids[0, tri[lo:hi] % vocab, :topk], numerics), tri.size)
+        self.tri_p = _chunked(
+            lambda lo, hi: model.target_at(
+                tri[lo:hi] // (vocab * vocab),
+                (tri[lo:hi] // vocab) % vocab,
+                tri[lo:hi] % vocab,
+                model.draft_ids[0, tri[lo:hi] % vocab, :topk],
+                numerics,
+            ),
+            tri.size,
+        )
         cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
-        self.bi_p = _chunked(lambda lo, hi: model.target_at(
-            cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False), cls.size)
+        self.bi_p = _chunked(
+            lambda lo, hi: model.target_at(
+                cls[lo:hi], c1[lo:hi], c1[lo:hi], model.draft_ids[0, c1[lo:hi], :topk], numerics, trigram=False
+            ),
+            cls.size,
+        )
         # Their logs as the drafter's softmax reads them (numpy's log, elementwise: the same values as at a step).
         self.tri_logp = np.log(np.maximum(self.tri_p, 1e-30).astype(np.float64))
         self.bi_logp = np.log(np.maximum(self.bi_p, 1e-30).astype(np.float64))
@@ -143,8 +162,11 @@ class _BootTables:
             # slot_error_scale reads k only as "wider than the trained block, or not".
             scale = d.slot_error_scale(self.classes, d.block_size + (slot >= d.block_size), slot, miss_u)
             table = self._slots[slot] = _chunked(
-                lambda lo, hi: d._softmax(np.log(np.maximum(self.p[lo:hi], 1e-30).astype(np.float64)), z[lo:hi],
-                                          scale[lo:hi]), self.p.shape[0])
+                lambda lo, hi: d._softmax(
+                    np.log(np.maximum(self.p[lo:hi], 1e-30).astype(np.float64)), z[lo:hi], scale[lo:hi]
+                ),
+                self.p.shape[0],
+            )
         if not wide or slot >= d.block_size:
             return table, None, None
         over = self._wide.get(slot)
@@ -171,9 +193,12 @@ def _anchor_next(model: BuiltinModel, topk: int) -> np.ndarray:
     if hit is None or hit[0] is not model:
         vocab = model.vocab_size
         cls, c1 = np.divmod(np.arange((MIXED + 1) * vocab, dtype=np.int64), vocab)
-        table = _chunked(lambda lo, hi: model.pair_rows(cls[lo:hi, None], c1[lo:hi, None],
-                                                        model.draft_ids[0, c1[lo:hi], :topk]).astype(np.int32),
-                         cls.size)
+        table = _chunked(
+            lambda lo, hi: model.pair_rows(
+                cls[lo:hi, None], c1[lo:hi, None], model.draft_ids[0, c1[lo:hi], :topk]
+            ).astype(np.int32),
+            cls.size,
+        )
         _ANCHOR_NEXT.clear()
         hit = _ANCHOR_NEXT[key] = (model, table)
     return hit[1]
@@ -309,7 +334,6 @@ class DSparkDrafter:
         self._tables_numerics: tuple[int, float] | None = None
         self._keeps: dict[tuple[bool, int], np.ndarray] = {}
 
-
     def draft(
         self,
         classes: np.ndarray,
@@ -324,8 +348,9 @@ class DSparkDrafter:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Draft tokens (B, k) int64 and draft probabilities q (B, k, V) float32 (see `draft_block`)."""
         if self.markov and not self.serial:
-            block = self.draft_block(classes, anchor_prev, anchors, k, temperatures, uniforms,
-                                     probabilistic=probabilistic, numerics=numerics)
+            block = self.draft_block(
+                classes, anchor_prev, anchors, k, temperatures, uniforms, probabilistic=probabilistic, numerics=numerics
+            )
             return block.tokens, block.dense_q(self.vocab)
         return self._draft_tables(classes, anchor_prev, anchors, k, temperatures, uniforms, probabilistic=probabilistic)
 
@@ -357,7 +382,9 @@ class DSparkDrafter:
         pair = model.pair_rows(classes, prev2, prev)
         tab = self._pair_tables(numerics, slot, pair)
         idx = np.maximum(pair, 0)
-        cand, logp, p, z, miss_u = (a[idx] for a in (tab["cand"], tab["logp"], tab["p"], tab[slot], tab[("miss", slot)]))
+        cand, logp, p, z, miss_u = (
+            a[idx] for a in (tab["cand"], tab["logp"], tab["p"], tab[slot], tab[("miss", slot)])
+        )
         if (pair < 0).any():
             m = np.flatnonzero(pair < 0)
             c_m = model.draft_ids[0, prev[m], :topk].astype(np.int64)
@@ -367,24 +394,26 @@ class DSparkDrafter:
             z[m], miss_u[m] = _errors(model._keys3(classes[m], prev2[m], prev[m]), c_m, slot, vocab)
         return cand, logp, p, z, miss_u
 
-    def _pair_tables(
-        self, numerics: tuple[int, float] | None, slot: int, pair: np.ndarray
-    ) -> dict[object, np.ndarray]:
+    def _pair_tables(self, numerics: tuple[int, float] | None, slot: int, pair: np.ndarray) -> dict[object, np.ndarray]:
         """The anchor pairs' tables, the target's values filled in for the pairs in `pair` (lazily, per boot)."""
         model, vocab = self.model, self.vocab
         if self._pair_numerics != numerics or self._pair_tab is None:
             size = model.pair_keys.size
-            self._pair_tab = {"cand": model.pair_ids[0, :, : self.topk].astype(np.int64),
-                              "p": np.zeros((size, self.topk), dtype=np.float32),
-                              "logp": np.zeros((size, self.topk), dtype=np.float64),
-                              "have": np.zeros(size, dtype=bool)}
+            self._pair_tab = {
+                "cand": model.pair_ids[0, :, : self.topk].astype(np.int64),
+                "p": np.zeros((size, self.topk), dtype=np.float32),
+                "logp": np.zeros((size, self.topk), dtype=np.float64),
+                "have": np.zeros(size, dtype=bool),
+            }
             self._pair_numerics = numerics
         tab = self._pair_tab
         wanted = pair[pair >= 0]
         todo = np.unique(wanted[~tab["have"][wanted]])
         if todo.size:
             keys = model.pair_keys[todo]
-            p = model.target_at(keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, tab["cand"][todo], numerics)
+            p = model.target_at(
+                keys // (vocab * vocab), (keys // vocab) % vocab, keys % vocab, tab["cand"][todo], numerics
+            )
             tab["p"][todo] = p
             tab["logp"][todo] = np.log(np.maximum(p, 1e-30).astype(np.float64))
             tab["have"][todo] = True
@@ -439,8 +468,9 @@ class DSparkDrafter:
         logp = np.log(np.maximum(p, 1e-30).astype(np.float64))
         return cand, p, self._softmax(logp, z, self.slot_error_scale(cls, k, slot, miss_u))
 
-    def _block_compiled(self, compiled, tables: _BootTables, classes, prev2, prev, k: int, u_cols,
-                        argmax) -> DraftBlock:
+    def _block_compiled(
+        self, compiled, tables: _BootTables, classes, prev2, prev, k: int, u_cols, argmax
+    ) -> DraftBlock:
         """`_draft_tabulated` on the kernels as one call (draft_block): per slot the pair rows' draws from the
         tables, the rows without pair rows computed as `_anchor_rows` computes them (numpy's own ndtri, exp
         and row sums called on scratch arrays), and the block's candidates, target values and q written out:
@@ -451,12 +481,43 @@ class DSparkDrafter:
         tokens, choice = np.empty((batch, k), dtype=np.int64), np.empty((batch, k), dtype=np.int64)
         cand = np.empty((batch, k, width), dtype=np.int64)
         p, q = np.empty((batch, k, width), dtype=np.float32), np.empty((batch, k, width), dtype=np.float32)
-        compiled.draft_block(slots, keeps, _BLOCK_OPS, self.model.pair_keys, classes, np.ascontiguousarray(prev2),
-                             np.ascontiguousarray(prev), u_cols, argmax, tables.cand_flat, tables.next_flat,
-                             tables.cand, tables.p, tables.anchor_cand, self.model.tri_keys, tables.tri_p,
-                             tables.bi_p, tables.tri_logp, tables.bi_logp, tables.anchor_next, err, z, logits,
-                             np.empty(batch), tokens, cand, p, q, choice, self.vocab, int(_ERROR_KEY[0]),
-                             int(_MISS_KEY[0]), float(self.noise), float(self.miss_noise), float(self.sharpness))
+        compiled.draft_block(
+            slots,
+            keeps,
+            _BLOCK_OPS,
+            self.model.pair_keys,
+            classes,
+            np.ascontiguousarray(prev2),
+            np.ascontiguousarray(prev),
+            u_cols,
+            argmax,
+            tables.cand_flat,
+            tables.next_flat,
+            tables.cand,
+            tables.p,
+            tables.anchor_cand,
+            self.model.tri_keys,
+            tables.tri_p,
+            tables.bi_p,
+            tables.tri_logp,
+            tables.bi_logp,
+            tables.anchor_next,
+            err,
+            z,
+            logits,
+            np.empty(batch),
+            tokens,
+            cand,
+            p,
+            q,
+            choice,
+            self.vocab,
+            int(_ERROR_KEY[0]),
+            int(_MISS_KEY[0]),
+            float(self.noise),
+            float(self.miss_noise),
+            float(self.sharpness),
+        )
         return DraftBlock(tokens, cand, q, p, choice)
 
     def _block_args(self, tables: _BootTables, k: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
@@ -486,8 +547,9 @@ class DSparkDrafter:
             keep = self._keeps[key] = np.ascontiguousarray(keep, dtype=np.float64)
         return keep
 
-    def _draft_tabulated(self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms,
-                         probabilistic, numerics) -> DraftBlock:
+    def _draft_tabulated(
+        self, tables: _BootTables, classes, prev2, prev, k, inv_t, greedy_rows, uniforms, probabilistic, numerics
+    ) -> DraftBlock:
         """`draft_block` with the pair rows gathered from the boot tables, slot by slot.
 
         Rows without pair rows, and rows at a temperature other than 1 (their
@@ -504,8 +566,13 @@ class DSparkDrafter:
             u_cols = np.ascontiguousarray(uniforms.T, dtype=np.float64)
             argmax = (greedy_rows if probabilistic else np.ones(batch, dtype=bool)).astype(np.int64)
         # Rows without pair rows go through the kernels too where every input is as they take it.
-        fused = (compiled is not None and not any_own and k <= 16 and classes.dtype == prev2.dtype == prev.dtype
-                 == np.int64 and classes.flags.c_contiguous)
+        fused = (
+            compiled is not None
+            and not any_own
+            and k <= 16
+            and classes.dtype == prev2.dtype == prev.dtype == np.int64
+            and classes.flags.c_contiguous
+        )
         if fused and compiled is not None:
             return self._block_compiled(compiled, tables, classes, prev2, prev, k, u_cols, argmax)
         wide = k > self.block_size
@@ -530,9 +597,20 @@ class DSparkDrafter:
                 # The pair rows' distribution, draw, token and next pair in one call; rows without
                 # pair rows are filled in below.
                 probs, choice, token, nxt = dist_rows[slot], choice_rows[slot], token_rows[slot], pair_rows[slot + 1]
-                without = compiled.draft_slot(table, _NO_REMAP if remap is None else remap,
-                                              _NO_OVER if over is None else over, pair, u_cols[slot], argmax,
-                                              tables.cand_flat, tables.next_flat, probs, choice, token, nxt)
+                without = compiled.draft_slot(
+                    table,
+                    _NO_REMAP if remap is None else remap,
+                    _NO_OVER if over is None else over,
+                    pair,
+                    u_cols[slot],
+                    argmax,
+                    tables.cand_flat,
+                    tables.next_flat,
+                    probs,
+                    choice,
+                    token,
+                    nxt,
+                )
             else:
                 probs = table.take(pair, axis=0)
                 if remap is not None and over is not None:  # a wide block: the pairs whose error became a miss
@@ -544,8 +622,13 @@ class DSparkDrafter:
                 m: np.ndarray | None = np.flatnonzero((pair < 0) | own)
             else:
                 # The kernel counted the rows without pair rows; numpy looks only where there are some.
-                m = (np.flatnonzero(pair < 0) if without else None) if compiled is not None \
-                    else np.flatnonzero(pair < 0) if np.minimum.reduce(pair) < 0 else None
+                m = (
+                    (np.flatnonzero(pair < 0) if without else None)
+                    if compiled is not None
+                    else np.flatnonzero(pair < 0)
+                    if np.minimum.reduce(pair) < 0
+                    else None
+                )
             if m is not None:
                 n: np.ndarray | None = None
                 if any_own:
@@ -631,9 +714,18 @@ class DSparkDrafter:
         greedy_rows = temperatures < GREEDY_TEMPERATURE
         if self.tabulate and k and batch:
             inv_t = np.where(greedy_rows, 1.0, 1.0 / np.maximum(temperatures, GREEDY_TEMPERATURE))[:, None]
-            return self._draft_tabulated(self._tables_for(numerics), classes, anchor_prev.astype(np.int64),
-                                         anchors.astype(np.int64), k, inv_t, greedy_rows, uniforms, probabilistic,
-                                         numerics)
+            return self._draft_tabulated(
+                self._tables_for(numerics),
+                classes,
+                anchor_prev.astype(np.int64),
+                anchors.astype(np.int64),
+                k,
+                inv_t,
+                greedy_rows,
+                uniforms,
+                probabilistic,
+                numerics,
+            )
         tokens = np.empty((batch, k), dtype=np.int64)
         cand_all = np.empty((batch, k, topk), dtype=np.int64)
         q_all = np.empty((batch, k, topk), dtype=np.float32)

@@ -152,8 +152,9 @@ def parse_faults(specs: list[str] | tuple[str, ...] | None) -> Faults | None:
             except ValueError:
                 pos = 0
             if not colon or pos < 1:
-                raise EngineError(f"--fault {item}: position_bias takes I:X with I a draft position >= 1, "
-                                  "e.g. position_bias=3:1.05")
+                raise EngineError(
+                    f"--fault {item}: position_bias takes I:X with I a draft position >= 1, e.g. position_bias=3:1.05"
+                )
             fields[name] = (pos, _positive(name, x_text))
         else:
             fields[name] = _positive(name, value.strip())

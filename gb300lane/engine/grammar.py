@@ -78,8 +78,9 @@ class _Vocabulary:
         self.eos_token_id = EOS_ID
         self.bos_token_id = None
         # Special tokens are spelled with a leading 0xFF byte, which no text contains.
-        self.tokens = [b"\xff" + p.encode() if i in (EOS_ID, UNK_ID) else p.encode()
-                       for i, p in enumerate(tokenizer.pieces)]
+        self.tokens = [
+            b"\xff" + p.encode() if i in (EOS_ID, UNK_ID) else p.encode() for i, p in enumerate(tokenizer.pieces)
+        ]
         self.special_token_ids = [EOS_ID, UNK_ID]
         self._tokenizer = tokenizer
 
@@ -224,8 +225,9 @@ class Grammar:
 
     def allowed(self) -> np.ndarray:
         """(V,) booleans: the tokens the grammar accepts next (EOS only once it is complete)."""
-        bits = np.unpackbits(np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), count=self.vocab,
-                             bitorder="little")
+        bits = np.unpackbits(
+            np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8), count=self.vocab, bitorder="little"
+        )
         return bits.view(bool)  # unpackbits' 0 and 1 bytes are numpy's booleans
 
     def prefer_closing(self, rows: np.ndarray, allowed: np.ndarray, drafts: np.ndarray) -> None:

@@ -66,8 +66,15 @@ def _floor(value: float) -> float:
 
 
 def score_positions(
-    model: BuiltinModel, numerics: tuple[int, float] | None, cls: int, ids: list[int], start: int, end: int,
-    k: int, *, params: SamplingParams | None = None,
+    model: BuiltinModel,
+    numerics: tuple[int, float] | None,
+    cls: int,
+    ids: list[int],
+    start: int,
+    end: int,
+    k: int,
+    *,
+    params: SamplingParams | None = None,
 ) -> list[Scored]:
     """`Scored` for positions start..end-1 of `ids` (prompt then output), each given the two tokens before it
     and the class `cls`, under the boot's `numerics`.
@@ -91,8 +98,14 @@ def score_positions(
         top = np.argsort(-logp, axis=1, kind="stable")[:, :k] if k else np.empty((hi - lo, 0), dtype=np.int64)
         for r in range(hi - lo):
             row = logp[r]
-            out.append(Scored(int(tokens[r]), _floor(float(own[r])), int(ranks[r]),
-                              tuple((int(t), _floor(float(row[t])), int((row >= row[t]).sum())) for t in top[r])))
+            out.append(
+                Scored(
+                    int(tokens[r]),
+                    _floor(float(own[r])),
+                    int(ranks[r]),
+                    tuple((int(t), _floor(float(row[t])), int((row >= row[t]).sum())) for t in top[r]),
+                )
+            )
     return out
 
 
@@ -105,13 +118,20 @@ def prompt_logprobs_json(tokenizer: Tokenizer, scored: list[Scored]) -> list[dic
     """vLLM's `prompt_logprobs`: None for the first prompt token, then {token id: {logprob, rank, decoded_token}}."""
     out: list[dict[str, dict[str, object]] | None] = [None]
     for s in scored:
-        out.append({str(tid): {"logprob": lp, "rank": rank, "decoded_token": tokenizer.pieces[tid]}
-                    for tid, lp, rank in s.items()})
+        out.append(
+            {
+                str(tid): {"logprob": lp, "rank": rank, "decoded_token": tokenizer.pieces[tid]}
+                for tid, lp, rank in s.items()
+            }
+        )
     return out
 
 
 def completion_logprobs_json(
-    tokenizer: Tokenizer, ids: list[int], scored: list[Scored | None], k: int,
+    tokenizer: Tokenizer,
+    ids: list[int],
+    scored: list[Scored | None],
+    k: int,
 ) -> dict[str, list[object]]:
     """A completion choice's `logprobs` (vLLM's CompletionLogProbs) for `ids`, one `scored` entry (or None) each.
 
@@ -135,8 +155,12 @@ def completion_logprobs_json(
             top_logprobs.append({tokenizer.pieces[t]: lp for t, lp, _ in s.items()[: k + 1]})
         text_offset.append(text_offset[-1] + last_len if text_offset else 0)  # type: ignore[operator]
         last_len = len(token)
-    return {"text_offset": text_offset, "token_logprobs": token_logprobs, "tokens": tokens,
-            "top_logprobs": top_logprobs}
+    return {
+        "text_offset": text_offset,
+        "token_logprobs": token_logprobs,
+        "tokens": tokens,
+        "top_logprobs": top_logprobs,
+    }
 
 
 def chat_logprobs_json(tokenizer: Tokenizer, scored: list[Scored], k: int) -> dict[str, list[dict[str, object]]]:
@@ -145,8 +169,11 @@ def chat_logprobs_json(tokenizer: Tokenizer, scored: list[Scored], k: int) -> di
     content: list[dict[str, object]] = []
     for s in scored:
         token = tokenizer.pieces[s.token]
-        tops = [{"token": tokenizer.pieces[t], "logprob": lp, "bytes": list(tokenizer.pieces[t].encode("utf-8"))}
-                for t, lp, _ in s.items()[:k]]
-        content.append({"token": token, "logprob": s.logprob, "bytes": list(token.encode("utf-8")),
-                        "top_logprobs": tops})
+        tops = [
+            {"token": tokenizer.pieces[t], "logprob": lp, "bytes": list(tokenizer.pieces[t].encode("utf-8"))}
+            for t, lp, _ in s.items()[:k]
+        ]
+        content.append(
+            {"token": token, "logprob": s.logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": tops}
+        )
     return {"content": content}

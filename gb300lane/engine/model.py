@@ -22,12 +22,12 @@ file read.
 
 from __future__ import annotations
 
-from typing import cast
 import os
 import threading
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -172,8 +172,12 @@ class BuiltinModel:
             # The same float32 operations, row by row, in one pass (_kernels.c target_rows).
             out = np.empty((np.shape(c1)[0], vocab), dtype=np.float32)
             kernels.active().target_rows(  # type: ignore[union-attr]
-                np.ascontiguousarray(cls, dtype=np.int64), np.ascontiguousarray(c2, dtype=np.int64),
-                np.ascontiguousarray(c1, dtype=np.int64), *tables, out)
+                np.ascontiguousarray(cls, dtype=np.int64),
+                np.ascontiguousarray(c2, dtype=np.int64),
+                np.ascontiguousarray(c1, dtype=np.int64),
+                *tables,
+                out,
+            )
             return out
         probs = self.bigram[c1]  # fancy indexing copies, so the rows are ours to scale
         n = probs.shape[0]
@@ -196,8 +200,10 @@ class BuiltinModel:
         keep = 1.0 - lam
         split = int(ends[nb - 1]) if nb else 0
         # probs[rows] = (1 - lam) * probs[rows] + lam * ML, bigram layer then trigram layer.
-        for rows, lo, hi, cols, ml in ((rb, 0, split, self.bi_cols, self.bi_ml),
-                                       (rt, split, flat.size, self.tri_cols, self.tri_ml)):
+        for rows, lo, hi, cols, ml in (
+            (rb, 0, split, self.bi_cols, self.bi_ml),
+            (rt, split, flat.size, self.tri_cols, self.tri_ml),
+        ):
             if not rows.size:
                 continue
             first = 0 if lo == 0 else nb
@@ -214,15 +220,39 @@ class BuiltinModel:
         """The arrays the compiled kernels read `target_probs`' rows from under a boot's numerics (bigram, then
         per layer keys, indptr, cols, ML values and weights), or None where they are not in the kernels' dtypes."""
         bi_lambda, tri_lambda = _boot_lambdas(self, numerics)
-        if not (self.bigram.dtype == self.bi_ml.dtype == self.tri_ml.dtype == bi_lambda.dtype == tri_lambda.dtype
-                == np.float32 and self.bi_cols.dtype == self.tri_cols.dtype == np.int32):
+        if not (
+            self.bigram.dtype
+            == self.bi_ml.dtype
+            == self.tri_ml.dtype
+            == bi_lambda.dtype
+            == tri_lambda.dtype
+            == np.float32
+            and self.bi_cols.dtype == self.tri_cols.dtype == np.int32
+        ):
             return None
-        return (self.bigram, self.bi_keys, self.bi_indptr, self.bi_cols, self.bi_ml, bi_lambda, self.tri_keys,
-                self.tri_indptr, self.tri_cols, self.tri_ml, tri_lambda)
+        return (
+            self.bigram,
+            self.bi_keys,
+            self.bi_indptr,
+            self.bi_cols,
+            self.bi_ml,
+            bi_lambda,
+            self.tri_keys,
+            self.tri_indptr,
+            self.tri_cols,
+            self.tri_ml,
+            tri_lambda,
+        )
 
     def target_at(
-        self, cls: np.ndarray, c2: np.ndarray, c1: np.ndarray, cols: np.ndarray,
-        numerics: tuple[int, float] | None = None, *, trigram: bool = True,
+        self,
+        cls: np.ndarray,
+        c2: np.ndarray,
+        c1: np.ndarray,
+        cols: np.ndarray,
+        numerics: tuple[int, float] | None = None,
+        *,
+        trigram: bool = True,
     ) -> np.ndarray:
         """(R, K) float32: `target_probs(cls, c2, c1, numerics)[r, cols[r]]`, bit for bit, without the rows.
 
@@ -233,11 +263,29 @@ class BuiltinModel:
         cols = np.asarray(cols, dtype=np.int64)
         vals = self.bigram[c1[:, None], cols]
         vocab = self.vocab_size
-        layers = [(cls.astype(np.int64) * vocab + c1, self.bi_keys, self.bi_entries, self.bi_indptr, self.bi_ml,
-                   self.bi_lambda, 0)]
+        layers = [
+            (
+                cls.astype(np.int64) * vocab + c1,
+                self.bi_keys,
+                self.bi_entries,
+                self.bi_indptr,
+                self.bi_ml,
+                self.bi_lambda,
+                0,
+            )
+        ]
         if trigram:
-            layers.append((self._keys3(cls, c2, c1), self.tri_keys, self.tri_entries, self.tri_indptr, self.tri_ml,
-                           self.tri_lambda, 1))
+            layers.append(
+                (
+                    self._keys3(cls, c2, c1),
+                    self.tri_keys,
+                    self.tri_entries,
+                    self.tri_indptr,
+                    self.tri_ml,
+                    self.tri_lambda,
+                    1,
+                )
+            )
         for keys, table, entries, indptr, ml, lam, layer in layers:
             ctx = _csr_lookup(keys, table)
             rows = np.flatnonzero(ctx >= 0)
@@ -329,7 +377,9 @@ def _sparse_ml(keys: np.ndarray, vocab: int) -> dict[str, np.ndarray]:
     ctx_count = np.add.reduceat(counts, first).astype(np.float64)
     ctx_types = np.diff(indptr).astype(np.float64)
     return {
-        "keys": ctx_keys.astype(np.int64), "indptr": indptr, "cols": (uniq % vocab).astype(np.int32),
+        "keys": ctx_keys.astype(np.int64),
+        "indptr": indptr,
+        "cols": (uniq % vocab).astype(np.int32),
         "ml": (counts / np.repeat(ctx_count, np.diff(indptr))).astype(np.float32),
         "lambda": (ctx_count / (ctx_count + ctx_types)).astype(np.float32),
     }
@@ -377,15 +427,17 @@ def _build(texts: dict[str, str], corpus_hash: str) -> dict[str, np.ndarray]:
     uni_counts = np.bincount(stream, minlength=vocab).astype(np.float64)
     # Add-half smoothing keeps every token possible in every context.
     unigram = (uni_counts + 0.5) / (uni_counts.sum() + 0.5 * vocab)
-    class_log_unigram = np.stack([
-        np.log((np.bincount(s, minlength=vocab) + 0.5) / (s.size + 0.5 * vocab)) for s in streams
-    ]).astype(np.float32)
+    class_log_unigram = np.stack(
+        [np.log((np.bincount(s, minlength=vocab) + 0.5) / (s.size + 0.5 * vocab)) for s in streams]
+    ).astype(np.float32)
     bigram = _witten_bell_rows(stream[:-1] * vocab + stream[1:], vocab, unigram)
 
     # Class-keyed n-gram positions; the all-corpora layer is class MIXED.
     labelled = [(c, s) for c, s in enumerate(streams)] + [(MIXED, stream)]
     bi = _sparse_ml(np.concatenate([(c * vocab + s[:-1]) * vocab + s[1:] for c, s in enumerate(streams)]), vocab)
-    tri = _sparse_ml(np.concatenate([((c * vocab + s[:-2]) * vocab + s[1:-1]) * vocab + s[2:] for c, s in labelled]), vocab)
+    tri = _sparse_ml(
+        np.concatenate([((c * vocab + s[:-2]) * vocab + s[1:-1]) * vocab + s[2:] for c, s in labelled]), vocab
+    )
 
     pair_all, pair_counts = np.unique(
         np.concatenate([(c * vocab + s[:-1]) * vocab + s[1:] for c, s in labelled]), return_counts=True
@@ -403,18 +455,40 @@ def _build(texts: dict[str, str], corpus_hash: str) -> dict[str, np.ndarray]:
         pair_ids[d - 1], pair_logp[d - 1] = _pair_rows(ctx, nxt, vocab, pair_keys, table)
         del table
     return {
-        "pieces": np.array(tok.pieces), "corpus_hash": np.array(corpus_hash),
-        "unigram": unigram.astype(np.float32), "class_log_unigram": class_log_unigram, "bigram": bigram,
-        **{f"bi_{k}": v for k, v in bi.items()}, **{f"tri_{k}": v for k, v in tri.items()},
-        "draft_ids": draft_ids, "draft_logp": draft_logp,
-        "pair_keys": pair_keys, "pair_ids": pair_ids, "pair_logp": pair_logp,
+        "pieces": np.array(tok.pieces),
+        "corpus_hash": np.array(corpus_hash),
+        "unigram": unigram.astype(np.float32),
+        "class_log_unigram": class_log_unigram,
+        "bigram": bigram,
+        **{f"bi_{k}": v for k, v in bi.items()},
+        **{f"tri_{k}": v for k, v in tri.items()},
+        "draft_ids": draft_ids,
+        "draft_logp": draft_logp,
+        "pair_keys": pair_keys,
+        "pair_ids": pair_ids,
+        "pair_logp": pair_logp,
     }
 
 
 _FIELDS = (
-    "unigram", "class_log_unigram", "bigram", "bi_keys", "bi_indptr", "bi_cols", "bi_ml", "bi_lambda",
-    "tri_keys", "tri_indptr", "tri_cols", "tri_ml", "tri_lambda", "draft_ids", "draft_logp",
-    "pair_keys", "pair_ids", "pair_logp",
+    "unigram",
+    "class_log_unigram",
+    "bigram",
+    "bi_keys",
+    "bi_indptr",
+    "bi_cols",
+    "bi_ml",
+    "bi_lambda",
+    "tri_keys",
+    "tri_indptr",
+    "tri_cols",
+    "tri_ml",
+    "tri_lambda",
+    "draft_ids",
+    "draft_logp",
+    "pair_keys",
+    "pair_ids",
+    "pair_logp",
 )
 
 
@@ -443,24 +517,42 @@ def with_calibration(model: BuiltinModel, calibration: Calibration) -> BuiltinMo
     """
     vocab = model.vocab_size
     built = model.built or {
-        "bi_lambda": model.bi_lambda, "tri_lambda": model.tri_lambda, "bi_ml": model.bi_ml, "tri_ml": model.tri_ml,
+        "bi_lambda": model.bi_lambda,
+        "tri_lambda": model.tri_lambda,
+        "bi_ml": model.bi_ml,
+        "tri_ml": model.tri_ml,
     }
     rho = np.array([calibration.for_class(i).predictability for i in range(MIXED + 1)], dtype=np.float64)
     arrays: dict[str, np.ndarray] = {}
-    for layer, keys, indptr, cls_div in (("bi", model.bi_keys, model.bi_indptr, vocab),
-                                         ("tri", model.tri_keys, model.tri_indptr, vocab * vocab)):
+    for layer, keys, indptr, cls_div in (
+        ("bi", model.bi_keys, model.bi_indptr, vocab),
+        ("tri", model.tri_keys, model.tri_indptr, vocab * vocab),
+    ):
         r = rho[keys // cls_div]
         arrays[f"{layer}_lambda"] = np.power(built[f"{layer}_lambda"].astype(np.float64), r).astype(np.float32)
         lengths = np.diff(indptr)
         sharp = np.power(built[f"{layer}_ml"].astype(np.float64), np.repeat(1.0 / r, lengths))
         sums = np.add.reduceat(sharp, indptr[:-1]) if sharp.size else sharp
         arrays[f"{layer}_ml"] = (sharp / np.repeat(sums, lengths)).astype(np.float32)
-    entries = model.bi_entries if model.bi_entries.size else _entries(model.bi_keys, model.bi_indptr, model.bi_cols, vocab)
-    tri_entries = (model.tri_entries if model.tri_entries.size
-                   else _entries(model.tri_keys, model.tri_indptr, model.tri_cols, vocab))
-    return replace(model, calibration=calibration, bi_entries=entries, tri_entries=tri_entries, built=built,
-                   bi_lambda=arrays["bi_lambda"], tri_lambda=arrays["tri_lambda"], bi_ml=arrays["bi_ml"],
-                   tri_ml=arrays["tri_ml"])
+    entries = (
+        model.bi_entries if model.bi_entries.size else _entries(model.bi_keys, model.bi_indptr, model.bi_cols, vocab)
+    )
+    tri_entries = (
+        model.tri_entries
+        if model.tri_entries.size
+        else _entries(model.tri_keys, model.tri_indptr, model.tri_cols, vocab)
+    )
+    return replace(
+        model,
+        calibration=calibration,
+        bi_entries=entries,
+        tri_entries=tri_entries,
+        built=built,
+        bi_lambda=arrays["bi_lambda"],
+        tri_lambda=arrays["tri_lambda"],
+        bi_ml=arrays["bi_ml"],
+        tri_ml=arrays["tri_ml"],
+    )
 
 
 _lock = threading.Lock()
@@ -469,15 +561,22 @@ _loaded: dict[str, BuiltinModel] = {}
 
 def builtin_config() -> dict[str, int | str]:
     """The builtin checkpoint's config, as a checkpoint's config.json would state it."""
-    return {"architecture": "gb300lane-builtin-ngram", "vocab_size": VOCAB_SIZE, "mtp_stages": MTP_STAGES,
-            "dspark_block_size": DSPARK_BLOCK_SIZE, "draft_topk_max": TOPK_MAX, "build_version": _BUILD_VERSION}
+    return {
+        "architecture": "gb300lane-builtin-ngram",
+        "vocab_size": VOCAB_SIZE,
+        "mtp_stages": MTP_STAGES,
+        "dspark_block_size": DSPARK_BLOCK_SIZE,
+        "draft_topk_max": TOPK_MAX,
+        "build_version": _BUILD_VERSION,
+    }
 
 
 def model_hash() -> str:
     """Hash of everything the model is built from: corpora and build parameters."""
     texts = corpus_texts()
     return sha256_bytes(
-        _BUILD_VERSION + f"|{VOCAB_SIZE}|{DSPARK_BLOCK_SIZE}|{TOPK_MAX}|{MIN_PAIR_COUNT}|"
+        _BUILD_VERSION
+        + f"|{VOCAB_SIZE}|{DSPARK_BLOCK_SIZE}|{TOPK_MAX}|{MIN_PAIR_COUNT}|"
         + "".join(texts[c] for c in CLASSES)
     )[:16]
 

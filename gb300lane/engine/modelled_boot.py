@@ -135,12 +135,19 @@ class CompileFactors:
         return _sha([self.env, self.cfg, self.code, self.comp])[:10]
 
     def line(self, cache_dir: Path) -> str:
-        return (f"torch.compile cache factors: env={self.env} cfg={self.cfg} comp={self.comp} code={self.code} "
-                f"dir={cache_dir}")
+        return (
+            f"torch.compile cache factors: env={self.env} cfg={self.cfg} comp={self.comp} code={self.code} "
+            f"dir={cache_dir}"
+        )
 
     def record(self) -> dict[str, object]:
-        return {"env": self.env_raw, "env_hash": self.env, "config_hash": self.cfg, "compiler_hash": self.comp,
-                "code_hash": self.code}
+        return {
+            "env": self.env_raw,
+            "env_hash": self.env,
+            "config_hash": self.cfg,
+            "compiler_hash": self.comp,
+            "code_hash": self.code,
+        }
 
 
 @dataclass(frozen=True)
@@ -171,12 +178,18 @@ def cache_root() -> Path:
 def plan_boot(args: EngineArgs, environ: Mapping[str, str] | None = None) -> BootPlan:
     environ = os.environ if environ is None else environ
     cfg, sizes = compile_hash(
-        model=args.model, spec=args.spec, compilation_config=args.compilation_config,
-        max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, dtype=args.dtype,
+        model=args.model,
+        spec=args.spec,
+        compilation_config=args.compilation_config,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
         tensor_parallel_size=args.tensor_parallel_size,
     )
     raw = compile_env(environ)
-    factors = CompileFactors(env=_sha(sorted(raw.items())), cfg=cfg, comp=compiler_hash(), code=code_hash(), env_raw=raw)
+    factors = CompileFactors(
+        env=_sha(sorted(raw.items())), cfg=cfg, comp=compiler_hash(), code=code_hash(), env_raw=raw
+    )
     digest = factors.key
     cache_dir = cache_root() / "torch_compile_cache" / digest / "rank_0_0" / "backbone"
     marker = cache_dir / COMPLETE_MARKER
@@ -190,9 +203,15 @@ def plan_boot(args: EngineArgs, environ: Mapping[str, str] | None = None) -> Boo
             problem = "Compile cache file corrupted."
     else:
         problem = f"[Errno 2] No such file or directory: '{marker}'"
-    return BootPlan(hash=digest, cache_dir=cache_dir, hit=hit, capture_sizes=sizes, factors=factors,
-                    load_problem=None if hit else problem,
-                    force_load=environ.get("VLLM_FORCE_AOT_LOAD") == "1")
+    return BootPlan(
+        hash=digest,
+        cache_dir=cache_dir,
+        hit=hit,
+        capture_sizes=sizes,
+        factors=factors,
+        load_problem=None if hit else problem,
+        force_load=environ.get("VLLM_FORCE_AOT_LOAD") == "1",
+    )
 
 
 def autotune_tactics(plan: BootPlan) -> dict[str, dict[str, int]]:
@@ -200,7 +219,9 @@ def autotune_tactics(plan: BootPlan) -> dict[str, dict[str, int]]:
     assert plan.factors is not None
     out: dict[str, dict[str, int]] = {}
     for op in AUTOTUNE_OPS:
-        out[op] = {str(b): int(_sha([plan.factors.cfg, plan.factors.comp, op, b])[:8], 16) % 8 for b in AUTOTUNE_BUCKETS}
+        out[op] = {
+            str(b): int(_sha([plan.factors.cfg, plan.factors.comp, op, b])[:8], 16) % 8 for b in AUTOTUNE_BUCKETS
+        }
     return out
 
 
@@ -238,21 +259,33 @@ async def run_boot(args: EngineArgs, plan: BootPlan, log: VllmLog) -> float:
         log.debug("backends.py:1117", plan.factors.line(plan.cache_dir))
     compile_range = f"(1, {MAX_BATCHED_TOKENS})"
     if not plan.hit and plan.load_problem is not None and plan.marker.exists():
-        log.warning("decorators.py:336", f"[backbone] Compiling model again due to a load failure from {plan.marker}, "
-                                         f"reason: {plan.load_problem}")
+        log.warning(
+            "decorators.py:336",
+            f"[backbone] Compiling model again due to a load failure from {plan.marker}, reason: {plan.load_problem}",
+        )
     if not plan.hit and plan.force_load:
-        log.error("decorators.py:345", f"[backbone] VLLM_FORCE_AOT_LOAD=1: failed to load the compiled model from "
-                                       f"{plan.marker}: {plan.load_problem}")
-        raise EngineError(f"VLLM_FORCE_AOT_LOAD=1 and the compile cache for hash {plan.hash} did not load "
-                          f"({plan.load_problem}); unset it to compile, or boot the recipe whose compile is cached")
+        log.error(
+            "decorators.py:345",
+            f"[backbone] VLLM_FORCE_AOT_LOAD=1: failed to load the compiled model from "
+            f"{plan.marker}: {plan.load_problem}",
+        )
+        raise EngineError(
+            f"VLLM_FORCE_AOT_LOAD=1 and the compile cache for hash {plan.hash} did not load "
+            f"({plan.load_problem}); unset it to compile, or boot the recipe whose compile is cached"
+        )
     if plan.hit:
         total += await phase(COMPILE_HIT_S)
-        log.info("backends.py:241",
-                 f"Directly load the compiled graph(s) for compile range {compile_range} from the cache, took {COMPILE_HIT_S * 0.31:.3f} s")
+        log.info(
+            "backends.py:241",
+            f"Directly load the compiled graph(s) for compile range {compile_range} from the cache, took {COMPILE_HIT_S * 0.31:.3f} s",
+        )
     else:
         plan.cache_dir.mkdir(parents=True, exist_ok=True)
         total += await phase(COMPILE_MISS_S)
-        log.info("backends.py:258", f"Compiling a graph for compile range {compile_range} takes {COMPILE_MISS_S * 0.93:.2f} s")
+        log.info(
+            "backends.py:258",
+            f"Compiling a graph for compile range {compile_range} takes {COMPILE_MISS_S * 0.93:.2f} s",
+        )
         # The marker goes down only after the compile finished: a killed miss boot stays a miss.
         if plan.factors is not None and not (plan.cache_dir / FACTORS_FILE).exists():
             atomic_write(plan.cache_dir / FACTORS_FILE, dumps_json(plan.factors.record()))
@@ -267,23 +300,34 @@ async def run_boot(args: EngineArgs, plan: BootPlan, log: VllmLog) -> float:
             tactics = autotune_tactics(plan)
             body = {"hash": plan.hash, "tactics": tactics}
             atomic_write(plan.tactics_file, dumps_json(body))
-            log.info("autotuner.py:212", f"Autotune finished: saved {sum(map(len, tactics.values()))} tactics to "
-                                         f"{plan.tactics_file}")
+            log.info(
+                "autotuner.py:212",
+                f"Autotune finished: saved {sum(map(len, tactics.values()))} tactics to {plan.tactics_file}",
+            )
         else:
-            log.info("autotuner.py:188", f"Autotune cache hit: loaded {sum(map(len, tactics.values()))} tactics from "
-                                         f"{plan.tactics_file}")
+            log.info(
+                "autotuner.py:188",
+                f"Autotune cache hit: loaded {sum(map(len, tactics.values()))} tactics from {plan.tactics_file}",
+            )
     kv_gib = args.kv_pool_tokens * KV_BYTES_PER_TOKEN / 2**30
     log.info("gpu_worker.py:298", f"Available KV cache memory: {kv_gib:.2f} GiB")
     concurrency = args.kv_pool_tokens / args.max_model_len
-    log.info("kv_cache_utils.py:1087",
-             f"GPU KV cache size: {args.kv_pool_tokens:,} tokens, Maximum concurrency for "
-             f"{args.max_model_len:,} tokens per request: {concurrency:.2f}x")
+    log.info(
+        "kv_cache_utils.py:1087",
+        f"GPU KV cache size: {args.kv_pool_tokens:,} tokens, Maximum concurrency for "
+        f"{args.max_model_len:,} tokens per request: {concurrency:.2f}x",
+    )
     capture_s = CAPTURE_S_PER_SIZE * len(plan.capture_sizes)
     total += await phase(capture_s)
-    log.info("gpu_model_runner.py:3432",
-             f"Graph capturing finished in {round(capture_s)} secs, took {0.04 * len(plan.capture_sizes):.2f} GiB")
+    log.info(
+        "gpu_model_runner.py:3432",
+        f"Graph capturing finished in {round(capture_s)} secs, took {0.04 * len(plan.capture_sizes):.2f} GiB",
+    )
     total += await phase(INIT_REST_S)
-    log.info("core.py:211", f"init engine (profile, create kv cache, warmup model) took {profile_s + capture_s + INIT_REST_S:.2f} seconds")
+    log.info(
+        "core.py:211",
+        f"init engine (profile, create kv cache, warmup model) took {profile_s + capture_s + INIT_REST_S:.2f} seconds",
+    )
     return total
 
 

@@ -31,8 +31,11 @@ def _text_of(content: Any, where: str) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text") \
-                    and isinstance(part.get("text"), str):
+            if (
+                isinstance(part, dict)
+                and part.get("type") in ("input_text", "output_text", "text")
+                and isinstance(part.get("text"), str)
+            ):
                 parts.append(part["text"])
             else:
                 raise ApiError(f"{where}: only text content (input_text parts) is served", param="input")
@@ -63,10 +66,15 @@ def chat_body(body: object) -> dict[str, object]:
                 raise ApiError(f"input[{i}]: only message items are served", param="input")
             role = item.get("role", "user")
             if role not in ("user", "assistant", "system", "developer"):
-                raise ApiError(f"input[{i}].role {role!r} is not one of user, assistant, system, developer",
-                               param="input")
-            messages.append({"role": "system" if role == "developer" else role,
-                             "content": _text_of(item.get("content"), f"input[{i}]")})
+                raise ApiError(
+                    f"input[{i}].role {role!r} is not one of user, assistant, system, developer", param="input"
+                )
+            messages.append(
+                {
+                    "role": "system" if role == "developer" else role,
+                    "content": _text_of(item.get("content"), f"input[{i}]"),
+                }
+            )
     else:
         raise ApiError("input is required: a string or a list of messages", param="input")
     out: dict[str, object] = {k: body[k] for k in _PASSED if k in body and body[k] is not None}
@@ -92,13 +100,15 @@ def response_body(request: Mapping[str, object], chat: Mapping[str, Any]) -> dic
         "error": None,
         "instructions": request.get("instructions"),
         "max_output_tokens": request.get("max_output_tokens"),
-        "output": [{
-            "id": f"msg_{uuid.uuid4().hex}",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed" if finished else "incomplete",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}],
-        }],
+        "output": [
+            {
+                "id": f"msg_{uuid.uuid4().hex}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed" if finished else "incomplete",
+                "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}],
+            }
+        ],
         "parallel_tool_calls": True,
         "previous_response_id": None,
         "reasoning": None,

@@ -20,9 +20,9 @@ before that).
 
 from __future__ import annotations
 
-from typing import cast
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -65,8 +65,11 @@ class SamplingParams:
             if value < lo or value > hi or (lo_open and value == lo):
                 bracket = "(" if lo_open else "["
                 raise EngineError(f"sampling parameter {name} = {value!r}: must lie in {bracket}{lo}, {hi}]")
-        for name, value, lo in (("top_k", self.top_k, -1), ("max_tokens", self.max_tokens, 0),
-                                ("min_tokens", self.min_tokens, 0)):
+        for name, value, lo in (
+            ("top_k", self.top_k, -1),
+            ("max_tokens", self.max_tokens, 0),
+            ("min_tokens", self.min_tokens, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise EngineError(f"sampling parameter {name} = {value!r}: must be an integer >= {lo}")
         if self.top_k == 0:

@@ -33,7 +33,25 @@ _disable_created()
 _go_float: Callable[[float], str] = floatToGoString
 
 _LATENCY_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
 )
 
 
@@ -49,32 +67,69 @@ class EngineMetrics:
         self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", names, registry=r)
         self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", names, registry=r)
         self.accepted_pos = Counter(
-            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-            (*names, "position"), registry=r,
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            (*names, "position"),
+            registry=r,
         )
         self.generation = Counter("vllm:generation_tokens", "Number of generation tokens processed.", names, registry=r)
         self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", names, registry=r)
         self.success = Counter(
             "vllm:request_success", "Count of successfully processed requests.", (*names, "finished_reason"), registry=r
         )
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", names, registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", names, registry=r)
+        self.running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", names, registry=r
+        )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", names, registry=r
+        )
         b = _LATENCY_BUCKETS
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency.", names, registry=r, buckets=b)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "End-to-end request latency.", names, registry=r, buckets=b
+        )
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", names, registry=r, buckets=b)
         self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency.", names, registry=r, buckets=b)
-        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Time per output token.", names, registry=r, buckets=b)
-        self.queue = Histogram("vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, registry=r, buckets=b)
-        self.m_e2e = Histogram("gb300lane_engine_modelled_e2e_request_latency_seconds",
-                               "End-to-end request latency on the modelled clock.", names, registry=r, buckets=b)
-        self.m_ttft = Histogram("gb300lane_engine_modelled_time_to_first_token_seconds",
-                                "Time to first token on the modelled clock.", names, registry=r, buckets=b)
-        self.m_itl = Histogram("gb300lane_engine_modelled_inter_token_latency_seconds",
-                               "Inter-token latency on the modelled clock.", names, registry=r, buckets=b)
-        self.m_tpot = Histogram("gb300lane_engine_modelled_request_time_per_output_token_seconds",
-                                "Time per output token on the modelled clock.", names, registry=r, buckets=b)
-        self.m_queue = Histogram("gb300lane_engine_modelled_request_queue_time_seconds",
-                                 "Time spent waiting in the queue on the modelled clock.", names, registry=r, buckets=b)
+        self.tpot = Histogram(
+            "vllm:request_time_per_output_token_seconds", "Time per output token.", names, registry=r, buckets=b
+        )
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds", "Time spent waiting in the queue.", names, registry=r, buckets=b
+        )
+        self.m_e2e = Histogram(
+            "gb300lane_engine_modelled_e2e_request_latency_seconds",
+            "End-to-end request latency on the modelled clock.",
+            names,
+            registry=r,
+            buckets=b,
+        )
+        self.m_ttft = Histogram(
+            "gb300lane_engine_modelled_time_to_first_token_seconds",
+            "Time to first token on the modelled clock.",
+            names,
+            registry=r,
+            buckets=b,
+        )
+        self.m_itl = Histogram(
+            "gb300lane_engine_modelled_inter_token_latency_seconds",
+            "Inter-token latency on the modelled clock.",
+            names,
+            registry=r,
+            buckets=b,
+        )
+        self.m_tpot = Histogram(
+            "gb300lane_engine_modelled_request_time_per_output_token_seconds",
+            "Time per output token on the modelled clock.",
+            names,
+            registry=r,
+            buckets=b,
+        )
+        self.m_queue = Histogram(
+            "gb300lane_engine_modelled_request_queue_time_seconds",
+            "Time spent waiting in the queue on the modelled clock.",
+            names,
+            registry=r,
+            buckets=b,
+        )
         self.modelled = Counter(
             "gb300lane_engine_modelled_seconds", "Modelled engine seconds spent in verify steps.", names, registry=r
         )
@@ -92,8 +147,17 @@ class EngineMetrics:
         self._seen = EngineCounters()
         self._seen_pos: list[int] = []
         self._seen_len: dict[int, int] = {}
-        for fam in (self.drafts, self.draft_tokens, self.accepted, self.generation, self.prompt, self.modelled,
-                    self.steps, self.sidecar_calls, self.sidecar_failures):
+        for fam in (
+            self.drafts,
+            self.draft_tokens,
+            self.accepted,
+            self.generation,
+            self.prompt,
+            self.modelled,
+            self.steps,
+            self.sidecar_calls,
+            self.sidecar_failures,
+        ):
             fam.labels(**self.labels)
 
     def sync(self, c: EngineCounters, running: int, waiting: int) -> None:
@@ -101,9 +165,12 @@ class EngineMetrics:
         s = self._seen
         lab = self.labels
         for fam, now, attr in (
-            (self.drafts, c.num_drafts, "num_drafts"), (self.draft_tokens, c.num_draft_tokens, "num_draft_tokens"),
-            (self.accepted, c.num_accepted, "num_accepted"), (self.generation, c.generation_tokens, "generation_tokens"),
-            (self.prompt, c.prompt_tokens, "prompt_tokens"), (self.steps, c.verify_steps, "verify_steps"),
+            (self.drafts, c.num_drafts, "num_drafts"),
+            (self.draft_tokens, c.num_draft_tokens, "num_draft_tokens"),
+            (self.accepted, c.num_accepted, "num_accepted"),
+            (self.generation, c.generation_tokens, "generation_tokens"),
+            (self.prompt, c.prompt_tokens, "prompt_tokens"),
+            (self.steps, c.verify_steps, "verify_steps"),
             (self.modelled, c.modelled_seconds, "modelled_seconds"),
         ):
             inc = now - getattr(s, attr)
@@ -174,8 +241,9 @@ def observe_all(child, values: Values[float] | np.ndarray) -> None:
     if not vals.size:
         return
     total.set(float(np.add.accumulate(np.concatenate(([total.get()], vals)))[-1]))
-    counts = np.bincount(np.searchsorted(np.asarray(bounds, dtype=np.float64), vals, side="left"),
-                         minlength=len(bounds) + 1)
+    counts = np.bincount(
+        np.searchsorted(np.asarray(bounds, dtype=np.float64), vals, side="left"), minlength=len(bounds) + 1
+    )
     for i, n in enumerate(counts[: len(bounds)].tolist()):
         if n:
             buckets[i].inc(n)
@@ -239,6 +307,8 @@ class TextExposition:
             return None
         if not labels:
             return f"{name} "
-        escaped = ",".join('{}="{}"'.format(k, v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"'))
-                           for k, v in sorted(labels.items()))
+        escaped = ",".join(
+            '{}="{}"'.format(k, v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\""))
+            for k, v in sorted(labels.items())
+        )
         return f"{name}{{{escaped}}} "

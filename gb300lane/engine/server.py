@@ -40,7 +40,6 @@ from gb300lane.engine.api import (
 )
 from gb300lane.engine.args import EngineArgs
 from gb300lane.engine.config import SpecConfig
-from gb300lane.engine.modelled_boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
 from gb300lane.engine.core import EngineCore, Sequence, StepOutcome
 from gb300lane.engine.faults import parse_faults
 from gb300lane.engine.grammar import Grammar, GrammarError, compile_constraint
@@ -51,9 +50,10 @@ from gb300lane.engine.logprobs import (
     prompt_logprobs_json,
     score_positions,
 )
-from gb300lane.engine.served_metrics import EngineMetrics
 from gb300lane.engine.model import BuiltinModel, builtin_config, load_model, model_hash
+from gb300lane.engine.modelled_boot import VLLM_VERSION, VllmLog, checkpoint_identity, plan_boot, run_boot
 from gb300lane.engine.responses import chat_body, response_body
+from gb300lane.engine.served_metrics import EngineMetrics
 from gb300lane.engine.sidecar import HEALTH_RETRY_S, SidecarClient
 from gb300lane.errors import EngineError
 
@@ -131,7 +131,11 @@ class EngineServer:
     """One engine: core, metrics, tasks and the aiohttp app."""
 
     def __init__(
-        self, args: EngineArgs, *, log: VllmLog | None = None, model: BuiltinModel | None = None,
+        self,
+        args: EngineArgs,
+        *,
+        log: VllmLog | None = None,
+        model: BuiltinModel | None = None,
         body_read_timeout_s: float = BODY_READ_TIMEOUT_S,
     ) -> None:
         self.args = args
@@ -140,13 +144,21 @@ class EngineServer:
         self.model = model or load_model()
         self.tokenizer = self.model.tokenizer
         self.core = EngineCore(
-            self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
-            boot_seed=args.boot_seed, numerics_jitter=args.numerics_jitter, faults=parse_faults([args.faults]),
+            self.model,
+            args.spec,
+            max_num_seqs=args.max_num_seqs,
+            seed=args.seed,
+            boot_seed=args.boot_seed,
+            numerics_jitter=args.numerics_jitter,
+            faults=parse_faults([args.faults]),
         )
         self.log.info("engine.py:1", reproducibility_line(args.spec, self.core.boot_seed, self.core.numerics_jitter))
         if args.faults:
-            self.log.warning("engine.py:1", f"FAULTS ON: {args.faults}: this engine's verifier is lossy on purpose "
-                             "(--fault / GB300LANE_FAULT); its outputs do not follow the target's distribution")
+            self.log.warning(
+                "engine.py:1",
+                f"FAULTS ON: {args.faults}: this engine's verifier is lossy on purpose "
+                "(--fault / GB300LANE_FAULT); its outputs do not follow the target's distribution",
+            )
         self.metrics = EngineMetrics(args.served_model_name)
         self.sidecar = SidecarClient(args.expert_sidecar_url, self.metrics.sidecar) if args.expert_sidecar_url else None
         self.booted = False
@@ -185,8 +197,11 @@ class EngineServer:
         return web.AppRunner(self.app(), access_log=None, handle_signals=False, keepalive_timeout=header_read_timeout_s)
 
     async def _on_startup(self, _: web.Application) -> None:
-        self._tasks = [asyncio.create_task(self._boot()), asyncio.create_task(self._loop()),
-                       asyncio.create_task(self._stats())]
+        self._tasks = [
+            asyncio.create_task(self._boot()),
+            asyncio.create_task(self._loop()),
+            asyncio.create_task(self._stats()),
+        ]
         if self.sidecar is not None:
             self._tasks.append(asyncio.create_task(self.sidecar.run()))
 
@@ -240,7 +255,7 @@ class EngineServer:
                 wall_anchor, modelled_anchor = time.monotonic(), self.core.clock
             try:
                 outcome = self.core.step()
-            except Exception as exc:  # a step bug must fail its requests, not hang them
+            except Exception as exc:  # noqa: BLE001 (a step bug must fail its requests, not hang them)
                 self._fail_all(exc)
                 continue
             if outcome is None:
@@ -258,7 +273,7 @@ class EngineServer:
         now = time.monotonic()
         for seq, new in outcome.emitted:
             # Stamp wall time at delivery, after pacing, which is when a client sees the tokens.
-            seq.token_wall[-len(new):] = [now - seq.arrival_wall] * len(new)
+            seq.token_wall[-len(new) :] = [now - seq.arrival_wall] * len(new)
             if self.sidecar is not None:
                 self.sidecar.note_tokens(new)
             stream = self._streams.get(seq.request_id)
@@ -276,7 +291,9 @@ class EngineServer:
         # The Prometheus counters are brought up to the core's when /metrics is read (metrics_handler).
 
     def _fail_all(self, exc: Exception) -> None:
-        self.log.error("core.py:512", f"EngineCore step failed: {type(exc).__name__}: {exc}; failing the requests in flight")
+        self.log.error(
+            "core.py:512", f"EngineCore step failed: {type(exc).__name__}: {exc}; failing the requests in flight"
+        )
         for seq in list(self.core.running) + list(self.core.waiting):
             self.core.abort(seq)
             stream = self._streams.pop(seq.request_id, None)
@@ -337,7 +354,8 @@ class EngineServer:
                 d_acc = c.num_accepted - accepted
                 d_draft_tokens = c.num_draft_tokens - drafted
                 per_pos = [
-                    (now_pos - (pos[i] if i < len(pos) else 0)) / d_drafts for i, now_pos in enumerate(c.accepted_per_pos)
+                    (now_pos - (pos[i] if i < len(pos) else 0)) / d_drafts
+                    for i, now_pos in enumerate(c.accepted_per_pos)
                 ]
                 self.log.info(
                     "metrics.py:96",
@@ -348,7 +366,14 @@ class EngineServer:
                     f"Per-position acceptance rate: {', '.join(f'{r:.3f}' for r in per_pos)}, "
                     f"Avg Draft acceptance rate: {100 * d_acc / max(d_draft_tokens, 1):.1f}%",
                 )
-            last = (c.num_drafts, c.num_draft_tokens, c.num_accepted, c.generation_tokens, list(c.accepted_per_pos), now)
+            last = (
+                c.num_drafts,
+                c.num_draft_tokens,
+                c.num_accepted,
+                c.generation_tokens,
+                list(c.accepted_per_pos),
+                now,
+            )
 
     def _kv_usage(self) -> float:
         used = sum(s.context_len for s in self.core.running)
@@ -361,35 +386,60 @@ class EngineServer:
 
     async def models(self, _: web.Request) -> web.Response:
         name = self.args.served_model_name
-        return web.json_response({"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(self._started), "owned_by": "vllm", "root": self.args.model,
-            "parent": None, "max_model_len": self.args.max_model_len, "permission": [],
-        }]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": int(self._started),
+                        "owned_by": "vllm",
+                        "root": self.args.model,
+                        "parent": None,
+                        "max_model_len": self.args.max_model_len,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
 
     async def version(self, _: web.Request) -> web.Response:
-        body: dict[str, object] = {"version": VLLM_VERSION, "engine": ENGINE_NAME, "time_scale": self.args.time_scale,
-                                   "checkpoint": self._checkpoint}
+        body: dict[str, object] = {
+            "version": VLLM_VERSION,
+            "engine": ENGINE_NAME,
+            "time_scale": self.args.time_scale,
+            "checkpoint": self._checkpoint,
+        }
         if self.args.faults:
             body["faults"] = self.args.faults
         return web.json_response(body)
 
     async def metrics_handler(self, _: web.Request) -> web.Response:
         self.metrics.sync(self.core.counters, len(self.core.running), len(self.core.waiting))
-        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     async def tokenize(self, request: web.Request) -> web.Response:
         """vLLM's /tokenize: a completion prompt or chat messages, as the generate routes tokenize them."""
         body = await self._read_json(request)
         text, strs = parse_tokenize(body, served_model_name=self.args.served_model_name)
         ids = await asyncio.to_thread(self.tokenizer.encode, text)
-        out: dict[str, Any] = {"count": len(ids), "max_model_len": self.args.max_model_len, "tokens": ids,
-                               "token_strs": [self.tokenizer.pieces[i] for i in ids] if strs else None}
+        out: dict[str, Any] = {
+            "count": len(ids),
+            "max_model_len": self.args.max_model_len,
+            "tokens": ids,
+            "token_strs": [self.tokenizer.pieces[i] for i in ids] if strs else None,
+        }
         return web.json_response(out)
 
     async def detokenize(self, request: web.Request) -> web.Response:
         """vLLM's /detokenize: token ids back to text (special tokens skipped, as vLLM's default)."""
         body = await self._read_json(request)
-        ids = parse_detokenize(body, served_model_name=self.args.served_model_name, vocab_size=self.tokenizer.vocab_size)
+        ids = parse_detokenize(
+            body, served_model_name=self.args.served_model_name, vocab_size=self.tokenizer.vocab_size
+        )
         return web.json_response({"prompt": self.tokenizer.decode(ids)})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -415,7 +465,9 @@ class EngineServer:
             raise ApiError(
                 f"This model's maximum context length is {self.args.max_model_len} tokens. However, you requested "
                 f"{count + max_tokens} tokens ({count} in the messages, {max_tokens} in the completion). Please "
-                "reduce the length of the messages or completion.", param="max_tokens")
+                "reduce the length of the messages or completion.",
+                param="max_tokens",
+            )
         if not ids:
             raise ApiError("the prompt is empty; send at least one token", param="prompt")
         if req.prompt_ids is not None and (min(ids) < 0 or max(ids) >= vocab):
@@ -438,11 +490,14 @@ class EngineServer:
         try:
             raw = await asyncio.wait_for(request.read(), self.body_read_timeout_s)
         except web.HTTPRequestEntityTooLarge:
-            raise ApiError(f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB; send a shorter prompt",
-                           status=413) from None
-        except asyncio.TimeoutError:
-            raise ApiError(f"the request body did not arrive within {self.body_read_timeout_s:g} s; "
-                           "send the whole body at once", status=408) from None
+            raise ApiError(
+                f"the request body is larger than {MAX_BODY_BYTES // 2**20} MiB; send a shorter prompt", status=413
+            ) from None
+        except TimeoutError:
+            raise ApiError(
+                f"the request body did not arrive within {self.body_read_timeout_s:g} s; send the whole body at once",
+                status=408,
+            ) from None
         if len(raw) <= INLINE_BODY_BYTES:
             return parse_json_body(raw)
         return await asyncio.to_thread(parse_json_body, raw)
@@ -452,8 +507,13 @@ class EngineServer:
             raise ApiError("the engine is still starting; retry when /health answers 200", status=503)
         if body is None:
             body = await self._read_json(request)
-        req = parse_request(body, chat=chat, served_model_name=self.args.served_model_name,
-                            max_logprobs=self.args.max_logprobs, vocab_size=self.tokenizer.vocab_size)
+        req = parse_request(
+            body,
+            chat=chat,
+            served_model_name=self.args.served_model_name,
+            max_logprobs=self.args.max_logprobs,
+            vocab_size=self.tokenizer.vocab_size,
+        )
         # A long prompt is tokenized in a worker thread, so /health and other requests keep answering.
         text = req.prompt_text or ""
         if req.prompt_ids is not None:
@@ -479,9 +539,10 @@ class EngineServer:
                     await self._stream_response(resp, req, stream, request)
                 except ConnectionResetError:
                     # The client went away mid-stream: abort its request (finally below), one line, no traceback.
-                    self.log.info("serving_chat.py:1401" if req.chat else "serving_completion.py:402",
-                                  f"Request {seq.request_id} aborted: the client disconnected after "
-                                  f"{len(seq.output_ids)} tokens")
+                    self.log.info(
+                        "serving_chat.py:1401" if req.chat else "serving_completion.py:402",
+                        f"Request {seq.request_id} aborted: the client disconnected after {len(seq.output_ids)} tokens",
+                    )
                 return resp
 
             def quiet(text: str, tokens: int) -> bool:
@@ -497,19 +558,39 @@ class EngineServer:
                 stream.wake.clear()
                 if request.transport is None or request.transport.is_closing():
                     # Gone before its answer: stop generating for it (finally below), as vLLM aborts it.
-                    self.log.info("serving_chat.py:1401" if req.chat else "serving_completion.py:402",
-                                  f"Request {seq.request_id} aborted: the client disconnected after "
-                                  f"{len(seq.output_ids)} tokens")
+                    self.log.info(
+                        "serving_chat.py:1401" if req.chat else "serving_completion.py:402",
+                        f"Request {seq.request_id} aborted: the client disconnected after {len(seq.output_ids)} tokens",
+                    )
                     return web.Response(status=499)
             if stream.error is not None:
                 return web.json_response(
-                    {"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
-                               "param": None, "code": 500}}, status=500)
-            scores = await asyncio.to_thread(self._scores, req, seq) \
-                if req.logprobs is not None or req.prompt_logprobs is not None or req.echo else None
-            return web.json_response(final_body(req, self.args.served_model_name, seq, stream.text,
-                                                self.args.per_request_spec_decode_metrics, scores=scores,
-                                                faults=self.args.faults))
+                    {
+                        "error": {
+                            "message": f"engine step failed: {stream.error}",
+                            "type": "InternalServerError",
+                            "param": None,
+                            "code": 500,
+                        }
+                    },
+                    status=500,
+                )
+            scores = (
+                await asyncio.to_thread(self._scores, req, seq)
+                if req.logprobs is not None or req.prompt_logprobs is not None or req.echo
+                else None
+            )
+            return web.json_response(
+                final_body(
+                    req,
+                    self.args.served_model_name,
+                    seq,
+                    stream.text,
+                    self.args.per_request_spec_decode_metrics,
+                    scores=scores,
+                    faults=self.args.faults,
+                )
+            )
         finally:
             if not seq.finished:
                 self.core.abort(seq)
@@ -536,8 +617,11 @@ class EngineServer:
             else:
                 logprobs = completion_logprobs_json(tok, seq.output_ids, list(out), req.logprobs)
         echo = (req.prompt_text if req.prompt_text is not None else tok.decode(seq.prompt_ids)) if req.echo else ""
-        return Scores(logprobs=logprobs, prompt_logprobs=prompt_logprobs_json(tok, prompt) if prompt is not None else None,
-                      echo_text=echo)
+        return Scores(
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs_json(tok, prompt) if prompt is not None else None,
+            echo_text=echo,
+        )
 
     async def _grammar(self, req: GenerateRequest) -> Grammar | None:
         """The request's grammar (forced tool call or response_format), after vLLM's tool flag checks."""
@@ -554,8 +638,10 @@ class EngineServer:
             text = await asyncio.to_thread(compile_constraint, self.tokenizer, constraint.kind, constraint.value)
             return Grammar(self.tokenizer, text)
         except GrammarError as exc:
-            raise ApiError(f"the {constraint.kind} constraint in {constraint.source} cannot be used for structured "
-                           f"output: {exc}", param=constraint.source) from None
+            raise ApiError(
+                f"the {constraint.kind} constraint in {constraint.source} cannot be used for structured output: {exc}",
+                param=constraint.source,
+            ) from None
 
     @web.middleware
     async def _errors_middleware(self, request: web.Request, handler):
@@ -567,14 +653,24 @@ class EngineServer:
             raise
         except (ConnectionResetError, asyncio.CancelledError):
             raise
-        except Exception as exc:  # a bug answers as vLLM's server does: JSON, 500, one log line
+        except Exception as exc:  # noqa: BLE001 (a bug answers as vLLM's server does: JSON, 500, one log line)
             self.log.error("api_server.py:1102", f"{request.method} {request.path} failed: {type(exc).__name__}: {exc}")
-            body = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "InternalServerError",
-                              "param": None, "code": 500}}
+            body = {
+                "error": {
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
+                }
+            }
             return web.json_response(body, status=500)
 
     async def _stream_response(
-        self, resp: web.StreamResponse, req: GenerateRequest, stream: _Stream, request: web.Request,
+        self,
+        resp: web.StreamResponse,
+        req: GenerateRequest,
+        stream: _Stream,
+        request: web.Request,
     ) -> None:
         """Write the SSE stream; each token's reported wall time is when its chunk is written.
 
@@ -660,8 +756,15 @@ class EngineServer:
             text, tokens, closed = stream.take()
             carry += tokens
             if stream.error is not None:
-                await send({"error": {"message": f"engine step failed: {stream.error}", "type": "InternalServerError",
-                                      "code": 500}})
+                await send(
+                    {
+                        "error": {
+                            "message": f"engine step failed: {stream.error}",
+                            "type": "InternalServerError",
+                            "code": 500,
+                        }
+                    }
+                )
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return
@@ -749,12 +852,18 @@ class SseChunk:
 
     def __init__(self, req: GenerateRequest, model: str, prompt_tokens: int, continuous: bool) -> None:
         marks = self._MARKS
-        obj = chunk(req, model, None, None, fields={"content": marks["text"]}) if req.chat \
+        obj = (
+            chunk(req, model, None, None, fields={"content": marks["text"]})
+            if req.chat
             else chunk(req, model, marks["text"], None)
+        )
         obj["created"] = marks["created"]
         if continuous:
-            obj["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": marks["done"],
-                            "total_tokens": marks["total"]}
+            obj["usage"] = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": marks["done"],
+                "total_tokens": marks["total"],
+            }
         text = "data: " + json.dumps(obj).replace("%", "%%") + "\n\n"
         found = sorted((text.index(json.dumps(mark)), name) for name, mark in marks.items() if json.dumps(mark) in text)
         order = tuple(name for _, name in found)
@@ -768,8 +877,10 @@ class SseChunk:
 
     def render(self, text: str, created: int, completion_tokens: int) -> bytes:
         if self._continuous:
-            return (self._format % (created, encode_basestring_ascii(text), completion_tokens,
-                                    self._prompt + completion_tokens)).encode()
+            return (
+                self._format
+                % (created, encode_basestring_ascii(text), completion_tokens, self._prompt + completion_tokens)
+            ).encode()
         return (self._format % (created, encode_basestring_ascii(text))).encode()
 
 
@@ -836,8 +947,10 @@ def parse_json_body(raw: bytes) -> JsonValue:
     except RecursionError:
         raise ApiError("the request body is not valid JSON: nested too deeply; send a flatter object") from None
     except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
-        raise ApiError(f"the request body holds a number too long to read ({exc}); no parameter takes one so "
-                       "large: send a number of at most 19 digits") from None
+        raise ApiError(
+            f"the request body holds a number too long to read ({exc}); no parameter takes one so "
+            "large: send a number of at most 19 digits"
+        ) from None
 
 
 def log_start(args: EngineArgs, log: VllmLog) -> None:
@@ -857,12 +970,17 @@ def log_start(args: EngineArgs, log: VllmLog) -> None:
         log.warning("speculative.py:430", warning)
     if args.tool_call_parser:
         enabled = '"auto" tool choice has been enabled; ' if args.enable_auto_tool_choice else ""
-        log.info("serving_chat.py:146", f"{enabled}tool call parser {args.tool_call_parser}: the builtin model writes "
-                 'tool calls as {"tool_calls": [...]} JSON, which the engine\'s parser reads')
+        log.info(
+            "serving_chat.py:146",
+            f"{enabled}tool call parser {args.tool_call_parser}: the builtin model writes "
+            'tool calls as {"tool_calls": [...]} JSON, which the engine\'s parser reads',
+        )
     for flag in args.ignored:
         log.warning("arg_utils.py:1702", f"{_unsecret(flag)}: accepted and ignored by the embedded engine")
     if args.time_scale > 0:
-        log.info("engine.py:1", f"time scale {args.time_scale}: wall seconds track modelled seconds x {args.time_scale}")
+        log.info(
+            "engine.py:1", f"time scale {args.time_scale}: wall seconds track modelled seconds x {args.time_scale}"
+        )
 
 
 _SECRET_FLAG = re.compile(r"^(--[\w-]*(?:key|token|secret|password)[\w-]*)([ =]).*$", re.IGNORECASE)
@@ -882,8 +1000,10 @@ async def _serve(args: EngineArgs, log: VllmLog) -> None:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise EngineError(f"--host {args.host} --port {args.port}: cannot bind ({exc.strerror or exc}); "
-                          "pick a free port or stop what holds it") from exc
+        raise EngineError(
+            f"--host {args.host} --port {args.port}: cannot bind ({exc.strerror or exc}); "
+            "pick a free port or stop what holds it"
+        ) from exc
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,9 +16,9 @@ performance floor holds; calls and failures are counted in the engine's
 
 from __future__ import annotations
 
-from typing import cast
 import asyncio
 import json
+from typing import cast
 
 import aiohttp
 import numpy as np
@@ -57,16 +57,23 @@ def build_sidecar_app() -> web.Application:
         try:
             body = await request.json()
             tokens = body["tokens"]
-            if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in tokens):
+            if not isinstance(tokens, list) or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in tokens
+            ):
                 raise ValueError("tokens must be a list of non-negative integers")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return web.json_response({"error": {"message": f"bad lookup body: {exc}", "code": 400}}, status=400)
-        experts = routed_experts(np.asarray(tokens, dtype=np.int64)) if tokens else np.zeros((0, MOE_LAYERS, EXPERTS_PER_TOKEN))
+        experts = (
+            routed_experts(np.asarray(tokens, dtype=np.int64))
+            if tokens
+            else np.zeros((0, MOE_LAYERS, EXPERTS_PER_TOKEN))
+        )
         lookups.inc()
         tokens_served.inc(len(tokens))
         # The union is what a step would stream from the sidecar: report its size, not the rows.
-        return web.json_response({"tokens": len(tokens), "layers": MOE_LAYERS,
-                                  "unique_experts": int(np.unique(experts).size)})
+        return web.json_response(
+            {"tokens": len(tokens), "layers": MOE_LAYERS, "unique_experts": int(np.unique(experts).size)}
+        )
 
     app = web.Application()
     app.router.add_get("/health", health)
@@ -95,7 +102,7 @@ class SidecarClient:
             session = await self._get_session()
             async with session.get(f"{self.base_url}/health") as resp:
                 return None if resp.status == 200 else f"HTTP {resp.status}"
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     def note_tokens(self, tokens: list[int]) -> None:
@@ -113,7 +120,7 @@ class SidecarClient:
             async with session.post(f"{self.base_url}/v1/routed_experts", json={"tokens": batch}) as resp:
                 await resp.read()
                 ok = resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             ok = False
         self.on_call(ok)
 
@@ -138,7 +145,9 @@ async def _serve_sidecar(host: str, port: int) -> None:
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        raise EngineError(f"sidecar --host {host} --port {port}: cannot bind ({exc.strerror or exc}); pick a free port") from exc
+        raise EngineError(
+            f"sidecar --host {host} --port {port}: cannot bind ({exc.strerror or exc}); pick a free port"
+        ) from exc
     print(f"INFO expert sidecar stand-in serving routed-expert lookups on http://{host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,8 +21,8 @@ Vectorised over a batch in a handful of numpy integer operations.
 
 from __future__ import annotations
 
-from typing import cast
 import functools
+from typing import cast
 
 import numpy as np
 
@@ -86,7 +86,9 @@ def _positions(positions: np.ndarray) -> np.ndarray:
 def counters(positions: np.ndarray, use: int | np.ndarray, slots: int | np.ndarray) -> np.ndarray:
     """(B, S) counter words for `positions` (B,), `use` (one, or (S,) one per slot), and `slots` (S,) or range(slots)."""
     pos = _positions(positions)
-    slot = np.arange(slots, dtype=np.int64) if isinstance(slots, (int, np.integer)) else np.asarray(slots, dtype=np.int64)
+    slot = (
+        np.arange(slots, dtype=np.int64) if isinstance(slots, (int, np.integer)) else np.asarray(slots, dtype=np.int64)
+    )
     if slot.size and slot.max() >= _MAX_SLOT:
         raise ValueError(f"slots must lie in [0, {_MAX_SLOT}); got {slot.max()}")
     return ((pos[:, None] << 16) | (np.asarray(use, dtype=np.int64) << 8) | slot[None, :]).astype(np.uint64)

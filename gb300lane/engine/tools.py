@@ -40,6 +40,7 @@ class Constraint:
     value: Any
     source: str  # "response_format", "structured_outputs" or "tools"
 
+
 _DECODER = json.JSONDecoder()
 _CALLS_KEY = '"tool_calls"'
 _CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
@@ -63,11 +64,23 @@ class ToolRequest:
             fn = next(f for f in self.functions if f["name"] == self.name)
             return fn.get("parameters") or {"type": "object", "properties": {}}
         if self.mode == "required":
-            return {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": [
-                {"properties": {"name": {"type": "string", "enum": [f["name"]]},
-                                "parameters": f.get("parameters") or {"type": "object", "properties": {}}},
-                 "required": ["name", "parameters"]}
-                for f in self.functions]}}
+            return {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "anyOf": [
+                        {
+                            "properties": {
+                                "name": {"type": "string", "enum": [f["name"]]},
+                                "parameters": f.get("parameters") or {"type": "object", "properties": {}},
+                            },
+                            "required": ["name", "parameters"],
+                        }
+                        for f in self.functions
+                    ],
+                },
+            }
         return None
 
 
@@ -81,7 +94,7 @@ def parse_tools(body: Mapping[str, object]) -> ToolRequest:
         for i, tool in enumerate(tools):
             fn = tool.get("function") if isinstance(tool, dict) else None
             if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
-                raise ApiError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}", param="tools")
+                raise ApiError(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}', param="tools")
             if not isinstance(fn.get("name"), str):
                 raise ApiError(f"tools[{i}].function.name must be a string", param="tools")
             params = fn.get("parameters")
@@ -100,8 +113,10 @@ def parse_tools(body: Mapping[str, object]) -> ToolRequest:
     if tools is None:
         raise ApiError("When using `tool_choice`, `tools` must be set.", param="tool_choice")
     if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise ApiError(f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", \"auto\" or "
-                       "\"required\" are supported.", param="tool_choice")
+        raise ApiError(
+            f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or "required" are supported.',
+            param="tool_choice",
+        )
     if choice == "required" and not functions:
         return ToolRequest("none", parallel=parallel)
     if choice in ("auto", "required"):
@@ -114,11 +129,13 @@ def parse_tools(body: Mapping[str, object]) -> ToolRequest:
         raise ApiError(f"Expected field `name` in `function` in `tool_choice`! {_CORRECT_USAGE}", param="tool_choice")
     name = fn["name"]
     if not isinstance(name, str) or not name:
-        raise ApiError(f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_CORRECT_USAGE}",
-                       param="tool_choice")
+        raise ApiError(
+            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_CORRECT_USAGE}", param="tool_choice"
+        )
     if not any(f["name"] == name for f in functions):
-        raise ApiError("The tool specified in `tool_choice` does not match any of the specified `tools`",
-                       param="tool_choice")
+        raise ApiError(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`", param="tool_choice"
+        )
     return ToolRequest("named", tuple(functions), name, parallel=parallel)
 
 
@@ -131,11 +148,13 @@ def parse_constraint(body: Mapping[str, object]) -> Constraint | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise ApiError("structured_outputs must be an object such as {\"json\": {...}}", param="structured_outputs")
+        raise ApiError('structured_outputs must be an object such as {"json": {...}}', param="structured_outputs")
     kinds = [k for k in _EXPLICIT_KINDS if spec.get(k) is not None]
     if len([k for k in kinds if k != "grammar"]) > 1:
-        raise ApiError("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
-                       param="structured_outputs")
+        raise ApiError(
+            "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
+            param="structured_outputs",
+        )
     if not kinds:
         if spec.get("json_object"):
             return Constraint("json_object", None, "structured_outputs")
@@ -151,8 +170,7 @@ def parse_constraint(body: Mapping[str, object]) -> Constraint | None:
         raise ApiError("structured_outputs.json must be a JSON schema object", param="structured_outputs")
     if kind in ("regex", "grammar") and not isinstance(value, str):
         raise ApiError(f"structured_outputs.{kind} must be a string", param="structured_outputs")
-    if kind == "choice" and (not isinstance(value, list) or not value
-                             or not all(isinstance(c, str) for c in value)):
+    if kind == "choice" and (not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value)):
         raise ApiError("structured_outputs.choice must be a non-empty list of strings", param="structured_outputs")
     return Constraint(kind, value, "structured_outputs")
 
@@ -171,8 +189,9 @@ def parse_response_format(body: Mapping[str, object]) -> tuple[bool, dict[str, o
         return True, None
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-        raise ApiError("response_format.json_schema must be an object with a name and a schema",
-                       param="response_format")
+        raise ApiError(
+            "response_format.json_schema must be an object with a name and a schema", param="response_format"
+        )
     schema = spec.get("schema", {})
     if not isinstance(schema, dict):
         raise ApiError("response_format.json_schema.schema must be a JSON schema object", param="response_format")
@@ -187,15 +206,20 @@ def render_tool_calls(calls: object, *, where: str) -> str:
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise ApiError(f"{where}[{j}] must be {{\"function\": {{\"name\", \"arguments\"}}}}", param="messages")
+            raise ApiError(f'{where}[{j}] must be {{"function": {{"name", "arguments"}}}}', param="messages")
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
             except (json.JSONDecodeError, RecursionError):
                 raise ApiError(f"{where}[{j}].function.arguments is not valid JSON", param="messages") from None
-        out.append({"id": call.get("id") or f"call_{j}", "type": "function",
-                    "function": {"name": fn["name"], "arguments": args}})
+        out.append(
+            {
+                "id": call.get("id") or f"call_{j}",
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": args},
+            }
+        )
     return json.dumps({"tool_calls": out}, ensure_ascii=False)
 
 
@@ -204,7 +228,11 @@ def tool_call_id() -> str:
 
 
 def _call(name: str, arguments: str, index: int | None = None) -> dict[str, object]:
-    out: dict[str, object] = {"id": tool_call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+    out: dict[str, object] = {
+        "id": tool_call_id(),
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
     if index is not None:
         out["index"] = index
     return out

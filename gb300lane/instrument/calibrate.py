@@ -37,7 +37,7 @@ import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,21 +45,22 @@ from pydantic import Field
 
 from gb300lane import __version__
 from gb300lane.cards.decide.boots import refuse_pinned_boot_seed
-from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData
+from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
+from gb300lane.cards.decide.extension import plan_extension
 from gb300lane.cards.decide.gates import evaluate
 from gb300lane.cards.decide.looks import decide, design_look
-from gb300lane.cards.decide.data import merge_stages
-from gb300lane.cards.decide.extension import plan_extension
-from gb300lane.cards.record.receipts import new_run_dir, utc_now
 from gb300lane.cards.decide.results import Status
+from gb300lane.cards.decide.stats import proportion
+from gb300lane.cards.embedded import check_embedded, engine_fingerprint
+from gb300lane.cards.record.receipts import new_run_dir, utc_now
 from gb300lane.cards.run import arm_seed_base, arm_window, stage_windows
 from gb300lane.cards.schema import (
     Card,
     ControlsAgreeGate,
-    Gate,
     ControlsEquivalence,
     DecodeRatioGate,
     DecodeTest,
+    Gate,
     ParityGate,
     TestedGate,
     TokensPerStepGate,
@@ -68,17 +69,22 @@ from gb300lane.cards.schema import (
     planned_stages,
     stage_count,
 )
-from gb300lane.cards.embedded import check_embedded, engine_fingerprint
-from gb300lane.instrument.simulate import DIFFERENCES, InProcessLane
-from gb300lane.cards.decide.stats import proportion
 from gb300lane.errors import CardError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes, write_once
+from gb300lane.instrument.simulate import DIFFERENCES, InProcessLane
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
 Scenario = Literal["aa", "card"]
-WINDOW_GATES = (TokensPerStepTest, DecodeTest, ControlsEquivalence, ParityGate, TokensPerStepGate, DecodeRatioGate,
-                ControlsAgreeGate)
+WINDOW_GATES = (
+    TokensPerStepTest,
+    DecodeTest,
+    ControlsEquivalence,
+    ParityGate,
+    TokensPerStepGate,
+    DecodeRatioGate,
+    ControlsAgreeGate,
+)
 
 
 class ReplicateOutcome(FrozenModel):
@@ -92,14 +98,20 @@ class ReplicateOutcome(FrozenModel):
     requests_per_arm: int = Field(description="Primary-window requests per arm until it stopped.")
     gates: dict[str, Status] = Field(description="Gate id -> status at the stopping look.")
     estimates: dict[str, float | None] = Field(default_factory=dict, description="Aggregate tested gates: estimate.")
-    statistics: dict[str, float | None] = Field(default_factory=dict,
-                                                description="Aggregate tested gates: t at the margin.")
-    extensions: int = Field(default=0, description="Times it was extended (`card extend`) after an INCONCLUSIVE "
-                            "look; 0 for a card without a registered extension.")
+    statistics: dict[str, float | None] = Field(
+        default_factory=dict, description="Aggregate tested gates: t at the margin."
+    )
+    extensions: int = Field(
+        default=0,
+        description="Times it was extended (`card extend`) after an INCONCLUSIVE "
+        "look; 0 for a card without a registered extension.",
+    )
     extended_stages: int = Field(default=0, description="Stages it ran beyond the design's own.")
     first_estimates: dict[str, float | None] = Field(
-        default_factory=dict, description="Aggregate tested gates: estimate at look 1, where every replicate looks "
-        "with the same information (the stopping look's estimate leans toward the effects that stop early).")
+        default_factory=dict,
+        description="Aggregate tested gates: estimate at look 1, where every replicate looks "
+        "with the same information (the stopping look's estimate leans toward the effects that stop early).",
+    )
 
 
 class RateCI(FrozenModel):
@@ -114,12 +126,16 @@ class BootCheck(FrozenModel):
     """A gate's registered boot sd against what the calibration's control boots show."""
 
     registered_sd: float = Field(description="boot_sd the gate registered.")
-    measured_sd: float = Field(description="Relative between-boot SD from the replicates' control boots (0 when "
-                               "the estimate is negative).")
+    measured_sd: float = Field(
+        description="Relative between-boot SD from the replicates' control boots (0 when the estimate is negative)."
+    )
     measured_sd_signed: float = Field(description="The same, signed: sqrt(|s2|) with the sign of the estimate.")
     upper: float = Field(default=0.0, description="One-sided 95% upper confidence bound of the boot sd.")
-    lower: float = Field(default=0.0, description="One-sided 95% lower confidence bound of the boot sd (above the "
-                         "registered one: the registered figure is too small).")
+    lower: float = Field(
+        default=0.0,
+        description="One-sided 95% lower confidence bound of the boot sd (above the "
+        "registered one: the registered figure is too small).",
+    )
     df: float | None = Field(description="Satterthwaite degrees of freedom of the estimate.")
     f_ratio: float = Field(description="Between-boot over within mean square (1 when there is no boot effect).")
     boots: int = Field(description="Control boots used.")
@@ -133,9 +149,12 @@ class Calibration(FrozenModel):
     gates_sha256: str = Field(description="The card's registered-gates hash (what was calibrated).")
     written_at: str = Field(description="UTC time it finished.")
     tool_version: str = Field(description="gb300lane version.")
-    engine_sha256: str = Field(default="", description="sha256 of the engine and verifier files and the card's "
-                               "recipes (instrument.simulate.engine_fingerprint): same card hash, seed, replicates and "
-                               "engine give the same outcomes.")
+    engine_sha256: str = Field(
+        default="",
+        description="sha256 of the engine and verifier files and the card's "
+        "recipes (instrument.simulate.engine_fingerprint): same card hash, seed, replicates and "
+        "engine give the same outcomes.",
+    )
     replicates: int = Field(description="Replicates per scenario.")
     seed: int = Field(description="Calibration seed: replicate r's seed base is a hash of (card, seed, r).")
     design: str = Field(description="The card's design.")
@@ -152,21 +171,31 @@ class Calibration(FrozenModel):
     gates_not_exercised: tuple[str, ...] = Field(description="Boot gates: no boot happens in the fast path.")
     fast_path: str = Field(description="How the fast path differs from a full card run.")
     boot_check: dict[str, BootCheck] = Field(
-        default_factory=dict, description="Tested gate id -> the boot sd the control boots of the replicates show, "
-        "beside the one the gate registered (a check, never an input).")
+        default_factory=dict,
+        description="Tested gate id -> the boot sd the control boots of the replicates show, "
+        "beside the one the gate registered (a check, never an input).",
+    )
     reused_arm_stages: int = Field(default=0, description="Arm-stages taken from the raw file instead of run.")
     cpu_seconds: float = Field(description="CPU seconds of the replicates (all workers).")
     workers: int = Field(description="Processes that ran replicates.")
-    extended_aa: int = Field(default=0, description="A/A replicates extended (INCONCLUSIVE at the design's last "
-                             "look, then run as `card extend` runs them); 0 without a registered extension.")
+    extended_aa: int = Field(
+        default=0,
+        description="A/A replicates extended (INCONCLUSIVE at the design's last "
+        "look, then run as `card extend` runs them); 0 without a registered extension.",
+    )
     extended_decided_aa: int = Field(default=0, description="Of those, the ones an extension took to PASS or FAIL.")
     extended_card: int = Field(default=0, description="As-written replicates extended.")
-    extended: bool = Field(default=False, description="Whether INCONCLUSIVE replicates were extended as `card "
-                           "extend` extends them (a registered extension, not --no-extend): its rates are then the "
-                           "whole plan's.")
+    extended: bool = Field(
+        default=False,
+        description="Whether INCONCLUSIVE replicates were extended as `card "
+        "extend` extends them (a registered extension, not --no-extend): its rates are then the "
+        "whole plan's.",
+    )
     mean_estimates_card: dict[str, float] = Field(
-        default_factory=dict, description="Aggregate tested gate id -> its mean estimate at look 1 over the "
-        "as-written replicates (the effect the card as written meets on this engine; `card calibrate` plans at it).")
+        default_factory=dict,
+        description="Aggregate tested gate id -> its mean estimate at look 1 over the "
+        "as-written replicates (the effect the card as written meets on this engine; `card calibrate` plans at it).",
+    )
 
 
 def replicate_seed(card: Card, seed: int, replicate: int) -> int:
@@ -176,16 +205,19 @@ def replicate_seed(card: Card, seed: int, replicate: int) -> int:
 
 def with_seed(card: Card, seed_base: int) -> Card:
     """The card with every seeded window's seed base replaced (fresh seeds for one replicate)."""
-    windows = tuple(w.model_copy(update={"seed_base": seed_base}) if w.seed_base is not None else w
-                    for w in card.windows)
+    windows = tuple(
+        w.model_copy(update={"seed_base": seed_base}) if w.seed_base is not None else w for w in card.windows
+    )
     return card.model_copy(update={"windows": windows})
 
 
 def aa_card(card: Card) -> Card:
     """The A/A card: B boots the control recipe."""
     ctrl = card.controls[0].recipe
-    arms = tuple(a.model_copy(update={"recipe": ctrl, "allow_outside_trained_block": False})
-                 if a.role == "candidate" else a for a in card.arms)
+    arms = tuple(
+        a.model_copy(update={"recipe": ctrl, "allow_outside_trained_block": False}) if a.role == "candidate" else a
+        for a in card.arms
+    )
     return card.model_copy(update={"arms": arms})
 
 
@@ -207,8 +239,10 @@ class ArmStage(FrozenModel):
 
 #: (replicate, key, stage) -> a raw line (parsed only when used)
 RawStore = dict[tuple[int, str, int], str]
-_HEAD = re.compile(r'^\{"boot_seed": (\d+), "cpu_s": [^,]+, "key": "([^"]+)", "recipe": "[^"]*", '
-                   r'"replicate": (\d+), "stage": (\d+), "windows": ')
+_HEAD = re.compile(
+    r'^\{"boot_seed": (\d+), "cpu_s": [^,]+, "key": "([^"]+)", "recipe": "[^"]*", '
+    r'"replicate": (\d+), "stage": (\d+), "windows": '
+)
 
 
 def run_hash(card: Card) -> str:
@@ -260,9 +294,16 @@ def _append_lines(path: Path, lines: list[str]) -> None:
         os.fsync(f.fileno())
 
 
-def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: int,
-                  raw: RawStore | None = None, new: list[str] | None = None, *,
-                  extend: bool = True) -> list[ReplicateOutcome]:
+def run_replicate(
+    lane: InProcessLane | None,
+    card: Card,
+    seed: int,
+    replicate: int,
+    raw: RawStore | None = None,
+    new: list[str] | None = None,
+    *,
+    extend: bool = True,
+) -> list[ReplicateOutcome]:
     """Both scenarios of one replicate; a sequential card stops each scenario at its own look.
 
     A card that registers an extension (`design.extension`) is extended as
@@ -306,8 +347,17 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
                 windows = [arm_window(base, w, arm, stage) for w in stage_windows(base, stage)]
                 c0 = time.process_time()
                 got = lane.run_arm(base, arm, windows, recipe=recipe, boot_seed=boot).windows
-                line = _raw_line(ArmStage(replicate=replicate, key=key, stage=stage, recipe=recipe, boot_seed=boot,
-                                          cpu_s=round(time.process_time() - c0, 3), windows=got))
+                line = _raw_line(
+                    ArmStage(
+                        replicate=replicate,
+                        key=key,
+                        stage=stage,
+                        recipe=recipe,
+                        boot_seed=boot,
+                        cpu_s=round(time.process_time() - c0, 3),
+                        windows=got,
+                    )
+                )
                 raw[(replicate, key, stage)] = line
                 if new is not None:
                     new.append(line)
@@ -317,8 +367,17 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
         for scenario, sc in scenarios.items():
             if not open_[scenario]:
                 continue
-            arms = [ArmData(arm=a.name, recipe=a.recipe, role=a.role, source="measured", boot=BootFacts(),
-                            windows=data[a.name if a.role == "control" else f"B:{scenario}"]) for a in sc.arms]
+            arms = [
+                ArmData(
+                    arm=a.name,
+                    recipe=a.recipe,
+                    role=a.role,
+                    source="measured",
+                    boot=BootFacts(),
+                    windows=data[a.name if a.role == "control" else f"B:{scenario}"],
+                )
+                for a in sc.arms
+            ]
             results = evaluate(sc, gates, arms, None, look)
             if stage == 1:
                 first[scenario] = {r.id: r.tests[0].estimate for r in results if len(r.tests) == 1}
@@ -332,13 +391,22 @@ def run_replicate(lane: InProcessLane | None, card: Card, seed: int, replicate: 
             open_[scenario] = False
             primary = data[f"B:{scenario}"].get(card.primary_window)
             requests = sum(len(c.per_transcript) for c in primary.cells) if primary else 0
-            out.append(ReplicateOutcome(
-                replicate=replicate, scenario=scenario, seed_base=seed_base, verdict=verdict, look=stage,
-                requests_per_arm=requests, gates={r.id: r.status for r in results},
-                estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1},
-                statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1},
-                extensions=extensions[scenario], extended_stages=max(0, stage - stage_count(card)),
-                first_estimates=first.get(scenario, {})))
+            out.append(
+                ReplicateOutcome(
+                    replicate=replicate,
+                    scenario=scenario,
+                    seed_base=seed_base,
+                    verdict=verdict,
+                    look=stage,
+                    requests_per_arm=requests,
+                    gates={r.id: r.status for r in results},
+                    estimates={r.id: r.tests[0].estimate for r in results if len(r.tests) == 1},
+                    statistics={r.id: r.tests[0].statistic for r in results if len(r.tests) == 1},
+                    extensions=extensions[scenario],
+                    extended_stages=max(0, stage - stage_count(card)),
+                    first_estimates=first.get(scenario, {}),
+                )
+            )
     return out
 
 
@@ -375,9 +443,16 @@ def boot_check(card: Card, raw: RawStore, replicates: int) -> dict[str, BootChec
     for g in tested:
         est = estimate_from_units(units[g.id])
         if est is not None:
-            out[g.id] = BootCheck(registered_sd=g.boot_sd, measured_sd=est.sd, measured_sd_signed=est.signed,
-                                  upper=est.upper, lower=est.lower, df=None if est.df is None else round(est.df, 1),
-                                  f_ratio=round(est.f_ratio, 4), boots=est.boots)
+            out[g.id] = BootCheck(
+                registered_sd=g.boot_sd,
+                measured_sd=est.sd,
+                measured_sd_signed=est.signed,
+                upper=est.upper,
+                lower=est.lower,
+                df=None if est.df is None else round(est.df, 1),
+                f_ratio=round(est.f_ratio, 4),
+                boots=est.boots,
+            )
     return out
 
 
@@ -387,9 +462,18 @@ def rate_ci(events: int, n: int) -> RateCI:
     return RateCI(rate=r.rate, low=r.low, high=r.high, events=events, replicates=n)
 
 
-def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replicates: int, cpu: float,
-              workers: int, boots: dict[str, BootCheck] | None = None, reused: int = 0,
-              extend: bool = True) -> Calibration:
+def summarize(
+    card: Card,
+    outcomes: list[ReplicateOutcome],
+    *,
+    seed: int,
+    replicates: int,
+    cpu: float,
+    workers: int,
+    boots: dict[str, BootCheck] | None = None,
+    reused: int = 0,
+    extend: bool = True,
+) -> Calibration:
     by: dict[str, list[ReplicateOutcome]] = {"aa": [], "card": []}
     for o in outcomes:
         by[o.scenario].append(o)
@@ -401,33 +485,55 @@ def summarize(card: Card, outcomes: list[ReplicateOutcome], *, seed: int, replic
     primary = card.window(card.primary_window)
     n_arm = len(primary.classes) * primary.transcripts_per_class * len(primary.concurrency) * primary.rounds
     exercised = window_gates(card)
-    design = "fixed" if stage_count(card) == 1 else (
-        f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
+    design = (
+        "fixed"
+        if stage_count(card) == 1
+        else (f"group_sequential, {stage_count(card)} looks, {getattr(card.design, 'spending', '')} spending")
+    )
     ext = card.design.extension
     if ext is not None:
-        design += (f", extension of up to {ext.looks} looks ({planned_stages(card)} in the plan, {ext.spending} "
-                   + ("spending; INCONCLUSIVE replicates extended as `card extend` extends them)" if extend else
-                      "spending; never extended: the design's own looks alone)"))
+        design += f", extension of up to {ext.looks} looks ({planned_stages(card)} in the plan, {ext.spending} " + (
+            "spending; INCONCLUSIVE replicates extended as `card extend` extends them)"
+            if extend
+            else "spending; never extended: the design's own looks alone)"
+        )
     return Calibration(
-        schema_version=1, card=card.name, gates_sha256=gates_hash(card), written_at=utc_now(),
-        tool_version=__version__, engine_sha256=engine_fingerprint(card), replicates=replicates, seed=seed,
+        schema_version=1,
+        card=card.name,
+        gates_sha256=gates_hash(card),
+        written_at=utc_now(),
+        tool_version=__version__,
+        engine_sha256=engine_fingerprint(card),
+        replicates=replicates,
+        seed=seed,
         design=design,
-        candidate_recipe=card.candidate.recipe, control_recipe=card.controls[0].recipe, requests_per_arm=n_arm,
+        candidate_recipe=card.candidate.recipe,
+        control_recipe=card.controls[0].recipe,
+        requests_per_arm=n_arm,
         mean_requests_per_arm_aa=sum(o.requests_per_arm for o in aa) / max(1, len(aa)),
         mean_requests_per_arm_card=sum(o.requests_per_arm for o in real) / max(1, len(real)),
-        false_better=rate_ci(count(aa, "PASS"), len(aa)), false_fail=rate_ci(count(aa, "FAIL"), len(aa)),
-        power=rate_ci(count(real, "PASS"), len(real)), fail_when_real=rate_ci(count(real, "FAIL"), len(real)),
+        false_better=rate_ci(count(aa, "PASS"), len(aa)),
+        false_fail=rate_ci(count(aa, "FAIL"), len(aa)),
+        power=rate_ci(count(real, "PASS"), len(real)),
+        fail_when_real=rate_ci(count(real, "FAIL"), len(real)),
         gates_exercised=tuple(g.id for g in exercised),
         gates_not_exercised=tuple(g.id for g in card.gates if g not in exercised),
-        fast_path=DIFFERENCES, boot_check=boots or {}, reused_arm_stages=reused, cpu_seconds=round(cpu, 1),
-        workers=workers, extended_aa=sum(1 for o in aa if o.extensions), extended_card=sum(1 for o in real if o.extensions),
+        fast_path=DIFFERENCES,
+        boot_check=boots or {},
+        reused_arm_stages=reused,
+        cpu_seconds=round(cpu, 1),
+        workers=workers,
+        extended_aa=sum(1 for o in aa if o.extensions),
+        extended_card=sum(1 for o in real if o.extensions),
         extended_decided_aa=sum(1 for o in aa if o.extensions and o.verdict != "INCONCLUSIVE"),
         mean_estimates_card=_mean_estimates(real),
-        extended=extend and card.design.extension is not None)
+        extended=extend and card.design.extension is not None,
+    )
 
 
 def _mean_estimates(outcomes: list[ReplicateOutcome]) -> dict[str, float]:
     """Gate id -> the mean of its estimates over `outcomes` (gates with an estimate in every one)."""
+
     def at(o: ReplicateOutcome) -> dict[str, float | None]:
         return o.first_estimates or o.estimates  # look 1 where recorded: the same information in every replicate
 
@@ -439,8 +545,10 @@ def _mean_estimates(outcomes: list[ReplicateOutcome]) -> dict[str, float]:
 def _so_far(outcomes: list[ReplicateOutcome]) -> str:
     aa = [o.verdict for o in outcomes if o.scenario == "aa"]
     real = [o.verdict for o in outcomes if o.scenario == "card"]
-    return (f"so far: false 'B better' {aa.count('PASS')}/{len(aa)}, false FAIL {aa.count('FAIL')}/{len(aa)}, "
-            f"power {real.count('PASS')}/{len(real)}")
+    return (
+        f"so far: false 'B better' {aa.count('PASS')}/{len(aa)}, false FAIL {aa.count('FAIL')}/{len(aa)}, "
+        f"power {real.count('PASS')}/{len(real)}"
+    )
 
 
 def progress_file(card: Card, seed: int, base: Path | None = None, *, extend: bool = True) -> Path:
@@ -482,16 +590,24 @@ def _load_progress(path: Path) -> tuple[list[ReplicateOutcome], float]:
 
 
 def _append_progress(path: Path, outcomes: list[ReplicateOutcome], cpu: float) -> None:
-    line = json.dumps({"cpu_s": round(cpu, 3), "outcomes": [o.model_dump(mode="json") for o in outcomes]},
-                      sort_keys=True)
+    line = json.dumps(
+        {"cpu_s": round(cpu, 3), "outcomes": [o.model_dump(mode="json") for o in outcomes]}, sort_keys=True
+    )
     _append_lines(path, [line + "\n"])
 
 
-def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
-              progress: Callable[[str], None] | None = None,
-              lane: InProcessLane | None = None,
-              resume: Path | None = None, raw: Path | None = None,
-              extend: bool = True) -> tuple[Calibration, list[ReplicateOutcome]]:
+def calibrate(
+    card: Card,
+    replicates: int,
+    *,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+    lane: InProcessLane | None = None,
+    resume: Path | None = None,
+    raw: Path | None = None,
+    extend: bool = True,
+) -> tuple[Calibration, list[ReplicateOutcome]]:
     """Run `replicates` replicates of both scenarios; returns the summary and every outcome.
 
     With `resume` (a `progress_file`), each finished batch of replicates is
@@ -563,25 +679,37 @@ def calibrate(card: Card, replicates: int, *, seed: int = 0, workers: int = 1,
     outcomes.sort(key=lambda o: (o.replicate, o.scenario))
     boots = boot_check(card, store, replicates) if store else {}
     reused = sum(1 for k in had if k[0] < replicates)
-    return summarize(card, outcomes, seed=seed, replicates=replicates, cpu=cpu, workers=max(1, workers),
-                     boots=boots, reused=reused, extend=extend), outcomes
+    return summarize(
+        card,
+        outcomes,
+        seed=seed,
+        replicates=replicates,
+        cpu=cpu,
+        workers=max(1, workers),
+        boots=boots,
+        reused=reused,
+        extend=extend,
+    ), outcomes
 
 
-def write_calibration(card: Card, card_text: str, cal: Calibration, outcomes: list[ReplicateOutcome],
-                      base: Path | None = None) -> Path:
+def write_calibration(
+    card: Card, card_text: str, cal: Calibration, outcomes: list[ReplicateOutcome], base: Path | None = None
+) -> Path:
     """Write the calibration's receipts (write-once) and return their directory."""
     root = (base or results_dir()) / "calibrations"
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
     d = new_run_dir(root, f"{date}-{card.name}-calibrate")
     write_once(d / "card.yaml", card_text)
-    write_once(d / "replicates.jsonl",
-               "".join(json.dumps(o.model_dump(mode="json"), sort_keys=True) + "\n" for o in outcomes))
+    write_once(
+        d / "replicates.jsonl", "".join(json.dumps(o.model_dump(mode="json"), sort_keys=True) + "\n" for o in outcomes)
+    )
     write_once(d / "calibration.json", dumps_json(cal.model_dump(mode="json")))
     return d
 
 
-def find_calibration(card: Card, replicates: int, seed: int,
-                     base: Path | None = None) -> tuple[Calibration, Path] | None:
+def find_calibration(
+    card: Card, replicates: int, seed: int, base: Path | None = None
+) -> tuple[Calibration, Path] | None:
     """The newest calibration receipts of this card's registered gates, seed, replicates and engine, if any.
 
     A calibration repeats from its seed, so such receipts are the run itself
@@ -596,8 +724,12 @@ def find_calibration(card: Card, replicates: int, seed: int,
             cal = Calibration.model_validate_json((d / "calibration.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if (cal.card == card.name and cal.replicates == replicates and cal.seed == seed
-                and (cal.gates_sha256, cal.engine_sha256, cal.tool_version) == want):
+        if (
+            cal.card == card.name
+            and cal.replicates == replicates
+            and cal.seed == seed
+            and (cal.gates_sha256, cal.engine_sha256, cal.tool_version) == want
+        ):
             return cal, d
     return None
 
@@ -621,10 +753,12 @@ def calibration_boot_notes(card: Card, base: Path | None = None) -> list[str]:
         for gid, b in cal.boot_check.items():
             g = by_id.get(gid)
             if g is not None and getattr(g, "decides", True) and b.registered_sd > 0 and b.lower > b.registered_sd:
-                out.append(f"gate {gid}: calibration {d.name} ({b.boots} control boots) measured a boot sd of "
-                           f"{b.measured_sd:.3%} (95% lower bound {b.lower:.3%}, upper {b.upper:.3%}) above the "
-                           f"registered {b.registered_sd:.3%}: the test leaves out between-boot variance the lane "
-                           f"shows; register boot_sd {b.measured_sd:.4f}")
+                out.append(
+                    f"gate {gid}: calibration {d.name} ({b.boots} control boots) measured a boot sd of "
+                    f"{b.measured_sd:.3%} (95% lower bound {b.lower:.3%}, upper {b.upper:.3%}) above the "
+                    f"registered {b.registered_sd:.3%}: the test leaves out between-boot variance the lane "
+                    f"shows; register boot_sd {b.measured_sd:.4f}"
+                )
         return out
     return []
 
@@ -633,7 +767,23 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-__all__ = ["ArmStage", "BootCheck", "Calibration", "ReplicateOutcome", "aa_card", "boot_check", "calibrate",
-           "calibration_boot_notes",
-           "default_workers", "find_calibration", "load_raw", "progress_file", "raw_file", "run_hash", "run_replicate",
-           "summarize", "with_seed", "write_calibration"]
+__all__ = [
+    "ArmStage",
+    "BootCheck",
+    "Calibration",
+    "ReplicateOutcome",
+    "aa_card",
+    "boot_check",
+    "calibrate",
+    "calibration_boot_notes",
+    "default_workers",
+    "find_calibration",
+    "load_raw",
+    "progress_file",
+    "raw_file",
+    "run_hash",
+    "run_replicate",
+    "summarize",
+    "with_seed",
+    "write_calibration",
+]

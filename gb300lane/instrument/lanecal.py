@@ -28,23 +28,23 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import Field
 
-from gb300lane.instrument.calibrate import RateCI, aa_card, rate_ci, window_gates
-from gb300lane.instrument.plan import registration_plan
+from gb300lane.cards.extend import extend_card
+from gb300lane.cards.record.extensions import pending_extension
 from gb300lane.cards.record.receipts import Receipts, read_verdict, register
 from gb300lane.cards.record.verdicts import score
 from gb300lane.cards.run import ArmOps, run_card
-from gb300lane.cards.extend import extend_card
-from gb300lane.cards.record.extensions import pending_extension
 from gb300lane.cards.schema import Card, TestedGate, planned_stages
 from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import atomic_write
+from gb300lane.instrument.calibrate import RateCI, aa_card, rate_ci, window_gates
+from gb300lane.instrument.plan import registration_plan
 from gb300lane.models import FrozenModel
 from gb300lane.paths import results_dir
 
@@ -76,10 +76,14 @@ class LaneCalibration(FrozenModel):
     false_fail: RateCI = Field(description="A/A replicates that FAIL.")
     power: RateCI = Field(description="As-written replicates that PASS.")
     fail_when_real: RateCI = Field(description="As-written replicates that FAIL.")
-    planned_power: float | None = Field(description="The card's power as its plan predicts it from the lane's noise "
-                                        "(extended: the registered plan's, by its last look).")
-    extended: bool = Field(default=False, description="Whether INCONCLUSIVE replicates were extended (a registered "
-                           "extension, and not --no-extend).")
+    planned_power: float | None = Field(
+        description="The card's power as its plan predicts it from the lane's noise "
+        "(extended: the registered plan's, by its last look)."
+    )
+    extended: bool = Field(
+        default=False,
+        description="Whether INCONCLUSIVE replicates were extended (a registered extension, and not --no-extend).",
+    )
     extended_aa: int = Field(default=0, description="A/A replicates extended at least once.")
     extended_card: int = Field(default=0, description="As-written replicates extended at least once.")
     plan_source: str = Field(default="", description="Where that plan's noise came from.")
@@ -87,14 +91,17 @@ class LaneCalibration(FrozenModel):
     stopped_by_budget: bool = Field(description="Whether the budget stopped it before every replicate ran.")
     seconds: float = Field(description="Wall-clock seconds of this run.")
     replicates: tuple[LaneReplicate, ...] = Field(description="Every replicate, in the order run.")
-    notes: tuple[str, ...] = Field(default=(), description="What says the tests leave out variance this lane has: "
-                                   "an A/A rate whose 95% lower bound lies above the deciding gates' alpha "
-                                   "(`rate_notes`), A/A estimates spread beyond their standard errors "
-                                   "(`spread_notes`).")
+    notes: tuple[str, ...] = Field(
+        default=(),
+        description="What says the tests leave out variance this lane has: "
+        "an A/A rate whose 95% lower bound lies above the deciding gates' alpha "
+        "(`rate_notes`), A/A estimates spread beyond their standard errors "
+        "(`spread_notes`).",
+    )
 
 
 def calibration_root(card: Card, seed: int, date: str | None = None) -> Path:
-    day = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    day = date or datetime.now(UTC).strftime("%Y-%m-%d")
     return results_dir() / "calibrations" / f"{day}-{card.name}-lane-s{seed}"
 
 
@@ -108,10 +115,12 @@ def replicate_card(card: Card, scenario: LaneScenario, seed: int, r: int) -> Car
     gate is a fact of one boot, and in the A/A scenario the changed-flag gate fails by construction."""
     base = aa_card(card) if scenario == "aa" else card
     seed_base = replicate_seed(card, seed, r)
-    windows = tuple(w.model_copy(update={"seed_base": seed_base}) if w.name == card.primary_window else w
-                    for w in base.windows)
-    return base.model_copy(update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows,
-                                   "gates": window_gates(base)})
+    windows = tuple(
+        w.model_copy(update={"seed_base": seed_base}) if w.name == card.primary_window else w for w in base.windows
+    )
+    return base.model_copy(
+        update={"name": f"{card.name}-lane-{scenario}-{r:03d}", "windows": windows, "gates": window_gates(base)}
+    )
 
 
 def card_payload(card: Card) -> dict[str, object]:
@@ -122,9 +131,17 @@ def card_payload(card: Card) -> dict[str, object]:
     return out
 
 
-def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, budget_s: float | None = None,
-                   progress: Callable[[str], None] | None = None, date: str | None = None,
-                   extend: bool = True) -> LaneCalibration:
+def calibrate_lane(
+    card: Card,
+    replicates: int,
+    *,
+    ops: ArmOps,
+    seed: int = 0,
+    budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    date: str | None = None,
+    extend: bool = True,
+) -> LaneCalibration:
     """Run (or read back) `replicates` replicates of both scenarios through `ops`, A/A first in each pair, each
     extended to a decision where the card registers an extension (and `extend`)."""
     if replicates < 1:
@@ -143,8 +160,13 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
         for scenario in scenarios:
             rep = replicate_card(card, scenario, seed, r)
             text = yaml.safe_dump(card_payload(rep), sort_keys=False)
-            rec = register(rep, text, base=root, date=(date or datetime.now(timezone.utc).strftime("%Y-%m-%d")),
-                           aside="a replicate of `card calibrate --lane`")
+            rec = register(
+                rep,
+                text,
+                base=root,
+                date=(date or datetime.now(UTC).strftime("%Y-%m-%d")),
+                aside="a replicate of `card calibrate --lane`",
+            )
             ran = False
             started = time.monotonic()
             if not rec.verdict_numbers():
@@ -166,19 +188,31 @@ def calibrate_lane(card: Card, replicates: int, *, ops: ArmOps, seed: int = 0, b
                 try:
                     got = extend_card(rec, ops=ops, progress=say)
                 except (CardError, LaneError) as exc:
-                    say(f"replicate {r + 1} {scenario}: its extension did not finish ({exc}); a later run of the "
-                        "same seed resumes it")
+                    say(
+                        f"replicate {r + 1} {scenario}: its extension did not finish ({exc}); a later run of the "
+                        "same seed resumes it"
+                    )
                     break
-                say(f"replicate {r + 1}/{replicates} {scenario}: extended to look {got.verdict.look}: "
-                    f"{got.verdict.verdict}")
+                say(
+                    f"replicate {r + 1}/{replicates} {scenario}: extended to look {got.verdict.look}: "
+                    f"{got.verdict.verdict}"
+                )
                 ran = True
             if stopped:
                 break
             if extend and _extendable(rec, rep):
                 continue  # mid-plan: not yet the plan's verdict
             numbers = rec.verdict_numbers()
-            done.append(_replicate(scenario, r, rep, rec, read_verdict(rec, numbers[-1]).verdict,
-                                   time.monotonic() - started if ran else 0.0))
+            done.append(
+                _replicate(
+                    scenario,
+                    r,
+                    rep,
+                    rec,
+                    read_verdict(rec, numbers[-1]).verdict,
+                    time.monotonic() - started if ran else 0.0,
+                )
+            )
         if stopped:
             break
     aa = [d for d in done if d.scenario == "aa"]
@@ -211,11 +245,13 @@ def rate_notes(card: Card, cal: LaneCalibration) -> tuple[str, ...]:
     out = []
     for what, r in (("false 'B better'", cal.false_better), ("false FAIL", cal.false_fail)):
         if r.replicates and r.low > alpha:
-            out.append(f"{what} on this lane is {r.events}/{r.replicates} ({r.rate:.1%}, 95% interval "
-                       f"[{r.low:.1%}, {r.high:.1%}]), above the gates' one-sided {alpha:.1%} beyond doubt: the "
-                       "tests leave out variance this lane has (between boots, or between the bracket's positions); "
-                       "register a boot sd that covers it (`gb300lane card noise` for A against A2, the A/A "
-                       "estimates' spread for B against the controls) and calibrate again")
+            out.append(
+                f"{what} on this lane is {r.events}/{r.replicates} ({r.rate:.1%}, 95% interval "
+                f"[{r.low:.1%}, {r.high:.1%}]), above the gates' one-sided {alpha:.1%} beyond doubt: the "
+                "tests leave out variance this lane has (between boots, or between the bracket's positions); "
+                "register a boot sd that covers it (`gb300lane card noise` for A against A2, the A/A "
+                "estimates' spread for B against the controls) and calibrate again"
+            )
     return tuple(out)
 
 
@@ -228,8 +264,11 @@ def spread_notes(card: Card, aa: list[LaneReplicate]) -> tuple[str, ...]:
 
     from scipy.stats import chi2, norm
 
-    gates = {g.id for g in card.gates if isinstance(g, TestedGate) and g.decides and g.scope == "aggregate"
-             and g.test != "equivalence"}
+    gates = {
+        g.id
+        for g in card.gates
+        if isinstance(g, TestedGate) and g.decides and g.scope == "aggregate" and g.test != "equivalence"
+    }
     per: dict[str, list[tuple[float, float]]] = {}
     for d in aa:
         rec = Receipts(Path(d.receipts))
@@ -249,10 +288,12 @@ def spread_notes(card: Card, aa: list[LaneReplicate]) -> tuple[str, ...]:
         if (len(got) - 1) * sd * sd / (se * se) > float(chi2.ppf(0.95, len(got) - 1)):
             extra = math.sqrt(sd * sd - se * se)
             per_arm = extra / math.sqrt(1.0 + 1.0 / len(card.controls))  # B against the controls' mean
-            out.append(f"gate {gid}: its {len(got)} A/A estimates spread with an sd of {sd:.2%} where each test's "
-                       f"standard error is {se:.2%} (a chi-square test, 5% level, says more than chance): the "
-                       f"comparison carries about {extra:.2%} beyond its requests' noise, a boot sd of about "
-                       f"{per_arm:.2%} per arm, a share the test leaves out")
+            out.append(
+                f"gate {gid}: its {len(got)} A/A estimates spread with an sd of {sd:.2%} where each test's "
+                f"standard error is {se:.2%} (a chi-square test, 5% level, says more than chance): the "
+                f"comparison carries about {extra:.2%} beyond its requests' noise, a boot sd of about "
+                f"{per_arm:.2%} per arm, a share the test leaves out"
+            )
     return tuple(out)
 
 
@@ -262,13 +303,29 @@ def _extendable(rec: Receipts, rep: Card) -> bool:
     if pending_extension(rec) is not None:
         return True
     numbers = rec.verdict_numbers()
-    return bool(numbers) and read_verdict(rec, numbers[-1]).verdict == "INCONCLUSIVE" and \
-        rec.stages_done(rep) < planned_stages(rep)
+    return (
+        bool(numbers)
+        and read_verdict(rec, numbers[-1]).verdict == "INCONCLUSIVE"
+        and rec.stages_done(rep) < planned_stages(rep)
+    )
 
 
-def _replicate(scenario: LaneScenario, r: int, rep: Card, rec: Receipts,
-               verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"], seconds: float) -> LaneReplicate:
+def _replicate(
+    scenario: LaneScenario,
+    r: int,
+    rep: Card,
+    rec: Receipts,
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"],
+    seconds: float,
+) -> LaneReplicate:
     w = rep.window(rep.primary_window)
-    return LaneReplicate(scenario=scenario, replicate=r, seed_base=int(w.seed_base or 0), receipts=str(rec.root),
-                         verdict=verdict, seconds=round(seconds, 1), extensions=len(rec.verdict_numbers()) - 1,
-                         looks=rec.stages_done(rep))
+    return LaneReplicate(
+        scenario=scenario,
+        replicate=r,
+        seed_base=int(w.seed_base or 0),
+        receipts=str(rec.root),
+        verdict=verdict,
+        seconds=round(seconds, 1),
+        extensions=len(rec.verdict_numbers()) - 1,
+        looks=rec.stages_done(rep),
+    )

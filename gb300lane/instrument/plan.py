@@ -45,20 +45,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from gb300lane.cards.decide.boots import (BootEstimate, critical_boot_sd, estimate_boot_sd,
-                                          refuse_pinned_boot_seed, registered_check)
+from gb300lane.cards.decide.boots import (
+    BootEstimate,
+    critical_boot_sd,
+    estimate_boot_sd,
+    refuse_pinned_boot_seed,
+    registered_check,
+)
 from gb300lane.cards.decide.data import ArmData, WindowData
-from gb300lane.cards.decide.results import CardPlan, ExtensionPlanFigures, GatePlan
-from gb300lane.instrument.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.cards.decide.more import boot_factor, boots_per_arm
+from gb300lane.cards.decide.results import CardPlan, ExtensionPlanFigures, GatePlan
+from gb300lane.cards.decide.sequential import PLAN_GRID, boundaries, crossing, power_and_stop, used_fraction
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
+from gb300lane.cards.record.noise import LedgerEstimate, for_card
 from gb300lane.cards.record.receipts import new_run_dir
-from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cards.record.studies import (
     boot_provenance,
     boot_window,
@@ -69,11 +75,21 @@ from gb300lane.cards.record.studies import (
     pilot_windows,
     same_primary,
 )
-from gb300lane.cards.schema import (Arm, Card, ControlsEquivalence, GroupSequential, Spending, TestedGate,
-                                    TokensPerStepTest, plan_spending, planned_stages, stage_count)
-from gb300lane.cards.decide.sequential import PLAN_GRID, boundaries, crossing, power_and_stop, used_fraction
-from gb300lane.cards.record.noise import LedgerEstimate, for_card
+from gb300lane.cards.record.verified import planning_receipts
+from gb300lane.cards.schema import (
+    Arm,
+    Card,
+    ControlsEquivalence,
+    GroupSequential,
+    Spending,
+    TestedGate,
+    TokensPerStepTest,
+    plan_spending,
+    planned_stages,
+    stage_count,
+)
 from gb300lane.errors import CardError, LaneError
+from gb300lane.instrument.calibrate import Calibration, RateCI, calibration_boot_notes
 from gb300lane.models import FrozenModel
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.schema import WindowSpec
@@ -110,7 +126,8 @@ class Noise:
 
     samples: list[Sample] = field(default_factory=list)
     _per_class: dict[tuple[str, tuple[Cell, ...]], dict[str, tuple[float, float, int]] | None] = field(
-        default_factory=dict, repr=False)
+        default_factory=dict, repr=False
+    )
 
     @property
     def requests(self) -> int:
@@ -123,10 +140,17 @@ def noise_from_windows(windows: list[tuple[str, WindowData]]) -> Noise:
     for source, w in windows:
         for c in w.cells:
             for t in set(c.per_transcript) | set(c.per_transcript_tps):
-                out.samples.append(Sample(source=source, cls=c.cls, concurrency=c.concurrency,
-                                          transcript=t,
-                                          round=c.round or 0, tokens_per_step=c.per_transcript_tps.get(t),
-                                          decode_tok_s=c.per_transcript.get(t)))
+                out.samples.append(
+                    Sample(
+                        source=source,
+                        cls=c.cls,
+                        concurrency=c.concurrency,
+                        transcript=t,
+                        round=c.round or 0,
+                        tokens_per_step=c.per_transcript_tps.get(t),
+                        decode_tok_s=c.per_transcript.get(t),
+                    )
+                )
     return out
 
 
@@ -175,12 +199,17 @@ def _window_requests(w: WindowSpec) -> int:
 
 def _gate_cells(card: Card, gate: TestedGate) -> list[Cell]:
     w = card.window(gate.window)
-    return [(c, n) for c in w.classes for n in w.concurrency
-            if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)]
+    return [
+        (c, n)
+        for c in w.classes
+        for n in w.concurrency
+        if (gate.classes is None or c in gate.classes) and (gate.concurrency is None or n in gate.concurrency)
+    ]
 
 
-def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0,
-              boots: int | None = None) -> tuple[list[float], str]:
+def _tests_se(
+    card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd: float = 0.0, boots: int | None = None
+) -> tuple[list[float], str]:
     """The relative standard error of each of the gate's tests when the window is `scale` times as large,
     with the boots' component at `boot_sd` (relative) per arm over `boots` boots per arm (the card's own)."""
     metric = gate.metric
@@ -200,7 +229,7 @@ def _tests_se(card: Card, gate: TestedGate, noise: Noise, scale: float, boot_sd:
             return [], f"no repeated control transcripts for {', '.join(f'{c} C{n}' for c, n in group)}"
         v = sum(units * factor * var / w.rounds for var, _, _ in per_cls.values())
         base = sum(mean for _, mean, _ in per_cls.values()) / len(per_cls)
-        rel2 = v / (units * len(per_cls)) ** 2 / base ** 2 + factor * boot_sd ** 2 / (boots or boots_per_arm(card))
+        rel2 = v / (units * len(per_cls)) ** 2 / base**2 + factor * boot_sd**2 / (boots or boots_per_arm(card))
         out.append(math.sqrt(rel2))
     return out, ""
 
@@ -215,7 +244,9 @@ def _gate_power(gate: TestedGate, ses: list[float], level: float, effect: float)
         elif gate.test == "non_inferiority":
             p *= float(norm.cdf((effect + gate.margin) / se - z))
         else:
-            p *= max(0.0, float(norm.cdf((gate.margin - effect) / se - z) + norm.cdf((gate.margin + effect) / se - z) - 1))
+            p *= max(
+                0.0, float(norm.cdf((gate.margin - effect) / se - z) + norm.cdf((gate.margin + effect) / se - z) - 1)
+            )
     return p
 
 
@@ -226,8 +257,12 @@ def _plan_crossings(gate: TestedGate, ses: list[float], bounds: Sequence[float],
     out = []
     for se in ses:
         if gate.test == "equivalence":
-            out.append(_both(crossing(bounds, (gate.margin - effect) / se, PLAN_GRID),
-                             crossing(bounds, (gate.margin + effect) / se, PLAN_GRID)))
+            out.append(
+                _both(
+                    crossing(bounds, (gate.margin - effect) / se, PLAN_GRID),
+                    crossing(bounds, (gate.margin + effect) / se, PLAN_GRID),
+                )
+            )
         else:
             gap = effect - gate.margin if gate.test == "superiority" else effect + gate.margin
             out.append(crossing(bounds, gap / se, PLAN_GRID))
@@ -261,10 +296,19 @@ def _solve_scale(power_at: Callable[[float], float], target: float) -> float | N
     return hi
 
 
-def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_POWER,
-              effect: float | None = None, boots: list[ArmData] | None = None, boot_source: str = "",
-              lane_noise: Mapping[str, LedgerEstimate] | None = None,
-              effects: Mapping[str, float] | None = None, share: float = 1.0) -> CardPlan:
+def plan_card(
+    card: Card,
+    noise: Noise,
+    source: str,
+    *,
+    target: float = TARGET_POWER,
+    effect: float | None = None,
+    boots: list[ArmData] | None = None,
+    boot_source: str = "",
+    lane_noise: Mapping[str, LedgerEstimate] | None = None,
+    effects: Mapping[str, float] | None = None,
+    share: float = 1.0,
+) -> CardPlan:
     """Planning figures for every tested gate and the card (see the module docstring); `boots` are a boot
     study's arms (each one boot of the control recipe), from which each gate's boot sd is measured. `share` is the
     share of each gate's alpha the run spends (its question's, `decide.question`): the plan is of that run.
@@ -273,16 +317,24 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     `LEDGER_MIN_CARDS` scored cards, an aggregate gate's boot sd is the ledger's; else the boot study's; else the
     registered figure. Each gate says which (`boot_sd_source`), and is checked against the figure it used."""
     if share != 1.0:  # the run's alpha: every figure below is of the run about to be registered
-        card = card.model_copy(update={"gates": tuple(
-            g.model_copy(update={"alpha": g.alpha * share}) if isinstance(g, TestedGate) else g for g in card.gates)})
+        card = card.model_copy(
+            update={
+                "gates": tuple(
+                    g.model_copy(update={"alpha": g.alpha * share}) if isinstance(g, TestedGate) else g
+                    for g in card.gates
+                )
+            }
+        )
     primary = card.window(card.primary_window)
     n_arm = _window_requests(primary)
     inflation, design = 1.0, "fixed"
     seq = card.design if isinstance(card.design, GroupSequential) else None
     gates = [g for g in card.gates if isinstance(g, TestedGate)]
     if not gates:
-        raise CardError(f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
-                        "nothing to plan")
+        raise CardError(
+            f"card {card.name} has no tested gates (tokens_per_step, decode_tok_s, controls_equivalence); "
+            "nothing to plan"
+        )
 
     def eff(g: TestedGate) -> float:
         if isinstance(g, ControlsEquivalence):
@@ -296,8 +348,10 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
     own_looks, all_looks, spending = stage_count(card), planned_stages(card), plan_spending(card)
     extended = all_looks > own_looks
     if extended:  # one plan of all_looks equal stages: the design's own looks take their share of each alpha
-        design = (f"{design if not seq else f'group_sequential, {seq.looks} looks'}, extension of "
-                  f"{all_looks - own_looks} looks ({own_looks} of a {all_looks}-look plan, {spending} spending)")
+        design = (
+            f"{design if not seq else f'group_sequential, {seq.looks} looks'}, extension of "
+            f"{all_looks - own_looks} looks ({own_looks} of a {all_looks}-look plan, {spending} spending)"
+        )
     elif seq:
         design = f"group_sequential, {seq.looks} looks, {seq.spending} spending"
         primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
@@ -334,19 +388,36 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         crit = critical_boot_sd(eff(g), g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card), target)
         where = measured_by[g.id]
         check = "" if m is None else registered_check(g.id, m, float(g.boot_sd), g.boot_df, where, crit)
-        return {"boot_sd": sd_of(g), "boot_check": check, "boot_sd_source": where,
-                "boot_sd_lower": None if m is None else m.lower, "boot_sd_registered": float(g.boot_sd),
-                "boot_sd_measured": None if m is None else m.sd,
-                "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
-                "boot_sd_upper": None if m is None else m.upper,
-                "boot_f_ratio": None if m is None else m.f_ratio}
+        return {
+            "boot_sd": sd_of(g),
+            "boot_check": check,
+            "boot_sd_source": where,
+            "boot_sd_lower": None if m is None else m.lower,
+            "boot_sd_registered": float(g.boot_sd),
+            "boot_sd_measured": None if m is None else m.sd,
+            "boot_df_measured": None if m is None or m.df is None else int(m.df),  # rounded down
+            "boot_sd_upper": None if m is None else m.upper,
+            "boot_f_ratio": None if m is None else m.f_ratio,
+        }
 
     for g in gates:
         ses, why = _tests_se(card, g, noise, 1.0, sd_of(g))
         if not ses:
-            rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
-                                 effect=eff(g), se=None, power=None, requests_per_arm_for_target=None, note=why,
-                                 **boot_fields(g)))
+            rows.append(
+                GatePlan(
+                    gate=g.id,
+                    test=g.test,
+                    decides=g.decides,
+                    alpha=g.alpha,
+                    margin=g.margin,
+                    effect=eff(g),
+                    se=None,
+                    power=None,
+                    requests_per_arm_for_target=None,
+                    note=why,
+                    **boot_fields(g),
+                )
+            )
             continue
 
         def power_at(scale: float, g: TestedGate = g, taken: int = own_looks) -> float:
@@ -359,26 +430,49 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
             return math.prod(sum(c[:taken]) for c in _plan_crossings(g, s, bounds, eff(g)))
 
         if g.test == "superiority" and eff(g) <= g.margin:
-            rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
-                                 effect=eff(g), se=max(ses), power=None, requests_per_arm_for_target=None,
-                                 note="no mde above the margin: give the gate an mde to plan its power",
-                                 **boot_fields(g)))
+            rows.append(
+                GatePlan(
+                    gate=g.id,
+                    test=g.test,
+                    decides=g.decides,
+                    alpha=g.alpha,
+                    margin=g.margin,
+                    effect=eff(g),
+                    se=max(ses),
+                    power=None,
+                    requests_per_arm_for_target=None,
+                    note="no mde above the margin: give the gate an mde to plan its power",
+                    **boot_fields(g),
+                )
+            )
             continue
         per_gate_power[g.id] = power_at
         scale = _solve_scale(power_at, target)
-        rows.append(GatePlan(gate=g.id, test=g.test, decides=g.decides, alpha=g.alpha, margin=g.margin,
-                             effect=eff(g), se=max(ses), power_extended=power_at(1.0, g, all_looks) if extended
-                             else None,
-                             power=power_at(1.0), requests_per_arm_for_target=None if scale is None else
-                             math.ceil(n_arm * scale),
-                             note="" if scale is not None else "unreachable at this effect and margin"
-                             + (" (the boots' shift alone is too large)" if scale is None and sd_of(g) > 0 else ""),
-                             **boot_fields(g)))
+        rows.append(
+            GatePlan(
+                gate=g.id,
+                test=g.test,
+                decides=g.decides,
+                alpha=g.alpha,
+                margin=g.margin,
+                effect=eff(g),
+                se=max(ses),
+                power_extended=power_at(1.0, g, all_looks) if extended else None,
+                power=power_at(1.0),
+                requests_per_arm_for_target=None if scale is None else math.ceil(n_arm * scale),
+                note=""
+                if scale is not None
+                else "unreachable at this effect and margin"
+                + (" (the boots' shift alone is too large)" if scale is None and sd_of(g) > 0 else ""),
+                **boot_fields(g),
+            )
+        )
     deciding = [per_gate_power[r.gate] for r in rows if r.decides and r.gate in per_gate_power]
     card_power = None
     card_n = None
     planned = all(r.power is not None for r in rows if r.decides)  # a deciding gate unplanned: no card power
     if deciding and planned:
+
         def together(scale: float, taken: int = own_looks) -> float:
             return math.prod(f(scale, taken=taken) for f in deciding)
 
@@ -387,9 +481,19 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
         card_n = None if s is None else math.ceil(n_arm * s)
     ext_figures = None
     if extended:
-        ext_figures = _extension_figures(card, gates, noise, n_arm, own_looks, all_looks, spending, eff, sd_of,
-                                         (lambda sc: math.prod(f(sc, taken=all_looks) for f in deciding))
-                                         if deciding and planned else None, target)
+        ext_figures = _extension_figures(
+            card,
+            gates,
+            noise,
+            n_arm,
+            own_looks,
+            all_looks,
+            spending,
+            eff,
+            sd_of,
+            (lambda sc: math.prod(f(sc, taken=all_looks) for f in deciding)) if deciding and planned else None,
+            target,
+        )
     expected = None
     if seq and card_n is not None and not extended:
         primary_gate = next((g for g in gates if isinstance(g, TokensPerStepTest)), gates[0])
@@ -400,21 +504,43 @@ def plan_card(card: Card, noise: Noise, source: str, *, target: float = TARGET_P
             drift = (eff(primary_gate) - primary_gate.margin) / ses[0]
             _, used = power_and_stop(bounds, drift)
             expected = used * n_arm
-    return CardPlan(card=card.name, source=source, source_requests=noise.requests, requests_per_arm=n_arm,
-                    target_power=target, design=design, gates=tuple(rows), power=card_power,
-                    requests_per_arm_for_target=card_n, expected_requests_per_arm=expected, inflation=inflation,
-                    boot_source=boot_source, extension=ext_figures)
+    return CardPlan(
+        card=card.name,
+        source=source,
+        source_requests=noise.requests,
+        requests_per_arm=n_arm,
+        target_power=target,
+        design=design,
+        gates=tuple(rows),
+        power=card_power,
+        requests_per_arm_for_target=card_n,
+        expected_requests_per_arm=expected,
+        inflation=inflation,
+        boot_source=boot_source,
+        extension=ext_figures,
+    )
 
 
-def _extension_figures(card: Card, gates: list[TestedGate], noise: Noise, n_arm: int, own_looks: int, all_looks: int,
-                       spending: Spending, eff: Callable[[TestedGate], float], sd_of: Callable[[TestedGate], float],
-                       extended_power: Callable[[float], float] | None, target: float) -> ExtensionPlanFigures:
+def _extension_figures(
+    card: Card,
+    gates: list[TestedGate],
+    noise: Noise,
+    n_arm: int,
+    own_looks: int,
+    all_looks: int,
+    spending: Spending,
+    eff: Callable[[TestedGate], float],
+    sd_of: Callable[[TestedGate], float],
+    extended_power: Callable[[float], float] | None,
+    target: float,
+) -> ExtensionPlanFigures:
     """A registered extension's plan: every look's level, the power by the last look, its maximum and its expected
     size at the tokens/step effect (extended until it decides), and the maximum that reaches the target power."""
     norm = _norm()
     stage = n_arm // own_looks
-    levels = {g.id: tuple(float(norm.sf(b)) for b in boundaries(g.alpha, all_looks, spending))
-              for g in gates if g.decides}
+    levels = {
+        g.id: tuple(float(norm.sf(b)) for b in boundaries(g.alpha, all_looks, spending)) for g in gates if g.decides
+    }
     expected = looks = None
     primary = next((g for g in gates if isinstance(g, TokensPerStepTest) and g.decides), None)
     if primary is not None and eff(primary) > primary.margin:
@@ -424,12 +550,18 @@ def _extension_figures(card: Card, gates: list[TestedGate], noise: Noise, n_arm:
             used = used_fraction(first)
             expected, looks = round(used * stage * all_looks, 1), round(used * all_looks, 2)
     scale = None if extended_power is None else _solve_scale(extended_power, target)
-    return ExtensionPlanFigures(looks=all_looks, design_looks=own_looks, spending=spending, levels=levels,
-                                stage_requests_per_arm=stage,
-                                power=None if extended_power is None else extended_power(1.0),
-                                requests_per_arm=stage * all_looks, expected_requests_per_arm=expected,
-                                expected_looks=looks, requests_per_arm_for_target=None if scale is None else
-                                math.ceil(n_arm * scale * all_looks / own_looks))
+    return ExtensionPlanFigures(
+        looks=all_looks,
+        design_looks=own_looks,
+        spending=spending,
+        levels=levels,
+        stage_requests_per_arm=stage,
+        power=None if extended_power is None else extended_power(1.0),
+        requests_per_arm=stage * all_looks,
+        expected_requests_per_arm=expected,
+        expected_looks=looks,
+        requests_per_arm_for_target=None if scale is None else math.ceil(n_arm * scale * all_looks / own_looks),
+    )
 
 
 # ---------------------------------------------------------------- where the noise comes from
@@ -463,8 +595,11 @@ def control_windows(card: Card, base: Path | None = None) -> tuple[list[tuple[st
             arms = [a for a in rec.load_arms(other) if a.role == "control" and a.source == "measured"]
         except CardError:
             continue
-        got = [(f"{rec.root.name}/{a.arm}", a.windows[other.primary_window]) for a in arms
-               if other.primary_window in a.windows]
+        got = [
+            (f"{rec.root.name}/{a.arm}", a.windows[other.primary_window])
+            for a in arms
+            if other.primary_window in a.windows
+        ]
         if got:
             windows += got
             sources.append(f"{rec.root.name} ({', '.join(a.arm for a in arms)})")
@@ -486,14 +621,27 @@ def pilot_window(card: Card, transcripts: int = PILOT_TRANSCRIPTS) -> WindowSpec
 
     p = card.window(card.primary_window)
     seed = None if p.seed_base is None else arm_seed_base(p.seed_base, "pilot", 1)
-    return p.model_copy(update={"name": "pilot", "transcripts_per_class": min(transcripts, p.transcripts_per_class),
-                                "rounds": 2, "seed_base": seed, "held_out": False})
+    return p.model_copy(
+        update={
+            "name": "pilot",
+            "transcripts_per_class": min(transcripts, p.transcripts_per_class),
+            "rounds": 2,
+            "seed_base": seed,
+            "held_out": False,
+        }
+    )
 
 
-def run_pilot(card: Card, *, ops: ArmOps | None = None, base: Path | None = None, progress: Callable[[str], None] | None = None,
-              transcripts: int = PILOT_TRANSCRIPTS) -> Path:
+def run_pilot(
+    card: Card,
+    *,
+    ops: ArmOps | None = None,
+    base: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    transcripts: int = PILOT_TRANSCRIPTS,
+) -> Path:
     """Boot arm A's recipe dark, run the pilot window, keep its receipts under results/pilots/; returns the dir."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from gb300lane.cards.run import LiveArmOps
     from gb300lane.fsio import dumps_json, write_once
@@ -502,27 +650,39 @@ def run_pilot(card: Card, *, ops: ArmOps | None = None, base: Path | None = None
     ops = ops or LiveArmOps()
     arm = card.controls[0]
     w = pilot_window(card, transcripts)
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
     d = new_run_dir(pilot_root(base), f"{date}-{card.name}-pilot")
-    say(f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
-        f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)")
+    say(
+        f"pilot: booting {arm.recipe} dark ({_window_requests(w)} requests: {len(w.classes)} classes x "
+        f"{w.transcripts_per_class} transcripts x C{'/C'.join(map(str, w.concurrency))} x 2 rounds)"
+    )
     try:
-        with ops.instance(arm.recipe, arm="pilot", check_keys=None, baseline=None,
-                          allow_outside_trained_block=False) as report:
+        with ops.instance(
+            arm.recipe, arm="pilot", check_keys=None, baseline=None, allow_outside_trained_block=False
+        ) as report:
             write_once(d / "boot.json", dumps_json(report.model_dump(mode="json")))
-            result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
-                                    fingerprint=report.fingerprint)
+            result = ops.run_window(
+                report.endpoint, w, model=report.served_model, recipe=arm.recipe, fingerprint=report.fingerprint
+            )
             write_once(d / "window.json", dumps_json(result.model_dump(mode="json")))
     finally:
         ops.discard(arm.recipe, "pilot")
-    write_once(d / "pilot.json", dumps_json(PilotReceipt(card=card.name, recipe=arm.recipe, window=w)
-                                            .model_dump(mode="json")))
+    write_once(
+        d / "pilot.json", dumps_json(PilotReceipt(card=card.name, recipe=arm.recipe, window=w).model_dump(mode="json"))
+    )
     say(f"pilot: receipts in {d}")
     return d
 
 
-def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress: Callable[[str], None] | None = None,
-                   lane: InProcessLane | None = None, ops: ArmOps | None = None) -> Path:
+def run_boot_study(
+    card: Card,
+    boots: int,
+    *,
+    base: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    lane: InProcessLane | None = None,
+    ops: ArmOps | None = None,
+) -> Path:
     """`boots` boots of the control recipe, each its own boot seed and seed base, over the primary window as the
     card sizes it; receipts under results/pilots/<date>-<card>-boots/.
 
@@ -533,12 +693,12 @@ def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress
     is its compile, its scheduling and its machine, not a seed the study picks.
     """
     import secrets
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    from gb300lane.cards.run import arm_seed_base
     from gb300lane.cards.embedded import runs_embedded
-    from gb300lane.instrument.simulate import InProcessLane
+    from gb300lane.cards.run import arm_seed_base
     from gb300lane.fsio import dumps_json, write_once
+    from gb300lane.instrument.simulate import InProcessLane
 
     if boots < 3:
         raise CardError("--boots must be at least 3 (the between-boot variance needs boots to compare)")
@@ -547,12 +707,14 @@ def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress
     arm = card.controls[0]
     primary = boot_window(card)
     study = secrets.randbits(31)
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
     d = new_run_dir(pilot_root(base), f"{date}-{card.name}-boots")
     in_process = runs_embedded(card)
     where = "in process" if in_process else "through the lane (real boots, dark)"
-    say(f"boot study: {boots} boots of {arm.recipe} {where}, {_window_requests(primary)} requests each "
-        f"(study seed {study})")
+    say(
+        f"boot study: {boots} boots of {arm.recipe} {where}, {_window_requests(primary)} requests each "
+        f"(study seed {study})"
+    )
     seconds = []
     for i in range(boots):
         w = primary.model_copy(update={"seed_base": arm_seed_base(study, f"boots:{i}", 1)})
@@ -564,9 +726,21 @@ def run_boot_study(card: Card, boots: int, *, base: Path | None = None, progress
             seconds.append(boot_s)
         write_once(d / f"boot-{i:03d}.json", dumps_json(data.model_dump(mode="json")))
         say(f"boot study: {i + 1} of {boots} boots" + (f" (booted in {seconds[-1]:.0f} s)" if seconds else ""))
-    write_once(d / "boots.json", dumps_json(BootStudyReceipt(
-        card=card.name, recipe=arm.recipe, boots=boots, study_seed=study, in_process=in_process,
-        boot_seconds=seconds, window=primary, measured_on=measured_on(card)).model_dump(mode="json")))
+    write_once(
+        d / "boots.json",
+        dumps_json(
+            BootStudyReceipt(
+                card=card.name,
+                recipe=arm.recipe,
+                boots=boots,
+                study_seed=study,
+                in_process=in_process,
+                boot_seconds=seconds,
+                window=primary,
+                measured_on=measured_on(card),
+            ).model_dump(mode="json")
+        ),
+    )
     say(f"boot study: receipts in {d}")
     return d
 
@@ -577,8 +751,12 @@ def require_recipes(card: Card) -> None:
         try:
             load_recipe(arm.recipe)
         except LaneError as exc:
-            raise CardError(f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
-                            f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again") from None
+            raise CardError(
+                f"card {card.name}: arm {arm.name}'s recipe {arm.recipe} does not load "
+                f"({str(exc).splitlines()[0]}); fix the card or add the recipe, then plan again"
+            ) from None
+
+
 def _real_boot(card: Card, arm: Arm, w: WindowSpec, i: int, d: Path, ops: ArmOps | None) -> tuple[WindowData, float]:
     """One boot of the study on the lane: up dark, the window, down; the boot report kept as report-NNN.json."""
     from gb300lane.cards.record.arms import window_data_from_result
@@ -588,20 +766,35 @@ def _real_boot(card: Card, arm: Arm, w: WindowSpec, i: int, d: Path, ops: ArmOps
     ops = ops or LiveArmOps()
     name = f"boots{i:03d}"
     try:
-        with ops.instance(arm.recipe, arm=name, check_keys=None, baseline=None,
-                          allow_outside_trained_block=arm.allow_outside_trained_block) as report:
+        with ops.instance(
+            arm.recipe,
+            arm=name,
+            check_keys=None,
+            baseline=None,
+            allow_outside_trained_block=arm.allow_outside_trained_block,
+        ) as report:
             write_once(d / f"report-{i:03d}.json", dumps_json(report.model_dump(mode="json")))
-            result = ops.run_window(report.endpoint, w, model=report.served_model, recipe=arm.recipe,
-                                    fingerprint=report.fingerprint)
+            result = ops.run_window(
+                report.endpoint, w, model=report.served_model, recipe=arm.recipe, fingerprint=report.fingerprint
+            )
     finally:
         ops.discard(arm.recipe, name)
     data = window_data_from_result(result, card.primary_window)
     return data, float(report.boot_seconds)
 
 
-def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None, base: Path | None = None,
-             progress: Callable[[str], None] | None = None, effect: float | None = None,
-             target: float = TARGET_POWER, boots: int = 0, share: float = 1.0) -> CardPlan:
+def plan_for(
+    card: Card,
+    *,
+    pilot: bool | None = None,
+    ops: ArmOps | None = None,
+    base: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    effect: float | None = None,
+    target: float = TARGET_POWER,
+    boots: int = 0,
+    share: float = 1.0,
+) -> CardPlan:
     """Plan from earlier control data, running a pilot first when there is none (or when `pilot` is True);
     with `boots`, a boot study of that many boots first (in process on the embedded engine, real boots through
     the lane otherwise). `share`: of each gate's alpha, the run spends (`plan_card`)."""
@@ -611,17 +804,28 @@ def plan_for(card: Card, *, pilot: bool | None = None, ops: ArmOps | None = None
     found = None if pilot else earlier_noise(card, base)
     if found is None:
         if pilot is False:
-            raise CardError(f"card {card.name}: no earlier control receipts of {card.controls[0].recipe} with the "
-                            "primary window's temperature and length; run `gb300lane card plan CARD` without "
-                            "--no-pilot to measure a short pilot of arm A")
+            raise CardError(
+                f"card {card.name}: no earlier control receipts of {card.controls[0].recipe} with the "
+                "primary window's temperature and length; run `gb300lane card plan CARD` without "
+                "--no-pilot to measure a short pilot of arm A"
+            )
         run_pilot(card, ops=ops, base=base, progress=progress)
         found = earlier_noise(card, base)
         if found is None:
             raise CardError(f"card {card.name}: the pilot recorded no usable per-request data")
     noise, source = found
     study = earlier_boots(card, base)
-    return plan_card(card, noise, source, target=target, effect=effect, boots=study[0] if study else None,
-                     boot_source=study[1] if study else "", lane_noise=lane_noise(card, base), share=share)
+    return plan_card(
+        card,
+        noise,
+        source,
+        target=target,
+        effect=effect,
+        boots=study[0] if study else None,
+        boot_source=study[1] if study else "",
+        lane_noise=lane_noise(card, base),
+        share=share,
+    )
 
 
 def lane_noise(card: Card, base: Path | None = None) -> dict[str, LedgerEstimate]:
@@ -649,10 +853,12 @@ def boot_sd_refusals(card: Card, base: Path | None = None) -> list[str]:
         if led.lower <= g.boot_sd <= led.upper:
             continue
         side = "above its upper" if g.boot_sd > led.upper else "below its lower"
-        out.append(f"gate {g.id} registers a boot sd of {g.boot_sd:.3%}, {side} one-sided 95% bound: "
-                   f"{led.describe()} puts it between {led.lower:.3%} and {led.upper:.3%}; register a boot sd "
-                   f"inside that range (`gb300lane card plan {card.name}` prints one), or pass "
-                   "--boot-sd-override REASON to register it anyway (the reason is recorded)")
+        out.append(
+            f"gate {g.id} registers a boot sd of {g.boot_sd:.3%}, {side} one-sided 95% bound: "
+            f"{led.describe()} puts it between {led.lower:.3%} and {led.upper:.3%}; register a boot sd "
+            f"inside that range (`gb300lane card plan {card.name}` prints one), or pass "
+            "--boot-sd-override REASON to register it anyway (the reason is recorded)"
+        )
     return out
 
 
@@ -670,9 +876,9 @@ def registration_plan(card: Card, base: Path | None = None, share: float = 1.0) 
     return plans[0] if plans else None
 
 
-def registration_plans(card: Card, base: Path | None = None,
-                       effects: Sequence[Mapping[str, float] | None] = (None,),
-                       share: float = 1.0) -> tuple[CardPlan, ...] | None:
+def registration_plans(
+    card: Card, base: Path | None = None, effects: Sequence[Mapping[str, float] | None] = (None,), share: float = 1.0
+) -> tuple[CardPlan, ...] | None:
     """`registration_plan` once per entry of `effects` (gate id -> relative effect; None: the gates' mdes), from
     one read of the earlier receipts; None where there is nothing to plan from."""
     if not any(isinstance(g, TestedGate) for g in card.gates):
@@ -683,9 +889,19 @@ def registration_plans(card: Card, base: Path | None = None,
     study = earlier_boots(card, base)
     ledger = lane_noise(card, base)
     got = boot_provenance(card, base) if study else ()
-    plans = (plan_card(card, found[0], found[1], boots=study[0] if study else None,
-                       boot_source=study[1] if study else "", lane_noise=ledger, effects=e, share=share)
-             for e in effects)
+    plans = (
+        plan_card(
+            card,
+            found[0],
+            found[1],
+            boots=study[0] if study else None,
+            boot_source=study[1] if study else "",
+            lane_noise=ledger,
+            effects=e,
+            share=share,
+        )
+        for e in effects
+    )
     return tuple(p.model_copy(update={"boot_measured_on": got}) if got else p for p in plans)
 
 
@@ -693,19 +909,27 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
     """What `card register` warns about: point-ratio gates, and a card below the target power."""
     from gb300lane.cards.schema import POINT_RATIO_KINDS
 
-    out = [f"gate {g.id} decides on a point ratio (the write-up's design), without a test: use kind "
-           "tokens_per_step, decode_tok_s or controls_equivalence" for g in card.gates if g.kind in POINT_RATIO_KINDS]
+    out = [
+        f"gate {g.id} decides on a point ratio (the write-up's design), without a test: use kind "
+        "tokens_per_step, decode_tok_s or controls_equivalence"
+        for g in card.gates
+        if g.kind in POINT_RATIO_KINDS
+    ]
     tested = any(isinstance(g, TestedGate) for g in card.gates)
     if not tested:
         return out
     if plan is None:
-        out.append(f"power not known: no earlier control receipts of {card.controls[0].recipe} with this window's "
-                   f"temperature and length; run `gb300lane card plan {card.name}` (it boots a short pilot of arm A)")
+        out.append(
+            f"power not known: no earlier control receipts of {card.controls[0].recipe} with this window's "
+            f"temperature and length; run `gb300lane card plan {card.name}` (it boots a short pilot of arm A)"
+        )
     for g in plan.gates if plan is not None else ():
         if g.decides and g.boot_sd_registered == 0 and g.boot_sd_measured:
-            out.append(f"gate {g.gate}: a boot study measured a boot sd of {g.boot_sd_measured:.3%} (df "
-                       f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
-                       "set boot_sd and boot_df as `card plan` prints them")
+            out.append(
+                f"gate {g.gate}: a boot study measured a boot sd of {g.boot_sd_measured:.3%} (df "
+                f"{g.boot_df_measured}) and the gate registers none: its test leaves the boots' shift out; "
+                "set boot_sd and boot_df as `card plan` prints them"
+            )
     out += [g.boot_check for g in (plan.gates if plan is not None else ()) if g.decides and g.boot_check]
     out += calibration_boot_notes(card)
     if plan is None:
@@ -715,15 +939,22 @@ def registration_warnings(card: Card, plan: CardPlan | None) -> list[str]:
     elif plan.extension is not None:  # the registered plan, every further look taken, is what is sized
         e = plan.extension
         if e.power is not None and e.power < plan.target_power:
-            need = (f"at most {e.requests_per_arm_for_target} requests per arm over its {e.looks} looks"
-                    if e.requests_per_arm_for_target is not None else "a size no number of requests reaches")
-            out.append(f"underpowered: power {e.power:.1%} by look {e.looks} of the registered plan (every further "
-                       f"look taken; {plan.power:.1%} at the design's own), below {plan.target_power:.0%}; "
-                       f"`gb300lane card plan {card.name}` says {need} (the card has {e.requests_per_arm})")
+            need = (
+                f"at most {e.requests_per_arm_for_target} requests per arm over its {e.looks} looks"
+                if e.requests_per_arm_for_target is not None
+                else "a size no number of requests reaches"
+            )
+            out.append(
+                f"underpowered: power {e.power:.1%} by look {e.looks} of the registered plan (every further "
+                f"look taken; {plan.power:.1%} at the design's own), below {plan.target_power:.0%}; "
+                f"`gb300lane card plan {card.name}` says {need} (the card has {e.requests_per_arm})"
+            )
     elif plan.power < plan.target_power:
-        out.append(f"underpowered: power {plan.power:.1%} at the gates' effects, below {plan.target_power:.0%}; "
-                   f"`gb300lane card plan {card.name}` says {plan.requests_per_arm_for_target} requests per arm "
-                   f"(the card has {plan.requests_per_arm})")
+        out.append(
+            f"underpowered: power {plan.power:.1%} at the gates' effects, below {plan.target_power:.0%}; "
+            f"`gb300lane card plan {card.name}` says {plan.requests_per_arm_for_target} requests per arm "
+            f"(the card has {plan.requests_per_arm})"
+        )
     return out
 
 
@@ -736,8 +967,11 @@ class PlanCheck(FrozenModel):
     planned_at_measured: float | None = Field(description="The same plan at the effects the replicates met.")
     measured: RateCI = Field(description="The calibration's measured power (as-written verdicts PASS).")
     inside: bool | None = Field(description="planned_at_measured inside the measured power's interval.")
-    extended: bool = Field(default=False, description="The calibration extended INCONCLUSIVE replicates: the powers "
-                           "are the registered plan's by its last look (`CardPlan.extension`).")
+    extended: bool = Field(
+        default=False,
+        description="The calibration extended INCONCLUSIVE replicates: the powers "
+        "are the registered plan's by its last look (`CardPlan.extension`).",
+    )
 
 
 def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCheck | None:
@@ -746,8 +980,9 @@ def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCh
 
     A plan's power is at the registered effect; the card as written meets the engine's own effect, which is
     rarely the mde, so the check that the plan predicts the measured power plans at the measured effect."""
-    deciding = {g.id for g in card.gates if isinstance(g, TestedGate) and g.decides
-                and not isinstance(g, ControlsEquivalence)}
+    deciding = {
+        g.id for g in card.gates if isinstance(g, TestedGate) and g.decides and not isinstance(g, ControlsEquivalence)
+    }
     effects = {g: e for g, e in cal.mean_estimates_card.items() if g in deciding}
     plans = registration_plans(card, base, (None, effects) if effects else (None,))
     if not plans:
@@ -759,6 +994,12 @@ def plan_check(card: Card, cal: Calibration, base: Path | None = None) -> PlanCh
 
     planned = power(plans[1]) if len(plans) > 1 else None
     m = cal.power
-    return PlanCheck(source=plans[0].source, effects=effects, planned_at_mde=power(plans[0]),
-                     planned_at_measured=planned, measured=m, extended=extended,
-                     inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high)
+    return PlanCheck(
+        source=plans[0].source,
+        effects=effects,
+        planned_at_mde=power(plans[0]),
+        planned_at_measured=planned,
+        measured=m,
+        extended=extended,
+        inside=None if planned is None or m.replicates == 0 else m.low <= planned <= m.high,
+    )

@@ -28,14 +28,13 @@ from __future__ import annotations
 import platform
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from gb300lane import __version__
 from gb300lane.bench.models import CellResult, RequestRecord, RequestSpecDecode, SpecStats, WindowResult
 from gb300lane.bench.quality import Ask, QualityOutcome, ToolCall, check
 from gb300lane.bench.stats import Percentiles
-
 from gb300lane.cards.decide.data import ArmData, BootFacts, WindowData, merge_stages
 from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.schema import Arm, Card, LosslessGate
@@ -108,10 +107,12 @@ class InProcessLane:
 
             recipe = load_recipe(recipe_name)
             if recipe.engine != "embedded":
-                raise CardError(f"recipe {recipe_name} runs on {recipe.engine}, not the embedded engine: "
-                                "the in-process fast path only drives the embedded engine (use a local- recipe)")
+                raise CardError(
+                    f"recipe {recipe_name} runs on {recipe.engine}, not the embedded engine: "
+                    "the in-process fast path only drives the embedded engine (use a local- recipe)"
+                )
             argv = list(main_argv(recipe, host="127.0.0.1", port=recipe.lane.port))
-            self._args[recipe_name] = parse_serve_args(argv[argv.index("serve") + 1:])
+            self._args[recipe_name] = parse_serve_args(argv[argv.index("serve") + 1 :])
         return self._args[recipe_name]
 
     def boot(self, recipe_name: str, boot_seed: int | None = None) -> _ArmEngine:
@@ -126,8 +127,14 @@ class InProcessLane:
 
         args = self._engine_args(recipe_name)
         pinned = args.boot_seed if args.boot_seed is not None else boot_seed
-        core = EngineCore(self.model, args.spec, max_num_seqs=args.max_num_seqs, seed=args.seed,
-                          boot_seed=pinned, numerics_jitter=args.numerics_jitter)
+        core = EngineCore(
+            self.model,
+            args.spec,
+            max_num_seqs=args.max_num_seqs,
+            seed=args.seed,
+            boot_seed=pinned,
+            numerics_jitter=args.numerics_jitter,
+        )
         return _ArmEngine(core=core, served=args.served_model_name, max_num_seqs=args.max_num_seqs)
 
     def _requests(self, engine: _ArmEngine, window: WindowSpec, cls: str, rnd: int) -> list[Any]:
@@ -147,8 +154,9 @@ class InProcessLane:
             out.append(Sequence(request_id=t.id, prompt_ids=list(ids), params=req.params))
             constraint = req.decoding_constraint
             if constraint is not None:  # as the server builds it: a forced tool call or a response_format
-                out[-1].grammar = Grammar(self.model.tokenizer, compile_constraint(
-                    self.model.tokenizer, constraint.kind, constraint.value))
+                out[-1].grammar = Grammar(
+                    self.model.tokenizer, compile_constraint(self.model.tokenizer, constraint.kind, constraint.value)
+                )
             self._sent[id(out[-1])] = (seed if seed is not None else -1, "chat" if chat else "completion")
             if window.stops_at_eos and (ask := asks_for(t)) is not None:
                 self._asks[id(out[-1])] = (ask, req)
@@ -178,12 +186,24 @@ class InProcessLane:
         from gb300lane.engine.core import EngineCore
 
         spec = engine.core.spec
-        fixed = spec.model_copy(update={"num_speculative_tokens_per_batch_size": None,
-                                        "num_speculative_tokens": spec.k_for_batch(1)}) if spec else None
+        fixed = (
+            spec.model_copy(
+                update={"num_speculative_tokens_per_batch_size": None, "num_speculative_tokens": spec.k_for_batch(1)}
+            )
+            if spec
+            else None
+        )
         k = fixed.num_speculative_tokens if fixed else 0
-        core = EngineCore(self.model, fixed, max_num_seqs=max(1, len(seqs)), seed=engine.core.seed,
-                          step_model=engine.core.step_model, verifier=engine.core.verifier,
-                          boot_seed=engine.core.boot_seed, numerics_jitter=engine.core.numerics_jitter)
+        core = EngineCore(
+            self.model,
+            fixed,
+            max_num_seqs=max(1, len(seqs)),
+            seed=engine.core.seed,
+            step_model=engine.core.step_model,
+            verifier=engine.core.verifier,
+            boot_seed=engine.core.boot_seed,
+            numerics_jitter=engine.core.numerics_jitter,
+        )
         steps: dict[int, list[int]] = {id(s): [] for s in seqs}
         for seq in seqs:
             core.add(seq)
@@ -225,15 +245,19 @@ class InProcessLane:
         tokens = 0
         for seq in seqs:
             if seq.grammar is not None or len(seq.output_ids) < 2:
-                why = ("grammar-constrained: the sampled distribution is the masked one" if seq.grammar is not None
-                       else "fewer than two generated tokens (the first is not scored)")
+                why = (
+                    "grammar-constrained: the sampled distribution is the masked one"
+                    if seq.grammar is not None
+                    else "fewer than two generated tokens (the first is not scored)"
+                )
                 excluded[why] = excluded.get(why, 0) + 1
                 continue
             ids = np.asarray([0, 0, *seq.prompt_ids, *seq.output_ids], dtype=np.int64)  # EOS pads, as last_two
             start = len(seq.prompt_ids) + 1
             pos = np.arange(start, len(ids) - 2) + 2
-            rows = model.target_probs(np.full(len(pos), seq.cls, dtype=np.int64), ids[pos - 2], ids[pos - 1],
-                                      engine.core.numerics)
+            rows = model.target_probs(
+                np.full(len(pos), seq.cls, dtype=np.int64), ids[pos - 2], ids[pos - 1], engine.core.numerics
+            )
             tokens += len(ids) - 2
             with np.errstate(divide="ignore"):
                 logp = np.log(rows.astype(np.float64))
@@ -242,12 +266,31 @@ class InProcessLane:
             top = np.take_along_axis(logp, top_idx, axis=1)
             hit = top_idx == ids[pos][:, None]
             rank = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, MAX_TOP_K + 1)
-            scored.append(ScoredTranscript(klass=str(seq.request_id).rsplit("-", 1)[0], sampled_rank=rank,
-                                           sampled_logprob=own, top_logprobs=top, label=str(seq.request_id)))
-        result = lossless_check(scored, temperature=window.temperature, top_p=window.top_p, alpha=gate.alpha,
-                       margin=gate.margin, min_tokens=gate.min_tokens)
-        return result.model_copy(update={"referee": "in process (the target's rows)", "referee_tokens": tokens,
-                                         "referee_s": time.perf_counter() - t0, "excluded": excluded})
+            scored.append(
+                ScoredTranscript(
+                    klass=str(seq.request_id).rsplit("-", 1)[0],
+                    sampled_rank=rank,
+                    sampled_logprob=own,
+                    top_logprobs=top,
+                    label=str(seq.request_id),
+                )
+            )
+        result = lossless_check(
+            scored,
+            temperature=window.temperature,
+            top_p=window.top_p,
+            alpha=gate.alpha,
+            margin=gate.margin,
+            min_tokens=gate.min_tokens,
+        )
+        return result.model_copy(
+            update={
+                "referee": "in process (the target's rows)",
+                "referee_tokens": tokens,
+                "referee_s": time.perf_counter() - t0,
+                "excluded": excluded,
+            }
+        )
 
     def run_window(self, engine: _ArmEngine, window: WindowSpec, lossless: LosslessGate | None = None) -> WindowResult:
         """A window's cells, closed-loop, as bench's WindowResult (the modelled clock only; no HTTP, no wall clock);
@@ -306,8 +349,13 @@ class InProcessLane:
                 if seq.num_drafts and conc == 1:
                     k = seq.num_draft_tokens // seq.num_drafts
                     by_len[k] = by_len.get(k, 0) + seq.num_drafts
-            counters = SpecCounters(num_drafts=drafts, num_draft_tokens=draft_tokens, num_accepted_tokens=accepted,
-                                    accepted_per_pos=tuple(per_pos), drafts_by_length=by_len or None)
+            counters = SpecCounters(
+                num_drafts=drafts,
+                num_draft_tokens=draft_tokens,
+                num_accepted_tokens=accepted,
+                accepted_per_pos=tuple(per_pos),
+                drafts_by_length=by_len or None,
+            )
             out_tokens = sum(len(s.output_ids) for s in seqs)
             cells.append(CellResult(
                 cls=cls, concurrency=conc, round=rnd, valid=all(_full(window, len(s.output_ids)) for s in seqs),
@@ -321,21 +369,28 @@ class InProcessLane:
             ))  # fmt: skip
         return WindowResult(
             tool_version=__version__, python=platform.python_version(), platform=sys.platform,
-            created_at=datetime.now(timezone.utc).isoformat(), endpoint="in process", model=engine.served,
+            created_at=datetime.now(UTC).isoformat(), endpoint="in process", model=engine.served,
             server_version=None, recipe=None, fingerprint=None, window=window.model_dump(mode="json"),
             valid=all(c.valid for c in cells), cells=cells, records=records,
             lossless=None if lossless is None else self._referee(
                 engine, [s for *_, seqs, _ in cells_in for s in seqs], window, lossless),
         )  # fmt: skip
 
-    def run_arm(self, card: Card, arm: Arm, windows: list[WindowSpec], recipe: str | None = None,
-                previous: dict[str, WindowData] | None = None, boot_seed: int | None = None) -> ArmData:
+    def run_arm(
+        self,
+        card: Card,
+        arm: Arm,
+        windows: list[WindowSpec],
+        recipe: str | None = None,
+        previous: dict[str, WindowData] | None = None,
+        boot_seed: int | None = None,
+    ) -> ArmData:
         """One arm (one boot) over `windows`, merged after `previous` stages' data when given."""
         engine = self.boot(recipe or arm.recipe, boot_seed)
         gates = {g.window: g for g in card.gates if isinstance(g, LosslessGate)}
-        data = {w.name: window_data_from_result(self.run_window(engine, w, gates.get(w.name)), w.name)
-                for w in windows}
+        data = {w.name: window_data_from_result(self.run_window(engine, w, gates.get(w.name)), w.name) for w in windows}
         for name, old in (previous or {}).items():
             data[name] = merge_stages([old, data[name]]) if name in data else old
-        return ArmData(arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured",
-                       boot=BootFacts(), windows=data)
+        return ArmData(
+            arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured", boot=BootFacts(), windows=data
+        )

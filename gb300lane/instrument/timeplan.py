@@ -33,17 +33,16 @@ lower bound on the requests' time).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import math
 import statistics
+from pathlib import Path
 
 from pydantic import Field
 
 from gb300lane.cards.decide.data import WindowData
 from gb300lane.cards.decide.results import CardPlan
-from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest, plan_spending
 from gb300lane.cards.decide.sequential import boundaries, power_and_stop
+from gb300lane.cards.schema import Card, GroupSequential, TokensPerStepTest, plan_spending
 from gb300lane.errors import CardError
 from gb300lane.models import FrozenModel
 
@@ -57,8 +56,11 @@ class BootTimes(FrozenModel):
     hit_s: float | None = Field(description="Median seconds of a compile-cache hit boot (None: none on record).")
     miss_s: float | None = Field(description="Slowest compile-cache miss on record (None: none on record).")
     boots: int = Field(description="Boots the figures rest on (0 for the modelled clock).")
-    misses: int | None = Field(default=None, description="Compile-cache misses among them (None: the modelled clock); "
-                               "with none, miss_s is the median boot, as the worst case books it.")
+    misses: int | None = Field(
+        default=None,
+        description="Compile-cache misses among them (None: the modelled clock); "
+        "with none, miss_s is the median boot, as the worst case books it.",
+    )
 
 
 class DesignTime(FrozenModel):
@@ -83,8 +85,10 @@ class TimePlan(FrozenModel):
     request_clock: str | None = Field(description="Clock the requests' seconds are on (wall or modelled).")
     request_source: str = Field(description="Where the throughput per cell came from.")
     designs: tuple[DesignTime, ...] = Field(description="Fixed and sequential designs.")
-    cheapest: dict[str, str] = Field(default_factory=dict, description="Boot clock -> the design with the smallest "
-                                     "expected time reaching the target power on it.")
+    cheapest: dict[str, str] = Field(
+        default_factory=dict,
+        description="Boot clock -> the design with the smallest expected time reaching the target power on it.",
+    )
     note: str = Field(default="", description="Why a figure is missing, when it is.")
 
 
@@ -99,7 +103,8 @@ def _modelled_boot(card: Card) -> BootTimes | None:
         return None
     r = load_recipe(card.controls[0].recipe)
     sizes = r.engine_args.compilation_config.get("cudagraph_capture_sizes") or default_capture_sizes(
-        r.engine_args.max_num_seqs, r.speculative.num_speculative_tokens or 0)
+        r.engine_args.max_num_seqs, r.speculative.num_speculative_tokens or 0
+    )
     capture = eb.CAPTURE_S_PER_SIZE * len(sizes)
     hit = eb.WEIGHTS_S + eb.COMPILE_HIT_S + eb.PROFILE_HIT_S + eb.INIT_REST_S + capture
     miss = eb.WEIGHTS_S + eb.COMPILE_MISS_S + eb.PROFILE_MISS_S + eb.INIT_REST_S + capture
@@ -108,11 +113,10 @@ def _modelled_boot(card: Card) -> BootTimes | None:
 
 def lane_boots(card: Card, base: Path | None = None) -> BootTimes | None:
     """Wall seconds of the boots on record for the card's recipes: earlier cards' arms and boot studies."""
-    from gb300lane.lane.report import BootReport
-
     from gb300lane.cards.record.arms import boot_facts_from_report
     from gb300lane.cards.record.studies import boot_dirs, pilot_dirs
     from gb300lane.cards.record.verified import planning_receipts
+    from gb300lane.lane.report import BootReport
 
     recipes = {a.recipe for a in card.arms}
     hits: list[float] = []
@@ -144,8 +148,7 @@ def lane_boots(card: Card, base: Path | None = None) -> BootTimes | None:
         return None
     hit_s = statistics.median(hits or other or misses)
     miss_s = max(misses) if misses else statistics.median(seen)
-    return BootTimes(clock="wall", hit_s=round(hit_s, 3), miss_s=round(miss_s, 3), boots=len(seen),
-                     misses=len(misses))
+    return BootTimes(clock="wall", hit_s=round(hit_s, 3), miss_s=round(miss_s, 3), boots=len(seen), misses=len(misses))
 
 
 def _request_seconds(card: Card, windows: list[tuple[str, WindowData]]) -> tuple[float | None, str | None]:
@@ -175,8 +178,13 @@ def _seq_shape(card: Card, looks: int, target: float) -> tuple[float, float]:
 
     gate = next((g for g in card.gates if isinstance(g, TokensPerStepTest)), None)
     alpha = gate.alpha if gate is not None else 0.025
-    spending = (plan_spending(card) if card.design.extension is not None else
-                card.design.spending if isinstance(card.design, GroupSequential) else "pocock")
+    spending = (
+        plan_spending(card)
+        if card.design.extension is not None
+        else card.design.spending
+        if isinstance(card.design, GroupSequential)
+        else "pocock"
+    )
     bounds = boundaries(alpha, looks, spending)
     drift = float(norm.isf(alpha) + norm.ppf(target))
     infl = float(brentq(lambda r: power_and_stop(bounds, drift * math.sqrt(r))[0] - target, 0.5, 4.0))
@@ -208,13 +216,21 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
         if k == looks and ext is not None:
             label = f"registered plan, {ext.design_looks} + {ext.looks - ext.design_looks} looks (a reboot per look)"
         else:
-            label = f"group_sequential, {k} looks" + (" (a reboot per look)" if k == looks else
-                                                       f" ({looks // k} x the requests per boot)")
+            label = f"group_sequential, {k} looks" + (
+                " (a reboot per look)" if k == looks else f" ({looks // k} x the requests per boot)"
+            )
         shapes.append((label, k, None if fixed_n is None else math.ceil(fixed_n * infl), used, True))
     if ext is not None:  # the card at its own stage size, extended look by look until it decides
         used = (ext.expected_looks / ext.looks) if ext.expected_looks is not None else 1.0
-        shapes.append((f"as written, extended ({ext.stage_requests_per_arm} per stage)", ext.looks,
-                       ext.requests_per_arm, used, (ext.power or 0.0) >= plan.target_power))
+        shapes.append(
+            (
+                f"as written, extended ({ext.stage_requests_per_arm} per stage)",
+                ext.looks,
+                ext.requests_per_arm,
+                used,
+                (ext.power or 0.0) >= plan.target_power,
+            )
+        )
     designs = []
     note = "" if fixed_n is not None else "the plan reaches no target size: times are for the card as written"
     n0 = plan.requests_per_arm
@@ -228,25 +244,45 @@ def time_plan(card: Card, plan: CardPlan, windows: list[tuple[str, WindowData]],
         for b in boots:
             hit = b.hit_s if b.hit_s is not None else b.miss_s
             miss = b.miss_s if b.miss_s is not None else b.hit_s
-            expected[b.clock] = None if req_s is None or hit is None else round(
-                arms * (exp_looks * hit + used * req_s), 1)
+            expected[b.clock] = (
+                None if req_s is None or hit is None else round(arms * (exp_looks * hit + used * req_s), 1)
+            )
             worst[b.clock] = None if req_s is None or miss is None else round(arms * (k * miss + req_s), 1)
-        designs.append(DesignTime(design=label, looks=k, requests_per_arm=n_max,
-                                  expected_requests_per_arm=None if n_max is None else round(used * n_max, 1),
-                                  expected_looks=round(exp_looks, 2), request_s=None if req_s is None else
-                                  round(req_s, 2), expected_s=expected, worst_s=worst))
+        designs.append(
+            DesignTime(
+                design=label,
+                looks=k,
+                requests_per_arm=n_max,
+                expected_requests_per_arm=None if n_max is None else round(used * n_max, 1),
+                expected_looks=round(exp_looks, 2),
+                request_s=None if req_s is None else round(req_s, 2),
+                expected_s=expected,
+                worst_s=worst,
+            )
+        )
     cheapest: dict[str, str] = {}
     for b in boots if fixed_n is not None else ():
-        timed = [(t, d.design) for d, shape in zip(designs, shapes) if shape[4]
-                 and (t := d.expected_s.get(b.clock)) is not None]
+        timed = [
+            (t, d.design)
+            for d, shape in zip(designs, shapes)
+            if shape[4] and (t := d.expected_s.get(b.clock)) is not None
+        ]
         if timed:
             cheapest[b.clock] = min(timed)[1]
     if window_s is None:
         note = (note + "; " if note else "") + "no measured throughput for every cell of the primary window"
     if not boots:
         note = (note + "; " if note else "") + "no boot reports of the card's recipes on this lane"
-    return TimePlan(card=card.name, target_power=plan.target_power, boots=tuple(boots), request_clock=clock,
-                    request_source=plan.source, designs=tuple(designs), cheapest=cheapest, note=note)
+    return TimePlan(
+        card=card.name,
+        target_power=plan.target_power,
+        boots=tuple(boots),
+        request_clock=clock,
+        request_source=plan.source,
+        designs=tuple(designs),
+        cheapest=cheapest,
+        note=note,
+    )
 
 
 __all__ = ["BootTimes", "DesignTime", "TimePlan", "lane_boots", "time_plan"]

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from gb300lane.lane.foreign import foreign_clients
     from gb300lane.lane.hosts import on_lane
     from gb300lane.lane.instance_scope import instance
-    from gb300lane.lane.records import hold, holds
     from gb300lane.lane.manage import (
         InstanceInfo,
         InstanceStatus,
@@ -62,6 +61,7 @@ if TYPE_CHECKING:
         ReadinessTimeout,
         wait_ready,
     )
+    from gb300lane.lane.records import hold, holds
     from gb300lane.lane.report import BootReport
 
 __getattr__, __dir__ = attach(

@@ -23,9 +23,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gb300lane.errors import BootError, LaneError, RecipeError, StateError
 from gb300lane import placement
-from gb300lane.lane import checks, facts, hosts, records as instances, hash_ledger as ledger, logparse
+from gb300lane.errors import BootError, LaneError, RecipeError, StateError
+from gb300lane.lane import checks, facts, hosts, logparse
+from gb300lane.lane import hash_ledger as ledger
+from gb300lane.lane import records as instances
 from gb300lane.lane.checkkeys import choose_baseline
 from gb300lane.lane.enginebuild import check_engine_build
 from gb300lane.lane.gather import check_booted
@@ -35,7 +37,6 @@ from gb300lane.lane.readiness import Died, HttpReady, Readiness, wait_ready
 from gb300lane.lane.report import Baseline, BootReport, latest_report
 from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
-from gb300lane.redact import redact
 from gb300lane.recipes import (
     ContainerSpec,
     Recipe,
@@ -47,6 +48,7 @@ from gb300lane.recipes import (
 )
 from gb300lane.recipes.boottime import boot_limit_s
 from gb300lane.recipes.loader import recipe_path, validate_raw
+from gb300lane.redact import redact
 from gb300lane.runtime import (
     LABEL_ARM,
     LABEL_INSTANCE,
@@ -58,7 +60,6 @@ from gb300lane.runtime import (
     get_runtime,
     state_label,
 )
-
 
 
 class BootProgress(FrozenModel):
@@ -91,15 +92,19 @@ class BootPlan:
     def steps(self) -> list[str]:
         """What `boot` will do, in order, one line each (`up --dry-run` prints them and does nothing)."""
         kept = instances.load(self.instance)
-        out = [f"preconditions checked: {self.recipe.name} as {self.instance} on the {self.runtime.name} runtime"
-               f"{' (dark: loopback only)' if self.dark else ''}, {self.gpu_check.summary}"]
+        out = [
+            f"preconditions checked: {self.recipe.name} as {self.instance} on the {self.runtime.name} runtime"
+            f"{' (dark: loopback only)' if self.dark else ''}, {self.gpu_check.summary}"
+        ]
         if kept is not None:
             out.append(f"remove the kept {self.instance} ({', '.join(kept.containers)}, {kept.phase})")
         out.append(f"record instance {self.instance} (phase booting) before any container exists")
         for spec in self.rendered.containers:
             out.append(f"create and start {spec.name} ({spec.role}, port {spec.port}): {' '.join(spec.argv[:3])} ...")
-        out.append(f"wait until {self.rendered.endpoint} answers (readiness), then run the boot checks"
-                   + (f" on {', '.join(self.check_keys)}" if self.check_keys else ""))
+        out.append(
+            f"wait until {self.rendered.endpoint} answers (readiness), then run the boot checks"
+            + (f" on {', '.join(self.check_keys)}" if self.check_keys else "")
+        )
         out.append("write the boot report; a failed check stops and keeps the containers for `gb300lane logs`")
         return out
 
@@ -117,8 +122,9 @@ def instance_name(recipe: Recipe, arm: str | None) -> str:
         return instances.check_name(base)
     problem = name_problem(arm, "arm name")
     if problem:
-        raise StateError(f"--name {problem}; it names the instance (<lane>-<recipe>-<arm>) and its files in the state "
-                         "directory")
+        raise StateError(
+            f"--name {problem}; it names the instance (<lane>-<recipe>-<arm>) and its files in the state directory"
+        )
     if arm.startswith((f"{recipe.name}-", f"{base}-")):
         name = arm if arm.startswith(f"{lane}-") else f"{lane}-{arm}"
     else:
@@ -213,8 +219,14 @@ def boot(plan: BootPlan, *, timeout_s: float | None = None, progress: ProgressFn
             rt.remove(name)
         instances.delete(plan.instance)
         raise
-    return _start(rt, rec, specs, timeout_s=timeout_s, progress=progress,
-                  pre=[plan.gpu_check, *([plan.build_check] if plan.build_check is not None else [])])
+    return _start(
+        rt,
+        rec,
+        specs,
+        timeout_s=timeout_s,
+        progress=progress,
+        pre=[plan.gpu_check, *([plan.build_check] if plan.build_check is not None else [])],
+    )
 
 
 def up(
@@ -284,7 +296,9 @@ def start_instance(instance: str, *, timeout_s: float | None = None, progress: P
         raise StateError(f"no instance named {instance}; see `gb300lane status` for the instances this host has")
     rt = get_runtime(rec.runtime)
     if any(rt.inspect(c).state == "missing" for c in rec.containers):
-        raise StateError(f"instance {instance} lost a container ({', '.join(rec.containers)}); boot it again with `gb300lane up`")
+        raise StateError(
+            f"instance {instance} lost a container ({', '.join(rec.containers)}); boot it again with `gb300lane up`"
+        )
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
     rendered = _render(recipe, dark=rec.dark, port=rec.port)
     specs = [s.model_copy(update={"name": n}) for s, n in zip(rendered.containers, rec.containers, strict=True)]
@@ -308,8 +322,10 @@ def _env_values(rec: instances.InstanceRecord) -> dict[str, dict[str, str]]:
         return {}  # the runtime then names the secret it cannot restore
     # The args too, each under its position: a runtime that keeps a secret flag value as a digest (the process
     # runtime) finds the value by the digest, so every arg is offered.
-    return {n: {**{f"argv[{i}]": a for i, a in enumerate(s.argv)}, **dict(s.env)}
-            for s, n in zip(rendered.containers, rec.containers, strict=False)}
+    return {
+        n: {**{f"argv[{i}]": a for i, a in enumerate(s.argv)}, **dict(s.env)}
+        for s, n in zip(rendered.containers, rec.containers, strict=False)
+    }
 
 
 def kept_problem(instance: str, run: str) -> str | None:
@@ -330,8 +346,10 @@ def kept_problem(instance: str, run: str) -> str | None:
         return f"lost {', '.join(lost)}"
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
     if _render(recipe, dark=rec.dark, port=rec.port) != _render(recipe, dark=False, port=rec.port):
-        return (f"was booted dark and listens on loopback only, while {recipe.name} serves production on "
-                f"{recipe.lane.bind} (a kept instance keeps the address it was created with)")
+        return (
+            f"was booted dark and listens on loopback only, while {recipe.name} serves production on "
+            f"{recipe.lane.bind} (a kept instance keeps the address it was created with)"
+        )
     return None
 
 
@@ -344,8 +362,10 @@ def start_problem(instance: str) -> str | None:
     path = instances.record_path(instance)
     rec = instances.load(instance)
     if rec is None:
-        return (f"has no readable instance record ({path} is missing or was quarantined: `gb300lane status` "
-                "lists it), so it cannot be started")
+        return (
+            f"has no readable instance record ({path} is missing or was quarantined: `gb300lane status` "
+            "lists it), so it cannot be started"
+        )
     try:
         rt = get_runtime(rec.runtime)
         lost = [c for c in rec.containers if rt.inspect(c).state == "missing"]
@@ -380,8 +400,11 @@ def await_instance(instance: str, *, timeout_s: float | None = None, progress: P
         done = latest_report(instance)
         if done is not None and done.path == rec.report:
             recipe = validate_raw(rec.recipe_json, f"instance {instance}")
-            wait_ready(readiness_checks(rec), timeout_s=timeout_s or default_timeout_s(recipe, None),
-                       hint=f"`gb300lane logs {rec.name}` shows why it stopped answering")
+            wait_ready(
+                readiness_checks(rec),
+                timeout_s=timeout_s or default_timeout_s(recipe, None),
+                hint=f"`gb300lane logs {rec.name}` shows why it stopped answering",
+            )
             return done
     recipe = validate_raw(rec.recipe_json, f"instance {instance}")
     rendered = _render(recipe, dark=rec.dark, port=rec.port)
@@ -413,7 +436,9 @@ def _forced_load_failure(rt: Runtime, main: str, since: float) -> str | None:
 def _death(infos: list[ContainerInfo]) -> Died | None:
     for info in infos:
         if info.state != "running":
-            return Died(description=f"{info.name} exited during boot ({info.detail or info.state})", container=info.name)
+            return Died(
+                description=f"{info.name} exited during boot ({info.detail or info.state})", container=info.name
+            )
     return None
 
 
@@ -502,20 +527,28 @@ def _start(
         why = str(exc).splitlines()[0] if isinstance(exc, BootError) and str(exc) else "boot raised"
         forced = _forced_load_failure(rt, names[0], started) if isinstance(exc, BootError) else None
         if forced is not None:
-            why = (f"VLLM_FORCE_AOT_LOAD=1: the compile cache did not load ({forced}), so the boot failed instead "
-                   "of compiling again")
+            why = (
+                f"VLLM_FORCE_AOT_LOAD=1: the compile cache did not load ({forced}), so the boot failed instead "
+                "of compiling again"
+            )
         instances.save(rec, phase="failed", detail=why)
         if forced is not None:
-            raise BootError(f"{rec.name}: {why}; unset VLLM_FORCE_AOT_LOAD to compile, or boot where this hash is "
-                            f"cached (`gb300lane logs {rec.name}` has the traceback)") from exc
+            raise BootError(
+                f"{rec.name}: {why}; unset VLLM_FORCE_AOT_LOAD to compile, or boot where this hash is "
+                f"cached (`gb300lane logs {rec.name}` has the traceback)"
+            ) from exc
         raise
     report = check_booted(rt, rec, recipe, specs, prediction, started, boot_s, expected_s, pre)
     bind = report.check("dark_bind")
     if bind is not None and bind.status == "fail":
         # A dark lane reachable beyond loopback is stopped at once (and kept for its logs), never left serving.
         stop_all(rt, names)
-        instances.save(rec, phase="failed", report=report.path,
-                       detail=f"dark check failed ({bind.summary}); stopped and kept: `gb300lane down {rec.name}`")
+        instances.save(
+            rec,
+            phase="failed",
+            report=report.path,
+            detail=f"dark check failed ({bind.summary}); stopped and kept: `gb300lane down {rec.name}`",
+        )
         return report
     autotune = report.check("autotune")
     observed = str(autotune.evidence.get("observed", "unknown")) if autotune is not None else "unknown"

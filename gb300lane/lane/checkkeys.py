@@ -15,12 +15,14 @@ nothing) is the engine's own rendering (`recipes.containers.key_rendering`).
 from __future__ import annotations
 
 from pathlib import Path
+
 from pydantic import JsonValue
 
 from gb300lane.errors import LaneError, RecipeError
 from gb300lane.lane.report import Baseline, latest_recipe_boot
 from gb300lane.recipes import Recipe, diff_recipes, get_key, load_recipe, validate_raw
 from gb300lane.recipes.containers import LOOPBACK, KeyRendering, key_rendering
+
 
 def choose_baseline(
     recipe: Recipe, given: str | None, *, role: str | None = None, recipes_dir: Path | None = None
@@ -34,10 +36,14 @@ def choose_baseline(
             skipped = f"{role or 'recipe'} {given} does not load ({str(exc).splitlines()[0]})"
         else:
             if base.lane.name == recipe.lane.name:
-                return (Baseline(kind="given", recipe=given, role=role),
-                        [c.key for c in diff_recipes(base, recipe).changes])
-            skipped = (f"{role or 'recipe'} {given} serves lane {base.lane.name} ({base.engine} engine), not "
-                       f"{recipe.lane.name}: its keys render for another engine")
+                return (
+                    Baseline(kind="given", recipe=given, role=role),
+                    [c.key for c in diff_recipes(base, recipe).changes],
+                )
+            skipped = (
+                f"{role or 'recipe'} {given} serves lane {base.lane.name} ({base.engine} engine), not "
+                f"{recipe.lane.name}: its keys render for another engine"
+            )
     last = latest_recipe_boot(recipe.name, recipe.lane.name)
     if last is not None and last.recipe_json is not None:
         try:
@@ -45,15 +51,19 @@ def choose_baseline(
         except LaneError:
             before = None  # a report of an older recipe schema: fall through to the parent
         if before is not None:
-            return (Baseline(kind="last_boot", recipe=recipe.name, report=last.path, skipped=skipped),
-                    [c.key for c in diff_recipes(before, recipe).changes])
+            return (
+                Baseline(kind="last_boot", recipe=recipe.name, report=last.path, skipped=skipped),
+                [c.key for c in diff_recipes(before, recipe).changes],
+            )
     if recipe.extends is not None:
         try:
             parent = load_recipe(recipe.extends, recipes_dir)
         except RecipeError:
             return Baseline(kind="none", skipped=skipped), []
-        return (Baseline(kind="parent", recipe=recipe.extends, skipped=skipped),
-                [c.key for c in diff_recipes(parent, recipe).changes])
+        return (
+            Baseline(kind="parent", recipe=recipe.extends, skipped=skipped),
+            [c.key for c in diff_recipes(parent, recipe).changes],
+        )
     return Baseline(kind="none", skipped=skipped), []
 
 

@@ -16,20 +16,19 @@ report or the screen.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
 from gb300lane import keyed
-from gb300lane.redact import DIGEST_PREFIX, MASK, digest, is_secret, redact, redact_argv
 from gb300lane.lane.facts import Listener
-from gb300lane.spec.counters import RequestCounts
 from gb300lane.lane.flags import flag_value, parse_argv, same_value
 from gb300lane.lane.logparse import BootLogFacts
 from gb300lane.lane.provenance import Provenance
 from gb300lane.models import FrozenModel
 from gb300lane.recipes.containers import KeyRendering
+from gb300lane.redact import DIGEST_PREFIX, MASK, digest, is_secret, redact, redact_argv
+from gb300lane.spec.counters import RequestCounts
 
 CheckStatus = Literal["pass", "fail", "unknown"]
 
@@ -57,7 +56,9 @@ class Prediction(FrozenModel):
 
     outcome: Literal["hit", "miss", "unknown"] = Field(description="Predicted cache outcome.")
     known_hash: str | None = Field(default=None, description="Compile hash this fingerprint booted with before.")
-    cache_dir_exists: bool | None = Field(default=None, description="Whether that hash's cache dir exists (None: not visible).")
+    cache_dir_exists: bool | None = Field(
+        default=None, description="Whether that hash's cache dir exists (None: not visible)."
+    )
     reason: str = Field(description="Why this prediction.")
 
 
@@ -143,12 +144,28 @@ def check_flags(
         reading = flag_value(parsed, rendering, argv0=argv0, env=env)
         if not reading.readable:
             not_rendered.append(key)
-            rows.append({"key": key, "expected": _masked_value(key, want), "present": None, "actual": None, "ok": None,
-                         "rendered_as": rendering.rendered_as})
+            rows.append(
+                {
+                    "key": key,
+                    "expected": _masked_value(key, want),
+                    "present": None,
+                    "actual": None,
+                    "ok": None,
+                    "rendered_as": rendering.rendered_as,
+                }
+            )
             continue
         ok = (not reading.present) if want is None else (reading.present and _same_flag(want, reading.value))
-        rows.append({"key": key, "expected": _masked_value(key, want), "present": int(reading.present),
-                     "actual": _masked_value(key, reading.value), "ok": ok, "rendered_as": rendering.rendered_as})
+        rows.append(
+            {
+                "key": key,
+                "expected": _masked_value(key, want),
+                "present": int(reading.present),
+                "actual": _masked_value(key, reading.value),
+                "ok": ok,
+                "rendered_as": rendering.rendered_as,
+            }
+        )
         if not ok:
             failed.append(key)
     evidence = {"keys": rows, "argv": redact_argv(argv), "baseline": baseline}
@@ -157,15 +174,23 @@ def check_flags(
     if failed:
         detail = "; ".join(
             f"{r['key']}: recipe {r['expected']!r}, {'env' if r['rendered_as'] == 'env' else 'args'} {r['actual']!r}"
-            for r in rows if r["key"] in failed
+            for r in rows
+            if r["key"] in failed
         )
-        return CheckResult(name=CHECK_FLAGS, status="fail", evidence=evidence,
-                           summary=f"args differ from the recipe{against}: {detail}")
+        return CheckResult(
+            name=CHECK_FLAGS,
+            status="fail",
+            evidence=evidence,
+            summary=f"args differ from the recipe{against}: {detail}",
+        )
     if not rows:
-        why = (f"none differ from {baseline}" if baseline and baseline != "no baseline"
-               else "no baseline: the lane never booted this recipe and it extends none")
+        why = (
+            f"none differ from {baseline}"
+            if baseline and baseline != "no baseline"
+            else "no baseline: the lane never booted this recipe and it extends none"
+        )
         return CheckResult(name=CHECK_FLAGS, status="pass", evidence=evidence, summary=f"no keys to check ({why})")
-    skipped = (f"; not handed to the engine: {', '.join(not_rendered)}" if not_rendered else "")
+    skipped = f"; not handed to the engine: {', '.join(not_rendered)}" if not_rendered else ""
     if not_rendered and len(not_rendered) == len(rows):
         return CheckResult(
             name=CHECK_FLAGS, status="pass", evidence=evidence,
@@ -227,7 +252,9 @@ def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note
     evidence = {
         "extra": extra,
         "missing": missing,
-        "different": [{"name": k, "expected": _shown(k, expected[k]), "actual": _shown(k, actual[k])} for k in different],
+        "different": [
+            {"name": k, "expected": _shown(k, expected[k]), "actual": _shown(k, actual[k])} for k in different
+        ],
         "count": len(actual),
         "expected_count": len(expected),
         "secret_names": sorted(
@@ -244,19 +271,29 @@ def check_env(actual: dict[str, str], expected: dict[str, str], *, baseline_note
             parts.append(f"missing {', '.join(missing)}")
         if different:
             parts.append(f"different {', '.join(different)}")
-        return CheckResult(name=CHECK_ENV, status="fail", evidence=evidence, summary="env differs as a set: " + "; ".join(parts))
+        return CheckResult(
+            name=CHECK_ENV, status="fail", evidence=evidence, summary="env differs as a set: " + "; ".join(parts)
+        )
     return CheckResult(
         name=CHECK_ENV, status="pass", evidence=evidence, summary=f"{len(actual)} variables, equal as a set"
     )
 
 
 def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResult:
-    evidence = {"expected": expected_tokens, "observed": facts.kv_cache_tokens, "max_concurrency": facts.max_concurrency}
+    evidence = {
+        "expected": expected_tokens,
+        "observed": facts.kv_cache_tokens,
+        "max_concurrency": facts.max_concurrency,
+    }
     if expected_tokens is None:
-        return CheckResult(name=CHECK_KV_POOL, status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens")
+        return CheckResult(
+            name=CHECK_KV_POOL, status="unknown", evidence=evidence, summary="the recipe sets no kv_pool_tokens"
+        )
     if facts.kv_cache_tokens is None:
         return CheckResult(
-            name=CHECK_KV_POOL, status="unknown", evidence=evidence,
+            name=CHECK_KV_POOL,
+            status="unknown",
+            evidence=evidence,
             summary="no `GPU KV cache size:` / `CPU KV cache size:` line in the boot log",
         )
     if facts.kv_cache_tokens != expected_tokens:
@@ -264,8 +301,12 @@ def check_kv_pool(facts: BootLogFacts, expected_tokens: int | None) -> CheckResu
             name=CHECK_KV_POOL, status="fail", evidence=evidence,
             summary=f"KV pool {facts.kv_cache_tokens:,} tokens, recipe says {expected_tokens:,}",
         )  # fmt: skip
-    return CheckResult(name=CHECK_KV_POOL, status="pass", evidence=evidence,
-                       summary=f"KV pool {expected_tokens:,} tokens ({facts.kv_cache_device or 'GPU'} KV cache)")
+    return CheckResult(
+        name=CHECK_KV_POOL,
+        status="pass",
+        evidence=evidence,
+        summary=f"KV pool {expected_tokens:,} tokens ({facts.kv_cache_device or 'GPU'} KV cache)",
+    )
 
 
 #: Features that exist in one model runner only, by recipe key and value: vLLM implements block verification in
@@ -279,8 +320,13 @@ def check_features_live(rejection_sample_method: str | None, facts: BootLogFacts
     """Whether the feature the recipe asks for runs in the model runner the engine logged."""
     key = "speculative.rejection_sample_method"
     feature = RUNNER_V2_FEATURES.get((key, rejection_sample_method or ""))
-    evidence = {"key": key, "value": rejection_sample_method, "needs": "v2" if feature else None,
-                "model_runner": facts.model_runner, "log_line": facts.model_runner_line}
+    evidence = {
+        "key": key,
+        "value": rejection_sample_method,
+        "needs": "v2" if feature else None,
+        "model_runner": facts.model_runner,
+        "log_line": facts.model_runner_line,
+    }
     if feature is None:
         # Decided from the recipe, not from a missing line: standard rejection runs in either runner.
         return CheckResult(
@@ -312,16 +358,24 @@ def check_bind(found: list[Listener] | None, ports: int | Sequence[int]) -> Chec
     want = [ports] if isinstance(ports, int) else sorted(set(ports))
     shown = ", ".join(f":{p}" for p in want)
     evidence: dict[str, Any] = {
-        "ports": want, "listeners": None if found is None else sorted({f"{l.address}:{l.port}" for l in found}),
+        "ports": want,
+        "listeners": None if found is None else sorted({f"{l.address}:{l.port}" for l in found}),
     }
     if found is None:
         return CheckResult(
-            name="dark_bind", status="unknown", evidence=evidence, summary="this user may not list listening sockets here"
+            name="dark_bind",
+            status="unknown",
+            evidence=evidence,
+            summary="this user may not list listening sockets here",
         )
     silent = [p for p in want if not any(l.port == p for l in found)]
     if silent:
-        return CheckResult(name="dark_bind", status="fail", evidence=evidence,
-                           summary="nothing listens on " + ", ".join(f":{p}" for p in silent))
+        return CheckResult(
+            name="dark_bind",
+            status="fail",
+            evidence=evidence,
+            summary="nothing listens on " + ", ".join(f":{p}" for p in silent),
+        )
     open_to = sorted({f"{l.address}:{l.port}" for l in found if not l.loopback_only})
     if open_to:
         return CheckResult(
@@ -330,8 +384,9 @@ def check_bind(found: list[Listener] | None, ports: int | Sequence[int]) -> Chec
         )  # fmt: skip
     others = sorted({l.port for l in found} - set(want))
     extra = f" (and {', '.join(f':{p}' for p in others)}, opened by its processes)" if others else ""
-    return CheckResult(name="dark_bind", status="pass", evidence=evidence,
-                       summary=f"{shown}{extra} bound to loopback only")
+    return CheckResult(
+        name="dark_bind", status="pass", evidence=evidence, summary=f"{shown}{extra} bound to loopback only"
+    )
 
 
 def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult:
@@ -350,15 +405,20 @@ def check_foreign(counts: RequestCounts, sent_by_tool: float = 0) -> CheckResult
             name=CHECK_FOREIGN_CLIENTS, status="fail", evidence=evidence,
             summary=f"{foreign:g} request(s) since boot that gb300lane did not send",
         )  # fmt: skip
-    return CheckResult(name=CHECK_FOREIGN_CLIENTS, status="pass", evidence=evidence, summary="zero foreign clients since boot")
+    return CheckResult(
+        name=CHECK_FOREIGN_CLIENTS, status="pass", evidence=evidence, summary="zero foreign clients since boot"
+    )
 
 
 def check_provenance(prov: Provenance) -> CheckResult:
     """What ran, recorded; a fail only where it contradicts the recipe: an `image@sha256:` pin the running image
     does not carry, or a fix the install recorded whose file changed since. Fields not read are named."""
     image = prov.image
-    evidence: dict[str, Any] = {"pinned": image.pinned if image else None, "pin_ok": image.pin_ok if image else None,
-                                "missing": prov.missing}
+    evidence: dict[str, Any] = {
+        "pinned": image.pinned if image else None,
+        "pin_ok": image.pin_ok if image else None,
+        "missing": prov.missing,
+    }
     if image is not None and image.pinned is not None and not image.pin_ok:
         return CheckResult(
             name=CHECK_PROVENANCE, status="fail", evidence=evidence,
@@ -375,22 +435,30 @@ def check_provenance(prov: Provenance) -> CheckResult:
         )  # fmt: skip
     parts = []
     if image is not None:
-        parts.append(f"image {image.id[:19]}" + (f" pinned {image.pinned[:19]}" if image.pinned else "")
-                     + (f" ({image.repo_digests[0]})" if image.repo_digests else ""))
+        parts.append(
+            f"image {image.id[:19]}"
+            + (f" pinned {image.pinned[:19]}" if image.pinned else "")
+            + (f" ({image.repo_digests[0]})" if image.repo_digests else "")
+        )
     parts.append(f"engine {prov.engine.version or '?'}")
     if prov.installed is not None and prov.installed.vllm:
         parts.append(prov.installed.vllm + (f", torch {prov.installed.torch}" if prov.installed.torch else ""))
     parts.append(f"{len(prov.checkpoints)} checkpoint(s)")
     gaps = f"; not read: {', '.join(sorted(prov.missing))}" if prov.missing else ""
-    return CheckResult(name=CHECK_PROVENANCE, status="pass", evidence=evidence,
-                       summary="recorded " + ", ".join(parts) + gaps)
+    return CheckResult(
+        name=CHECK_PROVENANCE, status="pass", evidence=evidence, summary="recorded " + ", ".join(parts) + gaps
+    )
 
 
 CHECK_COMPILE_CACHE = "compile_cache"
 CHECK_TACTICS = "autotune_tactics"
 _FACTOR_NAMES = ("env", "cfg", "comp", "code")
-_FACTOR_WORDS = {"env": "the compile-relevant environment", "cfg": "the engine config", "comp": "the compiler",
-                 "code": "the traced source code"}
+_FACTOR_WORDS = {
+    "env": "the compile-relevant environment",
+    "cfg": "the engine config",
+    "comp": "the compiler",
+    "code": "the traced source code",
+}
 
 
 class EarlierBoot(FrozenModel):
@@ -398,19 +466,28 @@ class EarlierBoot(FrozenModel):
 
     report: str = Field(description="The earlier boot report.")
     compile_hash: str | None = Field(default=None, description="The compile hash it booted with.")
-    factors: dict[str, str] | None = Field(default=None, description="Its compile cache factors (env, cfg, comp, code).")
+    factors: dict[str, str] | None = Field(
+        default=None, description="Its compile cache factors (env, cfg, comp, code)."
+    )
     env_raw: dict[str, str] | None = Field(default=None, description="Its raw env factors (cache_key_factors.json).")
     tactics: str | None = Field(default=None, description="Its autotune tactic set's fingerprint.")
-    inputs: dict[str, Any] | None = Field(default=None, description="What its process ran with that a compile hash "
-                                          "covers: the compile env, the args, the install (`compile_inputs`).")
+    inputs: dict[str, Any] | None = Field(
+        default=None,
+        description="What its process ran with that a compile hash "
+        "covers: the compile env, the args, the install (`compile_inputs`).",
+    )
 
 
 #: Args that move where a lane listens or what it is called, not what it compiles.
 _NOT_COMPILED_FLAGS = frozenset({"port", "host", "served-model-name"})
 
 
-def compile_inputs(argv: Sequence[str], env: Mapping[str, str], install: Mapping[str, JsonValue],
-                   env_names: Sequence[str] | None = None) -> dict[str, dict[str, JsonValue]]:
+def compile_inputs(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    install: Mapping[str, JsonValue],
+    env_names: Sequence[str] | None = None,
+) -> dict[str, dict[str, JsonValue]]:
     """What a process ran with that vLLM's compile hash covers, as the lane can see it: the compile env (the names
     the engine's version hashes, `env_names` from its surface golden, else vLLM's selection of `VLLM_*`; secrets as
     keyed digests), the args (but where it listens), and the install (image id, vLLM/torch, patches, engine
@@ -432,7 +509,11 @@ _INPUT_FACTOR = {"env": "env", "args": "cfg", "install": "code/comp"}
 def _env_changes(before: dict[str, str] | None, now: dict[str, str] | None) -> list[str]:
     if before is None or now is None:
         return []
-    return [f"{k} {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+    return [
+        f"{k} {before.get(k)!r} -> {now.get(k)!r}"
+        for k in sorted(set(before) | set(now))
+        if before.get(k) != now.get(k)
+    ]
 
 
 def check_compile_cache(
@@ -455,57 +536,101 @@ def check_compile_cache(
     factors = facts.cache_factors[0].as_dict() if facts.cache_factors else None
     outcome = facts.autotune
     evidence: dict[str, Any] = {
-        "outcome": outcome, "predicted": prediction.outcome, "factors": factors, "env_raw": env_raw,
-        "force_load": force_load, "forced_load_failure": facts.forced_load_failure,
-        "earlier": earlier.model_dump(exclude={"inputs"}) if earlier is not None else None, "changed": [],
+        "outcome": outcome,
+        "predicted": prediction.outcome,
+        "factors": factors,
+        "env_raw": env_raw,
+        "force_load": force_load,
+        "forced_load_failure": facts.forced_load_failure,
+        "earlier": earlier.model_dump(exclude={"inputs"}) if earlier is not None else None,
+        "changed": [],
         "inputs": inputs,
     }
     if force_load:
         if facts.forced_load_failure is not None:
-            return CheckResult(name=CHECK_COMPILE_CACHE, status="fail", evidence=evidence,
-                               summary=f"VLLM_FORCE_AOT_LOAD=1: the cache did not load ({facts.forced_load_failure}), "
-                                       "so the boot failed instead of compiling")
+            return CheckResult(
+                name=CHECK_COMPILE_CACHE,
+                status="fail",
+                evidence=evidence,
+                summary=f"VLLM_FORCE_AOT_LOAD=1: the cache did not load ({facts.forced_load_failure}), "
+                "so the boot failed instead of compiling",
+            )
         if outcome == "hit":
-            return CheckResult(name=CHECK_COMPILE_CACHE, status="pass", evidence=evidence,
-                               summary="VLLM_FORCE_AOT_LOAD=1 and every compiled module loaded from the cache: a hit "
-                                       "(a failed load would have failed the boot, not compiled again)")
+            return CheckResult(
+                name=CHECK_COMPILE_CACHE,
+                status="pass",
+                evidence=evidence,
+                summary="VLLM_FORCE_AOT_LOAD=1 and every compiled module loaded from the cache: a hit "
+                "(a failed load would have failed the boot, not compiled again)",
+            )
         if outcome in ("miss", "reload"):
-            return CheckResult(name=CHECK_COMPILE_CACHE, status="fail", evidence=evidence,
-                               summary=f"VLLM_FORCE_AOT_LOAD=1 is set, yet the boot compiled ({outcome}): this engine "
-                                       "does not honour it, so a failed load recompiles silently")
+            return CheckResult(
+                name=CHECK_COMPILE_CACHE,
+                status="fail",
+                evidence=evidence,
+                summary=f"VLLM_FORCE_AOT_LOAD=1 is set, yet the boot compiled ({outcome}): this engine "
+                "does not honour it, so a failed load recompiles silently",
+            )
     if outcome == "hit":
-        return CheckResult(name=CHECK_COMPILE_CACHE, status="pass", evidence=evidence,
-                           summary=f"hit ({facts.compile_hash})" + ("" if factors is None else
-                                   f"; factors env={factors['env'][:8]} cfg={factors['cfg'][:8]} "
-                                   f"comp={factors['comp'][:8]} code={factors['code'][:8]}"))
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status="pass",
+            evidence=evidence,
+            summary=f"hit ({facts.compile_hash})"
+            + (
+                ""
+                if factors is None
+                else f"; factors env={factors['env'][:8]} cfg={factors['cfg'][:8]} "
+                f"comp={factors['comp'][:8]} code={factors['code'][:8]}"
+            ),
+        )
     if outcome == "unknown":
-        return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
-                           summary="the log shows neither a cache load nor a compile")
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status="unknown",
+            evidence=evidence,
+            summary="the log shows neither a cache load nor a compile",
+        )
     status: CheckStatus = "fail" if prediction.outcome == "hit" else "pass"
     if factors is None:
         if inputs is not None and earlier is not None and earlier.inputs is not None:
             return _from_inputs(outcome, status, evidence, inputs, earlier, recipe)
         if inputs is not None and earlier is None:
-            return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                               summary=f"a {outcome} on the lane's first boot of {recipe}: nothing earlier to compare "
-                                       "with (vLLM logged no cache factors; the env, args and install it ran with are "
-                                       "recorded for the next boot)")
-        return CheckResult(name=CHECK_COMPILE_CACHE, status="unknown", evidence=evidence,
-                           summary=f"a {outcome}, and the log has no `torch.compile cache factors` line to say why: "
-                                   "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors"
-                                   + ("" if earlier is None else f" (and the last boot of {recipe} recorded no inputs "
-                                                                   "to compare with)"))
+            return CheckResult(
+                name=CHECK_COMPILE_CACHE,
+                status=status,
+                evidence=evidence,
+                summary=f"a {outcome} on the lane's first boot of {recipe}: nothing earlier to compare "
+                "with (vLLM logged no cache factors; the env, args and install it ran with are "
+                "recorded for the next boot)",
+            )
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status="unknown",
+            evidence=evidence,
+            summary=f"a {outcome}, and the log has no `torch.compile cache factors` line to say why: "
+            "set VLLM_LOGGING_LEVEL=DEBUG in the recipe's env to log vLLM's cache factors"
+            + ("" if earlier is None else f" (and the last boot of {recipe} recorded no inputs to compare with)"),
+        )
     if earlier is None or earlier.factors is None:
-        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                           summary=f"a {outcome} on the lane's first boot of {recipe} that logged its cache factors: "
-                                   "nothing earlier to compare with")
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status=status,
+            evidence=evidence,
+            summary=f"a {outcome} on the lane's first boot of {recipe} that logged its cache factors: "
+            "nothing earlier to compare with",
+        )
     changed = [k for k in _FACTOR_NAMES if factors.get(k) != earlier.factors.get(k)]
     evidence["changed"] = changed
     if not changed:
-        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                           summary=f"a {outcome} with every factor as at the last boot of {recipe} (hash "
-                                   f"{earlier.compile_hash}): the cache lost the compiled artifact (deleted, or another "
-                                   "cache root), not a change of the lane")
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status=status,
+            evidence=evidence,
+            summary=f"a {outcome} with every factor as at the last boot of {recipe} (hash "
+            f"{earlier.compile_hash}): the cache lost the compiled artifact (deleted, or another "
+            "cache root), not a change of the lane",
+        )
     parts = []
     for k in changed:
         part = f"{k} ({_FACTOR_WORDS[k]}) {earlier.factors.get(k, '?')[:12]} -> {factors[k][:12]}"
@@ -514,31 +639,51 @@ def check_compile_cache(
             if moved:
                 part += ": " + ", ".join(moved)
         parts.append(part)
-    return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                       summary=f"a {outcome} because {'; '.join(parts)} changed since the last boot of {recipe} "
-                               f"({earlier.report})")
+    return CheckResult(
+        name=CHECK_COMPILE_CACHE,
+        status=status,
+        evidence=evidence,
+        summary=f"a {outcome} because {'; '.join(parts)} changed since the last boot of {recipe} ({earlier.report})",
+    )
 
 
-def _from_inputs(outcome: str, status: CheckStatus, evidence: dict[str, Any],
-                 inputs: Mapping[str, Mapping[str, JsonValue]], earlier: EarlierBoot, recipe: str) -> CheckResult:
+def _from_inputs(
+    outcome: str,
+    status: CheckStatus,
+    evidence: dict[str, Any],
+    inputs: Mapping[str, Mapping[str, JsonValue]],
+    earlier: EarlierBoot,
+    recipe: str,
+) -> CheckResult:
     """A miss explained from what the process ran with, where vLLM logged no cache factors (its CPU build's AOT
     path): the compile env, the args and the install against the last boot of the recipe."""
     assert earlier.inputs is not None
     parts = []
     for section in ("env", "args", "install"):
         now, before = inputs.get(section) or {}, earlier.inputs.get(section) or {}
-        moved = [f"{k} {_short(before.get(k))} -> {_short(now.get(k))}" for k in sorted(set(now) | set(before))
-                 if now.get(k) != before.get(k)]
+        moved = [
+            f"{k} {_short(before.get(k))} -> {_short(now.get(k))}"
+            for k in sorted(set(now) | set(before))
+            if now.get(k) != before.get(k)
+        ]
         if moved:
             evidence["changed"].append(_INPUT_FACTOR[section])
             parts.append(f"{_INPUT_FACTOR[section]} ({section}: {', '.join(moved)})")
     lead = f"a {outcome}; vLLM logged no cache factors, so from what the process ran with: "
     if not parts:
-        return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                           summary=lead + f"nothing changed since the last boot of {recipe} (env, args, install): "
-                                          "the cache lost the compiled artifact, or a factor the lane cannot see moved")
-    return CheckResult(name=CHECK_COMPILE_CACHE, status=status, evidence=evidence,
-                       summary=lead + "; ".join(parts) + f" changed since the last boot of {recipe} ({earlier.report})")
+        return CheckResult(
+            name=CHECK_COMPILE_CACHE,
+            status=status,
+            evidence=evidence,
+            summary=lead + f"nothing changed since the last boot of {recipe} (env, args, install): "
+            "the cache lost the compiled artifact, or a factor the lane cannot see moved",
+        )
+    return CheckResult(
+        name=CHECK_COMPILE_CACHE,
+        status=status,
+        evidence=evidence,
+        summary=lead + "; ".join(parts) + f" changed since the last boot of {recipe} ({earlier.report})",
+    )
 
 
 def _short(value: Any) -> str:
@@ -553,24 +698,57 @@ def check_tactics(
 ) -> CheckResult:
     """The kernel autotune tactic set this boot runs with, fingerprinted; a compile-cache hit that loads another
     tactic set than the last boot of the same hash fails (a "hit" on different kernels is no hit)."""
-    evidence: dict[str, Any] = {"fingerprint": fingerprint, "files": files, "logged_file": facts.tactics_file,
-                                "loaded": facts.tactics_loaded, "earlier": earlier.model_dump() if earlier else None}
+    evidence: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "files": files,
+        "logged_file": facts.tactics_file,
+        "loaded": facts.tactics_loaded,
+        "earlier": earlier.model_dump() if earlier else None,
+    }
     if fingerprint is None:
-        return CheckResult(name=CHECK_TACTICS, status="unknown", evidence=evidence,
-                           summary="the engine wrote no autotune tactic file (none logged, none under the cache "
-                                   "root's flashinfer_autotune_cache/): nothing to fingerprint")
-    how = "loaded from the cache" if facts.tactics_loaded else "autotuned this boot" if facts.tactics_loaded is False else "found"
-    if (facts.autotune == "hit" and earlier is not None and earlier.tactics is not None
-            and earlier.tactics != fingerprint):
-        return CheckResult(name=CHECK_TACTICS, status="fail", evidence=evidence,
-                           summary=f"a compile-cache hit on another autotune tactic set: {fingerprint[:16]} ({how}), "
-                                   f"where the last boot of hash {earlier.compile_hash} ran {earlier.tactics[:16]} "
-                                   f"({earlier.report}); the kernels differ, so this hit is not the boot it repeats")
-    same = "" if earlier is None or earlier.tactics is None else (
-        "; the same set as the last boot of this hash" if earlier.tactics == fingerprint else
-        f"; the last boot of this hash ran {earlier.tactics[:16]} (this one compiled)")
-    return CheckResult(name=CHECK_TACTICS, status="pass", evidence=evidence,
-                       summary=f"tactic set {fingerprint[:16]} ({how}, {len(files)} file(s)){same}")
+        return CheckResult(
+            name=CHECK_TACTICS,
+            status="unknown",
+            evidence=evidence,
+            summary="the engine wrote no autotune tactic file (none logged, none under the cache "
+            "root's flashinfer_autotune_cache/): nothing to fingerprint",
+        )
+    how = (
+        "loaded from the cache"
+        if facts.tactics_loaded
+        else "autotuned this boot"
+        if facts.tactics_loaded is False
+        else "found"
+    )
+    if (
+        facts.autotune == "hit"
+        and earlier is not None
+        and earlier.tactics is not None
+        and earlier.tactics != fingerprint
+    ):
+        return CheckResult(
+            name=CHECK_TACTICS,
+            status="fail",
+            evidence=evidence,
+            summary=f"a compile-cache hit on another autotune tactic set: {fingerprint[:16]} ({how}), "
+            f"where the last boot of hash {earlier.compile_hash} ran {earlier.tactics[:16]} "
+            f"({earlier.report}); the kernels differ, so this hit is not the boot it repeats",
+        )
+    same = (
+        ""
+        if earlier is None or earlier.tactics is None
+        else (
+            "; the same set as the last boot of this hash"
+            if earlier.tactics == fingerprint
+            else f"; the last boot of this hash ran {earlier.tactics[:16]} (this one compiled)"
+        )
+    )
+    return CheckResult(
+        name=CHECK_TACTICS,
+        status="pass",
+        evidence=evidence,
+        summary=f"tactic set {fingerprint[:16]} ({how}, {len(files)} file(s)){same}",
+    )
 
 
 CHECK_SCHEDULE = "schedule"
@@ -579,14 +757,26 @@ CHECK_SCHEDULE = "schedule"
 def check_schedule_boot(schedule: Sequence[Sequence[int]] | None, key: str, facts: BootLogFacts) -> CheckResult:
     """What the boot log says of the recipe's k schedule: vLLM drops it with a warning (data parallel size > 1);
     whether the engine runs it is measured on traffic (`bench.schedule`, in bench and the smoke bounds gate)."""
-    evidence: dict[str, Any] = {"key": key, "schedule": [list(r) for r in schedule] if schedule else None,
-                                "dropped": facts.schedule_dropped}
+    evidence: dict[str, Any] = {
+        "key": key,
+        "schedule": [list(r) for r in schedule] if schedule else None,
+        "dropped": facts.schedule_dropped,
+    }
     if not schedule:
-        return CheckResult(name=CHECK_SCHEDULE, status="pass", evidence=evidence, summary="the recipe sets no k schedule")
+        return CheckResult(
+            name=CHECK_SCHEDULE, status="pass", evidence=evidence, summary="the recipe sets no k schedule"
+        )
     if facts.schedule_dropped:
-        return CheckResult(name=CHECK_SCHEDULE, status="fail", evidence=evidence,
-                           summary=f"{key} is set, and the engine logged that it disabled it (data parallel size > 1) "
-                                   "and drafts a static k: the schedule is not live")
-    return CheckResult(name=CHECK_SCHEDULE, status="pass", evidence=evidence,
-                       summary=f"{key} set and not dropped at boot; bench and smoke measure whether each cell drafts "
-                               "the K it gives")
+        return CheckResult(
+            name=CHECK_SCHEDULE,
+            status="fail",
+            evidence=evidence,
+            summary=f"{key} is set, and the engine logged that it disabled it (data parallel size > 1) "
+            "and drafts a static k: the schedule is not live",
+        )
+    return CheckResult(
+        name=CHECK_SCHEDULE,
+        status="pass",
+        evidence=evidence,
+        summary=f"{key} set and not dropped at boot; bench and smoke measure whether each cell drafts the K it gives",
+    )

@@ -35,8 +35,12 @@ from gb300lane.models import FrozenModel
 _VERSION = re.compile(r"^(?:vllm-)?(?P<v>\d+\.\d+\.\d+\S*)$")
 SECTIONS = ("speculative_config", "engine_args", "compilation_config", "frontend_args")
 #: A section's key -> the recipe's dotted key it is set under.
-_RECIPE_KEY = {"speculative_config": "speculative.{}", "engine_args": "engine_args.extra_args.{}",
-               "compilation_config": "engine_args.compilation_config.{}", "frontend_args": "engine_args.extra_args.{}"}
+_RECIPE_KEY = {
+    "speculative_config": "speculative.{}",
+    "engine_args": "engine_args.extra_args.{}",
+    "compilation_config": "engine_args.compilation_config.{}",
+    "frontend_args": "engine_args.extra_args.{}",
+}
 
 Change = Literal["same", "added", "removed", "changed", "missing", "present"]
 
@@ -67,8 +71,12 @@ class DriftReport(FrozenModel):
     def to_text(self) -> str:
         out = [f"engine drift: A = {self.a} (vLLM {self.a_version}), B = {self.b} (vLLM {self.b_version})"]
         out += [f"  {k}: {v}" for k, v in self.sources.items()]
-        for area, title in (("schema", "config schema"), ("metrics", "metric families the lane reads"),
-                            ("log", "boot-log lines the checks read"), ("compile_env", "compile-cache environment")):
+        for area, title in (
+            ("schema", "config schema"),
+            ("metrics", "metric families the lane reads"),
+            ("log", "boot-log lines the checks read"),
+            ("compile_env", "compile-cache environment"),
+        ):
             rows = [r for r in self.rows if r.area == area]
             if not rows:
                 continue
@@ -77,8 +85,14 @@ class DriftReport(FrozenModel):
             for r in rows:
                 blind = f"  BLINDS {', '.join(r.blinds)}" if r.blinds else ""
                 out.append(f"  {r.item:<{wa}}  A {r.a:<24} B {r.b:<24} {r.change}{blind}")
-        out.append("\n" + ("some change would blind a check or a gate (see BLINDS)" if self.blinds
-                           else "nothing the lane reads is lost between A and B"))
+        out.append(
+            "\n"
+            + (
+                "some change would blind a check or a gate (see BLINDS)"
+                if self.blinds
+                else "nothing the lane reads is lost between A and B"
+            )
+        )
         return "\n".join(out)
 
 
@@ -109,12 +123,20 @@ def _field_change(ka: Mapping[str, Any], kb: Mapping[str, Any]) -> tuple[str, st
     return _field_text(ka), _field_text(kb), "changed: " + "; ".join(parts)
 
 
-def _schema_rows(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
-                 recipe_keys: Mapping[str, Mapping[str, object]]) -> list[DriftRow]:
+def _schema_rows(
+    a: Mapping[str, Any] | None, b: Mapping[str, Any] | None, recipe_keys: Mapping[str, Mapping[str, object]]
+) -> list[DriftRow]:
     if a is None or b is None:
         missing = "A" if a is None else "B"
-        return [DriftRow(area="schema", item="(whole schema)", a="-" if a is None else "snapshot",
-                         b="-" if b is None else "snapshot", change=f"no schema for {missing}")]
+        return [
+            DriftRow(
+                area="schema",
+                item="(whole schema)",
+                a="-" if a is None else "snapshot",
+                b="-" if b is None else "snapshot",
+                change=f"no schema for {missing}",
+            )
+        ]
     rows = []
     for section in SECTIONS:
         fa = (a.get(section) or {}).get("fields", {})
@@ -132,10 +154,14 @@ def _schema_rows(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
             else:
                 shown_a, shown_b, change = _field_change(ka, kb)
                 choices = kb.get("choices")
-                blinds = tuple(f"recipe {r} sets {dotted} = {v!r}, not a choice of B" for r, v in sorted(users.items())
-                               if choices is not None and v not in choices)
-            rows.append(DriftRow(area="schema", item=f"{section}.{key}", a=shown_a, b=shown_b, change=change,
-                                 blinds=blinds))
+                blinds = tuple(
+                    f"recipe {r} sets {dotted} = {v!r}, not a choice of B"
+                    for r, v in sorted(users.items())
+                    if choices is not None and v not in choices
+                )
+            rows.append(
+                DriftRow(area="schema", item=f"{section}.{key}", a=shown_a, b=shown_b, change=change, blinds=blinds)
+            )
     return rows
 
 
@@ -148,8 +174,13 @@ def _readers_blinded(readers: Sequence[str], gates: Mapping[str, Sequence[tuple[
     return tuple(out)
 
 
-def compare(a: sf.Surface, b: sf.Surface, *, recipe_keys: Mapping[str, Mapping[str, object]] | None = None,
-            gates: Mapping[str, Sequence[tuple[str, str]]] | None = None) -> DriftReport:
+def compare(
+    a: sf.Surface,
+    b: sf.Surface,
+    *,
+    recipe_keys: Mapping[str, Mapping[str, object]] | None = None,
+    gates: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+) -> DriftReport:
     """A against B. `recipe_keys`: dotted recipe key -> {shipped recipe that sets it: its value}; `gates`: card -> its
     (gate id, kind) pairs (the caller reads the shipped cards: the lane does not)."""
     gates = gates or {}
@@ -161,37 +192,88 @@ def compare(a: sf.Surface, b: sf.Surface, *, recipe_keys: Mapping[str, Mapping[s
         ina, inb = base in fa, base in fb
         change = "same" if ina == inb else ("missing in B" if ina else "missing in A")
         blinds = _readers_blinded(readers, gates) if ina != inb else ()
-        rows.append(DriftRow(area="metrics", item=name, a=fa.get(base, "MISSING") if ina else "MISSING",
-                             b=fb.get(base, "MISSING") if inb else "MISSING", change=change, blinds=blinds))
+        rows.append(
+            DriftRow(
+                area="metrics",
+                item=name,
+                a=fa.get(base, "MISSING") if ina else "MISSING",
+                b=fb.get(base, "MISSING") if inb else "MISSING",
+                change=change,
+                blinds=blinds,
+            )
+        )
     only_a = sorted(set(fa) - set(fb))
     only_b = sorted(set(fb) - set(fa))
     if only_a or only_b:
-        rows.append(DriftRow(area="metrics", item="(other families)", a=f"{len(only_a)} only in A",
-                             b=f"{len(only_b)} only in B", change="; ".join(
-                                 x for x in (f"A alone: {', '.join(only_a[:6])}{' ...' if len(only_a) > 6 else ''}"
-                                             if only_a else "",
-                                             f"B alone: {', '.join(only_b[:6])}{' ...' if len(only_b) > 6 else ''}"
-                                             if only_b else "") if x)))
+        rows.append(
+            DriftRow(
+                area="metrics",
+                item="(other families)",
+                a=f"{len(only_a)} only in A",
+                b=f"{len(only_b)} only in B",
+                change="; ".join(
+                    x
+                    for x in (
+                        f"A alone: {', '.join(only_a[:6])}{' ...' if len(only_a) > 6 else ''}" if only_a else "",
+                        f"B alone: {', '.join(only_b[:6])}{' ...' if len(only_b) > 6 else ''}" if only_b else "",
+                    )
+                    if x
+                ),
+            )
+        )
     for line in sf.LOG_LINES:
         va, vb = a.log_lines.get(line.id), b.log_lines.get(line.id)
         shown = {True: "present", False: "MISSING", None: "n/a (not vLLM's)" if not line.vllm_source else "unknown"}
         lost = va is True and vb is False or va is False and vb is True
-        change = "same" if va == vb else ("missing in B" if va is True and vb is False
-                                          else "missing in A" if vb is True and va is False else "undecided")
-        rows.append(DriftRow(area="log", item=line.id, a=shown[va], b=shown[vb], change=change,
-                             blinds=_readers_blinded(line.read_by, gates) if lost else ()))
+        change = (
+            "same"
+            if va == vb
+            else (
+                "missing in B"
+                if va is True and vb is False
+                else "missing in A"
+                if vb is True and va is False
+                else "undecided"
+            )
+        )
+        rows.append(
+            DriftRow(
+                area="log",
+                item=line.id,
+                a=shown[va],
+                b=shown[vb],
+                change=change,
+                blinds=_readers_blinded(line.read_by, gates) if lost else (),
+            )
+        )
     ea, eb = set(a.compile_env), set(b.compile_env)
     if ea and eb and ea != eb:
         added, removed = sorted(eb - ea), sorted(ea - eb)
-        rows.append(DriftRow(area="compile_env", item=f"{len(ea)} -> {len(eb)} names", a=f"{len(removed)} only in A",
-                             b=f"{len(added)} only in B",
-                             change=("B adds " + ", ".join(added[:8]) + (" ..." if len(added) > 8 else "") if added else "")
-                             + ("; A alone: " + ", ".join(removed[:8]) if removed else "")))
+        rows.append(
+            DriftRow(
+                area="compile_env",
+                item=f"{len(ea)} -> {len(eb)} names",
+                a=f"{len(removed)} only in A",
+                b=f"{len(added)} only in B",
+                change=("B adds " + ", ".join(added[:8]) + (" ..." if len(added) > 8 else "") if added else "")
+                + ("; A alone: " + ", ".join(removed[:8]) if removed else ""),
+            )
+        )
     blinded = any(r.blinds for r in rows)
-    return DriftReport(a=a.label, b=b.label, a_version=a.vllm_version, b_version=b.vllm_version,
-                       sources={"A families": a.families_from, "A log lines": a.log_lines_from,
-                                "B families": b.families_from, "B log lines": b.log_lines_from},
-                       rows=tuple(rows), blinds=blinded)
+    return DriftReport(
+        a=a.label,
+        b=b.label,
+        a_version=a.vllm_version,
+        b_version=b.vllm_version,
+        sources={
+            "A families": a.families_from,
+            "A log lines": a.log_lines_from,
+            "B families": b.families_from,
+            "B log lines": b.log_lines_from,
+        },
+        rows=tuple(rows),
+        blinds=blinded,
+    )
 
 
 # ---- resolving a side ----------------------------------------------------------------------------------------
@@ -209,13 +291,15 @@ def _running(recipe: str) -> Any | None:
 
 def _live(base: sf.Surface, info: Any) -> sf.Surface:
     """A surface's families and log lines as the running instance serves and logged them."""
-    from gb300lane.lane import records as instances, probe
+    from gb300lane.lane import probe
+    from gb300lane.lane import records as instances
     from gb300lane.runtime import get_runtime
     from gb300lane.spec.counters import served_families
 
     text = probe.metrics_text(info.endpoint)
-    families = {n: t for n, t in served_families(text, source=f"{info.endpoint}/metrics").items()
-                if n.startswith("vllm:")}
+    families = {
+        n: t for n, t in served_families(text, source=f"{info.endpoint}/metrics").items() if n.startswith("vllm:")
+    }
     rec = instances.load(info.name)
     lines = dict(base.log_lines)
     how = base.log_lines_from
@@ -226,24 +310,32 @@ def _live(base: sf.Surface, info: Any) -> sf.Surface:
         # A line this boot had no reason to print (a hit's boot prints no miss line) keeps the source's answer.
         lines = {k: True if printed.get(k) else lines.get(k) for k in set(lines) | set(printed)}
         how = f"the boot log of {info.name}, else {base.log_lines_from}"
-    return base.model_copy(update={"families": families, "families_from": f"live scrape of {info.endpoint}",
-                                   "log_lines": lines, "log_lines_from": how})
+    return base.model_copy(
+        update={
+            "families": families,
+            "families_from": f"live scrape of {info.endpoint}",
+            "log_lines": lines,
+            "log_lines_from": how,
+        }
+    )
 
 
 def resolve(side: str) -> sf.Surface:
     """A side of `engine drift`: a shipped version (`0.33.0`), a recipe, or an image reference."""
     import os
 
+    from gb300lane.errors import RecipeError
     from gb300lane.recipes import load_recipe
     from gb300lane.recipes.containers import process_python
-    from gb300lane.errors import RecipeError
 
     m = _VERSION.match(side)
     if m:
         got = sf.golden(m["v"])
         if got is None:
-            raise LaneError(f"no shipped golden for vLLM {m['v']} (have {', '.join(sf.golden_versions()) or 'none'}); "
-                            "make one with scripts/snapshot_vllm_surface.py")
+            raise LaneError(
+                f"no shipped golden for vLLM {m['v']} (have {', '.join(sf.golden_versions()) or 'none'}); "
+                "make one with scripts/snapshot_vllm_surface.py"
+            )
         return got
     try:
         recipe = load_recipe(side)
@@ -253,10 +345,13 @@ def resolve(side: str) -> sf.Surface:
         if recipe.engine == "embedded":
             base = sf.golden(recipe.image.vllm_version)
             if base is None:
-                raise LaneError(f"recipe {side}: the embedded engine speaks vLLM {recipe.image.vllm_version}, which "
-                                "has no shipped golden")
-            base = base.model_copy(update={"label": f"recipe {side} (the embedded engine, speaking vLLM "
-                                                    f"{recipe.image.vllm_version})"})
+                raise LaneError(
+                    f"recipe {side}: the embedded engine speaks vLLM {recipe.image.vllm_version}, which "
+                    "has no shipped golden"
+                )
+            base = base.model_copy(
+                update={"label": f"recipe {side} (the embedded engine, speaking vLLM {recipe.image.vllm_version})"}
+            )
         elif recipe.process is not None:
             python = process_python(recipe, os.environ)
             assert python is not None
@@ -267,8 +362,10 @@ def resolve(side: str) -> sf.Surface:
         return _live(base, info) if info is not None else base
     if "/" in side or ":" in side or "@" in side:
         return image_surface(side)
-    raise LaneError(f"{side!r} is neither a vLLM version with a shipped golden ({', '.join(sf.golden_versions())}), "
-                    "a recipe (`gb300lane recipes list`), nor an image reference")
+    raise LaneError(
+        f"{side!r} is neither a vLLM version with a shipped golden ({', '.join(sf.golden_versions())}), "
+        "a recipe (`gb300lane recipes list`), nor an image reference"
+    )
 
 
 def image_surface(ref: str) -> sf.Surface:
@@ -278,8 +375,10 @@ def image_surface(ref: str) -> sf.Surface:
     rt = DockerRuntime()
     code, out = rt.run_script(ref, sf.probe_script(), ["auto", json.dumps(sf.probe_literals())])
     if code != 0:
-        raise LaneError(f"image {ref}: the vLLM probe exited {code} ({out.strip()[-400:]}); does the image carry "
-                        "vLLM and a python3?")
+        raise LaneError(
+            f"image {ref}: the vLLM probe exited {code} ({out.strip()[-400:]}); does the image carry "
+            "vLLM and a python3?"
+        )
     return sf.from_probe(f"image {ref}", sf.parse_probe(out, f"image {ref}"))
 
 

@@ -76,10 +76,7 @@ def _problems(record: Path, needed: Mapping[str, str]) -> tuple[list[str], list[
     """What is wrong with the record of applied fixes, and the rows it holds."""
     try:
         raw = json.loads(record.read_text())
-        rows = [
-            {"patch": str(r["patch"]), "file": str(r["file"]), "sha256": str(r["sha256"])}
-            for r in raw["patches"]
-        ]
+        rows = [{"patch": str(r["patch"]), "file": str(r["file"]), "sha256": str(r["sha256"])} for r in raw["patches"]]
     except FileNotFoundError:
         return [f"{record} is missing, so none of the fixes it needs is known to be applied"], []
     except (OSError, ValueError, KeyError, TypeError) as exc:

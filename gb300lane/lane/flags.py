@@ -21,6 +21,7 @@ from gb300lane.recipes.containers import KeyRendering
 
 _JSON_FLAGS = ("speculative-config", "compilation-config")
 
+
 class FlagReading(FrozenModel):
     """One recipe key as found in the container's args."""
 
@@ -28,8 +29,11 @@ class FlagReading(FrozenModel):
     readable: bool = Field(description="False when the key does not render to a flag (env, volumes, ...).")
     present: bool = Field(description="The flag (or the JSON key inside its flag) appears in the args.")
     value: JsonValue = Field(default=None, description="The value in the args (decoded), None when absent.")
-    rendered_as: str = Field(default="flag", description="Where the engine renders the key: flag, program, env, "
-                             "image or none (`recipes.containers.KeyRendering`).")
+    rendered_as: str = Field(
+        default="flag",
+        description="Where the engine renders the key: flag, program, env, "
+        "image or none (`recipes.containers.KeyRendering`).",
+    )
 
 
 def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, JsonValue]:
@@ -72,8 +76,13 @@ def parse_argv(argv: list[str] | tuple[str, ...]) -> dict[str, JsonValue]:
     return out
 
 
-def flag_value(parsed: dict[str, JsonValue], rendering: KeyRendering, *, argv0: str | None = None,
-               env: Mapping[str, str] | None = None) -> FlagReading:
+def flag_value(
+    parsed: dict[str, JsonValue],
+    rendering: KeyRendering,
+    *,
+    argv0: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> FlagReading:
     """What the running container says about one dotted recipe key, read where its engine renders it
     (`recipes.containers.key_rendering`): a flag or a key inside a JSON flag, the program, or an env variable.
 
@@ -86,7 +95,9 @@ def flag_value(parsed: dict[str, JsonValue], rendering: KeyRendering, *, argv0: 
         present = rendering.flag in env
         return FlagReading(key=key, readable=True, present=present, value=env.get(rendering.flag), rendered_as=kind)
     if kind == "program" and rendering.flag is None:
-        return FlagReading(key=key, readable=argv0 is not None, present=argv0 is not None, value=argv0, rendered_as=kind)
+        return FlagReading(
+            key=key, readable=argv0 is not None, present=argv0 is not None, value=argv0, rendered_as=kind
+        )
     if kind not in ("flag", "program") or rendering.flag is None:
         return FlagReading(key=key, readable=False, present=False, rendered_as=kind)
     flag, inner = rendering.flag, rendering.inner

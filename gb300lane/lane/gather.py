@@ -13,16 +13,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from gb300lane.lane import checks, facts, records as instances, logparse, probe, provenance
+from gb300lane.fsio import sha256_bytes
+from gb300lane.lane import checks, facts, logparse, probe, provenance
+from gb300lane.lane import records as instances
 from gb300lane.lane.checkkeys import expected_values, renderings
 from gb300lane.lane.foreign import foreign_clients
 from gb300lane.lane.report import BootReport, newest_report, write_report
 from gb300lane.recipes import ContainerSpec, Recipe
 from gb300lane.recipes.containers import process_python
+from gb300lane.redact import redact
 from gb300lane.runtime import ProcessRuntime, Runtime
 from gb300lane.runtime.process import mounted_env, mounted_path
-from gb300lane.fsio import sha256_bytes
-from gb300lane.redact import redact
 
 
 def _compile_env_names(prov: provenance.Provenance, recipe: Recipe) -> list[str] | None:
@@ -44,7 +45,8 @@ def _earlier(report: BootReport | None) -> checks.EarlierBoot | None:
     tactics = report.check(checks.CHECK_TACTICS)
     ev = cache.evidence if cache is not None else {}
     return checks.EarlierBoot(
-        report=report.path or report.instance, compile_hash=report.compile_hash,
+        report=report.path or report.instance,
+        compile_hash=report.compile_hash,
         factors=ev.get("factors") if isinstance(ev.get("factors"), dict) else None,
         env_raw=ev.get("env_raw") if isinstance(ev.get("env_raw"), dict) else None,
         tactics=tactics.evidence.get("fingerprint") if tactics is not None else None,
@@ -71,8 +73,9 @@ def _raw_env_factors(rt: Runtime, main: ContainerSpec, facts: logparse.BootLogFa
     return None
 
 
-def _tactics(rt: Runtime, main: ContainerSpec, facts: logparse.BootLogFacts,
-             cache_root: Path | None) -> tuple[str | None, list[str]]:
+def _tactics(
+    rt: Runtime, main: ContainerSpec, facts: logparse.BootLogFacts, cache_root: Path | None
+) -> tuple[str | None, list[str]]:
     """The autotune tactic set's fingerprint (sha256 over each file's name and content) and its files: the file
     the engine logged, else FlashInfer's cache directory under the compile cache root."""
     files: list[Path] = []
@@ -112,8 +115,17 @@ def read_provenance(rt: Runtime, recipe: Recipe, main: ContainerSpec, endpoint: 
         from gb300lane.runtime.image import source_hash
 
         source = source_hash()
-    return provenance.gather(rt, container=main.name, image_ref=main.image, engine=recipe.engine, version_body=body,
-                             version_reason=reason, python=python, checkpoint_dirs=dirs, engine_source=source)
+    return provenance.gather(
+        rt,
+        container=main.name,
+        image_ref=main.image,
+        engine=recipe.engine,
+        version_body=body,
+        version_reason=reason,
+        python=python,
+        checkpoint_dirs=dirs,
+        engine_source=source,
+    )
 
 
 def check_booted(
@@ -149,11 +161,16 @@ def check_booted(
     results = [
         *pre,
         checks.check_autotune(prediction, log_facts, boot_s),
-        checks.check_flags(info.argv, expected_flags, renderings(recipe, keys), env=info.env,
-                           baseline=rec.baseline.label() if rec.baseline is not None and rec.baseline.kind != "keys"
-                           else ""),
+        checks.check_flags(
+            info.argv,
+            expected_flags,
+            renderings(recipe, keys),
+            env=info.env,
+            baseline=rec.baseline.label() if rec.baseline is not None and rec.baseline.kind != "keys" else "",
+        ),
         checks.check_env(
-            info.env, expected_env,
+            info.env,
+            expected_env,
             baseline_note=rt.env_baseline,
         ),  # fmt: skip
         checks.check_kv_pool(log_facts, recipe.kv_pool_tokens),
@@ -163,15 +180,22 @@ def check_booted(
     prov = read_provenance(rt, recipe, main, rec.endpoint)
     install = {k: v for k, v in prov.fields().items() if k.startswith(("installed.", "image.id", "engine."))}
     earlier_recipe = _earlier(newest_report(lambda r: r.recipe == rec.recipe and r.lane == rec.lane))
-    results.append(checks.check_compile_cache(
-        log_facts, prediction, force_load=info.env.get("VLLM_FORCE_AOT_LOAD") == "1", earlier=earlier_recipe,
-        env_raw=_raw_env_factors(rt, main, log_facts), recipe=rec.recipe,
-        inputs=checks.compile_inputs(info.argv, info.env, install, env_names=_compile_env_names(prov, recipe)),
-    ))
+    results.append(
+        checks.check_compile_cache(
+            log_facts,
+            prediction,
+            force_load=info.env.get("VLLM_FORCE_AOT_LOAD") == "1",
+            earlier=earlier_recipe,
+            env_raw=_raw_env_factors(rt, main, log_facts),
+            recipe=rec.recipe,
+            inputs=checks.compile_inputs(info.argv, info.env, install, env_names=_compile_env_names(prov, recipe)),
+        )
+    )
     cache_root = rt.host_path(main, log_facts.cache_root) if log_facts.cache_root else None
     fingerprint, files = _tactics(rt, main, log_facts, cache_root)
-    same_hash = (_earlier(newest_report(lambda r: r.compile_hash == log_facts.compile_hash))
-                 if log_facts.compile_hash else None)
+    same_hash = (
+        _earlier(newest_report(lambda r: r.compile_hash == log_facts.compile_hash)) if log_facts.compile_hash else None
+    )
     results.append(checks.check_tactics(log_facts, fingerprint, files, earlier=same_hash))
     results.append(checks.check_provenance(prov))
     if rec.dark:

@@ -33,7 +33,9 @@ class BootTime(FrozenModel):
         description="Autotune outcome read from the log (reload: the hash was found, failed to load, compiled again)."
     )
     compile_hash: str | None = Field(default=None, description="Observed compile hash.")
-    time_scale: float | None = Field(default=None, description="Embedded engine pacing (None for vLLM): boots only compare at equal pace.")
+    time_scale: float | None = Field(
+        default=None, description="Embedded engine pacing (None for vLLM): boots only compare at equal pace."
+    )
     at: float = Field(description="Unix time the boot finished.")
 
 
@@ -62,7 +64,9 @@ def load() -> HashLedger:
     except FileNotFoundError:
         return HashLedger()
     except (ValidationError, ValueError) as exc:
-        raise StateError(f"{path}: unreadable hash ledger ({exc.__class__.__name__}); delete it to start afresh") from exc
+        raise StateError(
+            f"{path}: unreadable hash ledger ({exc.__class__.__name__}); delete it to start afresh"
+        ) from exc
 
 
 def predict(fingerprint: str, cache_root: Path | None) -> Prediction:
@@ -94,9 +98,7 @@ def record_boot(
     hashes = entry.hashes
     if compile_hash and (not hashes or hashes[-1] != compile_hash):
         hashes = (*tuple(h for h in hashes if h != compile_hash), compile_hash)
-    boot = BootTime(
-        seconds=seconds, outcome=outcome, compile_hash=compile_hash, time_scale=time_scale, at=time.time()
-    )
+    boot = BootTime(seconds=seconds, outcome=outcome, compile_hash=compile_hash, time_scale=time_scale, at=time.time())
     entry = FingerprintEntry(hashes=hashes, boots=(*entry.boots, boot)[-_KEEP_BOOTS:])
     updated = HashLedger(fingerprints={**ledger.fingerprints, fingerprint: entry})
     atomic_write(ledger_path(), dumps_json(updated.model_dump(mode="json")))

@@ -52,7 +52,9 @@ class GpuGroup(FrozenModel):
     """GPUs of one product on a host."""
 
     product: str = Field(description="GPU product, as nvidia.com/gpu.product spells it (e.g. NVIDIA-GB300).")
-    ids: tuple[str, ...] = Field(min_length=1, description="Device ids (index or UUID), as the recipe's gpus name them.")
+    ids: tuple[str, ...] = Field(
+        min_length=1, description="Device ids (index or UUID), as the recipe's gpus name them."
+    )
 
     @field_validator("ids", mode="before")
     @classmethod
@@ -69,7 +71,9 @@ class LaneEntry(FrozenModel):
     runtime: RuntimeName | None = Field(
         default=None, description="Runtime it boots on (process only on this machine); None: the recipe's."
     )
-    port: StrictInt | None = Field(default=None, ge=1, le=65535, description="Serving port; None: the recipe's lane.port.")
+    port: StrictInt | None = Field(
+        default=None, ge=1, le=65535, description="Serving port; None: the recipe's lane.port."
+    )
     sidecar_port: StrictInt | None = Field(
         default=None, ge=1, le=65535, description="Sidecar port; None: the recipe's sidecar.port."
     )
@@ -85,7 +89,9 @@ class HostEntry(FrozenModel):
 
     docker: str = Field(description="`local`, `ssh://user@box[:port]`, or `tcp://box:port` (with tls).")
     ssh_key: str | None = Field(default=None, description="Private key for ssh:// (ssh -i); relative to the inventory.")
-    known_hosts: str | None = Field(default=None, description="Known-hosts file for ssh:// ; relative to the inventory.")
+    known_hosts: str | None = Field(
+        default=None, description="Known-hosts file for ssh:// ; relative to the inventory."
+    )
     docker_socket: str = Field(default="/var/run/docker.sock", description="The engine's socket on the box (ssh://).")
     tls: TlsAccess | None = Field(default=None, description="Client TLS (ca, cert, key) for tcp:// ; required there.")
     address: str | None = Field(
@@ -101,9 +107,7 @@ class HostEntry(FrozenModel):
             return v
         parts = urlsplit(v)
         if parts.scheme not in ("ssh", "tcp") or not parts.hostname:
-            raise ValueError(
-                f"{v!r} is not a Docker host URL; use local, ssh://user@box[:port] or tcp://box:port"
-            )
+            raise ValueError(f"{v!r} is not a Docker host URL; use local, ssh://user@box[:port] or tcp://box:port")
         try:
             parts.port
         except ValueError as exc:
@@ -116,12 +120,16 @@ class HostEntry(FrozenModel):
     def _consistent(self) -> HostEntry:
         scheme = urlsplit(self.docker).scheme if self.docker != "local" else "local"
         if scheme == "tcp" and self.tls is None:
-            raise ValueError("a tcp:// engine needs tls: {ca, cert, key}; the tool never talks to an engine in the clear")
+            raise ValueError(
+                "a tcp:// engine needs tls: {ca, cert, key}; the tool never talks to an engine in the clear"
+            )
         if scheme != "tcp" and self.tls is not None:
             raise ValueError("tls goes with a tcp:// docker URL only; remove it or change docker")
         if scheme != "ssh" and (self.ssh_key or self.known_hosts):
             raise ValueError("ssh_key and known_hosts go with an ssh:// docker URL only; remove them or change docker")
-        if scheme != "local" and any(lane.runtime is not None and not reaches_remote_hosts(lane.runtime) for lane in self.lanes):
+        if scheme != "local" and any(
+            lane.runtime is not None and not reaches_remote_hosts(lane.runtime) for lane in self.lanes
+        ):
             raise ValueError("the process runtime runs on this machine only; give remote lanes runtime: docker")
         ports: dict[int, str] = {}
         for lane in self.lanes:
@@ -217,7 +225,9 @@ def _placement(loaded: LoadedInventory, host: str, lane: LaneEntry) -> Placement
             )  # fmt: skip
         elif entry.tls is not None:
             tls = TlsAccess(
-                ca=str(_file(base, entry.tls.ca)), cert=str(_file(base, entry.tls.cert)), key=str(_file(base, entry.tls.key))
+                ca=str(_file(base, entry.tls.ca)),
+                cert=str(_file(base, entry.tls.cert)),
+                key=str(_file(base, entry.tls.key)),
             )
     ids = tuple(i for g in entry.gpus for i in g.ids) if entry.gpus else None
     return Placement(

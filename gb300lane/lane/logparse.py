@@ -34,7 +34,9 @@ from gb300lane.models import FrozenModel
 
 _CACHE_DIR = re.compile(r"Using cache directory: (?P<dir>\S+?)/? for vLLM's torch\.compile")
 _HASH_IN_DIR = re.compile(r"^(?P<root>.*)/torch_compile_cache/(?P<hash>[^/]+)(?:/|$)")
-_HIT_GRAPH = re.compile(r"Directly load the compiled graph\(s\) for compile range (?P<range>.+?) from the cache, took (?P<s>[\d.]+) s")
+_HIT_GRAPH = re.compile(
+    r"Directly load the compiled graph\(s\) for compile range (?P<range>.+?) from the cache, took (?P<s>[\d.]+) s"
+)
 _HIT_AOT = re.compile(r"Directly load AOT compilation from path (?P<path>\S+)")
 _MISS = re.compile(r"Compiling a graph for compile range (?P<range>.+?) takes (?P<s>[\d.]+) s")
 _COMPILE_TOTAL = re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")
@@ -44,25 +46,33 @@ _AOT_PATH = re.compile(r"^(?P<root>.*)/torch_compile_cache/torch_aot_compile/(?P
 _TAG = r"(?:\[(?P<tag>[^\]\s]+)\] )?"
 _AOT_LOAD = re.compile(_TAG + r"Directly load AOT compilation from path (?P<path>\S+)")
 _AOT_SAVED = re.compile(_TAG + r"saved AOT compiled function to (?P<path>\S+)")
-_AOT_RELOAD = re.compile(_TAG + r"Compiling model again due to a load failure from (?P<path>\S+?),? reason: (?P<reason>.*)$")
+_AOT_RELOAD = re.compile(
+    _TAG + r"Compiling model again due to a load failure from (?P<path>\S+?),? reason: (?P<reason>.*)$"
+)
 _RUNNER_V2 = re.compile(r"Using V2 Model Runner")
-_RUNNER_V1 = re.compile(r"(?P<why>Model Runner V2 (?:requires|does not yet support) .*?);? using the V1 model runner instead")
+_RUNNER_V1 = re.compile(
+    r"(?P<why>Model Runner V2 (?:requires|does not yet support) .*?);? using the V1 model runner instead"
+)
 _MAX_CONC = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x")
 _GRAPH = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")
 _SERVER = re.compile(r"Starting vLLM (?:API )?server on (?P<url>https?://\S+)")
 _WEIGHTS = re.compile(r"Loading weights took (?P<s>[\d.]+) s(?:econds)?")
 _INIT_ENGINE = re.compile(r"init engine \(.*?\) took (?P<s>[\d.]+) s(?:econds)?")
 _READY = "Application startup complete."
-_FACTORS = re.compile(r"(?:\[(?P<tag>[A-Za-z_]+)\] )?torch\.compile cache factors: env=(?P<env>\S+) cfg=(?P<cfg>\S+) comp=(?P<comp>\S+) "
-                      r"code=(?P<code>\S+)(?: dir=(?P<dir>\S+))?")
+_FACTORS = re.compile(
+    r"(?:\[(?P<tag>[A-Za-z_]+)\] )?torch\.compile cache factors: env=(?P<env>\S+) cfg=(?P<cfg>\S+) comp=(?P<comp>\S+) "
+    r"code=(?P<code>\S+)(?: dir=(?P<dir>\S+))?"
+)
 _FORCED = re.compile(r"VLLM_FORCE_AOT_LOAD=1: failed to load the compiled model from (?P<path>\S+?): (?P<reason>.*)$")
 #: vLLM re-raises a failed AOT load under VLLM_FORCE_AOT_LOAD=1 (`raise e` in _try_load_aot_compiled_fn): the
 #: traceback's exception line is the reason.
 _FORCED_FRAME = "in _try_load_aot_compiled_fn"
 _EXC_LINE = re.compile(r"(?P<exc>[A-Za-z_.]*(?:Error|Exception)): (?P<msg>.+)$")
 _TACTICS = re.compile(r"Autotune (?:finished: saved|cache hit: loaded) (?P<n>\d+) tactics (?:to|from) (?P<path>\S+)")
-_DP_DROP = re.compile(r"Disabling num_speculative_tokens_per_batch_size and falling back to static "
-                      r"num_speculative_tokens=(?P<k>\d+)")
+_DP_DROP = re.compile(
+    r"Disabling num_speculative_tokens_per_batch_size and falling back to static "
+    r"num_speculative_tokens=(?P<k>\d+)"
+)
 
 AutotuneOutcome = Literal["hit", "miss", "reload", "unknown"]
 
@@ -71,11 +81,13 @@ class CompileUnit(FrozenModel):
     """One AOT-compiled module of a boot (`[backbone]`, `[draft_model]`) and what its cache did."""
 
     tag: str = Field(description="The module's log tag (backbone, draft_model); `model` when the line has none.")
-    outcome: Literal["hit", "miss", "reload"] = Field(description="hit: loaded; miss: compiled and saved; reload: "
-                                                      "found but failed to load, compiled again.")
+    outcome: Literal["hit", "miss", "reload"] = Field(
+        description="hit: loaded; miss: compiled and saved; reload: found but failed to load, compiled again."
+    )
     compile_hash: str | None = Field(description="The hash directory under torch_compile_cache/torch_aot_compile/.")
     path: str = Field(description="The artifact path the log names.")
     reason: str | None = Field(default=None, description="A reload's `reason:` as logged.")
+
 
 class CacheFactors(FrozenModel):
     """vLLM's compile-cache factors as its debug line logs them (`torch.compile cache factors: ...`)."""
@@ -95,7 +107,9 @@ class BootLogFacts(FrozenModel):
     """What a boot log says about the boot."""
 
     cache_dir: str | None = Field(default=None, description="Compile cache directory from `Using cache directory:`.")
-    cache_root: str | None = Field(default=None, description="The cache root (VLLM_CACHE_ROOT) that directory lies under.")
+    cache_root: str | None = Field(
+        default=None, description="The cache root (VLLM_CACHE_ROOT) that directory lies under."
+    )
     compile_hash: str | None = Field(default=None, description="The hash directory under torch_compile_cache/.")
     cache_hits: int = Field(default=0, description="`Directly load ...` lines (graph or AOT).")
     cache_misses: int = Field(default=0, description="`Compiling a graph ...` lines.")
@@ -114,13 +128,18 @@ class BootLogFacts(FrozenModel):
         default=None, description="The model runner the engine logged it uses; None when the log does not say."
     )
     model_runner_line: str | None = Field(default=None, description="The log line the model runner was read from.")
-    cache_factors: tuple[CacheFactors, ...] = Field(default=(), description="`torch.compile cache factors` debug lines.")
-    forced_load_failure: str | None = Field(default=None, description="A load that VLLM_FORCE_AOT_LOAD=1 turned into "
-                                            "a failed boot: the reason logged.")
+    cache_factors: tuple[CacheFactors, ...] = Field(
+        default=(), description="`torch.compile cache factors` debug lines."
+    )
+    forced_load_failure: str | None = Field(
+        default=None, description="A load that VLLM_FORCE_AOT_LOAD=1 turned into a failed boot: the reason logged."
+    )
     tactics_file: str | None = Field(default=None, description="The autotune tactic file the engine saved or loaded.")
     tactics_loaded: bool | None = Field(default=None, description="True: loaded from the cache; False: autotuned now.")
-    schedule_dropped: bool = Field(default=False, description="The engine logged that it disabled the k schedule "
-                                   "(data parallel size > 1) and drafts a static k.")
+    schedule_dropped: bool = Field(
+        default=False,
+        description="The engine logged that it disabled the k schedule (data parallel size > 1) and drafts a static k.",
+    )
 
     @property
     def cache_reloads(self) -> int:
@@ -208,8 +227,11 @@ def parse(text: str) -> BootLogFacts:
         elif m := _FACTORS.search(line):
             factors = facts.setdefault("cache_factors", [])
             assert isinstance(factors, list)
-            factors.append(CacheFactors(tag=m["tag"] or "model", env=m["env"], cfg=m["cfg"], comp=m["comp"],
-                                        code=m["code"], dir=m["dir"]))
+            factors.append(
+                CacheFactors(
+                    tag=m["tag"] or "model", env=m["env"], cfg=m["cfg"], comp=m["comp"], code=m["code"], dir=m["dir"]
+                )
+            )
         elif m := _FORCED.search(line):
             facts["forced_load_failure"] = m["reason"].strip()
         elif m := _TACTICS.search(line):

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from gb300lane.errors import LaneError, StateError
-from gb300lane.lane import records as instances, probe
+from gb300lane.lane import probe
+from gb300lane.lane import records as instances
 from gb300lane.lane.protect import NOTHING, Protected
 from gb300lane.models import FrozenModel
 
@@ -66,7 +67,8 @@ class InstanceStatus(FrozenModel):
     health: str = Field(description="healthy, unhealthy (HTTP n), unreachable, or not running.")
     uptime_s: float | None = Field(description="Seconds since the main container started, while running.")
     dark_bind: str | None = Field(
-        default=None, description="A running dark instance's bind check now: why it fails (a socket reachable beyond "
+        default=None,
+        description="A running dark instance's bind check now: why it fails (a socket reachable beyond "
         "loopback, a port no longer listening); None when it passes, cannot be read, or the instance is not dark.",
     )
 
@@ -111,7 +113,9 @@ def _state(infos: list[ContainerInfo], phase: str) -> InstanceState:
 def _info(rec: instances.InstanceRecord, rt: Runtime | None) -> InstanceInfo:
     from gb300lane.lane.report import latest_report  # the boot checks' models: only where an instance is recorded
 
-    infos = [rt.inspect(c) if rt else ContainerInfo(name=c, runtime=rec.runtime, state="missing") for c in rec.containers]
+    infos = [
+        rt.inspect(c) if rt else ContainerInfo(name=c, runtime=rec.runtime, state="missing") for c in rec.containers
+    ]
     report = latest_report(rec.name)
     return InstanceInfo(
         name=rec.name, recipe=rec.recipe, arm=rec.arm, runtime=rec.runtime, state=_state(infos, rec.phase),
@@ -190,8 +194,14 @@ def status() -> LaneStatus:
         health = probe.health(info.endpoint) if running and info.endpoint else "not running"
         uptime = time.time() - info.started_at if running and info.started_at else None
         bind = dark_bind(info.name) if running and info.dark else None
-        rows.append(InstanceStatus(info=info, health=health, uptime_s=uptime,
-                                   dark_bind=bind.summary if bind is not None and bind.status == "fail" else None))
+        rows.append(
+            InstanceStatus(
+                info=info,
+                health=health,
+                uptime_s=uptime,
+                dark_bind=bind.summary if bind is not None and bind.status == "fail" else None,
+            )
+        )
     return LaneStatus(instances=tuple(rows), runtimes=notes, quarantined=tuple(instances.quarantined()))
 
 
@@ -230,7 +240,9 @@ def matches(info: InstanceInfo, target: str | None, arm: str | None = None) -> b
     return arm is None or arm in ((info.arm or info.recipe), info.name)
 
 
-def resolve(target: str | None = None, *, arm: str | None = None, all: bool = False, command: str = "down") -> list[str]:
+def resolve(
+    target: str | None = None, *, arm: str | None = None, all: bool = False, command: str = "down"
+) -> list[str]:
     """The instance names a `down` / `logs` / `status` argument designates: an instance, a recipe or an arm.
 
     An instance's own name designates it alone (even when it is also another instance's recipe); a recipe or
@@ -255,7 +267,11 @@ def resolve(target: str | None = None, *, arm: str | None = None, all: bool = Fa
 
 
 def down(
-    target: str | None = None, *, arm: str | None = None, all: bool = False, yes: bool = False,
+    target: str | None = None,
+    *,
+    arm: str | None = None,
+    all: bool = False,
+    yes: bool = False,
     protected: Protected = NOTHING,
 ) -> list[str]:
     """Stop and remove the designated instances; returns their names.
@@ -276,7 +292,8 @@ def down(
     if held and (not all or protected.unknown is not None):
         n = next(iter(held))
         fix = (
-            "`gb300lane rollback` and `gb300lane prune` manage it" if protected.unknown is None
+            "`gb300lane rollback` and `gb300lane prune` manage it"
+            if protected.unknown is None
             else "fix the ledger first"
         )
         raise StateError(
@@ -294,7 +311,9 @@ def logs(target: str | None = None, *, arm: str | None = None, role: str = "main
     return rt.logs(_container(names, role), tail=tail)
 
 
-def follow(target: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None) -> Iterator[str]:
+def follow(
+    target: str | None = None, *, arm: str | None = None, role: str = "main", tail: int | None = None
+) -> Iterator[str]:
     rec, rt, names = _find(_one(target, arm))
     return rt.follow(_container(names, role), tail=tail)
 

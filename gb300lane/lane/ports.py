@@ -44,4 +44,3 @@ def free_lane_port(recipes: Sequence[Recipe], *, start: int, tries: int = 2000) 
         f"no free place for the lane of {names} in ports {start}-{min(start + tries, 65536) - 1}; "
         "stop what holds them, or pass --port P"
     )
-

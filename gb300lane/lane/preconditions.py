@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from gb300lane import placement
 from gb300lane.errors import BootError, StateError
-from gb300lane.lane import facts, records as instances
+from gb300lane.lane import facts
+from gb300lane.lane import records as instances
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.protect import Protected
 from gb300lane.recipes import RenderedLane
@@ -17,7 +18,11 @@ from gb300lane.runtime import LABEL_INSTANCE, LABEL_PORT, Runtime, image_fix
 
 
 def check_preconditions(
-    rt: Runtime, rendered: RenderedLane, instance: str, port: int, protected: Protected,
+    rt: Runtime,
+    rendered: RenderedLane,
+    instance: str,
+    port: int,
+    protected: Protected,
     products: dict[str, str | None] | None = None,
 ) -> CheckResult:
     """Raise if the instance cannot boot here now; return the GPU check."""
@@ -63,7 +68,9 @@ def check_preconditions(
             ensure_engine_image()
     for image, roles in _images(rendered).items():
         if rt.image_present(image) is False and not rt.pull:
-            problems.append(f"image {image} ({', '.join(roles)}) is not present on the Docker engine; {image_fix(image)}")
+            problems.append(
+                f"image {image} ({', '.join(roles)}) is not present on the Docker engine; {image_fix(image)}"
+            )
     declared = _declared_gpus(rendered, products or {})
     gpu_check, gpu_problem = _gpus(rendered, products or {})
     problems.extend(declared or ([gpu_problem] if gpu_problem is not None else []))
@@ -131,8 +138,10 @@ def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[Chec
     if not wanted:
         return CheckResult(name="gpus", status="pass", summary="no GPUs requested", evidence={"wanted": []}), None
     needs = " and ".join(
-        f"{spec.role} GPU {', '.join(spec.device_ids)}" + (f" ({product})" if (product := products.get(spec.role)) else "")
-        for spec in rendered.containers if spec.device_ids
+        f"{spec.role} GPU {', '.join(spec.device_ids)}"
+        + (f" ({product})" if (product := products.get(spec.role)) else "")
+        for spec in rendered.containers
+        if spec.device_ids
     )
     found = facts.discover_gpus()
     if found is None:
@@ -146,11 +155,17 @@ def _gpus(rendered: RenderedLane, products: dict[str, str | None]) -> tuple[Chec
         )
     missing = [d for d in wanted if d not in found]
     if missing:
-        check = CheckResult(name="gpus", status="fail", evidence={"wanted": wanted, "found": sorted(found)},
-                            summary=f"GPU(s) {', '.join(missing)} missing")
+        check = CheckResult(
+            name="gpus",
+            status="fail",
+            evidence={"wanted": wanted, "found": sorted(found)},
+            summary=f"GPU(s) {', '.join(missing)} missing",
+        )
         return check, (
             f"the recipe needs {needs}; GPU(s) {', '.join(missing)} do not exist {_here()} (found {sorted(found)}); "
             "fix gpus.main / gpus.sidecar in the recipe"
         )
-    check = CheckResult(name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted})
+    check = CheckResult(
+        name="gpus", status="pass", summary=f"GPUs {', '.join(wanted)} present", evidence={"wanted": wanted}
+    )
     return check, None

@@ -25,6 +25,7 @@ from gb300lane.models import FrozenModel
 if TYPE_CHECKING:
     import aiohttp
 
+
 class Scrape(FrozenModel):
     """One /metrics scrape: the text, or why there is none."""
 
@@ -34,12 +35,15 @@ class Scrape(FrozenModel):
 
 def _why(url: str, exc: BaseException) -> str:
     reason = getattr(exc, "os_error", None) or exc
-    return f"GET {url} failed: {type(exc).__name__}: {reason}" if str(reason) else f"GET {url} failed: {type(exc).__name__}"
+    return (
+        f"GET {url} failed: {type(exc).__name__}: {reason}"
+        if str(reason)
+        else f"GET {url} failed: {type(exc).__name__}"
+    )
 
 
 async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | None = None) -> tuple[int | None, str]:
     """(HTTP status, body), or (None, why no response came)."""
-    import asyncio
 
     import aiohttp
 
@@ -54,7 +58,7 @@ async def get(session: aiohttp.ClientSession, url: str, *, timeout_s: float | No
     try:
         async with session.get(target, timeout=timeout) as resp:
             return resp.status, await resp.text(errors="replace")
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return None, _why(url, exc)
 
 

@@ -41,8 +41,16 @@ from gb300lane.models import FrozenModel
 from gb300lane.runtime import ImageIdentity, Runtime, ssh
 
 #: Tokenizer files a checkpoint may carry; those present are hashed together, by name.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 #: Where `make real-lane` records the fixes it applied, beside the interpreter's environment.
 PATCH_RECORD = ".gb300lane-patches.json"
 _SNAPSHOT = re.compile(r"/snapshots/(?P<rev>[0-9a-f]{40})(?:/|$)")
@@ -95,8 +103,10 @@ class CheckpointProvenance(FrozenModel):
     path: str = Field(description="Where it was read (the host path; `builtin` for the embedded model).")
     config_sha256: str | None = Field(description="sha256 of config.json.")
     tokenizer_sha256: str | None = Field(description="sha256 over the tokenizer files present (by name).")
-    weight_index_sha256: str | None = Field(description="sha256 of the weight index (the safetensors index, else "
-                                            "each safetensors file's header: names, dtypes, shapes, offsets).")
+    weight_index_sha256: str | None = Field(
+        description="sha256 of the weight index (the safetensors index, else "
+        "each safetensors file's header: names, dtypes, shapes, offsets)."
+    )
     revision: str | None = Field(default=None, description="The revision the checkpoint records, if any.")
     revision_source: str | None = Field(default=None, description="Where the revision was read.")
 
@@ -115,7 +125,9 @@ class HostProvenance(FrozenModel):
     cpu_model: str | None = Field(description="CPU model name (/proc/cpuinfo).")
     cpu_count: int | None = Field(description="Logical CPUs.")
     memory_bytes: int | None = Field(description="Total memory.")
-    gpus: tuple[GpuProvenance, ...] = Field(default=(), description="GPUs nvidia-smi lists (empty: none, or no nvidia-smi).")
+    gpus: tuple[GpuProvenance, ...] = Field(
+        default=(), description="GPUs nvidia-smi lists (empty: none, or no nvidia-smi)."
+    )
     driver: str | None = Field(default=None, description="NVIDIA driver version.")
     cuda: str | None = Field(default=None, description="CUDA version the driver supports (nvidia-smi's header).")
     nvidia_smi: bool = Field(default=False, description="Whether nvidia-smi was found and answered.")
@@ -156,8 +168,16 @@ class Provenance(FrozenModel):
             for name in ("config_sha256", "tokenizer_sha256", "weight_index_sha256", "revision"):
                 out[f"checkpoint.{c.role}.{name}"] = getattr(c, name)
         h = self.host
-        out.update({"host.cpu_model": h.cpu_model, "host.cpu_count": h.cpu_count, "host.memory_bytes": h.memory_bytes,
-                    "host.gpus": [f"{g.name} {g.uuid}" for g in h.gpus], "host.driver": h.driver, "host.cuda": h.cuda})
+        out.update(
+            {
+                "host.cpu_model": h.cpu_model,
+                "host.cpu_count": h.cpu_count,
+                "host.memory_bytes": h.memory_bytes,
+                "host.gpus": [f"{g.name} {g.uuid}" for g in h.gpus],
+                "host.driver": h.driver,
+                "host.cuda": h.cuda,
+            }
+        )
         return out
 
 
@@ -225,8 +245,15 @@ def image_provenance(ref: str, identity: ImageIdentity) -> ImageProvenance:
     pin_ok = None
     if pinned is not None:
         pin_ok = any(d.endswith("@" + pinned) for d in identity.repo_digests)
-    return ImageProvenance(ref=ref, id=identity.id, repo_digests=identity.repo_digests, pinned=pinned, pin_ok=pin_ok,
-                           created=identity.created, source_hash=identity.labels.get("gb300lane.source-hash"))
+    return ImageProvenance(
+        ref=ref,
+        id=identity.id,
+        repo_digests=identity.repo_digests,
+        pinned=pinned,
+        pin_ok=pin_ok,
+        created=identity.created,
+        source_hash=identity.labels.get("gb300lane.source-hash"),
+    )
 
 
 def _dist_version(site: Path, names: Sequence[str]) -> str | None:
@@ -269,8 +296,11 @@ def installed_from(python: str) -> tuple[InstalledProvenance, dict[str, str]]:
             for row in rows:
                 path = Path(str(row["file"]))
                 now = sha256_file(path) if path.is_file() else "missing"
-                patches.append(PatchProvenance(patch=str(row["patch"]), file=str(path), sha256=now,
-                                               as_recorded=now == str(row["sha256"])))
+                patches.append(
+                    PatchProvenance(
+                        patch=str(row["patch"]), file=str(path), sha256=now, as_recorded=now == str(row["sha256"])
+                    )
+                )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             missing["installed.patches"] = f"{record}: unreadable ({type(exc).__name__})"
     return InstalledProvenance(python=python, vllm=vllm, torch=torch, patches=tuple(patches)), missing
@@ -351,10 +381,17 @@ def checkpoint_from_dir(role: Literal["target", "draft"], path: Path) -> tuple[C
         missing[f"{at}.weight_index_sha256"] = f"no safetensors index or files in {path}"
     revision, source = _revision(path, config)
     if revision is None:
-        missing[f"{at}.revision"] = "the checkpoint records none (no snapshot directory, git checkout, _commit_hash or build manifest)"
+        missing[f"{at}.revision"] = (
+            "the checkpoint records none (no snapshot directory, git checkout, _commit_hash or build manifest)"
+        )
     return CheckpointProvenance(
-        role=role, path=str(path), config_sha256=config_sha, tokenizer_sha256=_sha_named(tok) if tok else None,
-        weight_index_sha256=_sha_named(weights) if weights else None, revision=revision, revision_source=source,
+        role=role,
+        path=str(path),
+        config_sha256=config_sha,
+        tokenizer_sha256=_sha_named(tok) if tok else None,
+        weight_index_sha256=_sha_named(weights) if weights else None,
+        revision=revision,
+        revision_source=source,
     ), missing
 
 
@@ -363,14 +400,20 @@ def checkpoint_from_engine(body: Mapping[str, JsonValue]) -> CheckpointProvenanc
     raw = body.get("checkpoint")
     if not isinstance(raw, dict):
         return None
+
     def text(key: str) -> str | None:
         value = raw.get(key)
         return value if isinstance(value, str) else None
 
-    return CheckpointProvenance(role="target", path=text("path") or "builtin", config_sha256=text("config_sha256"),
-                                tokenizer_sha256=text("tokenizer_sha256"),
-                                weight_index_sha256=text("weight_index_sha256"), revision=text("revision"),
-                                revision_source="the engine's /version")
+    return CheckpointProvenance(
+        role="target",
+        path=text("path") or "builtin",
+        config_sha256=text("config_sha256"),
+        tokenizer_sha256=text("tokenizer_sha256"),
+        weight_index_sha256=text("weight_index_sha256"),
+        revision=text("revision"),
+        revision_source="the engine's /version",
+    )
 
 
 # ---- gathering --------------------------------------------------------------------------------------------------
@@ -420,8 +463,9 @@ def host_provenance() -> tuple[HostProvenance, dict[str, str]]:
     for name, value in (("cpu_model", cpu_model), ("cpu_count", cpu_count), ("memory_bytes", memory)):
         if value is None:
             missing[f"host.{name}"] = "not readable on this host"
-    query = _run_host(["nvidia-smi", "--query-gpu=name,uuid,memory.total,driver_version",
-                       "--format=csv,noheader,nounits"])
+    query = _run_host(
+        ["nvidia-smi", "--query-gpu=name,uuid,memory.total,driver_version", "--format=csv,noheader,nounits"]
+    )
     gpus: list[GpuProvenance] = []
     driver = cuda = None
     seen = query is not None and query[0] == 0
@@ -431,8 +475,15 @@ def host_provenance() -> tuple[HostProvenance, dict[str, str]]:
         cuda = parse_cuda_version(header[1]) if header is not None and header[0] == 0 else None
     elif query is not None:  # no nvidia-smi at all is a host without NVIDIA GPUs: nothing is missing
         missing["host.gpus"] = missing["host.driver"] = missing["host.cuda"] = f"nvidia-smi exited {query[0]}"
-    return HostProvenance(cpu_model=cpu_model, cpu_count=cpu_count, memory_bytes=memory, gpus=tuple(gpus),
-                          driver=driver, cuda=cuda, nvidia_smi=seen), missing
+    return HostProvenance(
+        cpu_model=cpu_model,
+        cpu_count=cpu_count,
+        memory_bytes=memory,
+        gpus=tuple(gpus),
+        driver=driver,
+        cuda=cuda,
+        nvidia_smi=seen,
+    ), missing
 
 
 def fields_now(python: str | None) -> dict[str, JsonValue]:
@@ -440,9 +491,13 @@ def fields_now(python: str | None) -> dict[str, JsonValue]:
     flattened fields: what `verify` compares a card's receipts with."""
     host, _ = host_provenance()
     installed = installed_from(python)[0] if python is not None else None
-    return {k: v for k, v in Provenance(runtime="process", engine=EngineProvenance(version=None), host=host,
-                                        installed=installed).fields().items()
-            if k.startswith(("host.", "installed."))}
+    return {
+        k: v
+        for k, v in Provenance(runtime="process", engine=EngineProvenance(version=None), host=host, installed=installed)
+        .fields()
+        .items()
+        if k.startswith(("host.", "installed."))
+    }
 
 
 def gather(
@@ -468,15 +523,19 @@ def gather(
         else:
             image = image_provenance(image_ref, identity)
             if not image.repo_digests:
-                missing["image.repo_digests"] = ("the image was built here and never pushed or pulled, so it has no "
-                                                 "repo digest; its id stands for it")
+                missing["image.repo_digests"] = (
+                    "the image was built here and never pushed or pulled, so it has no "
+                    "repo digest; its id stands for it"
+                )
     body = version_body if isinstance(version_body, dict) else {}
     version = body.get("version")
     name = body.get("engine")
     if not isinstance(version, str):
         missing["engine.version"] = version_reason or "/version answered without a version"
-    eng = EngineProvenance(version=version if isinstance(version, str) else None,
-                           name=name if isinstance(name, str) else ("vllm" if engine == "vllm" else None))
+    eng = EngineProvenance(
+        version=version if isinstance(version, str) else None,
+        name=name if isinstance(name, str) else ("vllm" if engine == "vllm" else None),
+    )
     installed = None
     if python is not None:
         installed, lacking = installed_from(python)
@@ -505,11 +564,38 @@ def gather(
         missing.update(lacking)
     host, lacking = host_provenance()
     missing.update(lacking)
-    return Provenance(runtime=rt.name, image=image, engine=eng, installed=installed, checkpoints=tuple(checkpoints),
-                      host=host, missing=dict(sorted(missing.items())))
+    return Provenance(
+        runtime=rt.name,
+        image=image,
+        engine=eng,
+        installed=installed,
+        checkpoints=tuple(checkpoints),
+        host=host,
+        missing=dict(sorted(missing.items())),
+    )
 
 
-__all__ = ["CheckpointProvenance", "EngineProvenance", "FieldChange", "GpuProvenance", "HostProvenance",
-           "ImageProvenance", "InstalledProvenance", "PatchProvenance", "Provenance", "checkpoint_from_dir", "fields_now",
-           "checkpoint_from_engine", "diff_fields", "gather", "host_provenance", "image_provenance", "installed_from",
-           "parse_cpuinfo", "parse_cuda_version", "parse_gpus", "pinned_digest", "safetensors_header"]
+__all__ = [
+    "CheckpointProvenance",
+    "EngineProvenance",
+    "FieldChange",
+    "GpuProvenance",
+    "HostProvenance",
+    "ImageProvenance",
+    "InstalledProvenance",
+    "PatchProvenance",
+    "Provenance",
+    "checkpoint_from_dir",
+    "fields_now",
+    "checkpoint_from_engine",
+    "diff_fields",
+    "gather",
+    "host_provenance",
+    "image_provenance",
+    "installed_from",
+    "parse_cpuinfo",
+    "parse_cuda_version",
+    "parse_gpus",
+    "pinned_digest",
+    "safetensors_header",
+]

@@ -92,7 +92,9 @@ def _tail(text: str, n: int = LOG_TAIL_LINES) -> str:
 async def _check(session: aiohttp.ClientSession, check: Readiness, logs: LogSource, timeout_s: float) -> str:
     """'' when the check holds, else why it does not yet."""
     if isinstance(check, LogReady):
-        return "" if re.search(check.pattern, logs(None), re.MULTILINE) else f"no log line matches /{check.pattern}/ yet"
+        return (
+            "" if re.search(check.pattern, logs(None), re.MULTILINE) else f"no log line matches /{check.pattern}/ yet"
+        )
     status, body = await get(session, check.url, timeout_s=timeout_s)
     if status is None:
         return f"GET {check.url}: {body.removeprefix(f'GET {check.url} failed: ')}"

@@ -125,7 +125,9 @@ def load(name: str) -> InstanceRecord | None:
     log.warning(
         "%s: unreadable instance record (%s); moved to %s. Any containers it had are still found by their "
         "labels: `gb300lane status` lists them as unrecorded; delete the moved file once you have read it",
-        path, found, moved,
+        path,
+        found,
+        moved,
     )
     return None
 

@@ -9,19 +9,17 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from pathlib import Path
-from typing import Literal
-
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from gb300lane import __version__, paths
+from gb300lane.errors import StateError
 from gb300lane.fsio import dumps_json, write_once
 from gb300lane.lane.checks import CheckResult
 from gb300lane.lane.provenance import Provenance
-from gb300lane.errors import StateError
 from gb300lane.models import FrozenModel, format_validation_error
 
 _MARK = {"pass": "PASS", "fail": "FAIL", "unknown": "----"}
@@ -33,11 +31,15 @@ BaselineKind = Literal["given", "last_boot", "parent", "keys", "none"]
 class Baseline(FrozenModel):
     """What a boot's flag check compared the recipe with (named in the boot report)."""
 
-    kind: BaselineKind = Field(description="given: a recipe the caller named (production, a card's control) on the "
-                               "same lane; last_boot: this recipe as the lane last booted it; parent: the recipe it "
-                               "extends; keys: the caller gave the keys; none: nothing to compare with.")
+    kind: BaselineKind = Field(
+        description="given: a recipe the caller named (production, a card's control) on the "
+        "same lane; last_boot: this recipe as the lane last booted it; parent: the recipe it "
+        "extends; keys: the caller gave the keys; none: nothing to compare with."
+    )
     recipe: str | None = Field(default=None, description="The baseline recipe's name (None for keys and none).")
-    role: str | None = Field(default=None, description="What the caller said the given recipe is (production, control).")
+    role: str | None = Field(
+        default=None, description="What the caller said the given recipe is (production, control)."
+    )
     report: str | None = Field(default=None, description="last_boot: the boot report the recipe was read from.")
     skipped: str | None = Field(default=None, description="A recipe the caller named that was not used, and why.")
 
@@ -79,18 +81,26 @@ class BootReport(FrozenModel):
     containers: tuple[str, ...] = Field(description="Container names, main first.")
     started_at: float = Field(description="Unix time the containers were started.")
     boot_seconds: float = Field(description="Containers started to ready, as the tool measured it.")
-    expected_boot_seconds: float | None = Field(default=None, description="What earlier boots of this fingerprint took.")
+    expected_boot_seconds: float | None = Field(
+        default=None, description="What earlier boots of this fingerprint took."
+    )
     engine_boot_seconds: float | None = Field(
         default=None,
         description="The engine's own logged boot (weights + torch.compile + init engine), in the engine's seconds.",
     )
     checks: tuple[CheckResult, ...] = Field(description="Every check, in order.")
     path: str | None = Field(default=None, description="Where this report is stored.")
-    provenance: Provenance | None = Field(default=None, description="What ran, read from what ran (image, engine "
-                                          "version, installed vLLM/torch and patches, checkpoints, host).")
+    provenance: Provenance | None = Field(
+        default=None,
+        description="What ran, read from what ran (image, engine "
+        "version, installed vLLM/torch and patches, checkpoints, host).",
+    )
     baseline: Baseline | None = Field(default=None, description="What the flag check compared the recipe with.")
-    recipe_json: dict[str, Any] | None = Field(default=None, description="The resolved recipe booted (secrets as "
-                                               "digests): the next boot of it names the keys changed since.")
+    recipe_json: dict[str, Any] | None = Field(
+        default=None,
+        description="The resolved recipe booted (secrets as "
+        "digests): the next boot of it names the keys changed since.",
+    )
 
     @model_serializer(mode="wrap")
     def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -120,12 +130,16 @@ class BootReport(FrozenModel):
         if self.provenance is not None:
             lines.extend(provenance_lines(self.provenance))
         if self.baseline is not None:
-            lines.append(f"  flags checked against {self.baseline.label()}"
-                         + (f" ({self.baseline.skipped})" if self.baseline.skipped else ""))
+            lines.append(
+                f"  flags checked against {self.baseline.label()}"
+                + (f" ({self.baseline.skipped})" if self.baseline.skipped else "")
+            )
         for c in self.checks:
             lines.append(f"  {_MARK[c.status]}  {c.name:<16} {c.summary}")
-        verdict = "all checks pass" if all(c.status == "pass" for c in self.checks) else (
-            "some checks FAILED" if not self.ok else "no failures; some checks unknown"
+        verdict = (
+            "all checks pass"
+            if all(c.status == "pass" for c in self.checks)
+            else ("some checks FAILED" if not self.ok else "no failures; some checks unknown")
         )
         lines.append(f"  {verdict}" + (f"; report {self.path}" if self.path else ""))
         return "\n".join(lines)
@@ -150,8 +164,10 @@ def provenance_lines(p: Provenance) -> list[str]:
     out.append("  " + eng)
     for c in p.checkpoints:
         rev = f" revision {c.revision[:16]}" if c.revision else ""
-        out.append(f"  {c.role} {c.path}: config {str(c.config_sha256)[:12]} tokenizer {str(c.tokenizer_sha256)[:12]} "
-                   f"weights {str(c.weight_index_sha256)[:12]}{rev}")
+        out.append(
+            f"  {c.role} {c.path}: config {str(c.config_sha256)[:12]} tokenizer {str(c.tokenizer_sha256)[:12]} "
+            f"weights {str(c.weight_index_sha256)[:12]}{rev}"
+        )
     h = p.host
     gpus = ", ".join(g.name for g in h.gpus) or "no GPU"
     extra = f", driver {h.driver}, CUDA {h.cuda}" if h.nvidia_smi else ""

@@ -39,34 +39,88 @@ class LogLine(FrozenModel):
 
 
 LOG_LINES: tuple[LogLine, ...] = (
-    LogLine(id="cache_dir", example="Using cache directory: <dir> for vLLM's torch.compile",
-            literals=("for vLLM's torch.compile",), read_by=("autotune", "compile_cache")),
-    LogLine(id="graph_hit", example="Directly load the compiled graph(s) for compile range <r> from the cache",
-            literals=("Directly load the compiled graph(s) for compile",), read_by=("autotune",)),
-    LogLine(id="graph_miss", example="Compiling a graph for compile range <r> takes <s> s",
-            literals=("Compiling a graph for compile range",), read_by=("autotune",)),
-    LogLine(id="aot_hit", example="[backbone] Directly load AOT compilation from path <p>",
-            literals=("Directly load AOT compilation from path",), read_by=("autotune", "compile_cache")),
-    LogLine(id="aot_saved", example="[backbone] saved AOT compiled function to <p>",
-            literals=("saved AOT compiled function to",), read_by=("autotune",)),
-    LogLine(id="aot_reload", example="[backbone] Compiling model again due to a load failure from <p>, reason: <r>",
-            literals=("Compiling model again due to a load failure from",), read_by=("autotune", "compile_cache")),
-    LogLine(id="cache_factors", example="torch.compile cache factors: env=<h> cfg=<h> comp=<h> code=<h> dir=<d>",
-            literals=("torch.compile cache factors:",), read_by=("compile_cache",)),
-    LogLine(id="kv_cache_size", example="GPU KV cache size: <n> tokens", literals=("KV cache size:",),
-            read_by=("kv_pool",)),
-    LogLine(id="max_concurrency", example="Maximum concurrency for <n> tokens per request: <x>x",
-            literals=("Maximum concurrency for",), read_by=("kv_pool",)),
-    LogLine(id="model_runner_v2", example="Using V2 Model Runner", literals=("Using V2 Model Runner",),
-            read_by=("feature_live",)),
-    LogLine(id="model_runner_v1", example="Model Runner V2 requires <x>; using the V1 model runner instead",
-            literals=("using the V1 model runner instead",), read_by=("feature_live",)),
-    LogLine(id="schedule_dropped", example="... Disabling num_speculative_tokens_per_batch_size and falling back ...",
-            literals=("Disabling num_speculative_tokens_per_batch_size",), read_by=("schedule",)),
-    LogLine(id="spec_decode_stats", example="SpecDecoding metrics: Mean acceptance length: <x>, ...",
-            literals=("SpecDecoding metrics:",), read_by=("spec log",)),
-    LogLine(id="startup_complete", example="Application startup complete.", literals=(),
-            read_by=("readiness",), vllm_source=False),
+    LogLine(
+        id="cache_dir",
+        example="Using cache directory: <dir> for vLLM's torch.compile",
+        literals=("for vLLM's torch.compile",),
+        read_by=("autotune", "compile_cache"),
+    ),
+    LogLine(
+        id="graph_hit",
+        example="Directly load the compiled graph(s) for compile range <r> from the cache",
+        literals=("Directly load the compiled graph(s) for compile",),
+        read_by=("autotune",),
+    ),
+    LogLine(
+        id="graph_miss",
+        example="Compiling a graph for compile range <r> takes <s> s",
+        literals=("Compiling a graph for compile range",),
+        read_by=("autotune",),
+    ),
+    LogLine(
+        id="aot_hit",
+        example="[backbone] Directly load AOT compilation from path <p>",
+        literals=("Directly load AOT compilation from path",),
+        read_by=("autotune", "compile_cache"),
+    ),
+    LogLine(
+        id="aot_saved",
+        example="[backbone] saved AOT compiled function to <p>",
+        literals=("saved AOT compiled function to",),
+        read_by=("autotune",),
+    ),
+    LogLine(
+        id="aot_reload",
+        example="[backbone] Compiling model again due to a load failure from <p>, reason: <r>",
+        literals=("Compiling model again due to a load failure from",),
+        read_by=("autotune", "compile_cache"),
+    ),
+    LogLine(
+        id="cache_factors",
+        example="torch.compile cache factors: env=<h> cfg=<h> comp=<h> code=<h> dir=<d>",
+        literals=("torch.compile cache factors:",),
+        read_by=("compile_cache",),
+    ),
+    LogLine(
+        id="kv_cache_size", example="GPU KV cache size: <n> tokens", literals=("KV cache size:",), read_by=("kv_pool",)
+    ),
+    LogLine(
+        id="max_concurrency",
+        example="Maximum concurrency for <n> tokens per request: <x>x",
+        literals=("Maximum concurrency for",),
+        read_by=("kv_pool",),
+    ),
+    LogLine(
+        id="model_runner_v2",
+        example="Using V2 Model Runner",
+        literals=("Using V2 Model Runner",),
+        read_by=("feature_live",),
+    ),
+    LogLine(
+        id="model_runner_v1",
+        example="Model Runner V2 requires <x>; using the V1 model runner instead",
+        literals=("using the V1 model runner instead",),
+        read_by=("feature_live",),
+    ),
+    LogLine(
+        id="schedule_dropped",
+        example="... Disabling num_speculative_tokens_per_batch_size and falling back ...",
+        literals=("Disabling num_speculative_tokens_per_batch_size",),
+        read_by=("schedule",),
+    ),
+    LogLine(
+        id="spec_decode_stats",
+        example="SpecDecoding metrics: Mean acceptance length: <x>, ...",
+        literals=("SpecDecoding metrics:",),
+        read_by=("spec log",),
+    ),
+    LogLine(
+        id="startup_complete",
+        example="Application startup complete.",
+        literals=(),
+        read_by=("readiness",),
+        vllm_source=False,
+    ),
 )
 
 #: /metrics families the lane reads, and who reads them.
@@ -108,10 +162,10 @@ class ProbeReport(FrozenModel):
     vllm_version: str = Field(description="Its version.")
     schema_: dict[str, JsonValue] = Field(alias="schema", description="Its config schema snapshot.")
     metric_names: list[str] = Field(default_factory=list, description="`vllm:...` names its source declares.")
-    log_lines: dict[str, str | None] = Field(default_factory=dict, description="LOG_LINES id -> the source file "
-                                             "holding one of its literals, or None.")
+    log_lines: dict[str, str | None] = Field(
+        default_factory=dict, description="LOG_LINES id -> the source file holding one of its literals, or None."
+    )
     compile_env: list[str] = Field(default_factory=list, description="Env names its compile cache hashes.")
-
 
 
 class Surface(FrozenModel):
@@ -120,11 +174,13 @@ class Surface(FrozenModel):
     label: str = Field(description="Where it was read (a recipe, an image, a shipped golden).")
     vllm_version: str | None = Field(description="The build's version.")
     config_schema: dict[str, Any] | None = Field(default=None, description="Its config schema snapshot.")
-    families: dict[str, str] = Field(default_factory=dict, description="Metric family -> type ('declared' where only "
-                                     "the source names it).")
+    families: dict[str, str] = Field(
+        default_factory=dict, description="Metric family -> type ('declared' where only the source names it)."
+    )
     families_from: str = Field(description="live scrape of <endpoint>, golden (live scrape), or source.")
-    log_lines: dict[str, bool | None] = Field(default_factory=dict, description="LOG_LINES id -> printed (None: "
-                                              "not decidable from this side).")
+    log_lines: dict[str, bool | None] = Field(
+        default_factory=dict, description="LOG_LINES id -> printed (None: not decidable from this side)."
+    )
     log_lines_from: str = Field(description="a live boot's log, or the source.")
     compile_env: tuple[str, ...] = Field(default=(), description="Env names its compile cache hashes.")
 
@@ -143,15 +199,21 @@ def parse_probe(text: str, label: str) -> ProbeReport:
     try:
         return ProbeReport.model_validate_json(text)
     except ValidationError as exc:
-        raise LaneError(f"{label}: the vLLM probe printed no report ({format_validation_error(exc, first_only=True)}): "
-                        f"{text[-400:]}") from exc
+        raise LaneError(
+            f"{label}: the vLLM probe printed no report ({format_validation_error(exc, first_only=True)}): "
+            f"{text[-400:]}"
+        ) from exc
 
 
 def probe_python(python: str, *, timeout_s: float = 300.0) -> ProbeReport:
     """Run the probe under `python` (a recipe's interpreter) against the vLLM it imports."""
     try:
-        done = subprocess.run([python, str(probe_script()), "auto", json.dumps(probe_literals())],
-                              capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            [python, str(probe_script()), "auto", json.dumps(probe_literals())],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaneError(f"{python}: cannot run the vLLM probe ({exc}); check process.python") from exc
     if done.returncode != 0:
@@ -159,16 +221,23 @@ def probe_python(python: str, *, timeout_s: float = 300.0) -> ProbeReport:
     return parse_probe(done.stdout, python)
 
 
-def from_probe(label: str, got: ProbeReport, *, families: dict[str, str] | None = None,
-               families_from: str | None = None) -> Surface:
+def from_probe(
+    label: str, got: ProbeReport, *, families: dict[str, str] | None = None, families_from: str | None = None
+) -> Surface:
     """A surface from the probe's report (source) and, where a build ran, its live families."""
     lines: dict[str, bool | None] = {}
     for line in LOG_LINES:
         lines[line.id] = bool(got.log_lines.get(line.id)) if line.vllm_source else None
-    return Surface(label=label, vllm_version=got.vllm_version, config_schema=dict(got.schema_),
-                   families=families if families is not None else {n: "declared" for n in got.metric_names},
-                   families_from=families_from or "source", log_lines=lines, log_lines_from="source",
-                   compile_env=tuple(got.compile_env))
+    return Surface(
+        label=label,
+        vllm_version=got.vllm_version,
+        config_schema=dict(got.schema_),
+        families=families if families is not None else {n: "declared" for n in got.metric_names},
+        families_from=families_from or "source",
+        log_lines=lines,
+        log_lines_from="source",
+        compile_env=tuple(got.compile_env),
+    )
 
 
 @lru_cache(maxsize=8)
@@ -188,31 +257,62 @@ def golden(version: str) -> Surface | None:
     if raw is None:
         return None
     lines = {k: (None if v is None else bool(v)) for k, v in raw.get("log_lines", {}).items()}
-    return Surface(label=f"shipped {version} golden", vllm_version=version, config_schema=load_snapshot(version),
-                   families=dict(raw.get("families", {})), families_from=f"golden ({raw.get('families_from', '?')})",
-                   log_lines=lines, log_lines_from=f"golden ({raw.get('log_lines_from', 'source')})",
-                   compile_env=tuple(raw.get("compile_env") or ()))
+    return Surface(
+        label=f"shipped {version} golden",
+        vllm_version=version,
+        config_schema=load_snapshot(version),
+        families=dict(raw.get("families", {})),
+        families_from=f"golden ({raw.get('families_from', '?')})",
+        log_lines=lines,
+        log_lines_from=f"golden ({raw.get('log_lines_from', 'source')})",
+        compile_env=tuple(raw.get("compile_env") or ()),
+    )
 
 
 def golden_versions() -> list[str]:
     data = resources.files("gb300lane.data")
-    return sorted(p.name[len("vllm-"):-len("-surface.json")] for p in data.iterdir()
-                  if p.name.startswith("vllm-") and p.name.endswith("-surface.json"))
+    return sorted(
+        p.name[len("vllm-") : -len("-surface.json")]
+        for p in data.iterdir()
+        if p.name.startswith("vllm-") and p.name.endswith("-surface.json")
+    )
 
 
 def live_log_lines(log_text: str) -> dict[str, bool | None]:
     """Which of `LOG_LINES` a boot's log printed (a line this boot had no reason to print reads as absent)."""
-    return {line.id: (any(lit in log_text for lit in line.literals) if line.literals
-                      else line.example in log_text) for line in LOG_LINES}
+    return {
+        line.id: (any(lit in log_text for lit in line.literals) if line.literals else line.example in log_text)
+        for line in LOG_LINES
+    }
 
 
 def golden_payload(surface: Surface, *, families_from: str, log_lines_from: str) -> dict[str, JsonValue]:
     """What `scripts/snapshot_vllm_surface.py` writes (the schema ships in its own snapshot file)."""
-    return {"schema_version": 1, "vllm_version": surface.vllm_version, "families": dict(sorted(surface.families.items())),
-            "families_from": families_from, "log_lines": dict(sorted(surface.log_lines.items())),
-            "log_lines_from": log_lines_from, "compile_env": list(surface.compile_env)}
+    return {
+        "schema_version": 1,
+        "vllm_version": surface.vllm_version,
+        "families": dict(sorted(surface.families.items())),
+        "families_from": families_from,
+        "log_lines": dict(sorted(surface.log_lines.items())),
+        "log_lines_from": log_lines_from,
+        "compile_env": list(surface.compile_env),
+    }
 
 
-__all__ = ["FAMILIES", "GATE_READS", "LOG_LINES", "LogLine", "ProbeReport", "Surface", "from_probe", "golden",
-           "golden_payload", "golden_versions", "live_log_lines", "parse_probe", "probe_literals", "probe_python",
-           "probe_script"]
+__all__ = [
+    "FAMILIES",
+    "GATE_READS",
+    "LOG_LINES",
+    "LogLine",
+    "ProbeReport",
+    "Surface",
+    "from_probe",
+    "golden",
+    "golden_payload",
+    "golden_versions",
+    "live_log_lines",
+    "parse_probe",
+    "probe_literals",
+    "probe_python",
+    "probe_script",
+]

@@ -20,6 +20,7 @@ from gb300lane.lazy import attach
 if TYPE_CHECKING:
     from gb300lane.promote.housekeeping import history, prune, remove_recorded
     from gb300lane.promote.ledger import Ledger, ledger_path
+    from gb300lane.promote.live_ops import default_ops
     from gb300lane.promote.lock import TransitionLock
     from gb300lane.promote.models import (
         BootInfo,
@@ -28,15 +29,14 @@ if TYPE_CHECKING:
         LedgerEvent,
         ProductionState,
         PruneReport,
-        SmokeInfo,
         Slot,
+        SmokeInfo,
         TransitionReport,
         VerdictInfo,
     )
-    from gb300lane.promote.live_ops import default_ops
     from gb300lane.promote.ops import InstanceFact, PromotionOps
-    from gb300lane.promote.state import current_production
     from gb300lane.promote.runs import CrashHook
+    from gb300lane.promote.state import current_production
     from gb300lane.promote.transitions import crash_points, promote, rollback
 
 __getattr__, __dir__ = attach(

@@ -52,15 +52,17 @@ class LaneFactsCollector(Collector):
         self.results_dir = results_dir
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("gb300lane_facts_up", "1 when the lane's state source could be read, 0 when not.",
-                               labels=["source"])
+        up = GaugeMetricFamily(
+            "gb300lane_facts_up", "1 when the lane's state source could be read, 0 when not.", labels=["source"]
+        )
         yield from self._production(up)
         yield from self._events(up)
         yield from self._verdicts(up)
         yield from self._boots(up)
         yield up
-        yield GaugeMetricFamily("gb300lane_facts_timestamp_seconds", "When these facts were read (unix time).",
-                                value=time.time())
+        yield GaugeMetricFamily(
+            "gb300lane_facts_timestamp_seconds", "When these facts were read (unix time).", value=time.time()
+        )
 
     def _production(self, up: GaugeMetricFamily) -> Iterator[Metric]:
         try:
@@ -69,14 +71,22 @@ class LaneFactsCollector(Collector):
             up.add_metric(["promotion_ledger"], 0)
             return
         up.add_metric(["promotion_ledger"], 1)
-        info = InfoMetricFamily("gb300lane_production", "The recipe serving production.",
-                                labels=["recipe", "fingerprint", "instance", "endpoint"])
+        info = InfoMetricFamily(
+            "gb300lane_production",
+            "The recipe serving production.",
+            labels=["recipe", "fingerprint", "instance", "endpoint"],
+        )
         since = GaugeMetricFamily("gb300lane_production_since_seconds", "When production took its recipe (unix time).")
-        pair = InfoMetricFamily("gb300lane_rollback_pair", "The stopped-and-kept pair `rollback` restores.",
-                                labels=["recipe", "fingerprint", "instance"])
-        unfinished = GaugeMetricFamily("gb300lane_transition_unfinished",
-                                       "1 while a promotion, rollback or prune has begun and not been recorded as finished.",
-                                       labels=["kind", "crashed"])
+        pair = InfoMetricFamily(
+            "gb300lane_rollback_pair",
+            "The stopped-and-kept pair `rollback` restores.",
+            labels=["recipe", "fingerprint", "instance"],
+        )
+        unfinished = GaugeMetricFamily(
+            "gb300lane_transition_unfinished",
+            "1 while a promotion, rollback or prune has begun and not been recorded as finished.",
+            labels=["kind", "crashed"],
+        )
         if state is not None and state.recipe:
             info.add_metric([state.recipe, state.fingerprint or "", state.instance or "", state.endpoint or ""], {})
             if (t := _unix(state.since)) is not None:
@@ -96,10 +106,16 @@ class LaneFactsCollector(Collector):
         except LaneError:
             return  # promotion_ledger is already reported down
         counts = Counter(e.kind for e in events)
-        total = CounterMetricFamily("gb300lane_ledger_events", "Promotions, rollbacks, failures, recoveries and "
-                                    "prunes recorded in the promotion ledger.", labels=["kind"])
-        last = GaugeMetricFamily("gb300lane_ledger_event_last_timestamp_seconds",
-                                 "When the newest event of each kind was recorded (unix time).", labels=["kind", "recipe"])
+        total = CounterMetricFamily(
+            "gb300lane_ledger_events",
+            "Promotions, rollbacks, failures, recoveries and prunes recorded in the promotion ledger.",
+            labels=["kind"],
+        )
+        last = GaugeMetricFamily(
+            "gb300lane_ledger_event_last_timestamp_seconds",
+            "When the newest event of each kind was recorded (unix time).",
+            labels=["kind", "recipe"],
+        )
         for kind in get_args(EventKind):
             total.add_metric([kind], counts.get(kind, 0))
         newest = {e.kind: e for e in events}
@@ -110,12 +126,18 @@ class LaneFactsCollector(Collector):
 
     def _verdicts(self, up: GaugeMetricFamily) -> Iterator[Metric]:
         verdict = GaugeMetricFamily(
-            "gb300lane_card_verdict", "Each card's newest verdict: 1 on the series whose verdict label it is.",
-            labels=["card", "candidate_recipe", "control_recipe", "verdict", "transcribed"])
-        number = GaugeMetricFamily("gb300lane_card_verdict_number",
-                                   "The newest verdict's number (1 pre-registered, 2.. re-scores).", labels=["card"])
-        by_status = GaugeMetricFamily("gb300lane_cards_by_verdict", "Cards whose newest verdict is each status.",
-                                      labels=["verdict"])
+            "gb300lane_card_verdict",
+            "Each card's newest verdict: 1 on the series whose verdict label it is.",
+            labels=["card", "candidate_recipe", "control_recipe", "verdict", "transcribed"],
+        )
+        number = GaugeMetricFamily(
+            "gb300lane_card_verdict_number",
+            "The newest verdict's number (1 pre-registered, 2.. re-scores).",
+            labels=["card"],
+        )
+        by_status = GaugeMetricFamily(
+            "gb300lane_cards_by_verdict", "Cards whose newest verdict is each status.", labels=["verdict"]
+        )
         counts: Counter[str] = Counter()
         ok = 1
         for rec in all_receipts(self.results_dir):
@@ -128,8 +150,10 @@ class LaneFactsCollector(Collector):
                 continue
             counts[ref.verdict] += 1
             for status in _STATUSES:
-                verdict.add_metric([ref.card, ref.candidate_recipe, ref.control_recipe, status,
-                                    str(ref.transcribed).lower()], 1 if status == ref.verdict else 0)
+                verdict.add_metric(
+                    [ref.card, ref.candidate_recipe, ref.control_recipe, status, str(ref.transcribed).lower()],
+                    1 if status == ref.verdict else 0,
+                )
             number.add_metric([ref.card], ref.number)
         for status in _STATUSES:
             by_status.add_metric([status], counts.get(status, 0))
@@ -143,11 +167,17 @@ class LaneFactsCollector(Collector):
             up.add_metric(["hash_ledger"], 0)
             return
         up.add_metric(["hash_ledger"], 1)
-        last = GaugeMetricFamily("gb300lane_boot_seconds", "The newest recorded boot of each fingerprint: "
-                                 "containers started to ready, seconds.", labels=["fingerprint", "outcome"])
-        boots = GaugeMetricFamily("gb300lane_boots_recorded", "Boots kept in the hash ledger (the most recent per "
-                                  "fingerprint) by compile-cache outcome: hit, miss or unknown.",
-                                  labels=["fingerprint", "outcome"])
+        last = GaugeMetricFamily(
+            "gb300lane_boot_seconds",
+            "The newest recorded boot of each fingerprint: containers started to ready, seconds.",
+            labels=["fingerprint", "outcome"],
+        )
+        boots = GaugeMetricFamily(
+            "gb300lane_boots_recorded",
+            "Boots kept in the hash ledger (the most recent per "
+            "fingerprint) by compile-cache outcome: hit, miss or unknown.",
+            labels=["fingerprint", "outcome"],
+        )
         for fp, entry in sorted(ledger.fingerprints.items()):
             if entry.boots:
                 newest = entry.boots[-1]
@@ -175,4 +205,3 @@ def write_textfile(path: Path, *, results_dir: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_to_textfile(str(path), lane_registry(results_dir=results_dir))
     return path
-

@@ -45,7 +45,9 @@ class FleetRow(FrozenModel):
     fingerprint: str | None = Field(description="Its recipe fingerprint.")
     health: str = Field(description="Health of production, else of the lane's running instances, else why unknown.")
     rollback_pair: str | None = Field(description="The kept rollback pair's recipe.")
-    last_verdict: str | None = Field(description="The verdict (or forced reason) production rests on, or the last failure.")
+    last_verdict: str | None = Field(
+        description="The verdict (or forced reason) production rests on, or the last failure."
+    )
     in_flight: str | None = Field(description="An unfinished transition on this lane and the command that repairs it.")
     instances: tuple[FleetInstance, ...] = Field(description="The lane's instances.")
     error: str | None = Field(default=None, description="Why the lane could not be read (host, ledger), and the fix.")
@@ -56,7 +58,9 @@ class FleetView(FrozenModel):
 
     inventory: str = Field(description="The inventory file read.")
     lanes: tuple[FleetRow, ...] = Field(description="One row per lane, in inventory order.")
-    rollout: FleetInFlight | None = Field(description="An unfinished fleet rollout and the one command that repairs it.")
+    rollout: FleetInFlight | None = Field(
+        description="An unfinished fleet rollout and the one command that repairs it."
+    )
 
     @property
     def ok(self) -> bool:
@@ -97,8 +101,11 @@ def _row(place: Placement) -> FleetRow:
         health = "; ".join(f"{r.name} {r.health}" for r in serving) if len(serving) > 1 else serving[0].health
     else:
         health = "nothing running"
-    problems = [note for rt, note in view.runtimes.items()
-                if note != "reachable" and (reaches_remote_hosts(rt) or not place.remote)]
+    problems = [
+        note
+        for rt, note in view.runtimes.items()
+        if note != "reachable" and (reaches_remote_hosts(rt) or not place.remote)
+    ]
     error = view.ledger_error or view.ledger_read_only
     if error is None and place.remote and problems:
         error = problems[0]
@@ -119,6 +126,4 @@ def _row(place: Placement) -> FleetRow:
 def fleet_view() -> FleetView:
     """Every lane of the inventory, each read on its own host; InventoryError when there is no inventory."""
     loaded = load_inventory()
-    return FleetView(
-        inventory=loaded.path, lanes=tuple(_row(p) for p in placements()), rollout=fleet_in_flight()
-    )
+    return FleetView(inventory=loaded.path, lanes=tuple(_row(p) for p in placements()), rollout=fleet_in_flight())

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from gb300lane.errors import StateError
 from gb300lane.promote import witness
 from gb300lane.promote.ledger import Ledger, read_ledger
+from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import LedgerEvent, NewEvent, PrunePlan, PruneReport
-from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.ops import PromotionOps
 from gb300lane.promote.state import explain, open_ledger, refuse_if_running
 
@@ -77,9 +77,13 @@ def prune(*, keep: int = 0, dry_run: bool = False, ops: PromotionOps | None = No
             ledger.mark_removed(name)
             ledger.journal(tid, "remove", "done", {"instance": name})
         ledger.finish(
-            tid, "pruned",
-            event=NewEvent(kind="prune", reason=f"keep {keep} beside production and the rollback pair",
-                           detail=f"removed {', '.join(remove) if remove else 'nothing'}"),
+            tid,
+            "pruned",
+            event=NewEvent(
+                kind="prune",
+                reason=f"keep {keep} beside production and the rollback pair",
+                detail=f"removed {', '.join(remove) if remove else 'nothing'}",
+            ),
         )
         return PruneReport(removed=tuple(remove), kept=tuple(leave), dry_run=False)
 

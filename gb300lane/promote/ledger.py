@@ -25,17 +25,17 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import JsonValue, ValidationError
 
 from gb300lane import keyed, paths, signing
-from gb300lane.promote import witness
 from gb300lane.errors import LaneError, LedgerError, StateError
 from gb300lane.fsio import free_bytes, storage_error
 from gb300lane.models import format_validation_error
+from gb300lane.promote import witness
 from gb300lane.promote.models import (
     CustodyLinks,
     KeptInstance,
@@ -109,7 +109,7 @@ Detail = dict[str, JsonValue]
 
 
 def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def ledger_path() -> Path:
@@ -250,7 +250,9 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         # write-ahead log, which only a writer can merge.
         wal = path.with_name(path.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
-            raise read_only_error(path, f"{wal.name} holds changes not yet merged and {path.parent} is not writable") from exc
+            raise read_only_error(
+                path, f"{wal.name} holds changes not yet merged and {path.parent} is not writable"
+            ) from exc
         return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=30, isolation_level=None)
 
 
@@ -446,9 +448,7 @@ class Ledger:
     # -- transitions and the journal ---------------------------------------------------------
 
     def open_transition(self) -> Transition | None:
-        row = self._db.execute(
-            "SELECT * FROM transitions WHERE outcome IS NULL ORDER BY id DESC LIMIT 1"
-        ).fetchone()
+        row = self._db.execute("SELECT * FROM transitions WHERE outcome IS NULL ORDER BY id DESC LIMIT 1").fetchone()
         return self._transition(row) if row else None
 
     def transition(self, tid: int) -> Transition:
@@ -466,7 +466,14 @@ class Ledger:
                 )
             cur = db.execute(
                 "INSERT INTO transitions (kind, recipe, previous, started_at, pid, plan) VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, recipe, previous, utcnow(), os.getpid(), json.dumps(plan.model_dump(mode="json"), sort_keys=True)),
+                (
+                    kind,
+                    recipe,
+                    previous,
+                    utcnow(),
+                    os.getpid(),
+                    json.dumps(plan.model_dump(mode="json"), sort_keys=True),
+                ),
             )
             return _rowid(cur)
 
@@ -520,9 +527,7 @@ class Ledger:
             for slot, why in kept or []:
                 self._keep(slot, why)
             event_id = self._event(event, tid, links) if event else None
-            db.execute(
-                "UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid)
-            )
+            db.execute("UPDATE transitions SET outcome=?, finished_at=? WHERE id=?", (outcome, utcnow(), tid))
         self._witness()
         return event_id
 
@@ -625,8 +630,10 @@ class Ledger:
         if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='custody'").fetchone():
             return []
         rows = self._db.execute("SELECT event_id, record, prev, mac, key_id FROM custody ORDER BY event_id")
-        return [CustodyRow(int(r["event_id"]), str(r["record"]), str(r["prev"]), str(r["mac"]), str(r["key_id"]))
-                for r in rows.fetchall()]
+        return [
+            CustodyRow(int(r["event_id"]), str(r["record"]), str(r["prev"]), str(r["mac"]), str(r["key_id"]))
+            for r in rows.fetchall()
+        ]
 
     def event_rows(self) -> list[dict[str, JsonValue]]:
         """The events as stored (id, every field, transition_id), oldest first: what custody rows cover."""

@@ -117,8 +117,9 @@ class LiveOps:
         if ref is None:
             if not ev.breaks:
                 return None
-            return VerdictInfo(passed=False, verdict="none", reference="no verdict the evidence log knows",
-                               evidence=ev.breaks)
+            return VerdictInfo(
+                passed=False, verdict="none", reference="no verdict the evidence log knows", evidence=ev.breaks
+            )
         reference = f"card {ref.card} verdict {ref.number}: {ref.verdict} ({ref.file}, sha256 {ref.sha256[:16]})"
         # The verdict counts only if its whole chain holds: manifests, seals, boots, and a re-score that agrees.
         rec = cards.Receipts(Path(ref.receipts))
@@ -126,26 +127,42 @@ class LiveOps:
         custody = None if broken is None else f"{rec.root / broken.file if broken.file else rec.root}: {broken.detail}"
         manifests = rec.manifests() if rec.root.is_dir() else []
         head = manifests[-1] if manifests else None
-        binding = self._binding(recipe, ref.card, ev.registered.content if ev.registered else None,
-                                transcribed=ref.transcribed)
+        binding = self._binding(
+            recipe, ref.card, ev.registered.content if ev.registered else None, transcribed=ref.transcribed
+        )
         question = "; ".join(ev.question.notes()) if ev.question is not None and ev.question.notes() else None
         return VerdictInfo(
             passed=ref.verdict == "PASS" and custody is None and not ev.breaks and binding is None,
-            verdict=ref.verdict, reference=reference,
-            rescored=ref.number > 1, custody=custody, file=ref.file, sha256=ref.sha256, receipts=ref.receipts,
-            manifest=str(head) if head else None, manifest_sha256=sha256_file(head) if head else None,
-            card=ref.card, evidence=ev.breaks, binding=binding, question=question,
+            verdict=ref.verdict,
+            reference=reference,
+            rescored=ref.number > 1,
+            custody=custody,
+            file=ref.file,
+            sha256=ref.sha256,
+            receipts=ref.receipts,
+            manifest=str(head) if head else None,
+            manifest_sha256=sha256_file(head) if head else None,
+            card=ref.card,
+            evidence=ev.breaks,
+            binding=binding,
+            question=question,
         )
 
-    def _binding(self, recipe: str, card: str, registered: dict[str, JsonValue] | None, *,
-                 transcribed: bool) -> str | None:
+    def _binding(
+        self, recipe: str, card: str, registered: dict[str, JsonValue] | None, *, transcribed: bool
+    ) -> str | None:
         """Why the recipe as it is now is not what the card measured, naming the keys; None when it is."""
-        run = (f"run card {card} on the recipe as it is (`gb300lane card register {card} --fresh --new-question \"why the recipe changed\"`, then `card run`: a changed candidate is a new question)")
+        run = f'run card {card} on the recipe as it is (`gb300lane card register {card} --fresh --new-question "why the recipe changed"`, then `card run`: a changed candidate is a new question)'
         if registered is None:
-            what = ("a write-up's transcribed verdict, which measured the write-up's box" if transcribed else
-                    "its registration predates recording the candidate's resolved recipe")
-            return (f"card {card}'s verdict does not show it measured {recipe} as it is now ({what}); {run}, or "
-                    "--force --reason \"...\" to record a forced promotion")
+            what = (
+                "a write-up's transcribed verdict, which measured the write-up's box"
+                if transcribed
+                else "its registration predates recording the candidate's resolved recipe"
+            )
+            return (
+                f"card {card}'s verdict does not show it measured {recipe} as it is now ({what}); {run}, or "
+                '--force --reason "..." to record a forced promotion'
+            )
         try:
             now = content_values(self._recipe(recipe))
         except LaneError as exc:
@@ -154,8 +171,10 @@ class LiveOps:
         if not changes:
             return None
         keys = "; ".join(f"{c.key}: {_short(c.old)} -> {_short(c.new)}" for c in changes)
-        return (f"{recipe} differs from the candidate card {card} measured ({len(changes)} key"
-                f"{'s' if len(changes) != 1 else ''}: {keys}); {run}, or restore the recipe")
+        return (
+            f"{recipe} differs from the candidate card {card} measured ({len(changes)} key"
+            f"{'s' if len(changes) != 1 else ''}: {keys}); {run}, or restore the recipe"
+        )
 
     def recipe_content(self, recipe: str) -> dict[str, JsonValue] | None:
         return content_values(self._recipe(recipe))
@@ -167,9 +186,11 @@ class LiveOps:
             return [str(exc).splitlines()[0]]
         out = [f"{_recipe_file(r, self.recipes_dir)}: {f.message}; {f.fix}" for f in requires_acknowledgement(r)]
         if not r.smoke.gates:
-            out.append(f"{_recipe_file(r, self.recipes_dir)}: smoke.gates is empty: promotion smoke-tests the candidate on the production "
-                       "port before it keeps it, and a recipe with no gates cannot pass; add smoke gates (`gb300lane "
-                       "recipes show local-v27` shows some)")
+            out.append(
+                f"{_recipe_file(r, self.recipes_dir)}: smoke.gates is empty: promotion smoke-tests the candidate on the production "
+                "port before it keeps it, and a recipe with no gates cannot pass; add smoke gates (`gb300lane "
+                "recipes show local-v27` shows some)"
+            )
         freed: set[int] = set()
         if production is not None:
             for f in self.instances():
@@ -189,8 +210,10 @@ class LiveOps:
             if c.port in freed or c.port == port:
                 continue
             if port_in_use(c.port):
-                out.append(f"port {c.port} ({c.role} of {recipe}) is in use by {port_holders(c.port)}, and stopping "
-                           f"production does not free it; stop it first (`gb300lane status` shows the lane)")
+                out.append(
+                    f"port {c.port} ({c.role} of {recipe}) is in use by {port_holders(c.port)}, and stopping "
+                    f"production does not free it; stop it first (`gb300lane status` shows the lane)"
+                )
         return out
 
     def port_free(self, port: int) -> bool:
@@ -200,8 +223,8 @@ class LiveOps:
 
     def kept_candidate(self, card: str) -> KeptCandidate:
         from gb300lane.cards.record.receipts import receipts_for
-        from gb300lane.cards.schema import stage_count
         from gb300lane.cards.record.verdicts import newest_verdict
+        from gb300lane.cards.schema import stage_count
 
         rec = receipts_for(card)
         spec = rec.card()
@@ -218,8 +241,10 @@ class LiveOps:
         if boot is not None and instance is not None:
             why = lane.kept_problem(instance, boot.run)
             if why is not None:
-                problem = (f"its kept candidate {instance} {why}; `gb300lane promote {arm.recipe}` boots "
-                           f"{arm.recipe} afresh on the production port")
+                problem = (
+                    f"its kept candidate {instance} {why}; `gb300lane promote {arm.recipe}` boots "
+                    f"{arm.recipe} afresh on the production port"
+                )
         return KeptCandidate(
             card=spec.name, receipts=str(rec.root), arm=arm.name, recipe=arm.recipe,
             verdict=newest.verdict if newest is not None else None, instance=instance,

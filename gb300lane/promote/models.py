@@ -64,11 +64,15 @@ class CustodyLinks(FrozenModel):
     forced: bool = Field(default=False, description="A promotion forced past its verdict.")
     boot_report: BootReportLink | None = Field(default=None, description="The boot report of what became production.")
     content_sha256: str | None = Field(
-        default=None, description="sha256 of the promoted recipe's whole resolved content (`recipes.content_hash`); "
-        "None for a promotion recorded before the content was bound.")
+        default=None,
+        description="sha256 of the promoted recipe's whole resolved content (`recipes.content_hash`); "
+        "None for a promotion recorded before the content was bound.",
+    )
     content: dict[str, JsonValue] | None = Field(
-        default=None, description="The promoted recipe's resolved leaf keys (secrets as keyed digests): what `verify "
-        "--production` compares the recipe with, naming the keys that changed.")
+        default=None,
+        description="The promoted recipe's resolved leaf keys (secrets as keyed digests): what `verify "
+        "--production` compares the recipe with, naming the keys that changed.",
+    )
 
 
 class PromotePlan(FrozenModel):
@@ -92,8 +96,10 @@ class PromotePlan(FrozenModel):
         description="The card whose kept candidate `instance` is: started as production, not booted afresh.",
     )
     content: dict[str, JsonValue] | None = Field(
-        default=None, description="The recipe's whole resolved content when the plan was made (secrets as keyed "
-        "digests), recorded with the promotion; None on a lane without recipe files.")
+        default=None,
+        description="The recipe's whole resolved content when the plan was made (secrets as keyed "
+        "digests), recorded with the promotion; None on a lane without recipe files.",
+    )
 
 
 class KeptCandidate(FrozenModel):
@@ -103,8 +109,12 @@ class KeptCandidate(FrozenModel):
     receipts: str = Field(description="Its receipts directory.")
     arm: str = Field(description="The candidate arm's name, e.g. B.")
     recipe: str = Field(description="The candidate arm's recipe.")
-    verdict: str | None = Field(description="The card's newest verdict (PASS, FAIL, INCONCLUSIVE); None before scoring.")
-    instance: str | None = Field(description="The instance the arm's last finished boot created; None if none finished.")
+    verdict: str | None = Field(
+        description="The card's newest verdict (PASS, FAIL, INCONCLUSIVE); None before scoring."
+    )
+    instance: str | None = Field(
+        description="The instance the arm's last finished boot created; None if none finished."
+    )
     port: int | None = Field(description="The port it serves on, where known.")
     fingerprint: str | None = Field(description="The recipe fingerprint it was booted with.")
     problem: str | None = Field(
@@ -119,7 +129,9 @@ class RollbackPlan(FrozenModel):
     target: Slot = Field(description="The kept rollback pair that becomes production.")
     previous: Slot | None = Field(description="Production when the rollback began.")
     port: int = Field(description="The production port.")
-    reason: str | None = Field(default=None, description="Why, when a caller says (a fleet rollout putting a lane back).")
+    reason: str | None = Field(
+        default=None, description="Why, when a caller says (a fleet rollout putting a lane back)."
+    )
 
 
 class PrunePlan(FrozenModel):
@@ -229,7 +241,8 @@ class VerdictInfo(FrozenModel):
     reference: str = Field(description="Card id and verdict file the decision rests on.")
     rescored: bool = Field(default=False, description="True when the verdict is a re-score of an earlier one.")
     custody: str | None = Field(
-        default=None, description="Why the verdict's chain of custody does not hold (file: what broke); None when it does."
+        default=None,
+        description="Why the verdict's chain of custody does not hold (file: what broke); None when it does.",
     )
     file: str | None = Field(default=None, description="The verdict file (or what pins a transcribed verdict).")
     sha256: str | None = Field(default=None, description="Its sha256 when the verdict was read.")
@@ -238,14 +251,20 @@ class VerdictInfo(FrozenModel):
     manifest_sha256: str | None = Field(default=None, description="Its sha256 when the verdict was read.")
     card: str | None = Field(default=None, description="The card the verdict is of.")
     evidence: tuple[str, ...] = Field(
-        default=(), description="What the evidence log knows of the recipe's runs and verdicts that the files no "
-        "longer show, verdicts it never saw, and its own breaks: each refuses the promotion.")
+        default=(),
+        description="What the evidence log knows of the recipe's runs and verdicts that the files no "
+        "longer show, verdicts it never saw, and its own breaks: each refuses the promotion.",
+    )
     binding: str | None = Field(
-        default=None, description="Why the recipe as it is now is not the candidate the verdict measured (the keys "
-        "that differ, or a registration that did not record it); None when it is.")
+        default=None,
+        description="Why the recipe as it is now is not the candidate the verdict measured (the keys "
+        "that differ, or a registration that did not record it); None when it is.",
+    )
     question: str | None = Field(
-        default=None, description="Which run of its question the verdict's receipts are, and why a new question was "
-        "asked, as every verdict of it says.")
+        default=None,
+        description="Which run of its question the verdict's receipts are, and why a new question was "
+        "asked, as every verdict of it says.",
+    )
 
 
 class BootInfo(FrozenModel):
@@ -254,7 +273,9 @@ class BootInfo(FrozenModel):
     instance: str = Field(description="Lane instance name.")
     endpoint: str = Field(description="Its endpoint.")
     fingerprint: str = Field(description="Recipe fingerprint of what is running.")
-    boot_seconds: float = Field(description="Wall seconds from starting the containers until ready, as the lane measured.")
+    boot_seconds: float = Field(
+        description="Wall seconds from starting the containers until ready, as the lane measured."
+    )
     engine_seconds: float | None = Field(
         default=None, description="The engine's own logged init time (engine clock), where the log has it."
     )
@@ -288,8 +309,12 @@ class LedgerEvent(FrozenModel):
     verdict: str | None = Field(description="Verdict reference the promotion rests on.")
     forced: bool = Field(description="True when a promotion was forced past a missing or failing verdict.")
     reason: str | None = Field(description="Why: the --reason given, or what failed.")
-    restore_seconds: float | None = Field(description="Seconds from stopping production until the restored pair was ready.")
-    tool_seconds: float | None = Field(description="The tool's own share of restore_seconds (minus the instance's boot).")
+    restore_seconds: float | None = Field(
+        description="Seconds from stopping production until the restored pair was ready."
+    )
+    tool_seconds: float | None = Field(
+        description="The tool's own share of restore_seconds (minus the instance's boot)."
+    )
     detail: str | None = Field(description="Anything else worth keeping, one line.")
 
 
@@ -312,10 +337,13 @@ class TransitionReport(FrozenModel):
     event_id: int | None = Field(default=None, description="Ledger event written.")
     steps: tuple[str, ...] = Field(default=(), description="A plan's steps, in order (a dry run's, or what was done).")
     refusals: tuple[str, ...] = Field(
-        default=(), description="Every reason the plan refuses, each naming what is wrong and the fix (a dry run "
-        "lists them all; a real run refuses before anything is stopped).")
-    notes: tuple[str, ...] = Field(default=(), description="What the verdict adds: the run of its question, a new "
-                                   "question's reason.")
+        default=(),
+        description="Every reason the plan refuses, each naming what is wrong and the fix (a dry run "
+        "lists them all; a real run refuses before anything is stopped).",
+    )
+    notes: tuple[str, ...] = Field(
+        default=(), description="What the verdict adds: the run of its question, a new question's reason."
+    )
 
 
 class PlannedTransition(FrozenModel):
@@ -324,11 +352,13 @@ class PlannedTransition(FrozenModel):
 
     kind: Literal["promote", "rollback"] = Field(description="The transition planned.")
     steps: tuple[str, ...] = Field(description="What it will do, in order.")
-    refusals: tuple[str, ...] = Field(description="Every reason it may not run, each naming what is wrong and the "
-                                      "fix; empty when it may.")
+    refusals: tuple[str, ...] = Field(
+        description="Every reason it may not run, each naming what is wrong and the fix; empty when it may."
+    )
     notes: tuple[str, ...] = Field(default=(), description="What the verdict adds (its question).")
-    plan: PromotePlan | RollbackPlan | None = Field(description="The plan the ledger journals; None when refused or "
-                                                    "when there is nothing to do.")
+    plan: PromotePlan | RollbackPlan | None = Field(
+        description="The plan the ledger journals; None when refused or when there is nothing to do."
+    )
     nothing: str | None = Field(default=None, description="Why there is nothing to do (already production).")
 
 

@@ -18,7 +18,6 @@ from gb300lane.errors import StateError
 from gb300lane.models import FrozenModel
 from gb300lane.promote.models import BootInfo, KeptCandidate, SmokeInfo, VerdictInfo
 
-
 #: A one-line progress message (what is being waited for, how long, against which limit).
 Progress = Callable[[str], None]
 

@@ -23,8 +23,8 @@ from pydantic import JsonValue
 
 from gb300lane import evidencelog, signing
 from gb300lane.cards import Receipts, all_receipts, find_receipts, load_card
-from gb300lane.cards.record.logged import logged_runs, missing, receipts_key, unlogged
 from gb300lane.cards.record.card_custody import Chain, Link, LinkStatus, verify_receipts
+from gb300lane.cards.record.logged import logged_runs, missing, receipts_key, unlogged
 from gb300lane.errors import LaneError
 from gb300lane.fsio import sha256_file
 from gb300lane.promote.ledger import CUSTODY_ORIGIN, CUSTODY_SEAL, CustodyRow, ledger_path, read_ledger
@@ -68,8 +68,12 @@ def verify_production() -> Chain:
         add("ledger", "broken", str(exc), str(path))
         return Chain(subject="production", links=tuple(links))
     if opened is None:
-        add("ledger", "note", "no promotion ledger and no other witness of a production: nothing was ever promoted",
-            str(path))
+        add(
+            "ledger",
+            "note",
+            "no promotion ledger and no other witness of a production: nothing was ever promoted",
+            str(path),
+        )
         return Chain(subject="production", links=tuple(links))
     with opened as ledger:
         try:
@@ -87,11 +91,20 @@ def verify_production() -> Chain:
     add("production", "note", f"{prod.recipe} ({prod.instance}, fingerprint {prod.fingerprint}) since {prod.since}")
     promoted = [(e, lk) for e, lk in records if e.get("kind") == "promote" and e.get("instance") == prod.instance]
     if not promoted:
-        add("promotion", "broken", f"no promote event with a custody record put {prod.instance} into production", str(path))
+        add(
+            "promotion",
+            "broken",
+            f"no promote event with a custody record put {prod.instance} into production",
+            str(path),
+        )
         return Chain(subject="production", links=tuple(links))
     event, promotion = promoted[-1]
-    add("promotion", "ok", f"event #{event['id']} {event['at']}: promote {event.get('previous') or '-'} -> {event['recipe']}"
-        + (f" (forced: {event.get('reason')})" if event.get("forced") else ""))
+    add(
+        "promotion",
+        "ok",
+        f"event #{event['id']} {event['at']}: promote {event.get('previous') or '-'} -> {event['recipe']}"
+        + (f" (forced: {event.get('reason')})" if event.get("forced") else ""),
+    )
     _verdict_links(promotion, add)
     booted = [lk.boot_report for e, lk in records if e.get("instance") == prod.instance and lk.boot_report]
     _boot_links(booted[-1] if booted else None, prod.fingerprint, add)
@@ -102,8 +115,12 @@ def verify_production() -> Chain:
         return Chain(subject="production", links=tuple(links))
     now = fingerprint(loaded)
     if now != prod.fingerprint:
-        add("recipe", "broken", f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
-            "(the recipe changed since it was promoted: a restart would boot something else)")
+        add(
+            "recipe",
+            "broken",
+            f"{prod.recipe} has fingerprint {now} now; production runs {prod.fingerprint} "
+            "(the recipe changed since it was promoted: a restart would boot something else)",
+        )
     else:
         add("recipe", "ok", f"{prod.recipe} still has fingerprint {now}")
     _content_links(prod.recipe, promotion, content_values(loaded), add)
@@ -112,21 +129,30 @@ def verify_production() -> Chain:
 
 def _keys(changes: tuple[KeyChange, ...]) -> str:
     return "; ".join(f"{c.key}: {c.old!r} -> {c.new!r}" for c in changes[:8]) + (
-        f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+        f"; and {len(changes) - 8} more" if len(changes) > 8 else ""
+    )
 
 
 def _content_links(recipe: str, promotion: CustodyLinks, now: dict[str, JsonValue], add: _Add) -> None:
     """The recipe's whole content: as promoted, as it is now, and (on a verdict) as the card measured it."""
     if promotion.content is None:
-        add("content", "unproven", f"the promotion of {recipe} recorded its fingerprint alone, which leaves out "
+        add(
+            "content",
+            "unproven",
+            f"the promotion of {recipe} recorded its fingerprint alone, which leaves out "
             "speculative.*, env, extra_args and smoke: nothing on record shows that production runs what its card "
-            "measured. The next promotion records the whole recipe (a card registered now binds it)")
+            "measured. The next promotion records the whole recipe (a card registered now binds it)",
+        )
         return
     changed = diff_values(promotion.content, now)
     if changed:
-        add("content", "broken", f"{recipe} changed since it was promoted ({len(changed)} key"
+        add(
+            "content",
+            "broken",
+            f"{recipe} changed since it was promoted ({len(changed)} key"
             f"{'s' if len(changed) != 1 else ''}: {_keys(changed)}): a restart would boot something else; restore it, "
-            "or run its card again and promote that")
+            "or run its card again and promote that",
+        )
     else:
         add("content", "ok", f"{recipe} is the recipe promoted (content sha256 {str(promotion.content_sha256)[:16]})")
     verdict = promotion.verdict
@@ -136,17 +162,31 @@ def _content_links(recipe: str, promotion: CustodyLinks, now: dict[str, JsonValu
     try:
         ref = rec.registration().candidate_ref(rec.card())
     except LaneError as exc:
-        add("content", "broken", f"the verdict's registration does not read ({str(exc).splitlines()[0]})",
-            str(rec.registration_file))
+        add(
+            "content",
+            "broken",
+            f"the verdict's registration does not read ({str(exc).splitlines()[0]})",
+            str(rec.registration_file),
+        )
         return
     if ref is None or ref.content is None:
-        add("content", "unproven", "the verdict's registration did not record the candidate's resolved recipe: "
-            "nothing shows the card measured what was promoted", str(rec.registration_file))
+        add(
+            "content",
+            "unproven",
+            "the verdict's registration did not record the candidate's resolved recipe: "
+            "nothing shows the card measured what was promoted",
+            str(rec.registration_file),
+        )
         return
     measured = diff_values(ref.content, promotion.content)
     if measured:
-        add("content", "broken", f"production is not the candidate its card measured ({len(measured)} key"
-            f"{'s' if len(measured) != 1 else ''}: {_keys(measured)})", str(rec.registration_file))
+        add(
+            "content",
+            "broken",
+            f"production is not the candidate its card measured ({len(measured)} key"
+            f"{'s' if len(measured) != 1 else ''}: {_keys(measured)})",
+            str(rec.registration_file),
+        )
     else:
         add("content", "ok", "production is the candidate its card measured, key for key", str(rec.registration_file))
 
@@ -163,13 +203,19 @@ def _ledger_links(
         eid = row.event_id
         covered.add(eid)
         if row.prev != prev:
-            add("ledger", "broken", f"custody row of event #{eid} does not follow the row before it (a row removed or "
-                "reordered)", where)
+            add(
+                "ledger",
+                "broken",
+                f"custody row of event #{eid} does not follow the row before it (a row removed or reordered)",
+                where,
+            )
             broken += 1
         status, text = signing.verify(
-            CUSTODY_SEAL, (row.prev + "\n" + row.record).encode("utf-8"),
+            CUSTODY_SEAL,
+            (row.prev + "\n" + row.record).encode("utf-8"),
             {"signer": signing.PRINCIPAL, "key": row.key_id, "ssh_signature": row.mac}
-            if row.mac.startswith("-----BEGIN SSH SIGNATURE-----") else {"hmac_sha256": row.mac},
+            if row.mac.startswith("-----BEGIN SSH SIGNATURE-----")
+            else {"hmac_sha256": row.mac},
         )
         if status != "ok":
             add("ledger", "broken", f"custody row of event #{eid}: {text}", where)
@@ -183,8 +229,12 @@ def _ledger_links(
             broken += 1
             continue
         if events.get(eid) != record.get("event"):
-            add("ledger", "broken", f"event #{eid} differs from what its custody row recorded (the event was edited)",
-                where)
+            add(
+                "ledger",
+                "broken",
+                f"event #{eid} differs from what its custody row recorded (the event was edited)",
+                where,
+            )
             broken += 1
             continue
         good.append((record["event"], links))
@@ -205,23 +255,35 @@ def _ledger_links(
 def _verdict_links(links: CustodyLinks, add: _Add) -> None:
     verdict = links.verdict
     if verdict is None:
-        add("verdict", "note" if links.forced else "broken",
-            "forced promotion: no verdict recorded" if links.forced else "the promotion recorded no verdict")
+        add(
+            "verdict",
+            "note" if links.forced else "broken",
+            "forced promotion: no verdict recorded" if links.forced else "the promotion recorded no verdict",
+        )
         return
     file = verdict.file
     p = Path(file)
     if not p.is_file():
         add("verdict", "broken", "the verdict file the promotion rests on is gone", file)
     elif sha256_file(p) != verdict.sha256:
-        add("verdict", "broken", f"sha256 {sha256_file(p)[:16]} is not the {str(verdict.sha256)[:16]} the ledger "
-            "recorded at promotion (edited since)", file)
+        add(
+            "verdict",
+            "broken",
+            f"sha256 {sha256_file(p)[:16]} is not the {str(verdict.sha256)[:16]} the ledger "
+            "recorded at promotion (edited since)",
+            file,
+        )
     else:
         add("verdict", "ok", f"{verdict.verdict}, unchanged since the promotion (sha256 {sha256_file(p)[:16]})", file)
     if verdict.manifest:
         m = Path(verdict.manifest)
         if not m.is_file() or sha256_file(m) != verdict.manifest_sha256:
-            add("manifest", "broken", "the manifest that sealed the verdict at promotion is gone or changed",
-                verdict.manifest)
+            add(
+                "manifest",
+                "broken",
+                "the manifest that sealed the verdict at promotion is gone or changed",
+                verdict.manifest,
+            )
     receipts = verdict.receipts
     if receipts:
         card_chain = verify_receipts(Receipts(Path(str(receipts))))
@@ -269,17 +331,27 @@ def verify_evidence() -> Chain:
         add("log", "note", note, log.path)
     if log.ok:
         resets = [r for r in log.records if r.entry.kind == "reset"]
-        add("log", "ok", f"{len(log.records)} entries chain, each signed by a chosen signer"
-            + (f"; reset at line {resets[-1].seq}: {resets[-1].entry.detail}" if resets else ""), log.path)
+        add(
+            "log",
+            "ok",
+            f"{len(log.records)} entries chain, each signed by a chosen signer"
+            + (f"; reset at line {resets[-1].seq}: {resets[-1].entry.detail}" if resets else ""),
+            log.path,
+        )
     runs = logged_runs(log)
     for run in runs.values():
         gone = missing(run)
         for br in gone:
             add("receipts", "broken", br, run.receipts)
         if not gone:
-            add("receipts", "ok", f"card {run.card}: {len(run.files)} files as entered"
+            add(
+                "receipts",
+                "ok",
+                f"card {run.card}: {len(run.files)} files as entered"
                 + (f"; newest verdict {run.newest.number} {run.newest.verdict}" if run.newest else "")
-                + (f" (adopted: {run.adopted})" if run.adopted else ""), run.receipts)
+                + (f" (adopted: {run.adopted})" if run.adopted else ""),
+                run.receipts,
+            )
     for rec in all_receipts():
         try:
             if rec.registration().transcribed:

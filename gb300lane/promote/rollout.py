@@ -41,11 +41,13 @@ from gb300lane.promote.ledger import utcnow
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import TransitionReport
 from gb300lane.promote.ops import Progress, PromotionOps
-from gb300lane.promote.state import current_production
 from gb300lane.promote.runs import CrashHook
+from gb300lane.promote.state import current_production
 from gb300lane.promote.transitions import promote, rollback
 
-LaneStatus = Literal["pending", "moving", "moved", "already", "failed", "reverting", "reverted", "revert_failed", "skipped"]
+LaneStatus = Literal[
+    "pending", "moving", "moved", "already", "failed", "reverting", "reverted", "revert_failed", "skipped"
+]
 Outcome = Literal["running", "promoted", "rolled_back", "mixed"]
 
 #: Where rollouts are journaled, under the state root.
@@ -192,8 +194,13 @@ class FleetPlan(FrozenModel):
 
 
 def plan_rollout(
-    recipe: str, *, lanes: list[str] | None = None, keep_going: bool = False, force: bool = False,
-    reason: str | None = None, ops_for: OpsFor | None = None,
+    recipe: str,
+    *,
+    lanes: list[str] | None = None,
+    keep_going: bool = False,
+    force: bool = False,
+    reason: str | None = None,
+    ops_for: OpsFor | None = None,
 ) -> FleetPlan:
     """The steps `rollout` would take on each lane and every refusal, found without changing anything."""
     ops_for = ops_for or (lambda _p: None)
@@ -203,13 +210,22 @@ def plan_rollout(
             prod = current_production()
             previous = prod.recipe if prod else None
             if previous == recipe:
-                planned.append(LanePlan(lane=p.lane, host=p.host, previous=previous, ok=True,
-                                        steps=(f"{recipe} already serves lane {p.lane}: nothing to do",)))
+                planned.append(
+                    LanePlan(
+                        lane=p.lane,
+                        host=p.host,
+                        previous=previous,
+                        ok=True,
+                        steps=(f"{recipe} already serves lane {p.lane}: nothing to do",),
+                    )
+                )
                 continue
             refusals: list[str] = []
             if previous is None and not keep_going:
-                refusals.append(f"lane {p.lane} (host {p.host}) has no production recipe to go back to, so the "
-                                "rollout could not end all-old; promote it on its own first or pass --keep-going")
+                refusals.append(
+                    f"lane {p.lane} (host {p.host}) has no production recipe to go back to, so the "
+                    "rollout could not end all-old; promote it on its own first or pass --keep-going"
+                )
             if prod is not None and prod.in_flight is not None:
                 refusals.append(f"lane {p.lane}: {prod.in_flight.explanation}; repair it before a fleet rollout")
             why = f"fleet rollout of {recipe}" + (f": {reason}" if reason else "")
@@ -295,7 +311,11 @@ def rollout(
 
 
 def _revert(
-    r: Rollout, places: list[Placement], why: str, ops_for: OpsFor, crash_hook: CrashHook | None,
+    r: Rollout,
+    places: list[Placement],
+    why: str,
+    ops_for: OpsFor,
+    crash_hook: CrashHook | None,
     progress: Progress | None,
 ) -> Rollout:
     """Roll back every lane the rollout moved (newest first) and close the journal."""
@@ -333,7 +353,8 @@ def _summary(r: Rollout) -> str:
     bad = [m for m in r.lanes if m.status == "revert_failed"]
     if bad:
         return (
-            "rolling back failed on " + ", ".join(f"{m.lane} ({m.detail})" for m in bad)
+            "rolling back failed on "
+            + ", ".join(f"{m.lane} ({m.detail})" for m in bad)
             + "; fix that lane and run `gb300lane rollback --fleet` again"
         )
     back = [m.lane for m in r.lanes if m.status == "reverted"]
@@ -341,9 +362,7 @@ def _summary(r: Rollout) -> str:
 
 
 def _report(r: Rollout, ok: bool, message: str) -> FleetReport:
-    return FleetReport(
-        ok=ok, outcome=r.outcome, message=message, journal=str(_journal_path(r.id)), lanes=r.lanes
-    )
+    return FleetReport(ok=ok, outcome=r.outcome, message=message, journal=str(_journal_path(r.id)), lanes=r.lanes)
 
 
 def repair(

@@ -16,7 +16,6 @@ from gb300lane.promote.models import BootInfo, BootReportLink, PromotePlan, Roll
 from gb300lane.promote.ops import Progress, PromotionOps, wait_port_free
 from gb300lane.promote.state import refuse_if_running
 
-
 CrashHook = Callable[[str], None]
 
 
@@ -24,7 +23,13 @@ class Run:
     """One transition being driven: the ledger, the lane, the journal and the crash seam."""
 
     def __init__(
-        self, ledger: Ledger, ops: PromotionOps, tr: Transition, hook: CrashHook | None, *, resumed: bool = False,
+        self,
+        ledger: Ledger,
+        ops: PromotionOps,
+        tr: Transition,
+        hook: CrashHook | None,
+        *,
+        resumed: bool = False,
         progress: Progress | None = None,
     ) -> None:
         self.ledger, self.ops, self.tr, self.hook = ledger, ops, tr, hook
@@ -96,8 +101,9 @@ def report_link(boot: BootInfo | None) -> BootReportLink | None:
     """The ledger's link to the boot report a boot wrote (None without one)."""
     if boot is None or boot.report is None:
         return None
-    return BootReportLink(file=boot.report, sha256=boot.report_sha256, instance=boot.instance,
-                          fingerprint=boot.fingerprint)
+    return BootReportLink(
+        file=boot.report, sha256=boot.report_sha256, instance=boot.instance, fingerprint=boot.fingerprint
+    )
 
 
 def instance_fact(ops: PromotionOps, instance: str | None) -> tuple[bool, bool]:

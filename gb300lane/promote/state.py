@@ -31,12 +31,17 @@ _STEP_WORDS: dict[str, tuple[str, str]] = {
     "start_pair": ("while starting the kept pair {recipe}", "after starting the kept pair {recipe}"),
     "smoke_pair": ("while smoke-testing {recipe}", "after smoke-testing {recipe}"),
     "stop_pair": ("while stopping {recipe} to restore {previous}", "after stopping {recipe}"),
-    "stop_stray": ("while stopping an instance left on the production port", "after stopping an instance left on the production port"),
+    "stop_stray": (
+        "while stopping an instance left on the production port",
+        "after stopping an instance left on the production port",
+    ),
     "remove": ("while removing a kept instance", "after removing a kept instance"),
     "record": ("while recording the result", "while recording the result"),
     "restore_production": ("while restarting production {previous}", "after restarting production {previous}"),
-    "stop_arm": ("while stopping a card arm left on the production port",
-                 "after stopping a card arm left on the production port"),
+    "stop_arm": (
+        "while stopping a card arm left on the production port",
+        "after stopping a card arm left on the production port",
+    ),
 }
 
 
@@ -65,8 +70,10 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
     plan = tr.plan
     if isinstance(plan, TakeLanePlan):
         if not crashed:
-            return (f"card {plan.card} holds the lane (pid {tr.pid}, {where}): production {tr.previous} is stopped "
-                    "and kept, and is restored when the card's bracket ends"), ()
+            return (
+                f"card {plan.card} holds the lane (pid {tr.pid}, {where}): production {tr.previous} is stopped "
+                "and kept, and is restored when the card's bracket ends"
+            ), ()
         rollback = _on_lane("gb300lane rollback")
         return (
             f"card {plan.card} took the lane from production {tr.previous} and was interrupted {where}; "
@@ -78,7 +85,9 @@ def explain(ledger: Ledger, tr: Transition, *, crashed: bool) -> tuple[str, tupl
     if tr.kind == "promote":
         resume = _on_lane(f"gb300lane promote {tr.recipe} --resume")
         restore = f"restore {tr.previous}" if tr.previous else f"stop {tr.recipe} (there was no production before it)"
-        text = f"promotion of {tr.recipe} interrupted {where}; run `{rollback}` to {restore} or `{resume}` to complete it"
+        text = (
+            f"promotion of {tr.recipe} interrupted {where}; run `{rollback}` to {restore} or `{resume}` to complete it"
+        )
         return text, (rollback, resume)
     if tr.kind == "rollback":
         text = f"rollback to {tr.recipe} interrupted {where}; run `{rollback}` to complete it"

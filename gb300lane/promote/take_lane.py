@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from gb300lane import paths
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
+from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import CustodyLinks, NewEvent, Slot, TakeLanePlan, TransitionReport
-from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.ops import Progress, PromotionOps
-from gb300lane.promote.state import explain, open_ledger
 from gb300lane.promote.runs import CrashHook, Run, first_line, open_or_close_prune, report_link
+from gb300lane.promote.state import explain, open_ledger
 
 
 @dataclass
@@ -39,7 +39,10 @@ class LaneTake:
 
 @contextmanager
 def take_lane(
-    card: str, *, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None,
+    card: str,
+    *,
+    ops: PromotionOps | None = None,
+    crash_hook: CrashHook | None = None,
     progress: Progress | None = None,
 ) -> Iterator[LaneTake]:
     """Stop production (kept) for the length of the `with` block and restore it on the way out, whatever happened.

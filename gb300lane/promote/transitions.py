@@ -27,6 +27,7 @@ from gb300lane import keyed, paths, signing
 from gb300lane.errors import LaneError, StateError
 from gb300lane.fsio import require_free
 from gb300lane.promote.ledger import Ledger, utcnow
+from gb300lane.promote.live_ops import default_ops
 from gb300lane.promote.lock import TransitionLock
 from gb300lane.promote.models import (
     BootInfo,
@@ -42,11 +43,10 @@ from gb300lane.promote.models import (
     VerdictCustody,
     VerdictInfo,
 )
-from gb300lane.promote.live_ops import default_ops
-from gb300lane.promote.take_lane import give_back
 from gb300lane.promote.ops import Progress, PromotionOps
 from gb300lane.promote.runs import CrashHook, Run, first_line, instance_fact, open_or_close_prune, report_link
 from gb300lane.promote.state import explain, open_ledger
+from gb300lane.promote.take_lane import give_back
 from gb300lane.recipes import content_hash
 
 
@@ -151,7 +151,7 @@ def promote(
     """
     ops = ops or default_ops()
     if force and not (reason and reason.strip()):
-        raise StateError("promote --force needs --reason \"...\": a forced promotion is recorded with why")
+        raise StateError('promote --force needs --reason "...": a forced promotion is recorded with why')
     if force and from_card is not None:
         raise StateError(
             f"--from-card promotes on card {from_card}'s own PASS; --force promotes without one: pass one of them"
@@ -174,9 +174,14 @@ def promote(
         planned = plan_promotion(ledger, ops, recipe, force=force, reason=reason, port=port, from_card=from_card)
         prod, pair = ledger.production(), ledger.rollback_pair()
         if planned.nothing is not None:
-            return TransitionReport(kind="promote", ok=True, production=recipe,
-                                    rollback_pair=pair.recipe if pair else None, message=planned.nothing,
-                                    notes=planned.notes)
+            return TransitionReport(
+                kind="promote",
+                ok=True,
+                production=recipe,
+                rollback_pair=pair.recipe if pair else None,
+                message=planned.nothing,
+                notes=planned.notes,
+            )
         if dry_run:
             if planned.refusals:
                 return TransitionReport(
@@ -208,8 +213,14 @@ def _because(planned: PlannedTransition) -> str:
 
 
 def plan_promotion(
-    ledger: Ledger, ops: PromotionOps, recipe: str, *, force: bool = False, reason: str | None = None,
-    port: int | None = None, from_card: str | None = None,
+    ledger: Ledger,
+    ops: PromotionOps,
+    recipe: str,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    port: int | None = None,
+    from_card: str | None = None,
 ) -> PlannedTransition:
     """What `promote` will do, and every reason it may not, found without changing anything: the keys (a test
     message signed and verified), production's chain of custody, the verdict (a PASS, its chain, what the evidence
@@ -234,16 +245,21 @@ def plan_promotion(
     if broken is not None and not force:
         refusals.append(
             f"{who}: production's chain of custody breaks at {broken}; `gb300lane verify --production` shows every "
-            "link (or --force --reason \"...\" to promote anyway)")
+            'link (or --force --reason "..." to promote anyway)'
+        )
     verdict = ops.verdict(recipe)
     notes = (verdict.question,) if verdict is not None and verdict.question else ()
     if verdict is not None and not force:
         if verdict.custody:
-            refusals.append(f"{who}: its newest verdict ({verdict.reference}) does not verify: {verdict.custody}; "
-                            "`gb300lane verify` shows the chain (or --force --reason \"...\" to promote anyway)")
+            refusals.append(
+                f"{who}: its newest verdict ({verdict.reference}) does not verify: {verdict.custody}; "
+                '`gb300lane verify` shows the chain (or --force --reason "..." to promote anyway)'
+            )
         for br in verdict.evidence:
-            refusals.append(f"{who}: {br} (promotion rests on what the evidence log remembers: `gb300lane verify "
-                            "--evidence` shows it; or --force --reason \"...\" to promote anyway)")
+            refusals.append(
+                f"{who}: {br} (promotion rests on what the evidence log remembers: `gb300lane verify "
+                '--evidence` shows it; or --force --reason "..." to promote anyway)'
+            )
         if verdict.binding:
             refusals.append(f"{who}: {verdict.binding}")
     kept: KeptCandidate | None = None
@@ -255,14 +271,19 @@ def plan_promotion(
             refusals.append(first_line(exc))
     passed = bool(verdict and verdict.passed)
     if not (verdict and verdict.verdict == "PASS") and not force:
-        found = (f"its newest verdict is {verdict.verdict} ({verdict.reference})" if verdict and verdict.verdict != "none"
-                 else "no card has it as its B arm")
+        found = (
+            f"its newest verdict is {verdict.verdict} ({verdict.reference})"
+            if verdict and verdict.verdict != "none"
+            else "no card has it as its B arm"
+        )
         refusals.append(
             f"{who}: {found}; promotion needs a PASS verdict (first or re-scored) from a card whose B arm is {recipe}, "
-            "or --force --reason \"...\" to record a forced promotion")
+            'or --force --reason "..." to record a forced promotion'
+        )
     if port is not None and ledger.port() not in (None, port):
-        refusals.append(f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first "
-                        "promotion")
+        refusals.append(
+            f"{ledger.path}: the production port is {ledger.port()}; --port only sets it on a first promotion"
+        )
     lane_port = ledger.port() or port or recipe_port
     instance = ops.plan_instance(recipe, recipe)
     tag = recipe
@@ -271,7 +292,8 @@ def plan_promotion(
             refusals.append(
                 f"refusing to promote {recipe} from card {kept.card}: its kept candidate {kept.instance} serves on "
                 f"port {kept.port} and production on {lane_port} (the card ran beside production, not with "
-                f"--take-lane); a kept instance keeps its port: `gb300lane promote {recipe}` boots it on {lane_port}")
+                f"--take-lane); a kept instance keeps its port: `gb300lane promote {recipe}` boots it on {lane_port}"
+            )
         tag, instance = kept.arm, str(kept.instance)
     elif from_card is None:
         taken = {f.name for f in ops.instances()}
@@ -282,11 +304,13 @@ def plan_promotion(
         instance = ops.plan_instance(recipe, tag)
     prod_running = prod is not None and instance_fact(ops, prod.instance)[0]
     # A failed candidate is reverted by restarting production: it must be startable before it is stopped.
-    refusals += start_refusals(ops, (prod.instance if prod is not None and prod_running else None,
-                                     instance if kept is not None else None))
+    refusals += start_refusals(
+        ops, (prod.instance if prod is not None and prod_running else None, instance if kept is not None else None)
+    )
     if kept is None:
-        refusals.extend(ops.preflight(recipe, port=lane_port, production=prod.instance if prod_running and prod
-                                      else None))
+        refusals.extend(
+            ops.preflight(recipe, port=lane_port, production=prod.instance if prod_running and prod else None)
+        )
     refusals = list(dict.fromkeys(refusals))
     if refusals:
         return PlannedTransition(kind="promote", steps=(), refusals=tuple(refusals), notes=notes, plan=None)
@@ -299,8 +323,11 @@ def plan_promotion(
     steps = []
     if prod:
         steps.append(f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair")
-    steps.append(f"start {instance}, the candidate card {plan.from_card} kept, on port {lane_port} (no fresh boot)"
-                 if plan.from_card else f"boot {recipe} as {plan.instance} on port {lane_port}")
+    steps.append(
+        f"start {instance}, the candidate card {plan.from_card} kept, on port {lane_port} (no fresh boot)"
+        if plan.from_card
+        else f"boot {recipe} as {plan.instance} on port {lane_port}"
+    )
     steps += ["run its smoke gates", "record the promotion"]
     return PlannedTransition(kind="promote", steps=tuple(steps), refusals=(), notes=notes, plan=plan)
 
@@ -363,19 +390,24 @@ def _drive_promote(run: Run, p: PromotePlan) -> TransitionReport:
             detail=f"{kept_txt}smoke: {smoke.summary}",
         ),
     )  # fmt: skip
-    pair_txt = (f"{prev.recipe} ({prev.instance}) stopped and kept as the rollback pair" if prev
-                else "no rollback pair (first promotion)")
+    pair_txt = (
+        f"{prev.recipe} ({prev.instance}) stopped and kept as the rollback pair"
+        if prev
+        else "no rollback pair (first promotion)"
+    )
     forced = " (forced: " + str(p.reason) + ")" if p.forced else ""
     return TransitionReport(
-        kind="promote", ok=True, production=recipe, rollback_pair=new_pair.recipe if new_pair else None,
+        kind="promote",
+        ok=True,
+        production=recipe,
+        rollback_pair=new_pair.recipe if new_pair else None,
         message=f"promoted {recipe} to production on {endpoint}{forced}; {kept_txt}smoke: {smoke.summary}; {pair_txt}",
-        smoke_seconds=smoke.seconds, event_id=event_id,
+        smoke_seconds=smoke.seconds,
+        event_id=event_id,
     )
 
 
-def _revert_promote(
-    run: Run, p: PromotePlan, why: str, t0: float, *, recovering: bool = False
-) -> TransitionReport:
+def _revert_promote(run: Run, p: PromotePlan, why: str, t0: float, *, recovering: bool = False) -> TransitionReport:
     """Put the previous production back: stop (keep) the candidate, restart the previous, record why."""
     prev = p.previous
     exists, _ = run.fact(p.instance)
@@ -419,11 +451,14 @@ def _revert_promote(
         ),
     )  # fmt: skip
     return TransitionReport(
-        kind=report_kind, ok=recovering, production=prev.recipe if prev else None,
+        kind=report_kind,
+        ok=recovering,
+        production=prev.recipe if prev else None,
         rollback_pair=p.pair.recipe if p.pair else None,
         message=f"{why}; {back}" + (f" in {restore_s:.1f} s" if prev else ""),
         restore_seconds=restore_s if prev else None,
-        boot_seconds=restored.boot_seconds if restored else None, event_id=event_id,
+        boot_seconds=restored.boot_seconds if restored else None,
+        event_id=event_id,
     )
 
 
@@ -431,8 +466,12 @@ def _revert_promote(
 
 
 def rollback(
-    *, dry_run: bool = False, ops: PromotionOps | None = None, crash_hook: CrashHook | None = None,
-    progress: Progress | None = None, reason: str | None = None,
+    *,
+    dry_run: bool = False,
+    ops: PromotionOps | None = None,
+    crash_hook: CrashHook | None = None,
+    progress: Progress | None = None,
+    reason: str | None = None,
 ) -> TransitionReport:
     """Restore the kept rollback pair; with an interrupted transition in the ledger, repair it instead.
 
@@ -445,12 +484,21 @@ def rollback(
         keys = key_refusals()
         if dry_run and open_tr is not None and open_tr.kind != "prune":
             text, _ = explain(ledger, open_tr, crashed=True)
-            action = (f"restore {open_tr.previous or 'nothing'}" if open_tr.kind in ("promote", "take_lane")
-                      else "complete it")
-            return TransitionReport(kind="recover", ok=not keys, production=None, rollback_pair=None,
-                                    refusals=tuple(keys),
-                                    message=f"plan: {text.split(';')[0]}; {action}"
-                                    + "".join(f"; refused: {k}" for k in keys) + " (dry run: nothing done)")
+            action = (
+                f"restore {open_tr.previous or 'nothing'}"
+                if open_tr.kind in ("promote", "take_lane")
+                else "complete it"
+            )
+            return TransitionReport(
+                kind="recover",
+                ok=not keys,
+                production=None,
+                rollback_pair=None,
+                refusals=tuple(keys),
+                message=f"plan: {text.split(';')[0]}; {action}"
+                + "".join(f"; refused: {k}" for k in keys)
+                + " (dry run: nothing done)",
+            )
         if open_tr is not None:
             if keys:
                 raise _refuse("repair the interrupted transition", keys)
@@ -480,8 +528,9 @@ def rollback(
         return _drive_rollback(Run(ledger, ops, ledger.transition(tid), crash_hook, progress=progress), plan)
 
 
-def plan_rollback(ledger: Ledger, ops: PromotionOps, *, reason: str | None = None,
-                  keys: list[str] | None = None) -> PlannedTransition:
+def plan_rollback(
+    ledger: Ledger, ops: PromotionOps, *, reason: str | None = None, keys: list[str] | None = None
+) -> PlannedTransition:
     """What `rollback` will do, and every reason it may not, found without changing anything: the keys, a kept
     pair that still exists and can start, and that production can be restarted if the pair fails."""
     refusals = list(key_refusals() if keys is None else keys)
@@ -489,14 +538,16 @@ def plan_rollback(ledger: Ledger, ops: PromotionOps, *, reason: str | None = Non
     if pair is None:
         refusals.append(
             f"{ledger.path}: no rollback pair in the ledger (production: {prod.recipe if prod else 'none'}); "
-            "a pair is kept by `gb300lane promote` when it replaces a production recipe")
+            "a pair is kept by `gb300lane promote` when it replaces a production recipe"
+        )
         return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
     if not instance_fact(ops, pair.instance)[0]:
         # A plan is offered only when it can run: the pair's containers must still exist to be started.
         refusals.append(
             f"{ledger.path}: the rollback pair {pair.recipe} ({pair.instance}) no longer exists on this host "
             "(removed outside gb300lane); there is nothing to roll back to: `gb300lane promote "
-            f"{pair.recipe} --force --reason \"...\"` boots it again as production")
+            f'{pair.recipe} --force --reason "..."` boots it again as production'
+        )
         return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
     if prod is not None and not instance_fact(ops, prod.instance)[0]:
         prod = None  # production's instance is gone: nothing to stop, nothing to keep as the next pair
@@ -510,8 +561,11 @@ def plan_rollback(ledger: Ledger, ops: PromotionOps, *, reason: str | None = Non
         return PlannedTransition(kind="rollback", steps=(), refusals=tuple(refusals), plan=None)
     plan = RollbackPlan(target=pair, previous=prod, port=port, reason=reason)
     steps = ([f"stop {prod.instance} ({prod.recipe}) and keep it as the rollback pair"] if prod else []) + [
-        f"start the kept pair {pair.instance} ({pair.recipe}) on port {port}", "wait until ready",
-        "run its smoke gates", "record the rollback"]
+        f"start the kept pair {pair.instance} ({pair.recipe}) on port {port}",
+        "wait until ready",
+        "run its smoke gates",
+        "record the rollback",
+    ]
     return PlannedTransition(kind="rollback", steps=tuple(steps), refusals=(), plan=plan)
 
 
@@ -535,8 +589,9 @@ def _drive_rollback(run: Run, p: RollbackPlan) -> TransitionReport:
             smoke = run.ops.smoke(target.recipe, endpoint)
             out.update(passed=smoke.passed, summary=smoke.summary)
     except LaneError as exc:
-        return _revert_rollback(run, p, f"the kept pair {target.recipe}'s smoke could not be run or recorded: "
-                                f"{first_line(exc)}")
+        return _revert_rollback(
+            run, p, f"the kept pair {target.recipe}'s smoke could not be run or recorded: {first_line(exc)}"
+        )
     if not smoke.passed:
         return _revert_rollback(run, p, f"the kept pair {target.recipe} failed smoke: {smoke.summary}")
     # The tool's share: everything in the restore outside the pair's own start-to-ready.
@@ -589,10 +644,21 @@ def _revert_rollback(run: Run, p: RollbackPlan, why: str) -> TransitionReport:
             else (f"restored {prev.recipe}" if prev else "nothing was production before"),
         ),
     )  # fmt: skip
-    back = (f"restoring {prev.recipe} failed too ({error}); nothing serves production" if error and prev
-            else f"{prev.recipe} restored" if prev else "nothing serves production")
-    return TransitionReport(kind="rollback", ok=False, production=production.recipe if production else None,
-                            rollback_pair=target.recipe, message=f"{why}; {back}", event_id=event_id)
+    back = (
+        f"restoring {prev.recipe} failed too ({error}); nothing serves production"
+        if error and prev
+        else f"{prev.recipe} restored"
+        if prev
+        else "nothing serves production"
+    )
+    return TransitionReport(
+        kind="rollback",
+        ok=False,
+        production=production.recipe if production else None,
+        rollback_pair=target.recipe,
+        message=f"{why}; {back}",
+        event_id=event_id,
+    )
 
 
 # -- shared ------------------------------------------------------------------------------------
@@ -602,30 +668,42 @@ def _kept(kc: KeptCandidate, recipe: str, fingerprint: str, verdict: VerdictInfo
     """The card's kept candidate, when it may become production as it stands; StateError saying why not otherwise."""
     who = f"refusing to promote {recipe} from card {kc.card}"
     if kc.recipe != recipe:
-        raise StateError(f"{who}: its candidate arm {kc.arm} runs {kc.recipe}, not {recipe}; "
-                         f"run `gb300lane promote {kc.recipe} --from-card {kc.card}`")
+        raise StateError(
+            f"{who}: its candidate arm {kc.arm} runs {kc.recipe}, not {recipe}; "
+            f"run `gb300lane promote {kc.recipe} --from-card {kc.card}`"
+        )
     if kc.verdict is None:
-        raise StateError(f"{who}: the card has no verdict yet ({kc.receipts}); run `gb300lane card score {kc.card}`: "
-                         "promoting its kept candidate needs its PASS")
+        raise StateError(
+            f"{who}: the card has no verdict yet ({kc.receipts}); run `gb300lane card score {kc.card}`: "
+            "promoting its kept candidate needs its PASS"
+        )
     if kc.verdict != "PASS":
         again = f"`gb300lane card register {kc.card} --fresh`, `gb300lane card run {kc.card} --take-lane`"
-        raise StateError(f"{who}: its verdict is {kc.verdict} ({kc.receipts}), and promoting its kept candidate needs "
-                         f"a PASS; a further run of the card's question spends its next share of alpha where the card "
-                         f"registered more runs (design.runs): {again}, then `gb300lane card score {kc.card}`")
+        raise StateError(
+            f"{who}: its verdict is {kc.verdict} ({kc.receipts}), and promoting its kept candidate needs "
+            f"a PASS; a further run of the card's question spends its next share of alpha where the card "
+            f"registered more runs (design.runs): {again}, then `gb300lane card score {kc.card}`"
+        )
     mine = verdict is not None and verdict.receipts is not None and _same_dir(verdict.receipts, kc.receipts)
     if not mine:
         newest = verdict.reference if verdict is not None else "none"
-        raise StateError(f"{who}: the card's PASS ({kc.receipts}) is not {recipe}'s newest verdict ({newest}); "
-                         f"promotion rests on the newest: `gb300lane promote {recipe}` boots it afresh on that one")
+        raise StateError(
+            f"{who}: the card's PASS ({kc.receipts}) is not {recipe}'s newest verdict ({newest}); "
+            f"promotion rests on the newest: `gb300lane promote {recipe}` boots it afresh on that one"
+        )
     if kc.instance is None:
-        raise StateError(f"{who}: its arm {kc.arm} has no finished boot in {kc.receipts}; "
-                         f"run `gb300lane card run {kc.card} --take-lane` first")
+        raise StateError(
+            f"{who}: its arm {kc.arm} has no finished boot in {kc.receipts}; "
+            f"run `gb300lane card run {kc.card} --take-lane` first"
+        )
     if kc.problem is not None:
         raise StateError(f"{who}: {kc.problem}")
     if kc.fingerprint != fingerprint:
-        raise StateError(f"{who}: its kept candidate {kc.instance} was booted with fingerprint {kc.fingerprint}, and "
-                         f"{recipe}'s is now {fingerprint} (the recipe changed since the card ran); run the card "
-                         f"again, or `gb300lane promote {recipe}` boots the recipe as it is now")
+        raise StateError(
+            f"{who}: its kept candidate {kc.instance} was booted with fingerprint {kc.fingerprint}, and "
+            f"{recipe}'s is now {fingerprint} (the recipe changed since the card ran); run the card "
+            f"again, or `gb300lane promote {recipe}` boots the recipe as it is now"
+        )
     return kc
 
 
@@ -637,8 +715,14 @@ def _verdict_custody(verdict: VerdictInfo | None) -> VerdictCustody | None:
     """What the ledger keeps of the verdict a promotion rests on: its file and the manifest that seals it, hashed."""
     if verdict is None or verdict.file is None:
         return None
-    return VerdictCustody(file=verdict.file, sha256=verdict.sha256, receipts=verdict.receipts,
-                          manifest=verdict.manifest, manifest_sha256=verdict.manifest_sha256, verdict=verdict.verdict)
+    return VerdictCustody(
+        file=verdict.file,
+        sha256=verdict.sha256,
+        receipts=verdict.receipts,
+        manifest=verdict.manifest,
+        manifest_sha256=verdict.manifest_sha256,
+        verdict=verdict.verdict,
+    )
 
 
 def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:
@@ -647,5 +731,3 @@ def _endpoint(ops: PromotionOps, instance: str, port: int) -> str:
         if f.name == instance and f.endpoint:
             return f.endpoint
     return f"http://127.0.0.1:{port}"
-
-

@@ -34,8 +34,9 @@ def systemd_quote(word: str, *, command: bool = True) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def systemd_units(textfile: Path, *, every_s: int, program: Sequence[str], workdir: Path,
-                  environment: dict[str, str]) -> dict[str, str]:
+def systemd_units(
+    textfile: Path, *, every_s: int, program: Sequence[str], workdir: Path, environment: dict[str, str]
+) -> dict[str, str]:
     """The service and timer (file name -> text) that write the lane's facts to `textfile` every `every_s`
     seconds: `program` (the tool's command line) `metrics --textfile PATH`, run in `workdir` with `environment`
     (the state directory, so the timer reads the lane this command reads), from the templates of the same names."""
@@ -43,13 +44,19 @@ def systemd_units(textfile: Path, *, every_s: int, program: Sequence[str], workd
         raise StateError(f"--every {every_s}: the timer needs at least 1 second between writes")
     exec_words = [systemd_quote(w) for w in [*program, "metrics", "--textfile", str(textfile)]]
     env = [systemd_quote(f"{k}={v}", command=False) for k, v in sorted(environment.items())]
-    context = {"exec": exec_words, "environment": env, "workdir": str(workdir).replace("%", "%%"),  # the rest of the line, blanks and all: no quotes
-               "textfile_text": str(textfile).replace("%", "%%"), "every_s": every_s}
+    context = {
+        "exec": exec_words,
+        "environment": env,
+        "workdir": str(workdir).replace("%", "%%"),  # the rest of the line, blanks and all: no quotes
+        "textfile_text": str(textfile).replace("%", "%%"),
+        "every_s": every_s,
+    }
     return {name: templating.render(name, **context) for name in SYSTEMD_UNITS}
 
 
-def write_systemd_units(out_dir: Path, textfile: Path, *, every_s: int, program: Sequence[str], workdir: Path,
-                        environment: dict[str, str]) -> list[Path]:
+def write_systemd_units(
+    out_dir: Path, textfile: Path, *, every_s: int, program: Sequence[str], workdir: Path, environment: dict[str, str]
+) -> list[Path]:
     """Write `systemd_units` into `out_dir` (atomically, each file); returns the paths written."""
     units = systemd_units(textfile, every_s=every_s, program=program, workdir=workdir, environment=environment)
     return [atomic_write(out_dir / name, text) for name, text in units.items()]

@@ -73,7 +73,11 @@ def lane_view() -> LaneView:
     )
     read_only = ledger_read_only() if error is None else None
     return LaneView(
-        instances=rows, production=prod, runtimes=facts.runtimes, quarantined=facts.quarantined, ledger_error=error,
+        instances=rows,
+        production=prod,
+        runtimes=facts.runtimes,
+        quarantined=facts.quarantined,
+        ledger_error=error,
         ledger_read_only=read_only,
     )
 

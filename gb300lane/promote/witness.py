@@ -70,8 +70,9 @@ def _slot(slot: Slot | None) -> WitnessSlot | None:
 
 def write(production: Slot | None, pair: Slot | None, *, port: int | None, event_id: int) -> None:
     """Write what the ledger just committed to the witness file and onto the instance records."""
-    body = Witness(production=_slot(production), rollback=_slot(pair), port=port, event_id=event_id,
-                   written_at=time.time())
+    body = Witness(
+        production=_slot(production), rollback=_slot(pair), port=port, event_id=event_id, written_at=time.time()
+    )
     atomic_write(witness_path(), dumps_json(body.model_dump(mode="json")))
     roles = {s.instance: role for role, s in ((PAIR, pair), (PRODUCTION, production)) if s is not None}
     try:
@@ -87,8 +88,11 @@ def forget(removed: set[str]) -> None:
     found = read()
     if found is None:
         return
-    changes = {role: None for role in ("production", "rollback")
-               if (s := getattr(found, role)) is not None and s.instance in removed}
+    changes = {
+        role: None
+        for role in ("production", "rollback")
+        if (s := getattr(found, role)) is not None and s.instance in removed
+    }
     if changes:
         atomic_write(witness_path(), dumps_json(found.model_copy(update=changes).model_dump(mode="json")))
 
@@ -101,16 +105,20 @@ def read() -> Witness | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StateError(f"{path}: the production witness cannot be read ({exc.strerror or exc}); "
-                         "make it readable (it says which instance is production)") from None
+        raise StateError(
+            f"{path}: the production witness cannot be read ({exc.strerror or exc}); "
+            "make it readable (it says which instance is production)"
+        ) from None
     try:
         return Witness.model_validate_json(data)
     except ValidationError as exc:
         found = format_validation_error(exc, first_only=True, missing="missing")
     except ValueError as exc:
         found = str(exc)
-    raise StateError(f"{path}: the production witness is damaged ({found}); restore it from a backup, or move it "
-                     "aside when the promotion ledger is intact (the next promote or rollback writes it again)")
+    raise StateError(
+        f"{path}: the production witness is damaged ({found}); restore it from a backup, or move it "
+        "aside when the promotion ledger is intact (the next promote or rollback writes it again)"
+    )
 
 
 def serving(skip: set[str]) -> list[tuple[str, str]]:
@@ -138,14 +146,22 @@ def serving(skip: set[str]) -> list[tuple[str, str]]:
                 continue
             if isinstance(said, dict) and str(said.get("endpoint", "")).rstrip("/") == endpoint:
                 boot = f", boot report {info.report}" if info.report else ""
-                out.append((info.name, f"is running, not dark, on {endpoint} with a smoke report of that endpoint "
-                                       f"({report}{boot}): it may be production"))
+                out.append(
+                    (
+                        info.name,
+                        f"is running, not dark, on {endpoint} with a smoke report of that endpoint "
+                        f"({report}{boot}): it may be production",
+                    )
+                )
                 break
     return out
 
 
 def disagreement(
-    said: tuple[str | None, str | None], newest_event: int, ledger_what: str, ledger_file: Path,
+    said: tuple[str | None, str | None],
+    newest_event: int,
+    ledger_what: str,
+    ledger_file: Path,
     transition: tuple[str, ...] = (),
 ) -> str | None:
     """Why the witnesses and the ledger disagree about production and the pair, with the repair; None when they agree.
@@ -162,10 +178,15 @@ def disagreement(
         wrong.append(str(exc))
         found = None
     if found is not None and found.event_id >= newest_event:
-        w = (found.production.instance if found.production else None, found.rollback.instance if found.rollback else None)
+        w = (
+            found.production.instance if found.production else None,
+            found.rollback.instance if found.rollback else None,
+        )
         if w != (prod, pair):
-            wrong.append(f"{witness_path()} says production {_name(w[0])}, rollback pair {_name(w[1])} "
-                         f"(as of ledger event #{found.event_id})")
+            wrong.append(
+                f"{witness_path()} says production {_name(w[0])}, rollback pair {_name(w[1])} "
+                f"(as of ledger event #{found.event_id})"
+            )
     try:
         marks = lane.holds()
     except LaneError as exc:
@@ -182,7 +203,8 @@ def disagreement(
         return None
     return (
         f"production witnesses disagree: the ledger {ledger_file} {ledger_what} (production {_name(prod)}, rollback "
-        f"pair {_name(pair)}, newest event #{newest_event}), but " + "; ".join(wrong)
+        f"pair {_name(pair)}, newest event #{newest_event}), but "
+        + "; ".join(wrong)
         + ". Nothing that could remove or replace production runs while they disagree: restore the ledger "
         f"({ledger_file} with its -wal file) from a backup; or, if production really is gone, "
         "`gb300lane down --all --force` takes the instances down and clears the witnesses"

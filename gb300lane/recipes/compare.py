@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from pydantic import Field, JsonValue
 
@@ -120,8 +119,9 @@ def content_hash(values: dict[str, JsonValue]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def diff_values(a: dict[str, JsonValue], b: dict[str, JsonValue],
-                hash_inputs: tuple[str, ...] | list[str] = ()) -> tuple[KeyChange, ...]:
+def diff_values(
+    a: dict[str, JsonValue], b: dict[str, JsonValue], hash_inputs: tuple[str, ...] | list[str] = ()
+) -> tuple[KeyChange, ...]:
     """Changed leaf keys between two flattened recipes (lists compared whole), sorted by key."""
     changes = []
     for key in sorted(set(a) | set(b)):

@@ -149,8 +149,18 @@ VLLM_FLAGS: tuple[tuple[str, str], ...] = (
     ("engine_args.compilation_config", "--compilation-config"),
 )
 #: Flags that are always rendered, even when the recipe leaves the key empty (the engine's defaults then).
-_ALWAYS = frozenset({"--speculative-config", "--max-num-seqs", "--max-model-len", "--compilation-config",
-                     "--model", "--served-model-name", "--host", "--port"})
+_ALWAYS = frozenset(
+    {
+        "--speculative-config",
+        "--max-num-seqs",
+        "--max-model-len",
+        "--compilation-config",
+        "--model",
+        "--served-model-name",
+        "--host",
+        "--port",
+    }
+)
 
 RenderedAs = Literal["flag", "program", "env", "image", "none"]
 
@@ -160,9 +170,11 @@ class KeyRendering(FrozenModel):
 
     key: str = Field(description="Dotted recipe key.")
     engine: str = Field(description="The engine whose rendering this is (vllm or embedded).")
-    rendered_as: RenderedAs = Field(description="flag: a command-line flag (or a key inside a JSON flag); program: the "
-                                    "interpreter or the model positional; env: an environment variable; image: the "
-                                    "image reference; none: the engine is not handed it (a check or the tool reads it).")
+    rendered_as: RenderedAs = Field(
+        description="flag: a command-line flag (or a key inside a JSON flag); program: the "
+        "interpreter or the model positional; env: an environment variable; image: the "
+        "image reference; none: the engine is not handed it (a check or the tool reads it)."
+    )
     flag: str | None = Field(default=None, description="The flag without dashes (flag keys), or the env name.")
     inner: str | None = Field(default=None, description="The dotted path inside the flag's JSON value, if any.")
 
@@ -273,8 +285,10 @@ def host_volumes(recipe: Recipe, environ: Mapping[str, str]) -> tuple[str, ...]:
             )
         problem = volume_source_problem(source)
         if problem:
-            raise RenderError(f"recipe {recipe.name}: volumes[{i}].source {v.source!r} expands to {source!r}, which "
-                              f"{problem}; set the variable it names to an absolute path")
+            raise RenderError(
+                f"recipe {recipe.name}: volumes[{i}].source {v.source!r} expands to {source!r}, which "
+                f"{problem}; set the variable it names to an absolute path"
+            )
         out.append(f"{source}:{v.target}" + (":ro" if v.read_only else ""))
     return tuple(out)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from importlib import resources
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from gb300lane.errors import RecipeError
 from gb300lane.models import key_text
@@ -21,15 +21,17 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
 
 
-
 @lru_cache(maxsize=8)
 def load_snapshot(vllm_version: str) -> dict[str, Any]:
     """The committed schema snapshot for one vLLM version."""
     data = resources.files("gb300lane.data")
     path = data.joinpath(f"vllm-{vllm_version}-schema.json")
     if not path.is_file():
-        have = sorted(p.name[len("vllm-"):-len("-schema.json")] for p in data.iterdir()
-                      if p.name.startswith("vllm-") and p.name.endswith("-schema.json"))
+        have = sorted(
+            p.name[len("vllm-") : -len("-schema.json")]
+            for p in data.iterdir()
+            if p.name.startswith("vllm-") and p.name.endswith("-schema.json")
+        )
         raise RecipeError(
             f"image.vllm_version = {vllm_version!r}: no engine schema snapshot ({path.name}); "
             f"snapshots exist for {', '.join(have) or 'none'}; run scripts/snapshot_vllm_schema.py on that wheel"
@@ -149,7 +151,8 @@ def validate_engine_keys(raw: Mapping[str, object], where: Callable[[str], str])
                 )
         sizes = compilation.get("cudagraph_capture_sizes")
         if sizes is not None and (
-            not isinstance(sizes, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
+            not isinstance(sizes, list)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
         ):
             dotted = "engine_args.compilation_config.cudagraph_capture_sizes"
             raise RecipeError(f"{where(dotted)}: {dotted} must be a list of positive integers, e.g. [1, 2, 4, 8]")

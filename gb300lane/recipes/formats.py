@@ -118,16 +118,14 @@ def compose_service(c: ContainerSpec, depends_on: Sequence[str]) -> dict[str, ob
 def compose_dict(lane: RenderedLane) -> dict[str, object]:
     """The compose document as data: one service per container, named by role; main waits for a healthy sidecar."""
     others = [c.role for c in lane.containers if c.role != "main"]
-    return {
-        "services": {
-            c.role: compose_service(c, others if c.role == "main" else []) for c in lane.containers
-        }
-    }
+    return {"services": {c.role: compose_service(c, others if c.role == "main" else []) for c in lane.containers}}
 
 
 def render_compose(lane: RenderedLane) -> str:
     """A compose file (`docker compose config` accepts it) with both containers."""
-    body = yaml.safe_dump(compose_dict(lane), sort_keys=False, default_flow_style=False, allow_unicode=True, width=2**16)
+    body = yaml.safe_dump(
+        compose_dict(lane), sort_keys=False, default_flow_style=False, allow_unicode=True, width=2**16
+    )
     return _header(lane) + body
 
 

@@ -59,8 +59,8 @@ from gb300lane import __version__
 from gb300lane.errors import RenderError
 from gb300lane.fsio import atomic_write, dumps_json, sha256_bytes
 from gb300lane.recipes.boottime import boot_limit_s
-from gb300lane.recipes.engine_schema import schedule_name
 from gb300lane.recipes.containers import ContainerSpec, RenderedLane, compact_json, render
+from gb300lane.recipes.engine_schema import schedule_name
 from gb300lane.recipes.schema import LABEL_VALUE_RE, Recipe
 from gb300lane.redact import is_secret
 
@@ -84,6 +84,8 @@ READINESS_FAILURES = 3
 def startup_failures(recipe: Recipe) -> int:
     """The startupProbe's failureThreshold: probes at PROBE_PERIOD_S until the recipe's boot limit has passed."""
     return max(READINESS_FAILURES, math.ceil(boot_limit_s(recipe) / PROBE_PERIOD_S))
+
+
 #: Labels that select one container's pods. The fingerprint and tool version stay out:
 #: a selector cannot change, and both change without the workload changing identity.
 SELECTOR_KEYS = ("gb300lane.lane", "gb300lane.recipe", "gb300lane.role")
@@ -175,16 +177,18 @@ class _Lane:
         common = {k: v for k, v in lane.containers[0].labels.items() if k != "gb300lane.role"}
         self.config_labels = _labels({**common, "gb300lane.role": "config"}, recipe)
         self.claim_labels = _labels(
-            {"gb300lane.lane": recipe.lane.name, "gb300lane.role": "compile-cache", "gb300lane.tool-version": __version__},
+            {
+                "gb300lane.lane": recipe.lane.name,
+                "gb300lane.role": "compile-cache",
+                "gb300lane.tool-version": __version__,
+            },
             recipe,
         )
         main = lane.container("main")
         assert main is not None
         self.cache_root = main.env.get("VLLM_CACHE_ROOT") or DEFAULT_CACHE_ROOT
         sidecar = lane.container("sidecar")
-        self.sidecar_url = (
-            f"http://{object_name(sidecar.name, recipe)}:{sidecar.port}" if sidecar is not None else None
-        )
+        self.sidecar_url = f"http://{object_name(sidecar.name, recipe)}:{sidecar.port}" if sidecar is not None else None
         self.config_data: dict[str, str] = {}
         self.secret_data: dict[str, str] = {}
 
@@ -256,10 +260,12 @@ class _Lane:
                 mounts.append({"name": "compile-cache", "mountPath": self.cache_root})
                 volumes.append({"name": "compile-cache", "persistentVolumeClaim": {"claimName": self.claim}})
             mounts.append({"name": "serve-config", "mountPath": CONFIG_DIR, "readOnly": True})
-            volumes.append({
-                "name": "serve-config",
-                "configMap": {"name": self.base, "items": [{"key": SERVE_CONFIG_KEY, "path": SERVE_CONFIG_KEY}]},
-            })
+            volumes.append(
+                {
+                    "name": "serve-config",
+                    "configMap": {"name": self.base, "items": [{"key": SERVE_CONFIG_KEY, "path": SERVE_CONFIG_KEY}]},
+                }
+            )
         if c.shm_size is not None:
             mounts.append({"name": "shm", "mountPath": "/dev/shm"})
             volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": _shm_quantity(c.shm_size)}})
@@ -289,8 +295,9 @@ class _Lane:
             container["volumeMounts"] = mounts
         annotations: dict[str, str] = {}
         if not (self.dark and c.role == "main"):
-            annotations.update({"prometheus.io/scrape": "true", "prometheus.io/port": str(c.port),
-                                "prometheus.io/path": "/metrics"})
+            annotations.update(
+                {"prometheus.io/scrape": "true", "prometheus.io/port": str(c.port), "prometheus.io/path": "/metrics"}
+            )
         pod: dict[str, Any] = {"enableServiceLinks": False}
         if product is not None:
             pod["nodeSelector"] = {GPU_PRODUCT_LABEL: product}
@@ -336,8 +343,12 @@ class _Lane:
             "spec": {
                 "podSelector": {"matchLabels": {k: labels[k] for k in SELECTOR_KEYS}},
                 "policyTypes": ["Ingress"],
-                "ingress": [{"from": [{"podSelector": {"matchLabels": tool}}],
-                             "ports": [{"port": main.port, "protocol": "TCP"}]}],
+                "ingress": [
+                    {
+                        "from": [{"podSelector": {"matchLabels": tool}}],
+                        "ports": [{"port": main.port, "protocol": "TCP"}],
+                    }
+                ],
             },
         }
 
@@ -357,7 +368,12 @@ def manifests(recipe: Recipe, *, dark: bool = False, port: int | None = None) ->
     if is_dark:
         workloads.append(k.network_policy(main))
     k.config_data[SERVE_CONFIG_KEY] = yaml.safe_dump(
-        {"speculative-config": compact_json(recipe.speculative.config_json_dict(schedule_name=schedule_name(recipe.image.vllm_version)))}, width=2**16
+        {
+            "speculative-config": compact_json(
+                recipe.speculative.config_json_dict(schedule_name=schedule_name(recipe.image.vllm_version))
+            )
+        },
+        width=2**16,
     )
     config_data = dict(sorted(k.config_data.items()))
     # A changed ConfigMap must restart the pods that read it; the hash in the pod template does that.
@@ -366,26 +382,32 @@ def manifests(recipe: Recipe, *, dark: bool = False, port: int | None = None) ->
         if w["kind"] == "Deployment":
             meta = w["spec"]["template"]["metadata"]
             meta["annotations"] = {**meta.get("annotations", {}), "gb300lane.config-sha256": config_hash}
-    docs: list[dict[str, Any]] = [{
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": k.base, "labels": k.config_labels},
-        "data": config_data,
-    }]
-    if k.secret_data:
-        docs.append({
+    docs: list[dict[str, Any]] = [
+        {
             "apiVersion": "v1",
-            "kind": "Secret",
+            "kind": "ConfigMap",
             "metadata": {"name": k.base, "labels": k.config_labels},
-            "type": "Opaque",
-            "data": dict(sorted(k.secret_data.items())),
-        })
-    docs.append({
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": k.claim, "labels": k.claim_labels},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": COMPILE_CACHE_SIZE}}},
-    })
+            "data": config_data,
+        }
+    ]
+    if k.secret_data:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": k.base, "labels": k.config_labels},
+                "type": "Opaque",
+                "data": dict(sorted(k.secret_data.items())),
+            }
+        )
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": k.claim, "labels": k.claim_labels},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": COMPILE_CACHE_SIZE}}},
+        }
+    )
     return docs + workloads
 
 
@@ -413,7 +435,12 @@ def dump_k8s(docs: Sequence[Mapping[str, object]]) -> str:
         f"(fingerprint {labels['gb300lane.fingerprint']}); edit the recipe, not this file.\n"
     )
     return header + yaml.dump_all(
-        docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=2**16,
+        docs,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=2**16,
         explicit_start=True,
     )
 

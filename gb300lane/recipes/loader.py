@@ -17,8 +17,8 @@ from pydantic import Field, JsonValue, ValidationError
 from gb300lane import paths
 from gb300lane.errors import RecipeError
 from gb300lane.models import FrozenModel, format_validation_error, key_text
-from gb300lane.recipes.engine_schema import validate_engine_keys
 from gb300lane.names import name_problem
+from gb300lane.recipes.engine_schema import validate_engine_keys
 from gb300lane.recipes.schema import Recipe
 from gb300lane.recipes.yamlio import parse_document, read_text
 
@@ -140,7 +140,7 @@ def _source(path: Path) -> str:
 
 
 def _where(key: str, source: str, origins: dict[str, str]) -> str:
-    """"file:line" of the key (or of its nearest parent mapping), else the source alone."""
+    """ "file:line" of the key (or of its nearest parent mapping), else the source alone."""
     parts = key.split(".")
     while parts:
         found = origins.get(".".join(parts))
@@ -163,7 +163,9 @@ def validate_raw(raw: Mapping[str, object], source: str, origins: dict[str, str]
     except ValidationError as exc:
         raise RecipeError(
             format_validation_error(
-                exc, where=lambda key: _where(key, source, origins), missing="missing; add it here or in a parent recipe"
+                exc,
+                where=lambda key: _where(key, source, origins),
+                missing="missing; add it here or in a parent recipe",
             )
         ) from None
 
@@ -193,7 +195,11 @@ def list_recipes(recipes_dir: Path | None = None) -> list[RecipeSummary]:
             recipe = load_recipe(path.stem, recipes_dir)
         except RecipeError as exc:
             # One broken file must not hide the others: list it with its error.
-            out.append(RecipeSummary(name=path.stem, extends=None, engine=None, description="", path=_source(path), error=str(exc)))
+            out.append(
+                RecipeSummary(
+                    name=path.stem, extends=None, engine=None, description="", path=_source(path), error=str(exc)
+                )
+            )
             continue
         out.append(
             RecipeSummary(

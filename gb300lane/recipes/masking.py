@@ -52,8 +52,9 @@ def _mask_argv(argv: tuple[str, ...], where: str, masked: list[str]) -> tuple[st
 
 def _mask_container(c: ContainerSpec, masked: list[str]) -> ContainerSpec:
     where = f"{c.role}."
-    return c.model_copy(update={"env": _mask_env(dict(c.env), f"{where}env.", masked),
-                                "argv": _mask_argv(tuple(c.argv), where, masked)})
+    return c.model_copy(
+        update={"env": _mask_env(dict(c.env), f"{where}env.", masked), "argv": _mask_argv(tuple(c.argv), where, masked)}
+    )
 
 
 def mask_lane(lane: RenderedLane) -> tuple[RenderedLane, list[str]]:

@@ -56,11 +56,21 @@ def _schedule(recipe: Recipe) -> list[LintFinding]:
         return out
     for i, (start, end, k) in enumerate(rows):
         if start < 1:
-            err("schedule-start-not-positive", f"row {i} [{start}, {end}, {k}] starts below 1", "batch sizes start at 1")
+            err(
+                "schedule-start-not-positive", f"row {i} [{start}, {end}, {k}] starts below 1", "batch sizes start at 1"
+            )
         if start > end:
-            err("schedule-range-reversed", f"row {i} [{start}, {end}, {k}] has start > end", "write ranges as [start, end, k] with start <= end")
+            err(
+                "schedule-range-reversed",
+                f"row {i} [{start}, {end}, {k}] has start > end",
+                "write ranges as [start, end, k] with start <= end",
+            )
         if k < 0:
-            err("schedule-negative-k", f"row {i} [{start}, {end}, {k}] has k < 0", "use k >= 0 (0 turns speculation off for that range)")
+            err(
+                "schedule-negative-k",
+                f"row {i} [{start}, {end}, {k}] has k < 0",
+                "use k >= 0 (0 turns speculation off for that range)",
+            )
         if i > 0 and start <= rows[i - 1][1]:
             err(
                 "schedule-overlap-or-unsorted",
@@ -68,7 +78,11 @@ def _schedule(recipe: Recipe) -> list[LintFinding]:
                 "sort the rows by start and make the inclusive ranges disjoint",
             )
     if rows[0][0] != 1:
-        err("schedule-first-not-1", f"the first row starts at {rows[0][0]}, not 1", "start the first range at batch size 1")
+        err(
+            "schedule-first-not-1",
+            f"the first row starts at {rows[0][0]}, not 1",
+            "start the first range at batch size 1",
+        )
     limit = effective_k(recipe)
     if limit is not None:
         clamped = [r for r in rows if r[2] > limit]

@@ -30,13 +30,26 @@ MAX_KV_POOL_TOKENS = 1_000_000_000
 
 #: Env names that set where a part of the lane listens (or opens a port): the lane's address comes from
 #: lane.bind / lane.port and sidecar.port only, so a dark lane's bind check covers everything it opens.
-ADDRESS_ENV = frozenset({"HOST", "PORT", "VLLM_HOST_IP", "VLLM_PORT", "UVICORN_HOST", "UVICORN_PORT",
-                         "VLLM_RPC_BASE_PATH", "EXPERT_SIDECAR_HOST", "EXPERT_SIDECAR_PORT"})
+ADDRESS_ENV = frozenset(
+    {
+        "HOST",
+        "PORT",
+        "VLLM_HOST_IP",
+        "VLLM_PORT",
+        "UVICORN_HOST",
+        "UVICORN_PORT",
+        "VLLM_RPC_BASE_PATH",
+        "EXPERT_SIDECAR_HOST",
+        "EXPERT_SIDECAR_PORT",
+    }
+)
 #: `vllm serve` flags (extra_args keys, snake_case) that set the address or read other flags from a file.
 ADDRESS_FLAGS = frozenset({"host", "port", "uds", "config"})
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: A GPU id as Docker's `--gpus device=` and CUDA_VISIBLE_DEVICES take it: an index, a GPU UUID or a MIG UUID.
-GPU_ID_RE = re.compile(r"^(?:[0-9]{1,3}|GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}|MIG-[0-9A-Za-z/-]{1,80})$")
+GPU_ID_RE = re.compile(
+    r"^(?:[0-9]{1,3}|GPU-[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}|MIG-[0-9A-Za-z/-]{1,80})$"
+)
 #: A Docker named volume (a volume source that is not a path).
 VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -126,7 +139,9 @@ class Image(FrozenModel):
 class Checkpoint(FrozenModel):
     mtp_stages: StrictInt = Field(ge=0, description="MTP prediction stages trained into the checkpoint.")
     dspark_block_size: StrictInt = Field(ge=1, description="Draft block width the DSpark drafter was trained on.")
-    draft_topk: StrictInt | None = Field(default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with.")
+    draft_topk: StrictInt | None = Field(
+        default=None, ge=1, description="Reduced draft vocabulary the checkpoint was trained with."
+    )
 
 
 class Model(FrozenModel):
@@ -147,7 +162,9 @@ class Model(FrozenModel):
 class EngineArgs(FrozenModel):
     max_num_seqs: StrictInt = Field(ge=1, description="--max-num-seqs: concurrent sequences per step.")
     max_model_len: StrictInt = Field(ge=1, description="--max-model-len: longest request in tokens.")
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False, description="--gpu-memory-utilization.")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, allow_inf_nan=False, description="--gpu-memory-utilization."
+    )
     dtype: str | None = Field(default=None, description="--dtype of the weights and activations.")
     tensor_parallel_size: StrictInt | None = Field(default=None, ge=1, description="--tensor-parallel-size.")
     compilation_config: dict[str, Any] = Field(
@@ -156,7 +173,11 @@ class EngineArgs(FrozenModel):
     )
     seed: StrictInt | None = Field(default=None, description="--seed of the engine's sampler.")
     time_scale: float | None = Field(
-        default=None, ge=0, le=MAX_TIME_SCALE, allow_inf_nan=False, description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible."
+        default=None,
+        ge=0,
+        le=MAX_TIME_SCALE,
+        allow_inf_nan=False,
+        description="Embedded engine only: pacing, 1.0 = modelled time, 0 = as fast as possible.",
     )
     extra_args: dict[str, Any] = Field(
         default_factory=dict,
@@ -321,7 +342,7 @@ class Gpus(FrozenModel):
         return v
 
     @model_validator(mode="after")
-    def _product_needs_ids(self) -> "Gpus":
+    def _product_needs_ids(self) -> Gpus:
         for role in ("main", "sidecar"):
             if getattr(self, f"{role}_product") is not None and not getattr(self, role):
                 raise ValueError(
@@ -332,7 +353,9 @@ class Gpus(FrozenModel):
 
 class Sidecar(FrozenModel):
     image: str = Field(description="Image of the sidecar container.")
-    device: str | None = Field(default=None, description="Device the sidecar computes on, passed as EXPERT_SIDECAR_DEVICE.")
+    device: str | None = Field(
+        default=None, description="Device the sidecar computes on, passed as EXPERT_SIDECAR_DEVICE."
+    )
     args: tuple[str, ...] = Field(
         default=(),
         description="vllm recipes: the sidecar's full argv; embedded recipes: extra args after `gb300lane.engine sidecar`.",
@@ -382,8 +405,10 @@ def sidecar_args_problem(engine: str, args: tuple[str, ...], port: int) -> str |
         if flag not in ("--host", "--port", "--bind", "-H", "-p"):
             continue
         if engine == "embedded":
-            return (f"{arg!r} would move where the sidecar listens; the tool gives it --host 127.0.0.1 and "
-                    "--port sidecar.port: remove it")
+            return (
+                f"{arg!r} would move where the sidecar listens; the tool gives it --host 127.0.0.1 and "
+                "--port sidecar.port: remove it"
+            )
         value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
         if flag in ("--host", "--bind", "-H") and value not in LOOPBACK_HOSTS:
             return f"{flag} {value!r}: the sidecar must listen on loopback (127.0.0.1)"
@@ -404,13 +429,18 @@ class Speculative(FrozenModel):
         default=None, description="k schedule: [range_start, range_end, k] by batch size, inclusive ranges."
     )
     speculative_token_schedule: tuple[tuple[int, int, int], ...] | None = Field(
-        default=None, description="The k schedule under vLLM's new name for num_speculative_tokens_per_batch_size "
-        "(give one of the two); rendered under the name the image's vLLM version knows."
+        default=None,
+        description="The k schedule under vLLM's new name for num_speculative_tokens_per_batch_size "
+        "(give one of the two); rendered under the name the image's vLLM version knows.",
     )
     draft_sample_method: str | None = Field(default=None, description="greedy or probabilistic drafts.")
     rejection_sample_method: str | None = Field(default=None, description="standard (token by token) or block.")
-    dspark_draft_topk: StrictInt | None = Field(default=None, ge=1, description="Top-k candidates the DSpark Markov head scores.")
-    enable_adaptive_verification: bool | None = Field(default=None, description="DSpark adaptive verification (a hash input).")
+    dspark_draft_topk: StrictInt | None = Field(
+        default=None, ge=1, description="Top-k candidates the DSpark Markov head scores."
+    )
+    enable_adaptive_verification: bool | None = Field(
+        default=None, description="DSpark adaptive verification (a hash input)."
+    )
 
     @field_validator("num_speculative_tokens_per_batch_size", "speculative_token_schedule")
     @classmethod
@@ -422,10 +452,12 @@ class Speculative(FrozenModel):
         return v
 
     @model_validator(mode="after")
-    def _one_schedule_name(self) -> "Speculative":
+    def _one_schedule_name(self) -> Speculative:
         if self.num_speculative_tokens_per_batch_size is not None and self.speculative_token_schedule is not None:
-            raise ValueError("speculative.speculative_token_schedule is the new name of "
-                             "num_speculative_tokens_per_batch_size; give the schedule once, under one name")
+            raise ValueError(
+                "speculative.speculative_token_schedule is the new name of "
+                "num_speculative_tokens_per_batch_size; give the schedule once, under one name"
+            )
         return self
 
     @property
@@ -460,28 +492,37 @@ class TokensPerStep(FrozenModel):
 class WindowSpec(FrozenModel):
     name: str = Field(description="Window name, unique within the recipe's gates.")
     classes: tuple[TranscriptClass, ...] = Field(
-        min_length=1, description="Transcript classes the window runs: its workload's (builtin's are prose, "
-        "structured, code, shell_ops, tool_json), or mixed (every class interleaved).")
+        min_length=1,
+        description="Transcript classes the window runs: its workload's (builtin's are prose, "
+        "structured, code, shell_ops, tool_json), or mixed (every class interleaved).",
+    )
     transcripts_per_class: int = Field(ge=1, description="Transcripts drawn per class.")
     rounds: int = Field(default=1, ge=1, description="Times the window repeats.")
     concurrency: tuple[int, ...] = Field(min_length=1, description="Concurrency levels (C1, C8, ...).")
     temperature: float = Field(ge=0, description="Sampling temperature; 0 is the greedy path.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    seed_base: int | None = Field(default=None, description="Seed base: each request is seeded with a stable hash of (seed_base, transcript id, round); null sends no seed.")
+    seed_base: int | None = Field(
+        default=None,
+        description="Seed base: each request is seeded with a stable hash of (seed_base, transcript id, round); null sends no seed.",
+    )
     forced_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Output tokens forced per request (max_tokens = min_tokens, ignore_eos): every request returns "
         "exactly this many, as a speed window needs. null: the requests may stop at EOS (set max_tokens), as a "
         "task-quality window needs (a forced length cuts a tool call or a JSON document off).",
     )
     # Left out of the dump when none, so the windows of forced-length receipts are byte for byte what they were.
     max_tokens: int | None = Field(
-        default=None, ge=1, exclude_if=lambda v: v is None,
+        default=None,
+        ge=1,
+        exclude_if=lambda v: v is None,
         description="With forced_tokens null: the most output tokens a request may return (it stops at EOS or "
         "here). Absent with forced_tokens.",
     )
     tool_choice: Literal["auto", "required"] | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="tool_choice sent with the transcripts that carry tools: auto (the model may answer in text) or "
         "required (the lane constrains decoding to a call of a declared tool, its structured-output path under "
         "speculative decoding); absent: none sent, which a chat with tools reads as auto.",
@@ -489,12 +530,14 @@ class WindowSpec(FrozenModel):
     # Left out of the dump at their defaults, so every window (and the gates hash and registration over it) written
     # before workloads existed is byte for byte what it was.
     workload: str = Field(
-        default=BUILTIN, exclude_if=lambda v: v == BUILTIN,
+        default=BUILTIN,
+        exclude_if=lambda v: v == BUILTIN,
         description="The workload the window runs (`workloads/<name>/`, found like recipes: ./workloads, then the "
         "shipped ones); builtin: the shipped transcripts. A card's registration freezes its content hash.",
     )
     held_out: bool = Field(
-        default=False, exclude_if=lambda v: v is False,
+        default=False,
+        exclude_if=lambda v: v is False,
         description="Run the workload's held-out part (`gb300lane workload split`), which no selection step reads; "
         "false: its dev part (every transcript when it has no split).",
     )
@@ -520,19 +563,27 @@ class WindowSpec(FrozenModel):
             known = (*BUILTIN_CLASSES, MIXED)
             unknown = [c for c in self.classes if c not in known]
             if unknown:
-                raise ValueError(f"window {self.name}: classes {', '.join(map(repr, unknown))} are not classes of "
-                                 f"the builtin workload ({', '.join(known)}); name them, or set workload: to the "
-                                 "workload that has them")
+                raise ValueError(
+                    f"window {self.name}: classes {', '.join(map(repr, unknown))} are not classes of "
+                    f"the builtin workload ({', '.join(known)}); name them, or set workload: to the "
+                    "workload that has them"
+                )
         if self.held_out and self.workload == BUILTIN:
-            raise ValueError(f"window {self.name}: held_out: true on the builtin workload, which has no split; "
-                             "import your traffic, split it (`gb300lane workload split`) and name it in workload:")
+            raise ValueError(
+                f"window {self.name}: held_out: true on the builtin workload, which has no split; "
+                "import your traffic, split it (`gb300lane workload split`) and name it in workload:"
+            )
         if self.forced_tokens is None and self.max_tokens is None:
-            raise ValueError(f"window {self.name}: set forced_tokens (every request returns exactly that many "
-                             "tokens) or, with forced_tokens null, max_tokens (requests stop at EOS or there)")
+            raise ValueError(
+                f"window {self.name}: set forced_tokens (every request returns exactly that many "
+                "tokens) or, with forced_tokens null, max_tokens (requests stop at EOS or there)"
+            )
         if self.forced_tokens is not None and self.max_tokens is not None:
-            raise ValueError(f"window {self.name}: forced_tokens {self.forced_tokens} and max_tokens "
-                             f"{self.max_tokens} both set; a forced length is its own cap: drop max_tokens, or set "
-                             "forced_tokens: null to let requests stop at EOS")
+            raise ValueError(
+                f"window {self.name}: forced_tokens {self.forced_tokens} and max_tokens "
+                f"{self.max_tokens} both set; a forced length is its own cap: drop max_tokens, or set "
+                "forced_tokens: null to let requests stop at EOS"
+            )
         return self
 
     @property
@@ -558,21 +609,31 @@ class SmokeLossless(FrozenModel):
     """A bounds gate's losslessness check: its window's outputs scored by the lane's own prefill (bench.referee)."""
 
     alpha: float = Field(default=0.01, gt=0, lt=0.5, description="The false-FAIL rate under exact sampling.")
-    margin: float = Field(default=0.05, gt=0, lt=1, description="The deviation of T_eff / T and of the top-1 "
-                          "ratio tolerated where a deviation is detected.")
+    margin: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="The deviation of T_eff / T and of the top-1 ratio tolerated where a deviation is detected.",
+    )
     min_tokens: int = Field(default=200, ge=50, description="Fewest scored tokens; below it INCONCLUSIVE.")
 
 
 class SmokeGate(FrozenModel):
     name: str = Field(description="Gate name.")
-    kind: Literal["parity", "bounds"] = Field(description="parity: outputs match the reference; bounds: numbers in range.")
+    kind: Literal["parity", "bounds"] = Field(
+        description="parity: outputs match the reference; bounds: numbers in range."
+    )
     window: WindowSpec = Field(description="The window the gate runs.")
-    max_flips: int | None = Field(default=None, ge=0, description="parity: outputs allowed to differ from the reference.")
+    max_flips: int | None = Field(
+        default=None, ge=0, description="parity: outputs allowed to differ from the reference."
+    )
     tokens_per_step: TokensPerStep | None = Field(default=None, description="bounds: tokens per verify step range.")
     decode_tok_s_min: float | None = Field(default=None, ge=0, description="bounds: lowest decode tokens/s.")
     lossless: SmokeLossless | None = Field(
-        default=None, description="bounds, on a window at temperature > 0: also check that the outputs are the "
-        "target's distribution (scored by the lane's own prefill; costs one prefill of each output).")
+        default=None,
+        description="bounds, on a window at temperature > 0: also check that the outputs are the "
+        "target's distribution (scored by the lane's own prefill; costs one prefill of each output).",
+    )
 
 
 class Smoke(FrozenModel):
@@ -606,7 +667,9 @@ class Recipe(FrozenModel):
     lane: Lane = Field(description="Where the lane serves.")
     image: Image = Field(description="The image and what its compile hash covers.")
     model: Model = Field(description="The model and its checkpoint facts.")
-    kv_pool_tokens: StrictInt | None = Field(default=None, ge=1, le=MAX_KV_POOL_TOKENS, description="KV pool size the boot must report, in tokens.")
+    kv_pool_tokens: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_KV_POOL_TOKENS, description="KV pool size the boot must report, in tokens."
+    )
     engine_args: EngineArgs = Field(description="Engine arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of the main container.")
     volumes: tuple[Volume, ...] = Field(default=(), description="Mounts of the main container (model, cache root).")
@@ -632,7 +695,7 @@ class Recipe(FrozenModel):
         return _check_env(v)
 
     @model_validator(mode="after")
-    def _engine_rules(self) -> "Recipe":
+    def _engine_rules(self) -> Recipe:
         if self.engine == "vllm" and self.engine_args.time_scale is not None:
             raise ValueError("engine_args.time_scale applies to the embedded engine only; remove it from a vllm recipe")
         if self.engine == "embedded" and (self.gpus.main or self.gpus.sidecar):
@@ -648,14 +711,18 @@ class Recipe(FrozenModel):
         for where, env in (("env", self.env), ("sidecar.env", self.sidecar.env if self.sidecar else {})):
             for key in env:
                 if key.upper() in ADDRESS_ENV:
-                    raise ValueError(f"{where}.{key} sets where a part of the lane listens; the lane's address comes "
-                                     "from lane.bind, lane.port and sidecar.port: remove it")
+                    raise ValueError(
+                        f"{where}.{key} sets where a part of the lane listens; the lane's address comes "
+                        "from lane.bind, lane.port and sidecar.port: remove it"
+                    )
         if self.sidecar is not None:
             problem = sidecar_args_problem(self.engine, self.sidecar.args, self.sidecar.port)
             if problem:
                 raise ValueError(f"sidecar.args: {problem}")
-        for name, value in (("speculative.method", self.speculative.method),
-                            ("speculative.draft_sample_method", self.speculative.draft_sample_method),
-                            ("speculative.rejection_sample_method", self.speculative.rejection_sample_method)):
+        for name, value in (
+            ("speculative.method", self.speculative.method),
+            ("speculative.draft_sample_method", self.speculative.draft_sample_method),
+            ("speculative.rejection_sample_method", self.speculative.rejection_sample_method),
+        ):
             _plain_value(value, name)
         return self

@@ -72,7 +72,8 @@ class _StrictLoader(yaml.SafeLoader):
             self.alias_count += 1
             if self.alias_count > MAX_ALIASES:
                 raise self._fail(
-                    event.start_mark, f"more than {MAX_ALIASES} YAML aliases; write the values out instead of aliasing them"
+                    event.start_mark,
+                    f"more than {MAX_ALIASES} YAML aliases; write the values out instead of aliasing them",
                 )
             node = super().compose_node(parent, index)
             self.alias_nodes += _count_nodes(node)
@@ -170,8 +171,13 @@ def _key_lines(root: Any) -> dict[str, int]:
     return lines
 
 
-def read_text(path: str | os.PathLike[str], source: str | None = None, *, error: type[LaneError] = RecipeError,
-              what: str = "recipe") -> str:
+def read_text(
+    path: str | os.PathLike[str],
+    source: str | None = None,
+    *,
+    error: type[LaneError] = RecipeError,
+    what: str = "recipe",
+) -> str:
     """A recipe or card file's text: at most MAX_FILE_BYTES of UTF-8, else a one-line error naming the file."""
     source = source or str(path)
     try:
@@ -190,7 +196,7 @@ def read_text(path: str | os.PathLike[str], source: str | None = None, *, error:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(
-            f"{source}: not UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); save the {what} as UTF-8"
+            f"{source}: not UTF-8 (byte {exc.start}: {data[exc.start : exc.start + 1]!r}); save the {what} as UTF-8"
         ) from None
 
 
@@ -214,7 +220,9 @@ def _compose(text: str, source: str, error: type[LaneError]) -> tuple[Any, Any]:
         raise error(f"{source}{where}: invalid YAML ({_one_line(problem)}); fix the syntax at that line") from None
     except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError, RecursionError) as exc:
         # A value PyYAML cannot build (an explicit tag on the wrong text, e.g. `!!int abc`).
-        raise error(f"{source}: invalid YAML value ({_one_line(str(exc)) or type(exc).__name__}); fix the value") from None
+        raise error(
+            f"{source}: invalid YAML value ({_one_line(str(exc)) or type(exc).__name__}); fix the value"
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -226,7 +234,11 @@ def parse_value(text: str, source: str, *, error: type[LaneError] = RecipeError)
 
 
 def parse_document(
-    text: str, source: str, *, error: type[LaneError] = RecipeError, what: str = "a recipe is a YAML mapping (schema_version: 1, name: ...)"
+    text: str,
+    source: str,
+    *,
+    error: type[LaneError] = RecipeError,
+    what: str = "a recipe is a YAML mapping (schema_version: 1, name: ...)",
 ) -> tuple[dict[str, object], dict[str, int]]:
     """Parse YAML text that must hold a single non-empty mapping; returns it and where each dotted key is (line)."""
     root, data = _compose(text, source, error)
@@ -237,7 +249,9 @@ def parse_document(
     return data, _key_lines(root)
 
 
-def parse_mapping(text: str, source: str, *, error: type[LaneError] = RecipeError, what: str | None = None) -> dict[str, object]:
+def parse_mapping(
+    text: str, source: str, *, error: type[LaneError] = RecipeError, what: str | None = None
+) -> dict[str, object]:
     """Parse YAML text that must hold a single non-empty mapping."""
     if what is None:
         return parse_document(text, source, error=error)[0]

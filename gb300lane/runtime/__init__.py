@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from gb300lane import placement
 from gb300lane.errors import LaneError
+from gb300lane.names import RUNTIME_NAMES, RuntimeName
+from gb300lane.runtime import dockerhost
 from gb300lane.runtime.base import (
+    ENGINE_IMAGE,
     LABEL_ARM,
     LABEL_FINGERPRINT,
     LABEL_INSTANCE,
@@ -18,15 +21,12 @@ from gb300lane.runtime.base import (
     LABEL_ROLE,
     LABEL_RUN,
     LABEL_STATE,
-    ENGINE_IMAGE,
     ContainerInfo,
     ImageIdentity,
     Runtime,
     image_fix,
     state_label,
 )
-from gb300lane.names import RUNTIME_NAMES, RuntimeName
-from gb300lane.runtime import dockerhost
 from gb300lane.runtime.process import ProcessRuntime
 
 RUNTIMES = RUNTIME_NAMES

@@ -54,6 +54,7 @@ def state_label() -> str:
 
     return sha256_bytes(str(paths.state_dir().resolve()))[:12]
 
+
 ContainerStateName = Literal["created", "running", "exited", "missing"]
 
 
@@ -123,8 +124,11 @@ class ImageIdentity(FrozenModel):
     """The image a container runs, as the engine that runs it knows it (never the tag the recipe asked for)."""
 
     id: str = Field(description="Image id (sha256 of the image config), read from the container itself.")
-    repo_digests: tuple[str, ...] = Field(default=(), description="`repo@sha256:...` manifest digests the image was "
-                                          "pulled or pushed as (none for an image built here and never pushed).")
+    repo_digests: tuple[str, ...] = Field(
+        default=(),
+        description="`repo@sha256:...` manifest digests the image was "
+        "pulled or pushed as (none for an image built here and never pushed).",
+    )
     tags: tuple[str, ...] = Field(default=(), description="Tags that point at this image now.")
     created: str | None = Field(default=None, description="When the image was built (the engine's timestamp).")
     labels: dict[str, str] = Field(default_factory=dict, description="The image's labels.")

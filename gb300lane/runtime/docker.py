@@ -35,6 +35,7 @@ from gb300lane.runtime.base import (
     label_filter,
 )
 
+
 def _unavailable(exc: BaseException, place: Placement | None = None) -> RuntimeUnavailable:
     if place is not None and place.remote:
         return RuntimeUnavailable(
@@ -117,8 +118,10 @@ class DockerRuntime(Runtime):
             if lookup:
                 raise
             if isinstance(exc, docker.errors.ImageNotFound):
-                raise BootError(f"{what}: image not found locally ({exc.explanation}); pull it with `docker pull IMAGE` "
-                                "(the embedded engine's: `gb300lane engine-image build`), or pass --pull") from exc
+                raise BootError(
+                    f"{what}: image not found locally ({exc.explanation}); pull it with `docker pull IMAGE` "
+                    "(the embedded engine's: `gb300lane engine-image build`), or pass --pull"
+                ) from exc
             raise BootError(f"{what}: not found ({exc.explanation}); see `gb300lane status`") from exc
         except docker.errors.APIError as exc:
             raise BootError(f"{what}: the Docker engine refused: {exc.explanation or exc}") from exc
@@ -186,9 +189,15 @@ class DockerRuntime(Runtime):
         def run() -> tuple[int, str]:
             try:
                 out = self.client.containers.run(
-                    image, command=[f"{mount}/{script.name}", *args], entrypoint="python3",
-                    volumes={str(script.parent): {"bind": mount, "mode": "ro"}}, remove=True, stdout=True,
-                    stderr=False, network_mode="none", labels={LABEL_PREFIX + "lane": "probe"},
+                    image,
+                    command=[f"{mount}/{script.name}", *args],
+                    entrypoint="python3",
+                    volumes={str(script.parent): {"bind": mount, "mode": "ro"}},
+                    remove=True,
+                    stdout=True,
+                    stderr=False,
+                    network_mode="none",
+                    labels={LABEL_PREFIX + "lane": "probe"},
                 )
             except docker.errors.ContainerError as exc:
                 err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
@@ -315,8 +324,10 @@ class DockerRuntime(Runtime):
         st = attrs.get("State") or {}
         cfg = attrs.get("Config") or {}
         status = st.get("Status", "")
-        state = "running" if status in ("running", "restarting", "paused") else (
-            "created" if status == "created" else "exited"
+        state = (
+            "running"
+            if status in ("running", "restarting", "paused")
+            else ("created" if status == "created" else "exited")
         )
         argv = tuple([attrs.get("Path", "")] + list(attrs.get("Args") or []))
         detail = ""
@@ -365,7 +376,6 @@ class DockerRuntime(Runtime):
         found = self._call("list containers", self.client.containers.list, all=True, filters={"label": filters})
         return [self._info(c) for c in found if label_filter(c.labels, labels)]
 
-
     def list_state(self, labels: Mapping[str, str]) -> builtins.list[ContainerInfo]:
         """`list`, and on this machine's engine a record that it holds none of this state's containers when it
         listed none (`dockerhost`: the next `status` need not load the SDK to learn it)."""
@@ -375,6 +385,7 @@ class DockerRuntime(Runtime):
         if sock is not None and not listed:
             dockerhost.record_none(seen, sock)
         return listed
+
     def host_path(self, spec: SpecLike, container_path: str) -> Path | None:
         """Map a container path through the bind mounts; None when no mount covers it.
 
@@ -395,4 +406,3 @@ class DockerRuntime(Runtime):
                     return None  # a named volume: its host path is the engine's business
                 return Path(source) / target.relative_to(bind)
         return None
-

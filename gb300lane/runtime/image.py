@@ -121,7 +121,9 @@ def package_root() -> Path:
     """The installed `gb300lane` package folder (a checkout's or site-packages'), via importlib.resources."""
     root = resources.files("gb300lane")
     if not isinstance(root, Path):
-        raise BootError(f"gb300lane is installed inside an archive ({root!r}); install it with pip to build the engine image")
+        raise BootError(
+            f"gb300lane is installed inside an archive ({root!r}); install it with pip to build the engine image"
+        )
     return root
 
 
@@ -242,7 +244,9 @@ def assemble_rootfs(rootfs: Path) -> None:
     (usr_bin / "python3").symlink_to(f"{PREFIX}/bin/{ver}")
     etc = rootfs / "etc"
     etc.mkdir(exist_ok=True)
-    (etc / "passwd").write_text("root:x:0:0:root:/root:/usr/bin/python3\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    (etc / "passwd").write_text(
+        "root:x:0:0:root:/root:/usr/bin/python3\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
     (etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
     (etc / "nsswitch.conf").write_text("hosts: files dns\n")
     for d, mode in (("tmp", 0o1777), ("root", 0o700)):
@@ -306,7 +310,12 @@ def _build_lock() -> Iterator[None]:
 
 
 def _build_engine_image(
-    runtime: DockerRuntime, tag: str, want: str, *, force: bool, log: Callable[[str], None] | None,
+    runtime: DockerRuntime,
+    tag: str,
+    want: str,
+    *,
+    force: bool,
+    log: Callable[[str], None] | None,
     scratch: Path | None,
 ) -> EngineImage:
     if not force and runtime.place is not None and runtime.place.remote:

@@ -55,6 +55,7 @@ BASE_ENV_NAMES = (
     "VIRTUAL_ENV", "PYTHONPATH", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME",
 )  # fmt: skip
 
+
 def _mounts(volumes: Sequence[str] | None) -> list[tuple[PurePosixPath, str]]:
     """(target, host source) of each bind mount, most specific target first; named volumes have no host path."""
     out = []
@@ -114,7 +115,11 @@ def mounted_argv(argv: Sequence[str], volumes: Sequence[str] | None) -> list[str
                 out.append(arg)
                 continue
             mapped = _mounted_json(parsed, volumes)
-            out.append(arg if mapped == parsed else json.dumps(mapped, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+            out.append(
+                arg
+                if mapped == parsed
+                else json.dumps(mapped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            )
         else:
             out.append(mounted_path(volumes, arg) or arg)
     return out
@@ -203,8 +208,9 @@ class Identity(FrozenModel):
 def identity_of(rec: ProcessRecord) -> Identity | None:
     if rec.pid is None:
         return None
-    return Identity(pid=rec.pid, ticks=rec.pid_start_ticks, boot=rec.pid_boot_id, created=rec.pid_created,
-                    argv=rec.argv)
+    return Identity(
+        pid=rec.pid, ticks=rec.pid_start_ticks, boot=rec.pid_boot_id, created=rec.pid_created, argv=rec.argv
+    )
 
 
 def same_process(proc: psutil.Process, ident: Identity) -> bool:
@@ -693,4 +699,3 @@ class ProcessRuntime(Runtime):
             if rec is not None and label_filter(rec.labels, labels):
                 out.append(self._info(self._refresh(rec)))
         return out
-

@@ -57,7 +57,12 @@ def ssh_argv(access: SshAccess, *options: str) -> list[str]:
     if access.identity:
         argv += ["-i", os.path.expanduser(access.identity), "-o", "IdentitiesOnly=yes"]
     if access.known_hosts:
-        argv += ["-o", f"UserKnownHostsFile={os.path.expanduser(access.known_hosts)}", "-o", "StrictHostKeyChecking=yes"]
+        argv += [
+            "-o",
+            f"UserKnownHostsFile={os.path.expanduser(access.known_hosts)}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+        ]
     if access.port:
         argv += ["-p", str(access.port)]
     if access.user:

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
         fit_step_time,
         load_advisor_input,
     )
-    from gb300lane.spec.expectation import expected_accepted
     from gb300lane.spec.counters import MetricsScrape, SpecLogLine, delta, parse_metrics_text, parse_spec_log_line
+    from gb300lane.spec.expectation import expected_accepted
     from gb300lane.spec.verification import (
         VERIFY_METHODS,
         VerifyResult,

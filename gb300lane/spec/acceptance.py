@@ -50,7 +50,9 @@ class AcceptanceStats(FrozenModel):
     marginal: tuple[float | None, ...] = Field(
         description="a_p / a_(p-1) with a_0 = 1: the chance position p is right given the step reached it"
     )
-    vllm_per_position: tuple[float, ...] = Field(description="vLLM's convention: accepted at position p over all drafts")
+    vllm_per_position: tuple[float, ...] = Field(
+        description="vLLM's convention: accepted at position p over all drafts"
+    )
     tokens_per_step: float = Field(description="1 + accepted / drafts: tokens emitted per verify step")
     tokens_per_full_draft: float = Field(description="1 + sum(a_p): tokens per step if every draft had the full length")
     mean_drafts_per_step: float = Field(description="draft tokens / drafts: the mean draft length actually run")

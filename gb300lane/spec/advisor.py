@@ -75,7 +75,6 @@ class StepTimeModel(FrozenModel):
 
 
 class KPrediction(FrozenModel):
-
     k: int = Field(description="candidate num_speculative_tokens")
     tokens_per_step: float = Field(description="1 + sum of a_p up to k")
     step_ms: float = Field(description="modelled milliseconds per step")
@@ -86,7 +85,6 @@ class KPrediction(FrozenModel):
 
 
 class Advice(FrozenModel):
-
     recommended_k: int = Field(description="the candidate with the highest predicted tok/s")
     predictions: tuple[KPrediction, ...] = Field(description="one row per candidate k, ascending")
     step_model: StepTimeModel = Field(description="the fitted step-time line")
@@ -178,4 +176,3 @@ def load_advisor_input(path: Path) -> AdvisorInput:
     except ValidationError as exc:
         detail = format_validation_error(exc, source=str(path), first_only=True)
         raise LaneError(f"{detail}; see `gb300lane spec advise --help` for the format") from exc
-

@@ -240,7 +240,9 @@ def delta(before: MetricsScrape, after: MetricsScrape) -> MetricsScrape:
     if a.drafts_by_length is not None and b.drafts_by_length is not None:
         lengths = sorted(set(a.drafts_by_length) | set(b.drafts_by_length))
         by_length = {
-            n: int(_sub(f'{DRAFTS_BY_LENGTH}{{length="{n}"}}', b.drafts_by_length.get(n, 0), a.drafts_by_length.get(n, 0)))
+            n: int(
+                _sub(f'{DRAFTS_BY_LENGTH}{{length="{n}"}}', b.drafts_by_length.get(n, 0), a.drafts_by_length.get(n, 0))
+            )
             for n in lengths
         }
     spec = SpecCounters(
@@ -258,9 +260,7 @@ def delta(before: MetricsScrape, after: MetricsScrape) -> MetricsScrape:
         prompt_tokens=int(_sub(PROMPT, before.prompt_tokens, after.prompt_tokens)),
         requests_success=int(_sub(SUCCESS, before.requests_success, after.requests_success)),
         model_name=after.model_name,
-        extras={
-            name: _sub(name, before.extras.get(name, 0.0), value) for name, value in sorted(after.extras.items())
-        },
+        extras={name: _sub(name, before.extras.get(name, 0.0), value) for name, value in sorted(after.extras.items())},
     )
 
 

@@ -64,7 +64,9 @@ def _expected_token(p: Dist, q: Dist, drafts: Sequence[int]) -> Fraction:
     return expected
 
 
-def expected_accepted(p: Sequence[float | Fraction | str], q: Sequence[float | Fraction | str], k: int, method: str) -> Fraction:
+def expected_accepted(
+    p: Sequence[float | Fraction | str], q: Sequence[float | Fraction | str], k: int, method: str
+) -> Fraction:
     """E[accepted drafts] when every position has target p and draft q, drafts drawn from q.
 
     `method` is "standard" (alias "token") or "block". Entries may be

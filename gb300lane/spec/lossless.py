@@ -53,8 +53,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
 import numpy as np
 import numpy.typing as npt
+
 from gb300lane.spec.lossless_result import LosslessResult, TempDifference, TempEstimate
 
 #: vLLM's default ceiling on logprobs and prompt_logprobs (`--max-logprobs`).
@@ -91,8 +93,10 @@ class ScoredTranscript:
                 f"top_logprobs of shape {self.top_logprobs.shape}; each needs one row per scored token"
             )
         if not 1 <= self.top_logprobs.shape[1] <= MAX_TOP_K:
-            raise ValueError(f"transcript {self.label or self.klass!r}: top-k of {self.top_logprobs.shape[1]}; "
-                             f"the check reads 1 to {MAX_TOP_K} top log-probabilities")
+            raise ValueError(
+                f"transcript {self.label or self.klass!r}: top-k of {self.top_logprobs.shape[1]}; "
+                f"the check reads 1 to {MAX_TOP_K} top log-probabilities"
+            )
         if self.positions is not None and len(self.positions) != n:
             raise ValueError(f"transcript {self.label or self.klass!r}: {len(self.positions)} positions for {n} tokens")
 
@@ -132,8 +136,13 @@ def _tail_bounds(
 
 
 def _form(
-    tr: ScoredTranscript, temperature: float, top_p: float, nucleus_tol: float, vocab_size: int | None,
-    rng: np.random.Generator, acc: _Token,
+    tr: ScoredTranscript,
+    temperature: float,
+    top_p: float,
+    nucleus_tol: float,
+    vocab_size: int | None,
+    rng: np.random.Generator,
+    acc: _Token,
 ) -> tuple[int, int, int]:
     """Form each token's distribution at (temperature, top_p), draw its randomized PIT, append what counts.
 
@@ -202,7 +211,9 @@ def _form(
 
 
 def _theta_mle(
-    logits: Sequence[npt.NDArray[np.float64]], chosen: Sequence[npt.NDArray[np.int64]], theta0: float,
+    logits: Sequence[npt.NDArray[np.float64]],
+    chosen: Sequence[npt.NDArray[np.int64]],
+    theta0: float,
 ) -> tuple[float, float, float, int]:
     """(theta_hat, total information, cluster-robust variance of theta_hat, tokens) of the conditional-on-set
     likelihood sum_t [theta l_c - logsumexp_j theta l_j], one cluster per array."""
@@ -252,14 +263,26 @@ def _theta_mle(
 
 
 def _estimate(
-    acc: _Token, idx: Sequence[tuple[int, npt.NDArray[np.bool_] | None]], temperature: float, z_crit: float,
+    acc: _Token,
+    idx: Sequence[tuple[int, npt.NDArray[np.bool_] | None]],
+    temperature: float,
+    z_crit: float,
 ) -> TempEstimate:
     """The effect over the chosen (transcript, token mask) pairs."""
     u = [acc.u[i] if m is None else acc.u[i][m] for i, m in idx]
     n = int(sum(len(x) for x in u))
     if n == 0:
-        return TempEstimate(tokens=0, transcripts=0, t_eff=None, t_low=None, t_high=None, t_ratio=None,
-                            top1_observed=None, top1_expected=None, z_mean=None)
+        return TempEstimate(
+            tokens=0,
+            transcripts=0,
+            t_eff=None,
+            t_low=None,
+            t_high=None,
+            t_ratio=None,
+            top1_observed=None,
+            top1_expected=None,
+            z_mean=None,
+        )
     from scipy.stats import norm
 
     lgs = [acc.logits[i] if m is None else acc.logits[i][m] for i, m in idx]
@@ -276,9 +299,15 @@ def _estimate(
     p1 = np.concatenate([acc.p1[i] if m is None else acc.p1[i][m] for i, m in idx])
     z = float(norm.ppf(np.concatenate(u)).sum() / np.sqrt(n))
     return TempEstimate(
-        tokens=n, transcripts=sum(1 for x in u if len(x)), t_eff=t_eff, t_low=t_low, t_high=t_high,
-        t_ratio=None if t_eff is None else t_eff / temperature, top1_observed=float(top1.mean()),
-        top1_expected=float(p1.mean()), z_mean=z,
+        tokens=n,
+        transcripts=sum(1 for x in u if len(x)),
+        t_eff=t_eff,
+        t_low=t_low,
+        t_high=t_high,
+        t_ratio=None if t_eff is None else t_eff / temperature,
+        top1_observed=float(top1.mean()),
+        top1_expected=float(p1.mean()),
+        z_mean=z,
     )
 
 
@@ -302,8 +331,10 @@ def check(
     from scipy.stats import chi2, norm
 
     if temperature <= 0:
-        raise ValueError(f"temperature {temperature}: the check reads a sampled window (temperature > 0); "
-                         "greedy outputs are checked by the parity gate")
+        raise ValueError(
+            f"temperature {temperature}: the check reads a sampled window (temperature > 0); "
+            "greedy outputs are checked by the parity gate"
+        )
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p {top_p}: must be in (0, 1]")
     rng = np.random.default_rng(seed)
@@ -324,27 +355,52 @@ def check(
     if acc.pos and all(p is not None for p in acc.pos):
         positions = sorted({int(x) for p in acc.pos if p is not None for x in p})
         per_position = {
-            str(j): _estimate(acc, [(i, np.asarray(p) == j) for i, p in enumerate(acc.pos) if p is not None],
-                              temperature, z_crit)
+            str(j): _estimate(
+                acc, [(i, np.asarray(p) == j) for i, p in enumerate(acc.pos) if p is not None], temperature, z_crit
+            )
             for j in positions
         }
         note = "per verify-block position, as the engine reported each token's position"
     else:
-        note = ("not reported: the engine did not say which block position emitted each token, and a token's "
-                "index mod (k + 1) is not its position (a rejection ends a block early)")
-    test = (f"randomized PIT of each token (descending probability, top-k + tail), iid U(0,1) under exact sampling; "
-            f"Bonferroni of the mean (Stouffer Z), dispersion (chi-square) and top-1 calibration tests, "
-            f"false-FAIL <= alpha = {alpha}; FAIL also needs t_eff/T or the top-1 ratio outside 1 +- {margin}")
+        note = (
+            "not reported: the engine did not say which block position emitted each token, and a token's "
+            "index mod (k + 1) is not its position (a rejection ends a block early)"
+        )
+    test = (
+        f"randomized PIT of each token (descending probability, top-k + tail), iid U(0,1) under exact sampling; "
+        f"Bonferroni of the mean (Stouffer Z), dispersion (chi-square) and top-1 calibration tests, "
+        f"false-FAIL <= alpha = {alpha}; FAIL also needs t_eff/T or the top-1 ratio outside 1 +- {margin}"
+    )
     n = overall.tokens
-    base = dict(test=test, temperature=temperature, top_p=top_p, alpha=alpha, margin=margin, exact=exact,
-                tokens_scored=n, transcripts=overall.transcripts, tail_tokens=tail_n,
-                undetermined_tokens=undetermined, outside_nucleus=outside, overall=overall, per_class=per_class,
-                per_position=per_position, per_position_note=note)
+    base = dict(
+        test=test,
+        temperature=temperature,
+        top_p=top_p,
+        alpha=alpha,
+        margin=margin,
+        exact=exact,
+        tokens_scored=n,
+        transcripts=overall.transcripts,
+        tail_tokens=tail_n,
+        undetermined_tokens=undetermined,
+        outside_nucleus=outside,
+        overall=overall,
+        per_class=per_class,
+        per_position=per_position,
+        per_position_note=note,
+    )
     if n == 0 or overall.transcripts < 2 or n < min_tokens:
         return LosslessResult(
-            status="INCONCLUSIVE", statistic=None, p=None, p_mean=None, p_dispersion=None, p_top1=None,
+            status="INCONCLUSIVE",
+            statistic=None,
+            p=None,
+            p_mean=None,
+            p_dispersion=None,
+            p_top1=None,
             reason=f"{n} tokens scored in {overall.transcripts} transcripts; the check needs >= {min_tokens} "
-                   "tokens in >= 2 transcripts (a longer window, or more requests)", **base)
+            "tokens in >= 2 transcripts (a longer window, or more requests)",
+            **base,
+        )
     s = norm.ppf(np.concatenate(acc.u))
     z = float(s.sum() / np.sqrt(n))
     p_mean = float(2 * norm.sf(abs(z)))
@@ -359,17 +415,32 @@ def check(
     stats = dict(statistic=z, p=p, p_mean=p_mean, p_dispersion=p_disp, p_top1=p_top1)
     effect = _describe(overall, temperature)
     if outside:
-        return LosslessResult(status="FAIL", reason=f"{outside} tokens sampled outside the top_p={top_p} nucleus "
-                              f"(impossible under exact sampling); {effect}", **stats, **base)
+        return LosslessResult(
+            status="FAIL",
+            reason=f"{outside} tokens sampled outside the top_p={top_p} nucleus "
+            f"(impossible under exact sampling); {effect}",
+            **stats,
+            **base,
+        )
     if p >= alpha:
-        return LosslessResult(status="PASS", reason=f"no deviation at alpha={alpha} (p={p:.3g}, {n} tokens); {effect}",
-                              **stats, **base)
+        return LosslessResult(
+            status="PASS", reason=f"no deviation at alpha={alpha} (p={p:.3g}, {n} tokens); {effect}", **stats, **base
+        )
     if _within_margin(overall, margin, z_crit):
-        return LosslessResult(status="PASS", reason=f"a deviation is detected (p={p:.3g}) but shown within the "
-                              f"margin {margin}; {effect}", **stats, **base)
+        return LosslessResult(
+            status="PASS",
+            reason=f"a deviation is detected (p={p:.3g}) but shown within the margin {margin}; {effect}",
+            **stats,
+            **base,
+        )
     worst = _worst_class(per_class, temperature)
-    return LosslessResult(status="FAIL", reason=f"not the target's distribution (p={p:.3g}, {n} tokens): {effect}"
-                          + (f"; most off: class {worst}" if worst else ""), **stats, **base)
+    return LosslessResult(
+        status="FAIL",
+        reason=f"not the target's distribution (p={p:.3g}, {n} tokens): {effect}"
+        + (f"; most off: class {worst}" if worst else ""),
+        **stats,
+        **base,
+    )
 
 
 def _within_margin(est: TempEstimate, margin: float, z_crit: float) -> bool:
@@ -418,16 +489,28 @@ def t_difference(b: TempEstimate, control: TempEstimate, *, alpha: float = 0.01)
     z = float(norm.ppf(1 - alpha / 2))
     z_arm = z  # each arm's interval was formed at the same alpha
     se_b = ((b.t_high or 0.0) - (b.t_low or 0.0)) / (2 * z_arm) / (b.t_eff or 1.0) * (b.t_ratio or 1.0)
-    se_c = ((control.t_high or 0.0) - (control.t_low or 0.0)) / (2 * z_arm) / (control.t_eff or 1.0) * (
-        control.t_ratio or 1.0)
+    se_c = (
+        ((control.t_high or 0.0) - (control.t_low or 0.0))
+        / (2 * z_arm)
+        / (control.t_eff or 1.0)
+        * (control.t_ratio or 1.0)
+    )
     d = (b.t_ratio or 0.0) - (control.t_ratio or 0.0)
     half = z * float(np.hypot(se_b, se_c))
     return TempDifference(difference=d, low=d - half, high=d + half)
 
 
 def simulate_transcripts(
-    rng: np.random.Generator, *, transcripts: int, tokens: int, vocab: int = 400, top_k: int = 20,
-    sample_temperature: float = 1.0, top_p: float = 1.0, klass: str = "chat", concentration: float = 1.5,
+    rng: np.random.Generator,
+    *,
+    transcripts: int,
+    tokens: int,
+    vocab: int = 400,
+    top_k: int = 20,
+    sample_temperature: float = 1.0,
+    top_p: float = 1.0,
+    klass: str = "chat",
+    concentration: float = 1.5,
 ) -> list[ScoredTranscript]:
     """Synthetic referee scores: per token a target distribution over `vocab` tokens (Zipf-like logits with a
     random depth), the token drawn at `sample_temperature` from the raw logits (the served temperature: exact). The instrument check of `check` and its calibration benchmark use it."""
@@ -452,7 +535,13 @@ def simulate_transcripts(
         draw = (cdf < rng.random(tokens)[:, None]).sum(axis=1).clip(max=vocab - 1)
         rank = np.argsort(order, axis=1)[np.arange(tokens), draw] + 1
         top = np.take_along_axis(logp, order[:, :top_k], axis=1)
-        out.append(ScoredTranscript(klass=klass, sampled_rank=rank.astype(np.int64),
-                                    sampled_logprob=logp[np.arange(tokens), draw], top_logprobs=top,
-                                    label=f"{klass}-{i}"))
+        out.append(
+            ScoredTranscript(
+                klass=klass,
+                sampled_rank=rank.astype(np.int64),
+                sampled_logprob=logp[np.arange(tokens), draw],
+                top_logprobs=top,
+                label=f"{klass}-{i}",
+            )
+        )
     return out

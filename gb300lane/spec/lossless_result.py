@@ -51,14 +51,16 @@ class LosslessResult(FrozenModel):
     overall: TempEstimate = Field(description="The effect over every counted token.")
     per_class: dict[str, TempEstimate] = Field(description="The effect per transcript class.")
     per_position: dict[str, TempEstimate] | None = Field(
-        description="The effect per verify-block position, where the engine reported positions; else None.")
+        description="The effect per verify-block position, where the engine reported positions; else None."
+    )
     per_position_note: str = Field(description="Why per-position effects are or are not reported.")
     referee: str = Field(default="", description="What scored the tokens (URL or kind).")
     referee_tokens: int = Field(default=0, description="Tokens the referee prefilled (prompts and outputs).")
     referee_s: float = Field(default=0.0, description="Wall time the referee took, seconds.")
     referee_requests: int = Field(default=0, description="Completions the referee answered (besides /tokenize).")
-    excluded: dict[str, int] = Field(default_factory=dict,
-                                     description="Requests the referee did not score, per reason (none: empty).")
+    excluded: dict[str, int] = Field(
+        default_factory=dict, description="Requests the referee did not score, per reason (none: empty)."
+    )
 
 
 class TempDifference(FrozenModel):

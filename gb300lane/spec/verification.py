@@ -43,6 +43,7 @@ import numpy as np
 from gb300lane.errors import EngineError
 from gb300lane.spec import kernels as _kernels
 
+
 @functools.lru_cache(maxsize=8)
 def _zeros(vocab: int, dtype: np.dtype) -> np.ndarray:
     """A read-only zero row: np.maximum against an array runs vectorised, against a scalar it does not."""
@@ -271,8 +272,9 @@ def _run(method: str, p, q, draft_tokens, rng: np.random.Generator, greedy) -> V
     r_rows = np.flatnonzero(~greedy_rows)
     if r_rows.size:
         compiled = _kernels.active()
-        if compiled is not None and not (p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES
-                                         and p.flags.c_contiguous and q.flags.c_contiguous):
+        if compiled is not None and not (
+            p.dtype == q.dtype and p.dtype in _KERNEL_DTYPES and p.flags.c_contiguous and q.flags.c_contiguous
+        ):
             compiled = None
         if compiled is not None:
             tau, scale = _accept_compiled(compiled, method == "block", p, q, draft_tokens, r_rows, u_accept[r_rows])
@@ -293,8 +295,16 @@ def _accept_compiled(compiled, block: bool, p, q, draft_tokens, rows, u):
     """`_block_accept` or `_token_accept` in the compiled kernel: (accepted length, prefix joint there or None)."""
     tau = np.empty(rows.size, dtype=np.int64)
     scale = np.empty(rows.size)
-    compiled.accept(block, p, q, np.ascontiguousarray(draft_tokens), rows.astype(np.int64, copy=False),
-                    np.ascontiguousarray(u, dtype=np.float64), tau, scale)
+    compiled.accept(
+        block,
+        p,
+        q,
+        np.ascontiguousarray(draft_tokens),
+        rows.astype(np.int64, copy=False),
+        np.ascontiguousarray(u, dtype=np.float64),
+        tau,
+        scale,
+    )
     return tau, scale if block else None
 
 
@@ -302,8 +312,15 @@ def _correction_compiled(compiled, p, q, rows, tau, scale, u) -> np.ndarray:
     """`_correction` in the compiled kernel: each row's residual formed and sampled in two fused passes."""
     out = np.empty(rows.size, dtype=np.int64)
     scale = np.ones(rows.size) if scale is None else np.ascontiguousarray(scale, dtype=np.float64)
-    compiled.sample_correction(p, q, rows.astype(np.int64, copy=False), tau.astype(np.int64, copy=False), scale,
-                              np.ascontiguousarray(u, dtype=np.float64), out)
+    compiled.sample_correction(
+        p,
+        q,
+        rows.astype(np.int64, copy=False),
+        tau.astype(np.int64, copy=False),
+        scale,
+        np.ascontiguousarray(u, dtype=np.float64),
+        out,
+    )
     return out
 
 
@@ -584,7 +601,13 @@ def verify(
 
 
 def biased_token_verify(
-    p, q, draft_tokens, rng: np.random.Generator, *, bias: np.ndarray, greedy: bool | np.ndarray = False,
+    p,
+    q,
+    draft_tokens,
+    rng: np.random.Generator,
+    *,
+    bias: np.ndarray,
+    greedy: bool | np.ndarray = False,
 ) -> VerifyResult:
     """The token rule with draft i accepted when u * q_i(x_i) <= bias[i] * p_i(x_i): lossy unless bias is all 1.
 
@@ -622,11 +645,15 @@ def _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, 
     rows = np.arange(batch)
     at = np.minimum(tau, k - 1)
     final = np.empty(batch, dtype=np.int64)
-    compiled.sample_support(np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32),
-                            np.ones(batch) if scale is None else np.ascontiguousarray(scale, dtype=np.float64),
-                            np.ascontiguousarray(cand[rows, at], dtype=np.int64),
-                            np.ascontiguousarray(q_sup[rows, at], dtype=np.float32),
-                            (tau < k).astype(np.int64), np.ascontiguousarray(u_sample, dtype=np.float64), final)
+    compiled.sample_support(
+        np.ascontiguousarray(target_rows(rows, tau), dtype=np.float32),
+        np.ones(batch) if scale is None else np.ascontiguousarray(scale, dtype=np.float64),
+        np.ascontiguousarray(cand[rows, at], dtype=np.int64),
+        np.ascontiguousarray(q_sup[rows, at], dtype=np.float32),
+        (tau < k).astype(np.int64),
+        np.ascontiguousarray(u_sample, dtype=np.float64),
+        final,
+    )
     return VerifyResult(accepted=tau, tokens=_emit(drafts, tau, final))
 
 
@@ -670,9 +697,14 @@ def verify_support(
     if method == "block" and k > 0 and compiled is not None and p_sup.dtype == q_sup.dtype == np.float32:
         tau = np.empty(batch, dtype=np.int64)
         scale = np.empty(batch)
-        compiled.support_accept(np.ascontiguousarray(p_sup), np.ascontiguousarray(q_sup),
-                                np.ascontiguousarray(choice, dtype=np.int64),
-                                np.ascontiguousarray(u_accept, dtype=np.float64), tau, scale)
+        compiled.support_accept(
+            np.ascontiguousarray(p_sup),
+            np.ascontiguousarray(q_sup),
+            np.ascontiguousarray(choice, dtype=np.int64),
+            np.ascontiguousarray(u_accept, dtype=np.float64),
+            tau,
+            scale,
+        )
         return _support_correction(compiled, target_rows, cand, q_sup, drafts, tau, scale, u_sample)
     px = p_sup[at].astype(np.float64)
     qx = q_sup[at].astype(np.float64)

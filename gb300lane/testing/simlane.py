@@ -71,14 +71,28 @@ class SimLane:
             st["recipes"].setdefault(name, {"port": 30106}).update(cfg)
 
     def set_verdict(
-        self, recipe: str, verdict: str, reference: str, *, rescored: bool = False, receipts: str | None = None,
-        evidence: tuple[str, ...] = (), binding: str | None = None, question: str | None = None,
+        self,
+        recipe: str,
+        verdict: str,
+        reference: str,
+        *,
+        rescored: bool = False,
+        receipts: str | None = None,
+        evidence: tuple[str, ...] = (),
+        binding: str | None = None,
+        question: str | None = None,
     ) -> None:
         """A recipe's newest verdict; `evidence` (the log's breaks) and `binding` (the recipe changed since) refuse it."""
         with self._state() as st:
-            st["verdicts"][recipe] = {"verdict": verdict, "reference": reference, "rescored": rescored,
-                                      "receipts": receipts, "evidence": list(evidence), "binding": binding,
-                                      "question": question}
+            st["verdicts"][recipe] = {
+                "verdict": verdict,
+                "reference": reference,
+                "rescored": rescored,
+                "receipts": receipts,
+                "evidence": list(evidence),
+                "binding": binding,
+                "question": question,
+            }
 
     def set_card(self, card: str, **fields: object) -> None:
         """A card's candidate as its receipts record it (KeptCandidate's fields; `problem` None unless given).
@@ -130,13 +144,19 @@ class SimLane:
             secs = float(cfg.get("boot_seconds", 0.0))
             # A failed boot leaves a created-but-dead container behind, as a real runtime does; a running one
             # answers only once its boot is over (a process killed meanwhile leaves it booting).
-            st["instances"][name] = {"recipe": recipe, "port": port, "running": not failed, "fingerprint": fp,
-                                     "ready_at": None if cfg.get("hold") else time.time() + secs}
+            st["instances"][name] = {
+                "recipe": recipe,
+                "port": port,
+                "running": not failed,
+                "fingerprint": fp,
+                "ready_at": None if cfg.get("hold") else time.time() + secs,
+            }
         if failed:
             raise BootError(f"{name}: engine exited during boot (simulated)", log_tail="simulated boot failure\n")
         self._until_ready(name)
-        return BootInfo(instance=name, endpoint=f"http://127.0.0.1:{port}", fingerprint=fp,
-                        boot_seconds=secs, engine_seconds=secs)
+        return BootInfo(
+            instance=name, endpoint=f"http://127.0.0.1:{port}", fingerprint=fp, boot_seconds=secs, engine_seconds=secs
+        )
 
     def stop_keep(self, instance: str) -> None:
         with self._state() as st:
@@ -160,8 +180,13 @@ class SimLane:
             inst["running"] = True
             inst["ready_at"] = None if cfg.get("hold") else time.time() + secs
         self._until_ready(instance)
-        return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
-                        fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
+        return BootInfo(
+            instance=instance,
+            endpoint=f"http://127.0.0.1:{inst['port']}",
+            fingerprint=inst["fingerprint"],
+            boot_seconds=secs,
+            engine_seconds=secs,
+        )
 
     def await_ready(self, instance: str, *, progress: Callable[[str], None] | None = None) -> BootInfo:
         with self._state() as st:
@@ -177,8 +202,13 @@ class SimLane:
                 progress(f"waiting for {instance} to become ready: {to_go}")
             self._until_ready(instance)
         secs = float(cfg.get("boot_seconds", 0.0))
-        return BootInfo(instance=instance, endpoint=f"http://127.0.0.1:{inst['port']}",
-                        fingerprint=inst["fingerprint"], boot_seconds=secs, engine_seconds=secs)
+        return BootInfo(
+            instance=instance,
+            endpoint=f"http://127.0.0.1:{inst['port']}",
+            fingerprint=inst["fingerprint"],
+            boot_seconds=secs,
+            engine_seconds=secs,
+        )
 
     def release(self, instance: str) -> None:
         """A held boot of `instance` is over: it answers from now on."""
@@ -203,8 +233,13 @@ class SimLane:
     def instances(self) -> list[InstanceFact]:
         with self._state(write=False) as st:
             return [
-                InstanceFact(name=n, recipe=i["recipe"], running=i["running"], port=i["port"],
-                             endpoint=f"http://127.0.0.1:{i['port']}")
+                InstanceFact(
+                    name=n,
+                    recipe=i["recipe"],
+                    running=i["running"],
+                    port=i["port"],
+                    endpoint=f"http://127.0.0.1:{i['port']}",
+                )
                 for n, i in sorted(st["instances"].items())
             ]
 
@@ -236,9 +271,16 @@ class SimLane:
         if v is None:
             return None
         evidence, binding = tuple(v.get("evidence") or ()), v.get("binding")
-        return VerdictInfo(passed=v["verdict"] == "PASS" and not evidence and binding is None, verdict=v["verdict"],
-                           reference=v["reference"], rescored=bool(v.get("rescored")), receipts=v.get("receipts"),
-                           evidence=evidence, binding=binding, question=v.get("question"))
+        return VerdictInfo(
+            passed=v["verdict"] == "PASS" and not evidence and binding is None,
+            verdict=v["verdict"],
+            reference=v["reference"],
+            rescored=bool(v.get("rescored")),
+            receipts=v.get("receipts"),
+            evidence=evidence,
+            binding=binding,
+            question=v.get("question"),
+        )
 
     def preflight(self, recipe: str, *, port: int, production: str | None) -> list[str]:
         """What the recipe's `refuse` outcome says (a list of refusals a boot would meet before any engine)."""

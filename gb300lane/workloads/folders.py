@@ -29,8 +29,10 @@ from gb300lane.workloads.content import BUILTIN, MANIFEST, MIXED, ClassFile, Man
 
 def content_hash(classes: tuple[ClassFile, ...], split: Split | None) -> str:
     """sha256 over the classes (name, file, sha256, in order) and the split: what a registration freezes."""
-    payload = {"classes": [[c.name, c.file, c.sha256] for c in classes],
-               "split": None if split is None else split.model_dump(mode="json")}
+    payload = {
+        "classes": [[c.name, c.file, c.sha256] for c in classes],
+        "split": None if split is None else split.model_dump(mode="json"),
+    }
     return sha256_bytes(dumps_json(payload))
 
 
@@ -55,8 +57,10 @@ def find_workload(name: str) -> Path:
     for d in dirs:
         if (d / name / MANIFEST).is_file():
             return d / name
-    raise WorkloadError(f"no workload named {name!r} (looked in {', '.join(str(d) for d in dirs)}); "
-                        f"list them with `gb300lane workload list`, or import one with `gb300lane workload import`")
+    raise WorkloadError(
+        f"no workload named {name!r} (looked in {', '.join(str(d) for d in dirs)}); "
+        f"list them with `gb300lane workload list`, or import one with `gb300lane workload import`"
+    )
 
 
 def workload_names() -> list[str]:
@@ -88,8 +92,10 @@ def read_manifest(folder: Path) -> Manifest:
         if c.file != f"{c.name}.jsonl":
             raise WorkloadError(f"{path}: class {c.name} names file {c.file!r}; a class's file is {c.name}.jsonl")
     if content_hash(manifest.classes, manifest.split) != manifest.content_sha256:
-        raise WorkloadError(f"{path}: content_sha256 is not the hash of its classes and split (edited by hand?); "
-                            "re-import the workload, or restore the manifest")
+        raise WorkloadError(
+            f"{path}: content_sha256 is not the hash of its classes and split (edited by hand?); "
+            "re-import the workload, or restore the manifest"
+        )
     return manifest
 
 
@@ -102,13 +108,17 @@ def _parse_class(path: Path, data: bytes, cls: str) -> tuple[Transcript, ...]:
         try:
             item = Transcript.model_validate(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{path}:{lineno}: invalid transcript: not JSON ({exc.msg}); fix or remove the line") from None
+            raise WorkloadError(
+                f"{path}:{lineno}: invalid transcript: not JSON ({exc.msg}); fix or remove the line"
+            ) from None
         except ValidationError as exc:
             raise WorkloadError(
                 f"{path}:{lineno}: invalid transcript: {format_validation_error(exc)}; fix or remove the line"
             ) from None
         if item.cls != cls:
-            raise WorkloadError(f"{path}:{lineno}: cls = {item.cls!r} in the {cls!r} file; move the line to its class file")
+            raise WorkloadError(
+                f"{path}:{lineno}: cls = {item.cls!r} in the {cls!r} file; move the line to its class file"
+            )
         if item.id in seen:
             raise WorkloadError(f"{path}:{lineno}: duplicate id {item.id!r}; ids must be unique and stable")
         seen.add(item.id)
@@ -143,8 +153,10 @@ class Workload:
         unless `held_out`. Held out of a workload with no split is an error."""
         split = self.manifest.split
         if held_out and split is None:
-            raise WorkloadError(f"{self.folder / MANIFEST}: workload {self.name} has no held-out part; "
-                                f"split it first (`gb300lane workload split {self.name} --held-out 0.3`)")
+            raise WorkloadError(
+                f"{self.folder / MANIFEST}: workload {self.name} has no held-out part; "
+                f"split it first (`gb300lane workload split {self.name} --held-out 0.3`)"
+            )
         held = set(split.held_out_ids) if split is not None else set()
 
         def keep(t: Transcript) -> bool:
@@ -155,8 +167,10 @@ class Workload:
             depth = max((len(p) for p in per), default=0)
             return [p[i] for i in range(depth) for p in per if i < len(p)]
         if cls not in self.by_class:
-            raise WorkloadError(f"unknown traffic class {cls!r} of workload {self.name}; expected one of "
-                                f"{', '.join((*self.classes, MIXED))}")
+            raise WorkloadError(
+                f"unknown traffic class {cls!r} of workload {self.name}; expected one of "
+                f"{', '.join((*self.classes, MIXED))}"
+            )
         return [t for t in self.by_class[cls] if keep(t)]
 
 
@@ -167,13 +181,17 @@ def _verify(folder: Path, manifest: Manifest) -> dict[str, tuple[Transcript, ...
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise WorkloadError(f"{path}: cannot read ({exc.strerror}); the manifest {folder / MANIFEST} lists it: "
-                                "restore the file or re-import the workload") from None
+            raise WorkloadError(
+                f"{path}: cannot read ({exc.strerror}); the manifest {folder / MANIFEST} lists it: "
+                "restore the file or re-import the workload"
+            ) from None
         got = sha256_bytes(data)
         if got != c.sha256:
-            raise WorkloadError(f"{path}: sha256 {got[:12]} differs from the manifest's {c.sha256[:12]} (the file was "
-                                "edited after import); restore it, or re-import the workload (which changes its "
-                                "content hash, so cards registered on it refuse to score)")
+            raise WorkloadError(
+                f"{path}: sha256 {got[:12]} differs from the manifest's {c.sha256[:12]} (the file was "
+                "edited after import); restore it, or re-import the workload (which changes its "
+                "content hash, so cards registered on it refuse to score)"
+            )
         items = _parse_class(path, data, c.name)
         if len(items) != c.transcripts:
             raise WorkloadError(f"{path}: {len(items)} transcripts, the manifest says {c.transcripts}; re-import")
@@ -228,8 +246,14 @@ def write_workload(folder: Path, manifest_fields: dict[str, object], by_class: d
         classes.append(ClassFile(name=cls, file=f"{cls}.jsonl", sha256=sha256_bytes(text), transcripts=len(items)))
     split = manifest_fields.get("split")
     assert split is None or isinstance(split, Split)
-    manifest = Manifest.model_validate({**manifest_fields, "schema_version": 1, "classes": classes,
-                                        "content_sha256": content_hash(tuple(classes), split)})
+    manifest = Manifest.model_validate(
+        {
+            **manifest_fields,
+            "schema_version": 1,
+            "classes": classes,
+            "content_sha256": content_hash(tuple(classes), split),
+        }
+    )
     atomic_write(folder / MANIFEST, json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     return manifest
 
@@ -241,14 +265,18 @@ def split_workload(name: str, held_out: float, *, seed: int = 0) -> Manifest:
         raise WorkloadError(f"--held-out {held_out}: pass a fraction between 0 and 1, e.g. 0.3")
     w = load_workload(name)
     if name == BUILTIN or not _writable(w.folder):
-        raise WorkloadError(f"{w.folder}: workload {name} is shipped with the tool and read-only; import your own "
-                            "traffic (`gb300lane workload import`) and split that")
+        raise WorkloadError(
+            f"{w.folder}: workload {name} is shipped with the tool and read-only; import your own "
+            "traffic (`gb300lane workload import`) and split that"
+        )
     held: list[str] = []
     for cls in w.classes:
         ids = sorted(t.id for t in w.by_class[cls])
         if len(ids) < 2:
-            raise WorkloadError(f"{w.folder / (cls + '.jsonl')}: class {cls} has {len(ids)} transcript; a split needs "
-                                "at least 2 per class (one dev, one held out)")
+            raise WorkloadError(
+                f"{w.folder / (cls + '.jsonl')}: class {cls} has {len(ids)} transcript; a split needs "
+                "at least 2 per class (one dev, one held out)"
+            )
         rng = random.Random(f"{seed}:{cls}")
         rng.shuffle(ids)
         k = min(len(ids) - 1, max(1, round(held_out * len(ids))))
@@ -266,5 +294,15 @@ def _writable(folder: Path) -> bool:
     return folder.parent.resolve() != shipped("workloads").resolve()
 
 
-__all__ = ["Workload", "class_problem", "content_hash", "find_workload", "load_workload", "read_manifest", "select",
-           "split_workload", "workload_names", "write_workload"]
+__all__ = [
+    "Workload",
+    "class_problem",
+    "content_hash",
+    "find_workload",
+    "load_workload",
+    "read_manifest",
+    "select",
+    "split_workload",
+    "workload_names",
+    "write_workload",
+]

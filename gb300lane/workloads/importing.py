@@ -27,9 +27,9 @@ from gb300lane.models import FrozenModel
 from gb300lane.names import name_problem
 from gb300lane.paths import workloads_home
 from gb300lane.redact import secret_name, secret_shape
-from gb300lane.workloads.parsers import FORMATS, Parsed, parse
 from gb300lane.workloads.content import MANIFEST, Manifest, Source, Transcript
 from gb300lane.workloads.folders import class_problem, write_workload
+from gb300lane.workloads.parsers import FORMATS, Parsed, parse
 
 #: The class of every record when no --class-field is given.
 ONE_CLASS = "traffic"
@@ -53,8 +53,9 @@ class ClassStats(FrozenModel):
     with_tools: int = Field(description="Requests that carry tools.")
     tool_names: dict[str, int] = Field(description="Declared tool name -> requests that declare it.")
     prompt_chars: tuple[Bin, ...] = Field(description="Prompt length histogram, characters.")
-    output_tokens: tuple[Bin, ...] | None = Field(description="Recorded output length histogram; none when the "
-                                                  "source records no output length.")
+    output_tokens: tuple[Bin, ...] | None = Field(
+        description="Recorded output length histogram; none when the source records no output length."
+    )
     with_arrival: int = Field(description="Requests with a recorded arrival time (a trace).")
     sessions: int = Field(default=0, description="Multi-turn sessions (conversations imported turn by turn).")
 
@@ -106,12 +107,17 @@ def class_stats(name: str, items: list[Transcript] | tuple[Transcript, ...]) -> 
             fn = tool.get("function") if isinstance(tool, dict) else None
             tools[str(fn.get("name")) if isinstance(fn, dict) else "?"] += 1
     outs = [t.output_tokens for t in items if t.output_tokens is not None]
-    return ClassStats(name=name, transcripts=len(items), chat=sum(t.kind == "chat" for t in items),
-                      with_tools=sum(bool(t.tools) for t in items), tool_names=dict(sorted(tools.items())),
-                      prompt_chars=_histogram([prompt_chars(t) for t in items], PROMPT_EDGES),
-                      output_tokens=_histogram(outs, OUTPUT_EDGES) if outs else None,
-                      with_arrival=sum(t.arrival_s is not None for t in items),
-                      sessions=len({t.session for t in items if t.session is not None}))
+    return ClassStats(
+        name=name,
+        transcripts=len(items),
+        chat=sum(t.kind == "chat" for t in items),
+        with_tools=sum(bool(t.tools) for t in items),
+        tool_names=dict(sorted(tools.items())),
+        prompt_chars=_histogram([prompt_chars(t) for t in items], PROMPT_EDGES),
+        output_tokens=_histogram(outs, OUTPUT_EDGES) if outs else None,
+        with_arrival=sum(t.arrival_s is not None for t in items),
+        sessions=len({t.session for t in items if t.session is not None}),
+    )
 
 
 def _dig(obj: Any, path: str) -> Any:
@@ -150,9 +156,20 @@ def secret_in(fields: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None = None, dest: Path | None = None,
-                    allow_secrets: bool = False, max_prompt_chars: int = MAX_PROMPT_CHARS, drop_long: bool = False,
-                    replace: bool = False, description: str = "", turns: str = "first") -> ImportReport:
+def import_workload(
+    file: Path,
+    *,
+    name: str,
+    fmt: str,
+    class_field: str | None = None,
+    dest: Path | None = None,
+    allow_secrets: bool = False,
+    max_prompt_chars: int = MAX_PROMPT_CHARS,
+    drop_long: bool = False,
+    replace: bool = False,
+    description: str = "",
+    turns: str = "first",
+) -> ImportReport:
     """Read `file` in `fmt`, write `dest/<name>/` (default `paths.workloads_home()`: ./workloads), and return what
     was kept and dropped."""
     problem = name_problem(name, "workload name")
@@ -162,8 +179,10 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
         raise WorkloadError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     folder = (dest or workloads_home()) / name
     if (folder / MANIFEST).exists() and not replace:
-        raise WorkloadError(f"{folder} already holds workload {name}; pass --replace to import over it (its content "
-                            "hash changes, so cards registered on it refuse to score), or choose another --name")
+        raise WorkloadError(
+            f"{folder} already holds workload {name}; pass --replace to import over it (its content "
+            "hash changes, so cards registered on it refuse to score), or choose another --name"
+        )
     parsed = parse(file, fmt, turns=turns)
     by_class: dict[str, list[Transcript]] = {}
     seen: dict[str, str] = {}
@@ -171,8 +190,9 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
 
     def drop(p: Parsed, reason: str) -> None:
         d = drops.get(reason)
-        drops[reason] = Drop(reason=reason, count=1, first=p.where) if d is None else d.model_copy(
-            update={"count": d.count + 1})
+        drops[reason] = (
+            Drop(reason=reason, count=1, first=p.where) if d is None else d.model_copy(update={"count": d.count + 1})
+        )
 
     for p in parsed:
         if p.dropped is not None:
@@ -190,12 +210,19 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
         else:
             cls = ONE_CLASS
         if not allow_secrets:
-            found = secret_in({k: v for k, v in p.fields.items() if k in ("prompt", "messages", "tools",
-                                                                           "response_format", "session")})
+            found = secret_in(
+                {
+                    k: v
+                    for k, v in p.fields.items()
+                    if k in ("prompt", "messages", "tools", "response_format", "session")
+                }
+            )
             if found is not None:
-                raise WorkloadError(f"{p.where}: field {found[0]} looks like it holds {found[1]}; remove the record "
-                                    "(or the secret) from the file, or pass --allow-secrets if it is none; nothing "
-                                    "was written")
+                raise WorkloadError(
+                    f"{p.where}: field {found[0]} looks like it holds {found[1]}; remove the record "
+                    "(or the secret) from the file, or pass --allow-secrets if it is none; nothing "
+                    "was written"
+                )
         content = {k: v for k, v in p.fields.items()}
         tid = f"{cls}-{sha256_bytes(dumps_json(content))[:12]}"
         t = Transcript.model_validate({"id": tid, "cls": cls, **content})
@@ -203,9 +230,11 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
         if length > max_prompt_chars:
             if not drop_long:
                 field_name = "prompt" if t.prompt is not None else "messages"
-                raise WorkloadError(f"{p.where}: field {field_name} is {length} characters, over the limit of "
-                                    f"{max_prompt_chars}; pass --max-prompt-chars N to raise it, or --drop-long to "
-                                    "drop such records; nothing was written")
+                raise WorkloadError(
+                    f"{p.where}: field {field_name} is {length} characters, over the limit of "
+                    f"{max_prompt_chars}; pass --max-prompt-chars N to raise it, or --drop-long to "
+                    "drop such records; nothing was written"
+                )
             drop(p, f"prompt over {max_prompt_chars} characters")
             continue
         if tid in seen:
@@ -222,13 +251,19 @@ def import_workload(file: Path, *, name: str, fmt: str, class_field: str | None 
                 old.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     source = Source(format=fmt, file=file.name, sha256=sha256_file(file), class_field=class_field)
-    manifest: Manifest = write_workload(folder, {"name": name, "description": description, "source": source},
-                                        by_class)
-    report = ImportReport(workload=name, folder=str(folder), format=fmt, file=str(file), file_sha256=source.sha256,
-                          records=len(parsed), kept=sum(len(v) for v in by_class.values()),
-                          dropped=tuple(drops.values()),
-                          classes=tuple(class_stats(c, v) for c, v in by_class.items()),
-                          content_sha256=manifest.content_sha256)
+    manifest: Manifest = write_workload(folder, {"name": name, "description": description, "source": source}, by_class)
+    report = ImportReport(
+        workload=name,
+        folder=str(folder),
+        format=fmt,
+        file=str(file),
+        file_sha256=source.sha256,
+        records=len(parsed),
+        kept=sum(len(v) for v in by_class.values()),
+        dropped=tuple(drops.values()),
+        classes=tuple(class_stats(c, v) for c, v in by_class.items()),
+        content_sha256=manifest.content_sha256,
+    )
     atomic_write(folder / "import.json", json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
     return report
 
@@ -239,9 +274,11 @@ def _bins(bins: tuple[Bin, ...]) -> str:
 
 def render_import(report: ImportReport) -> str:
     """The import report as text: kept and dropped, per class lengths and tool use."""
-    lines = [f"workload {report.workload} <- {report.file} ({report.format}, sha256 {report.file_sha256[:12]})",
-             f"  written to {report.folder}, content sha256 {report.content_sha256[:12]}",
-             f"  records {report.records}: kept {report.kept}, dropped {report.records - report.kept}"]
+    lines = [
+        f"workload {report.workload} <- {report.file} ({report.format}, sha256 {report.file_sha256[:12]})",
+        f"  written to {report.folder}, content sha256 {report.content_sha256[:12]}",
+        f"  records {report.records}: kept {report.kept}, dropped {report.records - report.kept}",
+    ]
     for d in report.dropped:
         lines.append(f"    dropped {d.count}: {d.reason} (first at {d.first})")
     lines += render_classes(report.classes)
@@ -253,13 +290,25 @@ def render_classes(classes: tuple[ClassStats, ...]) -> list[str]:
     lines = []
     for c in classes:
         tools = ", ".join(f"{k} x{v}" for k, v in c.tool_names.items()) or "none"
-        lines.append(f"  class {c.name}: {c.transcripts} transcripts ({c.chat} chat), tools on {c.with_tools} "
-                     f"({tools})" + (f", {c.with_arrival} with arrival times" if c.with_arrival else "")
-                     + (f", {c.sessions} multi-turn sessions" if c.sessions else ""))
+        lines.append(
+            f"  class {c.name}: {c.transcripts} transcripts ({c.chat} chat), tools on {c.with_tools} "
+            f"({tools})"
+            + (f", {c.with_arrival} with arrival times" if c.with_arrival else "")
+            + (f", {c.sessions} multi-turn sessions" if c.sessions else "")
+        )
         lines.append(f"    prompt chars   {_bins(c.prompt_chars)}")
         lines.append("    output tokens  " + (_bins(c.output_tokens) if c.output_tokens else "not recorded"))
     return lines
 
 
-__all__ = ["MAX_PROMPT_CHARS", "ONE_CLASS", "ClassStats", "ImportReport", "class_stats", "import_workload",
-           "render_classes", "render_import", "secret_in"]
+__all__ = [
+    "MAX_PROMPT_CHARS",
+    "ONE_CLASS",
+    "ClassStats",
+    "ImportReport",
+    "class_stats",
+    "import_workload",
+    "render_classes",
+    "render_import",
+    "secret_in",
+]

@@ -42,10 +42,54 @@ FORMATS: tuple[str, ...] = ("openai", "sharegpt", "vllm-custom", "trace")
 #: Tokens per block of a mooncake trace's hash_ids.
 TRACE_BLOCK = 512
 #: The words a trace block's text is drawn from (plain words: about one token each in common tokenizers).
-_WORDS = ("the", "lane", "block", "cache", "request", "token", "model", "server", "queue", "batch", "draft",
-          "verify", "step", "window", "card", "class", "prefix", "session", "agent", "tool", "call", "reply",
-          "user", "system", "data", "file", "line", "value", "field", "time", "rate", "load", "peak", "mean",
-          "run", "test", "plan", "note", "list", "table", "code", "shell", "query", "answer", "check", "report")
+_WORDS = (
+    "the",
+    "lane",
+    "block",
+    "cache",
+    "request",
+    "token",
+    "model",
+    "server",
+    "queue",
+    "batch",
+    "draft",
+    "verify",
+    "step",
+    "window",
+    "card",
+    "class",
+    "prefix",
+    "session",
+    "agent",
+    "tool",
+    "call",
+    "reply",
+    "user",
+    "system",
+    "data",
+    "file",
+    "line",
+    "value",
+    "field",
+    "time",
+    "rate",
+    "load",
+    "peak",
+    "mean",
+    "run",
+    "test",
+    "plan",
+    "note",
+    "list",
+    "table",
+    "code",
+    "shell",
+    "query",
+    "answer",
+    "check",
+    "report",
+)
 
 
 @dataclass
@@ -65,7 +109,9 @@ def _lines(path: Path, text: str) -> Iterator[tuple[str, Any]]:
         try:
             yield f"{path}:{lineno}", json.loads(line)
         except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{path}:{lineno}: not JSON ({exc.msg}); one JSON object a line, or fix the line") from None
+            raise WorkloadError(
+                f"{path}:{lineno}: not JSON ({exc.msg}); one JSON object a line, or fix the line"
+            ) from None
 
 
 def _objects(path: Path, text: str) -> Iterator[tuple[str, Any]]:
@@ -111,8 +157,16 @@ def _openai(where: str, obj: dict[str, Any]) -> Parsed:
     return p
 
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
-                   "bard": "assistant", "bing": "assistant", "system": "system"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 
 
 def _sharegpt(where: str, obj: dict[str, Any], turns: str) -> list[Parsed]:
@@ -199,8 +253,12 @@ def _trace(where: str, obj: dict[str, Any], first: list[float]) -> Parsed:
             break
     if not first:
         first.append(float(ts))
-    p.fields.update(kind="completion", prompt=" ".join(words), output_tokens=int(n_out),
-                    arrival_s=max(0.0, (float(ts) - first[0]) / 1000.0))
+    p.fields.update(
+        kind="completion",
+        prompt=" ".join(words),
+        output_tokens=int(n_out),
+        arrival_s=max(0.0, (float(ts) - first[0]) / 1000.0),
+    )
     return p
 
 
@@ -210,8 +268,10 @@ def parse(path: Path, fmt: str, *, turns: str = "first") -> list[Parsed]:
     if turns not in ("first", "all"):
         raise WorkloadError(f"--turns {turns!r}: expected first or all")
     if turns == "all" and fmt != "sharegpt":
-        raise WorkloadError(f"--turns all splits ShareGPT conversations into their turns; --format {fmt} has one "
-                            "request a record (an OpenAI chat body already carries its conversation)")
+        raise WorkloadError(
+            f"--turns all splits ShareGPT conversations into their turns; --format {fmt} has one "
+            "request a record (an OpenAI chat body already carries its conversation)"
+        )
     if fmt not in FORMATS:
         raise WorkloadError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     try:

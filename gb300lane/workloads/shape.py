@@ -22,9 +22,9 @@ from gb300lane.canonical import dumps_json, sha256_bytes
 from gb300lane.errors import WorkloadError
 from gb300lane.names import name_problem
 from gb300lane.paths import workloads_home
-from gb300lane.workloads.parsers import block_words
 from gb300lane.workloads.content import MANIFEST, Manifest, Source, Transcript
 from gb300lane.workloads.folders import load_workload, write_workload
+from gb300lane.workloads.parsers import block_words
 
 #: What the context block is introduced with, so the request still reads as the original ask.
 CONTEXT_HEAD = "Context:"
@@ -74,21 +74,32 @@ def _padded(t: Transcript, length: int, count: Count) -> dict[str, Any]:
             raise WorkloadError(f"transcript {t.id}: no word of its prompt fits in {length}; pass a longer length")
         return fields
     messages = [dict(m) for m in t.messages or []]
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)),
-               default=None)
+    last = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)),
+        default=None,
+    )
     if last is None:
         raise WorkloadError(f"transcript {t.id}: no user message with text to pad; pad a workload of text prompts")
     others = sum(count(str(m.get("content") or "")) for i, m in enumerate(messages) if i != last)
     if others >= length:
-        raise WorkloadError(f"transcript {t.id}: its other messages alone are {others} long, over {length}; pass a "
-                            "longer length")
+        raise WorkloadError(
+            f"transcript {t.id}: its other messages alone are {others} long, over {length}; pass a longer length"
+        )
     messages[last]["content"] = _fit(str(messages[last]["content"]), length - others, t.id, count)
     fields["messages"] = messages
     return fields
 
 
-def pad_workload(source: str, name: str, length: int, *, count: Count = count_words, unit: str = "words",
-                 dest: Path | None = None, replace: bool = False) -> Manifest:
+def pad_workload(
+    source: str,
+    name: str,
+    length: int,
+    *,
+    count: Count = count_words,
+    unit: str = "words",
+    dest: Path | None = None,
+    replace: bool = False,
+) -> Manifest:
     """Write workload `name`: every transcript of `source` with its prompt padded (or cut) to `length` as `count`
     measures it (words by default; the CLI's --tokens passes the embedded engine's tokenizer)."""
     problem = name_problem(name, "workload name")
@@ -108,9 +119,15 @@ def pad_workload(source: str, name: str, length: int, *, count: Count = count_wo
             by_class.setdefault(cls, []).append(Transcript.model_validate({"id": tid, "cls": cls, **fields}))
     folder.mkdir(parents=True, exist_ok=True)
     desc = f"{source} with every prompt padded or cut to {length} {unit}"
-    return write_workload(folder, {"name": name, "description": desc,
-                                   "source": Source(format=f"pad:{length} {unit}", file=source,
-                                                    sha256=src.manifest.content_sha256)}, by_class)
+    return write_workload(
+        folder,
+        {
+            "name": name,
+            "description": desc,
+            "source": Source(format=f"pad:{length} {unit}", file=source, sha256=src.manifest.content_sha256),
+        },
+        by_class,
+    )
 
 
 __all__ = ["Count", "count_words", "pad_workload"]

@@ -6,8 +6,8 @@ from pydantic import Field
 
 from gb300lane.errors import WorkloadError
 from gb300lane.models import FrozenModel
-from gb300lane.workloads.importing import ClassStats, class_stats
 from gb300lane.workloads.folders import load_workload, workload_names
+from gb300lane.workloads.importing import ClassStats, class_stats
 
 #: The parts `workload stats --part` takes.
 PARTS = ("all", "dev", "held-out")
@@ -30,8 +30,17 @@ def list_workloads() -> list[WorkloadRow]:
         w = load_workload(name)
         total = sum(len(v) for v in w.by_class.values())
         held = len(w.manifest.split.held_out_ids) if w.manifest.split is not None else 0
-        rows.append(WorkloadRow(name=name, folder=str(w.folder), classes=w.classes, transcripts=total,
-                                dev=total - held, held_out=held, content_sha256=w.manifest.content_sha256))
+        rows.append(
+            WorkloadRow(
+                name=name,
+                folder=str(w.folder),
+                classes=w.classes,
+                transcripts=total,
+                dev=total - held,
+                held_out=held,
+                content_sha256=w.manifest.content_sha256,
+            )
+        )
     return rows
 
 
@@ -50,8 +59,10 @@ def workload_stats(name: str, part: str = "all") -> tuple[ClassStats, ...]:
 class ClassDiff(FrozenModel):
     name: str = Field(description="The class.")
     only_a: tuple[str, ...] = Field(description="Transcript ids only the first workload has.")
-    only_b: tuple[str, ...] = Field(description="Transcript ids only the second has (an edited transcript is one "
-                                    "id gone and one new: ids are content digests).")
+    only_b: tuple[str, ...] = Field(
+        description="Transcript ids only the second has (an edited transcript is one "
+        "id gone and one new: ids are content digests)."
+    )
     same: int = Field(description="Transcripts both have.")
 
 
@@ -71,12 +82,23 @@ def diff_workloads(a: str, b: str) -> WorkloadDiff:
     for cls in names:
         ia = [t.id for t in wa.by_class.get(cls, ())]
         ib = [t.id for t in wb.by_class.get(cls, ())]
-        classes.append(ClassDiff(name=cls, only_a=tuple(i for i in ia if i not in set(ib)),
-                                 only_b=tuple(i for i in ib if i not in set(ia)), same=len(set(ia) & set(ib))))
+        classes.append(
+            ClassDiff(
+                name=cls,
+                only_a=tuple(i for i in ia if i not in set(ib)),
+                only_b=tuple(i for i in ib if i not in set(ia)),
+                same=len(set(ia) & set(ib)),
+            )
+        )
     held_a = wa.manifest.split.held_out_ids if wa.manifest.split else ()
     held_b = wb.manifest.split.held_out_ids if wb.manifest.split else ()
-    return WorkloadDiff(a=a, b=b, same_content=wa.manifest.content_sha256 == wb.manifest.content_sha256,
-                        classes=tuple(classes), split_differs=held_a != held_b)
+    return WorkloadDiff(
+        a=a,
+        b=b,
+        same_content=wa.manifest.content_sha256 == wb.manifest.content_sha256,
+        classes=tuple(classes),
+        split_differs=held_a != held_b,
+    )
 
 
 __all__ = ["PARTS", "ClassDiff", "WorkloadDiff", "WorkloadRow", "diff_workloads", "list_workloads", "workload_stats"]

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 
 from gb300lane.bench.client import SSEParser, stream_request
-from gb300lane.lane.probe import scrape_metrics
 from gb300lane.bench.stats import Percentiles, decode_rate, gaps_from_token_times, tpot
+from gb300lane.lane.probe import scrape_metrics
 from gb300lane.testing.free_ports import free_port
 
 from fakes import lane as fake_lane
@@ -48,7 +48,7 @@ def _body(n: int = 16, **extra) -> dict:
 
 def test_sse_parser_joins_split_events_and_ignores_comments():
     p = SSEParser()
-    assert p.feed(b"data: {\"a\"") == []
+    assert p.feed(b'data: {"a"') == []
     assert p.feed(b": 1}\r\n\r\n: keepalive\n\ndata: [DONE]\n") == ['{"a": 1}']
     assert p.pending == b"data: [DONE]\n"
     assert p.feed(b"\n") == ["[DONE]"]
@@ -238,7 +238,7 @@ def _cuts_a_character(read: bytes) -> bool:
 
 def test_sse_parser_crlf_split_between_cr_and_lf():
     p = SSEParser()
-    assert p.feed(b"data: {\"a\": 1}\r\n\r") == []
+    assert p.feed(b'data: {"a": 1}\r\n\r') == []
     assert p.feed(b"\ndata: x\r") == ['{"a": 1}']
     assert p.feed(b"\n\r\n") == ["x"]
     assert p.feed("data: é".encode()[:-1]) == [] and p.feed("é\n\n".encode()[-3:]) == ["é"]
@@ -276,8 +276,9 @@ def test_arrivals_are_stamped_on_receipt_not_when_the_stream_is_parsed(lane, mon
     async def go():
         async with aiohttp.ClientSession() as session:
             url = lane.url + "/v1/completions"
-            tasks = [asyncio.create_task(stream_request(session, url, _body(steps), read_timeout_s=10))
-                     for _ in range(2)]
+            tasks = [
+                asyncio.create_task(stream_request(session, url, _body(steps), read_timeout_s=10)) for _ in range(2)
+            ]
             for step in range(steps):
                 await asyncio.sleep(0.1)  # both streams idle, waiting for data (the last step's chunks are stamped)
                 clock.now = float(step + 1)  # this step's tick
@@ -310,8 +311,9 @@ class _MockThread:
             self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/completions"
             ready.set()
 
-        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(boot()), self.loop.run_forever()),
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=lambda: (self.loop.run_until_complete(boot()), self.loop.run_forever()), daemon=True
+        )
         self.thread.start()
         assert ready.wait(10)
 
@@ -327,9 +329,15 @@ def test_arrivals_carry_the_kernels_receive_time_when_the_client_reads_late():
     from gb300lane.bench.mock import MockTiming
 
     mock = _MockThread(MockTiming(ttft_s=0.02, itl_s=0.06, events=3))
-    body = {"model": "mock", "prompt": "x", "max_tokens": 3, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": "mock",
+        "prompt": "x",
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     try:
+
         async def go():
             async with aiohttp.ClientSession() as session:
                 task = asyncio.create_task(stream_request(session, mock.url, body, read_timeout_s=10))
@@ -354,9 +362,15 @@ def _known_schedule() -> tuple[Any, list[Any], list[list[float]]]:
 
     timing = MockTiming(ttft_s=0.01, itl_s=0.002, events=30, events_per_write=3)
     mock = _MockThread(timing)
-    body = {"model": "mock", "prompt": "x", "max_tokens": 30, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": "mock",
+        "prompt": "x",
+        "max_tokens": 30,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     try:
+
         async def go():
             async with aiohttp.ClientSession() as session:
                 ours = [await stream_request(session, mock.url, body, read_timeout_s=10) for _ in range(5)]
@@ -388,9 +402,19 @@ def test_a_known_schedule_is_recovered_event_by_event_with_several_events_per_se
         arrivals = [out.started_at + t for t in out.event_times_s]
         assert all(a >= s for a, s in zip(arrivals, sent))
         for g in range(0, 30, 3):
-            assert len(set(out.event_times_s[g:g + 3])) == 1 and len(set(sent[g:g + 3])) == 1
-        rec = make_record(out, transcript_id="m", cls="prose", round=1, concurrency=1, seed=1, kind="completion",
-                          worker=0, start_s=0.0, expected_tokens=30)
+            assert len(set(out.event_times_s[g : g + 3])) == 1 and len(set(sent[g : g + 3])) == 1
+        rec = make_record(
+            out,
+            transcript_id="m",
+            cls="prose",
+            round=1,
+            concurrency=1,
+            seed=1,
+            kind="completion",
+            worker=0,
+            start_s=0.0,
+            expected_tokens=30,
+        )
         ttft, gaps, e2el = vllm_timings(rec)
         assert len(gaps) == 29 and ttft == out.event_times_s[0] and e2el == out.event_times_s[-1]
 
@@ -410,8 +434,18 @@ def test_a_known_schedule_is_stamped_on_time_and_its_mean_gap_matches_vllms():
         arrivals = [out.started_at + t for t in out.event_times_s]
         lateness = sorted(a - s for a, s in zip(arrivals, sent))
         assert lateness[len(lateness) // 2] < 0.002
-        rec = make_record(out, transcript_id="m", cls="prose", round=1, concurrency=1, seed=1, kind="completion",
-                          worker=0, start_s=0.0, expected_tokens=30)
+        rec = make_record(
+            out,
+            transcript_id="m",
+            cls="prose",
+            round=1,
+            concurrency=1,
+            seed=1,
+            kind="completion",
+            worker=0,
+            start_s=0.0,
+            expected_tokens=30,
+        )
         _ttft, gaps, _e2el = vllm_timings(rec)
         own_means.append(sum(gaps) / len(gaps))
         their_means.append((ev[-1] - ev[0]) / (len(ev) - 1))

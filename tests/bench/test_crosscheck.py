@@ -33,9 +33,15 @@ def test_a_request_whose_counters_differ_is_caught() -> None:
     w = _window()
     rec = w.records[0]
     assert rec.spec_decode is not None
-    bumped = rec.model_copy(update={"spec_decode": RequestSpecDecode(
-        num_drafts=rec.spec_decode.num_drafts + 1, num_draft_tokens=rec.spec_decode.num_draft_tokens,
-        num_accepted_tokens=rec.spec_decode.num_accepted_tokens)})
+    bumped = rec.model_copy(
+        update={
+            "spec_decode": RequestSpecDecode(
+                num_drafts=rec.spec_decode.num_drafts + 1,
+                num_draft_tokens=rec.spec_decode.num_draft_tokens,
+                num_accepted_tokens=rec.spec_decode.num_accepted_tokens,
+            )
+        }
+    )
     check = cross_check(w.model_copy(update={"records": [bumped, *w.records[1:]]}), k=5)
     assert check is not None and check.per_request == "differ" and not check.ok
 
@@ -44,8 +50,9 @@ def test_counters_that_claim_more_tokens_than_k_allows_differ_from_the_client() 
     w = _window()
     cell = w.cells[0]
     assert cell.spec is not None
-    inflated = cell.model_copy(update={"spec": cell.spec.model_copy(
-        update={"num_accepted_tokens": cell.spec.num_accepted_tokens + 200})})
+    inflated = cell.model_copy(
+        update={"spec": cell.spec.model_copy(update={"num_accepted_tokens": cell.spec.num_accepted_tokens + 200})}
+    )
     check = cross_check(w.model_copy(update={"cells": [inflated, *w.cells[1:]]}), k=5)
     assert check is not None and check.client == "differ"
 
@@ -53,8 +60,12 @@ def test_counters_that_claim_more_tokens_than_k_allows_differ_from_the_client() 
 def test_0_32_request_metrics_names_are_read() -> None:
     from gb300lane.bench.client import request_spec_fields
 
-    got = request_spec_fields({"num_spec_steps": 28, "num_draft_tokens": 140, "num_accepted_draft_tokens": 3,
-                               "mean_acceptance_length": 1.107})
+    got = request_spec_fields(
+        {"num_spec_steps": 28, "num_draft_tokens": 140, "num_accepted_draft_tokens": 3, "mean_acceptance_length": 1.107}
+    )
     assert got == {"num_drafts": 28, "num_draft_tokens": 140, "num_accepted_tokens": 3}
     assert request_spec_fields({"num_drafts": 2, "num_draft_tokens": 10, "num_accepted_tokens": 4}) == {
-        "num_drafts": 2, "num_draft_tokens": 10, "num_accepted_tokens": 4}
+        "num_drafts": 2,
+        "num_draft_tokens": 10,
+        "num_accepted_tokens": 4,
+    }

@@ -6,14 +6,47 @@ from gb300lane.bench.delivered import LOAD_TOLERANCE, counter_attribution, deliv
 from gb300lane.bench.models import RequestRecord, RequestSpecDecode
 
 
-def _rec(worker: int, start: float, done: float, *, sent: float | None = None, tokens: int = 10,
-         spec: RequestSpecDecode | None = None, rate: float | None = None, scheduled: float | None = None):
+def _rec(
+    worker: int,
+    start: float,
+    done: float,
+    *,
+    sent: float | None = None,
+    tokens: int = 10,
+    spec: RequestSpecDecode | None = None,
+    rate: float | None = None,
+    scheduled: float | None = None,
+):
     return RequestRecord(
-        transcript_id=f"t{worker}-{start}", cls="prose", round=1, concurrency=0 if rate else 4, request_rate=rate,
-        seed=1, kind="completion", worker=worker, start_s=start, scheduled_s=scheduled, ok=True, error=None,
-        http_status=200, expected_tokens=tokens, output_tokens=tokens, prompt_tokens=3, chunks=tokens,
-        token_attribution="usage", ttft_s=0.01, e2e_s=done - 0.001, done_s=done, token_times_s=[0.01] * tokens,
-        engine=None, clock="wall", decode_tok_s=None, tpot_s=None, text="", spec_decode=spec, sent_s=sent,
+        transcript_id=f"t{worker}-{start}",
+        cls="prose",
+        round=1,
+        concurrency=0 if rate else 4,
+        request_rate=rate,
+        seed=1,
+        kind="completion",
+        worker=worker,
+        start_s=start,
+        scheduled_s=scheduled,
+        ok=True,
+        error=None,
+        http_status=200,
+        expected_tokens=tokens,
+        output_tokens=tokens,
+        prompt_tokens=3,
+        chunks=tokens,
+        token_attribution="usage",
+        ttft_s=0.01,
+        e2e_s=done - 0.001,
+        done_s=done,
+        token_times_s=[0.01] * tokens,
+        engine=None,
+        clock="wall",
+        decode_tok_s=None,
+        tpot_s=None,
+        text="",
+        spec_decode=spec,
+        sent_s=sent,
     )
 
 
@@ -34,7 +67,9 @@ def test_a_client_that_holds_two_of_four_is_refused_with_the_reason():
     load, reasons, _ = delivered_load(recs, concurrency=4)
     assert load.delivered_concurrency == 2
     (reason,) = reasons
-    assert f"delivered concurrency 2 is below the configured 4 by more than the registered {LOAD_TOLERANCE:.0%}" in reason
+    assert (
+        f"delivered concurrency 2 is below the configured 4 by more than the registered {LOAD_TOLERANCE:.0%}" in reason
+    )
 
 
 def test_an_open_loop_client_that_falls_behind_its_schedule_is_refused():
@@ -77,8 +112,10 @@ def test_counters_that_moved_for_someone_else_mark_the_cell_contaminated():
     foreign = {**own, "num_drafts": 40, "num_accepted_tokens": 120}
     (reason,), _ = counter_attribution(recs, foreign)
     assert reason.startswith("spec-decode counters contaminated: 40 drafts and 120 accepted tokens account for")
-    per = [_rec(w, 0.0, 1.0, tokens=40, spec=RequestSpecDecode(num_drafts=10, num_draft_tokens=50,
-                                                                 num_accepted_tokens=29)) for w in range(2)]
+    per = [
+        _rec(w, 0.0, 1.0, tokens=40, spec=RequestSpecDecode(num_drafts=10, num_draft_tokens=50, num_accepted_tokens=29))
+        for w in range(2)
+    ]
     assert counter_attribution(per, own)[0] == []
     (reason,), _ = counter_attribution(per, {**own, "num_accepted_tokens": 59})
     assert "num_accepted_tokens 58 where the counter moved 59" in reason

@@ -20,7 +20,6 @@ from gb300lane.paths import shipped
 
 from fakes import lane as fake_lane
 
-
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
@@ -32,8 +31,28 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> Path:
     server.behaviour.step_sleep_s = 0.002
     out = tmp_path_factory.mktemp("export") / "w.json"
     try:
-        res = runner.invoke(app, ["bench", "--endpoint", server.url, "--window", "primary-t1", "--transcripts", "3",
-                                  "--tokens", "9", "--rounds", "1", "--concurrency", "1,2", "--classes", "prose,code", "--out", str(out)])
+        res = runner.invoke(
+            app,
+            [
+                "bench",
+                "--endpoint",
+                server.url,
+                "--window",
+                "primary-t1",
+                "--transcripts",
+                "3",
+                "--tokens",
+                "9",
+                "--rounds",
+                "1",
+                "--concurrency",
+                "1,2",
+                "--classes",
+                "prose,code",
+                "--out",
+                str(out),
+            ],
+        )
     finally:
         server.stop()
     assert res.exit_code == 0, res.output
@@ -43,10 +62,15 @@ def window(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _expected_vllm_keys() -> set[str]:
     s = vllm_bench_keys()["save_result"]
     percentiles = [str(int(float(p))) if float(p) == int(float(p)) else p for p in s["default_metric_percentiles"]]
-    per_metric = {t.format(metric=m, p=p) for t in s["percentile_key_templates"] for m in PERCENTILE_METRICS
-                  for p in percentiles}
-    return (set(s["header_keys"]) | (set(s["generation_keys"]) - set(s["detailed_only_keys"]))
-            | set(s["spec_decode_keys"]) | per_metric)
+    per_metric = {
+        t.format(metric=m, p=p) for t in s["percentile_key_templates"] for m in PERCENTILE_METRICS for p in percentiles
+    }
+    return (
+        set(s["header_keys"])
+        | (set(s["generation_keys"]) - set(s["detailed_only_keys"]))
+        | set(s["spec_decode_keys"])
+        | per_metric
+    )
 
 
 def test_the_snapshot_is_vllm_0_33_and_the_export_asks_for_what_vllm_can_write() -> None:
@@ -58,8 +82,12 @@ def test_the_snapshot_is_vllm_0_33_and_the_export_asks_for_what_vllm_can_write()
     assert [float(p) for p in s["default_metric_percentiles"]] == list(METRIC_PERCENTILES)
     for key in ("request_throughput", "output_throughput", "total_token_throughput", "duration", "completed"):
         assert key in s["generation_keys"]
-    assert {"spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
-            "spec_decode_per_position_acceptance_rates"} <= set(s["spec_decode_keys"])
+    assert {
+        "spec_decode_acceptance_rate",
+        "spec_decode_acceptance_length",
+        "spec_decode_num_drafts",
+        "spec_decode_per_position_acceptance_rates",
+    } <= set(s["spec_decode_keys"])
 
 
 def test_vllm_export_has_exactly_vllms_keys_and_recomputed_values(window: Path, tmp_path: Path) -> None:
@@ -110,8 +138,9 @@ def test_csv_export_is_one_row_per_cell(window: Path) -> None:
     for row, cell in zip(rows, result.cells):
         assert (row["class"], int(row["concurrency"]), int(row["round"])) == (cell.cls, cell.concurrency, cell.round)
         assert row["valid"] == "True" and int(row["output_tokens"]) == cell.output_tokens
-        assert float(row["wall_decode_tok_s"]) == pytest.approx(cell.decode_tok_s if cell.clock == "wall"
-                                                                 else cell.other_clock.decode_tok_s)
+        assert float(row["wall_decode_tok_s"]) == pytest.approx(
+            cell.decode_tok_s if cell.clock == "wall" else cell.other_clock.decode_tok_s
+        )
         assert float(row["tokens_per_step"]) == pytest.approx(cell.spec.tokens_per_step)
         assert [float(v) for v in row["a_p"].split()] == pytest.approx(cell.spec.a_p, rel=1e-5)
 
@@ -126,13 +155,17 @@ def test_export_errors_are_one_line(tmp_path: Path, window: Path) -> None:
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("snapshot_vllm_bench_keys", ROOT / "scripts" / "snapshot_vllm_bench_keys.py")
+    spec = importlib.util.spec_from_file_location(
+        "snapshot_vllm_bench_keys", ROOT / "scripts" / "snapshot_vllm_bench_keys.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.mark.skipif(not os.environ.get("GB300LANE_VLLM_WHEEL"), reason="set GB300LANE_VLLM_WHEEL to a vllm 0.33.0 wheel")
+@pytest.mark.skipif(
+    not os.environ.get("GB300LANE_VLLM_WHEEL"), reason="set GB300LANE_VLLM_WHEEL to a vllm 0.33.0 wheel"
+)
 def test_committed_key_snapshot_regenerates_identically(tmp_path: Path) -> None:
     out = tmp_path / "keys.json"
     _script().main([os.environ["GB300LANE_VLLM_WHEEL"], "--out", str(out)])

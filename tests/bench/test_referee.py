@@ -23,14 +23,22 @@ from engines import running_engine
 
 runner = CliRunner()
 WINDOW = Path(__file__).parents[1] / "data" / "bench" / "lossless-window.yaml"
-FLAGS = ["--model", "builtin", "--served-model-name", "lane", "--time-scale", "0",
-         "--speculative-config", json.dumps({"method": "dspark", "num_speculative_tokens": 3,
-                                            "draft_sample_method": "probabilistic"})]
+FLAGS = [
+    "--model",
+    "builtin",
+    "--served-model-name",
+    "lane",
+    "--time-scale",
+    "0",
+    "--speculative-config",
+    json.dumps({"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}),
+]
 
 
 def _bench(url: str, out: Path, *extra: str) -> tuple[int, str, dict]:
-    res = runner.invoke(app, ["bench", "--endpoint", url, "--window", str(WINDOW), "--referee", "self",
-                              "--out", str(out), *extra])
+    res = runner.invoke(
+        app, ["bench", "--endpoint", url, "--window", str(WINDOW), "--referee", "self", "--out", str(out), *extra]
+    )
     return res.exit_code, res.output, json.loads(out.read_text())
 
 
@@ -58,8 +66,23 @@ def test_a_faulted_engine_fails_and_names_the_effective_temperature(tmp_path: Pa
 
 def test_a_short_window_is_inconclusive_and_says_what_it_needs(tmp_path: Path) -> None:
     with running_engine(FLAGS) as eng:
-        res = runner.invoke(app, ["bench", "--endpoint", eng.url, "--window", str(WINDOW), "--referee", "self",
-                                  "--transcripts", "1", "--tokens", "16", "--json"])
+        res = runner.invoke(
+            app,
+            [
+                "bench",
+                "--endpoint",
+                eng.url,
+                "--window",
+                str(WINDOW),
+                "--referee",
+                "self",
+                "--transcripts",
+                "1",
+                "--tokens",
+                "16",
+                "--json",
+            ],
+        )
     assert res.exit_code == 0, res.output
     ll = json.loads(res.output)["lossless"]
     assert ll["status"] == "INCONCLUSIVE"
@@ -72,14 +95,19 @@ def _entry(*items: tuple[int, float, int]) -> dict:
 
 def test_prompt_logprobs_parse_as_vllm_answers_them() -> None:
     # Positions 0-1 are the prompt; 2 has its token second-ranked, 3 outside the top-2 (its own entry first).
-    entries = [None, _entry((5, -1.0, 1)), _entry((7, -1.2, 2), (3, -0.5, 1)),
-               _entry((9, -4.0, 6), (3, -0.4, 1), (0, -1.5, 2))]
+    entries = [
+        None,
+        _entry((5, -1.0, 1)),
+        _entry((7, -1.2, 2), (3, -0.5, 1)),
+        _entry((9, -4.0, 6), (3, -0.4, 1), (0, -1.5, 2)),
+    ]
     s = parse_prompt_logprobs(entries, [1, 5, 7, 9], 2, top_k=2, klass="prose", label="r")
     assert s.sampled_rank.tolist() == [2, 3]
     assert s.top_logprobs.tolist() == [[-0.5, -1.2], [-0.4, -1.5]]
     # EOS (0) banned: taken out of the top-k, the rows conditional.
-    banned = parse_prompt_logprobs(entries, [1, 5, 7, 9], 3, top_k=2, klass="prose", label="r", eos_token_id=0,
-                                   eos_banned=True)
+    banned = parse_prompt_logprobs(
+        entries, [1, 5, 7, 9], 3, top_k=2, klass="prose", label="r", eos_token_id=0, eos_banned=True
+    )
     assert banned.top_logprobs[0, 0] == -0.4 and np.isneginf(banned.top_logprobs[0, 1])
     assert banned.conditional is not None and banned.conditional.all()
     with pytest.raises(BenchError, match="does not hold the prompt token 9"):
@@ -94,16 +122,26 @@ def _smoke_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ign
 
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(tmp_path / "state"))
     base = load_recipe("local-v27")
-    window = WindowSpec(name="t1", classes=("prose", "code"), transcripts_per_class=6, rounds=1, concurrency=(1,),
-                        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=128)
+    window = WindowSpec(
+        name="t1",
+        classes=("prose", "code"),
+        transcripts_per_class=6,
+        rounds=1,
+        concurrency=(1,),
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1000,
+        forced_tokens=128,
+    )
     gate = SmokeGate(name="bounds-t1", kind="bounds", window=window, lossless=SmokeLossless())
     spec = base.speculative.model_copy(update={"schedule": None, "num_speculative_tokens": 3})  # as FLAGS
     return base.model_copy(update={"smoke": base.smoke.model_copy(update={"gates": (gate,)}), "speculative": spec})
 
 
 @pytest.mark.parametrize(("fault", "status"), [(None, "PASS"), ("temperature=0.8", "FAIL")])
-def test_the_smoke_bounds_gate_carries_the_check(fault: str | None, status: str, monkeypatch: pytest.MonkeyPatch,
-                                                 tmp_path: Path) -> None:
+def test_the_smoke_bounds_gate_carries_the_check(
+    fault: str | None, status: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from gb300lane.bench.smoke import run_smoke
 
     recipe = _smoke_recipe(monkeypatch, tmp_path)

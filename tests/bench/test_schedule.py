@@ -17,10 +17,23 @@ from gb300lane.recipes.schema import WindowSpec
 from engines import running_engine
 
 SCHEDULE = ((1, 4, 5), (5, 8, 3), (9, 32, 3))
-SPEC = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
-        "num_speculative_tokens_per_batch_size": [list(r) for r in SCHEDULE]}
-WINDOW = WindowSpec(name="sched", classes=["prose"], transcripts_per_class=8, rounds=1, concurrency=[1, 8],
-                    temperature=1.0, top_p=1.0, seed_base=3, forced_tokens=24)
+SPEC = {
+    "method": "dspark",
+    "num_speculative_tokens": 5,
+    "draft_sample_method": "probabilistic",
+    "num_speculative_tokens_per_batch_size": [list(r) for r in SCHEDULE],
+}
+WINDOW = WindowSpec(
+    name="sched",
+    classes=["prose"],
+    transcripts_per_class=8,
+    rounds=1,
+    concurrency=[1, 8],
+    temperature=1.0,
+    top_p=1.0,
+    seed_base=3,
+    forced_tokens=24,
+)
 
 
 def test_the_schedules_prediction_weights_batch_sizes_by_their_drafts() -> None:
@@ -34,8 +47,18 @@ def test_the_schedules_prediction_weights_batch_sizes_by_their_drafts() -> None:
 
 @pytest.mark.parametrize("dp", [1, 2])
 def test_the_schedule_is_live_unless_the_engine_drops_it(dp: int) -> None:
-    flags = ["--model", "builtin", "--served-model-name", "m", "--speculative-config", json.dumps(SPEC),
-             "--per-request-spec-decode-metrics", "summary", "--data-parallel-size", str(dp)]
+    flags = [
+        "--model",
+        "builtin",
+        "--served-model-name",
+        "m",
+        "--speculative-config",
+        json.dumps(SPEC),
+        "--per-request-spec-decode-metrics",
+        "summary",
+        "--data-parallel-size",
+        str(dp),
+    ]
     with running_engine(flags) as engine:
         result = run_window(engine.url, WINDOW, model="m")
         warned = " ".join(engine.server.args.warnings)
@@ -58,7 +81,9 @@ def test_a_boot_that_logs_the_schedule_dropped_fails_its_schedule_check() -> Non
     from gb300lane.engine.args import parse_serve_args
     from gb300lane.lane import checks, logparse
 
-    args = parse_serve_args(["--model", "builtin", "--speculative-config", json.dumps(SPEC), "--data-parallel-size", "2"])
+    args = parse_serve_args(
+        ["--model", "builtin", "--speculative-config", json.dumps(SPEC), "--data-parallel-size", "2"]
+    )
     assert args.spec is not None and args.spec.num_speculative_tokens_per_batch_size is None
     log = "".join(f"WARNING 12-04 10:00:00 [speculative.py:430] {w}\n" for w in args.warnings)
     key = "speculative.num_speculative_tokens_per_batch_size"

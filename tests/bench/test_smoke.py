@@ -17,16 +17,27 @@ from gb300lane.recipes.schema import SmokeGate, WindowSpec
 
 from fakes import lane as fake_lane
 
-
 # One stream: a parity window compares texts, and a single stream holds its load on any host (at C2 a busy
 # host's pause between one stream's requests reads as delivered concurrency below 2, and the cell is invalid).
 PARITY = WindowSpec(
-    name="t0", classes=["prose", "code"], transcripts_per_class=3, rounds=1, concurrency=[1],
-    temperature=0.0, forced_tokens=8,
+    name="t0",
+    classes=["prose", "code"],
+    transcripts_per_class=3,
+    rounds=1,
+    concurrency=[1],
+    temperature=0.0,
+    forced_tokens=8,
 )
 SEEDED = WindowSpec(
-    name="t1", classes=["prose", "tool_json"], transcripts_per_class=3, rounds=2, concurrency=[1],
-    temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=9,
+    name="t1",
+    classes=["prose", "tool_json"],
+    transcripts_per_class=3,
+    rounds=2,
+    concurrency=[1],
+    temperature=1.0,
+    top_p=1.0,
+    seed_base=1000,
+    forced_tokens=9,
 )
 
 
@@ -50,8 +61,11 @@ def _parity(max_flips: int = 0) -> SmokeGate:
 
 def _bounds(lo: float | None = 2.0, hi: float | None = 6.0, tok_s: float | None = None) -> SmokeGate:
     return SmokeGate(
-        name="bounds-t1", kind="bounds", window=SEEDED,
-        tokens_per_step={"min": lo, "max": hi}, decode_tok_s_min=tok_s,
+        name="bounds-t1",
+        kind="bounds",
+        window=SEEDED,
+        tokens_per_step={"min": lo, "max": hi},
+        decode_tok_s_min=tok_s,
     )
 
 
@@ -138,7 +152,9 @@ def test_recipe_without_gates_does_not_pass(lane):
 
 def test_results_are_never_overwritten(lane, tmp_path):
     path = tmp_path / "w.json"
-    result = run_window(lane.url, PARITY.model_copy(update={"classes": ("prose",), "concurrency": (1,)}), model="fake-model")
+    result = run_window(
+        lane.url, PARITY.model_copy(update={"classes": ("prose",), "concurrency": (1,)}), model="fake-model"
+    )
     save_result(result, path)
     assert load_result(path) == result
     with pytest.raises(BenchError, match="never overwritten"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from gb300lane.bench.models import WindowResult
@@ -150,8 +149,13 @@ def test_a_fault_mid_window_invalidates_only_its_cell(lane, fault, reason):
 def test_an_invalid_cell_runs_again_and_its_discarded_try_is_kept(lane):
     lane.behaviour.fail_requests = {5: 429}  # the second cell's second request, on its first try only
     heard = []
-    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1, 2]), model="fake-model",
-                        invalid_retries=2, on_retry=lambda cell, n, of: heard.append((cell.concurrency, n, of)))
+    result = run_window(
+        lane.url,
+        _window(classes=["prose"], rounds=1, concurrency=[1, 2]),
+        model="fake-model",
+        invalid_retries=2,
+        on_retry=lambda cell, n, of: heard.append((cell.concurrency, n, of)),
+    )
     assert result.valid and [c.concurrency for c in result.cells] == [1, 2]
     assert heard == [(2, 2, 3)]
     (tried,) = result.retried
@@ -160,15 +164,21 @@ def test_an_invalid_cell_runs_again_and_its_discarded_try_is_kept(lane):
     assert len(result.records) == 8 and all(r.ok for r in result.records)
     # the try that counts sent the same requests: same transcripts, same seeds
     assert sorted((r.transcript_id, r.seed) for r in tried.records) == sorted(
-        (r.transcript_id, r.seed) for r in result.records if r.concurrency == 2)
+        (r.transcript_id, r.seed) for r in result.records if r.concurrency == 2
+    )
     assert WindowResult.model_validate_json(result.model_dump_json()) == result
 
 
 def test_a_cell_invalid_on_every_try_stays_invalid_with_all_its_tries(lane):
     lane.behaviour.foreign_tokens_per_request = 3
     heard = []
-    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model",
-                        invalid_retries=2, on_retry=lambda cell, n, of: heard.append((n, of)))
+    result = run_window(
+        lane.url,
+        _window(classes=["prose"], rounds=1, concurrency=[1]),
+        model="fake-model",
+        invalid_retries=2,
+        on_retry=lambda cell, n, of: heard.append((n, of)),
+    )
     (cell,) = result.cells
     assert not cell.valid and not result.valid and "foreign traffic" in cell.invalid_reasons[0]
     assert heard == [(2, 3), (3, 3)] and len(result.retried) == 2
@@ -177,8 +187,9 @@ def test_a_cell_invalid_on_every_try_stays_invalid_with_all_its_tries(lane):
 
 def test_a_negative_retry_count_is_refused(lane):
     with pytest.raises(BenchError, match="invalid_retries -1"):
-        run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model",
-                   invalid_retries=-1)
+        run_window(
+            lane.url, _window(classes=["prose"], rounds=1, concurrency=[1]), model="fake-model", invalid_retries=-1
+        )
 
 
 def test_foreign_traffic_invalidates_the_cell(lane):
@@ -236,8 +247,9 @@ def test_draft_length_mix_of_a_fresh_engine_counts_from_zero(lane):
 
 def test_concurrency_above_the_transcripts_cycles_them_with_distinct_recorded_seeds(lane):
     lane.behaviour.step_sleep_s = 0.01  # requests overlap, so all five streams are in flight together
-    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[5], transcripts_per_class=3),
-                        model="fake-model")
+    result = run_window(
+        lane.url, _window(classes=["prose"], rounds=1, concurrency=[5], transcripts_per_class=3), model="fake-model"
+    )
     (cell,) = result.cells
     assert cell.valid and cell.concurrency == 5 and cell.repeats == 2 and cell.requests == 6
     assert cell.peak_in_flight == 5
@@ -255,8 +267,11 @@ def test_concurrency_above_the_transcripts_cycles_them_with_distinct_recorded_se
 
 
 def test_an_unseeded_window_cycles_identical_requests_and_says_so(lane):
-    result = run_window(lane.url, _window(classes=["prose"], rounds=1, concurrency=[4], transcripts_per_class=2,
-                                          temperature=0.0, seed_base=None), model="fake-model")
+    result = run_window(
+        lane.url,
+        _window(classes=["prose"], rounds=1, concurrency=[4], transcripts_per_class=2, temperature=0.0, seed_base=None),
+        model="fake-model",
+    )
     (cell,) = result.cells
     assert cell.repeats == 2 and cell.requests == 4 and all(r.seed == -1 for r in result.records)
     assert any("unseeded window" in n for n in cell.notes)
@@ -285,8 +300,9 @@ def test_open_loop_cells_send_on_schedule_and_report_request_throughput(lane):
     lane.behaviour.engine_ext = True
     lane.behaviour.step_sleep_s = 0.002
     load = LoadSpec(mode="open", request_rates=[25.0], arrivals="constant")
-    result = run_window(lane.url, _window(classes=["prose"], rounds=1, transcripts_per_class=4), model="fake-model",
-                        load=load)
+    result = run_window(
+        lane.url, _window(classes=["prose"], rounds=1, transcripts_per_class=4), model="fake-model", load=load
+    )
     (cell,) = result.cells
     assert result.load == load and cell.valid
     assert cell.request_rate == 25.0 and cell.concurrency == 0 and cell.arrivals == "constant"

@@ -33,10 +33,30 @@ def engine(tmp_path_factory):
     log = cache / "engine.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name",
-             "deepseek-v4.1-flash", "--host", "127.0.0.1", "--port", str(port), "--time-scale", "0",
-             "--speculative-config", json.dumps(SPEC), "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
+            [
+                sys.executable,
+                "-m",
+                "gb300lane.engine",
+                "serve",
+                "--model",
+                "builtin",
+                "--served-model-name",
+                "deepseek-v4.1-flash",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--time-scale",
+                "0",
+                "--speculative-config",
+                json.dumps(SPEC),
+                "--enable-auto-tool-choice",
+                "--tool-call-parser",
+                "deepseek_v41",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "VLLM_CACHE_ROOT": str(cache)},
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -55,8 +75,15 @@ def engine(tmp_path_factory):
 @pytest.mark.slow
 def test_window_on_the_modelled_clock_with_exact_counters(engine):
     window = WindowSpec(
-        name="e", classes=("prose", "tool_json"), transcripts_per_class=3, rounds=2, concurrency=(1, 4),
-        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=48,
+        name="e",
+        classes=("prose", "tool_json"),
+        transcripts_per_class=3,
+        rounds=2,
+        concurrency=(1, 4),
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1000,
+        forced_tokens=48,
     )
     result = run_window(engine, window, model="deepseek-v4.1-flash")
     assert result.valid, [c.invalid_reasons for c in result.cells]
@@ -96,8 +123,15 @@ def test_smoke_gates_of_the_local_recipe_pass(engine):
 
 
 _HELD_WINDOW = WindowSpec(
-    name="d", classes=("prose",), transcripts_per_class=24, rounds=1, concurrency=(8,),
-    temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=640,
+    name="d",
+    classes=("prose",),
+    transcripts_per_class=24,
+    rounds=1,
+    concurrency=(8,),
+    temperature=1.0,
+    top_p=1.0,
+    seed_base=1000,
+    forced_tokens=640,
 )
 
 
@@ -117,8 +151,10 @@ def test_a_client_holding_fewer_in_flight_than_configured_is_refused(engine):
     short = asyncio.run(run_window_async(engine, _HELD_WINDOW, model="deepseek-v4.1-flash", connections=4))
     (cell,) = short.cells
     assert not cell.valid and cell.delivered.delivered_concurrency <= 5, cell.invalid_reasons
-    assert re.match(r"delivered concurrency \d+(\.\d+)? is below the configured 8 by more than the registered 10%",
-                    cell.invalid_reasons[0]), cell.invalid_reasons
+    assert re.match(
+        r"delivered concurrency \d+(\.\d+)? is below the configured 8 by more than the registered 10%",
+        cell.invalid_reasons[0],
+    ), cell.invalid_reasons
     # The lane saw it too: its own count mid-cell was about the four the connections carried.
     if cell.delivered.server_running is not None:
         assert cell.delivered.server_running <= 5
@@ -155,8 +191,15 @@ def test_spec_counters_reconcile_with_the_clients_tokens(engine):
     # tokens a request lasts a few milliseconds here, and a loaded host's gap between one stream's requests
     # reads as delivered concurrency 1.5 (the delivered-load check is not what this test is about).
     window = WindowSpec(
-        name="a", classes=("prose",), transcripts_per_class=8, rounds=1, concurrency=(2,),
-        temperature=1.0, top_p=1.0, seed_base=1000, forced_tokens=160,
+        name="a",
+        classes=("prose",),
+        transcripts_per_class=8,
+        rounds=1,
+        concurrency=(2,),
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=1000,
+        forced_tokens=160,
     )
     result = run_window(engine, window, model="deepseek-v4.1-flash")
     (cell,) = result.cells

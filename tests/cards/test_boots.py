@@ -32,8 +32,13 @@ def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "results"
 
 
-@pytest.mark.parametrize("argv", [["card", "plan", str(DATA / "tested.yaml"), "--boots", "3", "--no-pilot"],
-                                  ["card", "calibrate", str(DATA / "tested.yaml"), "--replicates", "1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["card", "plan", str(DATA / "tested.yaml"), "--boots", "3", "--no-pilot"],
+        ["card", "calibrate", str(DATA / "tested.yaml"), "--replicates", "1"],
+    ],
+)
 def test_a_boot_study_and_a_calibration_refuse_a_pinned_boot_seed(argv: list[str], _results: Path) -> None:
     r = CliRunner().invoke(app, argv, env={"GB300LANE_BOOT_SEED": "5"})
     assert r.exit_code == 1, r.output
@@ -70,8 +75,11 @@ def test_a_study_too_small_to_see_the_boot_sd_that_matters_says_how_many_boots_w
     line = registered_check("tps", small, 0.0016, 2, "the boot study", 0.004)
     need = boots_to_see(0.004, small.units, small.within)
     assert need is not None and f"{need} boots would see it" in line
-    assert study_power(0.004, need, small.units, small.within) >= 0.9 > study_power(0.004, need - 1, small.units,
-                                                                                      small.within)
+    assert (
+        study_power(0.004, need, small.units, small.within)
+        >= 0.9
+        > study_power(0.004, need - 1, small.units, small.within)
+    )
     # and the size it names does see it: an F test at 5% over `need` boots with that boot sd, 200 studies
     seen = 0
     for _ in range(200):
@@ -82,12 +90,30 @@ def test_a_study_too_small_to_see_the_boot_sd_that_matters_says_how_many_boots_w
 
 def _gate_result(b: np.ndarray, c: np.ndarray, requests: int) -> GateResult:
     r = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025)
-    t = GateTest(metric="tokens_per_step", comparison="B / mean(A, A2)", test="superiority", method="t",
-                 estimate=r.estimate, low=r.low, high=r.high, level=0.95, margin=0.0, alpha=0.025,
-                 nominal_alpha=0.025, n=r.n, requests_per_arm=requests, statistic=r.statistic, df=r.df,
-                 p_value=r.p_value, baseline=r.baseline, decision=r.decision, reason=r.reason)
-    return GateResult(id="tokens-per-step", kind="tokens_per_step", status=r.decision, observed="", bar="",
-                      noise_floor="", tests=(t,))
+    t = GateTest(
+        metric="tokens_per_step",
+        comparison="B / mean(A, A2)",
+        test="superiority",
+        method="t",
+        estimate=r.estimate,
+        low=r.low,
+        high=r.high,
+        level=0.95,
+        margin=0.0,
+        alpha=0.025,
+        nominal_alpha=0.025,
+        n=r.n,
+        requests_per_arm=requests,
+        statistic=r.statistic,
+        df=r.df,
+        p_value=r.p_value,
+        baseline=r.baseline,
+        decision=r.decision,
+        reason=r.reason,
+    )
+    return GateResult(
+        id="tokens-per-step", kind="tokens_per_step", status=r.decision, observed="", bar="", noise_floor="", tests=(t,)
+    )
 
 
 def test_inconclusive_says_the_requests_that_reach_the_registered_power_and_they_do() -> None:
@@ -109,8 +135,10 @@ def test_inconclusive_says_the_requests_that_reach_the_registered_power_and_they
     # at the size it names, the test passes the registered effect about 90% of the time (400 replicates;
     # binomial sd 1.5%, and the size's own error moves the power by about 3%)
     n = more.requests_per_arm
-    passed = sum(ratio_test(*pair(n), test="superiority", margin=0.0, level_one_sided=0.025).decision == "PASS"
-                 for _ in range(400))
+    passed = sum(
+        ratio_test(*pair(n), test="superiority", margin=0.0, level_one_sided=0.025).decision == "PASS"
+        for _ in range(400)
+    )
     assert 0.82 < passed / 400 < 0.97, (n, passed)
 
 
@@ -119,18 +147,20 @@ def test_a_registered_boot_sd_too_large_for_one_boot_asks_for_more_boots() -> No
     gate = next(g for g in card.gates if g.id == "tokens-per-step").model_copy(update={"boot_sd": 0.01})
     rng = np.random.default_rng(2)
     base = 3.0 * (1 + 0.3 * rng.standard_normal(200))
-    res = _gate_result(base * (1 + 0.05 * rng.standard_normal(200)), base * (1 + 0.05 * rng.standard_normal(200)),
-                       requests=200)
+    res = _gate_result(
+        base * (1 + 0.05 * rng.standard_normal(200)), base * (1 + 0.05 * rng.standard_normal(200)), requests=200
+    )
     assert res.status == "INCONCLUSIVE"
     more = more_needed(card, gate, res)
     assert more is not None and more.boots_per_arm is not None and more.boots_per_arm > 1
     # the boots' share left a quarter of the needed variance at least to the requests
-    assert 1.5 * 0.01 ** 2 / more.boots_per_arm <= 0.75 * more.se_needed ** 2 + 1e-15
+    assert 1.5 * 0.01**2 / more.boots_per_arm <= 0.75 * more.se_needed**2 + 1e-15
 
 
 @pytest.mark.slow
 def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_register_and_in_the_verdict(
-        _results: Path) -> None:
+    _results: Path,
+) -> None:
     """k9-boots registers local-br1's 0.16% (df 2, measured on local-v26) for local-k9 as production. Three real
     boots of local-k9 in process, then 20 boots made from them with a known 5% boot shift each (seeded): the
     study's lower bound is far above 0.16%, and register and the verdict both name it."""
@@ -162,8 +192,13 @@ def test_a_boot_study_that_sees_more_than_the_registered_figure_is_named_at_regi
     assert any(n.startswith("gate tokens-per-step: a boot study (20 boots of local-k9") for n in v.notes), v.notes
     assert '"notes"' in rec.verdict_file(1).read_text()
     # a registered figure the study cannot rule out (its lower bound below it) is not named
-    fair = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": 0.08}) if g.id == "tokens-per-step"
-                                                  else g for g in card.gates)})
+    fair = card.model_copy(
+        update={
+            "gates": tuple(
+                g.model_copy(update={"boot_sd": 0.08}) if g.id == "tokens-per-step" else g for g in card.gates
+            )
+        }
+    )
     assert not [w for w in registration_warnings(fair, registration_plan(fair)) if "above the registered" in w]
 
 
@@ -175,8 +210,11 @@ def test_a_bca_gate_below_its_calibrated_sample_size_is_refused_at_register(tmp_
     text = (DATA / "tested.yaml").read_text()
     assert "    mde: 0.02\n" in text
     small = tmp_path / "small-bca.yaml"
-    small.write_text(text.replace("name: tested", "name: small-bca").replace("    mde: 0.02\n",
-                                                                            "    mde: 0.02\n    interval: bca\n", 1))
+    small.write_text(
+        text.replace("name: tested", "name: small-bca").replace(
+            "    mde: 0.02\n", "    mde: 0.02\n    interval: bca\n", 1
+        )
+    )
     card, _ = load_card(small)
     with pytest.raises(CardError, match=r"gate tokens-per-step.interval = bca at 12 paired units.*set interval: t"):
         register(card, small.read_text())
@@ -184,8 +222,11 @@ def test_a_bca_gate_below_its_calibrated_sample_size_is_refused_at_register(tmp_
     # the same gate over a window of enough units registers
     big = tmp_path / "big-bca.yaml"
     per_class = -(-BCA_MIN_UNITS // 2)  # two classes
-    big.write_text(small.read_text().replace("name: small-bca", "name: big-bca")
-                   .replace("transcripts_per_class: 6", f"transcripts_per_class: {per_class}"))
+    big.write_text(
+        small.read_text()
+        .replace("name: small-bca", "name: big-bca")
+        .replace("transcripts_per_class: 6", f"transcripts_per_class: {per_class}")
+    )
     card, _ = load_card(big)
     assert register(card, big.read_text()).registration_file.is_file()
 
@@ -195,8 +236,8 @@ def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_ano
     import json
 
     from gb300lane.cards import register, run_card, score
-    from gb300lane.instrument.plan import registration_plan, run_boot_study
     from gb300lane.cards.record.studies import measured_on
+    from gb300lane.instrument.plan import registration_plan, run_boot_study
 
     from fakes import cards as fakes
 
@@ -206,7 +247,9 @@ def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_ano
     assert meta["measured_on"] == measured_on(card)
     assert meta["measured_on"]["lane"] == "embedded engine, in process" and meta["measured_on"]["engine_fingerprint"]
     plan = registration_plan(card)
-    assert plan is not None and plan.boot_measured_on[0]["recipe_fingerprint"] == measured_on(card)["recipe_fingerprint"]
+    assert (
+        plan is not None and plan.boot_measured_on[0]["recipe_fingerprint"] == measured_on(card)["recipe_fingerprint"]
+    )
     rec = register(card, path.read_text(), plan=plan)
     assert rec.registration().plan.boot_measured_on == plan.boot_measured_on
     run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.05, n_transcripts=20).ops())
@@ -217,10 +260,10 @@ def test_a_registered_boot_sd_records_what_it_was_measured_on_and_scoring_on_ano
     other = card.model_copy(update={"name": "k9-other"})
     f = d / "boots.json"
     f.chmod(0o644)
-    f.write_text(json.dumps({**meta, "card": "k9-other",
-                             "measured_on": {**meta["measured_on"], "engine_fingerprint": "0" * 64}}))
-    rec2 = register(other, path.read_text().replace("name: k9-boots", "name: k9-other"),
-                    plan=registration_plan(other))
+    f.write_text(
+        json.dumps({**meta, "card": "k9-other", "measured_on": {**meta["measured_on"], "engine_fingerprint": "0" * 64}})
+    )
+    rec2 = register(other, path.read_text().replace("name: k9-boots", "name: k9-other"), plan=registration_plan(other))
     run_card(rec2, ops=fakes.FakeLane(other, {}, noise=0.05, n_transcripts=20).ops())
     moved = [n for n in score(rec2, dry_run=True).notes if "another lane or engine" in n]
     assert moved and f"engine_fingerprint {'0' * 64} -> {measured_on(card)['engine_fingerprint']}" in moved[0]
@@ -231,7 +274,13 @@ def test_a_calibration_keeps_its_control_boots_lower_bound_and_register_reads_it
     """One replicate of calibration of k9-boots (three control boots of local-k9, seed 0): the boot check keeps
     its lower bound beside the estimate, and register names the calibration exactly when that bound is above the
     registered figure (on this engine at 100 requests a boot it is not: no boot shift is seen)."""
-    from gb300lane.instrument.calibrate import calibrate, calibration_boot_notes, progress_file, raw_file, write_calibration
+    from gb300lane.instrument.calibrate import (
+        calibrate,
+        calibration_boot_notes,
+        progress_file,
+        raw_file,
+        write_calibration,
+    )
     from gb300lane.instrument.plan import registration_warnings
 
     text = (DATA / "k9-boots.yaml").read_text().replace("boot_sd: 0.0016", "boot_sd: 0.0001")

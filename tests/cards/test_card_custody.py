@@ -34,8 +34,9 @@ def _scored():
     """mini: the controls' rounds wobble past the fixed agree bar, so verdict 1 is FAIL."""
     card, p = load_card(DATA / "mini.yaml")
     rec = register(card, p.read_text())
-    lane = fakes.FakeLane(card, {"A": 1.0, "B": 1.03, "A2": 1.025},
-                          jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}})
+    lane = fakes.FakeLane(
+        card, {"A": 1.0, "B": 1.03, "A2": 1.025}, jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}}
+    )
     run_card(rec, ops=lane.ops())
     assert score(rec).verdict == "FAIL"
     return card, rec
@@ -96,7 +97,9 @@ def test_a_consistent_rewrite_of_verdict_and_manifest_without_the_key_still_brea
     os.chmod(manifest, 0o644)
     manifest.write_text(json.dumps(body))
     broken = verify_receipts(rec).first_break
-    assert broken is not None and broken.file == "manifest-verdict-1.json" and "signature does not match" in broken.detail
+    assert (
+        broken is not None and broken.file == "manifest-verdict-1.json" and "signature does not match" in broken.detail
+    )
     # and one who holds the key and reseals: the verdict no longer follows from its receipts
     from gb300lane.cards.record.receipts import MANIFEST_SEAL
     from gb300lane.keyed import seal
@@ -111,9 +114,11 @@ def test_a_consistent_rewrite_of_verdict_and_manifest_without_the_key_still_brea
 
 @pytest.mark.parametrize(
     ("target", "message"),
-    [("arms/B/attempt-1/windows/primary.json", "edited after it was sealed"),
-     ("arms/B/attempt-1/foreign.json", "edited after it was sealed"),
-     ("card.yaml", "not the registered")],
+    [
+        ("arms/B/attempt-1/windows/primary.json", "edited after it was sealed"),
+        ("arms/B/attempt-1/foreign.json", "edited after it was sealed"),
+        ("card.yaml", "not the registered"),
+    ],
 )
 def test_an_edited_receipt_is_refused_by_score_and_named(target: str, message: str) -> None:
     card, p = load_card(DATA / "mini.yaml")
@@ -154,8 +159,11 @@ def _promoted(tmp_path: Path):
     from gb300lane.testing.simlane import SimLane
 
     card, rec = _scored()
-    rescore(rec, "the agree bar was tighter than the rounds' own spread",
-            ["controls-agree.bar={mode: spread, source: rounds, value: 0.02}"])
+    rescore(
+        rec,
+        "the agree bar was tighter than the rounds' own spread",
+        ["controls-agree.bar={mode: spread, source: rounds, value: 0.02}"],
+    )
     sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}})
     ops = _CardsLane(sim)
     sim.describe = ops.describe  # the simulated boots report the real fingerprint
@@ -168,8 +176,8 @@ def _promoted(tmp_path: Path):
 def test_production_chain_verifies_and_breaks_where_the_verdict_or_the_ledger_was_edited(tmp_path: Path) -> None:
     import sqlite3
 
-    from gb300lane.promote.production_custody import verify_production
     from gb300lane.promote.ledger import ledger_path
+    from gb300lane.promote.production_custody import verify_production
 
     rec = _promoted(tmp_path)
     chain = verify_production()

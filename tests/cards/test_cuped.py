@@ -21,8 +21,15 @@ from fakes import cards as fakes
 DATA = Path(__file__).parents[1] / "data" / "cards"
 
 
-def _bracket(rng: np.random.Generator, level: np.ndarray, *, theta: float = 1.0, effect: float = 0.0,
-             noise: float = 0.05, k: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def _bracket(
+    rng: np.random.Generator,
+    level: np.ndarray,
+    *,
+    theta: float = 1.0,
+    effect: float = 0.0,
+    noise: float = 0.05,
+    k: int = 2,
+) -> tuple[np.ndarray, np.ndarray]:
     """B and k controls over fixed transcript levels (logs): B = effect + theta * level + noise."""
     b = np.exp(effect + theta * level + noise * rng.standard_normal(len(level)))
     c = np.exp(level[None, :] + noise * rng.standard_normal((k, len(level))))
@@ -63,7 +70,7 @@ def test_the_noise_correction_matches_a_direct_errors_in_variables_computation()
     v_c = ms_e / k
     s_tt = np.var(x, ddof=1) - v_c
     s_dt = np.cov(d, x, ddof=1)[0, 1] + v_c
-    resid = np.var(d, ddof=1) * (n - 1) - (n - 1) * s_dt ** 2 / s_tt
+    resid = np.var(d, ddof=1) * (n - 1) - (n - 1) * s_dt**2 / s_tt
     assert got.theta == pytest.approx(1 + s_dt / s_tt, rel=1e-9)
     assert got.reliability == pytest.approx(s_tt / np.var(x, ddof=1), rel=1e-9)
     assert got.var_units == pytest.approx(resid / (n - 2) / n, rel=1e-9)
@@ -93,9 +100,9 @@ def test_the_boot_variance_is_added_on_top_and_the_df_are_satterthwaites() -> No
     boot = BootVariance(sd=0.01, df=4, refs=2, boots=1)
     got = adjusted_log_ratio(b, c, boot=boot)
     assert got.var_units == pytest.approx(plain.var_units)
-    assert got.var_boot == pytest.approx(0.01 ** 2 * 1.5)
+    assert got.var_boot == pytest.approx(0.01**2 * 1.5)
     v_u, v_b = got.var_units, got.var_boot
-    assert got.df == math.floor((v_u + v_b) ** 2 / (v_u ** 2 / (len(b) - 2) + v_b ** 2 / 4))
+    assert got.df == math.floor((v_u + v_b) ** 2 / (v_u**2 / (len(b) - 2) + v_b**2 / 4))
 
 
 def test_when_b_gains_with_the_level_the_adjustment_removes_it_and_its_se_holds() -> None:
@@ -155,10 +162,13 @@ def test_adjust_defaults_to_none_and_leaves_the_gates_hash_alone() -> None:
     assert gates_hash(plain) == gates_hash(explicit) != gates_hash(cuped)
 
 
-@pytest.mark.parametrize(("extra", "gate", "words"), [
-    ("    adjust: cuped\n    interval: bca\n", "tokens-per-step", "interval: t"),
-    ("    adjust: cuped\n", "controls-agree", "drop adjust"),
-])
+@pytest.mark.parametrize(
+    ("extra", "gate", "words"),
+    [
+        ("    adjust: cuped\n    interval: bca\n", "tokens-per-step", "interval: t"),
+        ("    adjust: cuped\n", "controls-agree", "drop adjust"),
+    ],
+)
 def test_adjust_cuped_is_refused_where_it_does_not_apply(extra: str, gate: str, words: str) -> None:
     with pytest.raises(CardError, match=words):
         parse_card(_text(extra, gate=gate), "tested.yaml")

@@ -79,8 +79,10 @@ def test_superiority_false_positive_rate_is_alpha() -> None:
     """The instrument check of the test itself: under no effect it claims "better" about alpha of the time."""
     rng = np.random.default_rng(9)
     n, trials = 40, 4000
-    passed = sum(ratio_test(*_pair(rng, n, 0.0), test="superiority", margin=0.0,
-                            level_one_sided=0.025).decision == "PASS" for _ in range(trials))
+    passed = sum(
+        ratio_test(*_pair(rng, n, 0.0), test="superiority", margin=0.0, level_one_sided=0.025).decision == "PASS"
+        for _ in range(trials)
+    )
     rate = proportion(passed, trials)
     assert rate.low <= 0.025 <= rate.high, rate.describe()
 
@@ -117,7 +119,7 @@ def test_sequential_power_and_expected_size() -> None:
     drift = 1.95996 + 1.28155  # the fixed design's 90% power
     power, used = power_and_stop(b, drift)
     assert power < 0.9  # the same maximum as the fixed design loses power ...
-    power, used = power_and_stop(b, drift * 1.178 ** 0.5)  # ... which an 18% larger maximum restores
+    power, used = power_and_stop(b, drift * 1.178**0.5)  # ... which an 18% larger maximum restores
     assert power == pytest.approx(0.9, abs=0.005) and used * 1.178 < 0.72
 
 
@@ -141,8 +143,11 @@ def test_a_registered_boot_sd_keeps_the_aa_error_rate_that_the_units_alone_miss(
     for _ in range(trials):
         b, c = _aa_boots(rng, 200, 0.004)
         plain[ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025).decision] += 1
-        booted[ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025,
-                          boot=BootVariance(sd=0.004)).decision] += 1
+        booted[
+            ratio_test(
+                b, c, test="superiority", margin=0.0, level_one_sided=0.025, boot=BootVariance(sd=0.004)
+            ).decision
+        ] += 1
     assert (plain["PASS"] + plain["FAIL"]) / trials > 0.15
     for tail in ("PASS", "FAIL"):
         assert booted[tail] / trials == pytest.approx(0.025, abs=0.013), booted
@@ -160,8 +165,9 @@ def test_boot_component_widens_the_interval_and_satterthwaite_counts_its_df() ->
     assert few.low < known.low < plain.low and plain.estimate == known.estimate
     assert "boot sd 1.00% (taken as known)" in known.reason and "df 5" in few.reason
     # more boots per arm (stages) shrink the component; the interval stays the set of margins the test keeps
-    staged = ratio_test(b, c, test="superiority", margin=0.0, level_one_sided=0.025,
-                        boot=BootVariance(sd=0.01, boots=4))
+    staged = ratio_test(
+        b, c, test="superiority", margin=0.0, level_one_sided=0.025, boot=BootVariance(sd=0.01, boots=4)
+    )
     assert staged.low is not None and known.low < staged.low < plain.low
     for m in (staged.low - 1e-4, staged.low + 1e-4):
         d = ratio_test(b, c, test="superiority", margin=m, level_one_sided=0.025, boot=BootVariance(sd=0.01, boots=4))

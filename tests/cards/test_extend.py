@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.instrument.calibrate import run_replicate, summarize
 from gb300lane.cards.decide.data import ArmData, BootFacts
 from gb300lane.cards.decide.evidence import Look
 from gb300lane.cards.decide.extension import plan_extension, refusal
@@ -22,6 +21,7 @@ from gb300lane.cards.record.look_receipts import read_look
 from gb300lane.cards.record.receipts import read_verdict, receipts_state
 from gb300lane.cards.schema import gates_hash, parse_card, planned_stages, stage_count
 from gb300lane.errors import CardError
+from gb300lane.instrument.calibrate import run_replicate, summarize
 
 from fakes import cards as fakes
 
@@ -71,7 +71,9 @@ def test_the_extension_is_frozen_with_the_gates_and_a_card_without_one_hashes_as
     more = _card(text=text.replace("looks: 3", "looks: 2"))
     assert gates_hash(more) != gates_hash(with_ext)
     seq = (DATA / "sequential.yaml").read_text()
-    assert "extension" not in json.dumps(_card("sequential.yaml", seq).design.model_dump(mode="json", exclude_none=True))
+    assert "extension" not in json.dumps(
+        _card("sequential.yaml", seq).design.model_dump(mode="json", exclude_none=True)
+    )
 
 
 def test_a_sequential_extension_spends_by_the_design_s_function() -> None:
@@ -100,10 +102,22 @@ def _inconclusive_results(card, *, tps: float = 1.004):
     w = card.window(card.primary_window)
     arms = []
     for i, arm in enumerate(card.arms):
-        res = fakes.window_result(w.model_copy(update={"seed_base": 100 + i}), noise=0.03, n_transcripts=20,
-                                  tps_factor=tps if arm.role == "candidate" else 1.0)
-        arms.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured", boot=BootFacts(),
-                            windows={w.name: window_data_from_result(res, w.name)}))
+        res = fakes.window_result(
+            w.model_copy(update={"seed_base": 100 + i}),
+            noise=0.03,
+            n_transcripts=20,
+            tps_factor=tps if arm.role == "candidate" else 1.0,
+        )
+        arms.append(
+            ArmData(
+                arm=arm.name,
+                recipe=arm.recipe,
+                role=arm.role,
+                source="measured",
+                boot=BootFacts(),
+                windows={w.name: window_data_from_result(res, w.name)},
+            )
+        )
     return evaluate(card, card.gates, arms, None, design_look(card, 1))
 
 
@@ -139,8 +153,13 @@ def test_extend_refuses_naming_the_file_the_key_and_the_fix() -> None:
     assert why and "card score" in why
     why = refusal(card, **common, verdict="INCONCLUSIVE", registered_gates=False, stages_done=1)
     assert why and "re-score" in why
-    why = refusal(card, **{**common, "look_file": "r/looks/look-4.json"}, verdict="INCONCLUSIVE",
-                  registered_gates=True, stages_done=4)
+    why = refusal(
+        card,
+        **{**common, "look_file": "r/looks/look-4.json"},
+        verdict="INCONCLUSIVE",
+        registered_gates=True,
+        stages_done=4,
+    )
     assert why and "look-4.json" in why and "design.extension.looks" in why and "alpha is spent" in why
     assert refusal(card, **common, verdict="INCONCLUSIVE", registered_gates=True, stages_done=1) is None
 
@@ -164,8 +183,11 @@ def test_an_inconclusive_card_is_extended_to_a_decision() -> None:
     assert ext == done.receipt and not done.resumed
     assert ext.extends.number == 1 and ext.extends.verdict == "INCONCLUSIVE"
     assert ext.extends.file == "verdicts/verdict-1.json" and ext.plan.first_stage == 2
-    assert done.lines[:3] == ("A (stage 2): finished (attempt 1)", "B (stage 2): finished (attempt 1)",
-                              "A2 (stage 2): finished (attempt 1)")
+    assert done.lines[:3] == (
+        "A (stage 2): finished (attempt 1)",
+        "B (stage 2): finished (attempt 1)",
+        "A2 (stage 2): finished (attempt 1)",
+    )
     v2 = done.verdict
     assert (v2.number, v2.verdict, v2.look, v2.looks) == (2, "PASS", 2, 4)
     assert v2.previous is not None and v2.previous.number == 1 and "extension 1" in (v2.reason or "")
@@ -245,9 +267,11 @@ class _FakeEngine:
         for w in windows:
             w2 = w.model_copy(update={"seed_base": (boot_seed or 0) % 100000})
             data[w.name] = window_data_from_result(
-                fakes.window_result(w2, tps_factor=factor, noise=0.03, n_transcripts=20), w.name)
-        return ArmData(arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured",
-                       boot=BootFacts(), windows=data)
+                fakes.window_result(w2, tps_factor=factor, noise=0.03, n_transcripts=20), w.name
+            )
+        return ArmData(
+            arm=arm.name, recipe=recipe or arm.recipe, role=arm.role, source="measured", boot=BootFacts(), windows=data
+        )
 
 
 def test_calibration_extends_inconclusive_replicates_as_card_extend_does() -> None:

@@ -103,9 +103,12 @@ def test_a_diagnostic_is_reported_but_never_decides() -> None:
         res = orig(endpoint, window, **kw)
         if lane.windows[-1][0] != "B":
             return res
-        recs = [r.model_copy(update={"decode_tok_s": r.decode_tok_s * (0.93 if r.cls == "prose" and
-                                                                       r.concurrency == 1 else 1.01)})
-                for r in res.records]
+        recs = [
+            r.model_copy(
+                update={"decode_tok_s": r.decode_tok_s * (0.93 if r.cls == "prose" and r.concurrency == 1 else 1.01)}
+            )
+            for r in res.records
+        ]
         return res.model_copy(update={"records": recs})
 
     lane.run_window = run_window
@@ -119,8 +122,9 @@ def test_a_diagnostic_is_reported_but_never_decides() -> None:
 
 def test_controls_that_disagree_make_the_card_inconclusive_not_fail() -> None:
     card, rec = _registered()
-    run_card(rec, ops=fakes.FakeLane(card, {"A2": 1.08, "B": 1.04}, tps={"B": 1.03}, noise=0.01,
-                                     n_transcripts=20).ops())
+    run_card(
+        rec, ops=fakes.FakeLane(card, {"A2": 1.08, "B": 1.04}, tps={"B": 1.03}, noise=0.01, n_transcripts=20).ops()
+    )
     v = score(rec)
     agree = _gate(v, "controls-agree")
     assert agree.status == "INCONCLUSIVE" and agree.tests[0].decision == "FAIL"
@@ -130,9 +134,15 @@ def test_controls_that_disagree_make_the_card_inconclusive_not_fail() -> None:
 
 def test_candidate_never_widens_its_own_bar(tmp_path: Path) -> None:
     # the write-up's point-ratio gate with a bar from the rounds' spread: B 15% slower, its own rounds 30% apart
-    text = (DATA / "mini.yaml").read_text().replace(
-        "    bar: {mode: fixed, value: 0.02}\n  - id: controls-agree",
-        "    bar: {mode: spread, source: rounds, value: 0.02}\n  - id: controls-agree", 1)
+    text = (
+        (DATA / "mini.yaml")
+        .read_text()
+        .replace(
+            "    bar: {mode: fixed, value: 0.02}\n  - id: controls-agree",
+            "    bar: {mode: spread, source: rounds, value: 0.02}\n  - id: controls-agree",
+            1,
+        )
+    )
     card, rec = _registered("mini.yaml", text=text, tmp=tmp_path)
     run_card(rec, ops=fakes.FakeLane(card, {"B": 0.85}, jitter={"B": {1: 0.0, 2: 0.3}}).ops())
     ratio = _gate(score(rec), "decode-b-over-ctrl")

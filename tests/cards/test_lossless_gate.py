@@ -23,13 +23,19 @@ def _result(t: float, seed: int, **kw: float) -> LosslessResult:
 
 
 def _arm(name: str, ll: LosslessResult | None, role: str = "control") -> ArmData:
-    return ArmData(arm=name, recipe="x", role=role, source="measured",  # type: ignore[arg-type]
-                   windows={"primary": WindowData(window="primary", lossless=ll)})
+    return ArmData(
+        arm=name,
+        recipe="x",
+        role=role,
+        source="measured",  # type: ignore[arg-type]
+        windows={"primary": WindowData(window="primary", lossless=ll)},
+    )
 
 
 def test_every_arm_exact_passes_and_reports_b_against_the_controls() -> None:
-    r = eval_lossless(GATE, _arm("B", _result(1.0, 1), "candidate"), [_arm("A", _result(1.0, 2)),
-                                                                        _arm("A2", _result(1.0, 3))])
+    r = eval_lossless(
+        GATE, _arm("B", _result(1.0, 1), "candidate"), [_arm("A", _result(1.0, 2)), _arm("A2", _result(1.0, 3))]
+    )
     assert r.status == "PASS", r.reasons
     assert "T_eff/T B - A:" in r.observed and "T_eff/T B - A2:" in r.observed
 
@@ -61,8 +67,9 @@ def test_a_greedy_window_is_refused_at_registration() -> None:
 
 def test_the_in_process_referee_passes_the_exact_engine() -> None:
     card, _ = load_card("local-br1")
-    window = card.window("primary").model_copy(update={"transcripts_per_class": 4, "rounds": 1, "concurrency": (1,),
-                                                       "classes": ("prose", "code")})
+    window = card.window("primary").model_copy(
+        update={"transcripts_per_class": 4, "rounds": 1, "concurrency": (1,), "classes": ("prose", "code")}
+    )
     arm = InProcessLane().run_arm(card, card.arms[1], [window], boot_seed=3)
     ll = arm.windows["primary"].lossless
     assert ll is not None and ll.status == "PASS", ll.reason if ll else None

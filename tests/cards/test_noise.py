@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card, score
 from gb300lane.cards.record.noise import ALL_CELLS, ledger, pool
-from gb300lane.instrument.plan import LEDGER_MIN_CARDS, plan_for
 from gb300lane.cli.main import app
+from gb300lane.instrument.plan import LEDGER_MIN_CARDS, plan_for
 
 from fakes import cards as fakes
 
@@ -27,14 +27,15 @@ def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "results"
 
 
-def _cards(tmp_path: Path, shifts: list[tuple[float, float]], *, noise: float = 0.02,
-           same_seeds: bool = False) -> None:
+def _cards(tmp_path: Path, shifts: list[tuple[float, float]], *, noise: float = 0.02, same_seeds: bool = False) -> None:
     """One scored `tested` card per (A, A2) tokens/step shift, each with its own seeds unless `same_seeds`."""
     text = (DATA / "tested.yaml").read_text()
     for i, (a, a2) in enumerate(shifts):
         seed = 1000 if same_seeds else 1000 + 7919 * (i + 1)
         p = tmp_path / f"tested-{i}.yaml"
-        p.write_text(text.replace("name: tested\n", f"name: tested-{i}\n").replace("seed_base: 1000", f"seed_base: {seed}"))
+        p.write_text(
+            text.replace("name: tested\n", f"name: tested-{i}\n").replace("seed_base: 1000", f"seed_base: {seed}")
+        )
         card, _ = load_card(p)
         rec = register(card, p.read_text())
         lane = fakes.FakeLane(card, {}, tps={"A": 1 + a, "A2": 1 + a2, "B": 1.0}, noise=noise)
@@ -89,9 +90,19 @@ def test_the_pooled_bounds_cover_the_truth_at_their_rate() -> None:
             y = y / y.mean()
             bm, tm = y.mean(axis=1), y.mean(axis=0)
             res = y - bm[:, None] - tm[None, :] + 1.0
-            samples.append(CardSample(card=f"c{c}", receipts=f"r{c}", date="2026-12-01", recipe="r",
-                                      fingerprint=None, transcripts=n, ms_boot=n * float(((bm - 1) ** 2).sum()),
-                                      ms_res=float((res ** 2).sum()) / (n - 1), data=str(c)))
+            samples.append(
+                CardSample(
+                    card=f"c{c}",
+                    receipts=f"r{c}",
+                    date="2026-12-01",
+                    recipe="r",
+                    fingerprint=None,
+                    transcripts=n,
+                    ms_boot=n * float(((bm - 1) ** 2).sum()),
+                    ms_res=float((res**2).sum()) / (n - 1),
+                    data=str(c),
+                )
+            )
         _, _, upper, lower = pool(samples)
         miss_up += math.sqrt(max(0.0, upper)) < sigma_b
         miss_low += math.sqrt(max(0.0, lower)) > sigma_b
@@ -128,12 +139,20 @@ def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in
     _cards(tmp_path, [(float(x), float(y)) for x, y in rng.normal(0.0, 0.06, size=(8, 2))])
     assert _tps().lower > 0.001
     p = tmp_path / "registers-too-little.yaml"
-    p.write_text((DATA / "tested.yaml").read_text().replace("name: tested\n", "name: too-little\n")
-                 .replace("seed_base: 1000", "seed_base: 4242").replace("    mde: 0.02\n", "    mde: 0.02\n    boot_sd: 0.001\n"))
+    p.write_text(
+        (DATA / "tested.yaml")
+        .read_text()
+        .replace("name: tested\n", "name: too-little\n")
+        .replace("seed_base: 1000", "seed_base: 4242")
+        .replace("    mde: 0.02\n", "    mde: 0.02\n    boot_sd: 0.001\n")
+    )
     runner = CliRunner()
     refused = runner.invoke(app, ["card", "register", str(p)])
-    assert refused.exit_code == 1 and "registers a boot sd of 0.100%, below its lower one-sided 95% bound" in \
-        refused.output and "--boot-sd-override" in refused.output, refused.output
+    assert (
+        refused.exit_code == 1
+        and "registers a boot sd of 0.100%, below its lower one-sided 95% bound" in refused.output
+        and "--boot-sd-override" in refused.output
+    ), refused.output
     reg = runner.invoke(app, ["card", "register", str(p), "--boot-sd-override", "the lane changed since"])
     assert reg.exit_code == 0, reg.output
     assert "the lane's noise ledger" in reg.output and "above the registered 0.100%" in reg.output
@@ -153,8 +172,18 @@ def test_the_pool_weighs_unequal_cards_and_counts_a_replay_once() -> None:
     from gb300lane.cards.record.noise import CardSample, _distinct, pool
 
     def sample(i: int, n: int, ms_boot: float, ms_res: float, seeds: str) -> CardSample:
-        return CardSample(card=f"c{i}", receipts=f"r{i}", date="2026-01-01", recipe="r", fingerprint=None,
-                          transcripts=n, ms_boot=ms_boot, ms_res=ms_res, data=f"d{i}", seeds=seeds)
+        return CardSample(
+            card=f"c{i}",
+            receipts=f"r{i}",
+            date="2026-01-01",
+            recipe="r",
+            fingerprint=None,
+            transcripts=n,
+            ms_boot=ms_boot,
+            ms_res=ms_res,
+            data=f"d{i}",
+            seeds=seeds,
+        )
 
     equal = [sample(i, 200, 0.02, 0.01, f"s{i}") for i in range(10)]
     mixed = [sample(0, 8, 0.02, 0.01, "s0")] + equal[1:]

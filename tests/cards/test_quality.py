@@ -16,18 +16,30 @@ from gb300lane.errors import CardError
 GATE = TaskQualityGate(id="quality", kind="task_quality", window="quality", margin=0.1, alpha=0.025)
 
 
-def _arm(name: str, outcomes: dict[str, list[bool]], role: str = "control", concurrency: int = 8,
-         rounds: int = 1) -> ArmData:
+def _arm(
+    name: str, outcomes: dict[str, list[bool]], role: str = "control", concurrency: int = 8, rounds: int = 1
+) -> ArmData:
     """One arm: per class, the outcomes of its transcripts in order (split evenly over `rounds`)."""
     cells = []
     for cls, oks in outcomes.items():
         per = len(oks) // rounds
         for r in range(rounds):
-            part = oks[r * per:(r + 1) * per]
-            cells.append(CellData(cls=cls, concurrency=concurrency, round=r + 1,
-                                  quality={f"{cls}-{i:03d}": ok for i, ok in enumerate(part, 1)}))
-    return ArmData(arm=name, recipe="x", role=role, source="measured",  # type: ignore[arg-type]
-                   windows={"quality": WindowData(window="quality", cells=tuple(cells))})
+            part = oks[r * per : (r + 1) * per]
+            cells.append(
+                CellData(
+                    cls=cls,
+                    concurrency=concurrency,
+                    round=r + 1,
+                    quality={f"{cls}-{i:03d}": ok for i, ok in enumerate(part, 1)},
+                )
+            )
+    return ArmData(
+        arm=name,
+        recipe="x",
+        role=role,
+        source="measured",  # type: ignore[arg-type]
+        windows={"quality": WindowData(window="quality", cells=tuple(cells))},
+    )
 
 
 def _three(a: list[bool], b: list[bool], a2: list[bool], cls: str = "tool_json") -> tuple[ArmData, list[ArmData]]:
@@ -72,8 +84,11 @@ def test_a_clear_drop_fails_against_both_controls_beyond_their_floor() -> None:
     assert got.status == "FAIL", got
     q = got.quality
     assert q is not None
-    assert [(t.comparison, t.worse, t.better) for t in q.tests] == [("B vs A", 20, 0), ("B vs A2", 20, 0),
-                                                                     ("A vs A2", 0, 0)]
+    assert [(t.comparison, t.worse, t.better) for t in q.tests] == [
+        ("B vs A", 20, 0),
+        ("B vs A2", 20, 0),
+        ("A vs A2", 0, 0),
+    ]
     whole = {r.arm: (r.passed, r.checked) for r in q.rates if r.cls is None}
     assert whole == {"B": (40, n), "A": (60, n), "A2": (60, n)}
     assert "McNemar exact one-sided p = 9.54e-07" in got.observed

@@ -50,9 +50,19 @@ class QualityLane(fakes.FakeLane):
         if not window.stops_at_eos:
             return res
         arm = self._arm_by_endpoint[endpoint]
-        records = [r.model_copy(update={"quality": check(
-            ASK, text="", tool_calls=[BAD if arm == "B" and r.transcript_id in self.broken else GOOD],
-            finish_reason="tool_calls")}) for r in res.records]
+        records = [
+            r.model_copy(
+                update={
+                    "quality": check(
+                        ASK,
+                        text="",
+                        tool_calls=[BAD if arm == "B" and r.transcript_id in self.broken else GOOD],
+                        finish_reason="tool_calls",
+                    )
+                }
+            )
+            for r in res.records
+        ]
         return res.model_copy(update={"records": records})
 
 
@@ -64,8 +74,9 @@ def card_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_candidate_that_breaks_its_calls_fails_from_the_receipts(card_file: Path, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_candidate_that_breaks_its_calls_fails_from_the_receipts(
+    card_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     card, p = load_card(card_file)
     rec = register(card, p.read_text())
@@ -76,7 +87,10 @@ def test_a_candidate_that_breaks_its_calls_fails_from_the_receipts(card_file: Pa
     assert (verdict.verdict, gate.status) == ("FAIL", "FAIL")
     assert gate.quality is not None
     assert [(t.comparison, t.worse, t.better, t.n) for t in gate.quality.tests] == [
-        ("B vs A", 20, 0, 80), ("B vs A2", 20, 0, 80), ("A vs A2", 0, 0, 80)]
+        ("B vs A", 20, 0, 80),
+        ("B vs A2", 20, 0, 80),
+        ("A vs A2", 0, 0, 80),
+    ]
     rates = {(r.arm, r.cls): (r.passed, r.checked) for r in gate.quality.rates}
     assert rates[("B", "tool_json")] == (60, 80) and rates[("A2", None)] == (80, 80)
     # A re-score reads the same receipts: a margin of 30 points still fails (B is shown worse), the rates stand.
@@ -91,8 +105,9 @@ def test_a_candidate_that_breaks_its_calls_fails_from_the_receipts(card_file: Pa
     assert read_verdict(rec, 1).results[0].quality == gate.quality
 
 
-def test_a_candidate_that_keeps_its_calls_passes(card_file: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_candidate_that_keeps_its_calls_passes(
+    card_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GB300LANE_RESULTS_DIR", str(tmp_path / "results"))
     card, p = load_card(card_file)
     rec = register(card, p.read_text())

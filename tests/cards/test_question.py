@@ -26,10 +26,25 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "cards"
 runner = CliRunner()
 
 
-def _earlier(run: int, verdict: str | None = "verdict 1 FAIL", *, runs: int = 3, gates: str = "g",
-             measured: bool = True, new_question: str | None = None) -> EarlierRun:
-    return EarlierRun(receipts=f"/r/{run}", registered_at=f"2026-11-0{run}T00:00:00Z", run=run, runs=runs,
-                      gates_sha256=gates, verdict=verdict, measured=measured, new_question=new_question)
+def _earlier(
+    run: int,
+    verdict: str | None = "verdict 1 FAIL",
+    *,
+    runs: int = 3,
+    gates: str = "g",
+    measured: bool = True,
+    new_question: str | None = None,
+) -> EarlierRun:
+    return EarlierRun(
+        receipts=f"/r/{run}",
+        registered_at=f"2026-11-0{run}T00:00:00Z",
+        run=run,
+        runs=runs,
+        gates_sha256=gates,
+        verdict=verdict,
+        measured=measured,
+        new_question=new_question,
+    )
 
 
 def test_the_shares_are_pocock_over_the_runs_and_add_to_the_whole_alpha() -> None:
@@ -74,8 +89,9 @@ def test_a_changed_candidate_recipe_is_a_new_question_that_needs_a_reason() -> N
     assert not isinstance(new, str) and [r.receipts for r in new.follows] == ["/r/1"]
     assert "earlier runs of card c set aside: run 1 (/r/1" in new.notes()[0]
     # a candidate registered but never measured leaves nothing to restart
-    assert not isinstance(plan_run("c", "edited", 1, "g", [], other_candidates=[_earlier(1, None, measured=False)]),
-                          str)
+    assert not isinstance(
+        plan_run("c", "edited", 1, "g", [], other_candidates=[_earlier(1, None, measured=False)]), str
+    )
 
 
 def test_a_new_question_starts_its_own_count_and_keeps_the_reason() -> None:
@@ -105,25 +121,28 @@ def _scored(runs: int | None, factors: dict[str, float], name: str = "mini", **k
 
 
 def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_share(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("COLUMNS", "400")
     first, v1 = _scored(3, FAIL, "tested")
     assert v1.verdict == "FAIL" and first.registration().question.run == 1
     second, v2 = _scored(3, {"A": 1.0, "B": 1.05, "A2": 1.0}, "tested")
     q = second.registration().question
     assert (q.run, q.runs) == (2, 3) and q.follows[0].receipts == str(first.root.resolve())
-    assert any("run 2 of 3 of card tested's question" in n and "follows run 1" in n and "verdict 1 FAIL" in n
-               for n in v2.notes), v2.notes
+    assert any(
+        "run 2 of 3 of card tested's question" in n and "follows run 1" in n and "verdict 1 FAIL" in n for n in v2.notes
+    ), v2.notes
     tested = [t for r in v2.results for t in r.tests]
     # each tested gate's one-sided level is its alpha times the run's share (a fixed design: one look)
-    assert tested and all(t.nominal_alpha == pytest.approx(t.alpha * run_share(2, 3)) for t in tested), \
-        [(t.nominal_alpha, t.alpha) for t in tested]
+    assert tested and all(t.nominal_alpha == pytest.approx(t.alpha * run_share(2, 3)) for t in tested), [
+        (t.nominal_alpha, t.alpha) for t in tested
+    ]
     assert all(t.nominal_alpha == pytest.approx(t.alpha * run_share(1, 3)) for r in v1.results for t in r.tests)
     shown = runner.invoke(app, ["card", "show", str(second.root)])
     assert "run 2 of 3 of card tested's question" in " ".join(shown.output.split())
     # the plan of the next run is the plan of its share of alpha
-    from gb300lane.instrument.plan import registration_plan
     from gb300lane.cards.record.receipts import next_run
+    from gb300lane.instrument.plan import registration_plan
 
     card, _ = _card(3, "tested")
     upcoming = next_run(card)
@@ -134,7 +153,8 @@ def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_s
 
 
 def test_fresh_no_longer_resets_alpha_and_a_new_question_is_recorded_and_printed(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("COLUMNS", "400")
     _, v1 = _scored(None, FAIL)
     assert v1.verdict == "FAIL"
@@ -145,8 +165,9 @@ def test_fresh_no_longer_resets_alpha_and_a_new_question_is_recorded_and_printed
     path.write_text(text)
     refused = runner.invoke(app, ["card", "register", str(path), "--fresh"])
     assert refused.exit_code == 1 and "its alpha is spent" in refused.output and "verdict 1 FAIL" in refused.output
-    done = runner.invoke(app, ["card", "register", str(path), "--fresh", "--new-question", "the lane's drafter was "
-                               "retrained"])
+    done = runner.invoke(
+        app, ["card", "register", str(path), "--fresh", "--new-question", "the lane's drafter was retrained"]
+    )
     assert done.exit_code == 0, done.output
     text_out = " ".join(done.output.split())
     assert "earlier: run 1" in text_out and "a new question: the lane's drafter was retrained" in text_out
@@ -155,8 +176,7 @@ def test_fresh_no_longer_resets_alpha_and_a_new_question_is_recorded_and_printed
     rec = find_receipts("mini")
     run_card(rec, ops=fakes.FakeLane(card, {"A": 1.0, "B": 1.05, "A2": 1.0}).ops())
     v = score(rec)
-    assert any("a new question, registered with --new-question: the lane's drafter was retrained" in n
-               for n in v.notes)
+    assert any("a new question, registered with --new-question: the lane's drafter was retrained" in n for n in v.notes)
     # promote prints it beside the verdict it rests on
     from gb300lane.promote.live import LiveOps
 

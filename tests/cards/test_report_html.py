@@ -14,9 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, render_report, rescore, run_card, score
-from gb300lane.cards.record.receipts import Receipts
 from gb300lane.cards.present.report import ratio_rows
-from gb300lane.cards.record.receipts import read_verdict
+from gb300lane.cards.record.receipts import Receipts, read_verdict
 from gb300lane.cli.main import app
 from gb300lane.fsio import sha256_file
 
@@ -82,15 +81,17 @@ def _check_against_receipts(dom: _DOM, rec: Receipts) -> None:
     section = [e for e in dom.find(id=f"verdict-{n}")]
     assert section and section[0]["attrs"]["data-verdict"] == v.verdict
     for g in v.results:
-        (row,) = [e for e in dom.find(**{"class": "gate", "data-gate": g.id})
-                  if e["attrs"].get("data-status")][:1] or [None]
+        (row,) = [e for e in dom.find(**{"class": "gate", "data-gate": g.id}) if e["attrs"].get("data-status")][:1] or [
+            None
+        ]
         assert row is not None and row["attrs"]["data-status"] == g.status, g.id
         tests = dom.find(**{"data-gate": g.id})
         tests = [e for e in tests if e["attrs"].get("class", "").startswith("test")]
         assert len(tests) >= len(g.tests)  # the page shows the reported verdict and any earlier ones
         for t, el in zip(g.tests, tests):
-            cells = {c["attrs"].get("data-field"): c for c in dom.elements
-                     if c["tag"] == "td" and c in _children(dom, el)}
+            cells = {
+                c["attrs"].get("data-field"): c for c in dom.elements if c["tag"] == "td" and c in _children(dom, el)
+            }
             assert float(cells["estimate"]["attrs"]["data-value"]) == t.estimate
             assert float(cells["interval"]["attrs"]["data-low"]) == t.low
             assert float(cells["interval"]["attrs"]["data-high"]) == t.high
@@ -116,7 +117,7 @@ def _children(dom: _DOM, parent: dict) -> list[dict]:
     """Elements between `parent` and the next element of the same tag (a table row's cells)."""
     i = dom.elements.index(parent)
     out = []
-    for e in dom.elements[i + 1:]:
+    for e in dom.elements[i + 1 :]:
         if e["tag"] == parent["tag"]:
             break
         out.append(e)
@@ -156,17 +157,28 @@ def test_html_flag_writes_the_page_alone_beside_an_earlier_markdown_report(recei
 @pytest.mark.chromium
 @pytest.mark.timeout(300)
 def test_headless_chromium_renders_the_page_non_blank_with_the_verdict_in_its_dom(
-        receipts: Receipts, tmp_path: Path) -> None:
+    receipts: Receipts, tmp_path: Path
+) -> None:
     from PIL import Image
 
     res = runner.invoke(app, ["card", "report", str(receipts.root), "--html"])
     assert res.exit_code == 0, res.output
     page = receipts.report_dir(2) / "card.html"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-            "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-            # a laptop's width; anything the page tried to fetch from the network would fail here
-            "--window-size=1366,3000", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+    base = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        # a laptop's width; anything the page tried to fetch from the network would fail here
+        "--window-size=1366,3000",
+        "--proxy-server=127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+    ]
     shot = tmp_path / "card.png"
     run = subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=240)
     assert shot.is_file(), run.stderr[-2000:]

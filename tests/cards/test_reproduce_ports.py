@@ -21,10 +21,10 @@ from cli.test_hints import command_line_problems, flag_problems
 
 from gb300lane import lane
 from gb300lane.cards import LiveArmOps, run_card
+from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.cards.record.receipts import register
 from gb300lane.cards.reproduce import arm_port
 from gb300lane.cards.run import lane_taken_by_protected
-from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.errors import CardError
 from gb300lane.lane import Protected
 from gb300lane.lane.records import InstanceRecord, save
@@ -122,8 +122,13 @@ def test_production_on_the_arms_port_names_take_lane(own_ports: int) -> None:
 @pytest.mark.timeout(1800)
 def test_reproduce_runs_while_something_holds_the_recipes_ports(own_ports: int, tmp_path: Path) -> None:
     with held(own_ports, own_ports + 1):
-        done = subprocess.run([sys.executable, "-m", "gb300lane", "card", "reproduce", "br1", "--part", "2"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=1700)
+        done = subprocess.run(
+            [sys.executable, "-m", "gb300lane", "card", "reproduce", "br1", "--part", "2"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=1700,
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"ports in use ({own_ports} by " in done.stderr and "instead (pass --port P to choose)" in done.stderr
     assert "verdict 1" in done.stdout, done.stdout[-2000:]

@@ -42,8 +42,13 @@ def test_run_boots_each_arm_dark_in_order_and_keeps_receipts() -> None:
     lines = run_card(rec, ops=lane.ops())
     assert lines == ["A: finished (attempt 1)", "B: finished (attempt 1)", "A2: finished (attempt 1)"]
     assert [c for c in lane.calls if c[0] in ("up", "stop")] == [
-        ("up", "A", "local-v26"), ("stop", "local-v26-A"), ("up", "B", "local-v27"), ("stop", "local-v27-B"),
-        ("up", "A2", "local-v26"), ("stop", "local-v26-A2")]
+        ("up", "A", "local-v26"),
+        ("stop", "local-v26-A"),
+        ("up", "B", "local-v27"),
+        ("stop", "local-v27-B"),
+        ("up", "A2", "local-v26"),
+        ("stop", "local-v26-A2"),
+    ]
     for arm in ("A", "B", "A2"):
         adir = rec.attempt_dir(arm, 1)
         assert {p.name for p in adir.iterdir()} == {"attempt.json", "boot.json", "foreign.json", "windows"}
@@ -74,8 +79,9 @@ def test_interrupted_run_resumes_from_the_last_finished_arm() -> None:
 def test_score_rescore_report_and_latest_verdict() -> None:
     card, rec = _registered()
     # the controls' rounds wobble by 3%, A2 sits 2.5% above A: a fixed ±2% agree bar fails
-    lane = fakes.FakeLane(card, {"A": 1.0, "B": 1.03, "A2": 1.025},
-                          jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}})
+    lane = fakes.FakeLane(
+        card, {"A": 1.0, "B": 1.03, "A2": 1.025}, jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}}
+    )
     run_card(rec, ops=lane.ops())
     v1 = score(rec)
     assert v1.verdict == "FAIL"
@@ -87,8 +93,11 @@ def test_score_rescore_report_and_latest_verdict() -> None:
         score(rec)
     assert latest_verdict_for("local-v27").verdict == "FAIL"
 
-    v2 = rescore(rec, "the agree bar was tighter than the rounds' own spread",
-                 ["controls-agree.bar={mode: spread, source: rounds, value: 0.02}"])
+    v2 = rescore(
+        rec,
+        "the agree bar was tighter than the rounds' own spread",
+        ["controls-agree.bar={mode: spread, source: rounds, value: 0.02}"],
+    )
     assert v2.verdict == "PASS" and v2.number == 2
     assert v2.previous.number == 1 and v2.previous.verdict == "FAIL"
     assert read_verdict(rec, 1).verdict == "FAIL"  # both on the record
@@ -152,8 +161,11 @@ def test_score_refuses_unfinished_arms_and_transcribed_receipts() -> None:
 
 
 def test_parity_gate_counts_flips_against_the_controls_floor(tmp_path: Path) -> None:
-    text = (DATA / "mini.yaml").read_text().replace(
-        "  - id: hash-hit\n", "  - id: parity\n    kind: parity\n    window: primary\n  - id: hash-hit\n")
+    text = (
+        (DATA / "mini.yaml")
+        .read_text()
+        .replace("  - id: hash-hit\n", "  - id: parity\n    kind: parity\n    window: primary\n  - id: hash-hit\n")
+    )
     path = tmp_path / "mini.yaml"
     path.write_text(text)
     card, rec = _registered(path)
@@ -167,8 +179,11 @@ def test_parity_gate_counts_flips_against_the_controls_floor(tmp_path: Path) -> 
     assert next(r for r in v2.results if r.id == "parity").status == "PASS"
     # as a diagnostic the same flips are printed but never decide the verdict
     assert v.verdict == "FAIL"
-    v3 = rescore(rec, "greedy outputs depend on the boot: parity as a diagnostic",
-                 ["parity.max_extra_flips=0", "parity.decides=false"])
+    v3 = rescore(
+        rec,
+        "greedy outputs depend on the boot: parity as a diagnostic",
+        ["parity.max_extra_flips=0", "parity.decides=false"],
+    )
     p3 = next(r for r in v3.results if r.id == "parity")
     assert p3.status == "FAIL" and not p3.decides and v3.verdict == "PASS"
 
@@ -224,17 +239,20 @@ def test_a_cell_invalid_after_every_try_is_left_out_and_the_verdict_says_so() ->
     said: list[str] = []
     run_card(rec, ops=lane.ops(), progress=said.append)
     assert any(f"cell {cls} C{conc} r2 was invalid (delivered concurrency" in s for s in said), said
-    assert any(f"cell {cls} C{conc} r2 is still invalid after" in s and "the verdict leaves it out" in s
-               for s in said), said
+    assert any(
+        f"cell {cls} C{conc} r2 is still invalid after" in s and "the verdict leaves it out" in s for s in said
+    ), said
     # the receipt keeps the discarded try beside the cell
     window = json.loads((rec.attempt_dir("B", 1) / "windows" / "primary.json").read_text())
     assert [(t["cell"]["cls"], t["cell"]["concurrency"], t["cell"]["round"]) for t in window["retried"]] == [
-        (cls, conc, 2)]
+        (cls, conc, 2)
+    ]
     v = score(rec)
     (note,) = [n for n in v.notes if "left out as invalid" in n]
     assert note.startswith("arm B, window primary: 1 cell(s)") and f"{cls} C{conc} r2: delivered" in note
-    clean_rec = _registered(DATA / "tested.yaml", run="clean",
-                            aside="the same bracket with no invalid cell, to compare")[1]
+    clean_rec = _registered(
+        DATA / "tested.yaml", run="clean", aside="the same bracket with no invalid cell, to compare"
+    )[1]
     run_card(clean_rec, ops=fakes.FakeLane(card, {"B": 1.03}, noise=0.02).ops())
     clean = score(clean_rec)
     assert not any("left out as invalid" in n for n in clean.notes)
@@ -242,6 +260,8 @@ def test_a_cell_invalid_after_every_try_is_left_out_and_the_verdict_says_so() ->
     tested = {r.id: r for r in v.results if r.tests and r.tests[0].comparison.startswith("B /")}
     assert tested
     for gid, r in tested.items():
-        before = {(t.cls, t.concurrency): t.requests_per_arm for t in next(x for x in clean.results if x.id == gid).tests}
+        before = {
+            (t.cls, t.concurrency): t.requests_per_arm for t in next(x for x in clean.results if x.id == gid).tests
+        }
         after = {(t.cls, t.concurrency): t.requests_per_arm for t in r.tests}
         assert sum(after.values()) < sum(before.values()), gid

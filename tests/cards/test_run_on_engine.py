@@ -44,9 +44,16 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     v = score(rec)
     res = {r.id: r.status for r in v.results}
     tail = next(r for r in v.results if r.id == "itl-p99")
-    assert res == {"tokens-per-step": "PASS", "tokens-per-step-tested": "PASS", "hash-hit": "PASS",
-                   "flag-on-b-only": "PASS", "env-equal": "PASS",
-                   "kv-pool": "PASS", "foreign-clients": "PASS", "itl-p99": tail.status}, [r.model_dump() for r in v.results]
+    assert res == {
+        "tokens-per-step": "PASS",
+        "tokens-per-step-tested": "PASS",
+        "hash-hit": "PASS",
+        "flag-on-b-only": "PASS",
+        "env-equal": "PASS",
+        "kv-pool": "PASS",
+        "foreign-clients": "PASS",
+        "itl-p99": tail.status,
+    }, [r.model_dump() for r in v.results]
     # the tail diagnostic reads every chunk gap of the served streams, on the modelled clock, by transcript
     assert not tail.decides and "6 transcripts" in tail.observed and "modelled clock" in tail.observed, tail
     # each request's own spec-decode counters reached the receipts
@@ -55,8 +62,9 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
     # after its retries, as a loaded host can leave one, is left out and named in the verdict's notes)
     valid = [c for c in window["cells"] if c["valid"]]
     assert tested.n == 6 and tested.requests_per_arm == sum(c["requests"] for c in valid)
-    assert len(valid) == 4 or any(f"arm B, window primary: {4 - len(valid)} cell(s) left out" in n
-                                  for n in v.notes), v.notes
+    assert len(valid) == 4 or any(f"arm B, window primary: {4 - len(valid)} cell(s) left out" in n for n in v.notes), (
+        v.notes
+    )
     assert all(r["spec_decode"]["num_drafts"] > 0 for r in window["records"])
     md = render_report(rec)
     assert (md.parent / "fig4-accepted-at-position.png").is_file()
@@ -110,7 +118,7 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
     card, _ = load_card(tmp_path / "aa.yaml")
     recipe = load_recipe("local-v26")
     argv = list(main_argv(recipe, host="127.0.0.1", port=recipe.lane.port))
-    spec = parse_serve_args(argv[argv.index("serve") + 1:]).spec  # what the engine will serve
+    spec = parse_serve_args(argv[argv.index("serve") + 1 :]).spec  # what the engine will serve
     ks = {spec.k_for_batch(b) for w in card.windows for c in w.concurrency for b in range(1, c + 1)}
     assert len(ks) == 1, f"the A/A card's concurrencies span k {sorted(ks)}: batching would change tokens"
     superiority = {g.id for g in card.gates if getattr(g, "test", None) == "superiority"}
@@ -128,8 +136,18 @@ def test_aa_card_never_claims_b_better(tmp_path: Path, monkeypatch: pytest.Monke
         for seed in (1000, 2000, 3000):
             path = tmp_path / f"aa-{seed}.yaml"
             path.write_text(template.replace("seed_base: SEED", f"seed_base: {seed}"))
-            res = runner.invoke(app, ["card", "register", str(path), "--fresh", "--json",
-                                      "--new-question", f"the A/A check at seed base {seed}"])
+            res = runner.invoke(
+                app,
+                [
+                    "card",
+                    "register",
+                    str(path),
+                    "--fresh",
+                    "--json",
+                    "--new-question",
+                    f"the A/A check at seed base {seed}",
+                ],
+            )
             assert res.exit_code == 0, res.output
             receipts = json.loads(res.stdout)["receipts"]
             res = runner.invoke(app, ["card", "run", receipts, "--json"])

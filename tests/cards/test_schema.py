@@ -70,7 +70,9 @@ def test_gates_hash_tracks_gates_not_prose() -> None:
     assert gates_hash(_parse(d)) != h
 
 
-def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_card_names_are_looked_up_in_the_working_directory_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gb300lane import paths
     from gb300lane.cards.cardfile import known_cards, resolve_card_path
 
@@ -87,17 +89,27 @@ def test_card_names_are_looked_up_in_the_working_directory_first(tmp_path: Path,
     assert resolve_card_path("local-br1") == mine
     assert resolve_card_path("cards/local-br1.yaml") == Path("cards/local-br1.yaml")
     assert {p.stem for p in known_cards()} >= {"local-br1", "local-br2", "br1-block-verification"}
-    with pytest.raises(CardError, match="known cards: br1-block-verification, br2-k-ladder-peerbench, cpu-aa, cpu-br1, cpu-br2, local-br1"):
+    with pytest.raises(
+        CardError,
+        match="known cards: br1-block-verification, br2-k-ladder-peerbench, cpu-aa, cpu-br1, cpu-br2, local-br1",
+    ):
         resolve_card_path("no-such-card")
 
 
 def test_boot_sd_is_registered_with_the_gate_and_checked() -> None:
     card, _ = load_card(Path(__file__).parents[1] / "data" / "cards" / "tested.yaml")
     gate = card.gate("tokens-per-step")
-    with_boot = card.model_copy(update={"gates": tuple(
-        g.model_copy(update={"boot_sd": 0.002, "boot_df": 50}) if g.id == gate.id else g for g in card.gates)})
+    with_boot = card.model_copy(
+        update={
+            "gates": tuple(
+                g.model_copy(update={"boot_sd": 0.002, "boot_df": 50}) if g.id == gate.id else g for g in card.gates
+            )
+        }
+    )
     assert gates_hash(with_boot) != gates_hash(card)
-    for bad, why in (({"boot_df": 10}, "boot_df is set without boot_sd"),
-                     ({"boot_sd": 0.002, "interval": "bca"}, "boot_sd needs interval t")):
+    for bad, why in (
+        ({"boot_df": 10}, "boot_df is set without boot_sd"),
+        ({"boot_sd": 0.002, "interval": "bca"}, "boot_sd needs interval t"),
+    ):
         with pytest.raises(ValueError, match=why):
             type(gate).model_validate({**gate.model_dump(), **bad})

@@ -46,8 +46,9 @@ def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _failed():
     card, p = load_card(DATA / "mini.yaml")
     rec = register(card, p.read_text())
-    lane = fakes.FakeLane(card, {"A": 1.0, "B": 1.03, "A2": 1.025},
-                          jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}})
+    lane = fakes.FakeLane(
+        card, {"A": 1.0, "B": 1.03, "A2": 1.025}, jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}}
+    )
     run_card(rec, ops=lane.ops())
     assert score(rec).verdict == "FAIL"
     return card, rec

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.data import (
     marginal,
     merged_cells,
     tokens_per_step_from_a_p,
 )
-from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
-from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.stats import paired_bootstrap, spread
+from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
 
 from fakes import cards as fakes
 

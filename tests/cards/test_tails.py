@@ -21,19 +21,36 @@ def _gate(**kw) -> LatencyTailGate:
     return LatencyTailGate(**base)
 
 
-def _arms(rng: np.random.Generator, *, transcripts: int = 40, per: int = 12, b_factor: float = 1.0,
-          unit_sd: float = 0.3, within_sd: float = 0.2, shared: np.ndarray | None = None) -> list[ArmData]:
+def _arms(
+    rng: np.random.Generator,
+    *,
+    transcripts: int = 40,
+    per: int = 12,
+    b_factor: float = 1.0,
+    unit_sd: float = 0.3,
+    within_sd: float = 0.2,
+    shared: np.ndarray | None = None,
+) -> list[ArmData]:
     """Three arms of lognormal TTFTs: each transcript a shared level (all arms), its requests noise around it."""
     level = shared if shared is not None else rng.normal(0.0, unit_sd, transcripts)
     out = []
     for name, role, f in (("A", "control", 1.0), ("B", "candidate", b_factor), ("A2", "control", 1.0)):
         cells = []
         for rnd in range(per):
-            ttft = {f"prose-{i:03d}": float(0.05 * f * np.exp(level[i] + rng.normal(0.0, within_sd)))
-                    for i in range(transcripts)}
+            ttft = {
+                f"prose-{i:03d}": float(0.05 * f * np.exp(level[i] + rng.normal(0.0, within_sd)))
+                for i in range(transcripts)
+            }
             cells.append(CellData(cls="prose", concurrency=1, round=rnd + 1, ttft_s=ttft))
-        out.append(ArmData(arm=name, recipe="r", role=role, source="measured",
-                           windows={"primary": WindowData(window="primary", clock="modelled", cells=tuple(cells))}))
+        out.append(
+            ArmData(
+                arm=name,
+                recipe="r",
+                role=role,
+                source="measured",
+                windows={"primary": WindowData(window="primary", clock="modelled", cells=tuple(cells))},
+            )
+        )
     return out
 
 
@@ -54,8 +71,9 @@ def test_the_weighted_quantile_is_the_quantile_of_the_values_repeated() -> None:
     counts = rng.multinomial(7, [1 / 7] * 7, size=20)
     got = _weighted_quantiles(values, unit_of, counts, 0.9)
     for row, g in zip(counts, got):
-        repeated = np.concatenate([values[unit_of == u].repeat(0) if k == 0 else np.tile(values[unit_of == u], k)
-                                   for u, k in enumerate(row)])
+        repeated = np.concatenate(
+            [values[unit_of == u].repeat(0) if k == 0 else np.tile(values[unit_of == u], k) for u, k in enumerate(row)]
+        )
         assert g == quantile(repeated, 0.9) == np.quantile(repeated, 0.9, method="inverted_cdf")
 
 
@@ -87,18 +105,34 @@ def test_a_registered_boot_sd_widens_the_interval() -> None:
 
 def test_itl_reads_every_gap_and_the_cells_clock() -> None:
     cell = CellData(cls="prose", concurrency=1, round=1, itl_s={"prose-000": (0.01, 0.02), "prose-001": (0.03,)})
-    arms = [ArmData(arm=n, recipe="r", role="candidate" if n == "B" else "control", source="measured",
-                    windows={"primary": WindowData(window="primary", clock="wall", cells=(cell,))})
-            for n in ("A", "B", "A2")]
+    arms = [
+        ArmData(
+            arm=n,
+            recipe="r",
+            role="candidate" if n == "B" else "control",
+            source="measured",
+            windows={"primary": WindowData(window="primary", clock="wall", cells=(cell,))},
+        )
+        for n in ("A", "B", "A2")
+    ]
     r = _eval(_gate(metric="itl", quantile=0.6), arms)  # 0.6 needs 7 values: 3 per arm is too few
     assert r.status == "INCONCLUSIVE" and "B has 3" in r.reasons[0]
 
 
 def test_a_request_latency_on_each_clock() -> None:
-    rec = fakes._record("prose-000", "prose", 1, 1, 100.0).model_copy(update={
-        "ttft_s": 0.2, "event_times_s": [0.2, 0.25, 0.35], "token_times_s": [0.2, 0.25, 0.25, 0.35],
-        "engine": EngineTiming(modelled_ttft_s=0.1, modelled_e2e_s=0.13, modelled_token_times_s=[0.1, 0.11, 0.11, 0.13],
-                               wall_token_times_s=[0.0] * 4)})
+    rec = fakes._record("prose-000", "prose", 1, 1, 100.0).model_copy(
+        update={
+            "ttft_s": 0.2,
+            "event_times_s": [0.2, 0.25, 0.35],
+            "token_times_s": [0.2, 0.25, 0.25, 0.35],
+            "engine": EngineTiming(
+                modelled_ttft_s=0.1,
+                modelled_e2e_s=0.13,
+                modelled_token_times_s=[0.1, 0.11, 0.11, 0.13],
+                wall_token_times_s=[0.0] * 4,
+            ),
+        }
+    )
     wall, modelled = _latency(rec, "wall"), _latency(rec, "modelled")
     assert wall[0] == 0.2 and wall[1] == pytest.approx((0.05, 0.10))
     assert modelled[0] == 0.1 and modelled[1] == pytest.approx((0.01, 0.02))  # one step's tokens are one chunk

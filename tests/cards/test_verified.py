@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card, score
-from gb300lane.instrument.plan import registration_plan
 from gb300lane.cards.record.noise import ALL_CELLS, ledger
 from gb300lane.cards.record.verified import planning_receipts
 from gb300lane.cli.main import app
+from gb300lane.instrument.plan import registration_plan
 
 from fakes import cards as fakes
 
@@ -28,8 +28,11 @@ def _cards(tmp_path: Path, shifts: list[tuple[float, float]]) -> list[Path]:
     roots = []
     for i, (a, a2) in enumerate(shifts):
         p = tmp_path / f"tested-{i}.yaml"
-        p.write_text(text.replace("name: tested\n", f"name: tested-{i}\n")
-                     .replace("seed_base: 1000", f"seed_base: {1000 + 7919 * (i + 1)}"))
+        p.write_text(
+            text.replace("name: tested\n", f"name: tested-{i}\n").replace(
+                "seed_base: 1000", f"seed_base: {1000 + 7919 * (i + 1)}"
+            )
+        )
         card, _ = load_card(p)
         rec = register(card, p.read_text())
         run_card(rec, ops=fakes.FakeLane(card, {}, tps={"A": 1 + a, "A2": 1 + a2, "B": 1.0}, noise=0.02).ops())

@@ -6,8 +6,8 @@ import json
 
 from gb300lane.cards.decide.gates import evaluate
 from gb300lane.cards.decide.verdict import apply_changes
-from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.cards.present.writeup import BR1_DIR, BR2_DIR, reproduce_br1, reproduce_br2, writeup_receipts
+from gb300lane.cards.record.inputs import verdict_over
 
 
 def _text(lines: list[str]) -> str:
@@ -51,8 +51,10 @@ def test_br1_fail_comes_from_the_instrument_not_the_data() -> None:
     envs = [a.boot.env for a in arms]
     assert len({tuple(e) for e in envs}) == 3 and len({frozenset(e) for e in envs}) == 1
     # each re-score change alone clears exactly its own gate
-    for change, gate in (("env-equal.compare=set", "env-equal"),
-                         ("controls-agree-c1.bar={mode: spread, source: rounds, value: 0.02}", "controls-agree-c1")):
+    for change, gate in (
+        ("env-equal.compare=set", "env-equal"),
+        ("controls-agree-c1.bar={mode: spread, source: rounds, value: 0.02}", "controls-agree-c1"),
+    ):
         gates, _ = apply_changes(card, card.gates, [change])
         res = {r.id: r.status for r in evaluate(card, gates, arms, rec.noise_floor_stated())}
         assert res[gate] == "PASS"
@@ -63,7 +65,10 @@ def test_br1_rescore_is_the_shipped_one() -> None:
     rec = writeup_receipts(BR1_DIR)
     rs = json.loads((rec.root / "rescore.json").read_text())
     assert rs["transcribed"] is True
-    assert rs["changes"] == ["env-equal.compare=set", "controls-agree-c1.bar={mode: spread, source: rounds, value: 0.02}"]
+    assert rs["changes"] == [
+        "env-equal.compare=set",
+        "controls-agree-c1.bar={mode: spread, source: rounds, value: 0.02}",
+    ]
 
 
 def test_br2_figures_and_verdict() -> None:
@@ -90,6 +95,7 @@ def test_transcribed_receipts_are_marked_and_intact() -> None:
 
 def test_latest_verdict_for_v27_is_br1_rescore(monkeypatch) -> None:
     from gb300lane.cards import latest_verdict_for
+
     # The write-up's receipts ship with the package and count wherever results are written.
     ref = latest_verdict_for("v27")
     assert (ref.card, ref.number, ref.verdict, ref.transcribed) == ("br1-block-verification", 2, "PASS", True)

@@ -35,7 +35,12 @@ def lane():
 def test_standard_windows_match_the_write_up():
     primary = standard_window("primary-t1")
     assert primary.classes == ("prose", "structured", "code", "shell_ops", "tool_json")
-    assert (primary.transcripts_per_class, primary.forced_tokens, primary.concurrency, primary.rounds) == (40, 256, (1, 8), 2)
+    assert (primary.transcripts_per_class, primary.forced_tokens, primary.concurrency, primary.rounds) == (
+        40,
+        256,
+        (1, 8),
+        2,
+    )
     assert (primary.temperature, primary.top_p) == (1.0, 1.0) and primary.seed_base is not None
     assert standard_window("parity-t0").temperature == 0.0
     assert set(STANDARD_WINDOWS) == {"primary-t1", "parity-t0"}
@@ -49,7 +54,9 @@ def test_window_resolution_order_and_errors(tmp_path):
     with pytest.raises(BenchError, match="no window 'nope'; known: .*primary-t1"):
         resolve_window("nope")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nclasses: [prose]\ntranscripts_per_class: 0\nconcurrency: [1]\ntemperature: 0\nforced_tokens: 4\n")
+    bad.write_text(
+        "name: x\nclasses: [prose]\ntranscripts_per_class: 0\nconcurrency: [1]\ntemperature: 0\nforced_tokens: 4\n"
+    )
     with pytest.raises(BenchError, match=r"bad.yaml: invalid window: transcripts_per_class"):
         resolve_window(str(bad))
     with pytest.raises(BenchError, match="missing.yaml: window file not found"):
@@ -63,11 +70,34 @@ def test_window_resolution_order_and_errors(tmp_path):
 @pytest.mark.slow
 def test_bench_prints_tables_and_writes_the_result_once(lane, tmp_path):
     out = tmp_path / "w.json"
-    args = ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--transcripts", "2", "--tokens", "9",
-            "--concurrency", "1,2", "--out", str(out)]
+    args = [
+        "bench",
+        "--endpoint",
+        lane.url,
+        "--window",
+        "primary-t1",
+        "--transcripts",
+        "2",
+        "--tokens",
+        "9",
+        "--concurrency",
+        "1,2",
+        "--out",
+        str(out),
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    for needle in ("Decode tok/s, temp 1.0", "C1 r1", "C2 r2", "tool_json", "tokens/step", "TTFT, TPOT, E2E in ms", "wall clock (the client's)", "req/s", "1.800"):
+    for needle in (
+        "Decode tok/s, temp 1.0",
+        "C1 r1",
+        "C2 r2",
+        "tool_json",
+        "tokens/step",
+        "TTFT, TPOT, E2E in ms",
+        "wall clock (the client's)",
+        "req/s",
+        "1.800",
+    ):
         assert needle in res.output
     data = json.loads(out.read_text())
     assert data["schema_version"] == 1 and data["window"]["forced_tokens"] == 9
@@ -88,7 +118,10 @@ def test_reasons_print_verbatim_even_with_brackets(lane):
     lane.behaviour.no_done = {0}
     res = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", str(WINDOW_FILE)])
     assert res.exit_code == 1
-    assert "invalid prose C1 r1: 1 of 2 requests failed; first: prose-001: truncated stream: ended without data: [DONE]" in res.output
+    assert (
+        "invalid prose C1 r1: 1 of 2 requests failed; first: prose-001: truncated stream: ended without data: [DONE]"
+        in res.output
+    )
 
 
 def test_bench_usage_errors(lane):
@@ -106,8 +139,11 @@ def _small_smoke_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     text = (shipped("recipes") / "local-v26.yaml").read_text()
-    for big, small in (("transcripts_per_class: 4", "transcripts_per_class: 2"), ("concurrency: [1, 8]", "concurrency: [1]"),
-                       ("forced_tokens: 64", "forced_tokens: 16")):
+    for big, small in (
+        ("transcripts_per_class: 4", "transcripts_per_class: 2"),
+        ("concurrency: [1, 8]", "concurrency: [1]"),
+        ("forced_tokens: 64", "forced_tokens: 16"),
+    ):
         assert text.count(big) == 2, big  # the two smoke windows
         text = text.replace(big, small)
     (recipes / "local-v26.yaml").write_text(text)
@@ -187,8 +223,10 @@ def test_bench_lane_resolves_endpoint_model_and_fingerprint_from_the_recipe(lane
     (recipes / "local-v26.yaml").write_text(text.replace("port: 30106", f"port: {lane.port}"))
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     out = tmp_path / "w.json"
-    res = runner.invoke(app, ["bench", "--lane", "local-v26", "--window", "bounds-t1", "--transcripts", "1",
-                              "--out", str(out), "--json"])
+    res = runner.invoke(
+        app,
+        ["bench", "--lane", "local-v26", "--window", "bounds-t1", "--transcripts", "1", "--out", str(out), "--json"],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     from gb300lane.recipes import fingerprint
@@ -208,8 +246,17 @@ def test_lane_endpoint_prefers_the_running_instance(monkeypatch):
 
     def info(name: str, state: str, port: int) -> InstanceInfo:
         return InstanceInfo(
-            name=name, recipe="local-v27", arm=None, runtime="process", state=state,
-            endpoint=f"http://127.0.0.1:{port}", fingerprint=None, phase="up", containers={}, labels={}, recorded=True,
+            name=name,
+            recipe="local-v27",
+            arm=None,
+            runtime="process",
+            state=state,
+            endpoint=f"http://127.0.0.1:{port}",
+            fingerprint=None,
+            phase="up",
+            containers={},
+            labels={},
+            recorded=True,
         )
 
     monkeypatch.setattr(lane_pkg, "list_instances", lambda: [info("local-local-v27", "running", 31999)])
@@ -223,17 +270,42 @@ def test_lane_endpoint_prefers_the_running_instance(monkeypatch):
 
 def test_bench_open_loop_from_the_cli(lane, tmp_path):
     out = tmp_path / "open.json"
-    args = ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--transcripts", "3", "--tokens", "6",
-            "--classes", "prose", "--rounds", "1", "--request-rate", "30,60", "--arrivals", "constant", "--out", str(out)]
+    args = [
+        "bench",
+        "--endpoint",
+        lane.url,
+        "--window",
+        "primary-t1",
+        "--transcripts",
+        "3",
+        "--tokens",
+        "6",
+        "--classes",
+        "prose",
+        "--rounds",
+        "1",
+        "--request-rate",
+        "30,60",
+        "--arrivals",
+        "constant",
+        "--out",
+        str(out),
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     for needle in ("open loop at 30, 60 requests/s (constant arrivals)", "30/s r1", "60/s r1", "req/s", "E2E"):
         assert needle in res.output
     saved = json.loads(out.read_text())
-    assert saved["load"] == {"mode": "open", "request_rates": [30.0, 60.0], "arrivals": "constant", "arrival_seed": None}
+    assert saved["load"] == {
+        "mode": "open",
+        "request_rates": [30.0, 60.0],
+        "arrivals": "constant",
+        "arrival_seed": None,
+    }
     assert [c["request_rate"] for c in saved["cells"]] == [30.0, 60.0]
-    both = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--concurrency", "1",
-                               "--request-rate", "2"])
+    both = runner.invoke(
+        app, ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--concurrency", "1", "--request-rate", "2"]
+    )
     assert both.exit_code == 2 and "cannot be combined" in both.output
     bad = runner.invoke(app, ["bench", "--endpoint", lane.url, "--window", "primary-t1", "--request-rate", "0"])
     assert bad.exit_code == 2 and "positive finite" in bad.output

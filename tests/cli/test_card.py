@@ -62,8 +62,10 @@ def test_register_then_show(tmp_path) -> None:
     assert body["registration"]["recipes"]["B"]["recipe"] == "local-v27"
 
 
-@pytest.mark.parametrize(("factor", "noise", "verdict", "code"), [
-    (1.04, 0.02, "PASS", 0), (0.9, 0.02, "FAIL", 1), (1.0, 0.02, "INCONCLUSIVE", 3)])
+@pytest.mark.parametrize(
+    ("factor", "noise", "verdict", "code"),
+    [(1.04, 0.02, "PASS", 0), (0.9, 0.02, "FAIL", 1), (1.0, 0.02, "INCONCLUSIVE", 3)],
+)
 def test_score_exit_code_is_the_verdict(factor: float, noise: float, verdict: str, code: int) -> None:
     from pathlib import Path
 
@@ -80,8 +82,16 @@ def test_score_exit_code_is_the_verdict(factor: float, noise: float, verdict: st
     assert f"verdict 1: {verdict}" in res.output
 
 
-@pytest.mark.parametrize("command", [["register", "local-br1"], ["show", "local-br1"], ["list"],
-                                     ["reproduce", "br1", "--part", "1"], ["plan", "local-br1", "--no-pilot"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["register", "local-br1"],
+        ["show", "local-br1"],
+        ["list"],
+        ["reproduce", "br1", "--part", "1"],
+        ["plan", "local-br1", "--no-pilot"],
+    ],
+)
 def test_card_commands_speak_json(command: list[str]) -> None:
     if command[0] == "show":
         runner.invoke(app, ["card", "register", "local-br1"])
@@ -109,8 +119,9 @@ def test_run_rescore_and_report_speak_json_and_rescore_keeps_the_verdict_exit_co
     res = runner.invoke(app, ["card", "score", str(rec.root), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["verdict"] == "PASS", res.output
     gate = next(g.id for g in card.gates if g.kind == "tokens_per_step")
-    res = runner.invoke(app, ["card", "rescore", str(rec.root), "--reason", "a wider margin", "--set",
-                              f"{gate}.margin=0.5", "--json"])
+    res = runner.invoke(
+        app, ["card", "rescore", str(rec.root), "--reason", "a wider margin", "--set", f"{gate}.margin=0.5", "--json"]
+    )
     assert res.exit_code == 0, res.output  # a re-score exits 0 once written, whatever its verdict
     v = json.loads(res.stdout)
     assert v["number"] == 2 and v["verdict"] in ("FAIL", "INCONCLUSIVE") and v["reason"] == "a wider margin"

@@ -52,7 +52,9 @@ _OWN_HELP = {("engine", "serve"), ("engine", "sidecar")}  # they hand --help to 
 _TYPE_METAVARS = ("<bool>", "<str>", "<int", "<float>", "<path>", "list[", "Optional")
 
 
-@pytest.mark.parametrize("path", [p for p, _ in COMMANDS if p not in _OWN_HELP], ids=lambda p: " ".join(p) or "gb300lane")
+@pytest.mark.parametrize(
+    "path", [p for p, _ in COMMANDS if p not in _OWN_HELP], ids=lambda p: " ".join(p) or "gb300lane"
+)
 def test_help_fits_80_columns_and_names_every_option_whole(path: tuple[str, ...]) -> None:
     cmd = dict(COMMANDS)[path]
     for columns in ("80", "200"):
@@ -105,7 +107,10 @@ def test_shell_completion_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
     cards = sorted({p.stem for d in paths.card_dirs() for p in d.glob("local-br*.yaml")})
     assert "local-br1" in cards
-    for words, expected in (("gb300lane up local-v2", ["local-v26", "local-v27"]), ("gb300lane card run local-br", cards)):
+    for words, expected in (
+        ("gb300lane up local-v2", ["local-v26", "local-v27"]),
+        ("gb300lane card run local-br", cards),
+    ):
         env = {"_GB300LANE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1)}
         assert runner.invoke(app, [], prog_name="gb300lane", env=env).output.split() == expected
 

@@ -65,7 +65,7 @@ def command_line_problem(words: list[str], *, strict: bool) -> str | None:
             return f"no command `gb300lane {words[0]}`"
         return None
     allowed = options(path)
-    bad = [w.split("=")[0].rstrip(".") for w in words[len(path):] if w.startswith("--")]
+    bad = [w.split("=")[0].rstrip(".") for w in words[len(path) :] if w.startswith("--")]
     bad = [w for w in bad if w not in allowed]
     if bad:
         return f"`gb300lane {' '.join(path)}` has no {', '.join(bad)}"
@@ -125,8 +125,11 @@ def source_problems() -> Iterator[str]:
                 yield f"{rel}: {problem}"
         for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] + [tree]:
             path = CALLBACKS.get((module, func.name)) if isinstance(func, ast.FunctionDef) else None
-            body = func.body if not isinstance(func, ast.Module) else [n for n in func.body if not isinstance(
-                n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+            body = (
+                func.body
+                if not isinstance(func, ast.Module)
+                else [n for n in func.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+            )
             if path is not None and isinstance(func, ast.FunctionDef):
                 # A command's own help (its options' help and its docstring) speaks of its own options.
                 own = [*func.args.defaults, *[d for d in func.args.kw_defaults if d is not None]]
@@ -237,8 +240,11 @@ _BOOTS = re.compile(r"\blane_up\(|\bLiveArmOps\(|\breproduce\(|\bcore\.promote\(
 def booting_commands() -> set[tuple[str, ...]]:
     import inspect
 
-    return {path for path, cmd in COMMANDS.items()
-            if getattr(cmd, "callback", None) is not None and _BOOTS.search(inspect.getsource(cmd.callback))}
+    return {
+        path
+        for path, cmd in COMMANDS.items()
+        if getattr(cmd, "callback", None) is not None and _BOOTS.search(inspect.getsource(cmd.callback))
+    }
 
 
 def test_every_command_that_boots_a_lane_has_the_options_the_boot_errors_name() -> None:
@@ -249,11 +255,21 @@ def test_every_command_that_boots_a_lane_has_the_options_the_boot_errors_name() 
     # Every string of the module: its problems are collected (`problems.append(...)`) and raised as one.
     # A flag inside a whole command line (`gb300lane up RECIPE --name ARM`) is that command's: checked above.
     parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-    texts = ["".join(v.value if isinstance(v, ast.Constant) else "X" for v in n.values) if isinstance(n, ast.JoinedStr)
-             else n.value for n in ast.walk(tree) if id(n) not in parts and isinstance(n, (ast.Constant, ast.JoinedStr))
-             and isinstance(getattr(n, "value", ""), str)]
+    texts = [
+        "".join(v.value if isinstance(v, ast.Constant) else "X" for v in n.values)
+        if isinstance(n, ast.JoinedStr)
+        else n.value
+        for n in ast.walk(tree)
+        if id(n) not in parts
+        and isinstance(n, (ast.Constant, ast.JoinedStr))
+        and isinstance(getattr(n, "value", ""), str)
+    ]
     flags = {f.rstrip(".") for t in texts for f in _FLAG.findall(_COMMAND_LINE.sub("", _FOREIGN.sub("", t)))}
     assert "--port" in flags, flags
-    problems = [f"`gb300lane {' '.join(path)}` boots a lane and has no {flag} (named by lane/preconditions.py)"
-                for path in sorted(found) for flag in sorted(flags) if flag not in options(path)]
+    problems = [
+        f"`gb300lane {' '.join(path)}` boots a lane and has no {flag} (named by lane/preconditions.py)"
+        for path in sorted(found)
+        for flag in sorted(flags)
+        if flag not in options(path)
+    ]
     assert not problems, "\n".join(problems)

@@ -21,7 +21,9 @@ def lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimLane:
     return sim
 
 
-@pytest.mark.parametrize("reason", ["a[/]b", "[bold]x[/bold] [red]", "[link=file:///etc]y[/link]", "\\[x]", "go :rocket:"])
+@pytest.mark.parametrize(
+    "reason", ["a[/]b", "[bold]x[/bold] [red]", "[link=file:///etc]y[/link]", "\\[x]", "go :rocket:"]
+)
 def test_a_reason_with_markup_promotes_and_history_prints_it(lane: SimLane, reason: str) -> None:
     first = runner.invoke(app, ["promote", "local-v26", "--force", "--reason", reason])
     assert first.exit_code == 0, first.output

@@ -40,8 +40,12 @@ def test_every_command_has_help(command: str) -> None:
     result = _run(command, "--help")
     assert result.exit_code == 0
     assert len(result.output.strip().splitlines()) > 3
-    doc = {"promote": "PASS verdict", "rollback": "time to restore", "history": "when, what and why",
-           "prune": "never production"}[command]
+    doc = {
+        "promote": "PASS verdict",
+        "rollback": "time to restore",
+        "history": "when, what and why",
+        "prune": "never production",
+    }[command]
     assert doc in " ".join(result.output.split())
 
 
@@ -131,7 +135,9 @@ def test_a_ledger_from_another_schema_is_refused(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_ledger_is_named(tmp_path: Path) -> None:
     path = tmp_path / "promote.sqlite3"
     path.write_bytes(b"not a database at all" * 100)
-    with pytest.raises(LedgerError, match=r"promote.sqlite3: the promotion ledger is corrupt \(file is not a database\).*move it aside") as exc:
+    with pytest.raises(
+        LedgerError, match=r"promote.sqlite3: the promotion ledger is corrupt \(file is not a database\).*move it aside"
+    ) as exc:
         Ledger(path)
     assert exc.value.kind == "corrupt"
 

@@ -101,8 +101,11 @@ def test_render_formats_and_out(app: typer.Typer, tmp_path: Path) -> None:
 
 
 def test_errors_are_one_line_exit_1_and_usage_is_exit_2(app: typer.Typer, tmp_path: Path) -> None:
-    for args in (["recipes", "show", "../x"], ["recipes", "show", "nope", "--recipes-dir", RECIPES],
-                 ["render", "nope", "--recipes-dir", RECIPES]):
+    for args in (
+        ["recipes", "show", "../x"],
+        ["recipes", "show", "nope", "--recipes-dir", RECIPES],
+        ["render", "nope", "--recipes-dir", RECIPES],
+    ):
         result = run(app, *args)
         assert result.exit_code == 1, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1 and "error:" in result.output

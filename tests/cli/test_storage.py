@@ -21,8 +21,8 @@ from gb300lane import paths
 from gb300lane import promote as pm
 from gb300lane.errors import StorageError
 from gb300lane.promote.models import SmokeInfo
-from gb300lane.testing.simlane import SimLane
 from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.simlane import SimLane
 
 COMMANDS = {
     "smoke": ["smoke", "t-disk"],
@@ -80,8 +80,11 @@ def test_full_and_read_only_disks_give_one_line_errors(tmp_path: Path) -> None:
         "lane": {"port": free_port()}, "sidecar": {"port": free_port(), "image": "gb300lane-engine:local"},
         "engine_args": {"time_scale": 0},
     }))  # fmt: skip
-    sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}},
-                         {"local-v27": {"verdict": "PASS", "reference": "card x verdict 1"}})
+    sim = SimLane.create(
+        tmp_path / "lane.json",
+        {"local-v26": {}, "local-v27": {}},
+        {"local-v27": {"verdict": "PASS", "reference": "card x verdict 1"}},
+    )
     out = tmp_path / "out"
     out.mkdir()
     (tmp_path / "state").mkdir()
@@ -89,8 +92,13 @@ def test_full_and_read_only_disks_give_one_line_errors(tmp_path: Path) -> None:
            "OUT": str(out), "PY": sys.executable, "GB300LANE_STATE_DIR": str(tmp_path / "state"),
            "GB300LANE_RECIPES_DIR": str(recipes), "GB300LANE_RESULTS_DIR": str(tmp_path / "results"),
            "COLUMNS": "400"}  # fmt: skip
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = {}
     for phase in ("full", "readonly"):
@@ -128,8 +136,11 @@ class _DiskFullSmoke:
 
 
 def test_a_promotion_that_cannot_record_its_smoke_restores_production(tmp_path: Path) -> None:
-    sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}},
-                         {"local-v27": {"verdict": "PASS", "reference": "card x verdict 1"}})
+    sim = SimLane.create(
+        tmp_path / "lane.json",
+        {"local-v26": {}, "local-v27": {}},
+        {"local-v27": {"verdict": "PASS", "reference": "card x verdict 1"}},
+    )
     assert pm.promote("local-v26", force=True, reason="first", ops=sim).ok
     report = pm.promote("local-v27", ops=_DiskFullSmoke(sim, "local-v27"))
     assert not report.ok and report.production == "local-v26"

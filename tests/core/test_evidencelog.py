@@ -12,8 +12,15 @@ from gb300lane.errors import StateError
 
 
 def _entry(n: int) -> el.Entry:
-    return el.Entry(kind="verdict", at=el.utcnow(), card="mini", receipts=f"/r/{n}", verdict="FAIL", number=n,
-                    files={"verdicts/verdict-1.json": f"{n:064x}"})
+    return el.Entry(
+        kind="verdict",
+        at=el.utcnow(),
+        card="mini",
+        receipts=f"/r/{n}",
+        verdict="FAIL",
+        number=n,
+        files={"verdicts/verdict-1.json": f"{n:064x}"},
+    )
 
 
 def _three() -> Path:
@@ -88,8 +95,9 @@ def test_reset_keeps_the_old_log_and_says_why() -> None:
     assert el.read_log().ok
 
 
-def test_a_line_signed_by_a_key_outside_the_configuration_is_a_break(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_signed_by_a_key_outside_the_configuration_is_a_break(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from fakes.sshkey import write_key
 
     _three()

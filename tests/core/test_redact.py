@@ -21,14 +21,26 @@ B64 = base64.b64encode(bytes(range(7, 7 + 30))).decode()  # 40 characters of bas
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("value", [HEX, HEX.upper(), BEARER, "bearer abcdefghijklmnop", B64,
-                                   "Authorization: Bearer abc.def.ghi-jklmnop"])
+@pytest.mark.parametrize(
+    "value", [HEX, HEX.upper(), BEARER, "bearer abcdefghijklmnop", B64, "Authorization: Bearer abc.def.ghi-jklmnop"]
+)
 def test_credential_shaped_values_are_secrets(value: str) -> None:
     assert secret_shape(value) is not None, value
 
 
-@pytest.mark.parametrize("value", ["/models/DeepSeek-V4.1-Flash-1017", "gb300lane-engine:local", "expandable_segments:True",
-                                   "0,1", "cuda:0", "a" * 40, "sha256:" + "0" * 64, "1234567890"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "/models/DeepSeek-V4.1-Flash-1017",
+        "gb300lane-engine:local",
+        "expandable_segments:True",
+        "0,1",
+        "cuda:0",
+        "a" * 40,
+        "sha256:" + "0" * 64,
+        "1234567890",
+    ],
+)
 def test_ordinary_values_are_not_secrets(value: str) -> None:
     assert secret_shape(value) is None, value
 

@@ -38,20 +38,25 @@ def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 def test_the_parser_reads_principals_options_and_keys() -> None:
     lines = signing.parse_allowed_signers(
         'a@x,b@x namespaces="git,gb300lane",valid-after="20200101" ssh-ed25519 AAAA c\n'
-        "# no\nbad line\nc ssh-ed25519 BBBB\n")
+        "# no\nbad line\nc ssh-ed25519 BBBB\n"
+    )
     assert [(x.principals, x.namespaces, x.key) for x in lines] == [
-        (("a@x", "b@x"), ("git", "gb300lane"), "ssh-ed25519 AAAA"), (("c",), None, "ssh-ed25519 BBBB")]
+        (("a@x", "b@x"), ("git", "gb300lane"), "ssh-ed25519 AAAA"),
+        (("c",), None, "ssh-ed25519 BBBB"),
+    ]
 
 
 def test_the_operators_own_signature_verifies_for_the_principal_the_file_maps_its_key_to(
-        team: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    team: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     seal = _signed_by(team["ops"], monkeypatch, "anyone at all")
     status, text = signing.verify("card manifest", b"PASS", seal)
     assert status == "ok" and text.startswith("signed by ops "), text
 
 
 def test_a_team_member_outside_the_namespace_cannot_sign_a_pass_as_themselves(
-        team: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    team: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for claim in ("bob", "ops", signing.PRINCIPAL):
         seal = _signed_by(team["bob"], monkeypatch, claim)
         status, text = signing.verify("card manifest", b"PASS", seal)
@@ -60,10 +65,12 @@ def test_a_team_member_outside_the_namespace_cannot_sign_a_pass_as_themselves(
         assert "principals ops" in text
 
 
-def test_gb300lane_principals_narrows_the_namespace_lines(team: dict[str, Path],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    team["signers"].write_text(f'ops namespaces="gb300lane" {_pub(team["ops"])}\n'
-                               f'bob namespaces="gb300lane" {_pub(team["bob"])}\n')
+def test_gb300lane_principals_narrows_the_namespace_lines(
+    team: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team["signers"].write_text(
+        f'ops namespaces="gb300lane" {_pub(team["ops"])}\nbob namespaces="gb300lane" {_pub(team["bob"])}\n'
+    )
     bob = _signed_by(team["bob"], monkeypatch, "bob")
     assert signing.verify("card manifest", b"PASS", bob)[0] == "ok"  # the file chose bob for this namespace
     monkeypatch.setenv(signing.PRINCIPALS_ENV, "ops")
@@ -71,8 +78,9 @@ def test_gb300lane_principals_narrows_the_namespace_lines(team: dict[str, Path],
     assert signing.verify("card manifest", b"PASS", _signed_by(team["ops"], monkeypatch, "x"))[0] == "ok"
 
 
-def test_check_key_refuses_a_garbage_a_zeroed_and_a_foreign_key(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_key_refuses_a_garbage_a_zeroed_and_a_foreign_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert signing.check_key().startswith("signed by gb300lane")
     key = signing.signing_key_path()
     good = key.read_bytes()

@@ -54,7 +54,9 @@ def test_card_report_renders_its_page_from_the_templates_autoescaped(receipts: R
     # The re-score's reason is text: escaped, never markup.
     assert "margin &lt;script&gt;alert(1)&lt;/script&gt; &amp; tighter" in page and "<script>" not in page
     md = (receipts.report_dir(2) / "card.md").read_text()
-    assert "re-score of verdict 1 (" in md and "margin <script>alert(1)</script> & tighter" in md  # markdown: as written
+    assert (
+        "re-score of verdict 1 (" in md and "margin <script>alert(1)</script> & tighter" in md
+    )  # markdown: as written
 
 
 def test_a_template_in_the_working_directory_overrides_the_shipped_one(
@@ -63,7 +65,8 @@ def test_a_template_in_the_working_directory_overrides_the_shipped_one(
     work = tmp_path / "work"
     (work / "templates").mkdir(parents=True)
     (work / "templates" / "card.html").write_text(
-        "<p id=mine>{{ card.name }}: {{ verdict.verdict }} ({{ verdict.reason }})</p>\n")
+        "<p id=mine>{{ card.name }}: {{ verdict.verdict }} ({{ verdict.reason }})</p>\n"
+    )
     monkeypatch.chdir(work)
     assert paths.template_dirs() == (work / "templates", paths.shipped("templates"))
     res = runner.invoke(app, ["card", "report", str(receipts.root)])
@@ -80,7 +83,8 @@ def test_html_templates_escape_and_text_templates_do_not(tmp_path: Path, monkeyp
     (tmp_path / "x.sh").write_text("echo {{ v | shquote }}")
     monkeypatch.setenv("GB300LANE_TEMPLATES_DIR", str(tmp_path))
     assert templating.render("x.html", v="<b>'&'</b>", m=templating.markup("<i>ok</i>")) == (
-        "&lt;b&gt;&#39;&amp;&#39;&lt;/b&gt;|<i>ok</i>")
+        "&lt;b&gt;&#39;&amp;&#39;&lt;/b&gt;|<i>ok</i>"
+    )
     assert templating.render("x.md", v="<b>") == "<b>"
     assert shlex.split(templating.render("x.sh", v="it's $HOME; rm -rf /")) == ["echo", "it's $HOME; rm -rf /"]
 
@@ -108,8 +112,13 @@ def _systemd_words(line: str) -> list[str]:
 @pytest.mark.slow
 def test_the_timer_service_writes_the_textfile_when_run(tmp_path: Path) -> None:
     textfile = tmp_path / "node exporter" / "lane 100%$x.prom"
-    units = systemd_units(textfile, every_s=30, program=[sys.executable, "-m", "gb300lane"], workdir=tmp_path,
-                          environment={"GB300LANE_STATE_DIR": os.environ["GB300LANE_STATE_DIR"]})
+    units = systemd_units(
+        textfile,
+        every_s=30,
+        program=[sys.executable, "-m", "gb300lane"],
+        workdir=tmp_path,
+        environment={"GB300LANE_STATE_DIR": os.environ["GB300LANE_STATE_DIR"]},
+    )
     service, timer = units["gb300lane-metrics.service"], units["gb300lane-metrics.timer"]
     assert "OnUnitActiveSec=30s" in timer and "Unit=gb300lane-metrics.service" in timer
     fields = dict(line.split("=", 1) for line in service.splitlines() if "=" in line and not line.startswith("#"))
@@ -125,11 +134,23 @@ def test_the_timer_service_writes_the_textfile_when_run(tmp_path: Path) -> None:
 def test_systemd_reads_the_units_back(tmp_path: Path) -> None:
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed (Debian's systemd); the units are checked where it is")
-    res = runner.invoke(app, ["metrics", "--textfile", str(tmp_path / "a b" / "lane.prom"), "--systemd",
-                              str(tmp_path / "units"), "--every", "15"])
+    res = runner.invoke(
+        app,
+        [
+            "metrics",
+            "--textfile",
+            str(tmp_path / "a b" / "lane.prom"),
+            "--systemd",
+            str(tmp_path / "units"),
+            "--every",
+            "15",
+        ],
+    )
     assert res.exit_code == 0, res.output
     files = [str(tmp_path / "units" / name) for name in SYSTEMD_UNITS]
-    done = subprocess.run(["systemd-analyze", "verify", "--man=no", *files], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *files], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
     assert systemd_quote("/a b/%h$x") == '"/a b/%%h$$x"' and systemd_quote("A=%h$x", command=False) == "A=%%h$x"
 

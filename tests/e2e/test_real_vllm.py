@@ -47,10 +47,18 @@ def _real_lane_dir() -> Path:
 
 
 def gb(*args: str, cwd: Path, timeout: float = 900, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gb300lane", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     if ok:
-        assert proc.returncode == 0, f"gb300lane {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"gb300lane {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -67,8 +75,12 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     timings: dict[str, float] = {}
 
     # 1. The models are built and cached by build key; the manifest's content hash is what is on disk.
-    build = subprocess.run([str(base / "venv/bin/python"), str(ROOT / "scripts/real_lane_model.py"),
-                            "--out", str(base / "models")], capture_output=True, text=True, timeout=1200)
+    build = subprocess.run(
+        [str(base / "venv/bin/python"), str(ROOT / "scripts/real_lane_model.py"), "--out", str(base / "models")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert build.returncode == 0, build.stderr
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
@@ -101,8 +113,10 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert prov["installed"]["torch"].startswith("2.") and len(prov["installed"]["patches"]) == 2, prov
     assert all(p["as_recorded"] for p in prov["installed"]["patches"])
     assert [c["role"] for c in prov["checkpoints"]] == ["target", "draft"]
-    assert all(c["config_sha256"] and c["weight_index_sha256"] and c["revision"] == manifest["content_hash"]
-               for c in prov["checkpoints"]), prov["checkpoints"]
+    assert all(
+        c["config_sha256"] and c["weight_index_sha256"] and c["revision"] == manifest["content_hash"]
+        for c in prov["checkpoints"]
+    ), prov["checkpoints"]
     assert prov["host"]["cpu_count"] and prov["host"]["memory_bytes"] and not prov["missing"], prov["missing"]
     assert _check(up, "provenance")["status"] == "pass"
     assert up["baseline"]["kind"] == "none"  # the lane's first boot of cpu-v26, and it extends nothing
@@ -112,8 +126,25 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert [g["status"] for g in smoke["gates"]] == ["PASS", "PASS"], smoke
     # At temperature 1.0, where the fixed verifier (requirements/real-lane-patches/) accepts as the two
     # checkpoints agree: about 2.3-2.4 tokens per step at k=5; unpatched it read 1.0-1.5.
-    bench = _json(gb("bench", "--lane", "cpu-v26", "--port", str(port), "--window", "primary-t1",
-                     "--transcripts", "2", "--tokens", "32", "--concurrency", "1", "--json", cwd=tmp_path))
+    bench = _json(
+        gb(
+            "bench",
+            "--lane",
+            "cpu-v26",
+            "--port",
+            str(port),
+            "--window",
+            "primary-t1",
+            "--transcripts",
+            "2",
+            "--tokens",
+            "32",
+            "--concurrency",
+            "1",
+            "--json",
+            cwd=tmp_path,
+        )
+    )
     check = bench["counter_check"]
     assert check["per_request"] == "equal" and check["client"] == "agree", check
     assert 1.7 < check["counters_tokens_per_step"] < 6.0, check
@@ -153,7 +184,8 @@ def test_the_lane_on_real_vllm(tmp_path: Path) -> None:
     assert gates["hash-hit"]["status"] == "PASS", gates["hash-hit"]
     gb("card", "report", "cpu-br2", cwd=tmp_path)
     assert list((Path(os.environ["GB300LANE_RESULTS_DIR"])).glob("*-cpu-br2/report-*/card.html")) or list(
-        Path(os.environ["GB300LANE_RESULTS_DIR"]).rglob("card.html"))
+        Path(os.environ["GB300LANE_RESULTS_DIR"]).rglob("card.html")
+    )
     timings["card"] = time.monotonic() - t0
     gb("down", "--all", "--yes", cwd=tmp_path)
 

@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from engines import http_post, running_engine
 
 FIXED_K = json.dumps({"method": "dspark", "num_speculative_tokens": 5})
-SCHEDULE = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                       "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3]]})
+SCHEDULE = json.dumps(
+    {"method": "dspark", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3]]}
+)
 
 
 def _flags(spec: str) -> list[str]:

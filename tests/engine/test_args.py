@@ -35,11 +35,19 @@ def test_a_positional_model_wins_over_the_files_model(tmp_path: Path) -> None:
 
 
 def test_values_become_flags_the_way_vllm_reads_them(tmp_path: Path) -> None:
-    path = write(tmp_path, "enable-prefix-caching: true\nenforce-eager: false\nserved-model-name: [a, b]\n"
-                           "compilation-config: {cudagraph_capture_sizes: [1, 2]}\nkv-transfer-config: null\n")
+    path = write(
+        tmp_path,
+        "enable-prefix-caching: true\nenforce-eager: false\nserved-model-name: [a, b]\n"
+        "compilation-config: {cudagraph_capture_sizes: [1, 2]}\nkv-transfer-config: null\n",
+    )
     assert expand_config_file(["--config", path]) == [
-        "--enable-prefix-caching", "--no-enforce-eager", "--served-model-name", "a", "b",
-        "--compilation-config", '{"cudagraph_capture_sizes":[1,2]}',
+        "--enable-prefix-caching",
+        "--no-enforce-eager",
+        "--served-model-name",
+        "a",
+        "b",
+        "--compilation-config",
+        '{"cudagraph_capture_sizes":[1,2]}',
     ]
 
 

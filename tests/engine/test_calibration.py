@@ -25,11 +25,14 @@ def test_shipped_calibration_covers_every_class_and_names_its_fit():
     assert "scripts/fit_engine.py" in cal.fitted_by
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("{", "not JSON"),
-    (json.dumps({"classes": {}, "drafter": NEUTRAL.drafter.model_dump()}), "missing prose"),
-    (json.dumps({**json.loads(NEUTRAL.model_dump_json()), "surprise": 1}), "surprise"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{", "not JSON"),
+        (json.dumps({"classes": {}, "drafter": NEUTRAL.drafter.model_dump()}), "missing prose"),
+        (json.dumps({**json.loads(NEUTRAL.model_dump_json()), "surprise": 1}), "surprise"),
+    ],
+)
 def test_a_bad_calibration_file_is_one_line_naming_the_file_and_the_fix(text, needle):
     with pytest.raises(EngineError) as err:
         parse_calibration(text, "calibration.json")
@@ -50,8 +53,11 @@ def test_the_target_on_a_support_is_the_full_rows_columns_bit_for_bit(model):
 
 
 def test_predictability_sharpens_a_class_and_leaves_rows_distributions(model):
-    sharp = NEUTRAL.model_copy(update={"classes": {**NEUTRAL.classes,
-                                                   "code": NEUTRAL.classes["code"].model_copy(update={"predictability": 0.3})}})
+    sharp = NEUTRAL.model_copy(
+        update={
+            "classes": {**NEUTRAL.classes, "code": NEUTRAL.classes["code"].model_copy(update={"predictability": 0.3})}
+        }
+    )
     neutral, sharpened = with_calibration(model, NEUTRAL), with_calibration(model, sharp)
     vocab = model.vocab_size
     code = 2
@@ -69,9 +75,11 @@ def test_a_conversation_across_classes_reads_as_mixed_and_an_instruction_as_what
     assert read_intent("Write a bash loop that retries a command on the server.", mixed=MIXED) == 3
     assert read_intent("Produce ten novels as a CSV table with columns title, author.", mixed=MIXED) == 1
     assert read_intent("the", mixed=MIXED) is None
-    conversation = ("Write a reflective essay about tides.\n\nProduce a CSV table of ten rivers.\n\n"
-                    "Write a Python function that merges intervals.\n\nGive the bash commands to free disk.\n\n"
-                    "Call tools and answer only with JSON.")
+    conversation = (
+        "Write a reflective essay about tides.\n\nProduce a CSV table of ten rivers.\n\n"
+        "Write a Python function that merges intervals.\n\nGive the bash commands to free disk.\n\n"
+        "Call tools and answer only with JSON."
+    )
     assert read_intent(conversation, mixed=MIXED) == MIXED
 
 
@@ -83,8 +91,10 @@ def test_verifying_on_the_draft_support_emits_what_full_rows_emit(model, method)
     runs = []
     for support in (False, True):
         core = EngineCore(model, spec_for(5, method), max_num_seqs=8, seed=0, boot_seed=5, support=support)
-        seqs = [Sequence(f"r{i}", ids, SamplingParams(max_tokens=64, ignore_eos=True, seed=i))
-                for i, ids in enumerate(prompts)]
+        seqs = [
+            Sequence(f"r{i}", ids, SamplingParams(max_tokens=64, ignore_eos=True, seed=i))
+            for i, ids in enumerate(prompts)
+        ]
         for s in seqs:
             core.add(s)
         while core.has_work:

@@ -12,9 +12,13 @@ from gb300lane.engine.args import parse_serve_args, split_known
 from gb300lane.engine.config import compile_hash, default_capture_sizes, parse_spec_config
 from gb300lane.errors import EngineError
 
-BR1 = {"method": "dspark", "num_speculative_tokens": 5,
-       "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
-       "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}
+BR1 = {
+    "method": "dspark",
+    "num_speculative_tokens": 5,
+    "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
+    "draft_sample_method": "probabilistic",
+    "rejection_sample_method": "block",
+}
 
 
 def test_the_br1_config_resolves_with_its_schedule():
@@ -24,19 +28,22 @@ def test_the_br1_config_resolves_with_its_schedule():
     assert spec.rejection_sample_method == "block"
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    ({"method": "ngram"}, "use dspark or mtp"),
-    ({"method": "eagel"}, "not a vLLM method"),
-    ({"num_speculative_tokens": 0}, "must be an integer > 0"),
-    ({"num_speculative_tokens_per_batch_size": [[2, 4, 5]]}, "must start at 1"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 4, 5], [3, 8, 3]]}, "must not overlap"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 4, -1]]}, "k must be >= 0"),
-    ({"num_speculative_tokens_per_batch_size": [[1, 0, 5]]}, "<= range_end"),
-    ({"rejection_sample_method": "fly"}, "use standard or block"),
-    ({"draft_sample_method": "topk"}, "greedy or probabilistic"),
-    ({"dspark_draft_topk": 0}, "dspark_draft_topk"),
-    ({"num_speculativ_tokens": 5}, "check the spelling"),
-])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"method": "ngram"}, "use dspark or mtp"),
+        ({"method": "eagel"}, "not a vLLM method"),
+        ({"num_speculative_tokens": 0}, "must be an integer > 0"),
+        ({"num_speculative_tokens_per_batch_size": [[2, 4, 5]]}, "must start at 1"),
+        ({"num_speculative_tokens_per_batch_size": [[1, 4, 5], [3, 8, 3]]}, "must not overlap"),
+        ({"num_speculative_tokens_per_batch_size": [[1, 4, -1]]}, "k must be >= 0"),
+        ({"num_speculative_tokens_per_batch_size": [[1, 0, 5]]}, "<= range_end"),
+        ({"rejection_sample_method": "fly"}, "use standard or block"),
+        ({"draft_sample_method": "topk"}, "greedy or probabilistic"),
+        ({"dspark_draft_topk": 0}, "dspark_draft_topk"),
+        ({"num_speculativ_tokens": 5}, "check the spelling"),
+    ],
+)
 def test_bad_speculative_configs_name_the_key_and_the_fix(change, words):
     with pytest.raises(EngineError) as err:
         parse_spec_config(json.dumps({**BR1, **change}))
@@ -55,8 +62,20 @@ def test_mtp_aliases_and_dspark_default_k():
 
 
 def test_unmodelled_vllm_flags_are_accepted_and_reported():
-    args = parse_serve_args(["builtin", "--port", "30006", "--enforce-eager", "--swap-space", "4",
-                             "--trust-remote-code", "--block-size=64", "--max-num-seqs", "8"])
+    args = parse_serve_args(
+        [
+            "builtin",
+            "--port",
+            "30006",
+            "--enforce-eager",
+            "--swap-space",
+            "4",
+            "--trust-remote-code",
+            "--block-size=64",
+            "--max-num-seqs",
+            "8",
+        ]
+    )
     assert args.ignored == ("--enforce-eager", "--swap-space 4", "--trust-remote-code", "--block-size=64")
     assert args.max_num_seqs == 8 and args.port == 30006
     assert args.non_default["max_num_seqs"] == 8
@@ -68,14 +87,17 @@ def test_split_known_keeps_values_with_their_flags():
     assert ignored == ["--x", "--y v"]
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    (["--model", "deepseek-ai/x"], "only the builtin model"),
-    (["--kv-pool-tokens", "1000"], "cannot hold one request"),
-    (["--port", "http"], "not an integer"),
-    (["--time-scale", "-1"], "must be >= 0"),
-    (["--compilation-config", "{\"cudagraph_capture_sizes\": [0]}"], "positive integers"),
-    (["--per-request-spec-decode-metrics", "all"], "none, summary or detailed"),
-])
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--model", "deepseek-ai/x"], "only the builtin model"),
+        (["--kv-pool-tokens", "1000"], "cannot hold one request"),
+        (["--port", "http"], "not an integer"),
+        (["--time-scale", "-1"], "must be >= 0"),
+        (["--compilation-config", '{"cudagraph_capture_sizes": [0]}'], "positive integers"),
+        (["--per-request-spec-decode-metrics", "all"], "none, summary or detailed"),
+    ],
+)
 def test_bad_serve_flags_are_one_line_errors(argv, words):
     with pytest.raises(EngineError, match=words):
         parse_serve_args(argv)
@@ -89,8 +111,15 @@ def test_sidecar_url_comes_from_the_flag_or_the_environment(monkeypatch):
 
 def _hash(spec_cfg, **over):
     spec = parse_spec_config(json.dumps(spec_cfg))[0]
-    kw = {"model": "builtin", "spec": spec, "compilation_config": {}, "max_num_seqs": 32, "max_model_len": 131072,
-          "dtype": "auto", "tensor_parallel_size": 1}
+    kw = {
+        "model": "builtin",
+        "spec": spec,
+        "compilation_config": {},
+        "max_num_seqs": 32,
+        "max_model_len": 131072,
+        "dtype": "auto",
+        "tensor_parallel_size": 1,
+    }
     kw.update(over)
     return compile_hash(**kw)[0]
 
@@ -108,14 +137,28 @@ def test_k_changes_the_hash_only_through_default_capture_sizes():
     assert default_capture_sizes(32, 5)[-1] == 192 and default_capture_sizes(32, 9)[-1] == 320
     assert _hash({**BR1, "num_speculative_tokens": 9}) != _hash(BR1)
     pinned = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128]}
-    assert _hash({**BR1, "num_speculative_tokens": 9}, compilation_config=pinned) == _hash(BR1, compilation_config=pinned)
+    assert _hash({**BR1, "num_speculative_tokens": 9}, compilation_config=pinned) == _hash(
+        BR1, compilation_config=pinned
+    )
 
 
 def test_a_bad_config_exits_1_before_binding():
     proc = subprocess.run(
-        [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--port", "1",
-         "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "gb300lane.engine",
+            "serve",
+            "--model",
+            "builtin",
+            "--port",
+            "1",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": 3}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: --speculative-config: method = 'ngram'")

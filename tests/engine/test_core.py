@@ -22,8 +22,12 @@ def model():
 
 
 def _spec(k=5, method="block", draft="probabilistic", schedule=None):
-    cfg = {"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": draft,
-           "rejection_sample_method": method}
+    cfg = {
+        "method": "dspark",
+        "num_speculative_tokens": k,
+        "draft_sample_method": draft,
+        "rejection_sample_method": method,
+    }
     if schedule:
         cfg["num_speculative_tokens_per_batch_size"] = schedule
     return parse_spec_config(json.dumps(cfg))[0]
@@ -54,7 +58,9 @@ def _run(model, spec, prompts, *, tokens=96, temperature=1.0, concurrency=8, ver
     core = _core(model, spec, concurrency=concurrency, seed=seed, verifier=verifier)
     seqs = []
     for i, ids in enumerate(prompts):
-        seq = Sequence(f"r{i}", ids, SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True, seed=i))
+        seq = Sequence(
+            f"r{i}", ids, SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True, seed=i)
+        )
         core.add(seq)
         seqs.append(seq)
     while core.has_work:
@@ -94,8 +100,10 @@ def test_at_temperature_zero_block_and_standard_give_identical_text_and_counters
     for method in ("standard", "block"):
         core, seqs = _run(model, _spec(5, method), prompts, tokens=64, temperature=0.0)
         c = core.counters
-        runs[method] = ([s.output_ids for s in seqs],
-                        (c.num_drafts, c.num_draft_tokens, c.num_accepted, tuple(c.accepted_per_pos)))
+        runs[method] = (
+            [s.output_ids for s in seqs],
+            (c.num_drafts, c.num_draft_tokens, c.num_accepted, tuple(c.accepted_per_pos)),
+        )
     assert runs["standard"] == runs["block"]
     assert runs["block"][1][2] > 0
 
@@ -115,8 +123,10 @@ def test_drafting_past_the_trained_block_falls_off_a_cliff_and_loses_throughput(
 
 
 def test_code_and_shell_ops_accept_more_than_prose(model):
-    per_class = {cls: _tokens_per_step(_run(model, _spec(5, "block"), _prompts(model, cls, 24), tokens=128)[0])
-                 for cls in ("prose", "code", "shell_ops")}
+    per_class = {
+        cls: _tokens_per_step(_run(model, _spec(5, "block"), _prompts(model, cls, 24), tokens=128)[0])
+        for cls in ("prose", "code", "shell_ops")
+    }
     assert per_class["code"] > per_class["prose"], per_class
     assert per_class["shell_ops"] > per_class["prose"], per_class
 
@@ -148,8 +158,10 @@ def test_continuous_batching_applies_the_k_schedule_at_every_step(model):
 
 
 def _crowd(model, n=3):
-    return [Sequence(f"o{i}", other, SamplingParams(max_tokens=50 + 7 * i, ignore_eos=True))
-            for i, other in enumerate(_prompts(model, "code", n))]
+    return [
+        Sequence(f"o{i}", other, SamplingParams(max_tokens=50 + 7 * i, ignore_eos=True))
+        for i, other in enumerate(_prompts(model, "code", n))
+    ]
 
 
 def test_a_seeded_request_gives_the_same_text_whatever_shares_its_steps_at_one_k(model):
@@ -209,8 +221,10 @@ def test_under_a_k_schedule_a_request_alone_and_in_a_crowd_diverge_but_share_the
 
 def _seeded_texts(model, boot_seed, jitter=None):
     kw = {} if jitter is None else {"numerics_jitter": jitter}
-    seqs = [Sequence(f"r{i}", p, SamplingParams(max_tokens=96, seed=100 + i, ignore_eos=True))
-            for i, p in enumerate(_prompts(model, "prose", 6))]
+    seqs = [
+        Sequence(f"r{i}", p, SamplingParams(max_tokens=96, seed=100 + i, ignore_eos=True))
+        for i, p in enumerate(_prompts(model, "prose", 6))
+    ]
     _finish(_core(model, _spec(5, "standard"), concurrency=1, boot_seed=boot_seed, **kw), seqs)
     return [s.output_ids for s in seqs]
 
@@ -242,8 +256,10 @@ def test_unseeded_requests_follow_the_engine_seed(model):
 
 def test_min_tokens_holds_eos_back(model):
     core = _core(model, _spec(5, "block"), concurrency=4)
-    seqs = [Sequence(f"r{i}", p, SamplingParams(max_tokens=60, min_tokens=40, seed=i))
-            for i, p in enumerate(_prompts(model, "shell_ops", 4))]
+    seqs = [
+        Sequence(f"r{i}", p, SamplingParams(max_tokens=60, min_tokens=40, seed=i))
+        for i, p in enumerate(_prompts(model, "shell_ops", 4))
+    ]
     for s in seqs:
         core.add(s)
     while core.has_work:
@@ -296,14 +312,18 @@ def test_the_markov_fix_up_raises_acceptance_inside_the_block(model):
     assert rates[True] > rates[False], rates
 
 
-@pytest.mark.parametrize("params", [{"top_k": 1}, {"top_p": 1e-6}, {"top_p": 1e-300}, {"min_p": 0.999999}, {"min_p": 1.0}])
+@pytest.mark.parametrize(
+    "params", [{"top_k": 1}, {"top_p": 1e-6}, {"top_p": 1e-300}, {"min_p": 0.999999}, {"min_p": 1.0}]
+)
 def test_truncated_sampling_at_temperature_one_reduces_to_greedy(model, params):
     prompts = _prompts(model, "prose", 3)
     texts = []
     for sampling in ({"temperature": 0.0}, {"temperature": 1.0, **params}):
         core = _core(model, _spec(5, "block"), concurrency=4)
-        seqs = [Sequence(f"r{i}", p, SamplingParams(max_tokens=40, ignore_eos=True, seed=i, **sampling))
-                for i, p in enumerate(prompts)]
+        seqs = [
+            Sequence(f"r{i}", p, SamplingParams(max_tokens=40, ignore_eos=True, seed=i, **sampling))
+            for i, p in enumerate(prompts)
+        ]
         for s in seqs:
             core.add(s)
         while core.has_work:

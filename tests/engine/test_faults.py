@@ -29,8 +29,16 @@ PROMPTS = ("The report says that", "def main(args):\n    ", "ls -la /var/log\n",
 
 
 def _spec(method: str):
-    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                                            "draft_sample_method": "probabilistic", "rejection_sample_method": method}))
+    spec, _ = parse_spec_config(
+        json.dumps(
+            {
+                "method": "dspark",
+                "num_speculative_tokens": 5,
+                "draft_sample_method": "probabilistic",
+                "rejection_sample_method": method,
+            }
+        )
+    )
     return spec
 
 
@@ -42,12 +50,22 @@ def top1_z(fault: str | None, method: str, *, seqs: int = 32, tokens: int = 64) 
     the sum of p_max (1 - p_max); the logprobs (top-1 entry and rank) give both.
     """
     model = load_model()
-    core = EngineCore(model, _spec(method), max_num_seqs=seqs, seed=7, boot_seed=11, numerics_jitter=0.0,
-                      faults=parse_faults([fault]) if fault else None)
+    core = EngineCore(
+        model,
+        _spec(method),
+        max_num_seqs=seqs,
+        seed=7,
+        boot_seed=11,
+        numerics_jitter=0.0,
+        faults=parse_faults([fault]) if fault else None,
+    )
     running = []
     for i in range(seqs):
-        seq = Sequence(f"r{i}", model.tokenizer.encode(PROMPTS[i % len(PROMPTS)]),
-                       SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=1000 + i))
+        seq = Sequence(
+            f"r{i}",
+            model.tokenizer.encode(PROMPTS[i % len(PROMPTS)]),
+            SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, seed=1000 + i),
+        )
         core.add(seq)
         running.append(seq)
     while core.has_work:
@@ -79,10 +97,13 @@ def test_faults_change_nothing_when_off():
     model = load_model()
     outs = []
     for faults in (None, Faults()):
-        core = EngineCore(model, _spec("block"), max_num_seqs=4, seed=2, boot_seed=3, numerics_jitter=0.0,
-                          faults=faults)
-        seqs = [Sequence(f"r{i}", model.tokenizer.encode(PROMPTS[i]), SamplingParams(max_tokens=30, seed=i))
-                for i in range(4)]
+        core = EngineCore(
+            model, _spec("block"), max_num_seqs=4, seed=2, boot_seed=3, numerics_jitter=0.0, faults=faults
+        )
+        seqs = [
+            Sequence(f"r{i}", model.tokenizer.encode(PROMPTS[i]), SamplingParams(max_tokens=30, seed=i))
+            for i in range(4)
+        ]
         for s in seqs:
             core.add(s)
         while core.has_work:
@@ -108,26 +129,35 @@ def test_biased_verification_at_bias_1_is_the_token_rule():
 
 
 def test_faults_parse_and_describe_themselves():
-    faults = parse_faults(["accept_bias=1.2,position_bias=3:1.05", "temperature=0.9", "top_p_ignored_in_verify",
-                           "draft_temperature_only"])
-    assert faults == Faults(accept_bias=1.2, position_bias=(3, 1.05), temperature=0.9, top_p_ignored_in_verify=True,
-                            draft_temperature_only=True)
+    faults = parse_faults(
+        ["accept_bias=1.2,position_bias=3:1.05", "temperature=0.9", "top_p_ignored_in_verify", "draft_temperature_only"]
+    )
+    assert faults == Faults(
+        accept_bias=1.2,
+        position_bias=(3, 1.05),
+        temperature=0.9,
+        top_p_ignored_in_verify=True,
+        draft_temperature_only=True,
+    )
     assert parse_faults([faults.describe()]) == faults
     assert parse_faults([]) is None and parse_faults([""]) is None
     params = SamplingParams(temperature=0.5, top_p=0.8)
     assert faults.target_params(params) == SamplingParams(temperature=1.0, top_p=1.0)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("bogus", "unknown fault 'bogus'; the faults are: accept_bias=X"),
-    ("accept_bias", "--fault accept_bias: needs a value; pass accept_bias=X"),
-    ("accept_bias=-1", "must be a finite number > 0"),
-    ("temperature=hot", "'hot' is not a number"),
-    ("position_bias=0:1.1", "position_bias takes I:X with I a draft position >= 1"),
-    ("position_bias=2", "position_bias takes I:X"),
-    ("top_p_ignored_in_verify=1", "takes no value; pass --fault top_p_ignored_in_verify"),
-    ("temperature=0.9,temperature=0.8", "given twice"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("bogus", "unknown fault 'bogus'; the faults are: accept_bias=X"),
+        ("accept_bias", "--fault accept_bias: needs a value; pass accept_bias=X"),
+        ("accept_bias=-1", "must be a finite number > 0"),
+        ("temperature=hot", "'hot' is not a number"),
+        ("position_bias=0:1.1", "position_bias takes I:X with I a draft position >= 1"),
+        ("position_bias=2", "position_bias takes I:X"),
+        ("top_p_ignored_in_verify=1", "takes no value; pass --fault top_p_ignored_in_verify"),
+        ("temperature=0.9,temperature=0.8", "given twice"),
+    ],
+)
 def test_a_bad_fault_is_refused_with_the_fix(spec, message):
     with pytest.raises(EngineError) as err:
         parse_serve_args(["--fault", spec])
@@ -143,8 +173,16 @@ def test_the_fault_comes_from_the_environment_when_no_flag_is_given(monkeypatch)
 
 
 def test_a_faulted_engine_says_so_in_its_boot_log_version_and_answers():
-    flags = ["--model", "builtin", "--served-model-name", "lane", "--fault", "accept_bias=1.2",
-             "--speculative-config", json.dumps({"method": "dspark", "num_speculative_tokens": 3})]
+    flags = [
+        "--model",
+        "builtin",
+        "--served-model-name",
+        "lane",
+        "--fault",
+        "accept_bias=1.2",
+        "--speculative-config",
+        json.dumps({"method": "dspark", "num_speculative_tokens": 3}),
+    ]
     with running_engine(flags) as eng:
         assert "FAULTS ON: accept_bias=1.2" in eng.log.getvalue()
         status, raw = http_get(eng.url + "/version")

@@ -23,10 +23,28 @@ from gb300lane.spec import verify
 
 from engines import http_get, http_post, running_engine
 
-SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
-                   "rejection_sample_method": "block"})
-FLAGS = ["--model", "builtin", "--served-model-name", "lane", "--speculative-config", SPEC, "--seed", "3",
-         "--boot-seed", "5", "--numerics-jitter", "0.01"]
+SPEC = json.dumps(
+    {
+        "method": "dspark",
+        "num_speculative_tokens": 5,
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "block",
+    }
+)
+FLAGS = [
+    "--model",
+    "builtin",
+    "--served-model-name",
+    "lane",
+    "--speculative-config",
+    SPEC,
+    "--seed",
+    "3",
+    "--boot-seed",
+    "5",
+    "--numerics-jitter",
+    "0.01",
+]
 PROMPT = "The report on the quarterly results says that"
 
 
@@ -76,9 +94,17 @@ def test_echo_puts_the_prompt_and_its_logprobs_first(lane):
 
 
 def test_chat_logprobs_have_vllms_shape(lane):
-    body = _post(lane, "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Describe the shipping schedule."}], "max_tokens": 6,
-        "logprobs": True, "top_logprobs": 2, "seed": 9})
+    body = _post(
+        lane,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Describe the shipping schedule."}],
+            "max_tokens": 6,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "seed": 9,
+        },
+    )
     content = body["choices"][0]["logprobs"]["content"]
     assert len(content) == body["usage"]["completion_tokens"]
     assert "".join(c["token"] for c in content) == body["choices"][0]["message"]["content"]
@@ -87,8 +113,11 @@ def test_chat_logprobs_have_vllms_shape(lane):
         assert entry["bytes"] == list(entry["token"].encode("utf-8"))
         assert len(entry["top_logprobs"]) == 2 and entry["top_logprobs"][0]["token"] == entry["token"]
         assert entry["top_logprobs"][0]["logprob"] == entry["logprob"]
-    bare = _post(lane, "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2, "logprobs": True})
+    bare = _post(
+        lane,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2, "logprobs": True},
+    )
     assert all(e["top_logprobs"] == [] for e in bare["choices"][0]["logprobs"]["content"])
     off = _post(lane, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2})
     assert off["choices"][0]["logprobs"] is None and "prompt_logprobs" not in off
@@ -108,8 +137,11 @@ def test_prompt_logprobs_have_vllms_shape(lane):
             assert list(value) == ["logprob", "rank", "decoded_token"]
             assert value["decoded_token"] == lane.server.tokenizer.pieces[int(key)]
         assert {1, 2} <= {v["rank"] for v in entry.values()}  # the top 2 (the prompt's token may be one of them)
-    chat = _post(lane, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}],
-                                                 "max_tokens": 1, "prompt_logprobs": 0})
+    chat = _post(
+        lane,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 1, "prompt_logprobs": 0},
+    )
     assert chat["prompt_logprobs"][0] is None and all(len(e) == 1 for e in chat["prompt_logprobs"][1:])
 
 
@@ -123,7 +155,7 @@ def test_prompt_logprobs_of_a_text_equal_the_logprobs_its_generation_reported(la
     # The target conditions on the class the prompt reads as: both requests must read as the same one.
     assert model.classify(prompt_ids) == model.classify(prompt_ids + out_ids)
     ref = _post(lane, "/v1/completions", {"prompt": prompt_ids + out_ids, "max_tokens": 1, "prompt_logprobs": 5})
-    scored = ref["choices"][0]["prompt_logprobs"][len(prompt_ids):]
+    scored = ref["choices"][0]["prompt_logprobs"][len(prompt_ids) :]
     assert len(scored) == len(out_ids)
     for tid, token, logprob, top, entry in zip(out_ids, lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], scored):
         assert entry[str(tid)]["logprob"] == logprob
@@ -142,8 +174,9 @@ def test_the_sampled_tokens_logprob_is_the_verifiers_target_row():
         return res
 
     core = EngineCore(model, spec, max_num_seqs=1, seed=1, boot_seed=8, numerics_jitter=0.01, verifier=watching)
-    seq = Sequence("r", model.tokenizer.encode(PROMPT), SamplingParams(temperature=1.0, max_tokens=40, seed=6,
-                                                                       ignore_eos=True))
+    seq = Sequence(
+        "r", model.tokenizer.encode(PROMPT), SamplingParams(temperature=1.0, max_tokens=40, seed=6, ignore_eos=True)
+    )
     core.add(seq)
     while core.has_work:
         core.step()
@@ -154,26 +187,41 @@ def test_the_sampled_tokens_logprob_is_the_verifiers_target_row():
     assert len(from_verifier) == len(scored) == 40
     assert [s.logprob for s in scored] == from_verifier
     # A token outside the top-k still gets its own logprob, and its rank counts the tokens at least as likely.
-    row = np.log(model.target_probs(np.array([seq.cls]), np.array(ids[-3:-2]), np.array(ids[-2:-1]),
-                                    core.numerics)[0].astype(np.float64))
+    row = np.log(
+        model.target_probs(np.array([seq.cls]), np.array(ids[-3:-2]), np.array(ids[-2:-1]), core.numerics)[0].astype(
+            np.float64
+        )
+    )
     assert scored[-1].rank == int((row >= row[ids[-1]]).sum())
     assert math.isclose(np.exp(row).sum(), 1.0, rel_tol=1e-5)
 
 
-@pytest.mark.parametrize("body, chat, message", [
-    ({"prompt": "x", "logprobs": MAX_LOGPROBS + 1}, False, "Requested sample logprobs of 21, which is greater than "
-                                                           "max allowed: 20"),
-    ({"prompt": "x", "prompt_logprobs": -1}, False, "Requested prompt logprobs of 3072"),
-    ({"prompt": "x", "logprobs": -2}, False, "`logprobs` must be a positive value or -1."),
-    ({"prompt": "x", "logprobs": True}, False, "logprobs must be an integer"),
-    ({"prompt": "x", "echo": "yes"}, False, "echo must be a boolean"),
-    ({"prompt": "x", "prompt_logprobs": 1, "stream": True}, False, "`prompt_logprobs` are not available when"),
-    ({"prompt": "x", "logprobs": 1, "stream": True}, False, "send stream=false"),
-    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, True,
-     "when using `top_logprobs`, `logprobs` must be set to true."),
-    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, True,
-     "greater than max allowed: 20"),
-])
+@pytest.mark.parametrize(
+    "body, chat, message",
+    [
+        (
+            {"prompt": "x", "logprobs": MAX_LOGPROBS + 1},
+            False,
+            "Requested sample logprobs of 21, which is greater than max allowed: 20",
+        ),
+        ({"prompt": "x", "prompt_logprobs": -1}, False, "Requested prompt logprobs of 3072"),
+        ({"prompt": "x", "logprobs": -2}, False, "`logprobs` must be a positive value or -1."),
+        ({"prompt": "x", "logprobs": True}, False, "logprobs must be an integer"),
+        ({"prompt": "x", "echo": "yes"}, False, "echo must be a boolean"),
+        ({"prompt": "x", "prompt_logprobs": 1, "stream": True}, False, "`prompt_logprobs` are not available when"),
+        ({"prompt": "x", "logprobs": 1, "stream": True}, False, "send stream=false"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
+            True,
+            "when using `top_logprobs`, `logprobs` must be set to true.",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+            True,
+            "greater than max allowed: 20",
+        ),
+    ],
+)
 def test_logprob_requests_out_of_bounds_are_refused_as_vllm_words_it(body, chat, message):
     with pytest.raises(ApiError) as err:
         parse_request(body, chat=chat, served_model_name="lane", vocab_size=3072)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from gb300lane.engine.model import CLASSES, MIXED, corpus_texts, load_model

@@ -21,8 +21,16 @@ def model():
 
 
 def _spec(method="block"):
-    return parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                                         "draft_sample_method": "probabilistic", "rejection_sample_method": method}))[0]
+    return parse_spec_config(
+        json.dumps(
+            {
+                "method": "dspark",
+                "num_speculative_tokens": 5,
+                "draft_sample_method": "probabilistic",
+                "rejection_sample_method": method,
+            }
+        )
+    )[0]
 
 
 def _prompts(model, per_class=3, length=40):
@@ -35,8 +43,10 @@ def _prompts(model, per_class=3, length=40):
 
 def _texts(model, prompts, temperature, method="block"):
     core = EngineCore(model, _spec(method), max_num_seqs=8, seed=0, boot_seed=3)
-    seqs = [Sequence(f"r{i}", p, SamplingParams(temperature=temperature, max_tokens=64, ignore_eos=True, seed=i))
-            for i, p in enumerate(prompts)]
+    seqs = [
+        Sequence(f"r{i}", p, SamplingParams(temperature=temperature, max_tokens=64, ignore_eos=True, seed=i))
+        for i, p in enumerate(prompts)
+    ]
     for s in seqs:
         core.add(s)
     while core.has_work:
@@ -99,11 +109,23 @@ def test_min_tokens_bans_eos_unless_eos_is_all_a_row_allows():
     assert out[1].tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("field,value", [
-    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", -0.5),
-    ("top_p", float("nan")), ("top_p", 0.0), ("top_p", 1.5), ("min_p", float("nan")), ("min_p", -1e-9),
-    ("top_k", 0), ("top_k", -2), ("max_tokens", -1), ("seed", 1.5),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("temperature", -0.5),
+        ("top_p", float("nan")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("min_p", float("nan")),
+        ("min_p", -1e-9),
+        ("top_k", 0),
+        ("top_k", -2),
+        ("max_tokens", -1),
+        ("seed", 1.5),
+    ],
+)
 def test_non_finite_or_out_of_range_values_never_reach_the_sampler(model, field, value):
     seq = Sequence("r", [1, 2, 3], SamplingParams(**{field: value}))
     core = EngineCore(model, _spec(), boot_seed=0)

@@ -24,33 +24,99 @@ from gb300lane.engine import server
 
 from engines import running_engine
 
-SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
-                   "rejection_sample_method": "block"})
-FLAGS = ["--model", "builtin", "--served-model-name", "lane", "--speculative-config", SPEC, "--max-num-seqs", "8",
-         "--seed", "3", "--boot-seed", "11", "--per-request-spec-decode-metrics", "detailed"]
+SPEC = json.dumps(
+    {
+        "method": "dspark",
+        "num_speculative_tokens": 5,
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "block",
+    }
+)
+FLAGS = [
+    "--model",
+    "builtin",
+    "--served-model-name",
+    "lane",
+    "--speculative-config",
+    SPEC,
+    "--max-num-seqs",
+    "8",
+    "--seed",
+    "3",
+    "--boot-seed",
+    "11",
+    "--per-request-spec-decode-metrics",
+    "detailed",
+]
 PROSE = "The harbour was quiet that morning, and the boats rocked slowly against the old stone wall while"
 CODE = "def parse_config(path):\n    with open(path) as handle:\n        data = json.load(handle)\n"
 
 #: (route, body) per request; every request carries its own seed.
 REQUESTS: list[tuple[str, dict[str, Any]]] = [
-    ("/v1/completions", {"prompt": PROSE, "max_tokens": 160, "min_tokens": 160, "ignore_eos": True, "seed": 1,
-                         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
-    ("/v1/completions", {"prompt": CODE, "max_tokens": 120, "seed": 2, "stream": True,
-                         "stream_options": {"include_usage": True}}),
+    (
+        "/v1/completions",
+        {
+            "prompt": PROSE,
+            "max_tokens": 160,
+            "min_tokens": 160,
+            "ignore_eos": True,
+            "seed": 1,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ),
+    (
+        "/v1/completions",
+        {"prompt": CODE, "max_tokens": 120, "seed": 2, "stream": True, "stream_options": {"include_usage": True}},
+    ),
     ("/v1/completions", {"prompt": PROSE, "max_tokens": 90, "temperature": 0.0, "stream": True}),
-    ("/v1/completions", {"prompt": PROSE, "max_tokens": 100, "top_p": 0.9, "seed": 4, "stream": True,
-                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+    (
+        "/v1/completions",
+        {
+            "prompt": PROSE,
+            "max_tokens": 100,
+            "top_p": 0.9,
+            "seed": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ),
     ("/v1/completions", {"prompt": CODE, "max_tokens": 140, "stop": ["\n\n"], "seed": 5, "stream": True}),
     ("/v1/completions", {"prompt": PROSE, "max_tokens": 130, "min_tokens": 40, "seed": 6}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROSE}], "max_tokens": 150,
-                              "min_tokens": 150, "ignore_eos": True, "seed": 7, "stream": True,
-                              "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": PROSE}],
+            "max_tokens": 150,
+            "min_tokens": 150,
+            "ignore_eos": True,
+            "seed": 7,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": CODE}], "max_tokens": 110, "seed": 8}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Report the status as JSON."}],
-                              "max_tokens": 80, "seed": 9, "stream": True,
-                              "response_format": {"type": "json_object"}}),
-    ("/v1/completions", {"prompt": CODE, "max_tokens": 200, "temperature": 0.7, "seed": 10, "stream": True,
-                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Report the status as JSON."}],
+            "max_tokens": 80,
+            "seed": 9,
+            "stream": True,
+            "response_format": {"type": "json_object"},
+        },
+    ),
+    (
+        "/v1/completions",
+        {
+            "prompt": CODE,
+            "max_tokens": 200,
+            "temperature": 0.7,
+            "seed": 10,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        },
+    ),
 ]
 
 #: sha256 (first 16 hex digits) of each request's answer (`_answer`), in REQUESTS' order.
@@ -75,8 +141,7 @@ async def _one(session: aiohttp.ClientSession, url: str, route: str, body: dict[
             out = await resp.json()
             choice = out["choices"][0]
             text = choice["message"]["content"] if "message" in choice else choice["text"]
-            return {"text": text, "finish": choice["finish_reason"], "usage": out["usage"],
-                    "spec": out.get("metrics")}
+            return {"text": text, "finish": choice["finish_reason"], "usage": out["usage"], "spec": out.get("metrics")}
         text, finish, usage, spec, counted = [], None, None, None, []
         async for raw in resp.content:
             line = raw.decode().strip()

@@ -26,9 +26,15 @@ from gb300lane.testing.free_ports import free_port
 
 from engines import http_get, http_post, running_engine
 
-SPEC = json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                   "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
-                   "draft_sample_method": "probabilistic", "rejection_sample_method": "block"})
+SPEC = json.dumps(
+    {
+        "method": "dspark",
+        "num_speculative_tokens": 5,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 5], [5, 8, 3], [9, 32, 3]],
+        "draft_sample_method": "probabilistic",
+        "rejection_sample_method": "block",
+    }
+)
 
 
 class _Background:
@@ -77,8 +83,13 @@ def test_the_openai_client_streams_a_chat_completion():
     with engine() as (url, _, _log):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
         stream = client.chat.completions.create(
-            model="lane", messages=[{"role": "user", "content": "List the running containers."}],
-            max_tokens=24, temperature=1.0, seed=5, stream=True, stream_options={"include_usage": True},
+            model="lane",
+            messages=[{"role": "user", "content": "List the running containers."}],
+            max_tokens=24,
+            temperature=1.0,
+            seed=5,
+            stream=True,
+            stream_options={"include_usage": True},
             extra_body={"ignore_eos": True},
         )
         chunks = list(stream)
@@ -93,8 +104,14 @@ def test_the_openai_client_streams_a_chat_completion():
 
 def test_completions_are_deterministic_and_carry_modelled_times():
     with engine("--per-request-spec-decode-metrics", "detailed") as (url, _, _log):
-        body = {"model": "lane", "prompt": "def parse(self, text):\n", "max_tokens": 40, "seed": 11,
-                "temperature": 1.0, "ignore_eos": True}
+        body = {
+            "model": "lane",
+            "prompt": "def parse(self, text):\n",
+            "max_tokens": 40,
+            "seed": 11,
+            "temperature": 1.0,
+            "ignore_eos": True,
+        }
         status, first = http_post(url + "/v1/completions", body)
         assert status == 200
         _, second = http_post(url + "/v1/completions", body)
@@ -107,7 +124,10 @@ def test_completions_are_deterministic_and_carry_modelled_times():
         assert sum(spec["num_accepted_tokens_per_pos"]) == spec["num_accepted_tokens"]
         version = json.loads(http_get(url + "/version")[1])
         assert {k: version[k] for k in ("version", "engine", "time_scale")} == {
-            "version": "0.33.0", "engine": "gb300lane-embedded", "time_scale": 0.0}
+            "version": "0.33.0",
+            "engine": "gb300lane-embedded",
+            "time_scale": 0.0,
+        }
         # The builtin checkpoint's identity, as a provenance record reads it.
         assert version["checkpoint"]["path"] == "builtin" and len(version["checkpoint"]["config_sha256"]) == 64
 
@@ -120,21 +140,24 @@ def refusing_engine():
         assert server._streams == {} and not server.core.has_work
 
 
-@pytest.mark.parametrize(("body", "status", "param"), [
-    ({"prompt": "x", "temperature": -1}, 400, "temperature"),
-    ({"prompt": "x", "top_p": 0}, 400, "top_p"),
-    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
-    ({"prompt": "x", "max_tokens": 5, "min_tokens": 9}, 400, "min_tokens"),
-    ({"prompt": "x", "max_tokens": 200000}, 400, "max_tokens"),
-    ({"prompt": "x", "n": 2}, 400, "n"),
-    ({"prompt": "x", "seed": 1.5}, 400, "seed"),
-    ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
-    ({"prompt": ""}, 400, "prompt"),
-    ({"prompt": [99999999]}, 400, "prompt"),
-    ({"prompt": {"a": 1}}, 400, "prompt"),
-    ({"prompt": "x", "model": "other"}, 404, "model"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+        ({"prompt": "x", "top_p": 0}, 400, "top_p"),
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 5, "min_tokens": 9}, 400, "min_tokens"),
+        ({"prompt": "x", "max_tokens": 200000}, 400, "max_tokens"),
+        ({"prompt": "x", "n": 2}, 400, "n"),
+        ({"prompt": "x", "seed": 1.5}, 400, "seed"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ({"prompt": ""}, 400, "prompt"),
+        ({"prompt": [99999999]}, 400, "prompt"),
+        ({"prompt": {"a": 1}}, 400, "prompt"),
+        ({"prompt": "x", "model": "other"}, 404, "model"),
+    ],
+)
 def test_bad_parameters_are_openai_style_errors_never_500(refusing_engine, body, status, param):
     url = refusing_engine
     code, payload = http_post(url + "/v1/completions", body)
@@ -150,8 +173,9 @@ def test_metrics_use_vllm_names_and_agree_with_the_responses():
     with engine() as (url, _, _log):
         generated = 0
         for seed in range(3):
-            _, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 30, "seed": seed,
-                                                      "ignore_eos": True})
+            _, body = http_post(
+                url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 30, "seed": seed, "ignore_eos": True}
+            )
             generated += body["usage"]["completion_tokens"]
         text = http_get(url + "/metrics")[1].decode()
         scrape = parse_metrics_text(text)
@@ -159,9 +183,14 @@ def test_metrics_use_vllm_names_and_agree_with_the_responses():
         assert scrape.spec.num_drafts > 0
         assert sum(scrape.spec.accepted_per_pos) == scrape.spec.num_accepted_tokens
         assert sum(scrape.spec.drafts_by_length.values()) == scrape.spec.num_drafts
-        for name in ("vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
-                     "vllm:request_success_total", "gb300lane_engine_modelled_seconds_total",
-                     "gb300lane_engine_verify_steps_total", "gb300lane_engine_sidecar_calls_total"):
+        for name in (
+            "vllm:time_to_first_token_seconds_bucket",
+            "vllm:e2e_request_latency_seconds_count",
+            "vllm:request_success_total",
+            "gb300lane_engine_modelled_seconds_total",
+            "gb300lane_engine_verify_steps_total",
+            "gb300lane_engine_sidecar_calls_total",
+        ):
             assert name in text
 
 
@@ -175,8 +204,12 @@ def test_readiness_waits_for_the_sidecar_and_lookups_are_counted():
         try:
             _wait(lambda: http_get(url + "/health")[0] == 200)
             assert http_post(url + "/v1/completions", {"prompt": "ls", "max_tokens": 20})[0] == 200
-            _wait(lambda: "gb300lane_engine_sidecar_calls_total" in (t := http_get(url + "/metrics")[1].decode())
-                  and parse_metrics_text(t).extras.get("gb300lane_engine_sidecar_calls_total", 0) >= 1)
+            _wait(
+                lambda: (
+                    "gb300lane_engine_sidecar_calls_total" in (t := http_get(url + "/metrics")[1].decode())
+                    and parse_metrics_text(t).extras.get("gb300lane_engine_sidecar_calls_total", 0) >= 1
+                )
+            )
             assert b"gb300lane_sidecar_lookups_total 1.0" in http_get(f"http://127.0.0.1:{sidecar_port}/metrics")[1]
         finally:
             sidecar.close()
@@ -243,8 +276,10 @@ def test_time_scale_paces_wall_time_to_modelled_time():
 
 def test_stop_strings_end_a_completion_at_the_string():
     with engine() as (url, _, _log):
-        _, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps\n", "max_tokens": 200, "stop": ["\n"],
-                                                  "seed": 1, "min_tokens": 0})
+        _, body = http_post(
+            url + "/v1/completions",
+            {"prompt": "$ docker ps\n", "max_tokens": 200, "stop": ["\n"], "seed": 1, "min_tokens": 0},
+        )
         choice = body["choices"][0]
         assert "\n" not in choice["text"]
         assert choice["finish_reason"] in ("stop", "length")
@@ -255,7 +290,9 @@ def test_the_cli_group_shares_the_engine_command_line():
 
     from gb300lane.cli.main import app
 
-    result = CliRunner().invoke(app, ["engine", "serve", "--speculative-config", '{"method": "dspark", "num_speculative_tokens": -2}'])
+    result = CliRunner().invoke(
+        app, ["engine", "serve", "--speculative-config", '{"method": "dspark", "num_speculative_tokens": -2}']
+    )
     assert result.exit_code == 1
     help_result = CliRunner().invoke(app, ["engine", "serve", "--help"])
     assert help_result.exit_code == 0 and "--speculative-config" in help_result.output
@@ -277,9 +314,24 @@ def test_python_m_serve_boots_answers_and_stops_on_sigterm(tmp_path):
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--port", str(port),
-         "--speculative-config", SPEC, "--time-scale", "0", "--enforce-eager"],
-        stdout=open(tmp_path / "engine.log", "w"), stderr=subprocess.STDOUT, env=dict(os.environ),
+        [
+            sys.executable,
+            "-m",
+            "gb300lane.engine",
+            "serve",
+            "--model",
+            "builtin",
+            "--port",
+            str(port),
+            "--speculative-config",
+            SPEC,
+            "--time-scale",
+            "0",
+            "--enforce-eager",
+        ],
+        stdout=open(tmp_path / "engine.log", "w"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
     )
     try:
         _wait(lambda: http_get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=60)
@@ -342,8 +394,15 @@ def _check_continuous_usage(chunks: list[dict], completion_tokens: int) -> list[
 @pytest.mark.parametrize("chat", [False, True])
 def test_continuous_usage_counts_each_chunks_own_tokens(chat):
     with engine() as (url, _, _log):
-        body = {"model": "lane", "max_tokens": 48, "seed": 7, "temperature": 1.0, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "model": "lane",
+            "max_tokens": 48,
+            "seed": 7,
+            "temperature": 1.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         if chat:
             body["messages"] = [{"role": "user", "content": "Show the logs of the api container."}]
         else:
@@ -351,10 +410,15 @@ def test_continuous_usage_counts_each_chunks_own_tokens(chat):
         chunks = _sse(url + ("/v1/chat/completions" if chat else "/v1/completions"), body)
         counts = _check_continuous_usage(chunks, 48)
         assert max(counts) > 1  # speculative steps put several tokens in one chunk
-        text = "".join((c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text") or "")
-                       for c in chunks if c["choices"])
-        _, plain = http_post(url + "/v1/completions" if not chat else url + "/v1/chat/completions",
-                         {k: v for k, v in body.items() if k not in ("stream", "stream_options")})
+        text = "".join(
+            (c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text") or "")
+            for c in chunks
+            if c["choices"]
+        )
+        _, plain = http_post(
+            url + "/v1/completions" if not chat else url + "/v1/chat/completions",
+            {k: v for k, v in body.items() if k not in ("stream", "stream_options")},
+        )
         assert text == (plain["choices"][0]["text"] if not chat else plain["choices"][0]["message"]["content"])
 
 
@@ -363,9 +427,18 @@ def test_steps_without_text_are_counted_on_the_next_chunk(pattern):
     blank = (lambda n: n % 2 == 0) if pattern == "alternate" else (lambda n: n > 1)
     with engine() as (url, server, _log):
         server.tokenizer = _Blanking(server.tokenizer, blank)
-        chunks = _sse(url + "/v1/completions", {
-            "model": "lane", "prompt": "import os\n", "max_tokens": 40, "seed": 2, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        chunks = _sse(
+            url + "/v1/completions",
+            {
+                "model": "lane",
+                "prompt": "import os\n",
+                "max_tokens": 40,
+                "seed": 2,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        )
         counts = _check_continuous_usage(chunks, 40)
         if pattern == "all_but_first":
             # Only the first step had text; every later token rides on the finish chunk.
@@ -375,9 +448,18 @@ def test_steps_without_text_are_counted_on_the_next_chunk(pattern):
 
 def test_stop_strings_keep_usage_exact_in_the_stream():
     with engine() as (url, _, _log):
-        chunks = _sse(url + "/v1/completions", {
-            "model": "lane", "prompt": "$ docker ps\n", "max_tokens": 200, "seed": 1, "stop": ["\n"], "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        chunks = _sse(
+            url + "/v1/completions",
+            {
+                "model": "lane",
+                "prompt": "$ docker ps\n",
+                "max_tokens": 200,
+                "seed": 1,
+                "stop": ["\n"],
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        )
         total = chunks[-1]["usage"]["completion_tokens"]
         _check_continuous_usage(chunks, total)
         assert "\n" not in "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
@@ -389,7 +471,9 @@ def test_tokenize_and_detokenize_answer_as_vllm_does():
         assert code == 200 and set(body) == {"count", "max_model_len", "tokens", "token_strs"}
         assert body["count"] == len(body["tokens"]) and body["max_model_len"] == server.args.max_model_len
         assert body["token_strs"] is None
-        code, with_strs = http_post(url + "/tokenize", {"prompt": "def parse(self, text):\n", "return_token_strs": True})
+        code, with_strs = http_post(
+            url + "/tokenize", {"prompt": "def parse(self, text):\n", "return_token_strs": True}
+        )
         assert with_strs["tokens"] == body["tokens"] and "".join(with_strs["token_strs"]) == "def parse(self, text):\n"
         # The ids are the ones a completion is charged for.
         _, done = http_post(url + "/v1/completions", {"prompt": "def parse(self, text):\n", "max_tokens": 2})
@@ -400,8 +484,12 @@ def test_tokenize_and_detokenize_answer_as_vllm_does():
         assert done["usage"]["prompt_tokens"] == chat["count"]
         code, back = http_post(url + "/detokenize", {"model": "lane", "tokens": body["tokens"]})
         assert code == 200 and back == {"prompt": "def parse(self, text):\n"}
-        for bad, param in (({"tokens": [10**9]}, "tokens"), ({"tokens": "1 2"}, "tokens"), ({"prompt": 3}, "prompt"),
-                           ({"tokens": [1], "model": "other"}, "model")):
+        for bad, param in (
+            ({"tokens": [10**9]}, "tokens"),
+            ({"tokens": "1 2"}, "tokens"),
+            ({"prompt": 3}, "prompt"),
+            ({"tokens": [1], "model": "other"}, "model"),
+        ):
             path = "/tokenize" if "prompt" in bad else "/detokenize"
             code, err = http_post(url + path, bad)
             assert code in (400, 404) and err["error"]["param"] == param
@@ -422,8 +510,9 @@ def _histogram(text: str, name: str) -> tuple[float, float]:
 def test_latency_histograms_observe_the_wall_clock_and_the_modelled_one_is_named_for_it():
     with engine() as (url, _, _log):
         t0 = time.perf_counter()
-        code, body = http_post(url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 40, "seed": 1,
-                                                         "ignore_eos": True})
+        code, body = http_post(
+            url + "/v1/completions", {"prompt": "$ docker ps", "max_tokens": 40, "seed": 1, "ignore_eos": True}
+        )
         wall = time.perf_counter() - t0
         assert code == 200
         text = http_get(url + "/metrics")[1].decode()
@@ -444,19 +533,31 @@ def test_latency_histograms_observe_the_wall_clock_and_the_modelled_one_is_named
 def test_responses_answers_text_as_vllm_does_through_the_official_client():
     with engine() as (url, _, _log):
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        resp = client.responses.create(model="lane", input="$ docker ps", instructions="You are a shell.",
-                                       max_output_tokens=24, extra_body={"seed": 3})
+        resp = client.responses.create(
+            model="lane",
+            input="$ docker ps",
+            instructions="You are a shell.",
+            max_output_tokens=24,
+            extra_body={"seed": 3},
+        )
         assert resp.object == "response" and resp.status == "incomplete"
         assert resp.incomplete_details.reason == "max_output_tokens"
         assert resp.output_text and resp.output[0].type == "message" and resp.output[0].role == "assistant"
         assert resp.usage.output_tokens == 24 and resp.usage.total_tokens == resp.usage.input_tokens + 24
         # The same turn as a chat completion gives the same text.
         chat = client.chat.completions.create(
-            model="lane", max_tokens=24, seed=3,
-            messages=[{"role": "system", "content": "You are a shell."}, {"role": "user", "content": "$ docker ps"}])
+            model="lane",
+            max_tokens=24,
+            seed=3,
+            messages=[{"role": "system", "content": "You are a shell."}, {"role": "user", "content": "$ docker ps"}],
+        )
         assert chat.choices[0].message.content == resp.output_text
-        listed = client.responses.create(model="lane", max_output_tokens=8, extra_body={"seed": 1}, input=[
-            {"role": "user", "content": [{"type": "input_text", "text": "ls -la"}]}])
+        listed = client.responses.create(
+            model="lane",
+            max_output_tokens=8,
+            extra_body={"seed": 1},
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "ls -la"}]}],
+        )
         assert listed.output_text and listed.usage.output_tokens <= 8
         with pytest.raises(openai.BadRequestError, match="streaming is not served"):
             client.responses.create(model="lane", input="x", stream=True)
@@ -505,8 +606,10 @@ def test_observing_a_requests_gaps_at_once_is_observing_them_one_by_one():
     h2 = Histogram("gap", "gap", ["m"], registry=all_, buckets=_LATENCY_BUCKETS).labels(m="lane")
     rng = random.Random(1)
     for _ in range(40):
-        values = [rng.choice([0.0, 0.001, 0.005, 80.0, 100.0, -1.0, float("inf"), rng.random() * 0.1,
-                              rng.expovariate(3)]) for _ in range(rng.randint(0, 300))]
+        values = [
+            rng.choice([0.0, 0.001, 0.005, 80.0, 100.0, -1.0, float("inf"), rng.random() * 0.1, rng.expovariate(3)])
+            for _ in range(rng.randint(0, 300))
+        ]
         for v in values:
             h1.observe(v)
         observe_all(h2, values)
@@ -517,16 +620,23 @@ def test_the_engines_exposition_is_generate_latests_bytes():
     from prometheus_client import generate_latest
 
     from gb300lane.engine.core import EngineCounters, Sequence
-    from gb300lane.engine.served_metrics import EngineMetrics
     from gb300lane.engine.sampling import SamplingParams
+    from gb300lane.engine.served_metrics import EngineMetrics
 
     metrics = EngineMetrics('lane "a"\\b\nc')  # a label value that needs escaping
     assert metrics._text._same
     for step in range(3):
-        counters = EngineCounters(num_drafts=10 * step, num_draft_tokens=50 * step, num_accepted=31 * step,
-                                  accepted_per_pos=[9 * step, 7 * step, 5 * step], drafts_by_length={5: 10 * step},
-                                  generation_tokens=400 * step, prompt_tokens=90 * step, verify_steps=20 * step,
-                                  modelled_seconds=0.3 * step)
+        counters = EngineCounters(
+            num_drafts=10 * step,
+            num_draft_tokens=50 * step,
+            num_accepted=31 * step,
+            accepted_per_pos=[9 * step, 7 * step, 5 * step],
+            drafts_by_length={5: 10 * step},
+            generation_tokens=400 * step,
+            prompt_tokens=90 * step,
+            verify_steps=20 * step,
+            modelled_seconds=0.3 * step,
+        )
         metrics.sync(counters, 8 - step, step)
         seq = Sequence(f"r{step}", [1] * 10, SamplingParams(max_tokens=64))
         seq.finish_reason = ("length", "stop", None)[step]
@@ -541,8 +651,9 @@ def test_the_engine_serves_without_a_speculative_config() -> None:
     """No --speculative-config: no drafting, and the boot still says what a seeded request repeats."""
     flags = ["--model", "builtin", "--served-model-name", "lane", "--max-num-seqs", "4", "--seed", "3"]
     with running_engine(flags) as eng:
-        status, body = http_post(eng.url + "/v1/completions",
-                                 {"model": "lane", "prompt": "hello", "max_tokens": 8, "temperature": 0})
+        status, body = http_post(
+            eng.url + "/v1/completions", {"model": "lane", "prompt": "hello", "max_tokens": 8, "temperature": 0}
+        )
         assert status == 200, body
         assert body["usage"]["completion_tokens"] == 8
         assert "seeded requests repeat within this boot whatever the batch" in eng.log.getvalue()

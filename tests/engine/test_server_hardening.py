@@ -73,12 +73,16 @@ def test_an_unexpected_failure_is_a_json_500_and_one_log_line():
 def test_a_client_that_disconnects_mid_stream_is_one_log_line_and_its_request_is_aborted(caplog):
     caplog.set_level(logging.DEBUG, logger="aiohttp")
     with engine() as (url, port, server, log):
-        body = json.dumps({"model": "lane", "prompt": "import os\n", "max_tokens": 5000, "ignore_eos": True,
-                           "stream": True}).encode()
+        body = json.dumps(
+            {"model": "lane", "prompt": "import os\n", "max_tokens": 5000, "ignore_eos": True, "stream": True}
+        ).encode()
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", port)) as sock:
-                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                sock.sendall(
+                    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
                 got = b""
                 while b"data: " not in got:  # the stream started
                     got += sock.recv(65536)
@@ -87,10 +91,15 @@ def test_a_client_that_disconnects_mid_stream_is_one_log_line_and_its_request_is
             assert time.monotonic() < end, "the abandoned requests are still running"
             time.sleep(0.05)
         # A non-streamed request whose client leaves is aborted too, long before its max_tokens.
-        body = json.dumps({"model": "lane", "prompt": "import os\n", "max_tokens": 100_000, "ignore_eos": True}).encode()
+        body = json.dumps(
+            {"model": "lane", "prompt": "import os\n", "max_tokens": 100_000, "ignore_eos": True}
+        ).encode()
         with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             while not server.core.has_work:
                 time.sleep(0.01)
         end = time.monotonic() + 30
@@ -146,21 +155,28 @@ def test_a_body_that_does_not_arrive_is_a_408():
     with engine(body_read_timeout_s=1.0) as (_, port, server, _log):
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.settimeout(20)
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"prompt":'
+            )
             reply = sock.recv(65536).decode()
         assert reply.startswith("HTTP/1.1 408")
         assert json.loads(reply.split("\r\n\r\n", 1)[1])["error"]["code"] == 408
         assert server._streams == {}
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--speculative-config", '{"method": "dspark", "num_speculative_tokens": 1000000000000}'],
-     "num_speculative_tokens = 1000000000000; the embedded engine drafts at most 64"),
-    (["--time-scale", "inf"], "--time-scale inf: must be a finite number"),
-    (["--time-scale", "nan"], "--time-scale nan: must be a finite number"),
-    (["--time-scale", "1e9"], "--time-scale 1000000000.0: must be <= 100"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["--speculative-config", '{"method": "dspark", "num_speculative_tokens": 1000000000000}'],
+            "num_speculative_tokens = 1000000000000; the embedded engine drafts at most 64",
+        ),
+        (["--time-scale", "inf"], "--time-scale inf: must be a finite number"),
+        (["--time-scale", "nan"], "--time-scale nan: must be a finite number"),
+        (["--time-scale", "1e9"], "--time-scale 1000000000.0: must be <= 100"),
+    ],
+)
 def test_unservable_boot_values_are_refused_before_anything_binds(argv, needle):
     with pytest.raises(EngineError) as info:
         parse_serve_args(argv)

@@ -30,22 +30,41 @@ from engine.test_server import engine  # noqa: E402
 from engines import http_post  # noqa: E402
 
 TOOLS_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v41", "--boot-seed", "7")
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"], "type": "string"}},
-           "required": ["city"]}
-FLIGHTS = {"type": "object", "properties": {"origin": {"type": "string"}, "destination": {"type": "string"},
-                                            "passengers": {"type": "integer", "minimum": 1, "maximum": 9}},
-           "required": ["origin", "destination", "passengers"]}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"], "type": "string"}},
+    "required": ["city"],
+}
+FLIGHTS = {
+    "type": "object",
+    "properties": {
+        "origin": {"type": "string"},
+        "destination": {"type": "string"},
+        "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+    },
+    "required": ["origin", "destination", "passengers"],
+}
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
-                                      "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "search_flights", "description": "Search flights",
-                                      "parameters": FLIGHTS}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Current weather for a city", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {"name": "search_flights", "description": "Search flights", "parameters": FLIGHTS},
+    },
 ]
 SCHEMAS = {"get_weather": WEATHER, "search_flights": FLIGHTS}
 MESSAGES = [
-    {"role": "assistant", "content": '{"tool_calls": [{"id": "call_1", "type": "function", "function": '
-                                     '{"name": "get_weather", "arguments": {"city": "Porto"}}}]}'},
-    {"role": "tool", "content": '{"tool_call_id": "call_1", "role": "tool", "content": {"ok": true, "elapsed_ms": 523}}'},
+    {
+        "role": "assistant",
+        "content": '{"tool_calls": [{"id": "call_1", "type": "function", "function": '
+        '{"name": "get_weather", "arguments": {"city": "Porto"}}}]}',
+    },
+    {
+        "role": "tool",
+        "content": '{"tool_call_id": "call_1", "role": "tool", "content": {"ok": true, "elapsed_ms": 523}}',
+    },
 ]
 
 
@@ -64,8 +83,9 @@ def _strict_valid(arguments: str, schema: dict) -> dict:
 def test_required_returns_tool_calls_whose_arguments_fit_the_schema(lane):
     client, *_ = lane
     for seed in range(3):
-        resp = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                              max_tokens=300, seed=seed)
+        resp = client.chat.completions.create(
+            model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=300, seed=seed
+        )
         choice = resp.choices[0]
         assert choice.finish_reason == "tool_calls"
         assert choice.message.tool_calls, choice.message
@@ -78,8 +98,13 @@ def test_a_named_function_is_called_with_arguments_that_fit_its_schema(lane):
     client, *_ = lane
     for seed in range(3):
         resp = client.chat.completions.create(
-            model="lane", messages=MESSAGES, tools=TOOLS, max_tokens=300, seed=seed,
-            tool_choice={"type": "function", "function": {"name": "search_flights"}})
+            model="lane",
+            messages=MESSAGES,
+            tools=TOOLS,
+            max_tokens=300,
+            seed=seed,
+            tool_choice={"type": "function", "function": {"name": "search_flights"}},
+        )
         choice = resp.choices[0]
         assert choice.finish_reason == "stop"
         (call,) = choice.message.tool_calls
@@ -92,8 +117,9 @@ def test_json_object_returns_json(lane):
     client, *_ = lane
     finished = 0
     for seed in range(5):
-        resp = client.chat.completions.create(model="lane", messages=MESSAGES, max_tokens=400, seed=seed,
-                                              response_format={"type": "json_object"})
+        resp = client.chat.completions.create(
+            model="lane", messages=MESSAGES, max_tokens=400, seed=seed, response_format={"type": "json_object"}
+        )
         choice = resp.choices[0]
         if choice.finish_reason == "stop":
             assert isinstance(json.loads(choice.message.content), dict)
@@ -105,31 +131,49 @@ def test_json_object_returns_json(lane):
 
 def test_json_schema_output_validates(lane):
     client, *_ = lane
-    schema = {"type": "object", "properties": {"status": {"enum": ["ok", "degraded", "down"]},
-                                               "latency_ms": {"type": "integer", "minimum": 0, "maximum": 60000},
-                                               "host": {"type": "string"}},
-              "required": ["status", "latency_ms", "host"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "status": {"enum": ["ok", "degraded", "down"]},
+            "latency_ms": {"type": "integer", "minimum": 0, "maximum": 60000},
+            "host": {"type": "string"},
+        },
+        "required": ["status", "latency_ms", "host"],
+    }
     for seed in range(3):
         resp = client.chat.completions.create(
-            model="lane", messages=MESSAGES, max_tokens=300, seed=seed,
-            response_format={"type": "json_schema", "json_schema": {"name": "probe", "schema": schema}})
+            model="lane",
+            messages=MESSAGES,
+            max_tokens=300,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "probe", "schema": schema}},
+        )
         choice = resp.choices[0]
         assert choice.finish_reason == "stop"
         jsonschema.validate(json.loads(choice.message.content), strict(schema))
     # The completions route takes response_format too.
-    resp = client.completions.create(model="lane", prompt='{"tool_call_id": "call_9", "content": ', max_tokens=300,
-                                     seed=1, extra_body={"response_format": {"type": "json_schema",
-                                                                             "json_schema": {"name": "probe",
-                                                                                             "schema": schema}}})
+    resp = client.completions.create(
+        model="lane",
+        prompt='{"tool_call_id": "call_9", "content": ',
+        max_tokens=300,
+        seed=1,
+        extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "probe", "schema": schema}}},
+    )
     jsonschema.validate(json.loads(resp.choices[0].text), strict(schema))
 
 
 def test_streamed_forced_calls_carry_the_same_calls_and_exact_usage(lane):
     client, *_ = lane
     stream = client.chat.completions.create(
-        model="lane", messages=MESSAGES, tools=TOOLS, max_tokens=300, seed=2, stream=True,
+        model="lane",
+        messages=MESSAGES,
+        tools=TOOLS,
+        max_tokens=300,
+        seed=2,
+        stream=True,
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        stream_options={"include_usage": True, "continuous_usage_stats": True})
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+    )
     chunks = list(stream)
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     calls = [tc for d in deltas for tc in (d.tool_calls or [])]
@@ -137,8 +181,9 @@ def test_streamed_forced_calls_carry_the_same_calls_and_exact_usage(lane):
     assert all(tc.index == 0 and tc.function.name is None for tc in calls[1:])
     _strict_valid("".join(tc.function.arguments for tc in calls), WEATHER)
     assert chunks[-1].usage.completion_tokens == max(c.usage.completion_tokens for c in chunks if c.usage)
-    stream = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                            max_tokens=300, seed=2, stream=True)
+    stream = client.chat.completions.create(
+        model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=300, seed=2, stream=True
+    )
     chunks = list(stream)
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert calls and chunks[-1].choices[0].finish_reason == "tool_calls"
@@ -146,22 +191,33 @@ def test_streamed_forced_calls_carry_the_same_calls_and_exact_usage(lane):
         _strict_valid(call.function.arguments, SCHEMAS[call.function.name])
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"tool_choice": "auto"}, "When using `tool_choice`, `tools` must be set."),
-    ({"tools": TOOLS, "tool_choice": "sometimes"}, "Invalid value for `tool_choice`: sometimes!"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-     "The tool specified in `tool_choice` does not match any of the specified `tools`"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "Invalid value for `function`"),
-    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
-     "You can only either use constraints for structured outputs or tools, not both."),
-    ({"response_format": {"type": "yaml"}}, "response_format.type 'yaml'"),
-    ({"response_format": {"type": "json_schema"}}, "json_schema must be an object with a name and a schema"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
-     "cannot be used for structured output"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"tool_choice": "auto"}, "When using `tool_choice`, `tools` must be set."),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "Invalid value for `tool_choice`: sometimes!"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "The tool specified in `tool_choice` does not match any of the specified `tools`",
+        ),
+        ({"tools": TOOLS, "tool_choice": {"type": "function"}}, "Invalid value for `function`"),
+        (
+            {"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+            "You can only either use constraints for structured outputs or tools, not both.",
+        ),
+        ({"response_format": {"type": "yaml"}}, "response_format.type 'yaml'"),
+        ({"response_format": {"type": "json_schema"}}, "json_schema must be an object with a name and a schema"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+            "cannot be used for structured output",
+        ),
+    ],
+)
 def test_what_vllm_refuses_is_a_400(lane, body, message):
     _, url, server, _log = lane
-    code, payload = http_post(url + "/v1/chat/completions", {"model": "lane", "messages": MESSAGES, "max_tokens": 5, **body})
+    code, payload = http_post(
+        url + "/v1/chat/completions", {"model": "lane", "messages": MESSAGES, "max_tokens": 5, **body}
+    )
     assert code == 400 and message in payload["error"]["message"], payload
     assert server._streams == {}
 
@@ -170,25 +226,31 @@ def test_tools_without_the_parser_flags_get_vllms_400():
     with engine() as (url, _server, _log):
         code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5})
         assert code == 400
-        assert payload["error"]["message"] == ('"auto" tool choice requires --enable-auto-tool-choice and '
-                                               "--tool-call-parser to be set")
-        code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
-                                                              "tool_choice": "required"})
+        assert payload["error"]["message"] == (
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
+        code, payload = http_post(
+            url + "/v1/chat/completions",
+            {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5, "tool_choice": "required"},
+        )
         assert code == 400 and "requires --tool-call-parser to be set" in payload["error"]["message"]
         # tool_choice none needs no parser: the answer is text.
-        code, payload = http_post(url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5,
-                                                              "tool_choice": "none"})
+        code, payload = http_post(
+            url + "/v1/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 5, "tool_choice": "none"}
+        )
         assert code == 200 and payload["choices"][0]["message"]["tool_calls"] == []
 
 
 def test_the_parser_reads_the_builtin_models_call_format():
-    text = '{"tool_calls": [{"id": "call_7", "type": "function", "function": {"name": "run_command", ' \
-           '"arguments": {"command": "uptime", "timeout_s": 60}}}]}\nafter'
+    text = (
+        '{"tool_calls": [{"id": "call_7", "type": "function", "function": {"name": "run_command", '
+        '"arguments": {"command": "uptime", "timeout_s": 60}}}]}\nafter'
+    )
     content, calls = parse_tool_calls(text)
     assert content == "\nafter" and len(calls) == 1
     assert calls[0]["function"] == {"name": "run_command", "arguments": '{"command": "uptime", "timeout_s": 60}'}
     assert parse_tool_calls('{"ok": true}') == ('{"ok": true}', [])
-    assert parse_tool_calls('{"tool_calls": [{"function": {"name": ') [1] == []
+    assert parse_tool_calls('{"tool_calls": [{"function": {"name": ')[1] == []
     assert parse_required('[{"name": "f", "parameters": {"a": 1}}]')[0]["function"]["arguments"] == '{"a": 1}'
     assert parse_required('[{"name": "f", "para') is None
     # Streamed: held while it can still become a call, then the call whole, then the rest as content.
@@ -216,13 +278,23 @@ def test_greedy_constrained_text_is_the_masked_targets_argmax_chain_whatever_the
     tok = model.tokenizer
     grammar = compile_json_schema(tok, FLIGHTS)
     prompts = [tok.encode(m["content"]) for m in MESSAGES] + [tok.encode('{"tool_calls": [')]
-    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                                            "draft_sample_method": draft, "rejection_sample_method": "block"}))
+    spec, _ = parse_spec_config(
+        json.dumps(
+            {
+                "method": "dspark",
+                "num_speculative_tokens": 5,
+                "draft_sample_method": draft,
+                "rejection_sample_method": "block",
+            }
+        )
+    )
     texts = []
     for config in (spec, None):
         core = EngineCore(model, config, boot_seed=3)
-        seqs = [Sequence(request_id=str(i), prompt_ids=list(p), params=SamplingParams(temperature=0.0, max_tokens=120))
-                for i, p in enumerate(prompts)]
+        seqs = [
+            Sequence(request_id=str(i), prompt_ids=list(p), params=SamplingParams(temperature=0.0, max_tokens=120))
+            for i, p in enumerate(prompts)
+        ]
         for seq in seqs:
             seq.grammar = Grammar(tok, grammar)
         _run(core, seqs)
@@ -248,17 +320,23 @@ def test_constrained_sampling_with_drafts_matches_sampling_without():
 
     model = load_model()
     tok = model.tokenizer
-    schema = {"type": "object", "properties": {"role": {"enum": ["tool", "assistant", "function", "user"]}},
-              "required": ["role"]}
+    schema = {
+        "type": "object",
+        "properties": {"role": {"enum": ["tool", "assistant", "function", "user"]}},
+        "required": ["role"],
+    }
     grammar = compile_json_schema(tok, schema)
     prompt = tok.encode(MESSAGES[1]["content"] + "\n")
-    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                                            "draft_sample_method": "probabilistic"}))
+    spec, _ = parse_spec_config(
+        json.dumps({"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"})
+    )
     counts = []
     for config in (spec, None):
         core = EngineCore(model, config, boot_seed=5, max_num_seqs=64)
-        seqs = [Sequence(request_id=str(i), prompt_ids=list(prompt), params=SamplingParams(max_tokens=24, seed=i))
-                for i in range(600)]
+        seqs = [
+            Sequence(request_id=str(i), prompt_ids=list(prompt), params=SamplingParams(max_tokens=24, seed=i))
+            for i in range(600)
+        ]
         for seq in seqs:
             seq.grammar = Grammar(tok, grammar)
         _run(core, seqs)
@@ -282,8 +360,17 @@ def test_the_bench_clients_tool_json_requests_run_and_record_tool_calls(lane):
     from gb300lane.recipes.schema import WindowSpec
 
     _, url, _server, _log = lane
-    window = WindowSpec(name="t", classes=["tool_json"], transcripts_per_class=2, rounds=1, concurrency=[1],
-                        temperature=1.0, top_p=1.0, seed_base=7, forced_tokens=48)
+    window = WindowSpec(
+        name="t",
+        classes=["tool_json"],
+        transcripts_per_class=2,
+        rounds=1,
+        concurrency=[1],
+        temperature=1.0,
+        top_p=1.0,
+        seed_base=7,
+        forced_tokens=48,
+    )
     transcript = load_transcripts("tool_json")[0]
     path, body, _ = build_request(transcript, window, model="lane", round=1)
     assert body["tools"] == transcript.tools and "tool_choice" not in body
@@ -304,8 +391,10 @@ def test_the_bench_clients_tool_json_requests_run_and_record_tool_calls(lane):
 def test_parallel_tool_calls_false_keeps_the_first_call():
     from gb300lane.engine.api import chat_message, parse_request
 
-    two = ('[{"name": "get_weather", "parameters": {"city": "Lisbon"}}, '
-           '{"name": "search_flights", "parameters": {"origin": "LIS", "destination": "OPO", "passengers": 1}}]')
+    two = (
+        '[{"name": "get_weather", "parameters": {"city": "Lisbon"}}, '
+        '{"name": "search_flights", "parameters": {"origin": "LIS", "destination": "OPO", "passengers": 1}}]'
+    )
     for parallel, count in ((None, 2), (True, 2), (False, 1)):
         body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
         if parallel is not None:
@@ -314,8 +403,9 @@ def test_parallel_tool_calls_false_keeps_the_first_call():
         message, finish = chat_message(req, two, "stop")
         assert len(message["tool_calls"]) == count and finish == "tool_calls"
     auto = AutoToolStream(parallel=False)
-    text = ('{"tool_calls": [{"function": {"name": "a", "arguments": {}}}, '
-            '{"function": {"name": "b", "arguments": {}}}]}')
+    text = (
+        '{"tool_calls": [{"function": {"name": "a", "arguments": {}}}, {"function": {"name": "b", "arguments": {}}}]}'
+    )
     assert [c["function"]["name"] for c in auto.feed(text)[0]["tool_calls"]] == ["a"]
     with pytest.raises(Exception, match="parallel_tool_calls must be a boolean"):
         parse_request({"messages": MESSAGES, "parallel_tool_calls": "no"}, chat=True, served_model_name="lane")
@@ -326,41 +416,69 @@ def test_structured_outputs_choice_regex_and_json_hold_the_text(lane):
 
     _, url, _server, _log = lane
     for seed in range(3):
-        code, body = http_post(url + "/v1/completions", {"prompt": '{"ok": ', "max_tokens": 20, "seed": seed,
-                                                     "structured_outputs": {"choice": ["true", "false", "null"]}})
+        code, body = http_post(
+            url + "/v1/completions",
+            {
+                "prompt": '{"ok": ',
+                "max_tokens": 20,
+                "seed": seed,
+                "structured_outputs": {"choice": ["true", "false", "null"]},
+            },
+        )
         assert code == 200 and body["choices"][0]["text"] in ("true", "false", "null")
-        code, body = http_post(url + "/v1/completions", {"prompt": '"call_', "max_tokens": 30, "seed": seed,
-                                                     "structured_outputs": {"regex": "call_[0-9]{2,6}"}})
+        code, body = http_post(
+            url + "/v1/completions",
+            {"prompt": '"call_', "max_tokens": 30, "seed": seed, "structured_outputs": {"regex": "call_[0-9]{2,6}"}},
+        )
         assert code == 200 and re.fullmatch("call_[0-9]{2,6}", body["choices"][0]["text"]), body
-        code, body = http_post(url + "/v1/chat/completions", {
-            "messages": MESSAGES, "max_tokens": 200, "seed": seed,
-            "structured_outputs": {"json": json.dumps(WEATHER)}})
+        code, body = http_post(
+            url + "/v1/chat/completions",
+            {
+                "messages": MESSAGES,
+                "max_tokens": 200,
+                "seed": seed,
+                "structured_outputs": {"json": json.dumps(WEATHER)},
+            },
+        )
         assert code == 200
         jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), strict(WEATHER))
-    for bad, needle in (({"choice": ["a"], "regex": "a"}, "You can only use one kind of constraints"),
-                        ({"regex": "("}, "cannot be used for structured output"),
-                        ({"choice": []}, "non-empty list of strings"), ({"json": "{"}, "not valid JSON")):
+    for bad, needle in (
+        ({"choice": ["a"], "regex": "a"}, "You can only use one kind of constraints"),
+        ({"regex": "("}, "cannot be used for structured output"),
+        ({"choice": []}, "non-empty list of strings"),
+        ({"json": "{"}, "not valid JSON"),
+    ):
         code, body = http_post(url + "/v1/completions", {"prompt": "x", "max_tokens": 3, "structured_outputs": bad})
         assert code == 400 and needle in body["error"]["message"], body
 
 
 def test_a_conversation_carries_earlier_tool_calls_in_the_models_own_format(lane):
     client, url, server, _log = lane
-    first = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                           max_tokens=300, seed=1)
+    first = client.chat.completions.create(
+        model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=300, seed=1
+    )
     call = first.choices[0].message.tool_calls[0]
-    history = [{"role": "user", "content": "Weather in Lisbon?"},
-               {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-               {"role": "tool", "tool_call_id": call.id, "content": '{"ok": true}'}]
+    history = [
+        {"role": "user", "content": "Weather in Lisbon?"},
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"ok": true}'},
+    ]
     code, tokens = http_post(url + "/tokenize", {"messages": history, "return_token_strs": True})
     text = "".join(tokens["token_strs"])
     rendered = json.loads(text.split("\n\n")[1])
-    assert rendered["tool_calls"][0]["function"] == {"name": call.function.name,
-                                                     "arguments": json.loads(call.function.arguments)}
+    assert rendered["tool_calls"][0]["function"] == {
+        "name": call.function.name,
+        "arguments": json.loads(call.function.arguments),
+    }
     resp = client.chat.completions.create(model="lane", messages=history, max_tokens=5, seed=1)
     assert resp.usage.prompt_tokens == tokens["count"]
-    code, body = http_post(url + "/v1/chat/completions", {"messages": [
-        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}], "max_tokens": 2})
+    code, body = http_post(
+        url + "/v1/chat/completions",
+        {
+            "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}],
+            "max_tokens": 2,
+        },
+    )
     assert code == 400 and "arguments is not valid JSON" in body["error"]["message"]
 
 
@@ -385,9 +503,15 @@ def test_text_held_for_a_possible_call_still_reports_its_tokens_as_they_come():
         server.tokenizer = CallOpening(server.tokenizer)
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         stream = client.chat.completions.create(
-            model="lane", messages=MESSAGES, tools=TOOLS, max_tokens=40, seed=3, stream=True,
+            model="lane",
+            messages=MESSAGES,
+            tools=TOOLS,
+            max_tokens=40,
+            seed=3,
+            stream=True,
             stream_options={"include_usage": True, "continuous_usage_stats": True},
-            extra_body={"ignore_eos": True, "min_tokens": 40})
+            extra_body={"ignore_eos": True, "min_tokens": 40},
+        )
         chunks = [c for c in stream if c.choices]
     held = [c for c in chunks if c.usage.completion_tokens and not c.choices[0].delta.content]
     counts = [c.usage.completion_tokens for c in chunks]
@@ -406,8 +530,10 @@ def test_a_grammar_that_gives_up_fails_its_own_request_not_the_batch(monkeypatch
     spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5}))
     core = EngineCore(model, spec, boot_seed=3)
     prompt = tok.encode(MESSAGES[1]["content"])
-    broken, fine, free = (Sequence(request_id=n, prompt_ids=list(prompt), params=SamplingParams(max_tokens=60, seed=1))
-                          for n in ("broken", "fine", "free"))
+    broken, fine, free = (
+        Sequence(request_id=n, prompt_ids=list(prompt), params=SamplingParams(max_tokens=60, seed=1))
+        for n in ("broken", "fine", "free")
+    )
     broken.grammar, fine.grammar = Grammar(tok, grammar), Grammar(tok, grammar)
     free.params.ignore_eos = True
     calls = {"n": 0}
@@ -435,34 +561,47 @@ def test_a_forced_call_ends_within_128_tokens_in_99_of_100_seeds(lane):
     parsed = 0
     lengths = []
     for seed in range(100):
-        resp = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                              max_tokens=128, seed=seed)
+        resp = client.chat.completions.create(
+            model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=128, seed=seed
+        )
         choice = resp.choices[0]
         calls = choice.message.tool_calls or []
         try:
-            ok = choice.finish_reason == "tool_calls" and len(calls) >= 1 and all(
-                _strict_valid(c.function.arguments, SCHEMAS[c.function.name]) is not None for c in calls)
+            ok = (
+                choice.finish_reason == "tool_calls"
+                and len(calls) >= 1
+                and all(_strict_valid(c.function.arguments, SCHEMAS[c.function.name]) is not None for c in calls)
+            )
         except (ValueError, jsonschema.ValidationError):
             ok = False
         parsed += ok
         lengths.append(resp.usage.completion_tokens)
     assert parsed >= 99, (parsed, lengths)
     assert sorted(lengths)[50] < 64  # calls end well inside the limit, not at it
-    greedy = client.chat.completions.create(model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required",
-                                            max_tokens=128, temperature=0)
+    greedy = client.chat.completions.create(
+        model="lane", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=128, temperature=0
+    )
     assert greedy.choices[0].finish_reason == "tool_calls" and len(greedy.choices[0].message.tool_calls) == 1
 
 
 def test_schema_integers_and_object_strings_stay_short(lane):
     client, *_ = lane
-    schema = {"type": "object", "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
-              "required": ["count", "label"]}
+    schema = {
+        "type": "object",
+        "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
+        "required": ["count", "label"],
+    }
     for seed in range(10):
         resp = client.chat.completions.create(
-            model="lane", messages=MESSAGES, max_tokens=128, seed=seed,
-            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}})
+            model="lane",
+            messages=MESSAGES,
+            max_tokens=128,
+            seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        )
         value = json.loads(resp.choices[0].message.content)
         assert resp.choices[0].finish_reason == "stop" and len(str(value["count"])) <= 12 and len(value["label"]) < 80
-        free = client.chat.completions.create(model="lane", messages=MESSAGES, max_tokens=128, seed=seed,
-                                              response_format={"type": "json_object"})
+        free = client.chat.completions.create(
+            model="lane", messages=MESSAGES, max_tokens=128, seed=seed, response_format={"type": "json_object"}
+        )
         assert free.choices[0].finish_reason == "stop" and isinstance(json.loads(free.choices[0].message.content), dict)

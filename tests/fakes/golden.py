@@ -35,7 +35,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "cards"
 #: Each golden card and the gate change its second verdict (a re-score) makes.
 CARDS = {"micro.yaml": "tokens-per-step.min_ratio=0.4", "sequential.yaml": "tokens-per-step.alpha=0.05"}
 BOOT_SEEDS = {"A": 7, "B": 8, "A2": 9}
-FROZEN = _dt.datetime(2026, 11, 1, 12, 0, 0, tzinfo=_dt.timezone.utc)
+FROZEN = _dt.datetime(2026, 11, 1, 12, 0, 0, tzinfo=_dt.UTC)
 
 
 class _FrozenDatetime(_dt.datetime):
@@ -77,8 +77,10 @@ def environment() -> str:
     import numpy
     import pydantic
 
-    return (f"python {sys.version_info.major}.{sys.version_info.minor} {platform.machine()} ({_simd()}), "
-            f"numpy {numpy.__version__}, matplotlib {matplotlib.__version__}, pydantic {pydantic.__version__}")
+    return (
+        f"python {sys.version_info.major}.{sys.version_info.minor} {platform.machine()} ({_simd()}), "
+        f"numpy {numpy.__version__}, matplotlib {matplotlib.__version__}, pydantic {pydantic.__version__}"
+    )
 
 
 def _simd() -> str:
@@ -97,26 +99,80 @@ def _window_result(raw: WindowResult, *, recipe: str, fingerprint: str | None, s
     forced = int(raw.window["forced_tokens"])
     records = []
     for r in raw.records:
-        records.append(RequestRecord(
-            transcript_id=r.transcript_id, cls=r.cls, round=r.round, concurrency=r.concurrency,
-            seed=seed_base or 0, kind="completion", worker=0, start_s=0.0, ok=r.ok, error=None,
-            http_status=200, expected_tokens=forced, output_tokens=forced, prompt_tokens=None, chunks=0,
-            token_attribution="usage", ttft_s=None, e2e_s=None, done_s=None, token_times_s=[], engine=None,
-            clock="modelled", decode_tok_s=r.decode_tok_s, tpot_s=None, text=r.text,
-            spec_decode=r.spec_decode))
+        records.append(
+            RequestRecord(
+                transcript_id=r.transcript_id,
+                cls=r.cls,
+                round=r.round,
+                concurrency=r.concurrency,
+                seed=seed_base or 0,
+                kind="completion",
+                worker=0,
+                start_s=0.0,
+                ok=r.ok,
+                error=None,
+                http_status=200,
+                expected_tokens=forced,
+                output_tokens=forced,
+                prompt_tokens=None,
+                chunks=0,
+                token_attribution="usage",
+                ttft_s=None,
+                e2e_s=None,
+                done_s=None,
+                token_times_s=[],
+                engine=None,
+                clock="modelled",
+                decode_tok_s=r.decode_tok_s,
+                tpot_s=None,
+                text=r.text,
+                spec_decode=r.spec_decode,
+            )
+        )
     empty = Percentiles.from_values([])
     cells = []
     for c in raw.cells:
-        cells.append(CellResult(
-            cls=c.cls, concurrency=c.concurrency, round=c.round, valid=c.valid, invalid_reasons=[],
-            notes=[], requests=int(raw.window["transcripts_per_class"]), errors=0, expected_tokens=0, output_tokens=0,
-            clock="modelled", span_s=None, wall_span_s=0.0, decode_tok_s=c.decode_tok_s,
-            decode_tok_s_per_stream=empty, ttft_s=empty, tpot_s=empty, itl_s=empty, generation_tokens_delta=None,
-            spec=c.spec, spec_absent_reason=None, counters_delta=None))
-    return WindowResult(tool_version="golden", python="3", platform="golden", created_at=FROZEN.isoformat(),
-                        endpoint="http://127.0.0.1:1", model="m", server_version=None, recipe=recipe,
-                        fingerprint=fingerprint, window=raw.window, valid=all(c.valid for c in cells),
-                        cells=cells, records=records)
+        cells.append(
+            CellResult(
+                cls=c.cls,
+                concurrency=c.concurrency,
+                round=c.round,
+                valid=c.valid,
+                invalid_reasons=[],
+                notes=[],
+                requests=int(raw.window["transcripts_per_class"]),
+                errors=0,
+                expected_tokens=0,
+                output_tokens=0,
+                clock="modelled",
+                span_s=None,
+                wall_span_s=0.0,
+                decode_tok_s=c.decode_tok_s,
+                decode_tok_s_per_stream=empty,
+                ttft_s=empty,
+                tpot_s=empty,
+                itl_s=empty,
+                generation_tokens_delta=None,
+                spec=c.spec,
+                spec_absent_reason=None,
+                counters_delta=None,
+            )
+        )
+    return WindowResult(
+        tool_version="golden",
+        python="3",
+        platform="golden",
+        created_at=FROZEN.isoformat(),
+        endpoint="http://127.0.0.1:1",
+        model="m",
+        server_version=None,
+        recipe=recipe,
+        fingerprint=fingerprint,
+        window=raw.window,
+        valid=all(c.valid for c in cells),
+        cells=cells,
+        records=records,
+    )
 
 
 class InProcessArmOps:
@@ -143,24 +199,29 @@ class InProcessArmOps:
 
         return ForeignCount(foreign_clients=0, check={"sent": sent})
 
-    def run_window(self, endpoint: str, window: Any, *, model: str, recipe: str,
-                   fingerprint: str | None) -> WindowResult:
+    def run_window(
+        self, endpoint: str, window: Any, *, model: str, recipe: str, fingerprint: str | None
+    ) -> WindowResult:
         raw = self.lane.run_window(self._engines[endpoint], window)
         return _window_result(raw, recipe=recipe, fingerprint=fingerprint, seed_base=window.seed_base)
 
 
 def run_golden(results: Path) -> dict[str, str]:
     """Run the golden cards into `results` (which must not exist yet) and return {relative path: sha256}."""
-    from gb300lane.cards import load_card, register, render_report, rescore, run_card, score
-
     from gb300lane import signing
+    from gb300lane.cards import load_card, register, render_report, rescore, run_card, score
 
     assert not results.exists(), results
     config, state = results.parent / f"{results.name}-config", results.parent / f"{results.name}-state"
     # the evidence log in the state directory remembers earlier runs: a golden run starts with none
     assert not config.exists() and not state.exists(), (config, state)
-    env = {"GB300LANE_RESULTS_DIR": str(results), "GB300LANE_STATE_DIR": str(state),
-           "XDG_CONFIG_HOME": str(config), "GB300LANE_SIGNING_KEY": None, "GB300LANE_ALLOWED_SIGNERS": None}
+    env = {
+        "GB300LANE_RESULTS_DIR": str(results),
+        "GB300LANE_STATE_DIR": str(state),
+        "XDG_CONFIG_HOME": str(config),
+        "GB300LANE_SIGNING_KEY": None,
+        "GB300LANE_ALLOWED_SIGNERS": None,
+    }
     old = {k: os.environ.get(k) for k in env}
     for k, v in env.items():
         if v is None:
@@ -172,7 +233,8 @@ def run_golden(results: Path) -> dict[str, str]:
         key = write_key(signing.signing_key_path())
         pub = Path(f"{key}.pub").read_text().split()
         signing.allowed_signers_path().write_text(
-            f'{signing.PRINCIPAL} namespaces="{signing.NAMESPACE}" {pub[0]} {pub[1]}\n')
+            f'{signing.PRINCIPAL} namespaces="{signing.NAMESPACE}" {pub[0]} {pub[1]}\n'
+        )
         with frozen_clock():
             for name, change in CARDS.items():
                 card, path = load_card(DATA / name)
@@ -188,8 +250,11 @@ def run_golden(results: Path) -> dict[str, str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return {p.relative_to(results).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(results.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(results).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(results.rglob("*"))
+        if p.is_file()
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -228,8 +228,11 @@ class FakeLane:
         self.gen_tokens += b.foreign_tokens_per_request
         if chat:
             # vLLM opens a chat stream with a role-only chunk that carries no tokens and no usage.
-            role = {"id": f"req-{index}", "object": "chunk",
-                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+            role = {
+                "id": f"req-{index}",
+                "object": "chunk",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+            }
             await emit(role)
         sent = 0
         step = 0
@@ -279,8 +282,11 @@ class FakeLane:
         if index in b.no_done:
             await resp.write_eof()
             return resp
-        finish = {"id": f"req-{index}", "object": "chunk",
-                  "choices": [{"index": 0, "text": "", "delta": {}, "finish_reason": "length"}]}
+        finish = {
+            "id": f"req-{index}",
+            "object": "chunk",
+            "choices": [{"index": 0, "text": "", "delta": {}, "finish_reason": "length"}],
+        }
         await emit(finish)
         final: dict[str, Any] = {
             "id": f"req-{index}",

@@ -54,13 +54,23 @@ def write_key(path: Path, seed_text: str = "gb300lane golden card run") -> Path:
     blob = _string(b"ssh-ed25519") + _string(pub)
     private = struct.pack(">II", 1, 1) + blob + _string(seed + pub) + _string(b"golden")
     private += bytes(range(1, 1 + (-len(private)) % 8))
-    body = (b"openssh-key-v1\0" + _string(b"none") + _string(b"none") + _string(b"") + struct.pack(">I", 1)
-            + _string(blob) + _string(private))
+    body = (
+        b"openssh-key-v1\0"
+        + _string(b"none")
+        + _string(b"none")
+        + _string(b"")
+        + struct.pack(">I", 1)
+        + _string(blob)
+        + _string(private)
+    )
     import base64
 
     b64 = base64.b64encode(body).decode()
-    text = "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "".join(
-        b64[i:i + 70] + "\n" for i in range(0, len(b64), 70)) + "-----END OPENSSH PRIVATE KEY-----\n"
+    text = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + "".join(b64[i : i + 70] + "\n" for i in range(0, len(b64), 70))
+        + "-----END OPENSSH PRIVATE KEY-----\n"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     path.chmod(0o600)

@@ -71,11 +71,15 @@ def undeclared(folders: tuple[str, ...], wanted: set[str]) -> list[str]:
             for module in sorted(imports(path) - own - set(sys.stdlib_module_names)):
                 dists = {canonicalize_name(d) for d in providers.get(module, [])}
                 if not dists:
-                    problems.append(f"{path.relative_to(ROOT)}: imports {module}, which no installed distribution "
-                                    "provides; add the distribution that does to pyproject.toml's `test` extra")
+                    problems.append(
+                        f"{path.relative_to(ROOT)}: imports {module}, which no installed distribution "
+                        "provides; add the distribution that does to pyproject.toml's `test` extra"
+                    )
                 elif not dists & wanted:
-                    problems.append(f"{path.relative_to(ROOT)}: imports {module} (from {', '.join(sorted(dists))}), "
-                                    "which pyproject.toml does not declare; add it to `dependencies` or the `test` extra")
+                    problems.append(
+                        f"{path.relative_to(ROOT)}: imports {module} (from {', '.join(sorted(dists))}), "
+                        "which pyproject.toml does not declare; add it to `dependencies` or the `test` extra"
+                    )
     return problems
 
 
@@ -96,8 +100,10 @@ def test_the_real_lane_scripts_import_what_the_real_lane_declares() -> None:
     for rel in sorted(REAL_LANE_SCRIPTS):
         for module in sorted(imports(ROOT / rel) - set(sys.stdlib_module_names)):
             if canonicalize_name(module) not in wanted:
-                problems.append(f"{rel}: imports {module}, which requirements/real-lane.in does not name; add it there "
-                                "and recompile requirements/real-lane.txt")
+                problems.append(
+                    f"{rel}: imports {module}, which requirements/real-lane.in does not name; add it there "
+                    "and recompile requirements/real-lane.txt"
+                )
     assert not problems, "\n".join(problems)
 
 

@@ -29,8 +29,12 @@ def _contract_line(c: dict[str, Any]) -> str:
     if kind == "layers":
         containers = c.get("containers") or [None]
         where = f" (in {_strip(containers[0], None)})" if containers[0] else ""
-        layers = " -> ".join(" : ".join(_strip(m.strip(), containers[0]) for m in layer.split(":"))
-                             if ":" in layer else layer.replace("gb300lane.", "") for layer in c["layers"])
+        layers = " -> ".join(
+            " : ".join(_strip(m.strip(), containers[0]) for m in layer.split(":"))
+            if ":" in layer
+            else layer.replace("gb300lane.", "")
+            for layer in c["layers"]
+        )
         return f"- {c['name']}: layers{where} {layers}"
     if kind == "forbidden":
         return f"- {c['name']}: forbidden {', '.join(c['source_modules'])} -> {', '.join(c['forbidden_modules'])}"

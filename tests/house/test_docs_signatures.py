@@ -69,7 +69,7 @@ def listed_signatures(doc: str = DOC.read_text()) -> list[Listed]:
         if pending is not None:
             start, text = pending
             text += " " + code.strip()
-        elif (match := _CALL.match(code)) and not raw.startswith(" "):
+        elif _CALL.match(code) and not raw.startswith(" "):
             start, text = number, code
         else:
             continue
@@ -198,8 +198,11 @@ def check(item: Listed) -> list[str]:
             problems.append(f"leaves out {missing} (the code's parameters: {code_names}); list them or write `...`")
     if item.returns and sig.return_annotation is not sig.empty and not inspect.isclass(target):
         doc_ret, code_ret = _norm(item.returns), _norm(str(sig.return_annotation))
-        if doc_ret != code_ret and not (doc_ret.startswith("ContextManager[") and code_ret.startswith("Iterator[")
-                                        and doc_ret[len("ContextManager"):] == code_ret[len("Iterator"):]):
+        if doc_ret != code_ret and not (
+            doc_ret.startswith("ContextManager[")
+            and code_ret.startswith("Iterator[")
+            and doc_ret[len("ContextManager") :] == code_ret[len("Iterator") :]
+        ):
             problems.append(f"returns `{sig.return_annotation}` in the code, not `{item.returns}`")
     return problems
 

@@ -128,7 +128,9 @@ def _texts(base: str) -> st.SearchStrategy[str | bytes]:
         st.binary(max_size=3000),
         yaml_soup,
         yaml_soup.map(lambda s: base + s),
-        st.tuples(st.integers(min_value=0, max_value=len(base)), yaml_soup).map(lambda t: base[: t[0]] + t[1] + base[t[0]:]),
+        st.tuples(st.integers(min_value=0, max_value=len(base)), yaml_soup).map(
+            lambda t: base[: t[0]] + t[1] + base[t[0] :]
+        ),
         mutated(base_data).map(_dump),
     )
 
@@ -187,11 +189,17 @@ def _report() -> Iterator[None]:
     out = os.environ.get("GB300LANE_FUZZ_REPORT")
     if out:
         rows = {k: dict(v) for k, v in sorted(FIGURES.items())}
-        total = {key: sum(v.get(key, 0) for v in FIGURES.values())
-                 for key in ("tried", "accepted", "refused", "tracebacks", "bad_messages", "hangs")}
+        total = {
+            key: sum(v.get(key, 0) for v in FIGURES.values())
+            for key in ("tried", "accepted", "refused", "tracebacks", "bad_messages", "hangs")
+        }
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps({"examples_per_property": EXAMPLES, "hang_s": HANG_S, "total": total,
-                                         "by_property": rows}, indent=2) + "\n")
+        Path(out).write_text(
+            json.dumps(
+                {"examples_per_property": EXAMPLES, "hang_s": HANG_S, "total": total, "by_property": rows}, indent=2
+            )
+            + "\n"
+        )
 
 
 _DIR = Path(tempfile.mkdtemp(prefix="gb300lane-fuzz-"))
@@ -225,26 +233,83 @@ def test_the_card_loader_never_tracebacks_or_hangs(content: str | bytes) -> None
 
 # -- the engine's request parser -------------------------------------------------------------------
 
-COMPLETION = {"model": "m", "prompt": "Hello", "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "seed": 1,
-              "stream": True, "stream_options": {"include_usage": True}, "stop": ["\n"], "min_tokens": 1}
-CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 8,
-        "temperature": 0.0, "top_k": 5, "min_p": 0.1, "ignore_eos": True}
-TOOL_CHAT = {"model": "m", "messages": [
-    {"role": "user", "content": "Weather?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
-    {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"}], "max_tokens": 8,
-             "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
-                 "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 9}},
-                 "required": ["city"]}}}],
-             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": False}
-FORMATTED = {"model": "m", "prompt": "{", "max_tokens": 8, "response_format": {"type": "json_schema", "json_schema": {
-    "name": "x", "schema": {"type": "object", "properties": {"a": {"enum": [1, "b"]}, "b": {"type": "array",
-                                                                                          "items": {"type": "number"}}}}}}}
+COMPLETION = {
+    "model": "m",
+    "prompt": "Hello",
+    "max_tokens": 8,
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "seed": 1,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "stop": ["\n"],
+    "min_tokens": 1,
+}
+CHAT = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "Hi"}],
+    "max_completion_tokens": 8,
+    "temperature": 0.0,
+    "top_k": 5,
+    "min_p": 0.1,
+    "ignore_eos": True,
+}
+TOOL_CHAT = {
+    "model": "m",
+    "messages": [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'},
+    ],
+    "max_tokens": 8,
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 9}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "parallel_tool_calls": False,
+}
+FORMATTED = {
+    "model": "m",
+    "prompt": "{",
+    "max_tokens": 8,
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "x",
+            "schema": {
+                "type": "object",
+                "properties": {"a": {"enum": [1, "b"]}, "b": {"type": "array", "items": {"type": "number"}}},
+            },
+        },
+    },
+}
 OUTPUTS = {"model": "m", "prompt": "x", "max_tokens": 4, "structured_outputs": {"choice": ["yes", "no"]}}
 REGEX = {"model": "m", "prompt": "x", "max_tokens": 4, "structured_outputs": {"regex": "[a-z]{2,5}-[0-9]+"}}
-bodies = st.one_of(json_values, mutated(COMPLETION), mutated(CHAT), mutated(TOOL_CHAT), mutated(FORMATTED),
-                   mutated(OUTPUTS), mutated(REGEX))
+bodies = st.one_of(
+    json_values,
+    mutated(COMPLETION),
+    mutated(CHAT),
+    mutated(TOOL_CHAT),
+    mutated(FORMATTED),
+    mutated(OUTPUTS),
+    mutated(REGEX),
+)
 
 
 def _api_error(exc: BaseException) -> bool:

@@ -67,8 +67,9 @@ def lane_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, o
 
         card, p = load_card(DATA / "mini.yaml")
         rec = register(card, p.read_text())
-        fl = fakes.FakeLane(card, {"A": 1.0, "B": 1.03, "A2": 1.025},
-                            jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}})
+        fl = fakes.FakeLane(
+            card, {"A": 1.0, "B": 1.03, "A2": 1.025}, jitter={"A": {1: 0.0, 2: 0.03}, "A2": {1: 0.03, 2: 0.0}}
+        )
         run_card(rec, ops=fl.ops())
         score(rec)
         yield {"rec": rec, "card": card.name, "candidate": card.candidate.recipe, "env": env}
@@ -116,8 +117,16 @@ def _targets(st: dict[str, object]) -> dict[str, Path]:
 def _commands(st: dict[str, object]) -> list[list[str]]:
     root = str(st["rec"].root)  # type: ignore[attr-defined]
     return [
-        ["status"], ["status", "--json"], ["verify"], ["history"], ["down", "--all"], ["rollback", "--dry-run"],
-        ["prune", "--dry-run"], ["promote", str(st["candidate"])], ["card", "score", root], ["verify", "--card", root],
+        ["status"],
+        ["status", "--json"],
+        ["verify"],
+        ["history"],
+        ["down", "--all"],
+        ["rollback", "--dry-run"],
+        ["prune", "--dry-run"],
+        ["promote", str(st["candidate"])],
+        ["card", "score", root],
+        ["verify", "--card", root],
     ]
 
 
@@ -154,8 +163,10 @@ def test_every_state_and_results_file_damaged_every_way(
     tracebacks, unsafe, unnamed, cases = [], [], [], 0
     # What each command answers on the intact lane: a failure it gives anyway (a verdict already recorded) is
     # not about the damage.
-    baseline = {" ".join(a): " ".join(runner.invoke(app, a, env={"COLUMNS": "400"}).output.split())
-                for a in _commands(lane_state)}
+    baseline = {
+        " ".join(a): " ".join(runner.invoke(app, a, env={"COLUMNS": "400"}).output.split())
+        for a in _commands(lane_state)
+    }
     for what, path in targets.items():
         backup = tmp_path / "backup" / what.replace(" ", "_").replace("'", "")
         backup.parent.mkdir(exist_ok=True)
@@ -170,8 +181,15 @@ def test_every_state_and_results_file_damaged_every_way(
             cases += 1
             if path.is_dir():
                 shutil.rmtree(path)
-                path.write_bytes(os.urandom(64) if how == "random bytes" else b"" if how == "zero length"
-                                 else b'["wrong type"]' if how == "wrong type" else b"trunc")
+                path.write_bytes(
+                    os.urandom(64)
+                    if how == "random bytes"
+                    else b""
+                    if how == "zero length"
+                    else b'["wrong type"]'
+                    if how == "wrong type"
+                    else b"trunc"
+                )
             else:
                 if how == "directory":
                     path.unlink()
@@ -182,8 +200,9 @@ def test_every_state_and_results_file_damaged_every_way(
                 got = runner.invoke(app, args, env={"COLUMNS": "400"})
                 out = " ".join(got.output.split())
                 if (got.exception is not None and not isinstance(got.exception, SystemExit)) or "Traceback" in out:
-                    tracebacks.append(f"{what} / {how} / {' '.join(args)}: {type(got.exception).__name__}: "
-                                      f"{got.exception}")
+                    tracebacks.append(
+                        f"{what} / {how} / {' '.join(args)}: {type(got.exception).__name__}: {got.exception}"
+                    )
                 elif got.exit_code != 0 and out != baseline[" ".join(args)] and not _names(out, path):
                     unnamed.append(f"{what} / {how} / {' '.join(args)}: {out[:300]}")
                 if args == ["status"] and got.exit_code == 0 and "production: none recorded" in out:
@@ -193,9 +212,11 @@ def test_every_state_and_results_file_damaged_every_way(
             if {k: states.get(k) for k in want} != want:
                 unsafe.append(f"{what} / {how}: production or the pair changed: {states}")
                 break
-    print(f"\nfuzz: {len(targets)} files x {len(CORRUPTIONS)} corruptions = {cases} cases "
-          f"({cases * len(_commands(lane_state))} commands); tracebacks {len(tracebacks)}, "
-          f"unsafe outcomes {len(unsafe)}, unnamed failures {len(unnamed)}")
+    print(
+        f"\nfuzz: {len(targets)} files x {len(CORRUPTIONS)} corruptions = {cases} cases "
+        f"({cases * len(_commands(lane_state))} commands); tracebacks {len(tracebacks)}, "
+        f"unsafe outcomes {len(unsafe)}, unnamed failures {len(unnamed)}"
+    )
     assert len(targets) == 17, sorted(targets)
     assert not tracebacks, "\n".join(tracebacks)
     assert not unsafe, "\n".join(unsafe)

@@ -19,4 +19,3 @@ def test_every_folder_of_tests_is_a_package() -> None:
     assert folders, "no test folder found"
     bare = [f.relative_to(TESTS).as_posix() for f in folders if not (f / "__init__.py").is_file()]
     assert not bare, f"test folders without an __init__.py (add an empty one): {bare}"
-

@@ -34,8 +34,13 @@ def test_the_first_screen_is_the_install_then_the_tests() -> None:
 
 
 def _checkout_files() -> list[str]:
-    done = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return [f for f in done.stdout.split("\0") if f and (ROOT / f).is_file()]
 
 
@@ -51,19 +56,34 @@ def test_the_first_screen_runs_green_in_a_fresh_virtual_environment(tmp_path: Pa
         shutil.copy2(ROOT / rel, repo / rel)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
-           and not k.startswith("GB300LANE_")}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
-               GB300LANE_STATE_DIR=str(tmp_path / "state"), VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
+        and not k.startswith("GB300LANE_")
+    }
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        GB300LANE_STATE_DIR=str(tmp_path / "state"),
+        VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"),
+    )
     log = []
     for line in first_screen((ROOT / "README.md").read_text()):
         t0 = time.monotonic()
         done = subprocess.run(["bash", "-c", line], cwd=repo, env=env, capture_output=True, text=True, timeout=3000)
         tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
         log.append(f"$ {line}: exit {done.returncode} in {time.monotonic() - t0:.0f} s; last line: {tail[0]}")
-        assert done.returncode == 0, "\n".join(log) + f"\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
-    which = subprocess.run(["bash", "-c", "command -v python3; python3 -c 'import gb300lane; print(gb300lane.__file__)'"],
-                           cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (
+            "\n".join(log) + f"\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        )
+    which = subprocess.run(
+        ["bash", "-c", "command -v python3; python3 -c 'import gb300lane; print(gb300lane.__file__)'"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert which.stdout.splitlines() == [str(venv / "bin" / "python3"), str(repo / "gb300lane" / "__init__.py")], which
     print("\n".join(log))

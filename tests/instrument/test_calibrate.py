@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gb300lane.cards import load_card, register, run_card
+from gb300lane.cli.main import app
 from gb300lane.instrument.calibrate import aa_card, calibrate, find_calibration
 from gb300lane.instrument.plan import plan_for, registration_plan, registration_warnings
 from gb300lane.instrument.simulate import InProcessLane
-from gb300lane.cli.main import app
 
 from fakes import cards as fakes
 
@@ -57,7 +57,8 @@ def test_one_user_requests_side_by_side_get_what_they_get_alone(lane: InProcessL
             assert a.output_ids == b.output_ids and (a.num_drafts, a.num_accepted) == (b.num_drafts, b.num_accepted)
             # times since arrival: alone, the first step starts when the request arrives
             assert [t - a.token_modelled[0] for t in a.token_modelled] == pytest.approx(
-                [t - b.token_modelled[0] for t in b.token_modelled])
+                [t - b.token_modelled[0] for t in b.token_modelled]
+            )
 
 
 def test_aa_card_boots_the_control_recipe_as_b() -> None:
@@ -69,8 +70,7 @@ def test_aa_card_boots_the_control_recipe_as_b() -> None:
 @pytest.mark.slow  # end to end: each replicate boots the engine for four arms and runs the card on them
 def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_path: Path) -> None:
     path = _quick("tested.yaml", tmp_path)
-    res = CliRunner().invoke(app, ["card", "calibrate", str(path), "--replicates", "3",
-                                   "--workers", "1", "--json"])
+    res = CliRunner().invoke(app, ["card", "calibrate", str(path), "--replicates", "3", "--workers", "1", "--json"])
     assert res.exit_code == 0, res.output
     body = json.loads(res.stdout)
     for key in ("false_better_rate", "false_fail_rate", "power", "replicates", "requests_per_arm"):
@@ -92,8 +92,11 @@ def test_calibrate_reports_each_rate_with_its_interval_and_keeps_receipts(tmp_pa
     found = find_calibration(card, 3, 0)
     assert found is not None and found[1] == d and found[0].model_dump(mode="json") == body["calibration"]
     assert find_calibration(card, 3, 1) is None and find_calibration(card, 4, 0) is None
-    wider = card.model_copy(update={"gates": tuple(g.model_copy(update={"margin": 0.5}) if g.id == "decode-no-loss"
-                                                   else g for g in card.gates)})
+    wider = card.model_copy(
+        update={
+            "gates": tuple(g.model_copy(update={"margin": 0.5}) if g.id == "decode-no-loss" else g for g in card.gates)
+        }
+    )
     assert find_calibration(wider, 3, 0) is None
 
 
@@ -109,7 +112,8 @@ def test_calibration_is_reproducible_from_its_seed(lane: InProcessLane, tmp_path
 
 @pytest.mark.slow  # end to end: each replicate boots the engine for four arms and runs the card on them
 def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicates(
-        lane: InProcessLane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lane: InProcessLane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import importlib
 
     cal_mod = importlib.import_module("gb300lane.instrument.calibrate")  # the package's `calibrate` is the function
@@ -122,8 +126,9 @@ def test_an_interrupted_calibration_resumes_without_rerunning_finished_replicate
     keep.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second
     ran: list[int] = []
     real = cal_mod.run_replicate
-    monkeypatch.setattr(cal_mod, "run_replicate",
-                        lambda ln, c, s, r, *a, **kw: ran.append(r) or real(ln, c, s, r, *a, **kw))
+    monkeypatch.setattr(
+        cal_mod, "run_replicate", lambda ln, c, s, r, *a, **kw: ran.append(r) or real(ln, c, s, r, *a, **kw)
+    )
     again, outcomes2 = calibrate(card, 2, seed=5, lane=lane, resume=keep)
     assert ran == [1] and outcomes2 == outcomes and again.power == full.power
     assert [json.loads(x)["outcomes"][0]["replicate"] for x in keep.read_text().splitlines()] == [0, 1]
@@ -157,12 +162,18 @@ def test_plan_from_earlier_control_receipts_and_register_warns() -> None:
     assert any(w.startswith("underpowered") for w in warn)
     # a second registration of the same question is refused (its one run was measured); as a new question it
     # records the plan
-    again = register(card, path.read_text(), fresh=True, plan=registration_plan(card),
-                     new_question="the plan recorded at registration")
+    again = register(
+        card,
+        path.read_text(),
+        fresh=True,
+        plan=registration_plan(card),
+        new_question="the plan recorded at registration",
+    )
     assert again.registration().plan.power == pytest.approx(plan.power)
     # a larger planned effect needs fewer requests
-    assert plan_for(card, pilot=False, effect=0.05).gates[0].requests_per_arm_for_target < \
-        tps.requests_per_arm_for_target
+    assert (
+        plan_for(card, pilot=False, effect=0.05).gates[0].requests_per_arm_for_target < tps.requests_per_arm_for_target
+    )
 
 
 def test_plan_runs_a_pilot_of_arm_a_when_there_is_no_data(tmp_path: Path) -> None:
@@ -200,7 +211,8 @@ def test_aa_tokens_per_step_test_keeps_its_error_rate(tmp_path: Path, lane: InPr
 
 @pytest.mark.slow  # end to end: each replicate boots the engine for four arms and runs the card on them
 def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
-        lane: InProcessLane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lane: InProcessLane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import importlib
 
     cal_mod = importlib.import_module("gb300lane.instrument.calibrate")
@@ -210,9 +222,14 @@ def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
     assert len(cal_mod.load_raw(raw)) == 8  # A, A2, B as written and A as B, per replicate
     assert set(first.boot_check) == {"tokens-per-step", "decode-no-loss", "decode-per-class", "controls-agree"}
     assert first.boot_check["tokens-per-step"].boots == 6 and first.reused_arm_stages == 0
-    booted = card.model_copy(update={"gates": tuple(
-        g.model_copy(update={"boot_sd": 0.3, "boot_df": 40}) if g.id == "tokens-per-step" else g
-        for g in card.gates)})
+    booted = card.model_copy(
+        update={
+            "gates": tuple(
+                g.model_copy(update={"boot_sd": 0.3, "boot_df": 40}) if g.id == "tokens-per-step" else g
+                for g in card.gates
+            )
+        }
+    )
     assert cal_mod.raw_file(booted, 5) == raw and cal_mod.progress_file(booted, 5) != cal_mod.progress_file(card, 5)
 
     def no_engine(*_a: object, **_k: object) -> None:
@@ -230,8 +247,8 @@ def test_changed_gates_rescore_the_kept_arms_without_running_the_engine(
 
 @pytest.mark.slow
 def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_leaves_it_out() -> None:
-    from gb300lane.instrument.plan import run_boot_study
     from gb300lane.cards.record.studies import earlier_boots
+    from gb300lane.instrument.plan import run_boot_study
 
     card, path = load_card(DATA / "tested.yaml")
     rec = register(card, path.read_text())
@@ -247,8 +264,13 @@ def test_plan_boot_study_measures_the_boot_sd_and_register_warns_when_a_gate_lea
     # a registered boot sd is what the power uses, and a large one costs power the requests cannot buy back
     # (larger than the one measured: the study draws its boot seeds afresh, so the measured sd varies by run)
     big_sd = max(0.03, 2 * tps.boot_sd_measured)
-    big = card.model_copy(update={"gates": tuple(g.model_copy(update={"boot_sd": big_sd}) if g.id == "tokens-per-step"
-                                                 else g for g in card.gates)})
+    big = card.model_copy(
+        update={
+            "gates": tuple(
+                g.model_copy(update={"boot_sd": big_sd}) if g.id == "tokens-per-step" else g for g in card.gates
+            )
+        }
+    )
     bp = next(g for g in plan_for(big, pilot=False).gates if g.gate == "tokens-per-step")
     assert bp.boot_sd == big_sd and bp.power is not None and tps.power is not None and bp.power < tps.power
     assert bp.requests_per_arm_for_target is None and "boots" in bp.note
@@ -268,9 +290,9 @@ def test_a_boot_study_runs_what_one_boot_of_the_card_runs() -> None:
 def test_the_plan_is_checked_at_the_effects_the_replicates_met(monkeypatch: pytest.MonkeyPatch) -> None:
     """plan_check plans the deciding gates at the replicates' mean effects (never the equivalence of the controls,
     nor a diagnostic) and says whether that power falls inside the measured interval."""
+    from gb300lane.cards.decide.results import CardPlan
     from gb300lane.instrument import plan as plan_mod
     from gb300lane.instrument.calibrate import Calibration, rate_ci
-    from gb300lane.cards.decide.results import CardPlan
 
     card, _ = load_card("local-br1")
     asked: list[object] = []
@@ -280,8 +302,15 @@ def test_the_plan_is_checked_at_the_effects_the_replicates_met(monkeypatch: pyte
         return tuple(CardPlan.model_construct(source="pilot p", power=0.6 if e is None else 0.8) for e in effects)
 
     monkeypatch.setattr(plan_mod, "registration_plans", fake)
-    cal = Calibration.model_construct(power=rate_ci(85, 100), mean_estimates_card={
-        "tokens-per-step": 0.0266, "decode-no-loss": 0.02, "decode-per-class": 0.01, "controls-agree": 0.001})
+    cal = Calibration.model_construct(
+        power=rate_ci(85, 100),
+        mean_estimates_card={
+            "tokens-per-step": 0.0266,
+            "decode-no-loss": 0.02,
+            "decode-per-class": 0.01,
+            "controls-agree": 0.001,
+        },
+    )
     check = plan_mod.plan_check(card, cal)
     assert asked == [None, {"tokens-per-step": 0.0266, "decode-no-loss": 0.02}]
     assert check is not None and check.planned_at_mde == 0.6 and check.planned_at_measured == 0.8

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards import load_card
-from gb300lane.instrument.lanecal import calibrate_lane, replicate_card
 from gb300lane.cards.record.receipts import Receipts
+from gb300lane.instrument.lanecal import calibrate_lane, replicate_card
 
 from fakes import cards as fakes
 
@@ -35,8 +35,11 @@ def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_replicates_are_cards_with_their_own_seeds_and_a_bs_control_recipe_in_aa() -> None:
     card, _ = load_card(DATA / "tested.yaml")
-    aa0, aa1, w0 = (replicate_card(card, "aa", 0, 0), replicate_card(card, "aa", 0, 1),
-                    replicate_card(card, "card", 0, 0))
+    aa0, aa1, w0 = (
+        replicate_card(card, "aa", 0, 0),
+        replicate_card(card, "aa", 0, 1),
+        replicate_card(card, "card", 0, 0),
+    )
     assert aa0.candidate.recipe == card.controls[0].recipe and w0.candidate.recipe == card.candidate.recipe
     seeds = {c.window(c.primary_window).seed_base for c in (aa0, aa1)}
     assert len(seeds) == 2 and w0.window(w0.primary_window).seed_base == aa0.window(aa0.primary_window).seed_base
@@ -47,7 +50,9 @@ def test_replicates_are_cards_with_their_own_seeds_and_a_bs_control_recipe_in_aa
 
 
 @pytest.mark.slow
-def test_calibration_through_the_lane_counts_verdicts_resumes_and_keeps_every_replicate_a_receipt(tmp_path: Path) -> None:
+def test_calibration_through_the_lane_counts_verdicts_resumes_and_keeps_every_replicate_a_receipt(
+    tmp_path: Path,
+) -> None:
     card, _ = load_card(DATA / "tested.yaml")
     # B as written is 8% better in tokens per step: the card should PASS; A/A has nothing to find
     lane = RecipeLane(card, {}, tps={"local-v27": 1.08}, noise=0.01)
@@ -98,12 +103,17 @@ def test_a_registered_extension_takes_every_inconclusive_replicate_on_to_a_decis
     again = RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03, n_transcripts=20)
     cal2 = calibrate_lane(card, 2, ops=again.ops(), seed=3)
     assert not [c for c in again.calls if c[0] == "up"] and cal2.replicates == tuple(
-        r.model_copy(update={"seconds": 0.0}) for r in cal.replicates)
+        r.model_copy(update={"seconds": 0.0}) for r in cal.replicates
+    )
     # --no-extend: the design's own look alone, in replicates of their own
-    own = calibrate_lane(card, 2, ops=RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03,
-                                                 n_transcripts=20).ops(), seed=3, extend=False)
-    assert not own.extended and own.root != cal.root and all(r.extensions == 0 and r.looks == 1
-                                                             for r in own.replicates)
+    own = calibrate_lane(
+        card,
+        2,
+        ops=RecipeLane(card, {}, tps={card.candidate.recipe: 1.004}, noise=0.03, n_transcripts=20).ops(),
+        seed=3,
+        extend=False,
+    )
+    assert not own.extended and own.root != cal.root and all(r.extensions == 0 and r.looks == 1 for r in own.replicates)
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from gb300lane import lane
 from gb300lane.cards import load_card
-from gb300lane.instrument.plan import plan_for
 from gb300lane.cli.main import app
 from gb300lane.errors import CardError
+from gb300lane.instrument.plan import plan_for
 
 DATA = Path(__file__).parents[1] / "data" / "cards"
 

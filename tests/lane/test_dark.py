@@ -35,7 +35,10 @@ def test_the_bind_check_names_every_port_of_the_lane() -> None:
     assert result.status == "fail" and "0.0.0.0:30107" in result.summary
     assert checks.check_bind([main], [30106, 30107]).status == "fail"  # the sidecar is not listening at all
     stray = facts.Listener(address="0.0.0.0", port=40000, pid=1)
-    assert checks.check_bind([main, side.model_copy(update={"address": "127.0.0.1"}), stray], [30106, 30107]).status == "fail"
+    assert (
+        checks.check_bind([main, side.model_copy(update={"address": "127.0.0.1"}), stray], [30106, 30107]).status
+        == "fail"
+    )
 
 
 @pytest.mark.slow

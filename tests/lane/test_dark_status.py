@@ -42,7 +42,9 @@ def test_status_sees_a_listener_a_dark_lane_opened_after_boot(tmp_path: Path, mo
         assert pid is not None
         real = facts.listeners
         late = free_port()
-        monkeypatch.setattr(facts, "listeners", lambda: [*(real() or []), facts.Listener(address="0.0.0.0", port=late, pid=pid)])
+        monkeypatch.setattr(
+            facts, "listeners", lambda: [*(real() or []), facts.Listener(address="0.0.0.0", port=late, pid=pid)]
+        )
         seen = cli("status")
         said = " ".join((seen.stdout + seen.stderr).split())
         assert f"0.0.0.0:{late}: reachable beyond loopback while dark" in said and "is dark but" in said, said
@@ -71,7 +73,9 @@ def test_a_card_window_stops_on_a_listener_a_dark_arm_opened(tmp_path: Path, mon
         pid = ProcessRuntime().inspect("local-t-dark-main").pid
         real = facts.listeners
         late = free_port()
-        monkeypatch.setattr(facts, "listeners", lambda: [*(real() or []), facts.Listener(address="0.0.0.0", port=late, pid=pid)])
+        monkeypatch.setattr(
+            facts, "listeners", lambda: [*(real() or []), facts.Listener(address="0.0.0.0", port=late, pid=pid)]
+        )
         with pytest.raises(LaneError, match=f"0.0.0.0:{late}: reachable beyond loopback"):
             ops.foreign(report.endpoint, 0)
     finally:

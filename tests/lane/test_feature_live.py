@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from gb300lane.lane import checks, logparse
 
-V1 = ("(APIServer pid=14122) WARNING 12-01 15:13:49 [vllm.py:725] Model Runner V2 requires Triton; "
-      "using the V1 model runner instead.\n")
+V1 = (
+    "(APIServer pid=14122) WARNING 12-01 15:13:49 [vllm.py:725] Model Runner V2 requires Triton; "
+    "using the V1 model runner instead.\n"
+)
 V2 = "(Worker pid=7) INFO 12-01 15:13:49 [gpu_worker.py:518] Using V2 Model Runner\n"
 
 
@@ -31,8 +33,10 @@ def test_standard_rejection_runs_in_either_runner() -> None:
 
 
 def test_an_unsupported_feature_line_reads_as_the_v1_runner() -> None:
-    line = ("WARNING 12-01 [vllm.py:733] Model Runner V2 does not yet support dspark speculative decoding; "
-            "using the V1 model runner instead.")
+    line = (
+        "WARNING 12-01 [vllm.py:733] Model Runner V2 does not yet support dspark speculative decoding; "
+        "using the V1 model runner instead."
+    )
     facts = logparse.parse(line)
     assert facts.model_runner == "v1"
 
@@ -41,7 +45,8 @@ def test_a_reload_fails_where_a_hit_was_predicted_and_passes_where_a_miss_was() 
     reload_facts = logparse.parse(
         "[backbone] Compiling model again due to a load failure from /c/torch_compile_cache/torch_aot_compile/h1/"
         "rank_0_0/model, reason: 'function' object has no attribute 'finalize_loading'\n"
-        "[backbone] saved AOT compiled function to /c/torch_compile_cache/torch_aot_compile/h1/rank_0_0/model\n")
+        "[backbone] saved AOT compiled function to /c/torch_compile_cache/torch_aot_compile/h1/rank_0_0/model\n"
+    )
     hit = checks.Prediction(outcome="hit", known_hash="h1", reason="hash h1 is cached")
     miss = checks.Prediction(outcome="miss", reason="fingerprint f has not booted on this host")
     failed = checks.check_autotune(hit, reload_facts, 40.0)

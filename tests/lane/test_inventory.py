@@ -43,9 +43,14 @@ BAD = [
     ({"docker": "http://box", "lanes": [{"name": "a"}]}, "is not a Docker host URL"),
     ({"docker": "tcp://box:2376", "lanes": [{"name": "a", "runtime": "docker"}]}, "needs tls"),
     ({"docker": "local", "ssh_key": "k", "lanes": [{"name": "a"}]}, "ssh_key and known_hosts go with an ssh://"),
-    ({"docker": "ssh://root@box", "lanes": [{"name": "a", "runtime": "process"}]}, "process runtime runs on this machine"),
-    ({"docker": "local", "lanes": [{"name": "a", "port": 9000}, {"name": "b", "sidecar_port": 9000}]},
-     "give each lane of a host its own ports"),
+    (
+        {"docker": "ssh://root@box", "lanes": [{"name": "a", "runtime": "process"}]},
+        "process runtime runs on this machine",
+    ),
+    (
+        {"docker": "local", "lanes": [{"name": "a", "port": 9000}, {"name": "b", "sidecar_port": 9000}]},
+        "give each lane of a host its own ports",
+    ),
     ({"docker": "local", "lanes": [{"name": "../x"}]}, "is not a lane name"),
     ({"docker": "local", "lanes": []}, "hosts.h.lanes"),
 ]
@@ -61,12 +66,16 @@ def test_a_bad_inventory_is_one_line_naming_the_file_and_key(tmp_path: Path, hos
 
 
 def test_duplicate_keys_lane_names_and_a_missing_file(tmp_path: Path) -> None:
-    dup = _write(tmp_path / "dup.yaml", "schema_version: 1\nhosts:\n  a: {docker: local, lanes: [{name: x}]}\n"
-                 "  a: {docker: local, lanes: [{name: y}]}\n")
+    dup = _write(
+        tmp_path / "dup.yaml",
+        "schema_version: 1\nhosts:\n  a: {docker: local, lanes: [{name: x}]}\n"
+        "  a: {docker: local, lanes: [{name: y}]}\n",
+    )
     with pytest.raises(InventoryError, match="duplicate key"):
         load_inventory(dup)
-    twice = _inventory(tmp_path, a={"docker": "local", "lanes": [{"name": "x"}]},
-                       b={"docker": "local", "lanes": [{"name": "x"}]})
+    twice = _inventory(
+        tmp_path, a={"docker": "local", "lanes": [{"name": "x"}]}, b={"docker": "local", "lanes": [{"name": "x"}]}
+    )
     with pytest.raises(InventoryError, match="lane x is named on hosts a and b"):
         load_inventory(twice)
     with pytest.raises(InventoryError, match="no hosts inventory there.*GB300LANE_INVENTORY"):
@@ -77,12 +86,22 @@ def test_host_and_lane_selectors(tmp_path: Path) -> None:
     path = _inventory(
         tmp_path,
         one={"docker": "local", "lanes": [{"name": "solo", "runtime": "process", "port": 31000}]},
-        box={"docker": "ssh://ops@station:2222", "ssh_key": "keys/id", "gpus": [{"product": "NVIDIA-GB300", "ids": [0]}],
-             "lanes": [{"name": "b1", "runtime": "docker"}, {"name": "b2", "runtime": "docker", "port": 30200}]},
+        box={
+            "docker": "ssh://ops@station:2222",
+            "ssh_key": "keys/id",
+            "gpus": [{"product": "NVIDIA-GB300", "ids": [0]}],
+            "lanes": [{"name": "b1", "runtime": "docker"}, {"name": "b2", "runtime": "docker", "port": 30200}],
+        },
     )
     solo = resolve("one", path=path)
     assert (solo.host, solo.lane, solo.port, solo.remote, solo.address, solo.scope_args) == (
-        "one", "solo", 31000, False, "127.0.0.1", "--host one")
+        "one",
+        "solo",
+        31000,
+        False,
+        "127.0.0.1",
+        "--host one",
+    )
     b2 = resolve("box/b2", path=path)
     assert b2.remote and b2.ssh is not None and (b2.ssh.user, b2.ssh.host, b2.ssh.port) == ("ops", "station", 2222)
     assert b2.ssh.identity == str((tmp_path / "keys" / "id").resolve())
@@ -97,8 +116,9 @@ def test_host_and_lane_selectors(tmp_path: Path) -> None:
 
 
 def test_each_lane_has_its_own_state_folder(tmp_path: Path) -> None:
-    path = _inventory(tmp_path, a={"docker": "local", "lanes": [{"name": "la"}]},
-                      b={"docker": "local", "lanes": [{"name": "lb"}]})
+    path = _inventory(
+        tmp_path, a={"docker": "local", "lanes": [{"name": "la"}]}, b={"docker": "local", "lanes": [{"name": "lb"}]}
+    )
     root = paths.state_dir()
     with lane.on_lane(resolve("a", path=path)):
         a = paths.state_dir()
@@ -122,8 +142,13 @@ def _recipes(dest: Path) -> None:
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "400", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400", **env},
+    )
 
 
 @pytest.mark.slow
@@ -133,10 +158,16 @@ def test_two_lanes_side_by_side_and_status_fleet(tmp_path: Path) -> None:
     _recipes(recipes)
     inv = _inventory(
         tmp_path,
-        **{"box-a": {"docker": "local", "lanes": [{"name": "a", "runtime": "process", "port": _free_port(),
-                                                  "sidecar_port": _free_port()}]},
-           "box-b": {"docker": "local", "lanes": [{"name": "b", "runtime": "process", "port": _free_port(),
-                                                  "sidecar_port": _free_port()}]}},
+        **{
+            "box-a": {
+                "docker": "local",
+                "lanes": [{"name": "a", "runtime": "process", "port": _free_port(), "sidecar_port": _free_port()}],
+            },
+            "box-b": {
+                "docker": "local",
+                "lanes": [{"name": "b", "runtime": "process", "port": _free_port(), "sidecar_port": _free_port()}],
+            },
+        },
     )
     env = {"GB300LANE_RECIPES_DIR": str(recipes), "GB300LANE_INVENTORY": str(inv)}
     try:

@@ -19,16 +19,19 @@ from gb300lane.recipes import load_recipe, render
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("recipe,arm,name", [
-    ("local-v27", None, "local-v27"),
-    ("local-v27", "B", "local-v27-B"),
-    ("local-v26", "A2", "local-v26-A2"),
-    ("local-v27", "local-v27", "local-v27"),
-    ("local-v27", "local-v27-2", "local-v27-2"),  # a promotion's second instance of the recipe
-    ("v27", None, "gb300-v27"),
-    ("v27", "B", "gb300-v27-B"),
-    ("v27", "v27-2", "gb300-v27-2"),
-])
+@pytest.mark.parametrize(
+    "recipe,arm,name",
+    [
+        ("local-v27", None, "local-v27"),
+        ("local-v27", "B", "local-v27-B"),
+        ("local-v26", "A2", "local-v26-A2"),
+        ("local-v27", "local-v27", "local-v27"),
+        ("local-v27", "local-v27-2", "local-v27-2"),  # a promotion's second instance of the recipe
+        ("v27", None, "gb300-v27"),
+        ("v27", "B", "gb300-v27-B"),
+        ("v27", "v27-2", "gb300-v27-2"),
+    ],
+)
 def test_instance_names_say_the_lane_once(recipe: str, arm: str | None, name: str) -> None:
     assert lane.instance_name(load_recipe(recipe), arm) == name
     assert "local-local" not in name
@@ -42,12 +45,26 @@ def test_rendered_containers_say_the_lane_once() -> None:
 def _record(name: str, recipe: str, arm: str | None) -> None:
     """A recorded instance whose containers are gone (what an old state directory may hold)."""
     now = time.time()
-    instances.save(instances.InstanceRecord(
-        name=name, lane="local", recipe=recipe, arm=arm, runtime="process", fingerprint="f" * 16,
-        endpoint="http://127.0.0.1:1", port=1, served_model="m", dark=True, run="r1",
-        containers=(f"{name}-main", f"{name}-sidecar"), recipe_json={}, phase="stopped", created_at=now,
-        updated_at=now,
-    ))
+    instances.save(
+        instances.InstanceRecord(
+            name=name,
+            lane="local",
+            recipe=recipe,
+            arm=arm,
+            runtime="process",
+            fingerprint="f" * 16,
+            endpoint="http://127.0.0.1:1",
+            port=1,
+            served_model="m",
+            dark=True,
+            run="r1",
+            containers=(f"{name}-main", f"{name}-sidecar"),
+            recipe_json={},
+            phase="stopped",
+            created_at=now,
+            updated_at=now,
+        )
+    )
 
 
 @pytest.fixture

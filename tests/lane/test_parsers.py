@@ -66,7 +66,10 @@ def test_log_without_compile_lines_is_unknown_not_guessed() -> None:
 
 
 def test_a_compile_after_loads_makes_the_boot_a_miss() -> None:
-    text = _read("vllm-0.33-hit.log") + "INFO 10-26 04:05:00 [backends.py:258] Compiling a graph for compile range (1, 8192) takes 3.10 s\n"
+    text = (
+        _read("vllm-0.33-hit.log")
+        + "INFO 10-26 04:05:00 [backends.py:258] Compiling a graph for compile range (1, 8192) takes 3.10 s\n"
+    )
     assert logparse.parse(text).autotune == "miss"
 
 
@@ -227,7 +230,9 @@ def test_cpu_build_without_aot_logs_no_compile_cache_outcome(name: str) -> None:
 
 
 def test_an_aot_load_is_a_hit() -> None:
-    line = ("(Worker pid=9) INFO 12-01 15:14:59 [decorators.py:320] [backbone] Directly load AOT compilation from "
-            "path /c/torch_compile_cache/torch_aot_compile/abc123/rank_0_0/model")
+    line = (
+        "(Worker pid=9) INFO 12-01 15:14:59 [decorators.py:320] [backbone] Directly load AOT compilation from "
+        "path /c/torch_compile_cache/torch_aot_compile/abc123/rank_0_0/model"
+    )
     f = logparse.parse(line)
     assert f.autotune == "hit" and f.compile_hash == "abc123" and f.cache_root == "/c"

@@ -18,8 +18,7 @@ from typer.testing import CliRunner
 
 from gb300lane.cli.main import app
 from gb300lane.errors import BootError
-from gb300lane.lane import NOTHING
-from gb300lane.lane import facts
+from gb300lane.lane import NOTHING, facts
 from gb300lane.lane.preconditions import check_preconditions
 from gb300lane.paths import shipped
 from gb300lane.recipes import load_recipe, render

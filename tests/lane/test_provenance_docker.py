@@ -38,10 +38,15 @@ def registry(tmp_path: Path) -> Iterator[str]:
     """A local registry on a free loopback port (Docker lets 127.0.0.0/8 registries speak plain HTTP)."""
     port = free_port()
     config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'blobs'}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([shutil.which("docker-registry") or "docker-registry", "serve", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'blobs'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [shutil.which("docker-registry") or "docker-registry", "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -60,8 +65,14 @@ def registry(tmp_path: Path) -> Iterator[str]:
 def _gb(*args: str, cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "gb300lane", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     if ok:
         assert done.returncode == 0, f"gb300lane {' '.join(args)}: {done.stdout}\n{done.stderr}"
     return done
@@ -78,7 +89,8 @@ def test_a_digest_pinned_recipe_reports_the_digest_it_runs(recipes: Path, regist
     ref = next(d for d in digest if d.startswith(f"{registry}/"))
     (recipes / "local-pinned.yaml").write_text(
         f"schema_version: 1\nname: local-pinned\nextends: local-v26\nruntime: docker\n"
-        f"description: local-v26 on the engine image pinned by digest\nimage:\n  ref: {ref}\n")
+        f"description: local-v26 on the engine image pinned by digest\nimage:\n  ref: {ref}\n"
+    )
     port = free_port()
     up = json.loads(_gb("up", "local-pinned", "--dark", "--port", str(port), "--json", cwd=tmp_path).stdout)
     image = up["provenance"]["image"]
@@ -99,8 +111,9 @@ class _RebuildBeforeB:
         self.live = LiveArmOps(port=port)
         self.port = port
 
-    def instance(self, recipe: str, *, arm: str, check_keys: object, baseline: str | None,
-                 allow_outside_trained_block: bool) -> AbstractContextManager[object]:
+    def instance(
+        self, recipe: str, *, arm: str, check_keys: object, baseline: str | None, allow_outside_trained_block: bool
+    ) -> AbstractContextManager[object]:
         from gb300lane import lane
 
         if arm == "B":
@@ -108,8 +121,17 @@ class _RebuildBeforeB:
             ctx.mkdir(parents=True, exist_ok=True)
             (ctx / "Dockerfile").write_text(f"FROM {ENGINE}\nLABEL gb300lane.rebuilt={time.time_ns()}\n")
             _docker("build", "-q", "-t", ENGINE, str(ctx))
-        return lane.instance(recipe, keep=True, dark=True, arm=arm, port=self.port, runtime="docker",
-                             check_keys=check_keys, baseline=baseline, baseline_role="control")  # type: ignore[arg-type]
+        return lane.instance(
+            recipe,
+            keep=True,
+            dark=True,
+            arm=arm,
+            port=self.port,
+            runtime="docker",
+            check_keys=check_keys,
+            baseline=baseline,
+            baseline_role="control",
+        )  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.live, name)

@@ -77,4 +77,6 @@ def test_a_quarantined_record_loses_nothing(tmp_path: Path) -> None:
     [kept] = [p for p in instances.quarantine_dir().iterdir() if not p.name.endswith(".why.txt")]
     assert kept.read_bytes() == raw
     why = kept.with_name(kept.name + ".why.txt").read_text()
-    assert why.startswith(f"{instances.instances_dir() / 'local-x.json'}: unreadable instance record ((top level): Invalid JSON")
+    assert why.startswith(
+        f"{instances.instances_dir() / 'local-x.json'}: unreadable instance record ((top level): Invalid JSON"
+    )

@@ -27,7 +27,9 @@ def _files_holding(value: str) -> list[str]:
                   if p.is_file() and value.encode() in p.read_bytes())  # fmt: skip
 
 
-def test_an_extra_args_api_key_is_stored_as_a_digest_and_still_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_extra_args_api_key_is_stored_as_a_digest_and_still_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "recipes"
     folder.mkdir()
     for name in ("local-v26", "local-v27"):

@@ -88,7 +88,10 @@ def test_status_rollback_and_down_act_on_the_live_engines_after_a_clock_step(
         assert not any(_running(p) for n, p in before.items() if n.startswith("local-v27")), "v27 still serves"
         seen = json.loads(cli("status", "--json").stdout)
         assert seen["production"]["recipe"] == "local-v26"
-        assert {i["info"]["name"]: i["info"]["state"] for i in seen["instances"]} == {"local-v26": "running", "local-v27": "stopped"}
+        assert {i["info"]["name"]: i["info"]["state"] for i in seen["instances"]} == {
+            "local-v26": "running",
+            "local-v27": "stopped",
+        }
 
         after = _engine_pids()
         dn = cli("down", "--all", "--force")

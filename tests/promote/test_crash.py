@@ -83,7 +83,9 @@ def test_a_crashed_promotion_is_explained_and_repaired(lane: SimLane, point: str
         pm.promote("local-v26", force=True, reason="x", ops=lane)
     if recovery == "rollback":
         plan = pm.rollback(dry_run=True, ops=lane)
-        assert plan.message.startswith("plan: promotion of local-v27 interrupted") and "restore local-v26" in plan.message
+        assert (
+            plan.message.startswith("plan: promotion of local-v27 interrupted") and "restore local-v26" in plan.message
+        )
         assert pm.current_production().in_flight is not None  # a dry run repairs nothing
         report = pm.rollback(ops=lane)
         assert report.ok and report.kind == "recover" and report.production == "local-v26"
@@ -157,8 +159,9 @@ def test_a_crashed_first_promotion_can_be_undone(tmp_path: Path) -> None:
 
 def _cli(args: list[str], env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:
     """The CLI as a process of its own, for the runs a crash point kills (the others run in this process)."""
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True,
-                          text=True, timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args], env=env, capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 @pytest.fixture
@@ -204,8 +207,12 @@ def test_cli_killed_during_rollback_recovers_with_rollback(lane: SimLane, cli_en
 
 def test_sigkill_mid_boot_is_explained_and_reverted(lane: SimLane, cli_env: dict[str, str]) -> None:
     lane.set_recipe("local-v27", boot_seconds=30)
-    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane", "promote", "local-v27"],
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -247,18 +254,25 @@ def _release_when(lane: SimLane, op: list[str]) -> None:
     lane.release(op[1])
 
 
-def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(
-    lane: SimLane, cli_env: dict[str, str]
-) -> None:
+def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(lane: SimLane, cli_env: dict[str, str]) -> None:
     assert cli("promote", "local-v27", env=cli_env).returncode == 0
     lane.set_recipe("local-v26", hold=True)  # the pair boots until the test releases it
-    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane", "rollback"],
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _kill_when(proc, lane, ["start", "lane-local-v26"])
     _explained("rollback", "local-v26")
     # The pair is still booting. The repair waits for it instead of failing its smoke on a 503.
-    repair = subprocess.Popen([sys.executable, "-m", "gb300lane", "rollback"], env=cli_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    repair = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane", "rollback"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert repair.stderr is not None
         waiting = ""
@@ -282,8 +296,12 @@ def test_a_resumed_promotion_waits_for_its_candidate_and_runs_the_boot_checks_it
     lane: SimLane, cli_env: dict[str, str]
 ) -> None:
     lane.set_recipe("local-v27", hold=True)  # the kill lands mid-boot however loaded the machine
-    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=cli_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane", "promote", "local-v27"],
+        env=cli_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _kill_when(proc, lane, ["boot", "lane-local-v27"])
     # The candidate's boot ends once the resumed promotion waits for it.
     releaser = threading.Thread(target=_release_when, args=(lane, ["await", "lane-local-v27"]), daemon=True)

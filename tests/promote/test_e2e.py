@@ -107,16 +107,24 @@ def docker_lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def _serving(port: int) -> list[str]:
     """Lane instances holding the port; asserts no second one and no second listener."""
-    held = [i.name for i in lane.list_instances()
-            if i.state in ("running", "partial") and i.endpoint and i.endpoint.endswith(f":{port}")]
+    held = [
+        i.name
+        for i in lane.list_instances()
+        if i.state in ("running", "partial") and i.endpoint and i.endpoint.endswith(f":{port}")
+    ]
     assert len(held) <= 1, f"two instances on the production port: {held}"
     assert len({(x.address, x.port) for x in listeners(port) or []}) <= 2  # v4 and v6 of one server at most
     return held
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "400", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400", **(env or {})},
+    )
 
 
 def _card_fail_then_rescored_pass() -> None:
@@ -132,8 +140,9 @@ def test_promote_after_a_pass_card_then_rollback(real_lane: int) -> None:
     _card_fail_then_rescored_pass()
     with pytest.raises(StateError, match=r"local-v27: its newest verdict is FAIL \(card tiny-br1 verdict 1"):
         pm.promote("local-v27")
-    rescored = _cli("card", "rescore", "tiny-br1", "--reason", "the bar was mistyped", "--set",
-                    "tokens-per-step.min_ratio=0.5")
+    rescored = _cli(
+        "card", "rescore", "tiny-br1", "--reason", "the bar was mistyped", "--set", "tokens-per-step.min_ratio=0.5"
+    )
     assert rescored.returncode == 0, rescored.stderr[-2000:]
 
     first = pm.promote("local-v26", force=True, reason="production before block verification")
@@ -218,8 +227,12 @@ def test_the_whole_story_on_docker(docker_lane: int) -> None:
     _card_fail_then_rescored_pass()
     with pytest.raises(StateError, match=r"its newest verdict is FAIL \(card tiny-br1 verdict 1"):
         pm.promote("local-v27")
-    assert _cli("card", "rescore", "tiny-br1", "--reason", "the bar was mistyped", "--set",
-                "tokens-per-step.min_ratio=0.5").returncode == 0
+    assert (
+        _cli(
+            "card", "rescore", "tiny-br1", "--reason", "the bar was mistyped", "--set", "tokens-per-step.min_ratio=0.5"
+        ).returncode
+        == 0
+    )
     assert pm.promote("local-v26", force=True, reason="production before block verification").ok
     assert _serving(port) == [f"pt{port}-local-v26"]
 

@@ -102,13 +102,19 @@ def _hide(attack: str, passed: Receipts, failed: Receipts) -> None:
         raise AssertionError(attack)
 
 
-ATTACKS = ("directory deleted", "verdict and head manifest deleted", "registration overwritten",
-           "written_at moved earlier", "the pass copied over it")
+ATTACKS = (
+    "directory deleted",
+    "verdict and head manifest deleted",
+    "registration overwritten",
+    "written_at moved earlier",
+    "the pass copied over it",
+)
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_newer_fail_hidden_in_results_is_a_break_and_the_older_pass_does_not_promote(
-        lane: CardsLane, attack: str) -> None:
+    lane: CardsLane, attack: str
+) -> None:
     passed = _run("mini", "PASS", date="2026-11-01")
     failed = _run("mini-again", "FAIL", date="2026-11-02")
     _hide(attack, passed, failed)
@@ -156,11 +162,10 @@ def _edit_recipe(recipes: Path, extra: str) -> None:
     path.write_text(path.read_text() + extra)
 
 
-EDIT = "  num_speculative_tokens: 3\nenv:\n  GB300LANE_EXTRA: \"1\"\n"
+EDIT = '  num_speculative_tokens: 3\nenv:\n  GB300LANE_EXTRA: "1"\n'
 
 
-def test_a_recipe_edited_after_its_pass_is_refused_naming_the_keys_and_the_card(lane: CardsLane,
-                                                                                recipes: Path) -> None:
+def test_a_recipe_edited_after_its_pass_is_refused_naming_the_keys_and_the_card(lane: CardsLane, recipes: Path) -> None:
     _run("mini", "PASS", date="2026-11-01")
     before = lane.sim.operations()
     _edit_recipe(recipes, EDIT)
@@ -168,7 +173,7 @@ def test_a_recipe_edited_after_its_pass_is_refused_naming_the_keys_and_the_card(
         promote("local-v27", ops=lane)
     said = str(refused.value)
     assert "local-v27 differs from the candidate card mini measured (2 keys" in said, said
-    assert "env.GB300LANE_EXTRA: absent -> \"1\"" in said and "speculative.num_speculative_tokens: 5 -> 3" in said
+    assert 'env.GB300LANE_EXTRA: absent -> "1"' in said and "speculative.num_speculative_tokens: 5 -> 3" in said
     assert "gb300lane card register mini --fresh" in said
     assert lane.sim.operations() == before  # production was never stopped
     # and a forced promotion records the recipe as it is (the card's PASS is not its evidence)

@@ -8,8 +8,6 @@ tokens per verify step Prometheus computes must be the bench's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import http.server
 import importlib.util
 import json
@@ -22,6 +20,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,17 +32,23 @@ from gb300lane.lane import Died, HttpReady, wait_ready
 from gb300lane.lane import hash_ledger as hash_ledger
 from gb300lane.paths import shipped
 from gb300lane.recipes.schema import WindowSpec
-from gb300lane.testing.simlane import SimLane
 from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.simlane import SimLane
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-SPEC = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
-        "rejection_sample_method": "block"}
+SPEC = {
+    "method": "dspark",
+    "num_speculative_tokens": 5,
+    "draft_sample_method": "probabilistic",
+    "rejection_sample_method": "block",
+}
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("build_grafana_dashboard", ROOT / "scripts" / "build_grafana_dashboard.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_grafana_dashboard", ROOT / "scripts" / "build_grafana_dashboard.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -55,18 +60,29 @@ def test_the_shipped_dashboard_is_what_the_builder_builds() -> None:
     exprs = _builder().expressions(board)
     assert len(exprs) >= 20 and all("$__interval" not in e for _, e in exprs)  # only $__rate_interval is Grafana's
     titles = {p["title"] for p in board["panels"]}
-    for needle in ("Tokens per verify step", "Marginal acceptance per position", "Draft tokens per draft",
-                   "Time to first token", "Time per output token", "End-to-end latency", "Generation throughput",
-                   "Promotion ledger"):
+    for needle in (
+        "Tokens per verify step",
+        "Marginal acceptance per position",
+        "Draft tokens per draft",
+        "Time to first token",
+        "Time per output token",
+        "End-to-end latency",
+        "Generation throughput",
+        "Promotion ledger",
+    ):
         assert needle in titles
 
 
-def test_metrics_prints_the_lane_facts_with_prometheus_clients_exposition(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_prints_the_lane_facts_with_prometheus_clients_exposition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}},
-                         {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}})
+    sim = SimLane.create(
+        tmp_path / "lane.json",
+        {"local-v26": {}, "local-v27": {}},
+        {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}},
+    )
     monkeypatch.setenv("GB300LANE_LANE_OPS", f"sim:{sim.path}")
     assert runner.invoke(app, ["promote", "local-v26", "--force", "--reason", "first"]).exit_code == 0
     assert runner.invoke(app, ["promote", "local-v27"]).exit_code == 0
@@ -143,11 +159,15 @@ def _await(prom: str, expr: str, ok: Callable[[float], bool], timeout_s: float =
 @pytest.mark.prometheus
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_dashboard_query_returns_data_from_a_real_prometheus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the lane's facts: a promotion and a rollback on record, a boot, the shipped cards' verdicts
-    sim = SimLane.create(tmp_path / "lane.json", {"local-v26": {}, "local-v27": {}},
-                         {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}})
+    sim = SimLane.create(
+        tmp_path / "lane.json",
+        {"local-v26": {}, "local-v27": {}},
+        {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2", "rescored": True}},
+    )
     monkeypatch.setenv("GB300LANE_LANE_OPS", f"sim:{sim.path}")
     assert runner.invoke(app, ["promote", "local-v26", "--force", "--reason", "first"]).exit_code == 0
     assert runner.invoke(app, ["promote", "local-v27"]).exit_code == 0
@@ -163,45 +183,101 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path: Pat
     log = tmp_path / "engine.log"
     with log.open("wb") as out:
         engine = subprocess.Popen(
-            [sys.executable, "-m", "gb300lane.engine", "serve", "--model", "builtin", "--served-model-name", "lane",
-             "--host", "127.0.0.1", "--port", str(engine_port), "--time-scale", "0", "--seed", "0",
-             "--speculative-config", json.dumps(SPEC)],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "cache")},
+            [
+                sys.executable,
+                "-m",
+                "gb300lane.engine",
+                "serve",
+                "--model",
+                "builtin",
+                "--served-model-name",
+                "lane",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(engine_port),
+                "--time-scale",
+                "0",
+                "--seed",
+                "0",
+                "--speculative-config",
+                json.dumps(SPEC),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "cache")},
         )
     config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({  # YAML is a superset of JSON
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "engine", "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]},
-            {"job_name": "gb300lane", "metrics_path": "/gb300lane.prom",
-             "static_configs": [{"targets": [f"127.0.0.1:{files.server_address[1]}"]}]},
-        ],
-    }))
+    config.write_text(
+        json.dumps(
+            {  # YAML is a superset of JSON
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [
+                    {"job_name": "engine", "static_configs": [{"targets": [f"127.0.0.1:{engine_port}"]}]},
+                    {
+                        "job_name": "gb300lane",
+                        "metrics_path": "/gb300lane.prom",
+                        "static_configs": [{"targets": [f"127.0.0.1:{files.server_address[1]}"]}],
+                    },
+                ],
+            }
+        )
+    )
     prometheus = shutil.which("prometheus")
     prom_log = tmp_path / "prometheus.log"
     with prom_log.open("wb") as out:
         prom_proc = subprocess.Popen(
-            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}"], stdout=out, stderr=subprocess.STDOUT)
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     prom = f"http://127.0.0.1:{prom_port}"
     try:
         url = f"http://127.0.0.1:{engine_port}"
-        wait_ready([HttpReady(url=url + "/health")], timeout_s=120, poll_s=0.1,
-                   logs=lambda _c: log.read_text(errors="replace"),
-                   watch=lambda: None if engine.poll() is None else Died(description=f"engine exited ({engine.returncode})"))
-        wait_ready([HttpReady(url=prom + "/-/ready")], timeout_s=60, poll_s=0.2,
-                   logs=lambda _c: prom_log.read_text(errors="replace"),
-                   watch=lambda: None if prom_proc.poll() is None else Died(description=f"prometheus exited ({prom_proc.returncode})"))
+        wait_ready(
+            [HttpReady(url=url + "/health")],
+            timeout_s=120,
+            poll_s=0.1,
+            logs=lambda _c: log.read_text(errors="replace"),
+            watch=lambda: None if engine.poll() is None else Died(description=f"engine exited ({engine.returncode})"),
+        )
+        wait_ready(
+            [HttpReady(url=prom + "/-/ready")],
+            timeout_s=60,
+            poll_s=0.2,
+            logs=lambda _c: prom_log.read_text(errors="replace"),
+            watch=lambda: (
+                None if prom_proc.poll() is None else Died(description=f"prometheus exited ({prom_proc.returncode})")
+            ),
+        )
         # One request first, so the per-request series exist, then a few scrapes before the load: every
         # counter and bucket starts from a sample, however slow the machine.
-        warm = urllib.request.Request(url + "/v1/completions", method="POST", headers={"Content-Type": "application/json"},
-                                      data=json.dumps({"model": "lane", "prompt": "warm", "max_tokens": 8}).encode())
+        warm = urllib.request.Request(
+            url + "/v1/completions",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"model": "lane", "prompt": "warm", "max_tokens": 8}).encode(),
+        )
         with urllib.request.urlopen(warm, timeout=60) as resp:
             assert resp.status == 200
         warmed = time.time()
         _await(prom, 'timestamp(up{job="engine"})', lambda v: v > warmed + 1)
-        window = WindowSpec(name="dash", classes=("prose", "code"), transcripts_per_class=3, rounds=1,
-                            concurrency=(1, 3), temperature=1.0, top_p=1.0, seed_base=7, forced_tokens=48)
+        window = WindowSpec(
+            name="dash",
+            classes=("prose", "code"),
+            transcripts_per_class=3,
+            rounds=1,
+            concurrency=(1, 3),
+            temperature=1.0,
+            top_p=1.0,
+            seed_base=7,
+            forced_tokens=48,
+        )
         result = run_window(url, window, model="lane")
         assert result.valid, [c.invalid_reasons for c in result.cells]
         loaded = time.time()
@@ -221,8 +297,11 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path: Pat
         # Prometheus's tokens per verify step is the bench's, over the same counters
         drafts = sum(c.spec.num_drafts for c in result.cells)
         accepted = sum(c.spec.num_accepted_tokens for c in result.cells)
-        (tps,) = _query(prom, "1 + sum(increase(vllm:spec_decode_num_accepted_tokens_total[5m])) "
-                              "/ sum(increase(vllm:spec_decode_num_drafts_total[5m]))")
+        (tps,) = _query(
+            prom,
+            "1 + sum(increase(vllm:spec_decode_num_accepted_tokens_total[5m])) "
+            "/ sum(increase(vllm:spec_decode_num_drafts_total[5m]))",
+        )
         assert float(tps["value"][1]) == pytest.approx(1 + accepted / drafts, rel=0.01)
         (prod,) = _query(prom, "gb300lane_production_info")
         assert prod["metric"]["recipe"] == "local-v27"

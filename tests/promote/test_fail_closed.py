@@ -29,8 +29,8 @@ from gb300lane.errors import LedgerError
 from gb300lane.paths import shipped
 from gb300lane.promote.ledger import Ledger, ledger_path
 from gb300lane.promote.view import protected_instances
-from gb300lane.testing.simlane import SimLane
 from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.simlane import SimLane
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -179,8 +179,11 @@ def test_a_read_only_state_directory_is_read_but_refuses_transitions(shared_stat
         refused = _as_nobody(args, env)
         text = " ".join(refused.stderr.split())
         assert refused.returncode == 1 and "Traceback" not in text, (args, text)
-        assert ("can be read but not written" in text or "cannot create the state directory" in text
-                or "cannot write the lock holder" in text), (args, text)
+        assert (
+            "can be read but not written" in text
+            or "cannot create the state directory" in text
+            or "cannot write the lock holder" in text
+        ), (args, text)
         assert "corrupt" not in text and "mv " not in text, (args, text)
     state.chmod(0o755)
     with Ledger() as ledger:

@@ -25,8 +25,13 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "400"})
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 @pytest.fixture
@@ -47,8 +52,10 @@ def test_down_all_force_is_recorded_and_every_command_agrees(promoted: int) -> N
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert sorted(out["removed"]) == ["local-v26", "local-v27"]
-    assert out["recorded"] == ["production local-v27 (local-v27) removed; nothing serves production",
-                               "rollback pair local-v26 (local-v26) removed; no rollback pair"]
+    assert out["recorded"] == [
+        "production local-v27 (local-v27) removed; nothing serves production",
+        "rollback pair local-v26 (local-v26) removed; no rollback pair",
+    ]
     st = _status()
     assert st["instances"] == [] and st["production"] is None  # no production, no pair: the ledger says so too
     assert "production: none" in _cli("status").stdout
@@ -57,11 +64,14 @@ def test_down_all_force_is_recorded_and_every_command_agrees(promoted: int) -> N
         r = _cli(*args)
         # a dry run prints the refused plan (stdout); a rollback refuses (stderr)
         assert r.returncode == 1 and "no rollback pair in the ledger (production: none)" in " ".join(
-            (r.stdout + r.stderr).split())
+            (r.stdout + r.stderr).split()
+        )
     events = pm.history()
     assert [(e.kind, e.recipe) for e in events[-2:]] == [("removed", "local-v27"), ("removed", "local-v26")]
     hist = " ".join(_cli("history").stdout.split())
-    assert "removed: gb300lane down --force; production local-v27 (local-v27) removed; nothing serves production" in hist
+    assert (
+        "removed: gb300lane down --force; production local-v27 (local-v27) removed; nothing serves production" in hist
+    )
     assert pm.current_production() is None
 
 
@@ -89,5 +99,6 @@ def test_a_pair_removed_outside_the_tool_is_no_rollback_plan(promoted: int) -> N
     for args in (("rollback", "--dry-run"), ("rollback",)):
         r = _cli(*args)
         assert r.returncode == 1 and "rollback pair local-v26 (local-v26) no longer exists" in " ".join(
-            (r.stdout + r.stderr).split())
+            (r.stdout + r.stderr).split()
+        )
     assert _status()["production"]["recipe"] == "local-v27"

@@ -47,8 +47,16 @@ def lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimLane:
     sim.start_kept("lane-local-v26")
     receipts = str(tmp_path / "results" / "small-1")
     fingerprint, _ = sim.describe("local-v27")
-    sim.set_card("small", receipts=receipts, arm="B", recipe="local-v27", verdict="PASS", instance="lane-B",
-                 port=PORT, fingerprint=fingerprint)
+    sim.set_card(
+        "small",
+        receipts=receipts,
+        arm="B",
+        recipe="local-v27",
+        verdict="PASS",
+        instance="lane-B",
+        port=PORT,
+        fingerprint=fingerprint,
+    )
     sim.set_verdict("local-v27", "PASS", "card small verdict 1: PASS", receipts=receipts)
     return sim
 
@@ -79,7 +87,10 @@ def test_the_kept_candidate_becomes_production_without_a_boot(lane: SimLane) -> 
     assert state.rollback_pair is not None and state.rollback_pair.instance == "lane-local-v26"
     assert lane.running_on(PORT) == ["lane-B"]
     line = _run("history").output.strip().splitlines()[-1]
-    assert "promote local-v26 -> local-v27: card small verdict 1: PASS; started lane-B, the candidate card small kept" in line
+    assert (
+        "promote local-v26 -> local-v27: card small verdict 1: PASS; started lane-B, the candidate card small kept"
+        in line
+    )
     # It is production like any other: rollback restores the pair.
     back = _run("rollback")
     assert back.exit_code == 0 and "rolled back to local-v26" in back.output
@@ -88,8 +99,15 @@ def test_the_kept_candidate_becomes_production_without_a_boot(lane: SimLane) -> 
 
 def _card(lane: SimLane, **changes: Any) -> None:
     fingerprint, _ = lane.describe("local-v27")
-    fields = {"receipts": "/r/small-1", "arm": "B", "recipe": "local-v27", "verdict": "PASS", "instance": "lane-B",
-              "port": PORT, "fingerprint": fingerprint}
+    fields = {
+        "receipts": "/r/small-1",
+        "arm": "B",
+        "recipe": "local-v27",
+        "verdict": "PASS",
+        "instance": "lane-B",
+        "port": PORT,
+        "fingerprint": fingerprint,
+    }
     lane.set_card("small", **{**fields, **changes})
     lane.set_verdict("local-v27", "PASS", "card small verdict 1: PASS", receipts="/r/small-1")
 

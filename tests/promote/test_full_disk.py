@@ -30,8 +30,13 @@ def test_status_on_a_full_state_disk_names_the_full_disk(tmp_path: Path) -> None
     env = {**os.environ, "STATE": str(tmp_path / "state"), "PY": sys.executable,
            "GB300LANE_STATE_DIR": str(tmp_path / "state"), "GB300LANE_RESULTS_DIR": str(tmp_path / "results"),
            "COLUMNS": "400"}  # fmt: skip
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     said = " ".join((done.stdout + done.stderr).split())
     assert "Traceback" not in said, said
     assert "permissions" not in said, said

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from gb300lane.cards.record.verdicts import VerdictRef
+from gb300lane.cli import seams
 from gb300lane.errors import BootError, StateError
 from gb300lane.lane import BootReport, CheckResult
-from gb300lane.cli import seams
 from gb300lane.promote.live import LiveOps, boot_info, port_of
 from gb300lane.promote.live_ops import default_ops
 from gb300lane.testing.simlane import SimLane
@@ -27,7 +27,10 @@ def _report(*checks: CheckResult) -> BootReport:
 def test_a_boot_report_becomesboot_info() -> None:
     info = boot_info(_report(CheckResult(name="flags", status="pass", summary="ok")))
     assert (info.instance, info.endpoint, info.fingerprint) == (
-        "local-local-v27", "http://127.0.0.1:30106", "96ab7b6cb57449a8")
+        "local-local-v27",
+        "http://127.0.0.1:30106",
+        "96ab7b6cb57449a8",
+    )
     assert info.boot_seconds == 5.6 and info.engine_seconds == 256.1
 
 
@@ -46,8 +49,13 @@ def test_a_verdict_reference_names_card_number_file_and_hash(monkeypatch: pytest
     import gb300lane.promote.live as live_mod
     from gb300lane.cards.record.verdicts import CandidateEvidence
 
-    monkeypatch.setattr(live_mod, "evidence_for", lambda name: CandidateEvidence(
-        recipe=name, ref=ref if name == "local-v27" else None, breaks=(), registered=None, question=None))
+    monkeypatch.setattr(
+        live_mod,
+        "evidence_for",
+        lambda name: CandidateEvidence(
+            recipe=name, ref=ref if name == "local-v27" else None, breaks=(), registered=None, question=None
+        ),
+    )
     live = LiveOps()
     got = live.verdict("local-v27")
     assert got.rescored

@@ -26,6 +26,7 @@ from gb300lane.testing.simlane import SimLane
 
 from clirun import Ran, cli
 
+
 @pytest.fixture
 def lane(tmp_path: Path) -> SimLane:
     sim = SimLane.create(

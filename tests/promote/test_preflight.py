@@ -61,7 +61,8 @@ def _spoil(kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["garbage", "zeroed", "foreign"])
 def test_an_unusable_signing_key_refuses_promote_rollback_and_repair_with_production_up(
-        lane: SimLane, tmp_path: Path, kind: str) -> None:
+    lane: SimLane, tmp_path: Path, kind: str
+) -> None:
     before = lane.operations()
     _spoil(kind, tmp_path)
     for args in (["promote", "local-k9", "--force", "--reason", "x"], ["rollback"]):
@@ -92,8 +93,13 @@ def test_a_repair_with_an_unusable_key_waits_for_the_key(lane: SimLane, tmp_path
 
 
 def test_every_preflight_refusal_is_listed_by_the_dry_run_and_none_stops_production(lane: SimLane) -> None:
-    lane.set_recipe("local-k9", refuse=["recipes/local-k9.yaml: speculative.num_speculative_tokens = 9 exceeds the "
-                                        "trained block", "recipes/local-k9.yaml: smoke.gates is empty"])
+    lane.set_recipe(
+        "local-k9",
+        refuse=[
+            "recipes/local-k9.yaml: speculative.num_speculative_tokens = 9 exceeds the trained block",
+            "recipes/local-k9.yaml: smoke.gates is empty",
+        ],
+    )
     before = lane.operations()
     plan = runner.invoke(app, ["promote", "local-k9", "--force", "--reason", "x", "--dry-run"])
     assert plan.exit_code == 1, plan.output
@@ -115,7 +121,10 @@ def test_a_plan_that_may_run_lists_its_steps_and_changes_nothing(lane: SimLane) 
     got = json.loads(plan.output)
     assert got["refusals"] == [] and got["steps"] == [
         "stop lane-local-v27 (local-v27) and keep it as the rollback pair",
-        "boot local-k9 as lane-local-k9 on port 30106", "run its smoke gates", "record the promotion"]
+        "boot local-k9 as lane-local-k9 on port 30106",
+        "run its smoke gates",
+        "record the promotion",
+    ]
     back = runner.invoke(app, ["rollback", "--dry-run", "--json"])
     assert back.exit_code == 0 and json.loads(back.output)["steps"][0].startswith("stop lane-local-v27")
     assert lane.operations() == before
@@ -135,11 +144,13 @@ class LivePreflight:
 
 
 def test_the_live_preflight_finds_k_above_the_trained_block_missing_smoke_gates_and_a_held_port(
-        lane: SimLane, recipes: Path) -> None:
+    lane: SimLane, recipes: Path
+) -> None:
     ops = LivePreflight(lane)
     port = free_port()
     (recipes / "local-nosmoke.yaml").write_text(
-        "schema_version: 1\nname: local-nosmoke\nextends: local-v27\ndescription: no smoke gates\nsmoke:\n  gates: []\n")
+        "schema_version: 1\nname: local-nosmoke\nextends: local-v27\ndescription: no smoke gates\nsmoke:\n  gates: []\n"
+    )
     said = ops.live.preflight("local-k9", port=port, production=None)
     assert any("speculative.num_speculative_tokens = 9 exceeds the trained block" in s for s in said), said
     assert any("smoke.gates is empty" in s for s in ops.live.preflight("local-nosmoke", port=port, production=None))

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from runtime.test_ssh import cli, write_recipes
+
 from gb300lane.testing.free_ports import free_port
 
 import sshd
-from runtime.test_ssh import cli, write_recipes
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -44,9 +45,7 @@ def _lanes(env: dict[str, str]) -> dict[str, dict]:
                                                                       "_rc": st.returncode}  # fmt: skip
 
 
-def test_a_failing_second_lane_leaves_the_fleet_on_the_old_recipe(
-    tmp_path: Path, ssh_server: sshd.SshServer
-) -> None:
+def test_a_failing_second_lane_leaves_the_fleet_on_the_old_recipe(tmp_path: Path, ssh_server: sshd.SshServer) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     write_recipes(recipes, runtime="process")
@@ -77,7 +76,9 @@ def test_a_failing_second_lane_leaves_the_fleet_on_the_old_recipe(
             stop.set()
             client.join(timeout=10)
         assert out.returncode == 1, out.stdout + out.stderr
-        assert "lane b (host engine) failed" in out.stdout and "every lane is on its old recipe" in out.stdout, out.stdout
+        assert "lane b (host engine) failed" in out.stdout and "every lane is on its old recipe" in out.stdout, (
+            out.stdout
+        )
         rows = _lanes(env)
         assert rows["_rc"] == 0 and rows["_rollout"] is None
         assert {n: rows[n]["production"] for n in "abc"} == {"a": "local-v26", "b": "local-v26", "c": "local-v26"}
@@ -86,11 +87,21 @@ def test_a_failing_second_lane_leaves_the_fleet_on_the_old_recipe(
         assert why_b["kind"] == "promote_failed" and "foreign traffic" in why_b["reason"], why_b
         why_a = json.loads(cli("history", "--host", "here", "--json", env=env).stdout)[-1]
         assert why_a["kind"] == "rollback" and "lane b (host engine) failed" in why_a["reason"], why_a
-        assert [e["kind"] for e in json.loads(cli("history", "--host", "ssh-test", "--json", env=env).stdout)] == ["promote"]
+        assert [e["kind"] for e in json.loads(cli("history", "--host", "ssh-test", "--json", env=env).stdout)] == [
+            "promote"
+        ]
 
         # Killed while booting the second lane's candidate: explained, then repaired by one command.
-        killed = cli("promote", "local-v27", "--lanes", "a,c", "--force", "--reason", "again", env={
-            **env, "GB300LANE_CRASH_AT": "c:promote.boot_candidate:after"})
+        killed = cli(
+            "promote",
+            "local-v27",
+            "--lanes",
+            "a,c",
+            "--force",
+            "--reason",
+            "again",
+            env={**env, "GB300LANE_CRASH_AT": "c:promote.boot_candidate:after"},
+        )
         assert killed.returncode == 137, killed.stdout + killed.stderr
         rows = _lanes(env)
         assert rows["_rc"] == 1 and rows["_rollout"]["crashed"], rows["_rollout"]

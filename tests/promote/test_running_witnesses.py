@@ -39,8 +39,10 @@ def _forge(how: str) -> None:
     if how == "emptied+event1000":
         db = sqlite3.connect(path)
         db.execute("DELETE FROM slots")
-        db.execute("INSERT INTO events (id, at, kind, recipe, forced, reason) VALUES "
-                   "(1000, '2026-01-01T00:00:00+00:00', 'down', 'local-v27', 1, 'forged')")
+        db.execute(
+            "INSERT INTO events (id, at, kind, recipe, forced, reason) VALUES "
+            "(1000, '2026-01-01T00:00:00+00:00', 'down', 'local-v27', 1, 'forged')"
+        )
         db.commit()
         db.close()
     else:

@@ -54,8 +54,13 @@ gates:
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "COLUMNS": "400"})
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 @pytest.fixture
@@ -83,8 +88,11 @@ def _production_serves(port: int) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
         assert json.loads(r.read())["data"][0]["id"] == "deepseek-v4.1-flash"
     # Nothing else holds the production port: the arms were stopped and kept.
-    others = [r["info"]["name"] for r in view["instances"]
-              if r["info"]["state"] == "running" and r["info"]["name"] != prod["instance"]]
+    others = [
+        r["info"]["name"]
+        for r in view["instances"]
+        if r["info"]["state"] == "running" and r["info"]["name"] != prod["instance"]
+    ]
     assert others == [], others
     return view
 
@@ -147,9 +155,13 @@ def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path
     port = production
     assert _cli("card", "register", "long").returncode == 0
     results = Path(os.environ["GB300LANE_RESULTS_DIR"])
-    proc = subprocess.Popen([sys.executable, "-m", "gb300lane", "card", "run", "long", "--take-lane"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "400"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gb300lane", "card", "run", "long", "--take-lane"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+    )
     try:
         deadline = time.monotonic() + 240
 
@@ -168,7 +180,11 @@ def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path
 
         st = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
         flight = st["production"]["in_flight"]
-        assert flight["kind"] == "take_lane" and not flight["crashed"] and "card long holds the lane" in flight["explanation"]
+        assert (
+            flight["kind"] == "take_lane"
+            and not flight["crashed"]
+            and "card long holds the lane" in flight["explanation"]
+        )
         wait_for("B")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
@@ -187,9 +203,13 @@ def test_a_killed_bracket_is_explained_and_rollback_restores_production(producti
     port = production
     assert _cli("card", "register", "small").returncode == 0
     # Killed (as kill -9) after the arms ran, with production's restart journalled and not yet done.
-    died = subprocess.run([sys.executable, "-m", "gb300lane", "card", "run", "small", "--take-lane"],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, CRASH_ENV: "take_lane.restore_production"})
+    died = subprocess.run(
+        [sys.executable, "-m", "gb300lane", "card", "run", "small", "--take-lane"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, CRASH_ENV: "take_lane.restore_production"},
+    )
     assert died.returncode != 0, died.stdout[-1000:]
     assert not any(i.state == "running" for i in lane.list_instances())  # nothing serves production now
     st = _cli("status")

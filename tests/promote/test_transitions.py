@@ -19,8 +19,10 @@ def lane(tmp_path: Path) -> SimLane:
     return SimLane.create(
         tmp_path / "lane.json",
         {"local-v26": {}, "local-v27": {}, "local-k9": {}},
-        {"local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2 (re-scored)", "rescored": True},
-         "local-k9": {"verdict": "FAIL", "reference": "card BR2 verdict 1"}},
+        {
+            "local-v27": {"verdict": "PASS", "reference": "card BR1 verdict 2 (re-scored)", "rescored": True},
+            "local-k9": {"verdict": "FAIL", "reference": "card BR2 verdict 1"},
+        },
     )
 
 
@@ -85,8 +87,11 @@ def test_promote_then_rollback_round_trip(lane: SimLane) -> None:
     # The kept pair was restarted, not booted anew.
     assert ["start", "lane-local-v26"] in lane.operations()
     kinds = [(e.kind, e.recipe, e.previous) for e in pm.history()]
-    assert kinds == [("promote", "local-v26", None), ("promote", "local-v27", "local-v26"),
-                     ("rollback", "local-v26", "local-v27")]
+    assert kinds == [
+        ("promote", "local-v26", None),
+        ("promote", "local-v27", "local-v26"),
+        ("rollback", "local-v26", "local-v27"),
+    ]
     assert pm.history()[1].verdict == "card BR1 verdict 2 (re-scored)"
 
     # Rolling back again returns to v27: the pair swaps each time.
@@ -176,8 +181,11 @@ def test_a_concurrent_promotion_is_refused(lane: SimLane) -> None:
             threading.Event().wait(0.01)
         assert state.in_flight is not None and not state.in_flight.crashed
         assert state.in_flight.commands == ()
-        for call in (lambda: pm.promote("local-v27", ops=lane), lambda: pm.rollback(ops=lane),
-                     lambda: pm.prune(ops=lane)):
+        for call in (
+            lambda: pm.promote("local-v27", ops=lane),
+            lambda: pm.rollback(ops=lane),
+            lambda: pm.prune(ops=lane),
+        ):
             try:
                 call()
             except StateError as exc:

@@ -57,8 +57,11 @@ def test_fingerprint_equal_for_v26_v27_k9_and_16_hex() -> None:
     [
         ("engine_args", {"max_num_seqs": 64}, "engine_args.max_num_seqs"),
         ("speculative", {"enable_adaptive_verification": True}, "speculative.enable_adaptive_verification"),
-        ("engine_args", {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}},
-         "engine_args.compilation_config.cudagraph_capture_sizes"),
+        (
+            "engine_args",
+            {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}},
+            "engine_args.compilation_config.cudagraph_capture_sizes",
+        ),
         ("image", {"ref": "vllm/vllm-openai:nightly-0000000"}, "image.ref"),
     ],
 )

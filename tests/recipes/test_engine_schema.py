@@ -42,17 +42,17 @@ class SpeculativeConfig:
     target_model_config: SkipValidation[ModelConfig] = None
     _private: int = 0
 '''
-ARGS_SRC = '''
+ARGS_SRC = """
 from typing import Literal
 class EngineArgs:
     model: str = ModelConfig.model
     per_request: Literal["none", "summary"] = "none"
-'''
-COMPILATION_SRC = '''
+"""
+COMPILATION_SRC = """
 class CompilationConfig:
     cudagraph_capture_sizes: list[int] = None
-'''
-FRONTEND_SRC = '''
+"""
+FRONTEND_SRC = """
 from typing import Literal
 class BaseFrontendArgs:
     enable_auto_tool_choice: bool = False
@@ -60,7 +60,7 @@ class BaseFrontendArgs:
 class FrontendArgs(BaseFrontendArgs):
     host: str | None = None
     uvicorn_log_level: Literal["debug", "info"] = "info"
-'''
+"""
 
 
 def test_script_extracts_fields_choices_and_bounds(tmp_path: Path) -> None:
@@ -105,7 +105,9 @@ def test_committed_snapshot_is_vllm_0_33_0_and_knows_the_lane_keys() -> None:
         assert key in data["frontend_args"]["fields"]
 
 
-@pytest.mark.skipif(not os.environ.get("GB300LANE_VLLM_WHEEL"), reason="set GB300LANE_VLLM_WHEEL to a vllm 0.33.0 wheel")
+@pytest.mark.skipif(
+    not os.environ.get("GB300LANE_VLLM_WHEEL"), reason="set GB300LANE_VLLM_WHEEL to a vllm 0.33.0 wheel"
+)
 def test_committed_snapshot_regenerates_identically(tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     _script().main([os.environ["GB300LANE_VLLM_WHEEL"], "--out", str(out)])
@@ -120,11 +122,35 @@ def test_unknown_vllm_version_names_the_script() -> None:
 def test_public_api_is_sorted_and_pinned() -> None:
     assert recipes_pkg.__all__ == sorted(recipes_pkg.__all__)
     assert set(recipes_pkg.__all__) == {
-        "ContainerSpec", "KeyChange", "LintFinding", "Recipe", "RecipeDiff", "RecipeSummary", "RenderedLane",
-        "SmokeGate", "WindowSpec", "compact_json", "content_hash", "content_values", "diff_recipes", "diff_values",
-        "effective_k", "fingerprint", "get_key",
-        "hash_values", "lane_base_name", "lint", "list_recipes", "load_recipe", "render", "render_compose", "render_docker_run",
-        "render_json", "requires_acknowledgement", "validate_raw", "write_rendered",
+        "ContainerSpec",
+        "KeyChange",
+        "LintFinding",
+        "Recipe",
+        "RecipeDiff",
+        "RecipeSummary",
+        "RenderedLane",
+        "SmokeGate",
+        "WindowSpec",
+        "compact_json",
+        "content_hash",
+        "content_values",
+        "diff_recipes",
+        "diff_values",
+        "effective_k",
+        "fingerprint",
+        "get_key",
+        "hash_values",
+        "lane_base_name",
+        "lint",
+        "list_recipes",
+        "load_recipe",
+        "render",
+        "render_compose",
+        "render_docker_run",
+        "render_json",
+        "requires_acknowledgement",
+        "validate_raw",
+        "write_rendered",
     }
     for name in recipes_pkg.__all__:
         assert getattr(recipes_pkg, name) is not None

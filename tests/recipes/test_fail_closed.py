@@ -20,7 +20,13 @@ def _recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parent: str, change
 
     for name in ("local-v26", "v26"):
         (tmp_path / f"{name}.yaml").write_text((shipped("recipes") / f"{name}.yaml").read_text())
-    body = {"schema_version": 1, "name": "bad", "description": "a bad change", "extends": parent, **yaml.safe_load(changes)}
+    body = {
+        "schema_version": 1,
+        "name": "bad",
+        "description": "a bad change",
+        "extends": parent,
+        **yaml.safe_load(changes),
+    }
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
     return "bad"
 

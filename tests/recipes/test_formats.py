@@ -130,7 +130,10 @@ def test_docker_run_script_quotes_every_value(tmp_path: Path) -> None:
     script.write_text(render_docker_run(lane), encoding="utf-8")
     out = subprocess.run(
         ["bash", "-c", 'docker() { printf "%s\\0" "$@"; printf "\\n\\0"; }; source "$1"', "_", str(script)],
-        check=True, capture_output=True, text=True, timeout=30,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
     ).stdout
     calls = [c.strip("\0").split("\0") for c in out.split("\n\0") if c.strip("\0")]
     assert len(calls) == 2
@@ -140,7 +143,7 @@ def test_docker_run_script_quotes_every_value(tmp_path: Path) -> None:
         # entrypoint, image, then the rest of argv exactly
         assert call[call.index("--entrypoint") + 1] == c.argv[0]
         image_at = call.index(c.image)
-        assert tuple(call[image_at + 1:]) == c.argv[1:]
+        assert tuple(call[image_at + 1 :]) == c.argv[1:]
         for k, v in c.env.items():
             assert f"{k}={v}" in call
     assert calls[0][calls[0].index("--name") + 1].endswith("-sidecar")
@@ -154,7 +157,10 @@ def test_docker_run_quotes_hostile_values(tmp_path: Path) -> None:
     script.write_text(render_docker_run(lane), encoding="utf-8")
     out = subprocess.run(
         ["bash", "-c", 'cd "$2"; docker() { printf "%s\\0" "$@"; }; source "$1"', "_", str(script), str(tmp_path)],
-        check=True, capture_output=True, text=True, timeout=30,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
     ).stdout
     assert "WEIRD=a b'c\"$(touch pwned)`x`;" in out.split("\0")
     assert not (tmp_path / "pwned").exists()
@@ -193,8 +199,13 @@ def test_compose_escapes_dollar_interpolation(tmp_path: Path) -> None:
     lane = render(validate_raw(raw, "dollar"))
     assert compose_dict(lane)["services"]["main"]["environment"]["PRICE"] == "$$HOME and $${X}"
     path = write_rendered(lane, "compose", tmp_path)
-    result = subprocess.run([*_compose_cli(), "-f", str(path), "config"], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "HOME": "/nowhere", "X": "interpolated"})
+    result = subprocess.run(
+        [*_compose_cli(), "-f", str(path), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": "/nowhere", "X": "interpolated"},
+    )
     assert result.returncode == 0, result.stderr
     # compose prints the escaped form back; what matters is that nothing was interpolated
     env = yaml.safe_load(result.stdout)["services"]["main"]["environment"]

@@ -29,11 +29,11 @@ from gb300lane.errors import RenderError
 from gb300lane.recipes import load_recipe, render, validate_raw
 from gb300lane.recipes.k8s import (
     CONFIG_DIR,
-    SERVE_CONFIG_KEY,
-    startup_failures,
     PROBE_PERIOD_S,
+    SERVE_CONFIG_KEY,
     manifests,
     render_k8s,
+    startup_failures,
     write_k8s,
 )
 
@@ -69,8 +69,7 @@ def assert_loads(doc: dict[str, Any]) -> Any:
 
 def by_kind(docs: list[dict[str, Any]], kind: str, role: str | None = None) -> list[dict[str, Any]]:
     return [
-        d for d in docs
-        if d["kind"] == kind and (role is None or d["metadata"]["labels"].get("gb300lane.role") == role)
+        d for d in docs if d["kind"] == kind and (role is None or d["metadata"]["labels"].get("gb300lane.role") == role)
     ]
 
 
@@ -208,7 +207,11 @@ def test_gpus_are_requested_on_the_node_with_the_recipes_gpu_product() -> None:
 
 def test_gpu_devices_without_a_product_are_refused_with_the_fix() -> None:
     raw = load_recipe("v27").model_dump(mode="json")
-    raw["gpus"] = {"main": ["0"], "sidecar": ["1"], "sidecar_product": "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition"}
+    raw["gpus"] = {
+        "main": ["0"],
+        "sidecar": ["1"],
+        "sidecar_product": "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
+    }
     with pytest.raises(RenderError, match=r"gpus.main_product is not set; .*nvidia.com/gpu.product"):
         manifests(validate_raw(raw, "no-product"))
 

@@ -94,10 +94,17 @@ class Podman:
             env["CONTAINERS_CONF"] = str(self.conf)
         return env
 
-    def run(self, argv: list[str], *, timeout: float = 120, check: bool = True,
-            stdin: Any = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(["nsenter", f"--net={self.netns}", *argv], capture_output=True, text=True,
-                              timeout=timeout, env=self.env(), stdin=stdin)
+    def run(
+        self, argv: list[str], *, timeout: float = 120, check: bool = True, stdin: Any = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["nsenter", f"--net={self.netns}", *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env(),
+            stdin=stdin,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv[:4])} ... exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -110,12 +117,18 @@ class Podman:
 def netns() -> Iterator[str]:
     """A private network namespace with only loopback, removed after the test."""
     if os.geteuid() != 0:
-        pytest.fail("the podman test runs rootful podman in a network namespace it makes: run it as root "
-                    "(CI does), or set GB300LANE_SKIP_PODMAN=1", pytrace=False)
+        pytest.fail(
+            "the podman test runs rootful podman in a network namespace it makes: run it as root "
+            "(CI does), or set GB300LANE_SKIP_PODMAN=1",
+            pytrace=False,
+        )
     missing = [tool for tool in ("ip", "nsenter") if shutil.which(tool) is None]
     if missing:
-        pytest.fail(f"the podman test needs {', '.join(missing)} (iproute2, util-linux); install them "
-                    "(bash .ci/run does), or set GB300LANE_SKIP_PODMAN=1", pytrace=False)
+        pytest.fail(
+            f"the podman test needs {', '.join(missing)} (iproute2, util-linux); install them "
+            "(bash .ci/run does), or set GB300LANE_SKIP_PODMAN=1",
+            pytrace=False,
+        )
     name = f"gb300lane-podman-{os.getpid()}"
     subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
     subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True, timeout=30)
@@ -129,13 +142,15 @@ def netns() -> Iterator[str]:
 def load_engine_image(pm: Podman) -> str:
     """Put the engine image Docker built into podman's store, unless the same build is already there."""
     built = ensure_engine_image()
-    have = pm.podman("image", "inspect", ENGINE_IMAGE, "--format", f'{{{{index .Labels "{SOURCE_HASH_LABEL}"}}}}',
-                     check=False)
+    have = pm.podman(
+        "image", "inspect", ENGINE_IMAGE, "--format", f'{{{{index .Labels "{SOURCE_HASH_LABEL}"}}}}', check=False
+    )
     if have.returncode == 0 and have.stdout.strip() == built.source_hash:
         return "already loaded"
     with tempfile.TemporaryFile() as errors:
-        load = subprocess.Popen(["podman", "load"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=errors, env=pm.env())
+        load = subprocess.Popen(
+            ["podman", "load"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors, env=pm.env()
+        )
         assert load.stdin is not None
         with load.stdin:
             for chunk in DockerRuntime().save_image(ENGINE_IMAGE):
@@ -204,25 +219,37 @@ def skipped_parts(docs: list[dict[str, Any]], hosts_name: str) -> list[str]:
     for d in docs:
         kind, name = d["kind"], d["metadata"]["name"]
         if kind == "Service":
-            instead = ("its name resolves through the hosts file" if name == hosts_name
-                       else "the test reaches the port podman publishes")
+            instead = (
+                "its name resolves through the hosts file"
+                if name == hosts_name
+                else "the test reaches the port podman publishes"
+            )
             out.append(f"Service {name}: podman has no Services; {instead}")
         elif kind == "NetworkPolicy":
             out.append(f"NetworkPolicy {name}: not enforced")
         elif kind == "Secret":
             out.append(f"Secret {name}: podman 4.3 reads Secrets from its own store, not the YAML")
         elif kind == "PersistentVolumeClaim":
-            out.append(f"PersistentVolumeClaim {name}: size and access mode (a local named volume), and applying "
-                       "it again (podman 4.3 will not re-create its volume, so the second play omits it)")
+            out.append(
+                f"PersistentVolumeClaim {name}: size and access mode (a local named volume), and applying "
+                "it again (podman 4.3 will not re-create its volume, so the second play omits it)"
+            )
         elif kind == "Deployment":
             pod = d["spec"]["template"]["spec"]
             c = pod["containers"][0]
-            parts = [p for p, present in (
-                ("startupProbe", "startupProbe" in c), ("readinessProbe", "readinessProbe" in c),
-                ("nodeSelector", "nodeSelector" in pod), ("tolerations", "tolerations" in pod),
-                ("GPU requests", "resources" in c), ("strategy Recreate", "strategy" in d["spec"]),
-                ("enableServiceLinks", "enableServiceLinks" in pod),
-            ) if present]
+            parts = [
+                p
+                for p, present in (
+                    ("startupProbe", "startupProbe" in c),
+                    ("readinessProbe", "readinessProbe" in c),
+                    ("nodeSelector", "nodeSelector" in pod),
+                    ("tolerations", "tolerations" in pod),
+                    ("GPU requests", "resources" in c),
+                    ("strategy Recreate", "strategy" in d["spec"]),
+                    ("enableServiceLinks", "enableServiceLinks" in pod),
+                )
+                if present
+            ]
             if parts:
                 out.append(f"Deployment {name}: {', '.join(parts)}")
     return out
@@ -237,14 +264,19 @@ def assert_pods_gone(pm: Podman, deployments: dict[str, dict[str, Any]]) -> None
 def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netns: str) -> None:
     started = time.monotonic()
     out_dir = tmp_path / "k8s"
-    rendered = subprocess.run([sys.executable, "-m", "gb300lane", "render", RECIPE, "--format", "k8s",
-                               "--out", str(out_dir)], capture_output=True, text=True, timeout=60)
+    rendered = subprocess.run(
+        [sys.executable, "-m", "gb300lane", "render", RECIPE, "--format", "k8s", "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert rendered.returncode == 0, rendered.stderr
     manifest = out_dir / "k8s.yaml"
     docs = list(yaml.safe_load_all(manifest.read_text(encoding="utf-8")))
     deployments = {d["metadata"]["labels"]["gb300lane.role"]: d for d in docs if d["kind"] == "Deployment"}
-    sidecar_service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"]["gb300lane.role"]
-                           == "sidecar")
+    sidecar_service = next(
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["labels"]["gb300lane.role"] == "sidecar"
+    )
     claim = next(d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim")
     config_map = next(d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap")
     lane = render(load_recipe(RECIPE))
@@ -255,8 +287,9 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
     image = load_engine_image(pm)
     if pm.podman("network", "exists", KUBE_NETWORK, check=False).returncode != 0:
         pm.podman("network", "create", KUBE_NETWORK)
-    gateway = pm.podman("network", "inspect", KUBE_NETWORK, "--format",
-                        "{{range .Subnets}}{{.Gateway}}{{end}}").stdout.strip()
+    gateway = pm.podman(
+        "network", "inspect", KUBE_NETWORK, "--format", "{{range .Subnets}}{{.Gateway}}{{end}}"
+    ).stdout.strip()
     pm.conf = containers_conf(tmp_path, f"{gateway}\t{sidecar_service['metadata']['name']}")
 
     # Leftovers of an interrupted run: the pods, and the volumes podman 4.3 refuses to create twice.
@@ -266,8 +299,11 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
     played = pm.podman("kube", "play", str(manifest), timeout=180, check=False)
     assert played.returncode == 0, play_failure(played)
     try:
-        ready = pm.run([sys.executable, "-c", _WAIT_READY, lane.endpoint, str(BOOT_TIMEOUT_S)],
-                       timeout=BOOT_TIMEOUT_S + 30, check=False)
+        ready = pm.run(
+            [sys.executable, "-c", _WAIT_READY, lane.endpoint, str(BOOT_TIMEOUT_S)],
+            timeout=BOOT_TIMEOUT_S + 30,
+            check=False,
+        )
         log = pm.podman("logs", main_container, check=False)
         assert ready.returncode == 0, f"{ready.stderr}\nmain's log:\n{(log.stdout + log.stderr)[-3000:]}"
         models = json.loads(ready.stdout)
@@ -277,8 +313,11 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
         assert first.cache_root == "/cache/vllm"
         assert "Expert sidecar at http://local-v27-sidecar:30107 is healthy" in log.stdout + log.stderr
 
-        smoke = pm.run([sys.executable, "-m", "gb300lane", "smoke", RECIPE, "--endpoint", lane.endpoint, "--json"],
-                       timeout=300, check=False)
+        smoke = pm.run(
+            [sys.executable, "-m", "gb300lane", "smoke", RECIPE, "--endpoint", lane.endpoint, "--json"],
+            timeout=300,
+            check=False,
+        )
         assert smoke.returncode == 0, f"smoke failed:\n{smoke.stdout[-3000:]}\n{smoke.stderr[-2000:]}"
         report = json.loads(smoke.stdout)
         assert report["passed"] and [g["status"] for g in report["gates"]] == ["PASS", "PASS"]
@@ -295,8 +334,11 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
     played = pm.podman("kube", "play", str(replay), timeout=180, check=False)
     assert played.returncode == 0, play_failure(played)
     try:
-        again = pm.run([sys.executable, "-c", _WAIT_READY, lane.endpoint, str(BOOT_TIMEOUT_S)],
-                       timeout=BOOT_TIMEOUT_S + 30, check=False)
+        again = pm.run(
+            [sys.executable, "-c", _WAIT_READY, lane.endpoint, str(BOOT_TIMEOUT_S)],
+            timeout=BOOT_TIMEOUT_S + 30,
+            check=False,
+        )
         log = pm.podman("logs", main_container, check=False)
         assert again.returncode == 0, f"{again.stderr}\nmain's log:\n{(log.stdout + log.stderr)[-3000:]}"
         second = parse_boot_log(log.stdout + log.stderr)
@@ -308,7 +350,10 @@ def test_local_v27_k8s_manifests_run_under_podman_kube_play(tmp_path: Path, netn
     pm.podman("volume", "rm", "--force", claim, config_map)
 
     seconds = time.monotonic() - started
-    warnings.warn(PodmanPartsSkipped(
-        f"podman kube play {RECIPE} ({seconds:.0f} s, engine image {image}) did not exercise: "
-        + "; ".join(skipped_parts(docs, sidecar_service["metadata"]["name"]))
-    ), stacklevel=1)
+    warnings.warn(
+        PodmanPartsSkipped(
+            f"podman kube play {RECIPE} ({seconds:.0f} s, engine image {image}) did not exercise: "
+            + "; ".join(skipped_parts(docs, sidecar_service["metadata"]["name"]))
+        ),
+        stacklevel=1,
+    )

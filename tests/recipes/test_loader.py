@@ -70,8 +70,16 @@ def test_deep_merge_merges_mappings_and_replaces_lists() -> None:
 
 def test_extends_chain_resolves(tmp_path: Path) -> None:
     write(tmp_path, "base", BASE.replace("name: local-v26", "name: base"))
-    write(tmp_path, "mid", "schema_version: 1\nname: mid\nextends: base\ndescription: m\nspeculative:\n  rejection_sample_method: block\n")
-    write(tmp_path, "top", "schema_version: 1\nname: top\nextends: mid\ndescription: t\nspeculative:\n  num_speculative_tokens: 4\n")
+    write(
+        tmp_path,
+        "mid",
+        "schema_version: 1\nname: mid\nextends: base\ndescription: m\nspeculative:\n  rejection_sample_method: block\n",
+    )
+    write(
+        tmp_path,
+        "top",
+        "schema_version: 1\nname: top\nextends: mid\ndescription: t\nspeculative:\n  num_speculative_tokens: 4\n",
+    )
     top = load_recipe("top", tmp_path)
     assert top.speculative.rejection_sample_method == "block"
     assert top.speculative.num_speculative_tokens == 4
@@ -125,9 +133,7 @@ BAD_CASES = {
     "comments-only": ("# nothing here\n", ["empty"]),
     "alias-bomb": (
         "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-        + "".join(
-            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
-        ),
+        + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)),
         ["alias"],
     ),
     "time-scale-on-vllm": (BASE.replace("engine: embedded", "engine: vllm"), ["time_scale", "embedded engine only"]),
@@ -201,11 +207,13 @@ def test_duplicate_key_in_nested_mapping_reports_both_lines(tmp_path: Path) -> N
 
 
 def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
-    text = BASE.replace("name: local-v26", "name: ok").replace(
-        "        classes: [prose, code, tool_json]\n        transcripts_per_class: 4\n        rounds: 1\n        concurrency: [1, 8]\n        temperature: 0.0",
-        "        classes: &cls [prose, code, tool_json]\n        transcripts_per_class: 4\n        rounds: 1\n        concurrency: [1, 8]\n        temperature: 0.0",
-    ).replace(
-        "        classes: [prose, code, tool_json]\n", "        classes: *cls\n"
+    text = (
+        BASE.replace("name: local-v26", "name: ok")
+        .replace(
+            "        classes: [prose, code, tool_json]\n        transcripts_per_class: 4\n        rounds: 1\n        concurrency: [1, 8]\n        temperature: 0.0",
+            "        classes: &cls [prose, code, tool_json]\n        transcripts_per_class: 4\n        rounds: 1\n        concurrency: [1, 8]\n        temperature: 0.0",
+        )
+        .replace("        classes: [prose, code, tool_json]\n", "        classes: *cls\n")
     )
     assert "*cls" in text and "&cls" in text
     write(tmp_path, "ok", text)
@@ -227,7 +235,9 @@ def test_unknown_vllm_version_points_at_the_key(tmp_path: Path) -> None:
     text = BASE.replace("name: local-v26", "name: bad").replace('vllm_version: "0.33.0"', 'vllm_version: "0.1.0"')
     write(tmp_path, "bad", text)
     line = text.splitlines().index('  vllm_version: "0.1.0"') + 1
-    with pytest.raises(RecipeError, match=rf"bad\.yaml:{line}: image\.vllm_version = '0\.1\.0': no engine schema snapshot"):
+    with pytest.raises(
+        RecipeError, match=rf"bad\.yaml:{line}: image\.vllm_version = '0\.1\.0': no engine schema snapshot"
+    ):
         load_recipe("bad", tmp_path)
 
 

@@ -44,8 +44,11 @@ def test_the_new_name_loads_lints_and_renders_under_the_name_vllm_knows(tmp_path
 
 def test_the_schedule_given_under_both_names_is_refused(tmp_path: Path) -> None:
     _with_parent(tmp_path)
-    (tmp_path / "local-both.yaml").write_text(RENAMED.replace("local-renamed", "local-both").replace(
-        "  num_speculative_tokens_per_batch_size: null\n", "  num_speculative_tokens_per_batch_size: [[1, 32, 5]]\n"))
+    (tmp_path / "local-both.yaml").write_text(
+        RENAMED.replace("local-renamed", "local-both").replace(
+            "  num_speculative_tokens_per_batch_size: null\n", "  num_speculative_tokens_per_batch_size: [[1, 32, 5]]\n"
+        )
+    )
     with pytest.raises(RecipeError, match="give the schedule once, under one name"):
         load_recipe("local-both", tmp_path)
 
@@ -54,9 +57,12 @@ def test_the_embedded_engine_takes_either_name() -> None:
     from gb300lane.engine.config import parse_spec_config
     from gb300lane.errors import EngineError
 
-    spec, _ = parse_spec_config('{"method": "dspark", "num_speculative_tokens": 5, '
-                                '"speculative_token_schedule": [[1, 4, 5], [5, 32, 3]]}')
+    spec, _ = parse_spec_config(
+        '{"method": "dspark", "num_speculative_tokens": 5, "speculative_token_schedule": [[1, 4, 5], [5, 32, 3]]}'
+    )
     assert spec is not None and spec.k_for_batch(8) == 3
     with pytest.raises(EngineError, match="give it once"):
-        parse_spec_config('{"method": "dspark", "speculative_token_schedule": [[1, 32, 5]], '
-                          '"num_speculative_tokens_per_batch_size": [[1, 32, 5]]}')
+        parse_spec_config(
+            '{"method": "dspark", "speculative_token_schedule": [[1, 32, 5]], '
+            '"num_speculative_tokens_per_batch_size": [[1, 32, 5]]}'
+        )

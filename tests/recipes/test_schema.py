@@ -16,8 +16,7 @@ def test_a_window_forces_its_length_or_lets_requests_stop_at_eos() -> None:
     forced = WindowSpec.model_validate({**BASE, "forced_tokens": 64})
     assert (forced.stops_at_eos, forced.token_cap, forced.length_label()) == (False, 64, "64 tokens")
     free = WindowSpec.model_validate({**BASE, "forced_tokens": None, "max_tokens": 256})
-    assert (free.stops_at_eos, free.token_cap, free.length_label()) == (True, 256,
-                                                                        "up to 256 tokens (stops at EOS)")
+    assert (free.stops_at_eos, free.token_cap, free.length_label()) == (True, 256, "up to 256 tokens (stops at EOS)")
     with pytest.raises(ValidationError, match="set forced_tokens .* or, with forced_tokens null, max_tokens"):
         WindowSpec.model_validate(BASE)
     with pytest.raises(ValidationError, match="forced_tokens 64 and max_tokens 256 both set"):

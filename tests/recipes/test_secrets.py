@@ -31,8 +31,13 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "args",
-    [["recipes", "show", "s"], ["recipes", "show", "s", "--json"], ["render", "s", "-f", "compose"],
-     ["render", "s", "-f", "docker-run"], ["render", "s", "-f", "json"]],
+    [
+        ["recipes", "show", "s"],
+        ["recipes", "show", "s", "--json"],
+        ["render", "s", "-f", "compose"],
+        ["render", "s", "-f", "docker-run"],
+        ["render", "s", "-f", "json"],
+    ],
 )
 def test_secrets_are_masked_unless_asked_for(folder: Path, args: list[str]) -> None:
     shown = runner.invoke(app, [*args, "--recipes-dir", str(folder)])
@@ -52,9 +57,19 @@ def test_render_out_masks_too(folder: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [VALUE, JWT, "ghp_" + "a" * 36, "AKIAIOSFODNN7EXAMPLE", "xoxb-1234567890-abcdefghij", "hf_" + "b" * 34,
-     "AIza" + "c" * 35, "sk_live_" + "d" * 24, "-----BEGIN RSA PRIVATE KEY-----", "https://user:p4ss@host/x",
-     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"],
+    [
+        VALUE,
+        JWT,
+        "ghp_" + "a" * 36,
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-1234567890-abcdefghij",
+        "hf_" + "b" * 34,
+        "AIza" + "c" * 35,
+        "sk_live_" + "d" * 24,
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "https://user:p4ss@host/x",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ],
 )
 def test_token_shapes_and_entropy_are_secrets(value: str) -> None:
     assert secret_shape(value) is not None
@@ -62,8 +77,17 @@ def test_token_shapes_and_entropy_are_secrets(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["/cache/vllm", "expandable_segments:True", "gb300lane-engine:local", "http://127.0.0.1:30107", "0,1",
-     "Hello world, this is a sentence with 123", "/usr/local/lib/python3.11/site-packages", "block", "9.0a"],
+    [
+        "/cache/vllm",
+        "expandable_segments:True",
+        "gb300lane-engine:local",
+        "http://127.0.0.1:30107",
+        "0,1",
+        "Hello world, this is a sentence with 123",
+        "/usr/local/lib/python3.11/site-packages",
+        "block",
+        "9.0a",
+    ],
 )
 def test_ordinary_values_are_not(value: str) -> None:
     assert secret_shape(value) is None

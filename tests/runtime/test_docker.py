@@ -7,7 +7,6 @@ The unreachable-engine test needs no engine: it points DOCKER_HOST at a dead soc
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -50,7 +49,9 @@ def test_docker_unreachable_names_docker_host_and_the_fix(monkeypatch: pytest.Mo
     assert f"DOCKER_HOST=unix://{dead}" in msg and "--runtime process" in msg
 
 
-def test_up_on_docker_with_an_unreachable_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recipes: Path) -> None:
+def test_up_on_docker_with_an_unreachable_engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, recipes: Path
+) -> None:
     name = write_recipe(recipes, "t-dock")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'dead.sock'}")
     with pytest.raises(RuntimeUnavailable, match="does not answer"):
@@ -61,7 +62,9 @@ def test_up_on_docker_with_an_unreachable_engine(monkeypatch: pytest.MonkeyPatch
 def test_image_missing_is_refused_before_anything_is_created(engine_image: str, recipes: Path) -> None:
     name = write_recipe(recipes, "t-noimage", image={"ref": "gb300lane-engine:no-such-tag"})
     # Not the engine's own tag, so `engine-image build` (which builds gb300lane-engine:local) is not the fix.
-    with pytest.raises(BootError, match="gb300lane-engine:no-such-tag .* not present.*docker pull gb300lane-engine:no-such-tag.*--pull"):
+    with pytest.raises(
+        BootError, match="gb300lane-engine:no-such-tag .* not present.*docker pull gb300lane-engine:no-such-tag.*--pull"
+    ):
         lane.up(name)
     assert get_runtime("docker").list({"gb300lane.instance": "local-t-noimage"}) == []
 
@@ -121,8 +124,9 @@ def test_a_docker_container_that_exits_during_boot(engine_image: str, recipes: P
 
 @pytest.mark.docker
 def test_create_carries_argv_ipc_shm_ulimits_mounts_gpus_and_labels(engine_image: str, tmp_path: Path) -> None:
-    import docker as sdk
     from types import SimpleNamespace
+
+    import docker as sdk
 
     rt = get_runtime("docker")
     name = f"gb300lane-test-create-{tmp_path.name[-8:]}"
@@ -157,7 +161,9 @@ def test_cli_engine_image_build_reports_the_source_hash(engine_image: str) -> No
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "gb300lane", "engine-image", "build", "--json"], capture_output=True, text=True,
+        [sys.executable, "-m", "gb300lane", "engine-image", "build", "--json"],
+        capture_output=True,
+        text=True,
         timeout=900,
     )
     assert out.returncode == 0, out.stderr

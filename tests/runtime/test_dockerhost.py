@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes.dockerd import ping_only_engine
 
 from gb300lane import lane
 from gb300lane.runtime import dockerhost
+
+from fakes.dockerd import ping_only_engine
 
 
 class _NotHttp(socketserver.StreamRequestHandler):
@@ -82,7 +83,9 @@ def test_status_skips_the_engine_only_while_the_record_holds(engine: tuple[Path,
     assert len(requests) > 2 and st.runtimes["docker"] != "reachable"
 
 
-def test_an_engine_that_does_not_answer_is_reported_without_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_engine_that_does_not_answer_is_reported_without_the_sdk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dead = tmp_path / "dead.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{dead}")
     note = lane.status().runtimes["docker"]

@@ -29,7 +29,6 @@ def test_dockerfile_starts_from_scratch_and_smoke_imports_the_engine() -> None:
     assert text.startswith("FROM scratch\n") and "gb300lane.engine" in text and "{{" not in text
 
 
-
 def test_an_image_build_holds_the_machines_build_lock(tmp_path, monkeypatch) -> None:
     # Two builds of the engine image at once race in the Docker engine; a second build waits for the first.
     import subprocess
@@ -42,8 +41,10 @@ def test_an_image_build_holds_the_machines_build_lock(tmp_path, monkeypatch) -> 
     with image._build_lock():
         assert is_locked(lock)
         # Another process cannot take it while this build holds it.
-        probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-                 "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)")
+        probe = (
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)"
+        )
         assert subprocess.run([sys.executable, "-c", probe, str(lock)], timeout=60).returncode == 3
     assert not is_locked(lock)
     # Where the lock file cannot be made, the build runs unlocked rather than failing.

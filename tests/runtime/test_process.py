@@ -157,7 +157,6 @@ def test_unknown_runtime_name() -> None:
         get_runtime("podman")
 
 
-
 def test_follow_yields_every_line_until_the_process_exits(rt: ProcessRuntime) -> None:
     script = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.05)"
     rt.create(_spec("t-a-main", argv=("python3", "-c", script)))
@@ -218,11 +217,26 @@ def test_paths_under_a_mount_reach_the_process_as_the_host_path_in_args_and_json
 
     vols = ["/home/u/real-lane/models:/models:ro", "/home/u/.cache/vllm:/cache/vllm"]
     spec = '{"method":"draft_model","model":"/models/cpu-draft","num_speculative_tokens":5}'
-    out = mounted_argv(["/venv/bin/python", "--model", "/models/cpu-target", "--speculative-config", spec,
-                        "--host", "127.0.0.1", "/modelsx/other", "{not json}"], vols)
+    out = mounted_argv(
+        [
+            "/venv/bin/python",
+            "--model",
+            "/models/cpu-target",
+            "--speculative-config",
+            spec,
+            "--host",
+            "127.0.0.1",
+            "/modelsx/other",
+            "{not json}",
+        ],
+        vols,
+    )
     assert out[2] == "/home/u/real-lane/models/cpu-target"
-    assert json.loads(out[4]) == {"method": "draft_model", "model": "/home/u/real-lane/models/cpu-draft",
-                                  "num_speculative_tokens": 5}
+    assert json.loads(out[4]) == {
+        "method": "draft_model",
+        "model": "/home/u/real-lane/models/cpu-draft",
+        "num_speculative_tokens": 5,
+    }
     assert out[4] == '{"method":"draft_model","model":"/home/u/real-lane/models/cpu-draft","num_speculative_tokens":5}'
     assert out[0] == "/venv/bin/python" and out[6] == "127.0.0.1"
     assert out[7] == "/modelsx/other"  # not under /models: a prefix of the name is not a parent

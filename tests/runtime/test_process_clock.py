@@ -76,7 +76,9 @@ def test_a_clock_step_seen_by_psutil_leaves_the_process_running(started, monkeyp
     # and stop still reaches it: the group and the process are ended, not left serving
     assert ProcessRuntime().stop("t-a-main", timeout_s=5).state == "exited"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    while (
+        time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ):
         time.sleep(0.02)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
@@ -98,4 +100,4 @@ def test_a_record_names_the_start_in_clock_ticks(started) -> None:  # type: igno
     rec = json.loads((rt.root / "t-a-main.json").read_text())
     if os.path.exists(f"/proc/{pid}/stat"):
         stat = open(f"/proc/{pid}/stat").read()
-        assert rec["pid_start_ticks"] == int(stat[stat.rindex(")") + 2:].split()[19])
+        assert rec["pid_start_ticks"] == int(stat[stat.rindex(")") + 2 :].split()[19])

@@ -49,8 +49,9 @@ def _writers_of(log: Path) -> list[psutil.Process]:
 
 
 def test_a_kill_between_start_and_record_leaves_an_engine_the_runtime_still_owns() -> None:
-    done = subprocess.run([sys.executable, "-c", CREATE_AND_DIE], capture_output=True, text=True, timeout=60,
-                          env=os.environ.copy())
+    done = subprocess.run(
+        [sys.executable, "-c", CREATE_AND_DIE], capture_output=True, text=True, timeout=60, env=os.environ.copy()
+    )
     assert done.returncode == 137, done.stderr
     rt = ProcessRuntime()
     log = rt.root / "t-k-main.log"
@@ -74,8 +75,8 @@ def test_a_kill_between_start_and_record_leaves_an_engine_the_runtime_still_owns
 
 ORPHAN = (
     "import subprocess, sys, time\n"
-    "code = 'import subprocess, sys; p = subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(120)\"], "
-    "start_new_session=True); print(\"orphan\", p.pid, flush=True)'\n"
+    'code = \'import subprocess, sys; p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], '
+    'start_new_session=True); print("orphan", p.pid, flush=True)\'\n'
     "subprocess.run([sys.executable, '-c', code])\n"
     "time.sleep(120)\n"
 )
@@ -99,7 +100,10 @@ def test_down_ends_a_setsid_child_that_left_the_tree() -> None:
     orphan = psutil.Process(int(rt.logs("t-o-main").split("orphan ")[1].split()[0]))
     try:
         main = rt.inspect("t-o-main").pid
-        assert orphan.ppid() != main and os.getpgid(orphan.pid) != main, (orphan.ppid(), main)  # out of the tree and group
+        assert orphan.ppid() != main and os.getpgid(orphan.pid) != main, (
+            orphan.ppid(),
+            main,
+        )  # out of the tree and group
         rt.remove("t-o-main")
         try:
             orphan.wait(timeout=10)

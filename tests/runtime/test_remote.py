@@ -85,7 +85,10 @@ def test_a_host_without_the_recipes_gpus(tmp_path: Path, recipes: Path) -> None:
         lane.plan_boot("v26")
     text = str(err.value)
     assert "host gpu-box has no GPU 1 for the sidecar container" in text
-    assert "host gpu-box: GPU 0 is NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition and the recipe's main needs NVIDIA-GB300" in text
+    assert (
+        "host gpu-box: GPU 0 is NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition and the recipe's main needs NVIDIA-GB300"
+        in text
+    )
 
 
 _KILLED_CLIENT = """

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-import sshd
 from gb300lane import lane
 from gb300lane.errors import RuntimeUnavailable
 from gb300lane.lane.inventory import placement
 from gb300lane.paths import shipped
 from gb300lane.runtime import get_runtime, ssh
 from gb300lane.testing.free_ports import free_port
+
+import sshd
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -45,8 +46,13 @@ def write_recipes(dest: Path, runtime: str = "docker") -> None:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gb300lane", *args], capture_output=True, text=True, timeout=420,
-                          env={**os.environ, "COLUMNS": "400", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "gb300lane", *args],
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, "COLUMNS": "400", **env},
+    )
 
 
 def test_a_lane_on_the_ssh_host(tmp_path: Path, ssh_server: sshd.SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,7 +80,11 @@ def test_a_lane_on_the_ssh_host(tmp_path: Path, ssh_server: sshd.SshServer, monk
         with lane.on_lane(placement("wrong-key")), pytest.raises(RuntimeUnavailable) as err:
             get_runtime("docker")
         text = str(err.value)
-        assert "\n" not in text and text.startswith("host wrong-key (root@127.0.0.1)") and "hosts.wrong-key.ssh_key" in text
+        assert (
+            "\n" not in text
+            and text.startswith("host wrong-key (root@127.0.0.1)")
+            and "hosts.wrong-key.ssh_key" in text
+        )
 
         up = cli("up", "local-v27", "--host", "ssh-test", "--dark", "--json", env=env)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]

@@ -52,8 +52,9 @@ def test_writeup_marginals_first_position_and_the_k9_cliff():
 
 
 def test_single_length_counters_give_exact_a_p():
-    c = SpecCounters(num_drafts=1000, num_draft_tokens=5000, num_accepted_tokens=1853,
-                     accepted_per_pos=(717, 476, 310, 205, 145))
+    c = SpecCounters(
+        num_drafts=1000, num_draft_tokens=5000, num_accepted_tokens=1853, accepted_per_pos=(717, 476, 310, 205, 145)
+    )
     s = acceptance(c)
     assert s.a_p_exact and s.a_p == pytest.approx(PROSE_K5) and s.vllm_per_position == pytest.approx(PROSE_K5)
     assert s.tokens_per_step == pytest.approx(2.853) and s.tokens_per_full_draft == pytest.approx(2.853)
@@ -63,8 +64,13 @@ def test_single_length_counters_give_exact_a_p():
 
 def test_k_schedule_conventions_differ_and_are_named():
     # 600 drafts of length 5 (one stream) and 400 of length 3 (batch above 4).
-    c = SpecCounters(num_drafts=1000, num_draft_tokens=4200, num_accepted_tokens=1684,
-                     accepted_per_pos=(700, 480, 300, 120, 84), drafts_by_length={3: 400, 5: 600})
+    c = SpecCounters(
+        num_drafts=1000,
+        num_draft_tokens=4200,
+        num_accepted_tokens=1684,
+        accepted_per_pos=(700, 480, 300, 120, 84),
+        drafts_by_length={3: 400, 5: 600},
+    )
     s = acceptance(c)
     assert s.a_p_exact
     assert s.a_p == pytest.approx((0.7, 0.48, 0.3, 0.2, 0.14))
@@ -82,8 +88,22 @@ def test_inconsistent_counters_are_refused_by_name():
     with pytest.raises(MetricsError, match="per_pos_total sums to 10"):
         acceptance(SpecCounters(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=12, accepted_per_pos=(6, 3, 1)))
     with pytest.raises(MetricsError, match="drafts_by_length_total sums to 9"):
-        acceptance(SpecCounters(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=10,
-                                accepted_per_pos=(6, 3, 1), drafts_by_length={3: 9}))
+        acceptance(
+            SpecCounters(
+                num_drafts=10,
+                num_draft_tokens=30,
+                num_accepted_tokens=10,
+                accepted_per_pos=(6, 3, 1),
+                drafts_by_length={3: 9},
+            )
+        )
     with pytest.raises(MetricsError, match="implies 29 draft tokens"):
-        acceptance(SpecCounters(num_drafts=10, num_draft_tokens=30, num_accepted_tokens=10,
-                                accepted_per_pos=(6, 3, 1), drafts_by_length={3: 9, 2: 1}))
+        acceptance(
+            SpecCounters(
+                num_drafts=10,
+                num_draft_tokens=30,
+                num_accepted_tokens=10,
+                accepted_per_pos=(6, 3, 1),
+                drafts_by_length={3: 9, 2: 1},
+            )
+        )

@@ -58,7 +58,9 @@ def test_public_api_is_pinned():
 def test_step_time_fit_is_least_squares():
     m = fit_step_time(STEPS)
     assert m.intercept_ms == pytest.approx(9.5) and m.slope_ms == pytest.approx(0.3)
-    noisy = fit_step_time([StepTimePoint(k=k, ms=10 + 0.5 * k + e) for k, e in ((1, 0.1), (3, -0.1), (5, 0.1), (7, -0.1))])
+    noisy = fit_step_time(
+        [StepTimePoint(k=k, ms=10 + 0.5 * k + e) for k, e in ((1, 0.1), (3, -0.1), (5, 0.1), (7, -0.1))]
+    )
     # slope = 0.5 + sum((k - 4) e) / sum((k - 4)^2) = 0.5 - 0.4 / 20; intercept = mean(ms) - 4 slope
     assert noisy.slope_ms == pytest.approx(0.48) and noisy.intercept_ms == pytest.approx(10.08)
     with pytest.raises(LaneError, match="two different k"):
@@ -95,7 +97,9 @@ def test_receipts_file_and_its_errors(tmp_path):
     data = load_advisor_input(DATA / "advisor_prose_c1.json")
     assert data.trained_block == 5 and len(data.curves) == 2
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"schema_version": 1, "curves": [{"k": 2, "a_p": [0.5]}], "step_ms": [{"k": 1, "ms": 1}]}))
+    bad.write_text(
+        json.dumps({"schema_version": 1, "curves": [{"k": 2, "a_p": [0.5]}], "step_ms": [{"k": 1, "ms": 1}]})
+    )
     with pytest.raises(LaneError, match=r"bad.json: curves\.0"):
         load_advisor_input(bad)
     with pytest.raises(LaneError, match="no such receipts file"):
@@ -106,8 +110,17 @@ runner = CliRunner()
 
 
 def test_cli_from_metrics_table_and_json():
-    res = runner.invoke(app, ["spec", "from-metrics", str(DATA / "vllm_k5_after.txt"),
-                              "--before", str(DATA / "vllm_k5_before.txt"), "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "spec",
+            "from-metrics",
+            str(DATA / "vllm_k5_after.txt"),
+            "--before",
+            str(DATA / "vllm_k5_before.txt"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert round(out["acceptance"]["tokens_per_step"], 3) == 2.853
@@ -117,8 +130,9 @@ def test_cli_from_metrics_table_and_json():
 
 
 def test_cli_from_metrics_restart_is_one_error():
-    res = runner.invoke(app, ["spec", "from-metrics", str(DATA / "vllm_k5_restarted.txt"),
-                              "--before", str(DATA / "vllm_k5_after.txt")])
+    res = runner.invoke(
+        app, ["spec", "from-metrics", str(DATA / "vllm_k5_restarted.txt"), "--before", str(DATA / "vllm_k5_after.txt")]
+    )
     assert res.exit_code == 1
     assert "probably restarted" in res.output and len(res.output.strip().splitlines()) == 1
 
@@ -127,9 +141,23 @@ def test_cli_advise_from_receipts_and_flags():
     res = runner.invoke(app, ["spec", "advise", "--receipts", str(DATA / "advisor_prose_c1.json"), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["recommended_k"] == 5
-    res = runner.invoke(app, ["spec", "advise", "--a-p", "0.717,0.476,0.310,0.205,0.145",
-                              "--a-p", "0.612,0.379,0.235,0.147,0.097,0.063,0.036,0.020,0.011",
-                              "--step", "5:11.0", "--step", "9:12.2", "--trained-block", "5"])
+    res = runner.invoke(
+        app,
+        [
+            "spec",
+            "advise",
+            "--a-p",
+            "0.717,0.476,0.310,0.205,0.145",
+            "--a-p",
+            "0.612,0.379,0.235,0.147,0.097,0.063,0.036,0.020,0.011",
+            "--step",
+            "5:11.0",
+            "--step",
+            "9:12.2",
+            "--trained-block",
+            "5",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "recommended k = 5" in res.stdout
 

@@ -22,8 +22,10 @@ def compiled(monkeypatch):
     if kernels.active() is None:
         if os.environ.get("GB300LANE_SKIP_KERNELS") == "1":
             pytest.skip("GB300LANE_SKIP_KERNELS=1: the compiled kernels are not built here")
-        pytest.fail(f"verification runs on {kernels.describe()}; `python3 -m pip install -e .` builds the kernels "
-                    "where a C compiler is present (set GB300LANE_SKIP_KERNELS=1 to skip where none is)")
+        pytest.fail(
+            f"verification runs on {kernels.describe()}; `python3 -m pip install -e .` builds the kernels "
+            "where a C compiler is present (set GB300LANE_SKIP_KERNELS=1 to skip where none is)"
+        )
     return kernels.active()
 
 
@@ -67,8 +69,9 @@ def test_the_sampler_draws_numpys_index_bit_for_bit(compiled):
             dist[-1, 0] = np.nan
         u = rng.random(n)
         fallback = lambda rows: np.ones((rows.size, vocab))  # noqa: E731
-        assert np.array_equal(verification._sample_rows(dist, u, fallback),
-                              verification._sample_rows_numpy(dist, u, fallback)), case
+        assert np.array_equal(
+            verification._sample_rows(dist, u, fallback), verification._sample_rows_numpy(dist, u, fallback)
+        ), case
 
 
 def test_an_empty_residual_falls_back_to_the_targets_row_in_the_kernel(compiled):
@@ -85,11 +88,20 @@ def test_the_kernels_refuse_what_they_do_not_take(compiled):
     p = np.full((2, 3, 4), 0.25, dtype=np.float32)
     q = np.full((2, 2, 4), 0.25, dtype=np.float64)  # mixed precision
     with pytest.raises(ValueError, match="one float dtype"):
-        compiled.accept(True, p, q, np.zeros((2, 2), dtype=np.int64), np.arange(2), np.zeros((2, 2)),
-                        np.empty(2, dtype=np.int64), np.empty(2))
+        compiled.accept(
+            True,
+            p,
+            q,
+            np.zeros((2, 2), dtype=np.int64),
+            np.arange(2),
+            np.zeros((2, 2)),
+            np.empty(2, dtype=np.int64),
+            np.empty(2),
+        )
     with pytest.raises(IndexError, match="out of range"):
-        compiled.sample_correction(p, p[:, :2].copy(), np.array([5]), np.array([0]), np.ones(1), np.zeros(1),
-                                   np.empty(1, dtype=np.int64))
+        compiled.sample_correction(
+            p, p[:, :2].copy(), np.array([5]), np.array([0]), np.ones(1), np.zeros(1), np.empty(1, dtype=np.int64)
+        )
     with pytest.raises(TypeError, match="writable"):
         out = np.empty(2, dtype=np.int64)
         out.flags.writeable = False
@@ -119,8 +131,9 @@ def test_verifying_on_the_support_in_the_kernel_is_numpys_rule(compiled):
         q_sup = rng.dirichlet(np.full(width, 0.5), size=(batch, k)).astype(np.float32)
         if case % 4 == 0:
             q_sup = (p_sup / p_sup.sum(axis=2, keepdims=True)).astype(np.float32)  # a draft close to the target
-        choice = np.array([[rng.choice(width, p=q_sup[b, i] / q_sup[b, i].sum()) for i in range(k)]
-                           for b in range(batch)])
+        choice = np.array(
+            [[rng.choice(width, p=q_sup[b, i] / q_sup[b, i].sum()) for i in range(k)] for b in range(batch)]
+        )
         u_accept, u_sample = rng.random((batch, k)), rng.random(batch)
 
         def rows(r, pos, full=full):
@@ -155,13 +168,16 @@ def test_the_drafter_draws_the_same_blocks_with_the_kernels(compiled, k):
     for temps in (np.where(rng.random(batch) < 0.15, 0.0, 1.0), rng.choice([0.0, 0.7, 1.0, 1.3], batch)):
         for probabilistic in (True, False):
             u = rng.random((batch, k))
-            got = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
-                                      numerics=(7, 0.01))
+            got = drafter.draft_block(
+                classes, prev2, prev, k, temps, u, probabilistic=probabilistic, numerics=(7, 0.01)
+            )
             with kernels.numpy_only():
-                expected = drafter.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
-                                               numerics=(7, 0.01))
-            computed = stepwise.draft_block(classes, prev2, prev, k, temps, u, probabilistic=probabilistic,
-                                            numerics=(7, 0.01))
+                expected = drafter.draft_block(
+                    classes, prev2, prev, k, temps, u, probabilistic=probabilistic, numerics=(7, 0.01)
+                )
+            computed = stepwise.draft_block(
+                classes, prev2, prev, k, temps, u, probabilistic=probabilistic, numerics=(7, 0.01)
+            )
             for field in ("tokens", "cand", "q", "p", "choice"):
                 assert np.array_equal(getattr(got, field), getattr(expected, field)), (probabilistic, field)
                 assert np.array_equal(getattr(got, field), getattr(computed, field)), (probabilistic, field)
@@ -199,8 +215,9 @@ def test_the_engine_on_numpy_alone_gives_the_same_tokens(compiled, method):
     runs = {}
     for no_kernels in ("0", "1"):
         env = {**os.environ, "GB300LANE_NO_KERNELS": no_kernels}
-        done = subprocess.run([sys.executable, "-c", _ENGINE_TOKENS, method], env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", _ENGINE_TOKENS, method], env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[no_kernels] = json.loads(done.stdout.splitlines()[-1])
     assert runs["0"]["path"].startswith("compiled kernels") and runs["1"]["path"].startswith("numpy"), runs
@@ -226,10 +243,23 @@ def test_the_targets_rows_in_the_kernel_are_numpys_bit_for_bit(compiled, numeric
     assert got.dtype == expected.dtype == np.float32
     assert np.array_equal(got, expected)
     with pytest.raises(IndexError):
-        compiled.target_rows(np.array([0]), np.array([0]), np.array([vocab]), model.bigram, model.bi_keys,
-                             model.bi_indptr, model.bi_cols, model.bi_ml, model.bi_lambda, model.tri_keys,
-                             model.tri_indptr, model.tri_cols, model.tri_ml, model.tri_lambda,
-                             np.empty((1, vocab), dtype=np.float32))
+        compiled.target_rows(
+            np.array([0]),
+            np.array([0]),
+            np.array([vocab]),
+            model.bigram,
+            model.bi_keys,
+            model.bi_indptr,
+            model.bi_cols,
+            model.bi_ml,
+            model.bi_lambda,
+            model.tri_keys,
+            model.tri_indptr,
+            model.tri_cols,
+            model.tri_ml,
+            model.tri_lambda,
+            np.empty((1, vocab), dtype=np.float32),
+        )
 
 
 @pytest.mark.parametrize("method", ["standard", "block"])
@@ -241,12 +271,18 @@ def test_a_fused_support_step_is_verify_support_on_the_targets_rows(compiled, me
     bigram = rng.dirichlet(np.full(vocab, 0.5), size=vocab).astype(np.float32)
     bigram[:4, 4:] = 0.0  # rows with all their mass on the first four tokens
     bigram /= bigram.sum(axis=1, keepdims=True)
-    empty = (np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int32),
-             np.empty(0, dtype=np.float32), np.empty(0, dtype=np.float32))
+    empty = (
+        np.empty(0, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+        np.empty(0, dtype=np.int32),
+        np.empty(0, dtype=np.float32),
+        np.empty(0, dtype=np.float32),
+    )
     for trial in range(30):
         covered = trial % 3 == 0  # the support is the first four tokens and q is above the target there
-        cand = np.stack([np.stack([rng.permutation(4 if covered else 8)[:width] for _ in range(k)])
-                         for _ in range(batch)])
+        cand = np.stack(
+            [np.stack([rng.permutation(4 if covered else 8)[:width] for _ in range(k)]) for _ in range(batch)]
+        )
         q_sup = rng.dirichlet(np.ones(width), size=(batch, k)).astype(np.float32)
         if covered:
             q_sup[:] = 1.0
@@ -256,12 +292,36 @@ def test_a_fused_support_step_is_verify_support_on_the_targets_rows(compiled, me
         full = np.concatenate([rng.integers(0, 4, (batch, 2)), drafts % 4], axis=1)
         u_accept, u_sample = rng.random((batch, k)), rng.random(batch)
         tau, tokens = np.empty(batch, dtype=np.int64), np.empty((batch, k + 1), dtype=np.int64)
-        compiled.support_step(method == "block", p_sup, q_sup, choice, u_accept, u_sample, cand, drafts,
-                              np.zeros(batch, dtype=np.int64), full, bigram, *empty, *empty, tau, tokens,
-                              np.empty(batch))
+        compiled.support_step(
+            method == "block",
+            p_sup,
+            q_sup,
+            choice,
+            u_accept,
+            u_sample,
+            cand,
+            drafts,
+            np.zeros(batch, dtype=np.int64),
+            full,
+            bigram,
+            *empty,
+            *empty,
+            tau,
+            tokens,
+            np.empty(batch),
+        )
         with kernels.numpy_only():
-            expected = verification.verify_support(method, p_sup, q_sup, cand, choice, u_accept, u_sample,
-                                                   lambda rows, pos: bigram[full[rows, pos + 1]], drafts=drafts)
+            expected = verification.verify_support(
+                method,
+                p_sup,
+                q_sup,
+                cand,
+                choice,
+                u_accept,
+                u_sample,
+                lambda rows, pos: bigram[full[rows, pos + 1]],
+                drafts=drafts,
+            )
         assert np.array_equal(tau, expected.accepted), trial
         assert np.array_equal(tokens, expected.tokens), trial
 
@@ -372,18 +432,32 @@ def test_constrained_requests_give_the_same_tokens_on_numpy_alone(compiled):
 
     model = load_model()
     tok = model.tokenizer
-    schema = {"type": "object", "properties": {"status": {"enum": ["ok", "down"]}, "host": {"type": "string"},
-                                               "checks": {"type": "array", "items": {"type": "string"}}},
-              "required": ["status", "host", "checks"]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "status": {"enum": ["ok", "down"]},
+            "host": {"type": "string"},
+            "checks": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["status", "host", "checks"],
+    }
     text = compile_constraint(tok, "json", schema)
-    spec, _ = parse_spec_config(json.dumps({"method": "dspark", "num_speculative_tokens": 5,
-                                            "draft_sample_method": "probabilistic"}))
+    spec, _ = parse_spec_config(
+        json.dumps({"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"})
+    )
     runs = []
     for numpy_alone in (False, True):
         core = EngineCore(model, spec, max_num_seqs=4, seed=0, boot_seed=2)
-        seqs = [Sequence(f"r{i}", tok.encode("The report:"), SamplingParams(
-            temperature=(1.0, 0.0)[i % 2 and i > 4], max_tokens=64, min_tokens=64, ignore_eos=True, seed=i))
-            for i in range(8)]
+        seqs = [
+            Sequence(
+                f"r{i}",
+                tok.encode("The report:"),
+                SamplingParams(
+                    temperature=(1.0, 0.0)[i % 2 and i > 4], max_tokens=64, min_tokens=64, ignore_eos=True, seed=i
+                ),
+            )
+            for i in range(8)
+        ]
         for seq in seqs:
             seq.grammar = Grammar(tok, text)
             core.add(seq)

@@ -41,12 +41,12 @@ def _write(path: Path, arrays: list[np.ndarray]) -> None:
 def _read(path: Path) -> list[np.ndarray]:
     data, at, out = path.read_bytes(), 8, []
     for _ in range(int(np.frombuffer(data[:8], "<i8")[0])):
-        code, ndim = np.frombuffer(data[at:at + 16], "<i8")
-        shape = tuple(np.frombuffer(data[at + 16:at + 16 + 8 * ndim], "<i8"))
+        code, ndim = np.frombuffer(data[at : at + 16], "<i8")
+        shape = tuple(np.frombuffer(data[at + 16 : at + 16 + 8 * ndim], "<i8"))
         at += 16 + 8 * int(ndim)
         dtype = DTYPES[int(code)]
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out.append(np.frombuffer(data[at:at + size], dtype).reshape(shape))
+        out.append(np.frombuffer(data[at : at + size], dtype).reshape(shape))
         at += size
     return out
 
@@ -56,8 +56,9 @@ def harnesses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     out = tmp_path_factory.mktemp("harness")
     native, arm = out / "harness-x86_64", out / "harness-aarch64"
     subprocess.run(["gcc", *CFLAGS, "-o", str(native), str(HARNESS), "-lm"], check=True, timeout=300)
-    subprocess.run(["aarch64-linux-gnu-gcc", *CFLAGS, "-static", "-o", str(arm), str(HARNESS), "-lm"], check=True,
-                   timeout=300)
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", *CFLAGS, "-static", "-o", str(arm), str(HARNESS), "-lm"], check=True, timeout=300
+    )
     kind = subprocess.run(["file", "-b", str(arm)], capture_output=True, text=True, timeout=60).stdout
     assert "ARM aarch64" in kind and "statically linked" in kind, kind
     return {"x86_64": [str(native)], "aarch64": ["qemu-aarch64-static", str(arm)]}
@@ -74,8 +75,7 @@ def _cases() -> list[tuple[str, str, list[np.ndarray]]]:
         for vocab in (1, 7, 64, 257):
             dist = _dist(rng, (9, vocab), dtype)
             dist[2] = 0  # a row without mass: -1
-            cases.append(("sample_rows", f"{dtype.__name__}-V{vocab}",
-                          [dist, rng.random(9), np.zeros(9, np.int64)]))
+            cases.append(("sample_rows", f"{dtype.__name__}-V{vocab}", [dist, rng.random(9), np.zeros(9, np.int64)]))
         batch, k, vocab = 6, 5, 130
         p, q = _dist(rng, (batch, k + 1, vocab), dtype), _dist(rng, (batch, k, vocab), dtype)
         q = (0.7 * p[:, :k] + 0.3 * q).astype(dtype)
@@ -83,30 +83,92 @@ def _cases() -> list[tuple[str, str, list[np.ndarray]]]:
         drafts = rng.integers(0, vocab, (batch, k)).astype(np.int64)
         rows = np.array([0, 1, 2, 3, 4, 5, 1, 3], np.int64)
         for block in (0, 1):
-            cases.append(("accept", f"{dtype.__name__}-block{block}", [
-                np.array([block], np.int64), p, q, drafts, rows, rng.random((rows.size, k)),
-                np.zeros(rows.size, np.int64), np.zeros(rows.size)]))
+            cases.append(
+                (
+                    "accept",
+                    f"{dtype.__name__}-block{block}",
+                    [
+                        np.array([block], np.int64),
+                        p,
+                        q,
+                        drafts,
+                        rows,
+                        rng.random((rows.size, k)),
+                        np.zeros(rows.size, np.int64),
+                        np.zeros(rows.size),
+                    ],
+                )
+            )
         taus = rng.integers(0, k + 1, rows.size).astype(np.int64)
-        cases.append(("sample_correction", dtype.__name__, [
-            p, q, rows, taus, rng.uniform(0.2, 1.0, rows.size), rng.random(rows.size), np.zeros(rows.size, np.int64)]))
+        cases.append(
+            (
+                "sample_correction",
+                dtype.__name__,
+                [
+                    p,
+                    q,
+                    rows,
+                    taus,
+                    rng.uniform(0.2, 1.0, rows.size),
+                    rng.random(rows.size),
+                    np.zeros(rows.size, np.int64),
+                ],
+            )
+        )
     n, vocab, width = 7, 90, 12
     cols = np.stack([rng.choice(vocab, width, replace=False) for _ in range(n)]).astype(np.int64)
-    cases.append(("sample_support", "float32", [
-        _dist(rng, (n, vocab), np.float32), rng.uniform(0.2, 1.0, n), cols, _dist(rng, (n, width), np.float32),
-        np.array([1, 0, 1, 1, 0, 1, 1], np.int64), rng.random(n), np.zeros(n, np.int64)]))
+    cases.append(
+        (
+            "sample_support",
+            "float32",
+            [
+                _dist(rng, (n, vocab), np.float32),
+                rng.uniform(0.2, 1.0, n),
+                cols,
+                _dist(rng, (n, width), np.float32),
+                np.array([1, 0, 1, 1, 0, 1, 1], np.int64),
+                rng.random(n),
+                np.zeros(n, np.int64),
+            ],
+        )
+    )
     batch, k, width = 5, 4, 16
-    cases.append(("support_accept", "float32", [
-        (0.9 * _dist(rng, (batch, k, width), np.float64)).astype(np.float32), _dist(rng, (batch, k, width), np.float32),
-        rng.integers(0, width, (batch, k)).astype(np.int64), rng.random((batch, k)), np.zeros(batch, np.int64),
-        np.zeros(batch)]))
+    cases.append(
+        (
+            "support_accept",
+            "float32",
+            [
+                (0.9 * _dist(rng, (batch, k, width), np.float64)).astype(np.float32),
+                _dist(rng, (batch, k, width), np.float32),
+                rng.integers(0, width, (batch, k)).astype(np.int64),
+                rng.random((batch, k)),
+                np.zeros(batch, np.int64),
+                np.zeros(batch),
+            ],
+        )
+    )
     m, width, batch = 11, 8, 9
     for remap in (np.zeros(0, np.int32), np.where(rng.random(m) < 0.3, rng.integers(0, 3, m), -1).astype(np.int32)):
-        cases.append(("draft_slot", f"remap{remap.size}", [
-            _dist(rng, (m, width), np.float64), remap, _dist(rng, (3, width), np.float64),
-            np.array([0, 3, -1, 10, 5, 5, 2, -1, 7], np.int64), rng.random(batch),
-            np.array([0, 1, 0, 0, 1, 0, 0, 0, 0], np.int64), rng.integers(0, 500, m * width).astype(np.int32),
-            rng.integers(-1, m, m * width).astype(np.int32), np.zeros((batch, width)), np.full(batch, -7, np.int64),
-            np.full(batch, -7, np.int64), np.full(batch, -7, np.int64)]))
+        cases.append(
+            (
+                "draft_slot",
+                f"remap{remap.size}",
+                [
+                    _dist(rng, (m, width), np.float64),
+                    remap,
+                    _dist(rng, (3, width), np.float64),
+                    np.array([0, 3, -1, 10, 5, 5, 2, -1, 7], np.int64),
+                    rng.random(batch),
+                    np.array([0, 1, 0, 0, 1, 0, 0, 0, 0], np.int64),
+                    rng.integers(0, 500, m * width).astype(np.int32),
+                    rng.integers(-1, m, m * width).astype(np.int32),
+                    np.zeros((batch, width)),
+                    np.full(batch, -7, np.int64),
+                    np.full(batch, -7, np.int64),
+                    np.full(batch, -7, np.int64),
+                ],
+            )
+        )
     cases.extend(_engine_cases(rng))
     return cases
 
@@ -120,8 +182,13 @@ def _target_tables(rng: np.random.Generator, classes: int, vocab: int) -> list[n
         lengths = rng.integers(0, 5, keys.size)
         indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         cols = np.concatenate([rng.choice(vocab, n, replace=False) for n in lengths]).astype(np.int32)
-        layers += [keys, indptr, cols, rng.random(cols.size).astype(np.float32),
-                   rng.uniform(0.1, 0.9, keys.size).astype(np.float32)]
+        layers += [
+            keys,
+            indptr,
+            cols,
+            rng.random(cols.size).astype(np.float32),
+            rng.uniform(0.1, 0.9, keys.size).astype(np.float32),
+        ]
     return [bigram, *layers]
 
 
@@ -142,31 +209,100 @@ def _engine_cases(rng: np.random.Generator) -> list[tuple[str, str, list[np.ndar
     logs = [np.log(np.maximum(t, 1e-30).astype(np.float64)) for t in (tri_p, bi_p)]
     rows = np.array([0, 2, 3, 5], np.int64)
     n = rows.size
-    cases.append(("anchor_rows", "slot2", [
-        rows, cls, c2, c1, rng.integers(0, vocab, (vocab, width)).astype(np.int64), tri_keys, tri_p, bi_p, *logs,
-        rng.uniform(0.3, 0.9, classes), np.zeros((n, width), np.int64), np.zeros((n, width), np.float32),
-        np.zeros((n, width)), np.zeros((n, width)), np.zeros(n), np.zeros(n),
-        np.array([vocab], np.int64), np.array([2], np.int64), np.array([0x5EED], np.int64), np.array([0xA77], np.int64),
-        np.array([0.4]), np.array([2.5])]))
-    cases.append(("anchor_logits", "scaled", [
-        np.log(_dist(rng, (n, width), np.float64)), rng.standard_normal((n, width)), np.array([0.0, 0.4, 2.5, 0.4]),
-        np.zeros((n, width)), np.array([1.3])]))
+    cases.append(
+        (
+            "anchor_rows",
+            "slot2",
+            [
+                rows,
+                cls,
+                c2,
+                c1,
+                rng.integers(0, vocab, (vocab, width)).astype(np.int64),
+                tri_keys,
+                tri_p,
+                bi_p,
+                *logs,
+                rng.uniform(0.3, 0.9, classes),
+                np.zeros((n, width), np.int64),
+                np.zeros((n, width), np.float32),
+                np.zeros((n, width)),
+                np.zeros((n, width)),
+                np.zeros(n),
+                np.zeros(n),
+                np.array([vocab], np.int64),
+                np.array([2], np.int64),
+                np.array([0x5EED], np.int64),
+                np.array([0xA77], np.int64),
+                np.array([0.4]),
+                np.array([2.5]),
+            ],
+        )
+    )
+    cases.append(
+        (
+            "anchor_logits",
+            "scaled",
+            [
+                np.log(_dist(rng, (n, width), np.float64)),
+                rng.standard_normal((n, width)),
+                np.array([0.0, 0.4, 2.5, 0.4]),
+                np.zeros((n, width)),
+                np.array([1.3]),
+            ],
+        )
+    )
     dist = rng.random((n, width)) + 0.01
-    cases.append(("anchor_finish", "rows", [
-        rows, dist, dist.sum(axis=1), rng.random(batch), np.array([0, 1, 0, 0, 0, 0], np.int64),
-        rng.integers(0, vocab, (n, width)).astype(np.int64), rng.integers(-1, 40, (classes * vocab, width)).astype(np.int32),
-        cls, c1, np.zeros((batch, width)), np.full(batch, -7, np.int64), np.full(batch, -7, np.int64),
-        np.full(batch, -7, np.int64), np.array([vocab], np.int64)]))
+    cases.append(
+        (
+            "anchor_finish",
+            "rows",
+            [
+                rows,
+                dist,
+                dist.sum(axis=1),
+                rng.random(batch),
+                np.array([0, 1, 0, 0, 0, 0], np.int64),
+                rng.integers(0, vocab, (n, width)).astype(np.int64),
+                rng.integers(-1, 40, (classes * vocab, width)).astype(np.int32),
+                cls,
+                c1,
+                np.zeros((batch, width)),
+                np.full(batch, -7, np.int64),
+                np.full(batch, -7, np.int64),
+                np.full(batch, -7, np.int64),
+                np.array([vocab], np.int64),
+            ],
+        )
+    )
     for block in (0, 1):
         cand = np.stack([np.stack([rng.permutation(vocab)[:width] for _ in range(k)]) for _ in range(batch)])
         choice = rng.integers(0, width, (batch, k)).astype(np.int64)
         drafts = np.take_along_axis(cand, choice[:, :, None], axis=2)[:, :, 0].copy()
         full = np.concatenate([np.stack([c2, c1], axis=1), drafts], axis=1).astype(np.int64)
         p_sup = (0.9 * _dist(rng, (batch, k, width), np.float64)).astype(np.float32)
-        cases.append(("support_step", ("standard", "block")[block], [
-            np.array([block], np.int64), p_sup, _dist(rng, (batch, k, width), np.float32), choice,
-            rng.random((batch, k)), rng.random(batch), cand.astype(np.int64), drafts, cls, full, *tables,
-            np.full(batch, -7, np.int64), np.full((batch, k + 1), -7, np.int64), np.zeros(batch)]))
+        cases.append(
+            (
+                "support_step",
+                ("standard", "block")[block],
+                [
+                    np.array([block], np.int64),
+                    p_sup,
+                    _dist(rng, (batch, k, width), np.float32),
+                    choice,
+                    rng.random((batch, k)),
+                    rng.random(batch),
+                    cand.astype(np.int64),
+                    drafts,
+                    cls,
+                    full,
+                    *tables,
+                    np.full(batch, -7, np.int64),
+                    np.full((batch, k + 1), -7, np.int64),
+                    np.zeros(batch),
+                ],
+            )
+        )
     return cases
 
 
@@ -200,8 +336,9 @@ def test_the_kernels_compute_the_same_bits_on_aarch64_as_on_x86_64(
     _write(tmp_path / "in.bin", arrays)
     for arch, command in harnesses.items():
         out = tmp_path / f"out-{arch}.bin"
-        done = subprocess.run([*command, kernel, str(tmp_path / "in.bin"), str(out)], capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [*command, kernel, str(tmp_path / "in.bin"), str(out)], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, f"{arch}: {done.stderr}"
         got = _read(out)
         assert len(got) == len(expected)

@@ -192,9 +192,14 @@ def test_the_test_can_fail(monkeypatch):
     # max(0, prefix_joint * p - q). Same accept rule, wrong residual; the bigram test sees it.
     module = sys.modules[block_verify.__module__]
     correct, correct_compiled = module._correction, module._correction_compiled
-    monkeypatch.setattr(module, "_correction", lambda p, q, rows, tau, scale, u, known: correct(p, q, rows, tau, None, u))
-    monkeypatch.setattr(module, "_correction_compiled",
-                        lambda kern, p, q, rows, tau, scale, u: correct_compiled(kern, p, q, rows, tau, None, u))
+    monkeypatch.setattr(
+        module, "_correction", lambda p, q, rows, tau, scale, u, known: correct(p, q, rows, tau, None, u)
+    )
+    monkeypatch.setattr(
+        module,
+        "_correction_compiled",
+        lambda kern, p, q, rows, tau, scale, u: correct_compiled(kern, p, q, rows, tau, None, u),
+    )
     seqs, _ = generate(block_verify, target, draft, seed=7)
     assert bigram_pvalue(seqs, target) < 1e-6
 

@@ -16,10 +16,17 @@ from scipy.stats import binom
 from gb300lane.spec.lossless import ScoredTranscript, TempEstimate, check, simulate_transcripts, t_difference
 
 
-def _window(seed: int, *, t: float = 1.0, top_p: float = 1.0, transcripts: int = 20, tokens: int = 100,
-            klass: str = "chat") -> list[ScoredTranscript]:
-    return simulate_transcripts(np.random.default_rng(seed), transcripts=transcripts, tokens=tokens,
-                                sample_temperature=t, top_p=top_p, klass=klass)
+def _window(
+    seed: int, *, t: float = 1.0, top_p: float = 1.0, transcripts: int = 20, tokens: int = 100, klass: str = "chat"
+) -> list[ScoredTranscript]:
+    return simulate_transcripts(
+        np.random.default_rng(seed),
+        transcripts=transcripts,
+        tokens=tokens,
+        sample_temperature=t,
+        top_p=top_p,
+        klass=klass,
+    )
 
 
 def test_exact_sampling_passes_at_the_nominal_rate() -> None:
@@ -29,10 +36,14 @@ def test_exact_sampling_passes_at_the_nominal_rate() -> None:
     assert fails <= 3
 
 
-@pytest.mark.parametrize(("sampled", "served", "top_p"), [(1.0, 1.0, 1.0), (0.7, 0.7, 1.0), (1.3, 1.3, 1.0),
-                                                          (1.0, 1.0, 0.9), (0.7, 0.7, 0.9)])
+@pytest.mark.parametrize(
+    ("sampled", "served", "top_p"),
+    [(1.0, 1.0, 1.0), (0.7, 0.7, 1.0), (1.3, 1.3, 1.0), (1.0, 1.0, 0.9), (0.7, 0.7, 0.9)],
+)
 def test_exact_sampling_passes_and_the_interval_covers_the_served_temperature(
-    sampled: float, served: float, top_p: float,
+    sampled: float,
+    served: float,
+    top_p: float,
 ) -> None:
     r = check(_window(7, t=sampled, top_p=top_p), temperature=served, top_p=top_p)
     assert r.status == "PASS", r.reason
@@ -91,9 +102,16 @@ def test_per_position_only_where_the_engine_reports_positions() -> None:
     r = check(window, temperature=1.0)
     assert r.per_position is None
     assert "index mod (k + 1) is not its position" in r.per_position_note
-    with_pos = [ScoredTranscript(klass=t.klass, sampled_rank=t.sampled_rank, sampled_logprob=t.sampled_logprob,
-                                 top_logprobs=t.top_logprobs, positions=np.arange(len(t.sampled_rank)) % 3)
-                for t in window]
+    with_pos = [
+        ScoredTranscript(
+            klass=t.klass,
+            sampled_rank=t.sampled_rank,
+            sampled_logprob=t.sampled_logprob,
+            top_logprobs=t.top_logprobs,
+            positions=np.arange(len(t.sampled_rank)) % 3,
+        )
+        for t in window
+    ]
     r2 = check(with_pos, temperature=1.0)
     assert r2.per_position is not None and set(r2.per_position) == {"0", "1", "2"}
     assert sum(e.tokens for e in r2.per_position.values()) == r2.tokens_scored
@@ -112,14 +130,27 @@ def test_b_against_controls_difference_of_effective_temperature() -> None:
     d = t_difference(b, a)
     assert d.difference is not None and d.low is not None and d.high is not None
     assert d.high < 0
-    none = t_difference(TempEstimate(tokens=0, transcripts=0, t_eff=None, t_low=None, t_high=None, t_ratio=None,
-                                     top1_observed=None, top1_expected=None, z_mean=None), a)
+    none = t_difference(
+        TempEstimate(
+            tokens=0,
+            transcripts=0,
+            t_eff=None,
+            t_low=None,
+            t_high=None,
+            t_ratio=None,
+            top1_observed=None,
+            top1_expected=None,
+            z_mean=None,
+        ),
+        a,
+    )
     assert none.difference is None
 
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="one row per scored token"):
-        ScoredTranscript(klass="chat", sampled_rank=np.array([1, 2]), sampled_logprob=np.array([-0.1]),
-                         top_logprobs=np.zeros((2, 5)))
+        ScoredTranscript(
+            klass="chat", sampled_rank=np.array([1, 2]), sampled_logprob=np.array([-0.1]), top_logprobs=np.zeros((2, 5))
+        )
     with pytest.raises(ValueError, match="parity gate"):
         check(_window(1), temperature=0.0)

@@ -158,10 +158,14 @@ def test_empty_residual_falls_back_to_the_target():
 def test_verify_dispatches_and_refuses_lossy_methods():
     rng = np.random.default_rng(6)
     p, q, d = _random_case(rng, 8, 2, 5)
-    assert np.array_equal(verify("block", p, q, d, np.random.default_rng(1)).tokens,
-                          block_verify(p, q, d, np.random.default_rng(1)).tokens)
-    assert np.array_equal(verify("standard", p, q, d, np.random.default_rng(1)).tokens,
-                          token_verify(p, q, d, np.random.default_rng(1)).tokens)
+    assert np.array_equal(
+        verify("block", p, q, d, np.random.default_rng(1)).tokens,
+        block_verify(p, q, d, np.random.default_rng(1)).tokens,
+    )
+    assert np.array_equal(
+        verify("standard", p, q, d, np.random.default_rng(1)).tokens,
+        token_verify(p, q, d, np.random.default_rng(1)).tokens,
+    )
     with pytest.raises(EngineError, match="rejection_sample_method = 'fly'"):
         verify("fly", p, q, d, np.random.default_rng(1))
 
@@ -178,4 +182,4 @@ def test_float32_inputs_verify():
     rng = np.random.default_rng(9)
     p, q, d = _random_case(rng, 8, 3, 50)
     res = block_verify(p.astype(np.float32), q.astype(np.float32), d, np.random.default_rng(0))
-    assert np.all((res.tokens[np.arange(8), res.accepted] >= 0))
+    assert np.all(res.tokens[np.arange(8), res.accepted] >= 0)

@@ -36,13 +36,25 @@ def test_builtin_is_the_shipped_files_byte_for_byte() -> None:
 def test_ids_and_mixed_order_are_as_shipped() -> None:
     assert [t.id for t in load_transcripts("prose")][:2] == ["prose-001", "prose-002"]
     assert [t.id for t in load_transcripts("mixed")][:6] == [
-        "prose-001", "structured-001", "code-001", "shell_ops-001", "tool_json-001", "prose-002"]
+        "prose-001",
+        "structured-001",
+        "code-001",
+        "shell_ops-001",
+        "tool_json-001",
+        "prose-002",
+    ]
     assert CLASSES == ("prose", "structured", "code", "shell_ops", "tool_json", "mixed")
 
 
 def test_a_window_on_builtin_dumps_as_before() -> None:
-    data = {"name": "w", "classes": ["prose"], "transcripts_per_class": 2, "concurrency": [1], "temperature": 0.0,
-            "forced_tokens": 8}
+    data = {
+        "name": "w",
+        "classes": ["prose"],
+        "transcripts_per_class": 2,
+        "concurrency": [1],
+        "temperature": 0.0,
+        "forced_tokens": 8,
+    }
     w = WindowSpec.model_validate(data)
     assert "workload" not in w.model_dump() and "held_out" not in w.model_dump(mode="json")
     named = WindowSpec.model_validate({**data, "workload": "ops", "classes": ["support-bots"]})

@@ -46,31 +46,45 @@ gates:
 """
 
 PROMPTS = {
-    "Support Desk": ["Write a friendly reply to a customer whose parcel arrived late.",
-                     "Explain to a customer how to reset a forgotten account password.",
-                     "Write an apology to a customer who was charged twice this month.",
-                     "Describe the refund policy for opened electronics in plain words."],
-    "Code Review": ["Write a function that merges two sorted lists in Python.",
-                    "Write a function that checks whether a string is a palindrome in Go.",
-                    "Write a unit test for a function that parses ISO dates in Python.",
-                    "Write a function that counts words in a file in Rust."],
+    "Support Desk": [
+        "Write a friendly reply to a customer whose parcel arrived late.",
+        "Explain to a customer how to reset a forgotten account password.",
+        "Write an apology to a customer who was charged twice this month.",
+        "Describe the refund policy for opened electronics in plain words.",
+    ],
+    "Code Review": [
+        "Write a function that merges two sorted lists in Python.",
+        "Write a function that checks whether a string is a palindrome in Go.",
+        "Write a unit test for a function that parses ISO dates in Python.",
+        "Write a function that counts words in a file in Rust.",
+    ],
 }
 
 
 @pytest.fixture()
 def lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    for key, value in {"GB300LANE_RESULTS_DIR": tmp_path / "results", "GB300LANE_STATE_DIR": tmp_path / "state",
-                       "XDG_CONFIG_HOME": tmp_path / "config"}.items():
+    for key, value in {
+        "GB300LANE_RESULTS_DIR": tmp_path / "results",
+        "GB300LANE_STATE_DIR": tmp_path / "state",
+        "XDG_CONFIG_HOME": tmp_path / "config",
+    }.items():
         monkeypatch.setenv(key, str(value))
     for key in ("GB300LANE_SIGNING_KEY", "GB300LANE_ALLOWED_SIGNERS", "GB300LANE_WORKLOADS_DIR"):
         monkeypatch.delenv(key, raising=False)
     key = write_key(signing.signing_key_path())
     pub = Path(f"{key}.pub").read_text().split()
-    signing.allowed_signers_path().write_text(f'{signing.PRINCIPAL} namespaces="{signing.NAMESPACE}" {pub[0]} {pub[1]}\n')
+    signing.allowed_signers_path().write_text(
+        f'{signing.PRINCIPAL} namespaces="{signing.NAMESPACE}" {pub[0]} {pub[1]}\n'
+    )
     src = tmp_path / "requests.jsonl"
-    src.write_text("".join(json.dumps({"model": "m", "prompt": p, "max_tokens": 64, "metadata": {"team": team}}) + "\n"
-                           for team, prompts in PROMPTS.items() for p in prompts))
+    src.write_text(
+        "".join(
+            json.dumps({"model": "m", "prompt": p, "max_tokens": 64, "metadata": {"team": team}}) + "\n"
+            for team, prompts in PROMPTS.items()
+            for p in prompts
+        )
+    )
     import_workload(src, name="ops", fmt="openai", class_field="metadata.team")
     return tmp_path
 
@@ -87,7 +101,9 @@ def test_a_card_on_user_classes_scores_per_class_and_refuses_an_edited_workload(
     rec = register(card, path.read_text())
     reg = json.loads(rec.registration_file.read_text())
     assert set(reg["workloads"]) == {"ops"} and set(reg["workloads"]["ops"]["files"]) == {
-        "support-desk.jsonl", "code-review.jsonl"}
+        "support-desk.jsonl",
+        "code-review.jsonl",
+    }
     run_card(rec, ops=InProcessArmOps(card))  # type: ignore[arg-type]
     verdict = score(rec)
     gate = next(r for r in verdict.results if r.id == "tokens-per-step")
@@ -104,7 +120,9 @@ def test_a_card_on_user_classes_scores_per_class_and_refuses_an_edited_workload(
     src = lane / "requests.jsonl"
     src.write_text(src.read_text().replace("palindrome", "anagram"))
     import_workload(src, name="ops", fmt="openai", class_field="metadata.team", replace=True)
-    with pytest.raises(CardError, match=r"workload ops changed after registration: \S+/workloads/ops/code-review.jsonl"):
+    with pytest.raises(
+        CardError, match=r"workload ops changed after registration: \S+/workloads/ops/code-review.jsonl"
+    ):
         score(rec)
 
 
@@ -136,8 +154,11 @@ def test_a_window_its_workload_cannot_fill_is_refused_at_registration(lane: Path
         register(card, path.read_text())
     path.write_text(CARD.replace("    HELD\n", "").replace("code-review]", "code-reviews]"))
     card, _ = load_card(path)
-    with pytest.raises(CardError, match=r"unknown traffic class 'code-reviews' of workload ops; expected one of "
-                       r"support-desk, code-review, mixed"):
+    with pytest.raises(
+        CardError,
+        match=r"unknown traffic class 'code-reviews' of workload ops; expected one of "
+        r"support-desk, code-review, mixed",
+    ):
         register(card, path.read_text())
 
 

@@ -19,8 +19,17 @@ def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_import_list_show_stats_split_and_pad() -> None:
-    ran = cli("workload", "import", str(DATA / "openai.jsonl"), "--name", "ops", "--format", "openai",
-              "--class-field", "metadata.team")
+    ran = cli(
+        "workload",
+        "import",
+        str(DATA / "openai.jsonl"),
+        "--name",
+        "ops",
+        "--format",
+        "openai",
+        "--class-field",
+        "metadata.team",
+    )
     assert ran.returncode == 0, ran.stderr
     assert "records 7: kept 4, dropped 3" in ran.stdout and "class support-bots: 2 transcripts" in ran.stdout
     rows = json.loads(cli("workload", "list", "--json").stdout)
@@ -35,7 +44,9 @@ def test_import_list_show_stats_split_and_pad() -> None:
     diff = json.loads(cli("workload", "diff", "ops", "ops-1k", "--json").stdout)
     assert not diff["same_content"] and diff["split_differs"]
     assert [(c["name"], c["same"], len(c["only_a"]), len(c["only_b"])) for c in diff["classes"]] == [
-        ("support-bots", 0, 2, 2), ("search", 0, 2, 2)]
+        ("support-bots", 0, 2, 2),
+        ("search", 0, 2, 2),
+    ]
     assert "class search: 0 in both, 2 only in ops, 2 only in ops-1k" in cli("workload", "diff", "ops", "ops-1k").stdout
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from gb300lane.errors import BenchError, WorkloadError
 from gb300lane.workloads import load_workload, split_workload
-from gb300lane.workloads.parsers import TRACE_BLOCK
 from gb300lane.workloads.importing import import_workload, render_import
+from gb300lane.workloads.parsers import TRACE_BLOCK
 
 DATA = Path(__file__).parent / "data"
 
@@ -48,8 +48,10 @@ def test_sharegpt_takes_the_first_human_turn_after_the_system_turn() -> None:
     assert (r.records, r.kept) == (4, 3)
     assert [d.reason for d in r.dropped] == ["no human turn before the first reply"]
     coding = load_workload("chats").by_class["coding"]
-    assert coding[0].messages == [{"role": "system", "content": "You are a concise coding tutor."},
-                                  {"role": "user", "content": "How do I reverse a list in Python?"}]
+    assert coding[0].messages == [
+        {"role": "system", "content": "You are a concise coding tutor."},
+        {"role": "user", "content": "How do I reverse a list in Python?"},
+    ]
 
 
 def test_vllm_custom_keeps_output_tokens_in_one_class() -> None:
@@ -68,7 +70,7 @@ def test_trace_blocks_share_prefixes_and_arrivals_are_relative_seconds() -> None
     wa, wb = a.prompt.split(), b.prompt.split()  # type: ignore[union-attr]
     assert (len(wa), len(wb)) == (6955, 6472)
     shared = 12 * TRACE_BLOCK  # the twelve hash_ids the two requests share
-    assert wa[:shared] == wb[:shared] and wa[shared:shared + 50] != wb[shared:shared + 50]
+    assert wa[:shared] == wb[:shared] and wa[shared : shared + 50] != wb[shared : shared + 50]
 
 
 def test_a_record_that_holds_a_secret_is_refused_naming_line_and_field(tmp_path: Path) -> None:
@@ -83,8 +85,12 @@ def test_a_record_that_holds_a_secret_is_refused_naming_line_and_field(tmp_path:
 
 def test_an_over_long_prompt_is_refused_unless_dropped(tmp_path: Path) -> None:
     f = tmp_path / "long.jsonl"
-    f.write_text(json.dumps({"messages": [{"role": "user", "content": "word " * 30}]}) + "\n"
-                 + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    f.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "word " * 30}]})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+        + "\n"
+    )
     with pytest.raises(WorkloadError, match=r"long.jsonl:1: field messages is 150 characters, over the limit of 100"):
         import_workload(f, name="long", fmt="openai", max_prompt_chars=100)
     r = import_workload(f, name="long", fmt="openai", max_prompt_chars=100, drop_long=True)
@@ -116,8 +122,9 @@ def test_an_edited_class_file_is_refused_naming_it() -> None:
 
 def test_split_is_seeded_stratified_and_changes_the_content_hash(tmp_path: Path) -> None:
     f = tmp_path / "many.jsonl"
-    f.write_text("".join(json.dumps({"prompt": f"question {i}", "team": "a" if i % 2 else "b"}) + "\n"
-                         for i in range(20)))
+    f.write_text(
+        "".join(json.dumps({"prompt": f"question {i}", "team": "a" if i % 2 else "b"}) + "\n" for i in range(20))
+    )
     import_workload(f, name="many", fmt="vllm-custom", class_field="team")
     before = load_workload("many").manifest.content_sha256
     m = split_workload("many", 0.3, seed=4)
@@ -140,19 +147,36 @@ def test_a_trace_window_replays_the_recorded_arrivals_open_loop(tmp_path: Path) 
     from fakes import lane as fake_lane
 
     f = tmp_path / "t.jsonl"
-    f.write_text("".join(json.dumps({"timestamp": 1000 + ms, "input_length": 20, "output_length": 4,
-                                     "hash_ids": [1]}) + "\n" for ms in (0, 30, 60, 150)))
+    f.write_text(
+        "".join(
+            json.dumps({"timestamp": 1000 + ms, "input_length": 20, "output_length": 4, "hash_ids": [1]}) + "\n"
+            for ms in (0, 30, 60, 150)
+        )
+    )
     import_workload(f, name="t", fmt="trace")
-    w = WindowSpec(name="t", workload="t", classes=["traffic"], transcripts_per_class=4, concurrency=[1],
-                   temperature=1.0, seed_base=1, forced_tokens=4)
+    w = WindowSpec(
+        name="t",
+        workload="t",
+        classes=["traffic"],
+        transcripts_per_class=4,
+        concurrency=[1],
+        temperature=1.0,
+        seed_base=1,
+        forced_tokens=4,
+    )
     server = fake_lane.FakeLane().start()
     try:
-        result = run_window(server.url, w, model="fake-model", load=LoadSpec(mode="open", request_rates=[2.0],
-                                                                             arrivals="trace"))
+        result = run_window(
+            server.url, w, model="fake-model", load=LoadSpec(mode="open", request_rates=[2.0], arrivals="trace")
+        )
         import_workload(DATA / "custom.jsonl", name="custom", fmt="vllm-custom")
         with pytest.raises(BenchError, match="transcript traffic-[0-9a-f]{12} has no recorded arrival time"):
-            run_window(server.url, w.model_copy(update={"workload": "custom"}), model="fake-model",
-                       load=LoadSpec(mode="open", request_rates=[1.0], arrivals="trace"))
+            run_window(
+                server.url,
+                w.model_copy(update={"workload": "custom"}),
+                model="fake-model",
+                load=LoadSpec(mode="open", request_rates=[1.0], arrivals="trace"),
+            )
     finally:
         server.stop()
     (cell,) = result.cells
@@ -167,9 +191,10 @@ def test_sharegpt_turns_all_makes_sessions_whose_turns_share_a_prefix() -> None:
     assert first.session == second.session == "i6IyJda_0"
     assert second.messages is not None and first.messages is not None
     assert second.messages[: len(first.messages)] == first.messages  # turn 2 is turn 1, its reply and more
-    assert second.messages[len(first.messages):] == [
+    assert second.messages[len(first.messages) :] == [
         {"role": "assistant", "content": "Use my_list.reverse() in place, or my_list[::-1] for a reversed copy."},
-        {"role": "user", "content": "And a string?"}]
+        {"role": "user", "content": "And a string?"},
+    ]
     with pytest.raises(WorkloadError, match="--turns all splits ShareGPT conversations"):
         import_workload(DATA / "custom.jsonl", name="x", fmt="vllm-custom", turns="all")
 
@@ -192,7 +217,9 @@ def test_pad_takes_every_prompt_to_the_target_length() -> None:
     import_workload(DATA / "custom.jsonl", name="qa", fmt="vllm-custom")
     pad_workload("qa", "qa-3", 3)
     assert [t.prompt for t in load_workload("qa-3").by_class["traffic"]][:2] == [
-        "capital of India?", "capital of Iran?"]
+        "capital of India?",
+        "capital of Iran?",
+    ]
 
 
 def test_pad_counts_with_the_tokenizer_it_is_given() -> None:

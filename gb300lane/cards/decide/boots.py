@@ -23,9 +23,8 @@ boots as a check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +52,10 @@ class BootEstimate:
 
     def describe(self) -> str:
         df = "-" if self.df is None else f"{self.df:.0f}"
-        return (f"boot sd {self.sd:.3%} (signed {self.signed:+.3%}, df {df}, 95% upper bound {self.upper:.3%}, "
-                f"F {self.f_ratio:.2f}, {self.boots} boots x {self.units} transcripts)")
+        return (
+            f"boot sd {self.sd:.3%} (signed {self.signed:+.3%}, df {df}, 95% upper bound {self.upper:.3%}, "
+            f"F {self.f_ratio:.2f}, {self.boots} boots x {self.units} transcripts)"
+        )
 
 
 BOOT_SEED_VAR = "GB300LANE_BOOT_SEED"
@@ -69,9 +70,11 @@ def refuse_pinned_boot_seed(what: str, env: Mapping[str, str] | None = None) -> 
 
     value = (os.environ if env is None else env).get(BOOT_SEED_VAR)
     if value:
-        raise CardError(f"{what}: {BOOT_SEED_VAR}={value} is set in the environment, which pins every boot to one "
-                        f"seed, so it would measure no between-boot variance; unset it (`unset {BOOT_SEED_VAR}`) "
-                        "and run again")
+        raise CardError(
+            f"{what}: {BOOT_SEED_VAR}={value} is set in the environment, which pins every boot to one "
+            f"seed, so it would measure no between-boot variance; unset it (`unset {BOOT_SEED_VAR}`) "
+            "and run again"
+        )
 
 
 BootUnits = dict[Any, dict[str, float]]
@@ -99,7 +102,7 @@ def boot_mean_squares(y: np.ndarray) -> tuple[float, float, int, int]:
     bm, tm = y.mean(axis=1), y.mean(axis=0)
     res = y - bm[:, None] - tm[None, :] + 1.0
     df_b, df_r = n_b - 1, (n_b - 1) * (n - 1)
-    return n * float(((bm - 1.0) ** 2).sum()) / df_b, float((res ** 2).sum()) / df_r, df_b, df_r
+    return n * float(((bm - 1.0) ** 2).sum()) / df_b, float((res**2).sum()) / df_r, df_b, df_r
 
 
 def estimate_from_units(per_boot: list[BootUnits], min_boots: int = 3) -> BootEstimate | None:
@@ -142,10 +145,17 @@ def estimate_from_units(per_boot: list[BootUnits], min_boots: int = 3) -> BootEs
     s2 = sum(s2s) / len(s2s)
     var = sum(var_terms) / len(s2s) ** 2
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
-    return BootEstimate(sd=math.sqrt(max(0.0, s2)), signed=math.copysign(math.sqrt(abs(s2)), s2), df=df,
-                        f_ratio=sum(fs) / len(fs), boots=len(per_boot), units=units,
-                        upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))),
-                        lower=math.sqrt(max(0.0, sum(lowers) / len(lowers))), within=sum(withins) / len(withins))
+    return BootEstimate(
+        sd=math.sqrt(max(0.0, s2)),
+        signed=math.copysign(math.sqrt(abs(s2)), s2),
+        df=df,
+        f_ratio=sum(fs) / len(fs),
+        boots=len(per_boot),
+        units=units,
+        upper=math.sqrt(max(0.0, sum(uppers) / len(uppers))),
+        lower=math.sqrt(max(0.0, sum(lowers) / len(lowers))),
+        within=sum(withins) / len(withins),
+    )
 
 
 def registered_upper(boot_sd: float, boot_df: int | None) -> float:
@@ -164,29 +174,36 @@ def exceeds_registered(est: BootEstimate, boot_sd: float) -> bool:
     return est.lower > boot_sd and est.lower > 0
 
 
-def registered_check(gate_id: str, est: BootEstimate, boot_sd: float, boot_df: int | None, where: str,
-                     critical: float | None) -> str:
+def registered_check(
+    gate_id: str, est: BootEstimate, boot_sd: float, boot_df: int | None, where: str, critical: float | None
+) -> str:
     """One line when a measurement of the boot sd contradicts the gate's registered figure (above it, beyond
     doubt at 5%) or is too small to see the boot sd that matters (`critical_boot_sd`); empty otherwise."""
     up = registered_upper(boot_sd, boot_df)
     df = "known" if boot_df is None else f"df {boot_df}, 95% upper bound {up:.3%}"
     if boot_sd > 0 and exceeds_registered(est, boot_sd):
-        return (f"gate {gate_id}: {where} measured a boot sd of {est.sd:.3%} (95% lower bound {est.lower:.3%}, "
-                f"upper {est.upper:.3%}, {est.boots} boots) above the registered {boot_sd:.3%} ({df}): the test "
-                f"leaves out between-boot variance the lane shows; register boot_sd {est.sd:.4f}"
-                + (f", boot_df {max(1, int(est.df))}" if est.df is not None else ""))
+        return (
+            f"gate {gate_id}: {where} measured a boot sd of {est.sd:.3%} (95% lower bound {est.lower:.3%}, "
+            f"upper {est.upper:.3%}, {est.boots} boots) above the registered {boot_sd:.3%} ({df}): the test "
+            f"leaves out between-boot variance the lane shows; register boot_sd {est.sd:.4f}"
+            + (f", boot_df {max(1, int(est.df))}" if est.df is not None else "")
+        )
     if critical is not None and est.lower <= 0 and est.upper > critical:  # no boot effect seen, none ruled out
         need = boots_to_see(critical, est.units, est.within)
-        size = (f"{need} boots would see it with 90% power" if need is not None
-                else "no study of this shape would see it")
-        return (f"gate {gate_id}: {where} ({est.boots} boots, upper bound {est.upper:.3%}) is too small to see a "
-                f"boot sd of {critical:.3%}, the one that alone would hold the gate below its power at the "
-                f"registered effect; {size}")
+        size = (
+            f"{need} boots would see it with 90% power" if need is not None else "no study of this shape would see it"
+        )
+        return (
+            f"gate {gate_id}: {where} ({est.boots} boots, upper bound {est.upper:.3%}) is too small to see a "
+            f"boot sd of {critical:.3%}, the one that alone would hold the gate below its power at the "
+            f"registered effect; {size}"
+        )
     return ""
 
 
-def critical_boot_sd(effect: float, margin: float, test: str, alpha: float, factor: float, boots_per_arm: int,
-                     target: float) -> float | None:
+def critical_boot_sd(
+    effect: float, margin: float, test: str, alpha: float, factor: float, boots_per_arm: int, target: float
+) -> float | None:
     """The boot sd at which the boots' share alone takes the gate's power at its registered effect down to
     `target` (however many requests): the shift a boot study must be able to see. None without an effect."""
     from scipy.stats import norm
@@ -223,5 +240,18 @@ def boots_to_see(sd: float, units: int, within: float, power: float = 0.9, limit
     return lo
 
 
-__all__ = ["BOOT_SEED_VAR", "BootEstimate", "BootUnits", "boot_units", "boots_to_see", "critical_boot_sd", "estimate_boot_sd",
-           "estimate_from_units", "exceeds_registered", "refuse_pinned_boot_seed", "registered_check", "registered_upper", "study_power"]
+__all__ = [
+    "BOOT_SEED_VAR",
+    "BootEstimate",
+    "BootUnits",
+    "boot_units",
+    "boots_to_see",
+    "critical_boot_sd",
+    "estimate_boot_sd",
+    "estimate_from_units",
+    "exceeds_registered",
+    "refuse_pinned_boot_seed",
+    "registered_check",
+    "registered_upper",
+    "study_power",
+]

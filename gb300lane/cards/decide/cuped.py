@@ -101,8 +101,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gb300lane.cards.decide.stats import BootVariance, NO_BOOT, RatioTest
-
+from gb300lane.cards.decide.stats import NO_BOOT, BootVariance, RatioTest
 
 #: The least reliability S_TT / S_xx at which the level is used as a covariate (module docstring).
 MIN_RELIABILITY = 0.5
@@ -138,11 +137,17 @@ def controls_noise(controls: np.ndarray) -> float:
     if k < 2 or n < 2:
         return 0.0
     res = controls - controls.mean(axis=1, keepdims=True) - controls.mean(axis=0, keepdims=True) + controls.mean()
-    return float((res ** 2).sum() / ((k - 1) * (n - 1)))
+    return float((res**2).sum() / ((k - 1) * (n - 1)))
 
 
-def adjusted_log_ratio(b: np.ndarray, controls: np.ndarray, *, boot: BootVariance = NO_BOOT,
-                       theta: float | None = None, correct_noise: bool = True) -> Adjusted:
+def adjusted_log_ratio(
+    b: np.ndarray,
+    controls: np.ndarray,
+    *,
+    boot: BootVariance = NO_BOOT,
+    theta: float | None = None,
+    correct_noise: bool = True,
+) -> Adjusted:
     """The CUPED-adjusted estimate of log(B / mean of the controls) over paired units (module docstring).
 
     `b` holds B's values (n), `controls` each control's (k x n), positive. `theta` forces the slope (1: the
@@ -165,8 +170,17 @@ def adjusted_log_ratio(b: np.ndarray, controls: np.ndarray, *, boot: BootVarianc
             df = max(1, int(math.floor((var_u + v_boot) ** 2 / den))) if den > 0 else dof
         else:
             df = dof
-        return Adjusted(n=n, estimate_log=float(d.mean()), var_units=var_u, var_boot=v_boot, df=df, theta=th,
-                        reliability=rel, adjusted=adjusted, note=note)
+        return Adjusted(
+            n=n,
+            estimate_log=float(d.mean()),
+            var_units=var_u,
+            var_boot=v_boot,
+            df=df,
+            theta=th,
+            reliability=rel,
+            adjusted=adjusted,
+            note=note,
+        )
 
     if theta is not None:
         phi = theta - 1.0
@@ -176,13 +190,25 @@ def adjusted_log_ratio(b: np.ndarray, controls: np.ndarray, *, boot: BootVarianc
     s_tt, s_dt = s_xx - noise, s_dx + noise
     rel = s_tt / s_xx if s_xx > 0 else None
     if n < 3 or rel is None or rel < MIN_RELIABILITY:
-        return done(s_dd, n - 1, 1.0, rel, False,
-                    f"not adjusted: the controls measure the transcripts' level with reliability "
-                    f"{'n/a' if rel is None else f'{rel:.2f}'}, below {MIN_RELIABILITY}")
+        return done(
+            s_dd,
+            n - 1,
+            1.0,
+            rel,
+            False,
+            f"not adjusted: the controls measure the transcripts' level with reliability "
+            f"{'n/a' if rel is None else f'{rel:.2f}'}, below {MIN_RELIABILITY}",
+        )
     if correct_noise and n < MIN_UNITS:
-        return done(s_dd, n - 1, 1.0, rel, False,
-                    f"not adjusted: {n} transcripts, below the {MIN_UNITS} at which the corrected slope's own "
-                    "uncertainty is small enough for n - 2 df to hold the level")
+        return done(
+            s_dd,
+            n - 1,
+            1.0,
+            rel,
+            False,
+            f"not adjusted: {n} transcripts, below the {MIN_UNITS} at which the corrected slope's own "
+            "uncertainty is small enough for n - 2 df to hold the level",
+        )
     ssr = s_dd - s_dt * s_dt / s_tt
     if ssr <= 0:
         return done(s_dd, n - 1, 1.0, s_tt / s_xx, False, "not adjusted: the level explains all of the spread")
@@ -197,8 +223,17 @@ def describe(a: Adjusted) -> str:
     return f"cuped on the controls' level: theta {a.theta:.3f}{rel}, {a.n - 2} df for the units"
 
 
-def cuped_test(b: np.ndarray, controls: np.ndarray, *, test: str, margin: float, level_one_sided: float,
-               who: str = "B", boot: BootVariance = NO_BOOT, theta: float | None = None) -> tuple[RatioTest, Adjusted | None]:
+def cuped_test(
+    b: np.ndarray,
+    controls: np.ndarray,
+    *,
+    test: str,
+    margin: float,
+    level_one_sided: float,
+    who: str = "B",
+    boot: BootVariance = NO_BOOT,
+    theta: float | None = None,
+) -> tuple[RatioTest, Adjusted | None]:
     """A superiority or non-inferiority test of exp(mean log ratio) - 1 against `margin`, adjusted (module
     docstring); the RatioTest reads like `stats.ratio_test`'s (relative effects)."""
     from scipy import stats as sps
@@ -206,13 +241,31 @@ def cuped_test(b: np.ndarray, controls: np.ndarray, *, test: str, margin: float,
     n = len(b)
     base = float(controls.mean(axis=0).mean()) if n else None
     if n < 3:
-        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
-                         baseline=base, decision="INCONCLUSIVE",
-                         reason=f"{n} paired unit(s): an adjusted test needs at least 3"), None
+        return RatioTest(
+            n=n,
+            estimate=None,
+            low=None,
+            high=None,
+            statistic=None,
+            df=None,
+            p_value=None,
+            baseline=base,
+            decision="INCONCLUSIVE",
+            reason=f"{n} paired unit(s): an adjusted test needs at least 3",
+        ), None
     if float(b.min()) <= 0 or float(controls.min()) <= 0:
-        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
-                         baseline=base, decision="INCONCLUSIVE",
-                         reason="a unit's value is not positive: the adjusted test works on logs"), None
+        return RatioTest(
+            n=n,
+            estimate=None,
+            low=None,
+            high=None,
+            statistic=None,
+            df=None,
+            p_value=None,
+            baseline=base,
+            decision="INCONCLUSIVE",
+            reason="a unit's value is not positive: the adjusted test works on logs",
+        ), None
     a = adjusted_log_ratio(b, controls, boot=boot, theta=theta)
     level = 1.0 - 2.0 * level_one_sided
     tcrit = float(sps.t.ppf(1.0 - level_one_sided, a.df))
@@ -220,24 +273,72 @@ def cuped_test(b: np.ndarray, controls: np.ndarray, *, test: str, margin: float,
     est = math.expm1(a.estimate_log)
     low, high = math.expm1(a.estimate_log - tcrit * se), math.expm1(a.estimate_log + tcrit * se)
     bound = margin if test == "superiority" else -margin
-    iv = (f"{level:.1%} interval [{low:+.2%}, {high:+.2%}], {describe(a)}"
-          + ("" if boot.sd <= 0 else f" with {boot.describe()}"))
+    iv = f"{level:.1%} interval [{low:+.2%}, {high:+.2%}], {describe(a)}" + (
+        "" if boot.sd <= 0 else f" with {boot.describe()}"
+    )
     if se <= 0:
-        stat = math.copysign(math.inf, a.estimate_log - math.log1p(bound)) if a.estimate_log != math.log1p(bound) else math.nan
+        stat = (
+            math.copysign(math.inf, a.estimate_log - math.log1p(bound))
+            if a.estimate_log != math.log1p(bound)
+            else math.nan
+        )
     else:
         stat = (a.estimate_log - math.log1p(bound)) / se
     if math.isnan(stat):
-        return RatioTest(n, est, low, high, None, a.df, None, base, "INCONCLUSIVE",
-                         f"an exact tie at the margin {bound:+.2%}: no evidence either way"), a
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            None,
+            a.df,
+            None,
+            base,
+            "INCONCLUSIVE",
+            f"an exact tie at the margin {bound:+.2%}: no evidence either way",
+        ), a
     p = float(sps.t.sf(stat, a.df))
-    claim = (f"{who} better than the controls by more than {bound:+.2%}" if test == "superiority"
-             else f"{who} no worse than {bound:+.2%}")
+    claim = (
+        f"{who} better than the controls by more than {bound:+.2%}"
+        if test == "superiority"
+        else f"{who} no worse than {bound:+.2%}"
+    )
     if stat > tcrit:
-        return RatioTest(n, est, low, high, stat, a.df, p, base, "PASS",
-                         f"shown: {claim} ({iv}; t = {stat:.2f} > {tcrit:.2f}, df {a.df})"), a
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            stat,
+            a.df,
+            p,
+            base,
+            "PASS",
+            f"shown: {claim} ({iv}; t = {stat:.2f} > {tcrit:.2f}, df {a.df})",
+        ), a
     if stat < -tcrit:
-        return RatioTest(n, est, low, high, stat, a.df, p, base, "FAIL",
-                         f"refuted: {who} below {bound:+.2%} ({iv}; t = {stat:.2f} < -{tcrit:.2f}, df {a.df})"), a
-    return RatioTest(n, est, low, high, stat, a.df, p, base, "INCONCLUSIVE",
-                     f"not shown either way: {iv} contains the margin {bound:+.2%} "
-                     f"(t = {stat:.2f}, needs > {tcrit:.2f} to pass, < -{tcrit:.2f} to fail)"), a
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            stat,
+            a.df,
+            p,
+            base,
+            "FAIL",
+            f"refuted: {who} below {bound:+.2%} ({iv}; t = {stat:.2f} < -{tcrit:.2f}, df {a.df})",
+        ), a
+    return RatioTest(
+        n,
+        est,
+        low,
+        high,
+        stat,
+        a.df,
+        p,
+        base,
+        "INCONCLUSIVE",
+        f"not shown either way: {iv} contains the margin {bound:+.2%} "
+        f"(t = {stat:.2f}, needs > {tcrit:.2f} to pass, < -{tcrit:.2f} to fail)",
+    ), a

@@ -50,8 +50,11 @@ class BootFacts(FrozenModel):
     )
     feature_live_summary: str | None = Field(default=None, description="That check's one line, when it ran.")
     instance: str | None = Field(default=None, description="Instance name of the arm's containers.")
-    provenance: dict[str, Any] | None = Field(default=None, description="What the arm's boot ran, flattened to dotted "
-                                              "fields (`image.id`, `installed.vllm`, ...); None when not recorded.")
+    provenance: dict[str, Any] | None = Field(
+        default=None,
+        description="What the arm's boot ran, flattened to dotted "
+        "fields (`image.id`, `installed.vllm`, ...); None when not recorded.",
+    )
 
 
 class CellData(FrozenModel):
@@ -66,7 +69,8 @@ class CellData(FrozenModel):
         default=None, description="Accepted at position p over all drafts (so tokens/step = 1 + sum a_p), p = 1..k."
     )
     a_p_given: tuple[float, ...] | None = Field(
-        default=None, description="Accepted at position p over the drafts that had position p (differs under a k schedule)."
+        default=None,
+        description="Accepted at position p over the drafts that had position p (differs under a k schedule).",
     )
     num_drafts: int | None = Field(default=None, description="Verify steps with drafts (weights a_p when merging).")
     per_transcript: dict[str, float] = Field(
@@ -88,7 +92,8 @@ class CellData(FrozenModel):
     )
     # Left out of the dump when empty, so cells without outcomes keep the bytes they had.
     quality: dict[str, bool] = Field(
-        default_factory=dict, exclude_if=lambda v: not v,
+        default_factory=dict,
+        exclude_if=lambda v: not v,
         description="Transcript id -> whether the request's output passed its task-quality check (windows that "
         "stop at EOS; transcripts that ask for something checkable: bench.quality).",
     )
@@ -111,7 +116,8 @@ class WindowData(FrozenModel):
     )
     # Left out of the dump when absent, so windows without a referee keep the bytes they had.
     lossless: LosslessResult | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="The losslessness check of the window's outputs by the arm's referee; None: not checked.",
     )
 
@@ -140,8 +146,6 @@ class TranscribedArm(FrozenModel):
     arm: str = Field(description="Arm name.")
     boot: BootFacts = Field(description="Boot facts as the source states them.")
     windows: dict[str, WindowData] = Field(default_factory=dict, description="Window name -> transcribed cells.")
-
-
 
 
 # ---------------------------------------------------------------- merged views
@@ -238,10 +242,15 @@ def merge_stages(parts: list[WindowData]) -> WindowData:
     a_ps = [w.a_p for w in parts if w.a_p]
     width = max((len(a) for a in a_ps), default=0)
     a_p = tuple(sum(a[i] if i < len(a) else 0.0 for a in a_ps) / len(a_ps) for i in range(width)) if a_ps else None
-    return WindowData(window=parts[0].window, clock=clocks.pop() if len(clocks) == 1 else "mixed",
-                      unit=parts[0].unit, cells=tuple(cells),
-                      tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step, a_p=a_p,
-                      invalid_cells=tuple(f"stage {i}: {c}" for i, w in enumerate(parts, 1) for c in w.invalid_cells))
+    return WindowData(
+        window=parts[0].window,
+        clock=clocks.pop() if len(clocks) == 1 else "mixed",
+        unit=parts[0].unit,
+        cells=tuple(cells),
+        tokens_per_step=(1.0 + accepted / drafts) if drafts else parts[0].tokens_per_step,
+        a_p=a_p,
+        invalid_cells=tuple(f"stage {i}: {c}" for i, w in enumerate(parts, 1) for c in w.invalid_cells),
+    )
 
 
 def merge_boots(boots: list[BootFacts]) -> BootFacts:
@@ -253,14 +262,16 @@ def merge_boots(boots: list[BootFacts]) -> BootFacts:
     foreign = [b.foreign_clients for b in boots]
     kv = {b.kv_pool_tokens for b in boots}
     digests = {b.env_set_digest for b in boots}
-    return first.model_copy(update={
-        "hash_hit": None if None in hits else all(h for h in hits),
-        "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
-        "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
-        "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
-        "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
-        "provenance": _merged_provenance([b.provenance for b in boots]),
-    })
+    return first.model_copy(
+        update={
+            "hash_hit": None if None in hits else all(h for h in hits),
+            "foreign_clients": None if None in foreign else max(f for f in foreign if f is not None),
+            "kv_pool_tokens": first.kv_pool_tokens if len(kv) == 1 else None,
+            "env_set_digest": first.env_set_digest if len(digests) == 1 else "differs between stages",
+            "flags": {k: v for k, v in first.flags.items() if all(b.flags.get(k) == v for b in boots)},
+            "provenance": _merged_provenance([b.provenance for b in boots]),
+        }
+    )
 
 
 def _merged_provenance(records: list[dict[str, Any] | None]) -> dict[str, Any] | None:

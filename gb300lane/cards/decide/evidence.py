@@ -26,16 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gb300lane.cards.decide.cuped import cuped_test, describe
 from gb300lane.cards.decide.data import ArmData, merged_cells
 from gb300lane.cards.decide.results import GateResult, GateTest, Metric, Status, combine
-from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
-from gb300lane.cards.decide.cuped import cuped_test, describe
 from gb300lane.cards.decide.sequential import nominal_level
 from gb300lane.cards.decide.stats import BootVariance, bootstrap_seed, paired_units, ratio_test
+from gb300lane.cards.schema import Card, ControlsEquivalence, Spending, TestedGate
 
-
-NO_TPS = ("no per-request tokens/step recorded: the lane must report each request's spec-decode counters "
-          "(engine_args.extra_args.per_request_spec_decode_metrics: summary in the recipe)")
+NO_TPS = (
+    "no per-request tokens/step recorded: the lane must report each request's spec-decode counters "
+    "(engine_args.extra_args.per_request_spec_decode_metrics: summary in the recipe)"
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,9 @@ def by_transcript(units: Units, keys: list[tuple[str, int]]) -> dict[str, tuple[
     return {u: (sum(vs) / len(vs), len(vs)) for u, vs in acc.items()}
 
 
-def _paired(subject: dict[str, tuple[float, int]], refs: list[dict[str, tuple[float, int]]]) -> tuple[
-        dict[str, float], list[dict[str, float]]]:
+def _paired(
+    subject: dict[str, tuple[float, int]], refs: list[dict[str, tuple[float, int]]]
+) -> tuple[dict[str, float], list[dict[str, float]]]:
     """Keep the units every arm measured in the same cells, so each pair compares like with like."""
     common = [u for u in subject if all(u in r and r[u][1] == subject[u][1] for r in refs)]
     return {u: subject[u][0] for u in common}, [{u: r[u][0] for u in common} for r in refs]
@@ -110,8 +112,7 @@ def _pct(x: float | None) -> str:
 
 def _describe(t: GateTest) -> str:
     where = "" if t.cls is None else f"{t.cls} C{t.concurrency}: "
-    return (f"{where}{t.comparison} {_pct(t.estimate)} [{_pct(t.low)}, {_pct(t.high)}] "
-            f"({t.level:.1%}), n {t.n}")
+    return f"{where}{t.comparison} {_pct(t.estimate)} [{_pct(t.low)}, {_pct(t.high)}] ({t.level:.1%}), n {t.n}"
 
 
 def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[ArmData], look: Look) -> GateResult:
@@ -120,10 +121,16 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
     metric: Metric = gate.metric
     if equivalence:
         if len(ctrls) < 2:
-            return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="one control",
-                              bar=f"A / A2 within +-{gate.margin:.2%}", noise_floor="-",
-                              reasons=("an equivalence test of the controls needs two control arms",),
-                              decides=gate.decides)
+            return GateResult(
+                id=gate.id,
+                kind=gate.kind,
+                status="INCONCLUSIVE",
+                observed="one control",
+                bar=f"A / A2 within +-{gate.margin:.2%}",
+                noise_floor="-",
+                reasons=("an equivalence test of the controls needs two control arms",),
+                decides=gate.decides,
+            )
         subject, refs = ctrls[0], [ctrls[1]]
         comparison = f"{ctrls[0].arm} / {ctrls[1].arm}"
     else:
@@ -132,8 +139,9 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         comparison = f"{cand.arm} / mean({', '.join(a.arm for a in ctrls)})"
     s_units, requests = units_of(subject, gate, metric)
     r_units = [units_of(r, gate, metric)[0] for r in refs]
-    keys = sorted(set(s_units).intersection(*[set(r) for r in r_units]) if r_units else set(),
-                  key=lambda k: (k[1], k[0]))
+    keys = sorted(
+        set(s_units).intersection(*[set(r) for r in r_units]) if r_units else set(), key=lambda k: (k[1], k[0])
+    )
     level = look.level(gate.alpha)
     groups = [(None, keys)] if gate.scope == "aggregate" else [(k, [k]) for k in keys]
     tests: list[GateTest] = []
@@ -146,31 +154,81 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         if gate.adjust == "cuped" and gate.test != "equivalence":
             units = sorted(sub)
             ctrl = np.array([[r[u] for u in units] for r in ref], dtype=np.float64)
-            rt, adj = cuped_test(np.array([sub[u] for u in units], dtype=np.float64), ctrl, test=gate.test,
-                                 margin=gate.margin, level_one_sided=level, who=subject.arm, boot=boot)
+            rt, adj = cuped_test(
+                np.array([sub[u] for u in units], dtype=np.float64),
+                ctrl,
+                test=gate.test,
+                margin=gate.margin,
+                level_one_sided=level,
+                who=subject.arm,
+                boot=boot,
+            )
             if adj is not None:
                 adjustment, theta = describe(adj), adj.theta
         else:
-            rt = ratio_test(b, c, test=gate.test, margin=gate.margin, level_one_sided=level, method=gate.interval,
-                            seed=bootstrap_seed(gate.id, cell, look.number), who=subject.arm, boot=boot)
-        tests.append(GateTest(
-            metric=metric,
-            cls=cell[0] if cell else None, concurrency=cell[1] if cell else None,
-            comparison=comparison, test=gate.test, method=gate.interval, estimate=rt.estimate, low=rt.low,
-            high=rt.high, level=1.0 - 2.0 * level, margin=gate.margin, alpha=gate.alpha, nominal_alpha=level,
-            n=rt.n, requests_per_arm=sum(requests.get(k, 0) for k in ks),
-            statistic=rt.statistic, df=rt.df, p_value=rt.p_value, baseline=rt.baseline, look=look.number,
-            looks=look.looks, decision=rt.decision, reason=rt.reason, adjustment=adjustment, theta=theta))
-    what = {"superiority": f"{subject.arm} better than the controls by more than {gate.margin:.2%}",
-            "non_inferiority": f"{subject.arm} no worse than the controls by more than {gate.margin:.2%}",
-            "equivalence": f"{comparison} within +-{gate.margin:.2%} (TOST)"}[gate.test]
+            rt = ratio_test(
+                b,
+                c,
+                test=gate.test,
+                margin=gate.margin,
+                level_one_sided=level,
+                method=gate.interval,
+                seed=bootstrap_seed(gate.id, cell, look.number),
+                who=subject.arm,
+                boot=boot,
+            )
+        tests.append(
+            GateTest(
+                metric=metric,
+                cls=cell[0] if cell else None,
+                concurrency=cell[1] if cell else None,
+                comparison=comparison,
+                test=gate.test,
+                method=gate.interval,
+                estimate=rt.estimate,
+                low=rt.low,
+                high=rt.high,
+                level=1.0 - 2.0 * level,
+                margin=gate.margin,
+                alpha=gate.alpha,
+                nominal_alpha=level,
+                n=rt.n,
+                requests_per_arm=sum(requests.get(k, 0) for k in ks),
+                statistic=rt.statistic,
+                df=rt.df,
+                p_value=rt.p_value,
+                baseline=rt.baseline,
+                look=look.number,
+                looks=look.looks,
+                decision=rt.decision,
+                reason=rt.reason,
+                adjustment=adjustment,
+                theta=theta,
+            )
+        )
+    what = {
+        "superiority": f"{subject.arm} better than the controls by more than {gate.margin:.2%}",
+        "non_inferiority": f"{subject.arm} no worse than the controls by more than {gate.margin:.2%}",
+        "equivalence": f"{comparison} within +-{gate.margin:.2%} (TOST)",
+    }[gate.test]
     seq = "" if look.looks == 1 else f"; look {look.number} of {look.looks} ({look.spending} spending)"
     bar = f"{gate.test.replace('_', '-')}: {what}; one-sided alpha {gate.alpha:.2%}{seq}"
     if not tests:
-        reason = (NO_TPS if metric == "tokens_per_step" and not any(requests.values())
-                  else "no paired units: the arms share no transcripts")
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="no paired units", bar=bar,
-                          noise_floor="-", reasons=(reason,), decides=gate.decides)
+        reason = (
+            NO_TPS
+            if metric == "tokens_per_step" and not any(requests.values())
+            else "no paired units: the arms share no transcripts"
+        )
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed="no paired units",
+            bar=bar,
+            noise_floor="-",
+            reasons=(reason,),
+            decides=gate.decides,
+        )
     decisions: list[Status] = [t.decision for t in tests]
     if equivalence:
         status: Status = "PASS" if all(d == "PASS" for d in decisions) else "INCONCLUSIVE"
@@ -183,25 +241,47 @@ def eval_tested(card: Card, gate: TestedGate, cand: ArmData | None, ctrls: list[
         ests = [t.estimate for t in tests if t.estimate is not None]
         span = f"{_pct(min(ests))}..{_pct(max(ests))}" if ests else "n/a"
         observed = f"{len(tests)} cells, {comparison} {span}; lowest bound {_describe(worst)}"
-    noise = (f"paired by transcript, {METRIC_LABEL[metric]}; "
-             f"{sum(requests.get(k, 0) for k in keys)} requests per arm")
+    noise = f"paired by transcript, {METRIC_LABEL[metric]}; {sum(requests.get(k, 0) for k in keys)} requests per arm"
     if gate.boot_sd > 0:
-        noise += (f"; plus a boot sd of {gate.boot_sd:.2%} per arm ("
-                  + ("taken as known" if gate.boot_df is None else f"df {gate.boot_df}") + f", {look.number} boot(s) each)")
+        noise += (
+            f"; plus a boot sd of {gate.boot_sd:.2%} per arm ("
+            + ("taken as known" if gate.boot_df is None else f"df {gate.boot_df}")
+            + f", {look.number} boot(s) each)"
+        )
     if gate.adjust == "cuped":
         thetas = [t.theta for t in tests if t.theta is not None]
-        noise += ("; cuped: the controls' per-transcript level a covariate of the log ratio (geometric-mean ratio, "
-                  "about the card's transcripts)"
-                  + (f", theta {thetas[0]:.3f}" if len(thetas) == 1 else
-                     f", theta {min(thetas):.3f}..{max(thetas):.3f}" if thetas else ""))
+        noise += (
+            "; cuped: the controls' per-transcript level a covariate of the log ratio (geometric-mean ratio, "
+            "about the card's transcripts)"
+            + (
+                f", theta {thetas[0]:.3f}"
+                if len(thetas) == 1
+                else f", theta {min(thetas):.3f}..{max(thetas):.3f}"
+                if thetas
+                else ""
+            )
+        )
     if status == "PASS":
-        reasons = tuple([tests[0].reason] if len(tests) == 1 else
-                        [f"all {len(tests)} cells: {tests[0].reason.split(':')[0]}"])
+        reasons = tuple(
+            [tests[0].reason] if len(tests) == 1 else [f"all {len(tests)} cells: {tests[0].reason.split(':')[0]}"]
+        )
     else:
-        reasons = tuple(f"{'' if t.cls is None else f'{t.cls} C{t.concurrency}: '}{t.reason}"
-                        for t in tests if t.decision != "PASS")
+        reasons = tuple(
+            f"{'' if t.cls is None else f'{t.cls} C{t.concurrency}: '}{t.reason}" for t in tests if t.decision != "PASS"
+        )
         if equivalence:
-            reasons = ("the controls are not shown to agree, so the bracket cannot separate "
-                       f"{card.candidate.name} from the hour",) + reasons
-    return GateResult(id=gate.id, kind=gate.kind, status=status, observed=observed, bar=bar, noise_floor=noise,
-                      reasons=reasons, tests=tuple(tests), decides=gate.decides)
+            reasons = (
+                "the controls are not shown to agree, so the bracket cannot separate "
+                f"{card.candidate.name} from the hour",
+            ) + reasons
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status=status,
+        observed=observed,
+        bar=bar,
+        noise_floor=noise,
+        reasons=reasons,
+        tests=tuple(tests),
+        decides=gate.decides,
+    )

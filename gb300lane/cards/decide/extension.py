@@ -44,39 +44,58 @@ class ExtensionPlan(FrozenModel):
     spending: str = Field(description="The plan's alpha spending function.")
     levels: dict[str, tuple[float, ...]] = Field(
         description="Deciding tested gate -> its one-sided nominal level at each look first..last (alpha spent "
-        "from its registered budget).")
+        "from its registered budget)."
+    )
     more_needed: tuple[MoreNeeded, ...] = Field(description="What the extended verdict said would decide.")
     reason: str = Field(description="Why this many stages, in one line.")
 
 
-def refusal(card: Card, *, card_file: str, verdict_file: str | None, verdict: Status | None,
-            registered_gates: bool, stages_done: int, look_file: str) -> str | None:
+def refusal(
+    card: Card,
+    *,
+    card_file: str,
+    verdict_file: str | None,
+    verdict: Status | None,
+    registered_gates: bool,
+    stages_done: int,
+    look_file: str,
+) -> str | None:
     """Why `card extend` may not extend the card now (None: it may); each names the file, the key and the fix."""
     if card.design.extension is None:
-        return (f"{card_file}: design.extension is not registered, so card {card.name} has no further looks: its "
-                "design spent its whole alpha at its own looks, and a look added now would raise its error rates; "
-                "add `extension: {looks: N}` under design in the card file; its registration then asks a new "
-                f"question (`gb300lane card register {card.name} --fresh --new-question \"why\"`), since the "
-                "design changed after a verdict")
+        return (
+            f"{card_file}: design.extension is not registered, so card {card.name} has no further looks: its "
+            "design spent its whole alpha at its own looks, and a look added now would raise its error rates; "
+            "add `extension: {looks: N}` under design in the card file; its registration then asks a new "
+            f'question (`gb300lane card register {card.name} --fresh --new-question "why"`), since the '
+            "design changed after a verdict"
+        )
     if verdict is None or verdict_file is None:
-        return (f"{verdict_file or card_file}: no verdict yet (key verdict); an extension continues an "
-                f"INCONCLUSIVE verdict: run `gb300lane card score {card.name}` first")
+        return (
+            f"{verdict_file or card_file}: no verdict yet (key verdict); an extension continues an "
+            f"INCONCLUSIVE verdict: run `gb300lane card score {card.name}` first"
+        )
     if verdict != "INCONCLUSIVE":
-        return (f"{verdict_file}: verdict is {verdict}, not INCONCLUSIVE (key verdict): a decided card is not "
-                f"extended; its verdict stands (register a new card to ask again)")
+        return (
+            f"{verdict_file}: verdict is {verdict}, not INCONCLUSIVE (key verdict): a decided card is not "
+            f"extended; its verdict stands (register a new card to ask again)"
+        )
     if not registered_gates:
-        return (f"{verdict_file}: the newest verdict applied gates other than the registered ones (key gates, a "
-                "re-score): an extension continues the registered plan only; extend before re-scoring, or "
-                f"register the card with the changed gates as a new question (`gb300lane card register {card.name} "
-                "--fresh --new-question \"why\"`)")
+        return (
+            f"{verdict_file}: the newest verdict applied gates other than the registered ones (key gates, a "
+            "re-score): an extension continues the registered plan only; extend before re-scoring, or "
+            f"register the card with the changed gates as a new question (`gb300lane card register {card.name} "
+            '--fresh --new-question "why"`)'
+        )
     total = planned_stages(card)
     if stages_done >= total:
-        return (f"{look_file}: look {stages_done} of {total} was the plan's last (key design.extension.looks = "
-                f"{extension_looks(card)}): this run's alpha is spent and its INCONCLUSIVE verdict is final. "
-                f"`gb300lane card register {card.name} --fresh` starts the question's next run only where the card "
-                "registered more runs (design.runs), spending the next share of the same alpha; otherwise a new run "
-                "is a new question and needs --new-question \"why\" (recorded, and printed on every verdict and "
-                "promotion)")
+        return (
+            f"{look_file}: look {stages_done} of {total} was the plan's last (key design.extension.looks = "
+            f"{extension_looks(card)}): this run's alpha is spent and its INCONCLUSIVE verdict is final. "
+            f"`gb300lane card register {card.name} --fresh` starts the question's next run only where the card "
+            "registered more runs (design.runs), spending the next share of the same alpha; otherwise a new run "
+            'is a new question and needs --new-question "why" (recorded, and printed on every verdict and '
+            "promotion)"
+        )
     return None
 
 
@@ -84,17 +103,21 @@ def _requests_now(result: GateResult) -> int:
     return max((t.requests_per_arm for t in result.tests if t.decision == "INCONCLUSIVE"), default=0)
 
 
-def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResult], stages_done: int,
-                   share: float = 1.0) -> ExtensionPlan:
+def plan_extension(
+    card: Card, gates: Sequence[Gate], results: Sequence[GateResult], stages_done: int, share: float = 1.0
+) -> ExtensionPlan:
     """The stages an extension of an INCONCLUSIVE look `stages_done` runs, from the requests and boots per arm
     its undecided gates need (`more_needed`), capped at the registered plan's last look."""
     total = planned_stages(card)
     if card.design.extension is None or stages_done >= total:
         raise ValueError(f"card {card.name}: no further look is registered after look {stages_done}")
     by_id = {g.id: g for g in gates}
-    needed = [m for r in results if r.id in by_id
-              and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results)))
-              is not None]
+    needed = [
+        m
+        for r in results
+        if r.id in by_id
+        and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results))) is not None
+    ]
     sized: list[tuple[int, MoreNeeded]] = []
     for r in results:
         m = next((x for x in needed if x.gate == r.id), None)
@@ -108,19 +131,35 @@ def plan_extension(card: Card, gates: Sequence[Gate], results: Sequence[GateResu
         want, worst = max(sized, key=lambda x: x[0])
         last = min(total, want)
         capped = "" if want <= total else f"; the plan ends at look {total}, so it runs to there"
-        reason = (f"gate {worst.gate} needs {worst.requests_per_arm} requests over {worst.boots_per_arm or 1} boot(s) "
-                  f"per arm for {worst.target_power:.0%} power at its registered effect {worst.effect:+.1%}: "
-                  f"{want} stages in all{capped}")
+        reason = (
+            f"gate {worst.gate} needs {worst.requests_per_arm} requests over {worst.boots_per_arm or 1} boot(s) "
+            f"per arm for {worst.target_power:.0%} power at its registered effect {worst.effect:+.1%}: "
+            f"{want} stages in all{capped}"
+        )
     else:
         last = total
-        reason = ("no undecided gate has a registered effect to size it by (an mde): the extension runs the "
-                  f"plan's remaining looks, to look {total}")
+        reason = (
+            "no undecided gate has a registered effect to size it by (an mde): the extension runs the "
+            f"plan's remaining looks, to look {total}"
+        )
     spending = plan_spending(card)
-    levels = {g.id: tuple(Look(number=s, looks=total, spending=spending, share=share).level(g.alpha)
-                          for s in range(stages_done + 1, last + 1))
-              for g in gates if isinstance(g, TestedGate) and g.decides}
-    return ExtensionPlan(first_stage=stages_done + 1, last_stage=last, looks=total, spending=spending,
-                         levels=levels, more_needed=tuple(needed), reason=reason)
+    levels = {
+        g.id: tuple(
+            Look(number=s, looks=total, spending=spending, share=share).level(g.alpha)
+            for s in range(stages_done + 1, last + 1)
+        )
+        for g in gates
+        if isinstance(g, TestedGate) and g.decides
+    }
+    return ExtensionPlan(
+        first_stage=stages_done + 1,
+        last_stage=last,
+        looks=total,
+        spending=spending,
+        levels=levels,
+        more_needed=tuple(needed),
+        reason=reason,
+    )
 
 
 __all__ = ["ExtensionPlan", "plan_extension", "refusal"]

@@ -21,15 +21,14 @@ from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor,
 from gb300lane.cards.decide.evidence import Look, eval_tested
 from gb300lane.cards.decide.lossless import eval_lossless
 from gb300lane.cards.decide.quality_gate import eval_quality
-from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
+from gb300lane.cards.decide.stats import bootstrap_seed, paired_bootstrap, spread
+from gb300lane.cards.decide.tails import eval_tail
 from gb300lane.cards.schema import (
     Bar,
     Card,
     ControlsAgreeGate,
-    ControlsEquivalence,
     DecodeRatioGate,
-    DecodeTest,
     EnvEqualGate,
     FeatureLiveGate,
     FlagGate,
@@ -43,9 +42,7 @@ from gb300lane.cards.schema import (
     TaskQualityGate,
     TestedGate,
     TokensPerStepGate,
-    TokensPerStepTest,
 )
-from gb300lane.cards.decide.stats import bootstrap_seed, paired_bootstrap, spread
 from gb300lane.errors import CardError
 
 __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
@@ -54,8 +51,15 @@ __all__ = ["CellCheck", "GateResult", "Look", "Status", "evaluate", "overall"]
 #: Gates decided by the arms' boot facts.
 BootGate = HashHitGate | FlagGate | EnvEqualGate | KvPoolGate | ForeignClientsGate | FeatureLiveGate
 #: Gates over a window's cells.
-WindowGate = (TokensPerStepGate | DecodeRatioGate | ControlsAgreeGate | ParityGate | LatencyTailGate
-              | TaskQualityGate | LosslessGate)
+WindowGate = (
+    TokensPerStepGate
+    | DecodeRatioGate
+    | ControlsAgreeGate
+    | ParityGate
+    | LatencyTailGate
+    | TaskQualityGate
+    | LosslessGate
+)
 CellKey = tuple[str, int]
 
 
@@ -76,14 +80,19 @@ class _Ctx:
         c = merged_cells(self.cand.windows.get(window)) if self.cand else {}
         return c, [merged_cells(a.windows.get(window)) for a in self.ctrls]
 
-    def keys(self, gate: WindowGate, cand: dict[CellKey, CellAgg], ctrls: list[dict[CellKey, CellAgg]]) -> list[CellKey]:
+    def keys(
+        self, gate: WindowGate, cand: dict[CellKey, CellAgg], ctrls: list[dict[CellKey, CellAgg]]
+    ) -> list[CellKey]:
         keys = set(cand)
         for c in ctrls:
             keys |= set(c)
         win = self.card.window(gate.window)
         order: dict[str, int] = {cls: i for i, cls in enumerate(win.classes)}
-        keys = {k for k in keys if (gate.classes is None or k[0] in gate.classes)
-                and (gate.concurrency is None or k[1] in gate.concurrency)}
+        keys = {
+            k
+            for k in keys
+            if (gate.classes is None or k[0] in gate.classes) and (gate.concurrency is None or k[1] in gate.concurrency)
+        }
         return sorted(keys, key=lambda k: (k[1], order.get(k[0], 99), k[0]))
 
     def rounds_spread(self, cells: list[CellAgg | None]) -> float | None:
@@ -106,8 +115,9 @@ class _Ctx:
         v = self.stated_floor.get(str(concurrency))
         return float(v) if v is not None else None
 
-    def resolve_bar(self, bar: Bar, ctrl_spread: float | None, rounds_spread: float | None,
-                    concurrency: int) -> tuple[float | None, str | None]:
+    def resolve_bar(
+        self, bar: Bar, ctrl_spread: float | None, rounds_spread: float | None, concurrency: int
+    ) -> tuple[float | None, str | None]:
         if bar.mode == "fixed":
             return bar.value, None
         if bar.source == "controls":
@@ -124,8 +134,15 @@ class _Ctx:
 
 def _missing_arms(ctx: _Ctx, gate: Gate) -> GateResult | None:
     if ctx.cand is None or not ctx.ctrls:
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="arms not finished",
-                          bar="-", noise_floor="-", reasons=(f"no data for arms {', '.join(ctx.missing)}",))
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed="arms not finished",
+            bar="-",
+            noise_floor="-",
+            reasons=(f"no data for arms {', '.join(ctx.missing)}",),
+        )
     return None
 
 
@@ -147,12 +164,30 @@ def _ratio_cells(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> list[C
             ctrl_mean = sum(ctrl_vals) / len(ctrl_vals) if ctrl_vals else None
             observed = cc.decode_tok_s / ctrl_mean if cc and cc.decode_tok_s is not None and ctrl_mean else None
             ok = None if observed is None or bar is None else observed >= 1.0 - bar - 1e-12
-            pc = paired_bootstrap(cc.per_transcript, [c.per_transcript for c in cs if c is not None],
-                                  seed=bootstrap_seed(gate.id, key)) if cc else None
+            pc = (
+                paired_bootstrap(
+                    cc.per_transcript,
+                    [c.per_transcript for c in cs if c is not None],
+                    seed=bootstrap_seed(gate.id, key),
+                )
+                if cc
+                else None
+            )
             ci = pc.describe() if pc else None
         status: Status = "INCONCLUSIVE" if ok is None else ("PASS" if ok else "FAIL")
-        out.append(CellCheck(cls=key[0], concurrency=key[1], status=status, observed=observed, bar=bar,
-                             controls_spread=c_spread, rounds_spread=r_spread, paired_ci=ci, note=note))
+        out.append(
+            CellCheck(
+                cls=key[0],
+                concurrency=key[1],
+                status=status,
+                observed=observed,
+                bar=bar,
+                controls_spread=c_spread,
+                rounds_spread=r_spread,
+                paired_ci=ci,
+                note=note,
+            )
+        )
     return out
 
 
@@ -173,14 +208,26 @@ def _eval_ratio(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> GateRes
         what = f"controls differ by {_fmt(c.observed, True)}" if agree else f"{cand}/ctrl {_fmt(c.observed)}"
         bar = f"bar ±{_fmt(c.bar, True)}" if agree else f"bar {_fmt(1 - (c.bar or 0))}"
         stated = ctx.stated(c.concurrency)
-        floor = (f"; r1/r2 spread {_fmt(c.rounds_spread, True)}" if c.rounds_spread is not None
-                 else f"; stated noise floor {_fmt(stated, True)}" if stated is not None else "")
-        reasons.append(f"{c.cls} C{c.concurrency}: {what} > {bar}{floor}" if agree
-                       else f"{c.cls} C{c.concurrency}: {what} < {bar}{floor}")
+        floor = (
+            f"; r1/r2 spread {_fmt(c.rounds_spread, True)}"
+            if c.rounds_spread is not None
+            else f"; stated noise floor {_fmt(stated, True)}"
+            if stated is not None
+            else ""
+        )
+        reasons.append(
+            f"{c.cls} C{c.concurrency}: {what} > {bar}{floor}"
+            if agree
+            else f"{c.cls} C{c.concurrency}: {what} < {bar}{floor}"
+        )
     reasons += [f"{c.cls} C{c.concurrency}: undecided ({c.note or 'missing data'})" for c in undecided]
     vals = [c.observed for c in cells if c.observed is not None]
     if agree:
-        observed = f"controls' spread {_fmt(min(vals), True)}..{_fmt(max(vals), True)} over {len(cells)} cells" if vals else "no cells"
+        observed = (
+            f"controls' spread {_fmt(min(vals), True)}..{_fmt(max(vals), True)} over {len(cells)} cells"
+            if vals
+            else "no cells"
+        )
     else:
         observed = f"{cand}/ctrl {_fmt(min(vals))}..{_fmt(max(vals))} over {len(cells)} cells" if vals else "no cells"
     bar = ("controls agree within " if agree else f"{cand}/ctrl >= 1 - ") + gate.bar.describe()
@@ -199,49 +246,104 @@ def _eval_ratio(ctx: _Ctx, gate: DecodeRatioGate | ControlsAgreeGate) -> GateRes
         floor += "; r1 vs r2 not published, stated floor " + ", ".join(f"{_fmt(v, True)} at C{k}" for k, v in floors)
     else:
         floor += "; r1 vs r2 not recorded"
-    return GateResult(id=gate.id, kind=gate.kind, status=_status([c.status for c in cells]), observed=observed,
-                      bar=bar, noise_floor=floor, reasons=tuple(reasons), cells=tuple(cells))
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status=_status([c.status for c in cells]),
+        observed=observed,
+        bar=bar,
+        noise_floor=floor,
+        reasons=tuple(reasons),
+        cells=tuple(cells),
+    )
 
 
 def _eval_tps(ctx: _Ctx, gate: TokensPerStepGate) -> GateResult:
     bar = f"{ctx.card.candidate.name} / mean(controls) >= {gate.min_ratio:.3f}"
     if gate.scope == "aggregate":
         b = ctx.candidate().windows.get(gate.window)
-        cv = [v for a in ctx.ctrls if gate.window in a.windows and (v := a.windows[gate.window].tokens_per_step) is not None]
+        cv = [
+            v
+            for a in ctx.ctrls
+            if gate.window in a.windows and (v := a.windows[gate.window].tokens_per_step) is not None
+        ]
         if b is None or b.tokens_per_step is None or not cv:
-            return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="tokens/step not recorded",
-                              bar=bar, noise_floor="n/a", reasons=("tokens/step missing on an arm",))
+            return GateResult(
+                id=gate.id,
+                kind=gate.kind,
+                status="INCONCLUSIVE",
+                observed="tokens/step not recorded",
+                bar=bar,
+                noise_floor="n/a",
+                reasons=("tokens/step missing on an arm",),
+            )
         ratio = b.tokens_per_step / (sum(cv) / len(cv))
         status: Status = "PASS" if ratio >= gate.min_ratio - 1e-12 else "FAIL"
-        arms = " / ".join(_fmt(ctx.by_name[n.name].windows[gate.window].tokens_per_step)
-                          if gate.window in ctx.by_name[n.name].windows else "n/a" for n in ctx.card.arms)
-        reasons: tuple[str, ...] = () if status == "PASS" else (f"tokens/step ratio {ratio:.3f} < {gate.min_ratio:.3f}",)
-        return GateResult(id=gate.id, kind=gate.kind, status=status,
-                          observed=f"{arms} ({'/'.join(a.name for a in ctx.card.arms)}) -> {ratio:.3f}",
-                          bar=bar, noise_floor=f"A vs A2 {_fmt(spread(cv), True)}", reasons=reasons)
+        arms = " / ".join(
+            _fmt(ctx.by_name[n.name].windows[gate.window].tokens_per_step)
+            if gate.window in ctx.by_name[n.name].windows
+            else "n/a"
+            for n in ctx.card.arms
+        )
+        reasons: tuple[str, ...] = (
+            () if status == "PASS" else (f"tokens/step ratio {ratio:.3f} < {gate.min_ratio:.3f}",)
+        )
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status=status,
+            observed=f"{arms} ({'/'.join(a.name for a in ctx.card.arms)}) -> {ratio:.3f}",
+            bar=bar,
+            noise_floor=f"A vs A2 {_fmt(spread(cv), True)}",
+            reasons=reasons,
+        )
     cand, ctrls = ctx.cells(gate.window)
     cells = []
     for key in ctx.keys(gate, cand, ctrls):
         cc = cand.get(key)
         cv = [v for c in ctrls if key in c and (v := c[key].tokens_per_step) is not None]
         cell_ratio = cc.tokens_per_step / (sum(cv) / len(cv)) if cc and cc.tokens_per_step and cv else None
-        st: Status = "INCONCLUSIVE" if cell_ratio is None else ("PASS" if cell_ratio >= gate.min_ratio - 1e-12 else "FAIL")
+        st: Status = (
+            "INCONCLUSIVE" if cell_ratio is None else ("PASS" if cell_ratio >= gate.min_ratio - 1e-12 else "FAIL")
+        )
         note = None if len(cv) == len(ctrls) else f"{len(cv)} of {len(ctrls)} controls recorded tokens/step"
-        cells.append(CellCheck(cls=key[0], concurrency=key[1], status=st, observed=cell_ratio, bar=gate.min_ratio,
-                               controls_spread=spread(cv), rounds_spread=None, note=note))
+        cells.append(
+            CellCheck(
+                cls=key[0],
+                concurrency=key[1],
+                status=st,
+                observed=cell_ratio,
+                bar=gate.min_ratio,
+                controls_spread=spread(cv),
+                rounds_spread=None,
+                note=note,
+            )
+        )
     vals = [c.observed for c in cells if c.observed is not None]
-    reasons = tuple(f"{c.cls} C{c.concurrency}: tokens/step ratio {_fmt(c.observed)} < {gate.min_ratio:.3f}"
-                    for c in cells if c.status == "FAIL")
-    return GateResult(id=gate.id, kind=gate.kind, status=_status([c.status for c in cells]),
-                      observed=f"ratio {_fmt(min(vals))}..{_fmt(max(vals))} over {len(cells)} cells" if vals else "no cells",
-                      bar=bar, noise_floor="per cell", reasons=reasons, cells=tuple(cells))
+    reasons = tuple(
+        f"{c.cls} C{c.concurrency}: tokens/step ratio {_fmt(c.observed)} < {gate.min_ratio:.3f}"
+        for c in cells
+        if c.status == "FAIL"
+    )
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status=_status([c.status for c in cells]),
+        observed=f"ratio {_fmt(min(vals))}..{_fmt(max(vals))} over {len(cells)} cells" if vals else "no cells",
+        bar=bar,
+        noise_floor="per cell",
+        reasons=reasons,
+        cells=tuple(cells),
+    )
 
 
 def _outputs(a: ArmData, gate: ParityGate) -> dict[tuple[str, int, int | None, str], str]:
     w = a.windows.get(gate.window)
     out = {}
     for c in w.cells if w else ():
-        if (gate.classes is None or c.cls in gate.classes) and (gate.concurrency is None or c.concurrency in gate.concurrency):
+        if (gate.classes is None or c.cls in gate.classes) and (
+            gate.concurrency is None or c.concurrency in gate.concurrency
+        ):
             for tid, digest in c.outputs.items():
                 out[(c.cls, c.concurrency, c.round, tid)] = digest
     return out
@@ -258,33 +360,69 @@ def _eval_parity(ctx: _Ctx, gate: ParityGate) -> GateResult:
     ref = _outputs(ctx.ctrls[0], gate)
     other = _outputs(ctx.ctrls[1], gate) if len(ctx.ctrls) > 1 else {}
     common = sorted(set(cand) & set(ref))
-    bar = f"flips {ctx.card.candidate.name} vs {ctx.ctrls[0].arm} <= flips between the controls + {gate.max_extra_flips}"
+    bar = (
+        f"flips {ctx.card.candidate.name} vs {ctx.ctrls[0].arm} <= flips between the controls + {gate.max_extra_flips}"
+    )
     if not common:
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="no outputs recorded",
-                          bar=bar, noise_floor="-", reasons=("the window recorded no outputs on the arms",),
-                          decides=gate.decides)
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed="no outputs recorded",
+            bar=bar,
+            noise_floor="-",
+            reasons=("the window recorded no outputs on the arms",),
+            decides=gate.decides,
+        )
     flips = [k for k in common if cand[k] != ref[k]]
     floor_keys = sorted(set(ref) & set(other))
     floor = sum(1 for k in floor_keys if ref[k] != other[k])
     ok = len(flips) <= floor + gate.max_extra_flips
     observed = f"{len(flips)} of {len(common)} outputs differ ({ctx.card.candidate.name} vs {ctx.ctrls[0].arm})"
-    reasons = () if ok else tuple(
-        [f"{len(flips)} flips > {floor} between the controls + {gate.max_extra_flips}"]
-        + [f"{c} C{n} r{r} {t}" for c, n, r, t in flips[:5]])
-    return GateResult(id=gate.id, kind=gate.kind, status="PASS" if ok else "FAIL", observed=observed, bar=bar,
-                      noise_floor=f"A vs A2 {floor} of {len(floor_keys)} flips" if floor_keys else "A vs A2 n/a",
-                      reasons=reasons, decides=gate.decides)
+    reasons = (
+        ()
+        if ok
+        else tuple(
+            [f"{len(flips)} flips > {floor} between the controls + {gate.max_extra_flips}"]
+            + [f"{c} C{n} r{r} {t}" for c, n, r, t in flips[:5]]
+        )
+    )
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status="PASS" if ok else "FAIL",
+        observed=observed,
+        bar=bar,
+        noise_floor=f"A vs A2 {floor} of {len(floor_keys)} flips" if floor_keys else "A vs A2 n/a",
+        reasons=reasons,
+        decides=gate.decides,
+    )
 
 
-def _per_arm(ctx: _Ctx, gate: Gate, values: Mapping[str, object], ok: bool | None, observed: str, bar: str,
-             reason: str) -> GateResult:
+def _per_arm(
+    ctx: _Ctx, gate: Gate, values: Mapping[str, object], ok: bool | None, observed: str, bar: str, reason: str
+) -> GateResult:
     missing = [k for k, v in values.items() if v is None]
     if missing:
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed=observed, bar=bar,
-                          noise_floor="-", reasons=(f"not recorded on {', '.join(missing)}",))
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed=observed,
+            bar=bar,
+            noise_floor="-",
+            reasons=(f"not recorded on {', '.join(missing)}",),
+        )
     st: Status = "PASS" if ok else "FAIL"
-    return GateResult(id=gate.id, kind=gate.kind, status=st, observed=observed, bar=bar, noise_floor="-",
-                      reasons=() if ok else (reason,))
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status=st,
+        observed=observed,
+        bar=bar,
+        noise_floor="-",
+        reasons=() if ok else (reason,),
+    )
 
 
 def _eval_env(ctx: _Ctx, gate: EnvEqualGate, boots: dict[str, BootFacts]) -> GateResult:
@@ -296,10 +434,13 @@ def _eval_env(ctx: _Ctx, gate: EnvEqualGate, boots: dict[str, BootFacts]) -> Gat
         same_order = all(list(e) == list(first) for e in recorded.values())
         same_set = all(set(e) == set(first) for e in recorded.values())
         ok = same_order if gate.compare == "ordered" else same_set
-        obs = (f"{len(first)} variables; sets {'identical' if same_set else 'differ'}; "
-               f"order {'identical' if same_order else 'differs'}")
+        obs = (
+            f"{len(first)} variables; sets {'identical' if same_set else 'differ'}; "
+            f"order {'identical' if same_order else 'differs'}"
+        )
         why = "container environments differ " + (
-            "in order only (compared as ordered lists)" if same_set else "in content")
+            "in order only (compared as ordered lists)" if same_set else "in content"
+        )
         return _per_arm(ctx, gate, lists, ok, obs, bar, why)
     digests = {k: b.env_set_digest for k, b in boots.items()}
     if gate.compare == "set" and all(d is not None for d in digests.values()):
@@ -313,31 +454,53 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
     arms = [ctx.by_name[a.name] for a in ctx.card.arms if a.name in ctx.by_name]
     boots = {a.arm: a.boot for a in arms if a.boot is not None}
     if len(boots) < len(arms) or ctx.missing:
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed="boot facts missing",
-                          bar="-", noise_floor="-", reasons=(f"no boot facts for {', '.join(ctx.missing) or 'some arms'}",))
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed="boot facts missing",
+            bar="-",
+            noise_floor="-",
+            reasons=(f"no boot facts for {', '.join(ctx.missing) or 'some arms'}",),
+        )
     names = "/".join(boots)
     if isinstance(gate, HashHitGate):
         v = {k: b.hash_hit for k, b in boots.items() if gate.arms is None or k in gate.arms}
         names = "/".join(v)
         obs = " / ".join("hit" if x else ("miss" if x is not None else "?") for x in v.values())
         covered = "every arm" if gate.arms is None else ", ".join(gate.arms)
-        return _per_arm(ctx, gate, v, all(v.values()), f"{obs} ({names})", f"hash hit on {covered}",
-                        "a boot missed the compile cache: " + ", ".join(k for k, x in v.items() if not x))
+        return _per_arm(
+            ctx,
+            gate,
+            v,
+            all(v.values()),
+            f"{obs} ({names})",
+            f"hash hit on {covered}",
+            "a boot missed the compile cache: " + ", ".join(k for k, x in v.items() if not x),
+        )
     if isinstance(gate, FlagGate):
         present = {k: (b.flags.get(gate.key) == gate.value) for k, b in boots.items()}
         cand = ctx.card.candidate.name
         ok = all(p == (k == cand) for k, p in present.items())
         obs = " / ".join("1" if p else "0" for p in present.values())
-        return _per_arm(ctx, gate, present, ok, f"{gate.key}={gate.value}: {obs} ({names})",
-                        f"on {cand} only", f"{gate.key}={gate.value} found on {[k for k, p in present.items() if p]}")
+        return _per_arm(
+            ctx,
+            gate,
+            present,
+            ok,
+            f"{gate.key}={gate.value}: {obs} ({names})",
+            f"on {cand} only",
+            f"{gate.key}={gate.value} found on {[k for k, p in present.items() if p]}",
+        )
     if isinstance(gate, EnvEqualGate):
         return _eval_env(ctx, gate, boots)
     if isinstance(gate, KvPoolGate):
         pools = {k: b.kv_pool_tokens for k, b in boots.items()}
         ok = len(set(pools.values())) == 1
         obs = " / ".join(f"{x:,}" if x is not None else "?" for x in pools.values())
-        return _per_arm(ctx, gate, pools, ok, f"{obs} tokens ({names})", "same KV pool on every arm",
-                        "KV pools differ: " + obs)
+        return _per_arm(
+            ctx, gate, pools, ok, f"{obs} tokens ({names})", "same KV pool on every arm", "KV pools differ: " + obs
+        )
     if isinstance(gate, ForeignClientsGate):
         seen = {k: b.foreign_clients for k, b in boots.items()}
         ok = all(x == 0 for x in seen.values() if x is not None)
@@ -352,8 +515,13 @@ def _eval_boot(ctx: _Ctx, gate: BootGate) -> GateResult:
     assert_never(gate)
 
 
-def evaluate(card: Card, gates: Sequence[Gate], arms: list[ArmData],
-             stated_floor: NoiseFloor | None = None, look: Look | None = None) -> list[GateResult]:
+def evaluate(
+    card: Card,
+    gates: Sequence[Gate],
+    arms: list[ArmData],
+    stated_floor: NoiseFloor | None = None,
+    look: Look | None = None,
+) -> list[GateResult]:
     """Evaluate `gates` (the registered ones, or a re-score's) over the arms' data, at `look` (default: fixed)."""
     ctx = _Ctx(card, arms, stated_floor)
     out: list[GateResult] = []

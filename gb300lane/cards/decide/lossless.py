@@ -35,18 +35,24 @@ def eval_lossless(gate: LosslessGate, cand: ArmData | None, ctrls: list[ArmData]
         if ll is None:
             statuses.append("INCONCLUSIVE")
             observed.append(f"{arm.arm}: not checked")
-            reasons.append(f"{arm.arm}: window {gate.window} has no losslessness check (the arm ran without a referee: "
-                           "a transcribed or in-process arm, or a receipt from before the gate)")
+            reasons.append(
+                f"{arm.arm}: window {gate.window} has no losslessness check (the arm ran without a referee: "
+                "a transcribed or in-process arm, or a receipt from before the gate)"
+            )
             continue
         mismatch = ll.alpha != gate.alpha or ll.margin != gate.margin
         status: Status = "INCONCLUSIVE" if mismatch else ll.status
         statuses.append(status)
         o = ll.overall
-        observed.append(f"{arm.arm}: {status} ({_t(o.t_eff, o.t_low, o.t_high)}, {ll.tokens_scored} tokens, "
-                        f"p {'?' if ll.p is None else f'{ll.p:.3g}'})")
+        observed.append(
+            f"{arm.arm}: {status} ({_t(o.t_eff, o.t_low, o.t_high)}, {ll.tokens_scored} tokens, "
+            f"p {'?' if ll.p is None else f'{ll.p:.3g}'})"
+        )
         if mismatch:
-            reasons.append(f"{arm.arm}: checked at alpha {ll.alpha}, margin {ll.margin}, not the gate's "
-                           f"{gate.alpha}, {gate.margin}")
+            reasons.append(
+                f"{arm.arm}: checked at alpha {ll.alpha}, margin {ll.margin}, not the gate's "
+                f"{gate.alpha}, {gate.margin}"
+            )
         elif status != "PASS":
             reasons.append(f"{arm.arm}: {ll.reason}")
     diff = ""
@@ -57,12 +63,17 @@ def eval_lossless(gate: LosslessGate, cand: ArmData | None, ctrls: list[ArmData]
             if cw is not None and cw.lossless is not None:
                 d = t_difference(b.lossless.overall, cw.lossless.overall, alpha=gate.alpha)
                 if d.difference is not None and d.low is not None and d.high is not None:
-                    diff += f"; T_eff/T {cand.arm if cand else 'B'} - {c.arm}: {d.difference:+.3f} " \
-                            f"[{d.low:+.3f}, {d.high:+.3f}]"
+                    diff += (
+                        f"; T_eff/T {cand.arm if cand else 'B'} - {c.arm}: {d.difference:+.3f} "
+                        f"[{d.low:+.3f}, {d.high:+.3f}]"
+                    )
     return GateResult(
-        id=gate.id, kind=gate.kind, status=combine(statuses) if statuses else "INCONCLUSIVE",
+        id=gate.id,
+        kind=gate.kind,
+        status=combine(statuses) if statuses else "INCONCLUSIVE",
         observed="; ".join(observed) + diff,
         bar=f"every arm PASSes at alpha {gate.alpha} (false-FAIL per arm), margin {gate.margin} on T_eff/T and top-1",
         noise_floor="each arm judged absolutely: no floor from the controls",
-        reasons=tuple(reasons), decides=gate.decides,
+        reasons=tuple(reasons),
+        decides=gate.decides,
     )

@@ -33,8 +33,13 @@ from typing import Any
 import numpy as np
 from pydantic import Field, JsonValue
 
-from gb300lane.cards.decide.boots import (BootEstimate, boot_units, critical_boot_sd, estimate_from_units,
-                                          registered_check)
+from gb300lane.cards.decide.boots import (
+    BootEstimate,
+    boot_units,
+    critical_boot_sd,
+    estimate_from_units,
+    registered_check,
+)
 from gb300lane.cards.decide.data import ArmData
 from gb300lane.cards.decide.results import GateResult, GateTest
 from gb300lane.cards.schema import Card, ControlsEquivalence, Gate, GroupSequential, TestedGate
@@ -64,8 +69,7 @@ def boot_factor(card: Card, gate: TestedGate) -> float:
 
 def boot_checked(gates: Sequence[Gate]) -> list[TestedGate]:
     """The deciding tested gates that register a boot sd: the ones a verdict checks against measured boots."""
-    return [g for g in gates if isinstance(g, TestedGate)
-            and g.decides and g.boot_sd > 0]
+    return [g for g in gates if isinstance(g, TestedGate) and g.decides and g.boot_sd > 0]
 
 
 class MoreNeeded(FrozenModel):
@@ -119,8 +123,9 @@ def _expected_power(gap: float, units_var: float, boot_var: float, df: int, tcri
     return float(np.mean(ndtr((gap / se - tcrit) / math.sqrt(1.0 + tcrit * tcrit / (2.0 * df)))))
 
 
-def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER,
-                controls: GateResult | None = None) -> MoreNeeded | None:
+def more_needed(
+    card: Card, gate: Gate, result: GateResult, target: float = TARGET_POWER, controls: GateResult | None = None
+) -> MoreNeeded | None:
     """For an INCONCLUSIVE tested gate, the requests and boots per arm that would reach `target` power, averaged
     over what the card's own variance leaves unknown (module docstring); `controls` is the controls' equivalence
     result on the same metric and window, whose A against A2 is the requests' own noise."""
@@ -140,9 +145,14 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
     share = boot1 / max(1, t.look)  # at look s every arm has booted s times (one boot per stage)
     common = {"gate": gate.id, "effect": effect, "target_power": target, "se_observed": se, "boot_share": share}
     if gap <= 0:
-        return MoreNeeded(**common, se_needed=0.0, requests_per_arm=None, boots_per_arm=None,
-                          note=f"gate {gate.id}: no registered effect above the margin (mde {effect:.1%}), so no "
-                          "size reaches a power; give the gate an mde to say how much more would decide")
+        return MoreNeeded(
+            **common,
+            se_needed=0.0,
+            requests_per_arm=None,
+            boots_per_arm=None,
+            note=f"gate {gate.id}: no registered effect above the margin (mde {effect:.1%}), so no "
+            "size reaches a power; give the gate an mde to say how much more would decide",
+        )
     from scipy.stats import t as t_dist
 
     df = max(1, int(t.df) if t.df else t.n - 1)
@@ -167,11 +177,19 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
     while power(1e6, boots) < target and boots < MAX_BOOTS:
         boots *= 2
     if power(1e6, boots) < target:
-        why = ("B's gain varies by transcript more than more requests can average away" if gain_var > 0
-               else "the boots' share leaves no room")
-        return MoreNeeded(**common, se_needed=need, requests_per_arm=None, boots_per_arm=None,
-                          note=f"gate {gate.id}: no number of requests over these {t.n} transcripts reaches "
-                          f"{target:.0%} power at the registered effect {effect:+.1%} ({why}): run more transcripts")
+        why = (
+            "B's gain varies by transcript more than more requests can average away"
+            if gain_var > 0
+            else "the boots' share leaves no room"
+        )
+        return MoreNeeded(
+            **common,
+            se_needed=need,
+            requests_per_arm=None,
+            boots_per_arm=None,
+            note=f"gate {gate.id}: no number of requests over these {t.n} transcripts reaches "
+            f"{target:.0%} power at the registered effect {effect:+.1%} ({why}): run more transcripts",
+        )
     lo, hi = 1e-3, 1e6
     if power(lo, boots) >= target:
         hi = lo
@@ -179,12 +197,14 @@ def more_needed(card: Card, gate: Gate, result: GateResult, target: float = TARG
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if power(mid, boots) >= target else (mid, hi)
     requests = max(1, math.ceil(t.requests_per_arm * hi))
-    how = (f"{requests} requests per arm" + (f" over {boots} boots per arm" if boots > 1 else " in one boot per arm"))
+    how = f"{requests} requests per arm" + (f" over {boots} boots per arm" if boots > 1 else " in one boot per arm")
     gain = f", B's gain varying by transcript {math.sqrt(gain_var):.2%} of it" if gain_var > 0 else ""
-    note = (f"gate {gate.id}: to decide at {target:.0%} power (averaged over the uncertainty of the card's own "
-            f"variance, t on {df} df) at the registered effect {effect:+.1%} the test needs a standard error near "
-            f"{need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}{gain}): "
-            f"{how} (the card ran {t.requests_per_arm})")
+    note = (
+        f"gate {gate.id}: to decide at {target:.0%} power (averaged over the uncertainty of the card's own "
+        f"variance, t on {df} df) at the registered effect {effect:+.1%} the test needs a standard error near "
+        f"{need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}{gain}): "
+        f"{how} (the card ran {t.requests_per_arm})"
+    )
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
@@ -204,13 +224,21 @@ def controls_for(card: Card, gate: Gate, results: Sequence[GateResult]) -> GateR
     """The controls' equivalence result on `gate`'s metric and window, where the card has one."""
     if not isinstance(gate, TestedGate) or isinstance(gate, ControlsEquivalence):
         return None
-    ids = {g.id for g in card.gates if isinstance(g, ControlsEquivalence) and g.metric == gate.metric
-           and g.window == gate.window}
+    ids = {
+        g.id
+        for g in card.gates
+        if isinstance(g, ControlsEquivalence) and g.metric == gate.metric and g.window == gate.window
+    }
     return next((r for r in results if r.id in ids), None)
 
 
-def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: BootStudy | None,
-               lane_noise: Mapping[str, tuple[BootEstimate, str]] | None = None) -> list[str]:
+def boot_notes(
+    card: Card,
+    gates: Sequence[Gate],
+    arms: list[ArmData],
+    study: BootStudy | None,
+    lane_noise: Mapping[str, tuple[BootEstimate, str]] | None = None,
+) -> list[str]:
     """A registered boot sd checked against the card's own controls (A against A2), the lane's noise ledger
     (`lane_noise`: metric -> its pooled estimate over the lane's other scored cards, and where it is from) and
     the recipe's boot studies."""
@@ -233,12 +261,12 @@ def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: Bo
             if est is not None:
                 measured.append((est, f"a boot study ({study[1]})"))
         effect = 0.0 if isinstance(g, ControlsEquivalence) else float(g.mde or 0.0)
-        crit = critical_boot_sd(effect, g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card),
-                                TARGET_POWER)
+        crit = critical_boot_sd(
+            effect, g.margin, g.test, g.alpha, boot_factor(card, g), boots_per_arm(card), TARGET_POWER
+        )
         for est, where in measured:
             # the card's own two boots can rule a figure out, never show a study too small: that is the studies' job
-            line = registered_check(g.id, est, float(g.boot_sd), g.boot_df, where,
-                                    crit if est.boots > 2 else None)
+            line = registered_check(g.id, est, float(g.boot_sd), g.boot_df, where, crit if est.boots > 2 else None)
             if line:
                 out.append(line)
     return out
@@ -247,8 +275,13 @@ def boot_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], study: Bo
 _COMPARED = ("lane", "recipe_fingerprint", "image", "vllm_version", "hash_inputs", "engine_fingerprint")
 
 
-def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], recorded: Sequence[Mapping[str, JsonValue]],
-                     measured_now: Mapping[str, JsonValue] | None) -> list[str]:
+def provenance_notes(
+    card: Card,
+    gates: Sequence[Gate],
+    arms: list[ArmData],
+    recorded: Sequence[Mapping[str, JsonValue]],
+    measured_now: Mapping[str, JsonValue] | None,
+) -> list[str]:
     """A registered boot sd measured on another lane, recipe fingerprint, image or engine than the card scored
     on (`measured_now`: what a boot study would record now): one note per boot study the registration recorded
     (nothing when none was recorded)."""
@@ -263,14 +296,28 @@ def provenance_notes(card: Card, gates: Sequence[Gate], arms: list[ArmData], rec
     for rec in recorded:
         moved = [f"{k} {rec.get(k)} -> {now.get(k)}" for k in _COMPARED if rec.get(k) != now.get(k)]
         if moved:
-            out.append(f"gates {', '.join(ids)}: the boot sd the registration rests on was measured by boot study "
-                       f"{rec.get('study')} on another lane or engine than the card scored on ({'; '.join(moved)}); "
-                       f"measure it again on this one (`gb300lane card plan {card.name} --boots N`)")
+            out.append(
+                f"gates {', '.join(ids)}: the boot sd the registration rests on was measured by boot study "
+                f"{rec.get('study')} on another lane or engine than the card scored on ({'; '.join(moved)}); "
+                f"measure it again on this one (`gb300lane card plan {card.name} --boots N`)"
+            )
     return out
 
 
-__all__ = ["BootStudy", "MoreNeeded", "ProvenanceDifference", "boot_checked", "boot_factor", "boot_notes",
-           "boots_per_arm", "controls_for", "more_needed", "provenance_difference_notes", "provenance_differences", "provenance_notes"]
+__all__ = [
+    "BootStudy",
+    "MoreNeeded",
+    "ProvenanceDifference",
+    "boot_checked",
+    "boot_factor",
+    "boot_notes",
+    "boots_per_arm",
+    "controls_for",
+    "more_needed",
+    "provenance_difference_notes",
+    "provenance_differences",
+    "provenance_notes",
+]
 
 
 class ProvenanceDifference(FrozenModel):
@@ -299,8 +346,10 @@ def provenance_difference_notes(diffs: Sequence[ProvenanceDifference]) -> list[s
     if not diffs:
         return []
     parts = [f"{d.field} ({', '.join(f'{arm} {_short(v)}' for arm, v in d.values.items())})" for d in diffs]
-    return [f"the arms did not run the same thing: provenance differs in {len(diffs)} field(s): {'; '.join(parts)}; "
-            "a difference the card does not test for is a difference it may be measuring"]
+    return [
+        f"the arms did not run the same thing: provenance differs in {len(diffs)} field(s): {'; '.join(parts)}; "
+        "a difference the card does not test for is a difference it may be measuring"
+    ]
 
 
 def _short(value: Any) -> str:

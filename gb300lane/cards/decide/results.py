@@ -56,11 +56,13 @@ class GateTest(FrozenModel):
     reason: str = Field(description="Why it decided, in one line.")
     # Left out of the dump when absent, so the verdicts of unadjusted gates are byte for byte what they were.
     adjustment: str | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="The registered adjustment and what it found (cuped: theta, reliability, df); None: unadjusted.",
     )
     theta: float | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="cuped: B's slope on the transcripts' level (1 is what the unadjusted pairing assumes).",
     )
 
@@ -96,16 +98,21 @@ class McNemarTest(FrozenModel):
     n: int = Field(description="Paired units.")
     worse: int = Field(description="Discordant units the reference passed and the subject failed.")
     better: int = Field(description="Discordant units the subject passed and the reference failed.")
-    drop: float | None = Field(description="(worse - better) / n: the subject's pass rate below the reference's "
-                               "(absolute); None without units.")
+    drop: float | None = Field(
+        description="(worse - better) / n: the subject's pass rate below the reference's "
+        "(absolute); None without units."
+    )
     alternative: Literal["greater", "two-sided"] = Field(
         description="binomtest's alternative on `worse` of the discordant pairs at 1/2: greater (one-sided, the "
-        "subject's pass rate lower) for B against a control; two-sided for the controls' floor.")
+        "subject's pass rate lower) for B against a control; two-sided for the controls' floor."
+    )
     p_value: float = Field(description="McNemar's exact p-value (scipy.stats.binomtest; 1 without discordant pairs).")
     level: float = Field(description="The one-sided level it is judged at (the gate's alpha at this look).")
     drop_upper: float | None = Field(
-        default=None, description="B against a control: one-sided upper bound of the drop at `level` (discordance "
-        "and its direction each bounded exactly, Bonferroni); None for the floor.")
+        default=None,
+        description="B against a control: one-sided upper bound of the drop at `level` (discordance "
+        "and its direction each bounded exactly, Bonferroni); None for the floor.",
+    )
 
 
 class QualityResult(FrozenModel):
@@ -128,8 +135,10 @@ class GateResult(FrozenModel):
     decides: bool = Field(default=True, description="False for a diagnostic: printed, never part of the verdict.")
     # Left out of the dump when absent, so the verdicts of cards without the gate are byte for byte what they were.
     quality: QualityResult | None = Field(
-        default=None, exclude_if=lambda v: v is None,
-        description="A task-quality gate's rates and McNemar tests (None for every other kind).")
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="A task-quality gate's rates and McNemar tests (None for every other kind).",
+    )
 
 
 def combine(checks: list[Status]) -> Status:
@@ -150,24 +159,38 @@ class GatePlan(FrozenModel):
     alpha: float = Field(description="Registered one-sided alpha.")
     margin: float = Field(description="Registered relative margin.")
     effect: float = Field(description="The relative effect the power is computed at (the gate's mde, else 0).")
-    se: float | None = Field(description="Planned standard error of the relative estimate (of one test; the worst cell).")
+    se: float | None = Field(
+        description="Planned standard error of the relative estimate (of one test; the worst cell)."
+    )
     power: float | None = Field(description="Power of the gate as written at `effect` (all of its cells).")
     requests_per_arm_for_target: int | None = Field(description="Requests per arm for the target power at `effect`.")
     note: str = Field(default="", description="Why a figure is missing, when it is.")
-    boot_sd: float = Field(default=0.0, description="Boot sd (relative) the figures include: the lane's noise "
-                           "ledger's (from enough scored cards), else the registered one, else the boot study's.")
-    boot_sd_source: str = Field(default="", description="Where the boot sd the figures include comes from: the "
-                                "lane's noise ledger, the boot study, or registered (neither is on record).")
+    boot_sd: float = Field(
+        default=0.0,
+        description="Boot sd (relative) the figures include: the lane's noise "
+        "ledger's (from enough scored cards), else the registered one, else the boot study's.",
+    )
+    boot_sd_source: str = Field(
+        default="",
+        description="Where the boot sd the figures include comes from: the "
+        "lane's noise ledger, the boot study, or registered (neither is on record).",
+    )
     boot_sd_registered: float = Field(default=0.0, description="boot_sd the gate registers.")
     boot_sd_measured: float | None = Field(default=None, description="What the ledger or a boot study measured.")
     boot_df_measured: int | None = Field(default=None, description="Satterthwaite df of the measured boot sd.")
     boot_sd_upper: float | None = Field(default=None, description="One-sided 95% upper bound of the measured boot sd.")
     boot_f_ratio: float | None = Field(default=None, description="Between-boot over within mean square of the study.")
     boot_sd_lower: float | None = Field(default=None, description="One-sided 95% lower bound of the measured boot sd.")
-    boot_check: str = Field(default="", description="Why the measured boot sd puts the registered one in doubt (above "
-                            "it beyond its lower bound, or a study too small to see the boot sd that matters).")
-    power_extended: float | None = Field(default=None, description="A card with a registered extension: the gate's "
-                                         "power by the plan's last look, every further look taken (None: none).")
+    boot_check: str = Field(
+        default="",
+        description="Why the measured boot sd puts the registered one in doubt (above "
+        "it beyond its lower bound, or a study too small to see the boot sd that matters).",
+    )
+    power_extended: float | None = Field(
+        default=None,
+        description="A card with a registered extension: the gate's "
+        "power by the plan's last look, every further look taken (None: none).",
+    )
 
 
 class ExtensionPlanFigures(FrozenModel):
@@ -176,16 +199,20 @@ class ExtensionPlanFigures(FrozenModel):
     looks: int = Field(description="Looks in the plan: the design's and the extension's.")
     design_looks: int = Field(description="Of them, the design's own (1 for a fixed design).")
     spending: str = Field(description="The plan's alpha spending function.")
-    levels: dict[str, tuple[float, ...]] = Field(description="Deciding tested gate -> its one-sided nominal level at "
-                                                 "each look of the plan (alpha spent from its registered budget).")
+    levels: dict[str, tuple[float, ...]] = Field(
+        description="Deciding tested gate -> its one-sided nominal level at "
+        "each look of the plan (alpha spent from its registered budget)."
+    )
     stage_requests_per_arm: int = Field(description="Requests per arm per stage (one boot per arm each).")
     power: float | None = Field(description="The card's power by the plan's last look, every further look taken.")
     requests_per_arm: int = Field(description="Requests per arm at the plan's last look (the maximum).")
-    expected_requests_per_arm: float | None = Field(description="Expected requests per arm at the tokens/step "
-                                                    "effect, extended until it decides or the plan ends.")
+    expected_requests_per_arm: float | None = Field(
+        description="Expected requests per arm at the tokens/step effect, extended until it decides or the plan ends."
+    )
     expected_looks: float | None = Field(description="Expected looks, the same way.")
-    requests_per_arm_for_target: int | None = Field(description="The plan's maximum size (all its looks) whose "
-                                                    "power by the last look reaches the target power.")
+    requests_per_arm_for_target: int | None = Field(
+        description="The plan's maximum size (all its looks) whose power by the last look reaches the target power."
+    )
 
 
 class CardPlan(FrozenModel):
@@ -195,7 +222,9 @@ class CardPlan(FrozenModel):
     card: str = Field(description="Card name.")
     source: str = Field(description="Where the noise estimate came from.")
     source_requests: int = Field(description="Control requests the estimate rests on.")
-    requests_per_arm: int = Field(description="Requests per arm in the primary window as written (the maximum, sequential).")
+    requests_per_arm: int = Field(
+        description="Requests per arm in the primary window as written (the maximum, sequential)."
+    )
     target_power: float = Field(description="The power the sizes aim at.")
     design: str = Field(description="fixed, or group_sequential with its looks and spending.")
     gates: tuple[GatePlan, ...] = Field(description="Per tested gate.")
@@ -204,11 +233,17 @@ class CardPlan(FrozenModel):
     expected_requests_per_arm: float | None = Field(
         default=None, description="Sequential designs: expected requests per arm at the mde if the design stops early."
     )
-    inflation: float = Field(default=1.0, description="Sequential designs: maximum size over the fixed size at equal power.")
+    inflation: float = Field(
+        default=1.0, description="Sequential designs: maximum size over the fixed size at equal power."
+    )
     boot_source: str = Field(default="", description="The boot study the measured boot sds come from, if any.")
     extension: ExtensionPlanFigures | None = Field(
-        default=None, description="A registered extension's plan: power by the last look, its sizes (None: none); "
-        "`power` and `requests_per_arm_for_target` are then the design's own looks at their share of alpha.")
+        default=None,
+        description="A registered extension's plan: power by the last look, its sizes (None: none); "
+        "`power` and `requests_per_arm_for_target` are then the design's own looks at their share of alpha.",
+    )
     boot_measured_on: tuple[dict[str, Any], ...] = Field(
-        default=(), description="What each boot study behind the boot sds was measured on: lane, recipe and its "
-        "fingerprint, image and its hash inputs, the embedded engine's fingerprint (card plan --boots records it).")
+        default=(),
+        description="What each boot study behind the boot sds was measured on: lane, recipe and its "
+        "fingerprint, image and its hash inputs, the embedded engine's fingerprint (card plan --boots records it).",
+    )

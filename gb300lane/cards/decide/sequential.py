@@ -27,7 +27,6 @@ import numpy as np
 
 from gb300lane.cards.schema import Spending
 
-
 _GRID = 1201
 
 

@@ -70,7 +70,9 @@ class PairedCI:
         return f"{self.mean_rel:+.1%} [{self.low_rel:+.1%}, {self.high_rel:+.1%}] (n={self.n})"
 
 
-def paired_units(candidate: Mapping[str, float], references: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+def paired_units(
+    candidate: Mapping[str, float], references: Sequence[Mapping[str, float]]
+) -> tuple[np.ndarray, np.ndarray]:
     """(b, c): the candidate's value and the references' mean for every unit present in all of them."""
     if not references:
         return np.empty(0), np.empty(0)
@@ -80,8 +82,13 @@ def paired_units(candidate: Mapping[str, float], references: Sequence[Mapping[st
     return b, c
 
 
-def paired_bootstrap(candidate: dict[str, float], controls: list[dict[str, float]], *,
-                     seed: int = BOOTSTRAP_SEED, resamples: int = BOOTSTRAP_RESAMPLES) -> PairedCI | None:
+def paired_bootstrap(
+    candidate: dict[str, float],
+    controls: list[dict[str, float]],
+    *,
+    seed: int = BOOTSTRAP_SEED,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> PairedCI | None:
     """Percentile bootstrap of mean(candidate[t] - mean_c controls[c][t]); a description, never a decision."""
     b, ctrl = paired_units(candidate, controls)
     if len(b) < 2:
@@ -95,8 +102,9 @@ def paired_bootstrap(candidate: dict[str, float], controls: list[dict[str, float
     means = diffs[idx].mean(axis=1)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return PairedCI(n=len(b), mean_rel=float(diffs.mean()) / base, low_rel=float(low) / base,
-                    high_rel=float(high) / base)
+    return PairedCI(
+        n=len(b), mean_rel=float(diffs.mean()) / base, low_rel=float(low) / base, high_rel=float(high) / base
+    )
 
 
 # ---------------------------------------------------------------- paired ratio tests
@@ -145,7 +153,9 @@ class BootVariance:
 NO_BOOT = BootVariance()
 
 
-def _moments(b: np.ndarray, c: np.ndarray, boot: BootVariance) -> tuple[float, float, float, float, float, float, float]:
+def _moments(
+    b: np.ndarray, c: np.ndarray, boot: BootVariance
+) -> tuple[float, float, float, float, float, float, float]:
     """(mean b, mean c, Var mean b, Cov, Var mean c, and the units' parts of the two variances)."""
     n = len(b)
     mb, mc = float(b.mean()), float(c.mean())
@@ -190,8 +200,9 @@ def _t_at(b: np.ndarray, c: np.ndarray, margin: float, boot: BootVariance = NO_B
     return mean / math.sqrt(var)
 
 
-def fieller(b: np.ndarray, c: np.ndarray, tcrit: float,
-            boot: BootVariance = NO_BOOT) -> tuple[float | None, float | None]:
+def fieller(
+    b: np.ndarray, c: np.ndarray, tcrit: float, boot: BootVariance = NO_BOOT
+) -> tuple[float | None, float | None]:
     """Fieller's interval for mean(b)/mean(c) - 1: the margins the paired t-test at `tcrit` does not reject."""
     mb, mc, sbb, sbc, scc, _, _ = _moments(b, c, boot)
     t2 = tcrit * tcrit
@@ -225,15 +236,32 @@ def _bca(b: np.ndarray, c: np.ndarray, level: float, seed: int) -> tuple[float |
     if float(np.ptp(b - c)) == 0.0 and float(np.ptp(b)) == 0.0:
         return None, None  # no spread: the bootstrap distribution is a point
     with np.errstate(all="ignore"):
-        res = sps.bootstrap((b, c), ratio, paired=True, vectorized=True, method="BCa", confidence_level=level,
-                            n_resamples=BOOTSTRAP_RESAMPLES, random_state=np.random.default_rng(seed))
+        res = sps.bootstrap(
+            (b, c),
+            ratio,
+            paired=True,
+            vectorized=True,
+            method="BCa",
+            confidence_level=level,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            random_state=np.random.default_rng(seed),
+        )
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     return (lo if math.isfinite(lo) else None), (hi if math.isfinite(hi) else None)
 
 
-def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, level_one_sided: float,
-               method: IntervalMethod = "t", seed: int = BOOTSTRAP_SEED, who: str = "B",
-               boot: BootVariance = NO_BOOT) -> RatioTest:
+def ratio_test(
+    b: np.ndarray,
+    c: np.ndarray,
+    *,
+    test: TestKind,
+    margin: float,
+    level_one_sided: float,
+    method: IntervalMethod = "t",
+    seed: int = BOOTSTRAP_SEED,
+    who: str = "B",
+    boot: BootVariance = NO_BOOT,
+) -> RatioTest:
     """Test mean(b)/mean(c) - 1 against `margin` at one-sided level `level_one_sided`.
 
     superiority: PASS when r > margin is shown, FAIL when r < margin is shown.
@@ -248,13 +276,32 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
 
     n = len(b)
     if n < 2:
-        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
-                         baseline=float(c.mean()) if n else None, decision="INCONCLUSIVE",
-                         reason=f"{n} paired unit(s): a test needs at least 2")
+        return RatioTest(
+            n=n,
+            estimate=None,
+            low=None,
+            high=None,
+            statistic=None,
+            df=None,
+            p_value=None,
+            baseline=float(c.mean()) if n else None,
+            decision="INCONCLUSIVE",
+            reason=f"{n} paired unit(s): a test needs at least 2",
+        )
     base = float(c.mean())
     if base <= 0:
-        return RatioTest(n=n, estimate=None, low=None, high=None, statistic=None, df=None, p_value=None,
-                         baseline=base, decision="INCONCLUSIVE", reason="the reference mean is not positive")
+        return RatioTest(
+            n=n,
+            estimate=None,
+            low=None,
+            high=None,
+            statistic=None,
+            df=None,
+            p_value=None,
+            baseline=base,
+            decision="INCONCLUSIVE",
+            reason="the reference mean is not positive",
+        )
     est = float(b.mean()) / base - 1.0
     df = satterthwaite(b, c, 1.0 + est, boot)
     level = 1.0 - 2.0 * level_one_sided
@@ -268,7 +315,11 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
 
     if test == "equivalence":
         t_lo, t_hi = _t_at(b, c, -margin, boot), _t_at(b, c, margin, boot)
-        p = max(float(sps.t.sf(t_lo, df)), float(sps.t.cdf(t_hi, df))) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
+        p = (
+            max(float(sps.t.sf(t_lo, df)), float(sps.t.cdf(t_hi, df)))
+            if not (math.isnan(t_lo) or math.isnan(t_hi))
+            else None
+        )
         stat = min(t_lo, -t_hi) if not (math.isnan(t_lo) or math.isnan(t_hi)) else None
         if method == "bca":
             inside = low is not None and high is not None and -margin < low and high < margin
@@ -278,35 +329,88 @@ def ratio_test(b: np.ndarray, c: np.ndarray, *, test: TestKind, margin: float, l
             outside = (low is not None and low >= margin) or (high is not None and high <= -margin)
         band = f"+-{margin:.2%}"
         if inside:
-            return RatioTest(n, est, low, high, stat, df, p, base, "PASS",
-                             f"equivalent: {iv} lies inside {band} (TOST, each side at {level_one_sided:.2%})")
+            return RatioTest(
+                n,
+                est,
+                low,
+                high,
+                stat,
+                df,
+                p,
+                base,
+                "PASS",
+                f"equivalent: {iv} lies inside {band} (TOST, each side at {level_one_sided:.2%})",
+            )
         if outside:
-            return RatioTest(n, est, low, high, stat, df, p, base, "FAIL",
-                             f"not equivalent: {iv} lies outside {band}")
-        return RatioTest(n, est, low, high, stat, df, p, base, "INCONCLUSIVE",
-                         f"equivalence not shown: {iv} is not inside {band}")
+            return RatioTest(n, est, low, high, stat, df, p, base, "FAIL", f"not equivalent: {iv} lies outside {band}")
+        return RatioTest(
+            n, est, low, high, stat, df, p, base, "INCONCLUSIVE", f"equivalence not shown: {iv} is not inside {band}"
+        )
 
     stat = _t_at(b, c, bound, boot)
     if math.isnan(stat):
-        return RatioTest(n, est, low, high, None, df, None, base, "INCONCLUSIVE",
-                         f"an exact tie at the margin {_pct(bound)}: no evidence either way")
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            None,
+            df,
+            None,
+            base,
+            "INCONCLUSIVE",
+            f"an exact tie at the margin {_pct(bound)}: no evidence either way",
+        )
     p = float(sps.t.sf(stat, df))
-    claim = (f"{who} better than the controls by more than {_pct(bound)}" if test == "superiority"
-             else f"{who} no worse than {_pct(bound)}")
+    claim = (
+        f"{who} better than the controls by more than {_pct(bound)}"
+        if test == "superiority"
+        else f"{who} no worse than {_pct(bound)}"
+    )
     if method == "bca":
         passed = low is not None and low > bound
         failed = high is not None and high < bound
     else:
         passed, failed = stat > tcrit, stat < -tcrit
     if passed:
-        return RatioTest(n, est, low, high, stat, df, p, base, "PASS",
-                         f"shown: {claim} ({iv}; t = {stat:.2f} > {tcrit:.2f}, df {df})")
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            stat,
+            df,
+            p,
+            base,
+            "PASS",
+            f"shown: {claim} ({iv}; t = {stat:.2f} > {tcrit:.2f}, df {df})",
+        )
     if failed:
-        return RatioTest(n, est, low, high, stat, df, p, base, "FAIL",
-                         f"refuted: {who} below {_pct(bound)} ({iv}; t = {stat:.2f} < -{tcrit:.2f}, df {df})")
-    return RatioTest(n, est, low, high, stat, df, p, base, "INCONCLUSIVE",
-                     f"not shown either way: {iv} contains the margin {_pct(bound)} "
-                     f"(t = {stat:.2f}, needs > {tcrit:.2f} to pass, < -{tcrit:.2f} to fail)")
+        return RatioTest(
+            n,
+            est,
+            low,
+            high,
+            stat,
+            df,
+            p,
+            base,
+            "FAIL",
+            f"refuted: {who} below {_pct(bound)} ({iv}; t = {stat:.2f} < -{tcrit:.2f}, df {df})",
+        )
+    return RatioTest(
+        n,
+        est,
+        low,
+        high,
+        stat,
+        df,
+        p,
+        base,
+        "INCONCLUSIVE",
+        f"not shown either way: {iv} contains the margin {_pct(bound)} "
+        f"(t = {stat:.2f}, needs > {tcrit:.2f} to pass, < -{tcrit:.2f} to fail)",
+    )
 
 
 def arms_as_units(candidate: float, controls: Sequence[float]) -> tuple[float, int, float]:
@@ -322,7 +426,11 @@ def arms_as_units(candidate: float, controls: Sequence[float]) -> tuple[float, i
     c = np.asarray(controls, dtype=np.float64)
     k = len(c)
     s = float(c.std(ddof=1))
-    t = (candidate - float(c.mean())) / (s * math.sqrt(1.0 + 1.0 / k)) if s > 0 else math.copysign(math.inf, candidate - float(c.mean()))
+    t = (
+        (candidate - float(c.mean())) / (s * math.sqrt(1.0 + 1.0 / k))
+        if s > 0
+        else math.copysign(math.inf, candidate - float(c.mean()))
+    )
     return t, k - 1, float(sps.t.sf(t, k - 1))
 
 

@@ -69,7 +69,8 @@ def unit_values(arm: ArmData, gate: LatencyTailGate) -> tuple[UnitValues, set[st
         return out, clocks
     for c in w.cells:
         if (gate.classes is not None and c.cls not in gate.classes) or (
-                gate.concurrency is not None and c.concurrency not in gate.concurrency):
+            gate.concurrency is not None and c.concurrency not in gate.concurrency
+        ):
             continue
         if w.clock:
             clocks.add(w.clock)
@@ -111,8 +112,9 @@ class _Arm:
         return _weighted_quantiles(self.values, self.unit_of, counts, q)
 
 
-def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData],
-              look: Look | None = None) -> GateResult:
+def eval_tail(
+    gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmData], look: Look | None = None
+) -> GateResult:
     """Decide `gate` over the candidate's and the controls' per-request latencies at `look` (module docstring)."""
     look = look or Look()
     what = {"ttft": "TTFT", "itl": "ITL"}[gate.metric]
@@ -120,14 +122,24 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
     need = gate.min_values()
     level_one_sided = look.level(gate.alpha)
     seq = "" if look.looks == 1 else f"; look {look.number} of {look.looks}, one-sided {level_one_sided:.3%} here"
-    bar = (f"latency-tail: B's {q_name} {what} no worse than the controls' by more than +{gate.margin:.2%}; "
-           f"one-sided alpha {gate.alpha:.2%}{seq}; a {q_name} needs more than {need - 1} values per arm "
-           f"(n > 4q/(1-q)) over at least {MIN_TRANSCRIPTS} transcripts; B against each control at equal counts, "
-           f"resampled by transcript, t on transcripts - 1 df")
+    bar = (
+        f"latency-tail: B's {q_name} {what} no worse than the controls' by more than +{gate.margin:.2%}; "
+        f"one-sided alpha {gate.alpha:.2%}{seq}; a {q_name} needs more than {need - 1} values per arm "
+        f"(n > 4q/(1-q)) over at least {MIN_TRANSCRIPTS} transcripts; B against each control at equal counts, "
+        f"resampled by transcript, t on transcripts - 1 df"
+    )
 
     def undecided(observed: str, reason: str) -> GateResult:
-        return GateResult(id=gate.id, kind=gate.kind, status="INCONCLUSIVE", observed=observed, bar=bar,
-                          noise_floor="-", reasons=(reason,), decides=gate.decides)
+        return GateResult(
+            id=gate.id,
+            kind=gate.kind,
+            status="INCONCLUSIVE",
+            observed=observed,
+            bar=bar,
+            noise_floor="-",
+            reasons=(reason,),
+            decides=gate.decides,
+        )
 
     if cand is None or not ctrls:
         return undecided("no arms", "the candidate and at least one control are needed")
@@ -135,27 +147,36 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
     units = sorted(set(per_arm[0][0]).intersection(*[set(v) for v, _ in per_arm[1:]]))
     clocks = set().union(*[c for _, c in per_arm])
     if not units:
-        return undecided("no paired units", f"the arms share no transcript with {what} values in window "
-                         f"{gate.window} (windows run in process, and receipts without per-request timing, carry none)")
+        return undecided(
+            "no paired units",
+            f"the arms share no transcript with {what} values in window "
+            f"{gate.window} (windows run in process, and receipts without per-request timing, carry none)",
+        )
     arms = [_Arm(v, units) for v, _ in per_arm]
     sizes = [a.values.size for a in arms]
     names = [a.arm for a in (cand, *ctrls)]
     short = [f"{n} has {s}" for n, s in zip(names, sizes) if s < need]
     if short:
-        return undecided(f"{', '.join(f'{n} {s}' for n, s in zip(names, sizes))} values",
-                         f"too few values for a {q_name}: it needs at least {need} per arm ({'; '.join(short)}); "
-                         f"run more requests or compare a lower quantile")
+        return undecided(
+            f"{', '.join(f'{n} {s}' for n, s in zip(names, sizes))} values",
+            f"too few values for a {q_name}: it needs at least {need} per arm ({'; '.join(short)}); "
+            f"run more requests or compare a lower quantile",
+        )
     if len(units) < MIN_TRANSCRIPTS:
-        return undecided(f"{len(units)} transcripts",
-                         f"too few transcripts for a {q_name}: values within a transcript share its prompt and "
-                         f"batch, and fewer than {MIN_TRANSCRIPTS} transcripts cannot bound the tail's spread "
-                         f"(benchmarks/calibration_suite.py); run more transcripts")
+        return undecided(
+            f"{len(units)} transcripts",
+            f"too few transcripts for a {q_name}: values within a transcript share its prompt and "
+            f"batch, and fewer than {MIN_TRANSCRIPTS} transcripts cannot bound the tail's spread "
+            f"(benchmarks/calibration_suite.py); run more transcripts",
+        )
     b = quantile(arms[0].values, gate.quantile)
     cs = [quantile(a.values, gate.quantile) for a in arms[1:]]
     clock = "/".join(sorted(clocks)) or "unknown"
     if b <= 0 or min(cs) <= 0:
-        return undecided(f"{q_name} {what} B {b * 1e3:.3g} ms, controls {', '.join(f'{c * 1e3:.3g}' for c in cs)} ms",
-                         f"a {q_name} of zero has no ratio (the {clock} clock did not resolve these gaps)")
+        return undecided(
+            f"{q_name} {what} B {b * 1e3:.3g} ms, controls {', '.join(f'{c * 1e3:.3g}' for c in cs)} ms",
+            f"a {q_name} of zero has no ratio (the {clock} clock did not resolve these gaps)",
+        )
     # like against like: B's quantile against each control's, each over its own values (equal counts where the
     # arms ran the same requests), so the inverted-CDF quantile's small-sample bias cancels
     est = math.log(b) - sum(math.log(c) for c in cs) / len(cs)
@@ -163,34 +184,53 @@ def eval_tail(gate: LatencyTailGate, cand: ArmData | None, ctrls: Sequence[ArmDa
     rng = np.random.default_rng(bootstrap_seed("tail", gate.id))
     logs = []
     for start in range(0, BOOTSTRAP_RESAMPLES, CHUNK):
-        counts = rng.multinomial(len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, BOOTSTRAP_RESAMPLES - start))
+        counts = rng.multinomial(
+            len(units), [1.0 / len(units)] * len(units), size=min(CHUNK, BOOTSTRAP_RESAMPLES - start)
+        )
         qs = [a.at(counts, gate.quantile) for a in arms]
         ok = np.logical_and.reduce([q > 0 for q in qs])
         logs.append(np.log(qs[0][ok]) - np.mean([np.log(q[ok]) for q in qs[1:]], axis=0))
     draws = np.concatenate(logs)
     se_draws = float(draws.std(ddof=1)) if draws.size > 1 else 0.0
     factor = 1.0 + 1.0 / len(ctrls)
-    se = math.sqrt(se_draws ** 2 + factor * gate.boot_sd ** 2 / max(1, look.number))
+    se = math.sqrt(se_draws**2 + factor * gate.boot_sd**2 / max(1, look.number))
     df = len(units) - 1
     tcrit = float(sps.t.ppf(1.0 - level_one_sided, df))
     low, high = math.exp(est - tcrit * se) - 1.0, math.exp(est + tcrit * se) - 1.0
     level = 1.0 - 2.0 * level_one_sided
     interval = f"{level:.1%} interval [{low:+.2%}, {high:+.2%}]"
-    boot = (f", boot sd {gate.boot_sd:.2%} registered ({look.number} boot(s) per arm)" if gate.boot_sd > 0
-            else ", no boot sd registered")
-    observed = (f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}, "
-                f"t on {df} df; {len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} "
-                f"values, {clock} clock{boot})")
+    boot = (
+        f", boot sd {gate.boot_sd:.2%} registered ({look.number} boot(s) per arm)"
+        if gate.boot_sd > 0
+        else ", no boot sd registered"
+    )
+    observed = (
+        f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}, "
+        f"t on {df} df; {len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} "
+        f"values, {clock} clock{boot})"
+    )
     bound = gate.margin
     status: Status
     reasons: tuple[str, ...]
     if high < bound:
         status, reasons = "PASS", ()
     elif low > bound:
-        status, reasons = "FAIL", (f"B's {q_name} {what} is shown worse than the controls' by more than "
-                                   f"+{bound:.2%} ({interval})",)
+        status, reasons = (
+            "FAIL",
+            (f"B's {q_name} {what} is shown worse than the controls' by more than +{bound:.2%} ({interval})",),
+        )
     else:
-        status, reasons = "INCONCLUSIVE", (f"the {interval} straddles +{bound:.2%}: neither no worse nor worse "
-                                           "is shown",)
-    return GateResult(id=gate.id, kind=gate.kind, status=status, observed=observed, bar=bar, noise_floor="-",
-                      reasons=reasons, decides=gate.decides)
+        status, reasons = (
+            "INCONCLUSIVE",
+            (f"the {interval} straddles +{bound:.2%}: neither no worse nor worse is shown",),
+        )
+    return GateResult(
+        id=gate.id,
+        kind=gate.kind,
+        status=status,
+        observed=observed,
+        bar=bar,
+        noise_floor="-",
+        reasons=reasons,
+        decides=gate.decides,
+    )

@@ -19,8 +19,17 @@ from gb300lane.cards.decide.boots import BootEstimate
 from gb300lane.cards.decide.data import ArmData, NoiseFloor
 from gb300lane.cards.decide.gates import evaluate, overall
 from gb300lane.cards.decide.looks import design_look
-from gb300lane.cards.decide.more import (BootStudy, MoreNeeded, ProvenanceDifference, boot_notes, controls_for,
-                                         more_needed, provenance_difference_notes, provenance_differences, provenance_notes)
+from gb300lane.cards.decide.more import (
+    BootStudy,
+    MoreNeeded,
+    ProvenanceDifference,
+    boot_notes,
+    controls_for,
+    more_needed,
+    provenance_difference_notes,
+    provenance_differences,
+    provenance_notes,
+)
 from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import GateResult, Status
 from gb300lane.cards.schema import Card, Gate, gates_payload
@@ -51,7 +60,8 @@ class WindowWorkload(FrozenModel):
     content_sha256: str = Field(description="The workload's content hash the registration froze.")
     part: Literal["all", "dev", "held_out"] = Field(
         description="held_out: transcripts no selection step read (the window registered held_out: true); dev: the "
-        "split's dev part; all: the workload has no split.")
+        "split's dev part; all: the workload has no split."
+    )
 
 
 class Verdict(FrozenModel):
@@ -72,17 +82,27 @@ class Verdict(FrozenModel):
     changes: tuple[GateChange, ...] = Field(default=(), description="Gate changes of the re-score.")
     look: int = Field(default=1, description="The look the verdict was decided at (1 for a fixed design).")
     looks: int = Field(default=1, description="Looks the card's design plans (1 for a fixed design).")
-    notes: tuple[str, ...] = Field(default=(), description="What the verdict found beside its gates: a registered "
-                                   "boot sd that a measurement of the lane contradicts (never a change of status). "
-                                   "Left out of the file when empty.")
-    more_needed: tuple[MoreNeeded, ...] = Field(default=(), description="INCONCLUSIVE gates: the requests and boots "
-                                                "per arm that would decide at 90% power. Left out when empty.")
+    notes: tuple[str, ...] = Field(
+        default=(),
+        description="What the verdict found beside its gates: a registered "
+        "boot sd that a measurement of the lane contradicts (never a change of status). "
+        "Left out of the file when empty.",
+    )
+    more_needed: tuple[MoreNeeded, ...] = Field(
+        default=(),
+        description="INCONCLUSIVE gates: the requests and boots "
+        "per arm that would decide at 90% power. Left out when empty.",
+    )
     workloads: tuple[WindowWorkload, ...] = Field(
-        default=(), description="The windows that ran a workload other than builtin: which, its registered hash and "
-        "the part (held-out or dev) they ran. Left out when empty (every window ran builtin).")
+        default=(),
+        description="The windows that ran a workload other than builtin: which, its registered hash and "
+        "the part (held-out or dev) they ran. Left out when empty (every window ran builtin).",
+    )
     provenance_differs: tuple[ProvenanceDifference, ...] = Field(
-        default=(), description="Provenance fields (image id, engine version, installed vLLM, checkpoint, host) whose "
-        "values differ between the arms' boots, each with every arm's value. Left out when empty.")
+        default=(),
+        description="Provenance fields (image id, engine version, installed vLLM, checkpoint, host) whose "
+        "values differ between the arms' boots, each with every arm's value. Left out when empty.",
+    )
 
     def payload(self) -> dict[str, JsonValue]:
         """The verdict as written: the fields added since schema 1 only when they say something, so a verdict
@@ -99,20 +119,29 @@ class VerdictInputs(FrozenModel):
     noise_floor: NoiseFloor | None = Field(default=None, description="A written-up card's published noise floor.")
     transcribed: bool = Field(default=False, description="A written-up card's receipts (no boot notes are made).")
     boot_study: BootStudy | None = Field(
-        default=None, description="The boot studies of the control recipe beside the receipts (None: none, or none "
-        "needed: no gate registers a boot sd).")
+        default=None,
+        description="The boot studies of the control recipe beside the receipts (None: none, or none "
+        "needed: no gate registers a boot sd).",
+    )
     boot_measured_on: tuple[dict[str, Any], ...] = Field(
-        default=(), description="What the registration's boot studies recorded they were measured on.")
+        default=(), description="What the registration's boot studies recorded they were measured on."
+    )
     measured_now: dict[str, Any] | None = Field(
-        default=None, description="What a boot study would record now (None: not needed, nothing was recorded).")
+        default=None, description="What a boot study would record now (None: not needed, nothing was recorded)."
+    )
     lane_noise: dict[str, tuple[BootEstimate, str]] = Field(
-        default_factory=dict, description="The lane's noise ledger over its other scored cards, by metric: the pooled "
-        "estimate and where it is from (empty: none on record, or none needed).")
+        default_factory=dict,
+        description="The lane's noise ledger over its other scored cards, by metric: the pooled "
+        "estimate and where it is from (empty: none on record, or none needed).",
+    )
     question: QuestionRun | None = Field(
-        default=None, description="Which run of its question the receipts are, and the share of each gate's alpha "
-        "it spends (None: registered before runs were counted: the whole alpha).")
+        default=None,
+        description="Which run of its question the receipts are, and the share of each gate's alpha "
+        "it spends (None: registered before runs were counted: the whole alpha).",
+    )
     workloads: tuple[WindowWorkload, ...] = Field(
-        default=(), description="The windows that ran a workload other than builtin, from the registration.")
+        default=(), description="The windows that ran a workload other than builtin, from the registration."
+    )
 
 
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
@@ -120,28 +149,46 @@ _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
 
 def invalid_cell_notes(arms: list[ArmData]) -> list[str]:
     """One note per arm and window that left cells out: their sample is smaller than registered."""
-    return [f"arm {a.arm}, window {name}: {len(w.invalid_cells)} cell(s) left out as invalid after every try "
-            f"({'; '.join(w.invalid_cells)}); the gates over that window rest on fewer requests than registered"
-            for a in arms for name, w in a.windows.items() if w.invalid_cells]
+    return [
+        f"arm {a.arm}, window {name}: {len(w.invalid_cells)} cell(s) left out as invalid after every try "
+        f"({'; '.join(w.invalid_cells)}); the gates over that window rest on fewer requests than registered"
+        for a in arms
+        for name, w in a.windows.items()
+        if w.invalid_cells
+    ]
 
 
-def compute_verdict(card: Card, gates: tuple[Gate, ...], inputs: VerdictInputs, *, written_at: str, number: int = 1,
-                    previous: PreviousVerdict | None = None, reason: str | None = None,
-                    changes: tuple[GateChange, ...] = ()) -> Verdict:
+def compute_verdict(
+    card: Card,
+    gates: tuple[Gate, ...],
+    inputs: VerdictInputs,
+    *,
+    written_at: str,
+    number: int = 1,
+    previous: PreviousVerdict | None = None,
+    reason: str | None = None,
+    changes: tuple[GateChange, ...] = (),
+) -> Verdict:
     """Score `gates` over the arms at the look the card ended on; nothing is read or written."""
     look = design_look(card, max(inputs.stages, 1), inputs.question.share if inputs.question is not None else 1.0)
     arms = list(inputs.arms)
     results = evaluate(card, gates, arms, inputs.noise_floor, look)
     by_id = {g.id: g for g in gates}
-    needed = tuple(m for r in results if r.id in by_id
-                   and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results)))
-                   is not None)
+    needed = tuple(
+        m
+        for r in results
+        if r.id in by_id
+        and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results))) is not None
+    )
     notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
     differs = provenance_differences(arms)
     if not inputs.transcribed:
-        notes += tuple(invalid_cell_notes(arms) + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
-                       + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now)
-                       + provenance_difference_notes(differs))
+        notes += tuple(
+            invalid_cell_notes(arms)
+            + boot_notes(card, gates, arms, inputs.boot_study, inputs.lane_noise)
+            + provenance_notes(card, gates, arms, inputs.boot_measured_on, inputs.measured_now)
+            + provenance_difference_notes(differs)
+        )
     payload = gates_payload(gates)
     return Verdict(
         schema_version=1,
@@ -183,7 +230,9 @@ def parse_change(text: str) -> tuple[str, str, object]:
     return gate, key, value
 
 
-def apply_changes(card: Card, gates: Sequence[Gate], changes: list[str]) -> tuple[tuple[Gate, ...], tuple[GateChange, ...]]:
+def apply_changes(
+    card: Card, gates: Sequence[Gate], changes: list[str]
+) -> tuple[tuple[Gate, ...], tuple[GateChange, ...]]:
     """Apply GATE.KEY=VALUE changes to gates; every change names an existing gate and key."""
     data = [g.model_dump(mode="json") for g in gates]
     by_id = {d["id"]: d for d in data}
@@ -213,5 +262,13 @@ def apply_changes(card: Card, gates: Sequence[Gate], changes: list[str]) -> tupl
     return tuple(out), tuple(recorded)
 
 
-__all__ = ["GateChange", "PreviousVerdict", "Verdict", "VerdictInputs", "apply_changes", "compute_verdict", "gates_of",
-           "parse_change"]
+__all__ = [
+    "GateChange",
+    "PreviousVerdict",
+    "Verdict",
+    "VerdictInputs",
+    "apply_changes",
+    "compute_verdict",
+    "gates_of",
+    "parse_change",
+]

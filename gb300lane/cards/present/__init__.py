@@ -1,2 +1,1 @@
-"""A card drawn for people: the markdown report, the HTML page and the write-up, with the figures both pages use.
-"""
+"""A card drawn for people: the markdown report, the HTML page and the write-up, with the figures both pages use."""

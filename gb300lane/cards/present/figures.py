@@ -100,7 +100,7 @@ def svg_text(fig: Figure) -> str:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     _pyplot().close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def draw_accepted(card: Card, arms: list[ArmData]) -> Figure | None:
@@ -139,8 +139,12 @@ def draw_marginal(card: Card, arms: list[ArmData]) -> Figure | None:
         if not ap:
             continue
         m = marginal(ap)
-        ax.plot(range(1, len(m) + 1), [v if v is not None else float("nan") for v in m], marker="o",
-                label=f"{a.arm} k={len(ap)} ({where})")
+        ax.plot(
+            range(1, len(m) + 1),
+            [v if v is not None else float("nan") for v in m],
+            marker="o",
+            label=f"{a.arm} k={len(ap)} ({where})",
+        )
         if a.role == "control":
             widths.append(len(ap))
         drawn = True
@@ -187,8 +191,18 @@ def ratio_rows(card: Card, arms: list[ArmData]) -> list[RatioRow]:
                 continue
             ratio = b / (sum(ctrl) / len(ctrl)) if b is not None and ctrl else None
             cc = by.get(cand, {}).get((cls, conc))
-            ci = paired_bootstrap(cc.per_transcript, [by[a.name][(cls, conc)].per_transcript for a in card.controls
-                                                      if (cls, conc) in by.get(a.name, {})]) if cc else None
+            ci = (
+                paired_bootstrap(
+                    cc.per_transcript,
+                    [
+                        by[a.name][(cls, conc)].per_transcript
+                        for a in card.controls
+                        if (cls, conc) in by.get(a.name, {})
+                    ],
+                )
+                if cc
+                else None
+            )
             rows.append(RatioRow(cls=cls, concurrency=conc, values=vals, ratio=ratio, spread=spread(ctrl), ci=ci))
     return rows
 
@@ -222,8 +236,15 @@ def draw_ratio(card: Card, rows: list[RatioRow]) -> Figure | None:
             ci = row.ci
             lo.append(row.ratio - (1 + ci.low_rel) if ci else 0)
             hi.append((1 + ci.high_rel) - row.ratio if ci else 0)
-        ax.bar(xs, [y - 1 for y in ys], width=width, bottom=1, label=f"C{conc}",
-               yerr=[[max(0, v) for v in lo], [max(0, v) for v in hi]], capsize=3)
+        ax.bar(
+            xs,
+            [y - 1 for y in ys],
+            width=width,
+            bottom=1,
+            label=f"C{conc}",
+            yerr=[[max(0, v) for v in lo], [max(0, v) for v in hi]],
+            capsize=3,
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([i + width * (len(concs) - 1) / 2 for i in range(len(classes))], classes, fontsize=8)
     ax.set_ylabel(f"{card.candidate.name} ÷ mean(controls), decode tok/s")

@@ -33,8 +33,10 @@ from gb300lane.cards.schema import Card
 from gb300lane.errors import CardError, ReceiptExists
 from gb300lane.fsio import write_once
 
-def markdown(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
-             figures: list[str]) -> str:
+
+def markdown(
+    card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow], figures: list[str]
+) -> str:
     """The report as markdown, from the `card.md` template (a user's ./templates/card.md wins)."""
     w = card.window(card.primary_window)
     clocks = {a.windows[w.name].clock for a in arms if w.name in a.windows}
@@ -61,8 +63,9 @@ def _reported(rec: Receipts, number: int | None) -> tuple[Card, int, list[int]]:
     return card, n, nums
 
 
-def _write_html(rec: Receipts, card: Card, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow],
-                path: Path) -> Path:
+def _write_html(
+    rec: Receipts, card: Card, arms: list[ArmData], verdicts: list[Verdict], rows: list[RatioRow], path: Path
+) -> Path:
     return write_once(path, page(card, rec, arms, verdicts, rows))
 
 

@@ -18,13 +18,12 @@ from typing import Any
 
 from gb300lane import templating
 from gb300lane.cards.decide.data import ArmData
-from gb300lane.cards.record.receipts import Receipts
-from gb300lane.cards.present.figures import RatioRow, a_p_rows, draw_accepted, draw_marginal, draw_ratio, svg_text
 from gb300lane.cards.decide.results import GateTest
-from gb300lane.cards.schema import Card
 from gb300lane.cards.decide.verdict import Verdict
+from gb300lane.cards.present.figures import RatioRow, a_p_rows, draw_accepted, draw_marginal, draw_ratio, svg_text
+from gb300lane.cards.record.receipts import Receipts
+from gb300lane.cards.schema import Card
 from gb300lane.fsio import sha256_file
-
 
 
 def _pct(v: float | None, signed: bool = True) -> str:
@@ -73,11 +72,15 @@ def _units(t: GateTest) -> str:
 
 def _hashes(rec: Receipts, card: Card, verdicts: list[Verdict]) -> list[dict[str, str]]:
     reg = rec.registration()
-    rows = [("registration: gates, windows and arms", "gates_sha256", reg.gates_sha256),
-            ("registration: the card file", "card_sha256", reg.card_sha256)]
+    rows = [
+        ("registration: gates, windows and arms", "gates_sha256", reg.gates_sha256),
+        ("registration: the card file", "card_sha256", reg.card_sha256),
+    ]
     for a in card.arms:
         ref = reg.recipes.get(a.name)
-        rows.append((f"arm {a.name}: recipe {a.recipe}", "fingerprint", ref.fingerprint if ref and ref.fingerprint else "—"))
+        rows.append(
+            (f"arm {a.name}: recipe {a.recipe}", "fingerprint", ref.fingerprint if ref and ref.fingerprint else "—")
+        )
     for v in verdicts:
         f = rec.verdict_file(v.number)
         rows.append((f"verdict {v.number}", str(f.relative_to(rec.root)), sha256_file(f) if f.is_file() else "—"))
@@ -91,12 +94,24 @@ def page(card: Card, rec: Receipts, arms: list[ArmData], verdicts: list[Verdict]
     the last one the verdict reported."""
     figures = []
     for fig_id, fig, caption in (
-        ("fig4", draw_accepted(card, arms), "Accepted at position per arm (the write-up's Figure 4): "
-                                            "drafts accepted at position p over the drafts that had position p."),
-        ("fig5", draw_marginal(card, arms), "Marginal acceptance a_p / a_(p−1) per position (the write-up's Figure 5); "
-                                            "the dashed line is the controls' block width."),
-        ("ratio", draw_ratio(card, rows), f"{card.candidate.name} ÷ mean(controls), decode tok/s per class and "
-                                          "concurrency; bars are the paired bootstrap 95% CI."),
+        (
+            "fig4",
+            draw_accepted(card, arms),
+            "Accepted at position per arm (the write-up's Figure 4): "
+            "drafts accepted at position p over the drafts that had position p.",
+        ),
+        (
+            "fig5",
+            draw_marginal(card, arms),
+            "Marginal acceptance a_p / a_(p−1) per position (the write-up's Figure 5); "
+            "the dashed line is the controls' block width.",
+        ),
+        (
+            "ratio",
+            draw_ratio(card, rows),
+            f"{card.candidate.name} ÷ mean(controls), decode tok/s per class and "
+            "concurrency; bars are the paired bootstrap 95% CI.",
+        ),
     ):
         if fig is not None:
             figures.append({"id": fig_id, "svg": templating.markup(svg_text(fig)), "caption": caption})

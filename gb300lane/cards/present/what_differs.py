@@ -17,12 +17,17 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 72 else text[:69] + "..."
 
 
-def _diff(a: Mapping[str, object], b: Mapping[str, object], only: Sequence[str] | None = None) -> list[tuple[str, object, object]]:
+def _diff(
+    a: Mapping[str, object], b: Mapping[str, object], only: Sequence[str] | None = None
+) -> list[tuple[str, object, object]]:
     keys = sorted(set(a) | set(b))
     if only is not None:
         keys = [k for k in keys if any(k == p or k.startswith(p + ".") for p in only)]
-    return [(k, a.get(k), b.get(k)) for k in keys if json.dumps(a.get(k), sort_keys=True, default=str)
-            != json.dumps(b.get(k), sort_keys=True, default=str)]
+    return [
+        (k, a.get(k), b.get(k))
+        for k in keys
+        if json.dumps(a.get(k), sort_keys=True, default=str) != json.dumps(b.get(k), sort_keys=True, default=str)
+    ]
 
 
 def arm_lines(arms: Sequence[ArmData]) -> list[str]:
@@ -30,7 +35,9 @@ def arm_lines(arms: Sequence[ArmData]) -> list[str]:
     diffs = provenance_differences(arms)
     recorded = [a.arm for a in arms if a.boot is not None and a.boot.provenance is not None]
     if len(recorded) < 2:
-        return [f"provenance: recorded for {len(recorded)} arm(s) ({', '.join(recorded) or 'none'}); nothing to compare"]
+        return [
+            f"provenance: recorded for {len(recorded)} arm(s) ({', '.join(recorded) or 'none'}); nothing to compare"
+        ]
     if not diffs:
         return [f"provenance: arms {', '.join(recorded)} ran the same image, engine, install, checkpoints and host"]
     out = [f"provenance: the arms differ in {len(diffs)} field(s):"]
@@ -50,9 +57,15 @@ def run_differences(original: Sequence[ArmData], now: Sequence[ArmData]) -> list
         if old is None:
             out.append(f"  {arm.arm}: not in the original receipts")
         elif old_rec is None:
-            source = "transcribed from a write-up" if old.source == "transcribed" else "written before provenance was recorded"
-            out.append(f"  {arm.arm}: the original receipts record no provenance ({source}); this run: "
-                       + (summary(new_rec) if new_rec else "none either"))
+            source = (
+                "transcribed from a write-up"
+                if old.source == "transcribed"
+                else "written before provenance was recorded"
+            )
+            out.append(
+                f"  {arm.arm}: the original receipts record no provenance ({source}); this run: "
+                + (summary(new_rec) if new_rec else "none either")
+            )
         elif new_rec is None:
             out.append(f"  {arm.arm}: this run recorded no provenance")
         else:
@@ -77,10 +90,14 @@ def receipts_against_now(arms: Sequence[ArmData], now: Mapping[str, Mapping[str,
             continue
         changed = _diff(rec, here, only=[f for f in NOW_FIELDS if any(k.startswith(f) for k in here)])
         if changed:
-            out.append(f"  {arm.arm}: " + "; ".join(f"{k}: receipts {_shown(a)}, here now {_shown(b)}"
-                                                    for k, a, b in changed))
-    return ["provenance against this host now:", *out] if out else ["provenance against this host now: no difference"
-                                                                     if any(now.values()) else ""]
+            out.append(
+                f"  {arm.arm}: " + "; ".join(f"{k}: receipts {_shown(a)}, here now {_shown(b)}" for k, a, b in changed)
+            )
+    return (
+        ["provenance against this host now:", *out]
+        if out
+        else ["provenance against this host now: no difference" if any(now.values()) else ""]
+    )
 
 
 def summary(fields: Mapping[str, object]) -> str:

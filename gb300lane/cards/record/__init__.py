@@ -1,2 +1,1 @@
-"""The receipts directory of a card, typed: every file read back into its model, written once, sealed.
-"""
+"""The receipts directory of a card, typed: every file read back into its model, written once, sealed."""

@@ -22,14 +22,16 @@ from gb300lane.errors import CardError
 def adopt(rec: Receipts, reason: str) -> int:
     """Enter `rec` in the evidence log (its chain must hold); returns the entries made."""
     if not reason.strip():
-        raise CardError("evidence adopt needs --reason \"...\": the log says why a directory was entered late")
+        raise CardError('evidence adopt needs --reason "...": the log says why a directory was entered late')
     reg = rec.registration()
     if reg.transcribed:
         raise CardError(f"{rec.root}: a write-up's transcribed receipts ship with the package and are never entered")
     log = evidencelog.require_intact(f"adopt {rec.root}")
     if receipts_key(rec.root) in logged_runs(log):
-        raise CardError(f"{rec.root}: already in the evidence log ({log.path}); `gb300lane verify --evidence` shows "
-                        "what it remembers of it")
+        raise CardError(
+            f"{rec.root}: already in the evidence log ({log.path}); `gb300lane verify --evidence` shows "
+            "what it remembers of it"
+        )
     require_intact(rec, "adopt")
     card = rec.card()
     detail = f"adopted: {reason.strip()}"

@@ -69,23 +69,39 @@ def _rescored(rec: Receipts, card: Card, verdict: Verdict, name: str, superseded
         # at the verdict's own look: an extension's later stages are the next verdict's data, not this one's
         again = verdict_over(rec, card, gates_of(verdict), number=verdict.number, stages=verdict.look)
     except (LaneError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError, OSError) as exc:
-        return Link(kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})")
+        return Link(
+            kind="verdict", file=name, status="broken", detail=f"its receipts cannot be re-scored ({_first_line(exc)})"
+        )
     said = {r.id: r.status for r in verdict.results}
     now = {r.id: r.status for r in again.results}
     if again.verdict == verdict.verdict and said == now:
-        return Link(kind="verdict", file=name, status="ok",
-                    detail=f"verdict {verdict.number} {verdict.verdict}: its receipts score the same, gate by gate")
+        return Link(
+            kind="verdict",
+            file=name,
+            status="ok",
+            detail=f"verdict {verdict.number} {verdict.verdict}: its receipts score the same, gate by gate",
+        )
     differing = sorted(g for g in set(said) | set(now) if said.get(g) != now.get(g))
-    detail = (f"says {verdict.verdict}, its receipts score {again.verdict}"
-              + (f" (gates {', '.join(differing)})" if differing else ""))
+    detail = f"says {verdict.verdict}, its receipts score {again.verdict}" + (
+        f" (gates {', '.join(differing)})" if differing else ""
+    )
     # No field the verdict itself carries (its version string) can excuse a difference: only a signed re-score
     # that supersedes it says why (the manifests sealing it are signed; the re-score is checked in turn).
     if superseded is not None:
-        return Link(kind="verdict", file=name, status="note",
-                    detail=f"{detail}; superseded by verdict {superseded.number} (re-score: {superseded.reason or '-'})")
-    again_ = "" if verdict.tool_version == __version__ else (
-        f"; it says it was scored by gb300lane {verdict.tool_version} (this is {__version__}): "
-        "`gb300lane card rescore` records a signed re-score that says why")
+        return Link(
+            kind="verdict",
+            file=name,
+            status="note",
+            detail=f"{detail}; superseded by verdict {superseded.number} (re-score: {superseded.reason or '-'})",
+        )
+    again_ = (
+        ""
+        if verdict.tool_version == __version__
+        else (
+            f"; it says it was scored by gb300lane {verdict.tool_version} (this is {__version__}): "
+            "`gb300lane card rescore` records a signed re-score that says why"
+        )
+    )
     return Link(kind="verdict", file=name, status="broken", detail=detail + " (edited by hand?)" + again_)
 
 
@@ -104,7 +120,6 @@ def require_intact(rec: Receipts, action: str, *, rescore: bool = True) -> Chain
             f"(`gb300lane verify --card {card}` shows every link)"
         )
     return chain
-
 
 
 __all__ = ["Chain", "Link", "LinkStatus", "require_intact", "verify_receipts"]

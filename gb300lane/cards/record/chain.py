@@ -30,10 +30,14 @@ LinkStatus = Literal["ok", "broken", "note", "unproven"]
 class Link(FrozenModel):
     """One link of a chain of custody, checked."""
 
-    kind: str = Field(description="registration, recipe, manifest, file, boot, verdict, rescore, ledger, promotion, ...")
+    kind: str = Field(
+        description="registration, recipe, manifest, file, boot, verdict, rescore, ledger, promotion, ..."
+    )
     file: str | None = Field(default=None, description="The file the link is about, where it is one.")
-    status: LinkStatus = Field(description="ok, broken (it does not hold), note (holds nothing, says something), or "
-                               "unproven (nothing on record can show it holds: the chain is not called intact).")
+    status: LinkStatus = Field(
+        description="ok, broken (it does not hold), note (holds nothing, says something), or "
+        "unproven (nothing on record can show it holds: the chain is not called intact)."
+    )
     detail: str = Field(description="One line: what was checked and what was found.")
 
     def line(self) -> str:
@@ -64,16 +68,25 @@ class Chain(FrozenModel):
     def to_text(self) -> str:
         lines = [f"{self.subject}:"] + [f"  {link.line()}" for link in self.links]
         br, up = self.first_break, self.unproven
-        lines.append(f"  chain breaks at {br.file or br.kind}: {br.detail}" if br is not None
-                     else f"  chain not proven at {up.file or up.kind}: {up.detail}" if up is not None
-                     else f"  chain intact ({len(self.links)} links)")
+        lines.append(
+            f"  chain breaks at {br.file or br.kind}: {br.detail}"
+            if br is not None
+            else f"  chain not proven at {up.file or up.kind}: {up.detail}"
+            if up is not None
+            else f"  chain intact ({len(self.links)} links)"
+        )
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, JsonValue]:
         br, up = self.first_break, self.unproven
-        return {"subject": self.subject, "ok": self.ok, "proven": up is None,
-                "breaks_at": br.model_dump() if br else None, "unproven_at": up.model_dump() if up else None,
-                "links": [link.model_dump() for link in self.links]}
+        return {
+            "subject": self.subject,
+            "ok": self.ok,
+            "proven": up is None,
+            "breaks_at": br.model_dump() if br else None,
+            "unproven_at": up.model_dump() if up else None,
+            "links": [link.model_dump() for link in self.links],
+        }
 
 
 def _shipped(rec: Receipts) -> bool:
@@ -106,8 +119,6 @@ def _json(path: Path) -> tuple[Any, str | None]:
         return None, f"unreadable ({type(exc).__name__}: {exc})"
 
 
-
-
 #: Re-scores verdict `number` (as read from `name`) over its receipts: (receipts, card, verdict, name, number, every
 #: verdict number) -> its link.
 Rescorer = Callable[[Receipts, Card, Verdict, str, int, list[int]], "Link"]
@@ -133,9 +144,12 @@ def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
     if not rec.card_file.is_file():
         add("registration", "broken", "card.yaml is missing", "card.yaml")
     elif _sha(rec.card_file) != reg.card_sha256:
-        add("registration", "broken",
+        add(
+            "registration",
+            "broken",
             f"sha256 {_sha(rec.card_file)[:16]} is not the registered {reg.card_sha256[:16]} (edited after registration)",
-            "card.yaml")
+            "card.yaml",
+        )
     else:
         try:
             card = rec.card()
@@ -145,17 +159,27 @@ def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
         if gates_hash(card) != reg.gates_sha256:
             add("registration", "broken", "the gates differ from the registered gates sha256", "card.yaml")
         else:
-            add("registration", "ok", f"card {reg.card} registered {reg.registered_at}, gates sha256 {reg.gates_sha256[:16]}",
-                "registration.json")
+            add(
+                "registration",
+                "ok",
+                f"card {reg.card} registered {reg.registered_at}, gates sha256 {reg.gates_sha256[:16]}",
+                "registration.json",
+            )
     for arm_name, ref in sorted(reg.recipes.items()):
-        add("recipe", "note", f"arm {arm_name}: {ref.recipe} fingerprint {ref.fingerprint or 'not recorded'} at registration")
+        add(
+            "recipe",
+            "note",
+            f"arm {arm_name}: {ref.recipe} fingerprint {ref.fingerprint or 'not recorded'} at registration",
+        )
 
     # -- manifests: seals, files, and one head that seals everything else
     shipped = _shipped(rec)
     manifests = rec.manifests()
     covered: set[str] = set()
     if not manifests:
-        add("manifest", "broken", "no manifest: the run has not finished, or manifest.json was removed", "manifest.json")
+        add(
+            "manifest", "broken", "no manifest: the run has not finished, or manifest.json was removed", "manifest.json"
+        )
     for path in manifests:
         name = _rel(rec, path)
         body, problem = _json(path)
@@ -176,8 +200,12 @@ def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
                 add("file", "broken", f"listed in {name} but missing", rel)
                 bad += 1
             elif _sha(p) != digest:
-                add("file", "broken",
-                    f"sha256 {_sha(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)", rel)
+                add(
+                    "file",
+                    "broken",
+                    f"sha256 {_sha(p)[:16]} differs from {name}'s {str(digest)[:16]} (edited after it was sealed)",
+                    rel,
+                )
                 bad += 1
         if not bad:
             add("file", "ok", f"{len(body['files'])} files match {name}")
@@ -210,13 +238,26 @@ def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
             if problem or not isinstance(boot, dict):
                 add("boot", "broken", problem or "not a boot report", _rel(rec, boot_path))
             elif boot.get("recipe") != arm.recipe:
-                add("boot", "broken", f"booted recipe {boot.get('recipe')!r}, the arm is {arm.recipe}", _rel(rec, boot_path))
+                add(
+                    "boot",
+                    "broken",
+                    f"booted recipe {boot.get('recipe')!r}, the arm is {arm.recipe}",
+                    _rel(rec, boot_path),
+                )
             elif want is not None and want.fingerprint and boot.get("fingerprint") != want.fingerprint:
-                add("boot", "broken",
+                add(
+                    "boot",
+                    "broken",
                     f"booted fingerprint {boot.get('fingerprint')}, registration recorded {want.fingerprint} for {arm.recipe}",
-                    _rel(rec, boot_path))
+                    _rel(rec, boot_path),
+                )
             else:
-                add("boot", "ok", f"arm {arm.name}: {arm.recipe} fingerprint {boot.get('fingerprint')}", _rel(rec, boot_path))
+                add(
+                    "boot",
+                    "ok",
+                    f"arm {arm.name}: {arm.recipe} fingerprint {boot.get('fingerprint')}",
+                    _rel(rec, boot_path),
+                )
 
     # -- verdicts: pointers between them, the registered gates, and a re-score
     previous: tuple[int, str] | None = None
@@ -240,9 +281,13 @@ def walk(rec: Receipts, rescorer: Rescorer | None = None) -> Chain:
             if verdict.previous is None or previous is None or verdict.previous.number != previous[0]:
                 add("rescore", "broken", f"does not point at verdict {n - 1}", name)
             elif verdict.previous.sha256 != previous[1]:
-                add("rescore", "broken",
+                add(
+                    "rescore",
+                    "broken",
                     f"points at verdict {previous[0]} with sha256 {verdict.previous.sha256[:16]}, "
-                    f"the file has {previous[1][:16]}", name)
+                    f"the file has {previous[1][:16]}",
+                    name,
+                )
         if rescorer is not None and card is not None:
             links.append(rescorer(rec, card, verdict, name, n, numbers))
         previous = (n, _sha(path))

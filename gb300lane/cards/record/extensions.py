@@ -50,11 +50,22 @@ def pending_extension(rec: Receipts) -> ExtensionReceipt | None:
 def record_extension(rec: Receipts, card: Card, verdict_number: int, plan: ExtensionPlan) -> ExtensionReceipt:
     """Write the next extension receipt (write-once), pointing at verdict `verdict_number`."""
     path = rec.verdict_file(verdict_number)
-    pointer = PreviousVerdict(number=verdict_number, file=str(path.relative_to(rec.root)), sha256=sha256_file(path),
-                              verdict=read_verdict(rec, verdict_number).verdict)
+    pointer = PreviousVerdict(
+        number=verdict_number,
+        file=str(path.relative_to(rec.root)),
+        sha256=sha256_file(path),
+        verdict=read_verdict(rec, verdict_number).verdict,
+    )
     k = (rec.extension_numbers() or [0])[-1] + 1
-    receipt = ExtensionReceipt(schema_version=1, card=card.name, number=k, written_at=utc_now(),
-                               tool_version=__version__, extends=pointer, plan=plan)
+    receipt = ExtensionReceipt(
+        schema_version=1,
+        card=card.name,
+        number=k,
+        written_at=utc_now(),
+        tool_version=__version__,
+        extends=pointer,
+        plan=plan,
+    )
     rec.write_model(rec.extension_file(k), receipt)
     return receipt
 

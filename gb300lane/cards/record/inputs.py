@@ -34,7 +34,10 @@ def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...], stages: i
     checked = bool(boot_checked(gates)) and not reg.transcribed
     recorded = reg.plan.boot_measured_on if reg.plan is not None and not reg.transcribed else ()
     return VerdictInputs(
-        arms=tuple(arms), stages=max(stages, 1), noise_floor=rec.noise_floor_stated(), transcribed=reg.transcribed,
+        arms=tuple(arms),
+        stages=max(stages, 1),
+        noise_floor=rec.noise_floor_stated(),
+        transcribed=reg.transcribed,
         boot_study=earlier_boots(card, rec.root.parent) if checked else None,
         boot_measured_on=recorded,
         measured_now=measured_on(card) if checked and recorded else None,
@@ -66,13 +69,29 @@ def _lane_noise(rec: Receipts, card: Card, gates: tuple[Gate, ...]) -> dict[str,
     return out
 
 
-def verdict_over(rec: Receipts, card: Card, gates: tuple[Gate, ...], *, number: int = 1,
-                 previous: PreviousVerdict | None = None, reason: str | None = None,
-                 changes: tuple[GateChange, ...] = (), stages: int | None = None) -> Verdict:
+def verdict_over(
+    rec: Receipts,
+    card: Card,
+    gates: tuple[Gate, ...],
+    *,
+    number: int = 1,
+    previous: PreviousVerdict | None = None,
+    reason: str | None = None,
+    changes: tuple[GateChange, ...] = (),
+    stages: int | None = None,
+) -> Verdict:
     """Score `gates` over the receipts without writing anything, at the look the card ended on (or at look
     `stages`)."""
-    return compute_verdict(card, gates, verdict_inputs(rec, card, gates, stages), written_at=utc_now(), number=number,
-                           previous=previous, reason=reason, changes=changes)
+    return compute_verdict(
+        card,
+        gates,
+        verdict_inputs(rec, card, gates, stages),
+        written_at=utc_now(),
+        number=number,
+        previous=previous,
+        reason=reason,
+        changes=changes,
+    )
 
 
 __all__ = ["verdict_inputs", "verdict_over"]

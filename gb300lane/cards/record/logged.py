@@ -71,10 +71,16 @@ class LoggedRun(FrozenModel):
 
     def as_earlier(self) -> EarlierRun:
         newest = self.newest
-        return EarlierRun(receipts=self.receipts, registered_at=self.registered_at or "?", run=self.run,
-                          runs=self.runs, gates_sha256=self.gates_sha256,
-                          verdict=f"verdict {newest.number} {newest.verdict}" if newest else None,
-                          measured=self.measured, new_question=self.new_question)
+        return EarlierRun(
+            receipts=self.receipts,
+            registered_at=self.registered_at or "?",
+            run=self.run,
+            runs=self.runs,
+            gates_sha256=self.gates_sha256,
+            verdict=f"verdict {newest.number} {newest.verdict}" if newest else None,
+            measured=self.measured,
+            new_question=self.new_question,
+        )
 
 
 def receipts_key(root: Path) -> str:
@@ -86,9 +92,17 @@ def _fold(run: LoggedRun | None, seq: int, e: Entry) -> LoggedRun:
     base = run or LoggedRun(receipts=e.receipts or "?", card=e.card or "?")
     update: dict[str, object] = {}
     if e.kind in ("registration", "adopted"):
-        update.update(candidate=e.candidate, candidate_sha256=e.candidate_sha256, gates_sha256=e.gates_sha256,
-                      registered_seq=seq, registered_at=e.at, run=e.run, runs=e.runs, new_question=e.new_question,
-                      aside=e.aside)
+        update.update(
+            candidate=e.candidate,
+            candidate_sha256=e.candidate_sha256,
+            gates_sha256=e.gates_sha256,
+            registered_seq=seq,
+            registered_at=e.at,
+            run=e.run,
+            runs=e.runs,
+            new_question=e.new_question,
+            aside=e.aside,
+        )
         if e.kind == "adopted":
             update["adopted"] = e.detail or "adopted"
     files = dict(base.files)
@@ -101,8 +115,11 @@ def _fold(run: LoggedRun | None, seq: int, e: Entry) -> LoggedRun:
     if e.verdict is not None and e.number is not None:
         rel = f"verdicts/verdict-{e.number}.json"
         kind: EntryKind = "rescore" if e.kind == "rescore" else "verdict"
-        verdicts.append(LoggedVerdict(number=e.number, verdict=e.verdict, kind=kind, file=rel,
-                                      sha256=e.files.get(rel, ""), seq=seq, at=e.at))
+        verdicts.append(
+            LoggedVerdict(
+                number=e.number, verdict=e.verdict, kind=kind, file=rel, sha256=e.files.get(rel, ""), seq=seq, at=e.at
+            )
+        )
     update["verdicts"] = tuple(verdicts)
     return base.model_copy(update=update)
 
@@ -121,49 +138,67 @@ def logged_runs(log: EvidenceLog) -> dict[str, LoggedRun]:
     return out
 
 
-def earlier_runs(log: EvidenceLog, card: str, candidate_sha256: str | None,
-                 *, other: bool = False) -> list[EarlierRun]:
+def earlier_runs(log: EvidenceLog, card: str, candidate_sha256: str | None, *, other: bool = False) -> list[EarlierRun]:
     """The question's registrations the log remembers (this card, this candidate content), oldest first; with
     `other`, the card's registrations of any other candidate content instead."""
-    return [r.as_earlier() for r in logged_runs(log).values() if r.card == card and r.aside is None
-            and (r.candidate_sha256 != candidate_sha256 if other else r.candidate_sha256 == candidate_sha256)
-            and r.registered_seq is not None]
+    return [
+        r.as_earlier()
+        for r in logged_runs(log).values()
+        if r.card == card
+        and r.aside is None
+        and (r.candidate_sha256 != candidate_sha256 if other else r.candidate_sha256 == candidate_sha256)
+        and r.registered_seq is not None
+    ]
 
 
 def missing(run: LoggedRun) -> list[str]:
     """Each file the log pinned that is gone or whose bytes differ; the directory itself when it is gone."""
     root = Path(run.receipts)
-    said = (f"verdict {run.newest.number} {run.newest.verdict} entered at line {run.newest.seq}" if run.newest
-            else f"registered at line {run.registered_seq}" if run.registered_seq else "entered")
+    said = (
+        f"verdict {run.newest.number} {run.newest.verdict} entered at line {run.newest.seq}"
+        if run.newest
+        else f"registered at line {run.registered_seq}"
+        if run.registered_seq
+        else "entered"
+    )
     if not root.is_dir():
         return [f"{root}: the receipts of card {run.card} ({said}) are gone; the evidence log remembers them"]
     out = []
     for rel, pinned in sorted(run.files.items(), key=lambda kv: kv[1].seq):
         path = root / rel
         if not path.is_file():
-            out.append(f"{path}: the evidence log entered it at line {pinned.seq} ({pinned.kind} of card {run.card}), "
-                       "and it is gone")
+            out.append(
+                f"{path}: the evidence log entered it at line {pinned.seq} ({pinned.kind} of card {run.card}), "
+                "and it is gone"
+            )
             continue
         try:
             now = sha256_file(path)
         except OSError:
             now = "unreadable"
         if now != pinned.sha256:
-            out.append(f"{path}: sha256 {now[:16]} is not the {pinned.sha256[:16]} the evidence log entered at line "
-                       f"{pinned.seq} ({pinned.kind} of card {run.card}): replaced, backdated or copied from another "
-                       "run")
+            out.append(
+                f"{path}: sha256 {now[:16]} is not the {pinned.sha256[:16]} the evidence log entered at line "
+                f"{pinned.seq} ({pinned.kind} of card {run.card}): replaced, backdated or copied from another "
+                "run"
+            )
     return out
 
 
 def unlogged(root: Path, run: LoggedRun | None) -> list[str]:
     """The verdicts and manifests a receipts directory holds that the log never entered (with the fix)."""
-    fix = (f"it was not written by this installation's tool, or was copied in: `gb300lane evidence adopt {root} "
-           "--reason \"...\"` enters a directory whose chain of custody holds")
+    fix = (
+        f"it was not written by this installation's tool, or was copied in: `gb300lane evidence adopt {root} "
+        '--reason "..."` enters a directory whose chain of custody holds'
+    )
     if run is None:
         verdicts = root / "verdicts"
         held = sorted(p.name for p in verdicts.glob("verdict-*.json")) if verdicts.is_dir() else []
-        return [f"{root}: a registered receipts directory the evidence log never entered"
-                + (f" (holding {', '.join(held)})" if held else "") + f"; {fix}"]
+        return [
+            f"{root}: a registered receipts directory the evidence log never entered"
+            + (f" (holding {', '.join(held)})" if held else "")
+            + f"; {fix}"
+        ]
     out = []
     for p in sorted([*root.glob("manifest*.json"), *(root / "verdicts").glob("verdict-*.json")]):
         rel = str(p.relative_to(root))
@@ -172,5 +207,13 @@ def unlogged(root: Path, run: LoggedRun | None) -> list[str]:
     return out
 
 
-__all__ = ["LoggedFile", "LoggedRun", "LoggedVerdict", "earlier_runs", "logged_runs", "missing", "receipts_key",
-           "unlogged"]
+__all__ = [
+    "LoggedFile",
+    "LoggedRun",
+    "LoggedVerdict",
+    "earlier_runs",
+    "logged_runs",
+    "missing",
+    "receipts_key",
+    "unlogged",
+]

@@ -36,11 +36,19 @@ def take_look(rec: Receipts, card: Card, stage: int, final_at: int | None = None
     look = design_look(card, stage, rec.registration().alpha_share())
     results = evaluate(card, card.gates, rec.load_arms(card, stages=stage), rec.noise_floor_stated(), look)
     verdict, action = decide(results, look, final_at=final_at or stage_count(card))
-    record = LookRecord(schema_version=1, card=card.name, look=stage, looks=look.looks,
-                        spending=look.spending if look.looks > 1 else "none", written_at=utc_now(),
-                        tool_version=__version__,
-                        requests_per_arm=primary_requests(rec, card, stage), verdict=verdict, action=action,
-                        results=tuple(results))
+    record = LookRecord(
+        schema_version=1,
+        card=card.name,
+        look=stage,
+        looks=look.looks,
+        spending=look.spending if look.looks > 1 else "none",
+        written_at=utc_now(),
+        tool_version=__version__,
+        requests_per_arm=primary_requests(rec, card, stage),
+        verdict=verdict,
+        action=action,
+        results=tuple(results),
+    )
     rec.write_json(rec.look_file(stage), record.model_dump(mode="json"))
     return record
 

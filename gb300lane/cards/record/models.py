@@ -90,7 +90,8 @@ class BootStudyReceipt(FrozenModel):
     boot_seconds: list[float] = Field(description="Each real boot's time to ready (empty in process).")
     window: WindowSpec = Field(description="The window each boot ran.")
     measured_on: dict[str, Any] | None = Field(
-        default=None, description="The lane, recipe, image and engine it was measured on (older studies: none).")
+        default=None, description="The lane, recipe, image and engine it was measured on (older studies: none)."
+    )
 
 
 class TranscribedRescore(FrozenModel):
@@ -104,5 +105,13 @@ class TranscribedRescore(FrozenModel):
     transcribed: bool = Field(default=True, description="Transcribed from a write-up, never scored here.")
 
 
-__all__ = ["AttemptReceipt", "BootStudyReceipt", "DoneReceipt", "ForeignCount", "ForeignReceipt", "PilotReceipt",
-           "SelftestReceipt", "TranscribedRescore"]
+__all__ = [
+    "AttemptReceipt",
+    "BootStudyReceipt",
+    "DoneReceipt",
+    "ForeignCount",
+    "ForeignReceipt",
+    "PilotReceipt",
+    "SelftestReceipt",
+    "TranscribedRescore",
+]

@@ -121,22 +121,34 @@ class LedgerEstimate:
         """The pooled figure in a boot study's terms (each card's two controls are two boots)."""
         within = sum(s.ms_res for s in self.samples) / self.cards
         f = [s.ms_boot / s.ms_res if s.ms_res > 0 else math.inf for s in self.samples]
-        return BootEstimate(sd=self.sd, signed=self.signed, df=self.df, f_ratio=sum(f) / len(f), boots=2 * self.cards,
-                            units=min(s.transcripts for s in self.samples), upper=self.upper, lower=self.lower,
-                            within=within)
+        return BootEstimate(
+            sd=self.sd,
+            signed=self.signed,
+            df=self.df,
+            f_ratio=sum(f) / len(f),
+            boots=2 * self.cards,
+            units=min(s.transcripts for s in self.samples),
+            upper=self.upper,
+            lower=self.lower,
+            within=within,
+        )
 
     def source(self) -> str:
         first, last = self.dates
         when = first if first == last else f"{first} .. {last}"
-        return f"the lane's noise ledger: the controls of {self.cards} scored card{'s' if self.cards != 1 else ''} " \
-               f"on lane {self.key.lane} ({when})"
+        return (
+            f"the lane's noise ledger: the controls of {self.cards} scored card{'s' if self.cards != 1 else ''} "
+            f"on lane {self.key.lane} ({when})"
+        )
 
     def describe(self) -> str:
         df = "-" if self.df is None else f"{self.df:.0f}"
         first, last = self.dates
         when = first if first == last else f"{first} .. {last}"
-        return (f"boot sd {self.sd:.3%} (df {df}, one-sided 95% upper bound {self.upper:.3%}) from the controls of "
-                f"{self.cards} scored card{'s' if self.cards != 1 else ''} on lane {self.key.lane} ({when})")
+        return (
+            f"boot sd {self.sd:.3%} (df {df}, one-sided 95% upper bound {self.upper:.3%}) from the controls of "
+            f"{self.cards} scored card{'s' if self.cards != 1 else ''} on lane {self.key.lane} ({when})"
+        )
 
 
 def pool(samples: Iterable[CardSample]) -> tuple[float, float | None, float, float]:
@@ -154,7 +166,7 @@ def pool(samples: Iterable[CardSample]) -> tuple[float, float | None, float, flo
     s2 = sum(s.s2 for s in got) / k
     x = [s.ms_boot / s.transcripts for s in got]
     w = sum(s.ms_res / s.transcripts for s in got) / k
-    var = sum(2 * xi ** 2 + 2 * (s.ms_res / s.transcripts) ** 2 / (s.transcripts - 1) for xi, s in zip(x, got)) / k ** 2
+    var = sum(2 * xi**2 + 2 * (s.ms_res / s.transcripts) ** 2 / (s.transcripts - 1) for xi, s in zip(x, got)) / k**2
     df = 2 * s2 * s2 / var if s2 > 0 and var > 0 else None
     expected = [s.ms_res / s.transcripts + max(0.0, s2) for s in got]
     nu = sum(expected) ** 2 / sum(e * e for e in expected) if sum(expected) > 0 else float(k)
@@ -166,8 +178,15 @@ def pool(samples: Iterable[CardSample]) -> tuple[float, float | None, float, flo
 def estimate(key: LedgerKey, samples: Iterable[CardSample]) -> LedgerEstimate:
     got = tuple(samples)
     s2, df, upper, lower = pool(got)
-    return LedgerEstimate(key=key, sd=math.sqrt(max(0.0, s2)), signed=math.copysign(math.sqrt(abs(s2)), s2), df=df,
-                          upper=math.sqrt(max(0.0, upper)), lower=math.sqrt(max(0.0, lower)), samples=got)
+    return LedgerEstimate(
+        key=key,
+        sd=math.sqrt(max(0.0, s2)),
+        signed=math.copysign(math.sqrt(abs(s2)), s2),
+        df=df,
+        upper=math.sqrt(max(0.0, upper)),
+        lower=math.sqrt(max(0.0, lower)),
+        samples=got,
+    )
 
 
 def card_samples(rec: Receipts) -> dict[LedgerKey, CardSample]:
@@ -189,8 +208,15 @@ def card_samples(rec: Receipts) -> dict[LedgerKey, CardSample]:
     out: dict[LedgerKey, CardSample] = {}
     for metric in METRICS:
         for scope in ("aggregate", "per_cell"):
-            gate = ControlsEquivalence(id="noise-ledger", kind="controls_equivalence", window=card.primary_window,
-                                       metric=metric, margin=0.1, alpha=0.05, scope=scope)
+            gate = ControlsEquivalence(
+                id="noise-ledger",
+                kind="controls_equivalence",
+                window=card.primary_window,
+                metric=metric,
+                margin=0.1,
+                alpha=0.05,
+                scope=scope,
+            )
             per_boot = [boot_units(gate, a) for a in arms[:2]]
             for group in sorted(set(per_boot[0]) & set(per_boot[1]), key=repr):
                 sample = _sample(card, rec, arms[:2], per_boot[0][group], per_boot[1][group])
@@ -201,8 +227,9 @@ def card_samples(rec: Receipts) -> dict[LedgerKey, CardSample]:
     return out
 
 
-def _sample(card: Card, rec: Receipts, arms: list[ArmData], a: dict[str, float],
-            a2: dict[str, float]) -> CardSample | None:
+def _sample(
+    card: Card, rec: Receipts, arms: list[ArmData], a: dict[str, float], a2: dict[str, float]
+) -> CardSample | None:
     common = sorted(set(a) & set(a2))
     if len(common) < 2:
         return None
@@ -217,12 +244,34 @@ def _sample(card: Card, rec: Receipts, arms: list[ArmData], a: dict[str, float],
     data = hashlib.sha256(repr(([(u, a[u]) for u in common], [(u, a2[u]) for u in common])).encode()).hexdigest()
     w = card.window(card.primary_window)
     per_arm = (arms[0].arm, arms[1].arm) if card.seeds == "per_arm" else ()  # `run.arm_window`'s seeds
-    registered = repr((arms[0].recipe, arms[1].recipe, w.seed_base, card.seeds, per_arm, tuple(w.classes),
-                       w.transcripts_per_class,
-                       tuple(w.concurrency), w.rounds, w.temperature, w.top_p, w.forced_tokens))
-    return CardSample(card=card.name, receipts=rec.root.name, date=rec.root.name[:10], recipe=arms[0].recipe,
-                      fingerprint=boot.fingerprint if boot is not None else None, transcripts=n,
-                      ms_boot=ms_b, ms_res=ms_r, data=data, seeds=hashlib.sha256(registered.encode()).hexdigest())
+    registered = repr(
+        (
+            arms[0].recipe,
+            arms[1].recipe,
+            w.seed_base,
+            card.seeds,
+            per_arm,
+            tuple(w.classes),
+            w.transcripts_per_class,
+            tuple(w.concurrency),
+            w.rounds,
+            w.temperature,
+            w.top_p,
+            w.forced_tokens,
+        )
+    )
+    return CardSample(
+        card=card.name,
+        receipts=rec.root.name,
+        date=rec.root.name[:10],
+        recipe=arms[0].recipe,
+        fingerprint=boot.fingerprint if boot is not None else None,
+        transcripts=n,
+        ms_boot=ms_b,
+        ms_res=ms_r,
+        data=data,
+        seeds=hashlib.sha256(registered.encode()).hexdigest(),
+    )
 
 
 def _distinct(samples: Iterable[CardSample]) -> list[CardSample]:
@@ -242,10 +291,20 @@ def _distinct(samples: Iterable[CardSample]) -> list[CardSample]:
         if len(group) == 1 or len({g.transcripts for g in group}) != 1:
             out.append(first)
             continue
-        out.append(CardSample(card="+".join(g.card for g in group), receipts=first.receipts, date=first.date,
-                              recipe=first.recipe, fingerprint=first.fingerprint, transcripts=first.transcripts,
-                              ms_boot=sum(g.ms_boot for g in group) / len(group),
-                              ms_res=sum(g.ms_res for g in group) / len(group), data=first.data, seeds=first.seeds))
+        out.append(
+            CardSample(
+                card="+".join(g.card for g in group),
+                receipts=first.receipts,
+                date=first.date,
+                recipe=first.recipe,
+                fingerprint=first.fingerprint,
+                transcripts=first.transcripts,
+                ms_boot=sum(g.ms_boot for g in group) / len(group),
+                ms_res=sum(g.ms_res for g in group) / len(group),
+                data=first.data,
+                seeds=first.seeds,
+            )
+        )
     return out
 
 
@@ -258,8 +317,9 @@ def ledger(base: Path | None = None) -> dict[LedgerKey, LedgerEstimate]:
     return {k: estimate(k, _distinct(v)) for k, v in grouped.items()}
 
 
-def for_card(card: Card, metric: str, unit: str = ALL_CELLS, base: Path | None = None,
-             exclude: str | None = None) -> LedgerEstimate | None:
+def for_card(
+    card: Card, metric: str, unit: str = ALL_CELLS, base: Path | None = None, exclude: str | None = None
+) -> LedgerEstimate | None:
     """The lane's estimate for a card's control recipe, metric and primary window shape; None when no scored
     card of that lane, engine and shape is on record. `exclude` leaves one receipts directory out (a card's own)."""
     try:
@@ -267,8 +327,13 @@ def for_card(card: Card, metric: str, unit: str = ALL_CELLS, base: Path | None =
     except RecipeError:
         return None
     w = card.window(card.primary_window)
-    want = LedgerKey(lane=r.lane.name, engine=r.engine, metric=metric, unit=unit,
-                     shape=Shape(temperature=w.temperature, top_p=w.top_p, forced_tokens=w.forced_tokens))
+    want = LedgerKey(
+        lane=r.lane.name,
+        engine=r.engine,
+        metric=metric,
+        unit=unit,
+        shape=Shape(temperature=w.temperature, top_p=w.top_p, forced_tokens=w.forced_tokens),
+    )
     samples = []
     for rec in planning_receipts(base).kept:
         if exclude is not None and rec.root.name == exclude:

@@ -26,13 +26,15 @@ import platform
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import Field, JsonValue, ValidationError
 
 from gb300lane import __version__, evidencelog
+from gb300lane.bench.models import WindowResult
+from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.cards.decide.data import (
     ArmData,
     BootFacts,
@@ -42,15 +44,12 @@ from gb300lane.cards.decide.data import (
     merge_boots,
     merge_stages,
 )
-from gb300lane.bench.models import WindowResult
 from gb300lane.cards.decide.question import QuestionRun, plan_run
+from gb300lane.cards.decide.results import CardPlan
+from gb300lane.cards.decide.verdict import Verdict
 from gb300lane.cards.record.arms import boot_facts_from_report, window_data_from_result
 from gb300lane.cards.record.logged import earlier_runs, receipts_key
 from gb300lane.cards.record.models import DoneReceipt, ForeignReceipt
-from gb300lane.lane.report import BootReport
-from gb300lane.cards.decide.results import CardPlan
-from gb300lane.cards.decide.verdict import Verdict
-from gb300lane.cards.cardfile import load_card, read_card_text
 from gb300lane.cards.schema import (
     Card,
     gates_hash,
@@ -62,6 +61,7 @@ from gb300lane.cards.schema import (
 from gb300lane.errors import CardError, LaneError
 from gb300lane.fsio import dumps_json, sha256_bytes, sha256_file, write_once
 from gb300lane.keyed import seal
+from gb300lane.lane.report import BootReport
 from gb300lane.models import FrozenModel, format_validation_error
 from gb300lane.paths import results_dir, writeup_receipts_dirs
 
@@ -73,26 +73,31 @@ MANIFEST_SEAL = "card manifest"
 
 
 class RecipeRef(FrozenModel):
-
     recipe: str = Field(description="Recipe name the arm boots.")
     fingerprint: str | None = Field(description="Recipe fingerprint at registration; None when not recorded.")
     content_sha256: str | None = Field(
-        default=None, description="sha256 of the arm's whole resolved recipe at registration (every key that reaches "
-        "argv, env, volumes and smoke; `recipes.content_hash`); None when registered before it was recorded.")
+        default=None,
+        description="sha256 of the arm's whole resolved recipe at registration (every key that reaches "
+        "argv, env, volumes and smoke; `recipes.content_hash`); None when registered before it was recorded.",
+    )
     content: dict[str, JsonValue] | None = Field(
-        default=None, description="The resolved recipe's leaf keys and values at registration (secrets as keyed "
-        "digests): what promotion compares the recipe with, naming the keys that differ.")
+        default=None,
+        description="The resolved recipe's leaf keys and values at registration (secrets as keyed "
+        "digests): what promotion compares the recipe with, naming the keys that differ.",
+    )
 
 
 class WorkloadRef(FrozenModel):
-
     content_sha256: str = Field(description="The workload's content hash at registration (its manifest's).")
-    files: dict[str, str] = Field(description="Each class file -> its sha256 at registration: what an edit is named by.")
-    held_out_ids: tuple[str, ...] | None = Field(default=None, description="The held-out ids at registration; none: no split.")
+    files: dict[str, str] = Field(
+        description="Each class file -> its sha256 at registration: what an edit is named by."
+    )
+    held_out_ids: tuple[str, ...] | None = Field(
+        default=None, description="The held-out ids at registration; none: no split."
+    )
 
 
 class Registration(FrozenModel):
-
     schema_version: Literal[1] = Field(description="File format version.")
     card: str = Field(description="Card name.")
     title: str = Field(description="Card title.")
@@ -104,20 +109,27 @@ class Registration(FrozenModel):
     host: dict[str, Any] = Field(description="Host facts at registration.")
     transcribed: bool = Field(default=False, description="True for a written-up card whose receipts were transcribed.")
     plan: CardPlan | None = Field(
-        default=None, description="Power and size at registration, from earlier control data (None when there was none)."
+        default=None,
+        description="Power and size at registration, from earlier control data (None when there was none).",
     )
     question: QuestionRun | None = Field(
-        default=None, description="Which run of its question (the card and its candidate's resolved recipe) this is, "
+        default=None,
+        description="Which run of its question (the card and its candidate's resolved recipe) this is, "
         "the runs it follows and the share of each gate's alpha it spends; None when registered before runs were "
-        "counted (the whole alpha).")
+        "counted (the whole alpha).",
+    )
     # Left out when the card's windows run only the builtin workload, so those registrations keep their bytes.
     workloads: dict[str, WorkloadRef] | None = Field(
-        default=None, exclude_if=lambda v: v is None,
+        default=None,
+        exclude_if=lambda v: v is None,
         description="Each workload the windows name but builtin -> its content hash and files at registration; "
-        "running or scoring refuses a workload that differs, naming the file.")
+        "running or scoring refuses a workload that differs, naming the file.",
+    )
     boot_sd_override: str | None = Field(
-        default=None, description="Why a registered boot sd that the lane's noise ledger rules out was registered "
-        "anyway (`card register --boot-sd-override`); absent when none was ruled out.")
+        default=None,
+        description="Why a registered boot sd that the lane's noise ledger rules out was registered "
+        "anyway (`card register --boot-sd-override`); absent when none was ruled out.",
+    )
 
     def alpha_share(self) -> float:
         """The share of each gate's alpha this run spends (1.0 when its question has one run)."""
@@ -129,7 +141,7 @@ class Registration(FrozenModel):
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def host_facts() -> dict[str, str | int | None]:
@@ -158,8 +170,11 @@ def workload_refs(card: Card) -> dict[str, WorkloadRef] | None:
     out = {}
     for name in names:
         m = load_workload(name).manifest
-        out[name] = WorkloadRef(content_sha256=m.content_sha256, files={c.file: c.sha256 for c in m.classes},
-                                held_out_ids=m.split.held_out_ids if m.split is not None else None)
+        out[name] = WorkloadRef(
+            content_sha256=m.content_sha256,
+            files={c.file: c.sha256 for c in m.classes},
+            held_out_ids=m.split.held_out_ids if m.split is not None else None,
+        )
     return out
 
 
@@ -177,14 +192,19 @@ def workload_changes(registered: dict[str, WorkloadRef] | None, card: Card) -> l
         if w.manifest.content_sha256 == ref.content_sha256:
             continue
         now = {c.file: c.sha256 for c in w.manifest.classes}
-        named = [f"{w.folder / f}" + (" (gone)" if f not in now else "") for f in sorted(ref.files)
-                 if now.get(f) != ref.files[f]]
+        named = [
+            f"{w.folder / f}" + (" (gone)" if f not in now else "")
+            for f in sorted(ref.files)
+            if now.get(f) != ref.files[f]
+        ]
         named += [f"{w.folder / f} (new)" for f in sorted(set(now) - set(ref.files))]
         held = w.manifest.split.held_out_ids if w.manifest.split is not None else None
         if held != ref.held_out_ids:
             named.append(f"{w.folder / 'manifest.json'} (its split)")
-        problems.append(f"workload {name} changed after registration: {', '.join(named) or w.folder} "
-                        f"(content sha256 {ref.content_sha256[:12]} registered, {w.manifest.content_sha256[:12]} now)")
+        problems.append(
+            f"workload {name} changed after registration: {', '.join(named) or w.folder} "
+            f"(content sha256 {ref.content_sha256[:12]} registered, {w.manifest.content_sha256[:12]} now)"
+        )
     return problems
 
 
@@ -193,8 +213,9 @@ def _recipe_ref(recipe: str) -> RecipeRef:
 
     loaded = load_recipe(recipe)
     values = content_values(loaded)
-    return RecipeRef(recipe=recipe, fingerprint=fingerprint(loaded), content_sha256=content_hash(values),
-                     content=values)
+    return RecipeRef(
+        recipe=recipe, fingerprint=fingerprint(loaded), content_sha256=content_hash(values), content=values
+    )
 
 
 class Receipts:
@@ -253,12 +274,17 @@ class Receipts:
 
     def registration(self) -> Registration:
         if not self.registration_file.is_file():
-            raise CardError(f"{self.root}: no registration.json; register the card first (gb300lane card register CARD)")
+            raise CardError(
+                f"{self.root}: no registration.json; register the card first (gb300lane card register CARD)"
+            )
         try:
             return Registration.model_validate_json(self.registration_file.read_bytes())
         except (OSError, ValueError) as exc:
-            found = format_validation_error(exc, first_only=True) if isinstance(exc, ValidationError) else (
-                f"{type(exc).__name__}: {exc}")
+            found = (
+                format_validation_error(exc, first_only=True)
+                if isinstance(exc, ValidationError)
+                else (f"{type(exc).__name__}: {exc}")
+            )
             raise CardError(
                 f"{self.registration_file}: unreadable registration ({found}); restore it from a backup, or register "
                 "the card again (`gb300lane card register CARD --fresh`)"
@@ -332,8 +358,10 @@ class Receipts:
             )
         changed = workload_changes(reg.workloads, card)
         if changed:
-            raise CardError(f"{self.registration_file}: {'; '.join(changed)}; the verdict would not be about the "
-                            "registered traffic: restore the workload's files, or register the card again (--fresh)")
+            raise CardError(
+                f"{self.registration_file}: {'; '.join(changed)}; the verdict would not be about the "
+                "registered traffic: restore the workload's files, or register the card again (--fresh)"
+            )
 
     def load_arms(self, card: Card, stages: int | None = None) -> list[ArmData]:
         """Every arm's data, transcribed or measured; arms not finished are left out.
@@ -347,8 +375,16 @@ class Receipts:
             tr = self.arm_dir(arm.name) / "transcribed.json"
             if tr.is_file():
                 t = self.read_model(tr, TranscribedArm)
-                out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="transcribed",
-                                   boot=t.boot, windows=t.windows))
+                out.append(
+                    ArmData(
+                        arm=arm.name,
+                        recipe=arm.recipe,
+                        role=arm.role,
+                        source="transcribed",
+                        boot=t.boot,
+                        windows=t.windows,
+                    )
+                )
                 continue
             boots: list[BootFacts] = []
             parts: dict[str, list[WindowData]] = {}
@@ -364,11 +400,20 @@ class Receipts:
                     wf = adir / "windows" / f"{w.name}.json"
                     if wf.is_file():
                         parts.setdefault(w.name, []).append(
-                            window_data_from_result(self.read_model(wf, WindowResult), w.name))
+                            window_data_from_result(self.read_model(wf, WindowResult), w.name)
+                        )
             if not boots:
                 continue
-            out.append(ArmData(arm=arm.name, recipe=arm.recipe, role=arm.role, source="measured",
-                               boot=merge_boots(boots), windows={k: merge_stages(v) for k, v in parts.items()}))
+            out.append(
+                ArmData(
+                    arm=arm.name,
+                    recipe=arm.recipe,
+                    role=arm.role,
+                    source="measured",
+                    boot=merge_boots(boots),
+                    windows={k: merge_stages(v) for k, v in parts.items()},
+                )
+            )
         return out
 
     def noise_floor_stated(self) -> NoiseFloor | None:
@@ -391,8 +436,10 @@ class Receipts:
             "stage": stage,
             "written_at": utc_now(),
             "tool_version": __version__,
-            "recipes": {k: v.model_dump(exclude={"content", "content_sha256"} if v.content_sha256 is None
-                                        else {"content"}) for k, v in reg.recipes.items()},
+            "recipes": {
+                k: v.model_dump(exclude={"content", "content_sha256"} if v.content_sha256 is None else {"content"})
+                for k, v in reg.recipes.items()
+            },
             # a transcribed card's host is the write-up's box, not the one that copied it
             "host": reg.host if reg.transcribed else host_facts(),
             "transcribed": reg.transcribed,
@@ -411,8 +458,9 @@ class Receipts:
         card = self.card()
         cand = reg.candidate_ref(card)
         files = {manifest: sha256_file(self.root / manifest)}
-        kind: evidencelog.EntryKind = ("extension" if stage.startswith("extension-") else
-                                       "report" if stage.startswith("report-") else "run")
+        kind: evidencelog.EntryKind = (
+            "extension" if stage.startswith("extension-") else "report" if stage.startswith("report-") else "run"
+        )
         word: Literal["PASS", "FAIL", "INCONCLUSIVE"] | None = None
         number = None
         if stage.startswith("verdict-") and stage.split("-", 1)[1].isdigit():
@@ -421,11 +469,23 @@ class Receipts:
             word = verdict.verdict
             kind = "rescore" if number > 1 and verdict.changes else "verdict"
             files[str(self.verdict_file(number).relative_to(self.root))] = sha256_file(self.verdict_file(number))
-        evidencelog.append(evidencelog.Entry(
-            kind=kind, at=evidencelog.utcnow(), card=reg.card, receipts=receipts_key(self.root), stage=stage,
-            candidate=card.candidate.recipe, candidate_sha256=cand.content_sha256 if cand else None,
-            gates_sha256=reg.gates_sha256, files=files, verdict=word, number=number, detail=detail,
-        ), action=f"enter {manifest} of {self.root} in the evidence log")
+        evidencelog.append(
+            evidencelog.Entry(
+                kind=kind,
+                at=evidencelog.utcnow(),
+                card=reg.card,
+                receipts=receipts_key(self.root),
+                stage=stage,
+                candidate=card.candidate.recipe,
+                candidate_sha256=cand.content_sha256 if cand else None,
+                gates_sha256=reg.gates_sha256,
+                files=files,
+                verdict=word,
+                number=number,
+                detail=detail,
+            ),
+            action=f"enter {manifest} of {self.root} in the evidence log",
+        )
 
     def manifests(self) -> list[Path]:
         """manifest.json, then manifest-<stage>.json in the order they were written."""
@@ -438,8 +498,10 @@ class Receipts:
         m = self.read_json(path)
         files = m.get("files") if isinstance(m, dict) else None
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            raise CardError(f"{path}: not a manifest (no files -> sha256 mapping); the receipts directory is damaged: "
-                            "restore the file from a backup (receipts are write-once)")
+            raise CardError(
+                f"{path}: not a manifest (no files -> sha256 mapping); the receipts directory is damaged: "
+                "restore the file from a backup (receipts are write-once)"
+            )
         return {k: str(v) for k, v in files.items()}
 
     def verify_manifest(self, name: str = "manifest.json") -> list[str]:
@@ -474,10 +536,20 @@ def new_run_dir(base: Path, stem: str) -> Path:
     return root
 
 
-def register(card: Card, card_text: str, *, base: Path | None = None, fresh: bool = False,
-             date: str | None = None, recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
-             plan: CardPlan | None = None, run: str | None = None, new_question: str | None = None,
-             aside: str | None = None, boot_sd_override: str | None = None) -> Receipts:
+def register(
+    card: Card,
+    card_text: str,
+    *,
+    base: Path | None = None,
+    fresh: bool = False,
+    date: str | None = None,
+    recipe_ref: Callable[[str], RecipeRef] = _recipe_ref,
+    plan: CardPlan | None = None,
+    run: str | None = None,
+    new_question: str | None = None,
+    aside: str | None = None,
+    boot_sd_override: str | None = None,
+) -> Receipts:
     """Freeze the card's gates: write card.yaml and registration.json once, and enter them in the evidence log.
 
     Registering the same gates again returns the existing receipts (marked
@@ -498,7 +570,7 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         raise CardError("; ".join(refused))
     workloads = workload_refs(card)  # before anything is written: a window its workload cannot fill is refused
     base = base or results_dir()
-    date = date or datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    date = date or datetime.now(UTC).strftime("%Y-%m-%d")
     rec = Receipts(_dated_dir(base, card, date, fresh, run))
     if rec.registration_file.exists():
         reg = rec.registration()
@@ -509,8 +581,10 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
                 "gates, change them through `gb300lane card rescore`, or register with --fresh for a new run"
             )
         if new_question is not None:
-            raise CardError(f"{rec.root}: card {card.name} is already registered today with the same gates; "
-                            "--new-question starts a new run: add --fresh")
+            raise CardError(
+                f"{rec.root}: card {card.name} is already registered today with the same gates; "
+                "--new-question starts a new run: add --fresh"
+            )
         return Receipts(rec.root, reused=True)
     refs = {a.name: recipe_ref(a.recipe) for a in card.arms}
     question: QuestionRun | str | None = None
@@ -537,8 +611,9 @@ def register(card: Card, card_text: str, *, base: Path | None = None, fresh: boo
         boot_sd_override=boot_sd_override,
     )
     # absent unless given, so a registration without one keeps the bytes it always had
-    rec.write_json(rec.registration_file, reg.model_dump(mode="json", exclude=None if boot_sd_override else
-                                                         {"boot_sd_override"}))
+    rec.write_json(
+        rec.registration_file, reg.model_dump(mode="json", exclude=None if boot_sd_override else {"boot_sd_override"})
+    )
     enter_registration(rec, card, reg, aside=aside)
     return rec
 
@@ -550,8 +625,9 @@ def next_run(card: Card, candidate: RecipeRef | None = None, new_question: str |
     cand = candidate or _recipe_ref(card.candidate.recipe)
     earlier = earlier_runs(log, card.name, cand.content_sha256)
     others = earlier_runs(log, card.name, cand.content_sha256, other=True)
-    return plan_run(card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question,
-                    others)
+    return plan_run(
+        card.name, cand.content_sha256, question_runs(card), gates_hash(card), earlier, new_question, others
+    )
 
 
 def planned_run(card: Card) -> tuple[QuestionRun | str, str | None]:
@@ -563,20 +639,37 @@ def planned_run(card: Card) -> tuple[QuestionRun | str, str | None]:
         return str(exc), str(exc)
 
 
-def enter_registration(rec: Receipts, card: Card, reg: Registration, *, kind: Literal["registration", "adopted"]
-                       = "registration", detail: str | None = None, aside: str | None = None) -> None:
+def enter_registration(
+    rec: Receipts,
+    card: Card,
+    reg: Registration,
+    *,
+    kind: Literal["registration", "adopted"] = "registration",
+    detail: str | None = None,
+    aside: str | None = None,
+) -> None:
     """Enter a registration in the evidence log: registration.json and card.yaml, the candidate's resolved recipe,
     and the run of its question."""
     cand = reg.candidate_ref(card)
     q = reg.question
-    evidencelog.append(evidencelog.Entry(
-        kind=kind, at=evidencelog.utcnow(), card=reg.card, receipts=receipts_key(rec.root),
-        candidate=card.candidate.recipe, candidate_sha256=cand.content_sha256 if cand else None,
-        gates_sha256=reg.gates_sha256,
-        files={"registration.json": sha256_file(rec.registration_file), "card.yaml": sha256_file(rec.card_file)},
-        run=q.run if q else None, runs=q.runs if q else None, new_question=q.new_question if q else None,
-        detail=detail, aside=aside,
-    ), action=f"enter the registration of {rec.root} in the evidence log")
+    evidencelog.append(
+        evidencelog.Entry(
+            kind=kind,
+            at=evidencelog.utcnow(),
+            card=reg.card,
+            receipts=receipts_key(rec.root),
+            candidate=card.candidate.recipe,
+            candidate_sha256=cand.content_sha256 if cand else None,
+            gates_sha256=reg.gates_sha256,
+            files={"registration.json": sha256_file(rec.registration_file), "card.yaml": sha256_file(rec.card_file)},
+            run=q.run if q else None,
+            runs=q.runs if q else None,
+            new_question=q.new_question if q else None,
+            detail=detail,
+            aside=aside,
+        ),
+        action=f"enter the registration of {rec.root} in the evidence log",
+    )
 
 
 class ReceiptsState(FrozenModel):
@@ -600,8 +693,10 @@ class ReceiptsState(FrozenModel):
             "finished": f"every arm finished ({', '.join(self.finished)}), not scored yet",
             "scored": f"every arm finished and scored ({'; '.join(f'verdict {v}' for v in self.verdicts)})",
         }[self.state]
-        return (f"already registered in {self.receipts} with the same gates ({self.registered_at}): {found}; "
-                + "; or ".join(f"`{c}`" for c in self.next))
+        return (
+            f"already registered in {self.receipts} with the same gates ({self.registered_at}): {found}; "
+            + "; or ".join(f"`{c}`" for c in self.next)
+        )
 
 
 def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
@@ -615,9 +710,12 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
     nxt: tuple[str, ...]
     if verdicts:
         state: Literal["registered", "partial", "finished", "scored"] = "scored"
-        nxt = (f"gb300lane card show {ref}", f"gb300lane card rescore {ref} --reason \"...\" --set GATE.KEY=VALUE", fresh)
-        if (card.design.extension is not None and verdicts[-1].endswith(" INCONCLUSIVE")
-                and rec.stages_done(card) < planned_stages(card)):
+        nxt = (f"gb300lane card show {ref}", f'gb300lane card rescore {ref} --reason "..." --set GATE.KEY=VALUE', fresh)
+        if (
+            card.design.extension is not None
+            and verdicts[-1].endswith(" INCONCLUSIVE")
+            and rec.stages_done(card) < planned_stages(card)
+        ):
             nxt = (f"gb300lane card extend {ref}", *nxt)
     elif not unfinished:
         state, nxt = "finished", (f"gb300lane card score {ref}", fresh)
@@ -625,8 +723,15 @@ def receipts_state(rec: Receipts, card_ref: str | None = None) -> ReceiptsState:
         state, nxt = "partial", (f"gb300lane card run {ref}", fresh)
     else:
         state, nxt = "registered", (f"gb300lane card run {ref}",)
-    return ReceiptsState(receipts=str(rec.root), registered_at=rec.registration().registered_at, state=state,
-                         finished=finished, unfinished=unfinished, verdicts=verdicts, next=nxt)
+    return ReceiptsState(
+        receipts=str(rec.root),
+        registered_at=rec.registration().registered_at,
+        state=state,
+        finished=finished,
+        unfinished=unfinished,
+        verdicts=verdicts,
+        next=nxt,
+    )
 
 
 #: Where `card calibrate --lane` keeps its replicates (`instrument.lanecal.calibration_root`), under the results directory.

@@ -14,13 +14,12 @@ from typing import TypeVar
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from gb300lane.bench.models import WindowResult
-
 from gb300lane.cards.decide.data import ArmData, WindowData
-from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.decide.more import BootStudy
-from gb300lane.cards.schema import Card, GroupSequential
 from gb300lane.cards.embedded import engine_fingerprint, runs_embedded
+from gb300lane.cards.record.arms import window_data_from_result
 from gb300lane.cards.record.models import BootStudyReceipt, PilotReceipt
+from gb300lane.cards.schema import Card, GroupSequential
 from gb300lane.errors import CardError
 from gb300lane.models import format_validation_error
 from gb300lane.paths import results_dir
@@ -31,7 +30,12 @@ from gb300lane.recipes.schema import WindowSpec
 def same_primary(card: Card, w: WindowSpec) -> bool:
     """Whether a window samples the same requests' noise as the card's primary one (temperature, length, top_p)."""
     p = card.window(card.primary_window)
-    return w.temperature == p.temperature and w.forced_tokens == p.forced_tokens and w.max_tokens == p.max_tokens and w.top_p == p.top_p
+    return (
+        w.temperature == p.temperature
+        and w.forced_tokens == p.forced_tokens
+        and w.max_tokens == p.max_tokens
+        and w.top_p == p.top_p
+    )
 
 
 def pilot_root(base: Path | None = None) -> Path:
@@ -39,8 +43,13 @@ def pilot_root(base: Path | None = None) -> Path:
     return (base or results_dir()) / "pilots"
 
 
-def _studies(card: Card, base: Path | None, meta_file: str, model: type[PilotReceipt] | type[BootStudyReceipt],
-             same: Callable[[Card, WindowSpec], bool]) -> list[Path]:
+def _studies(
+    card: Card,
+    base: Path | None,
+    meta_file: str,
+    model: type[PilotReceipt] | type[BootStudyReceipt],
+    same: Callable[[Card, WindowSpec], bool],
+) -> list[Path]:
     """Study folders under results/pilots whose `meta_file` (a `model` receipt) names the card's control recipe
     and a window `same` accepts for the card."""
     root = pilot_root(base)
@@ -78,8 +87,19 @@ def boot_window(card: Card) -> WindowSpec:
     return p
 
 
-_SHAPE = ("classes", "transcripts_per_class", "rounds", "concurrency", "temperature", "top_p", "forced_tokens",
-          "max_tokens", "tool_choice", "workload", "held_out")
+_SHAPE = (
+    "classes",
+    "transcripts_per_class",
+    "rounds",
+    "concurrency",
+    "temperature",
+    "top_p",
+    "forced_tokens",
+    "max_tokens",
+    "tool_choice",
+    "workload",
+    "held_out",
+)
 
 
 def same_boot(card: Card, w: WindowSpec) -> bool:
@@ -104,8 +124,10 @@ def _read(path: Path, model: type[_R]) -> _R:
         return model.model_validate_json(path.read_bytes())
     except (OSError, ValueError) as exc:
         found = format_validation_error(exc, first_only=True) if isinstance(exc, ValidationError) else str(exc)
-        raise CardError(f"{path}: not a {model.__name__} ({found}); move the study aside (results/pilots/), or run "
-                        "it again (`gb300lane card plan CARD --boots N`)") from None
+        raise CardError(
+            f"{path}: not a {model.__name__} ({found}); move the study aside (results/pilots/), or run "
+            "it again (`gb300lane card plan CARD --boots N`)"
+        ) from None
 
 
 def earlier_boots(card: Card, base: Path | None = None) -> BootStudy | None:
@@ -115,8 +137,15 @@ def earlier_boots(card: Card, base: Path | None = None) -> BootStudy | None:
     for d in boot_dirs(card, base):
         for f in sorted(d.glob("boot-*.json")):
             w = _read(f, WindowData)
-            arms.append(ArmData(arm=f"{d.name}/{f.stem}", recipe=card.controls[0].recipe, role="control",
-                                source="measured", windows={card.primary_window: w}))
+            arms.append(
+                ArmData(
+                    arm=f"{d.name}/{f.stem}",
+                    recipe=card.controls[0].recipe,
+                    role="control",
+                    source="measured",
+                    windows={card.primary_window: w},
+                )
+            )
         names.append(d.name)
     if len(arms) < 3:
         return None
@@ -129,10 +158,15 @@ def measured_on(card: Card) -> dict[str, JsonValue]:
     covers, and on the embedded engine the engine's own fingerprint (its code and the card's recipes)."""
     r = load_recipe(card.controls[0].recipe)
     embedded = runs_embedded(card)
-    return {"lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
-            "recipe": r.name, "recipe_fingerprint": fingerprint(r), "image": r.image.ref,
-            "vllm_version": r.image.vllm_version, "hash_inputs": list(r.image.hash_inputs),
-            "engine_fingerprint": engine_fingerprint(card) if embedded else None}
+    return {
+        "lane": "embedded engine, in process" if embedded else f"{r.engine} lane {r.lane.name}",
+        "recipe": r.name,
+        "recipe_fingerprint": fingerprint(r),
+        "image": r.image.ref,
+        "vllm_version": r.image.vllm_version,
+        "hash_inputs": list(r.image.hash_inputs),
+        "engine_fingerprint": engine_fingerprint(card) if embedded else None,
+    }
 
 
 def boot_provenance(card: Card, base: Path | None = None) -> tuple[dict[str, JsonValue], ...]:
@@ -146,5 +180,15 @@ def boot_provenance(card: Card, base: Path | None = None) -> tuple[dict[str, Jso
     return tuple(out)
 
 
-__all__ = ["boot_dirs", "boot_provenance", "boot_window", "earlier_boots", "measured_on", "pilot_dirs", "pilot_root",
-           "pilot_windows", "same_boot", "same_primary"]
+__all__ = [
+    "boot_dirs",
+    "boot_provenance",
+    "boot_window",
+    "earlier_boots",
+    "measured_on",
+    "pilot_dirs",
+    "pilot_root",
+    "pilot_windows",
+    "same_boot",
+    "same_primary",
+]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from pydantic import Field
 
+from gb300lane import evidencelog
+from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.decide.results import Status
 from gb300lane.cards.decide.verdict import (
     PreviousVerdict,
@@ -18,8 +20,6 @@ from gb300lane.cards.decide.verdict import (
     apply_changes,
     gates_of,
 )
-from gb300lane import evidencelog
-from gb300lane.cards.decide.question import QuestionRun
 from gb300lane.cards.record.card_custody import require_intact
 from gb300lane.cards.record.inputs import verdict_over
 from gb300lane.cards.record.logged import LoggedRun, logged_runs, missing, receipts_key, unlogged
@@ -67,14 +67,21 @@ def score(rec: Receipts, *, dry_run: bool = False) -> Verdict:
             f"{rec.verdict_file(1)}: verdict 1 is already recorded ({read_verdict(rec, 1).verdict}); "
             "the pre-registered verdict is final: use `gb300lane card rescore CARD --reason ...` to re-score"
         )
-    done = [a.name for a in card.arms if (rec.arm_dir(a.name) / "done.json").is_file()
-            or (rec.arm_dir(a.name) / "transcribed.json").is_file()]
+    done = [
+        a.name
+        for a in card.arms
+        if (rec.arm_dir(a.name) / "done.json").is_file() or (rec.arm_dir(a.name) / "transcribed.json").is_file()
+    ]
     if len(done) != len(card.arms):
         missing = [a.name for a in card.arms if a.name not in done]
-        raise CardError(f"{rec.root}: arms {', '.join(missing)} have not finished; run `gb300lane card run {card.name}` first")
+        raise CardError(
+            f"{rec.root}: arms {', '.join(missing)} have not finished; run `gb300lane card run {card.name}` first"
+        )
     if stage_count(card) > 1 and stopped_at(rec) is None:
-        raise CardError(f"{rec.root}: the sequential card has not stopped yet (looks on record: "
-                        f"{rec.look_numbers() or 'none'}); run `gb300lane card run {card.name}` to continue it")
+        raise CardError(
+            f"{rec.root}: the sequential card has not stopped yet (looks on record: "
+            f"{rec.look_numbers() or 'none'}); run `gb300lane card run {card.name}` to continue it"
+        )
     require_intact(rec, "score")
     v = verdict_over(rec, card, card.gates)
     rec.write_json(rec.verdict_file(1), v.payload())
@@ -97,10 +104,13 @@ def compute_rescore(rec: Receipts, reason: str, changes: list[str]) -> tuple[Ver
     gates, recorded = apply_changes(card, base, changes)
     if not recorded:
         raise CardError("a re-score needs at least one gate change (GATE.KEY=VALUE)")
-    pointer = PreviousVerdict(number=prev.number, file=str(rec.verdict_file(prev.number).relative_to(rec.root)),
-                              sha256=sha256_file(rec.verdict_file(prev.number)), verdict=prev.verdict)
-    new = verdict_over(rec, card, gates, number=prev.number + 1, previous=pointer, reason=reason,
-                          changes=recorded)
+    pointer = PreviousVerdict(
+        number=prev.number,
+        file=str(rec.verdict_file(prev.number).relative_to(rec.root)),
+        sha256=sha256_file(rec.verdict_file(prev.number)),
+        verdict=prev.verdict,
+    )
+    new = verdict_over(rec, card, gates, number=prev.number + 1, previous=pointer, reason=reason, changes=recorded)
     return prev, new
 
 
@@ -126,8 +136,12 @@ def transcribed_verdicts(rec: Receipts) -> tuple[Verdict, Verdict | None, Transc
         return v1, None, None
     rs = rec.read_model(rs_file, TranscribedRescore)
     gates, changes = apply_changes(card, card.gates, rs.changes)
-    pointer = PreviousVerdict(number=1, file="verdicts/verdict-1.json (not written: computed from transcribed receipts)",
-                              sha256=sha256_bytes(dumps_json(v1.model_dump(mode="json"))), verdict=v1.verdict)
+    pointer = PreviousVerdict(
+        number=1,
+        file="verdicts/verdict-1.json (not written: computed from transcribed receipts)",
+        sha256=sha256_bytes(dumps_json(v1.model_dump(mode="json"))),
+        verdict=v1.verdict,
+    )
     v2 = verdict_over(rec, card, gates, number=2, previous=pointer, reason=rs.reason, changes=changes)
     return v1, v2, rs
 
@@ -139,17 +153,34 @@ def _newest_ref(rec: Receipts, card: Card) -> VerdictRef | None:
         v1, v2, _ = transcribed_verdicts(rec)
         v = v2 or v1
         path = rec.root / ("rescore.json" if v2 else "card.yaml")
-        return VerdictRef(card=card.name, receipts=str(rec.root), number=v.number, verdict=v.verdict,
-                          written_at=rec.registration().registered_at, file=str(path), sha256=sha256_file(path),
-                          candidate_recipe=v.candidate_recipe, control_recipe=v.control_recipe, transcribed=True)
+        return VerdictRef(
+            card=card.name,
+            receipts=str(rec.root),
+            number=v.number,
+            verdict=v.verdict,
+            written_at=rec.registration().registered_at,
+            file=str(path),
+            sha256=sha256_file(path),
+            candidate_recipe=v.candidate_recipe,
+            control_recipe=v.control_recipe,
+            transcribed=True,
+        )
     nums = rec.verdict_numbers()
     if not nums:
         return None
     v = read_verdict(rec, nums[-1])
     path = rec.verdict_file(nums[-1])
-    return VerdictRef(card=card.name, receipts=str(rec.root), number=v.number, verdict=v.verdict,
-                      written_at=v.written_at, file=str(path), sha256=sha256_file(path),
-                      candidate_recipe=v.candidate_recipe, control_recipe=v.control_recipe)
+    return VerdictRef(
+        card=card.name,
+        receipts=str(rec.root),
+        number=v.number,
+        verdict=v.verdict,
+        written_at=v.written_at,
+        file=str(path),
+        sha256=sha256_file(path),
+        candidate_recipe=v.candidate_recipe,
+        control_recipe=v.control_recipe,
+    )
 
 
 def latest_verdict_for(recipe_name: str, base: Path | None = None) -> VerdictRef | None:
@@ -176,15 +207,18 @@ def latest_verdict_for(recipe_name: str, base: Path | None = None) -> VerdictRef
     return best[2] if best else None
 
 
-
 class CandidateEvidence(FrozenModel):
     """What promotion rests on for a recipe: the newest verdict the evidence log knows, and every break."""
 
     recipe: str = Field(description="The candidate recipe.")
-    ref: VerdictRef | None = Field(description="Its newest verdict as the evidence log ordered them (a write-up's "
-                                   "transcribed verdict when the log knows none); None when there is none.")
-    breaks: tuple[str, ...] = Field(description="What the log knows that the files no longer show, verdicts the log "
-                                    "never saw, and the log's own breaks; each names the file and the fix.")
+    ref: VerdictRef | None = Field(
+        description="Its newest verdict as the evidence log ordered them (a write-up's "
+        "transcribed verdict when the log knows none); None when there is none."
+    )
+    breaks: tuple[str, ...] = Field(
+        description="What the log knows that the files no longer show, verdicts the log "
+        "never saw, and the log's own breaks; each names the file and the fix."
+    )
     registered: RecipeRef | None = Field(description="The candidate as the verdict's registration froze it.")
     question: QuestionRun | None = Field(description="Which run of its question the verdict's receipts are.")
 
@@ -201,8 +235,17 @@ def _logged_ref(run: LoggedRun, recipe: str) -> VerdictRef:
             control, written = got.control_recipe, got.written_at
     except (OSError, ValueError):
         pass
-    return VerdictRef(card=run.card, receipts=run.receipts, number=v.number, verdict=v.verdict, written_at=written,
-                      file=str(path), sha256=v.sha256, candidate_recipe=recipe, control_recipe=control)
+    return VerdictRef(
+        card=run.card,
+        receipts=run.receipts,
+        number=v.number,
+        verdict=v.verdict,
+        written_at=written,
+        file=str(path),
+        sha256=v.sha256,
+        candidate_recipe=recipe,
+        control_recipe=control,
+    )
 
 
 def evidence_for(recipe_name: str, base: Path | None = None) -> CandidateEvidence:
@@ -237,8 +280,11 @@ def evidence_for(recipe_name: str, base: Path | None = None) -> CandidateEvidenc
         breaks.extend(unlogged(rec.root, known))
     scored = [r for r in mine if r.newest is not None]
     newest = max(scored, key=lambda r: r.newest.seq if r.newest else 0, default=None)
-    ref = _logged_ref(newest, recipe_name) if newest is not None else (
-        max(transcribed, key=lambda t: (t.written_at, t.number)) if transcribed else None)
+    ref = (
+        _logged_ref(newest, recipe_name)
+        if newest is not None
+        else (max(transcribed, key=lambda t: (t.written_at, t.number)) if transcribed else None)
+    )
     registered = question = None
     if ref is not None and Path(ref.receipts, "registration.json").is_file():
         try:
@@ -248,8 +294,9 @@ def evidence_for(recipe_name: str, base: Path | None = None) -> CandidateEvidenc
             question = reg.question
         except (CardError, LaneError, ValueError):
             pass
-    return CandidateEvidence(recipe=recipe_name, ref=ref, breaks=tuple(dict.fromkeys(breaks)),
-                             registered=registered, question=question)
+    return CandidateEvidence(
+        recipe=recipe_name, ref=ref, breaks=tuple(dict.fromkeys(breaks)), registered=registered, question=question
+    )
 
 
 def newest_verdict(rec: Receipts) -> VerdictRef | None:
@@ -257,5 +304,14 @@ def newest_verdict(rec: Receipts) -> VerdictRef | None:
     return _newest_ref(rec, rec.card())
 
 
-__all__ = ["CandidateEvidence", "VerdictRef", "compute_rescore", "evidence_for", "latest_verdict_for", "newest_verdict", "rescore", "score",
-           "transcribed_verdicts"]
+__all__ = [
+    "CandidateEvidence",
+    "VerdictRef",
+    "compute_rescore",
+    "evidence_for",
+    "latest_verdict_for",
+    "newest_verdict",
+    "rescore",
+    "score",
+    "transcribed_verdicts",
+]

@@ -45,9 +45,11 @@ class Planning:
             return None
         first = self.skipped[0]
         more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
-        return (f"{len(self.skipped)} receipts director{'ies' if len(self.skipped) != 1 else 'y'} left out of the "
-                f"lane's noise and plans, their chain of custody or the evidence log not holding: {first.receipts}: "
-                f"{first.why}{more}; `gb300lane verify --evidence` shows every one")
+        return (
+            f"{len(self.skipped)} receipts director{'ies' if len(self.skipped) != 1 else 'y'} left out of the "
+            f"lane's noise and plans, their chain of custody or the evidence log not holding: {first.receipts}: "
+            f"{first.why}{more}; `gb300lane verify --evidence` shows every one"
+        )
 
 
 #: A chain's walk (its seals cost an ssh-keygen each), by directory and the stamp of every file in it.
