@@ -299,7 +299,7 @@ def referee_window(
         )
     if not 1 <= top_k <= MAX_TOP_K:
         raise BenchError(
-            f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default --max-logprobs)"
+            f"top_k {top_k}: the referee reads 1 to {MAX_TOP_K} log-probabilities (vLLM's default, its vllm serve --max-logprobs)"
         )
     items, excluded = _items(result, window)
     base = referee.rstrip("/")
