@@ -90,6 +90,7 @@ def test_the_snapshot_is_vllm_0_33_and_the_export_asks_for_what_vllm_can_write()
     } <= set(s["spec_decode_keys"])
 
 
+@pytest.mark.slow
 def test_vllm_export_has_exactly_vllms_keys_and_recomputed_values(window: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.vllm.jsonl"
     res = runner.invoke(app, ["bench", "export", str(window), "--format", "vllm", "--out", str(out)])
@@ -145,6 +146,7 @@ def test_csv_export_is_one_row_per_cell(window: Path) -> None:
         assert [float(v) for v in row["a_p"].split()] == pytest.approx(cell.spec.a_p, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_export_errors_are_one_line(tmp_path: Path, window: Path) -> None:
     bad = runner.invoke(app, ["bench", "export", str(window), "--format", "guidellm"])
     assert bad.exit_code == 2 and "expected one of vllm, csv" in bad.output

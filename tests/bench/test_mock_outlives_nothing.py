@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import psutil
+import pytest
 
 HOLD_A_MOCK = textwrap.dedent("""
     from gb300lane.bench.selftest import MockTiming, mock_process
@@ -20,6 +21,7 @@ HOLD_A_MOCK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_mock_server_ends_when_its_starter_is_killed() -> None:
     holder = subprocess.Popen([sys.executable, "-c", HOLD_A_MOCK], stdout=subprocess.PIPE, text=True)
     mock = None

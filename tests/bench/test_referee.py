@@ -42,6 +42,7 @@ def _bench(url: str, out: Path, *extra: str) -> tuple[int, str, dict]:
     return res.exit_code, res.output, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_an_exact_engine_passes_and_the_result_carries_the_verdict(tmp_path: Path) -> None:
     with running_engine(FLAGS) as eng:
         code, output, data = _bench(eng.url, tmp_path / "w.json")
@@ -53,6 +54,7 @@ def test_an_exact_engine_passes_and_the_result_carries_the_verdict(tmp_path: Pat
     assert "Lossless at temperature 1, top_p 1: PASS" in output
 
 
+@pytest.mark.slow
 def test_a_faulted_engine_fails_and_names_the_effective_temperature(tmp_path: Path) -> None:
     with running_engine([*FLAGS, "--fault", "temperature=0.8"]) as eng:
         code, output, data = _bench(eng.url, tmp_path / "w.json")
@@ -64,6 +66,7 @@ def test_a_faulted_engine_fails_and_names_the_effective_temperature(tmp_path: Pa
     assert "not lossless" in output
 
 
+@pytest.mark.slow
 def test_a_short_window_is_inconclusive_and_says_what_it_needs(tmp_path: Path) -> None:
     with running_engine(FLAGS) as eng:
         res = runner.invoke(
@@ -138,6 +141,7 @@ def _smoke_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ign
     return base.model_copy(update={"smoke": base.smoke.model_copy(update={"gates": (gate,)}), "speculative": spec})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "status"), [(None, "PASS"), ("temperature=0.8", "FAIL")])
 def test_the_smoke_bounds_gate_carries_the_check(
     fault: str | None, status: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path

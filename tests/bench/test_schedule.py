@@ -45,6 +45,7 @@ def test_the_schedules_prediction_weights_batch_sizes_by_their_drafts() -> None:
     assert predicted_k(None, 5, {8: 1.0}) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dp", [1, 2])
 def test_the_schedule_is_live_unless_the_engine_drops_it(dp: int) -> None:
     flags = [

@@ -94,6 +94,7 @@ def test_all_gates_pass_without_reference(lane):
     assert saved["passed"] is True and saved["schema_version"] == 1
 
 
+@pytest.mark.slow
 def test_parity_against_a_reference_counts_flips(lane, tmp_path):
     ref_path = tmp_path / "control.json"
     save_result(run_window(lane.url, PARITY, model="fake-model"), ref_path)
@@ -107,6 +108,7 @@ def test_parity_against_a_reference_counts_flips(lane, tmp_path):
     assert report.gates[0].status == "PASS"
 
 
+@pytest.mark.slow
 def test_parity_floor_from_two_controls(lane, tmp_path):
     a = tmp_path / "a.json"
     a2 = tmp_path / "a2.json"
@@ -136,6 +138,7 @@ def test_bounds_fail_on_tokens_per_step_and_rate(lane):
     assert report.gates[0].status == "FAIL" and "lowest decode" in report.gates[0].reason
 
 
+@pytest.mark.slow
 def test_bounds_fail_on_errors_and_inconclusive_without_counters(lane):
     lane.behaviour.fail_requests = {2: 503}
     report = run_smoke(_recipe(_bounds()), lane.url, model="fake-model")

@@ -75,6 +75,7 @@ def test_requests_force_the_length_and_carry_tools():
     assert seed is None and "seed" not in body
 
 
+@pytest.mark.slow
 def test_window_cells_spec_counters_and_identical_requests(lane):
     lane.behaviour.tokens_per_step = 3
     # Requests of some 80 ms (four steps of 20 ms): a busy host's pause between one stream's requests (a few
@@ -131,6 +132,7 @@ def test_modelled_clock_when_the_engine_reports_it(lane):
         ({"short": {5: 7}}, "other than the forced 12 tokens"),
     ],
 )
+@pytest.mark.slow
 def test_a_fault_mid_window_invalidates_only_its_cell(lane, fault, reason):
     for key, value in fault.items():
         setattr(lane.behaviour, key, value)
@@ -169,6 +171,7 @@ def test_an_invalid_cell_runs_again_and_its_discarded_try_is_kept(lane):
     assert WindowResult.model_validate_json(result.model_dump_json()) == result
 
 
+@pytest.mark.slow
 def test_a_cell_invalid_on_every_try_stays_invalid_with_all_its_tries(lane):
     lane.behaviour.foreign_tokens_per_request = 3
     heard = []

@@ -186,6 +186,7 @@ def test_a_client_holding_its_concurrency_delivers_it_and_the_lane_counts_it(eng
     assert good.delivered.client_in_flight_at_scrape == 8 and 1 <= good.delivered.server_running <= 8
 
 
+@pytest.mark.slow
 def test_spec_counters_reconcile_with_the_clients_tokens(engine):
     # Requests long enough (160 tokens, four a stream) that the cell holds its two streams steadily: at 40
     # tokens a request lasts a few milliseconds here, and a loaded host's gap between one stream's requests

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gb300lane.bench.client import _StreamState
 from gb300lane.bench.quality import ToolCall
 from gb300lane.bench.window import run_window
@@ -73,6 +75,7 @@ FLAGS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_window_that_stops_at_eos_records_each_requests_outcome() -> None:
     # One user: requests that stop at EOS can be a few tokens long, and at C2 on a busy host the client's own gap
     # between them reads as a delivered concurrency below 2 (an invalid cell); C1 holds its load by construction.

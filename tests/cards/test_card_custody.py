@@ -59,6 +59,7 @@ def test_an_intact_chain_verifies_link_by_link() -> None:
     assert manifest["seal"]["ssh_signature"].startswith("-----BEGIN SSH SIGNATURE-----") and manifest["seal"]["key"]
 
 
+@pytest.mark.slow
 def test_a_verdict_edited_from_fail_to_pass_cannot_promote_and_verify_names_it() -> None:
     card, rec = _scored()
     verdict = rec.verdict_file(1)
@@ -173,6 +174,7 @@ def _promoted(tmp_path: Path):
     return rec
 
 
+@pytest.mark.slow
 def test_production_chain_verifies_and_breaks_where_the_verdict_or_the_ledger_was_edited(tmp_path: Path) -> None:
     import sqlite3
 

@@ -167,6 +167,7 @@ def test_extend_refuses_naming_the_file_the_key_and_the_fix() -> None:
 # -- end to end, on a fake lane
 
 
+@pytest.mark.slow
 def test_an_inconclusive_card_is_extended_to_a_decision() -> None:
     card, rec = _registered()
     lane = fakes.FakeLane(card, {}, tps={"B": 1.005}, noise=0.03, n_transcripts=20)
@@ -238,6 +239,7 @@ def test_a_card_without_an_extension_is_refused() -> None:
     assert rec.extension_numbers() == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_extension_resumes_without_planning_another() -> None:
     card, rec = _registered()
     lane = fakes.FakeLane(card, {}, tps={"B": 1.005}, noise=0.03, n_transcripts=20)
@@ -288,6 +290,7 @@ def test_calibration_extends_inconclusive_replicates_as_card_extend_does() -> No
     assert cal.extended_aa == sum(1 for o in aa if o.extensions) and "extension of up to 3 looks" in cal.design
 
 
+@pytest.mark.slow
 def test_card_extend_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

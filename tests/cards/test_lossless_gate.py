@@ -40,6 +40,7 @@ def test_every_arm_exact_passes_and_reports_b_against_the_controls() -> None:
     assert "T_eff/T B - A:" in r.observed and "T_eff/T B - A2:" in r.observed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lossy", ["A", "B"])
 def test_any_lossy_arm_fails_the_gate_production_included(lossy: str) -> None:
     res = {n: _result(0.85 if n == lossy else 1.0, i) for i, n in enumerate(("A", "B", "A2"))}

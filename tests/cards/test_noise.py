@@ -68,11 +68,13 @@ def test_no_boot_shift_reads_near_zero_with_an_upper_bound_that_covers_it(tmp_pa
     assert est.cards == 6 and est.sd < 0.01 and est.lower == 0.0 and est.upper > est.sd
 
 
+@pytest.mark.slow
 def test_cards_that_replay_the_same_seeds_count_once(tmp_path: Path) -> None:
     _cards(tmp_path, [(0.0, 0.01)] * 3, same_seeds=True)
     assert _tps().cards == 1
 
 
+@pytest.mark.slow
 def test_the_pooled_bounds_cover_the_truth_at_their_rate() -> None:
     """The chi-square bounds over K cards, on simulated cards of 12 transcripts: the one-sided 95% upper bound
     misses the true sigma_b in about 5% of 2,000 ledgers (K = 4)."""

@@ -120,6 +120,7 @@ def _scored(runs: int | None, factors: dict[str, float], name: str = "mini", **k
     return rec, score(rec)
 
 
+@pytest.mark.slow
 def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -152,6 +153,7 @@ def test_a_reregistered_cards_verdict_names_the_runs_it_follows_and_spends_its_s
     assert plan is not None and all(g.alpha == pytest.approx(gates[g.gate].alpha * run_share(3, 3)) for g in plan.gates)
 
 
+@pytest.mark.slow
 def test_fresh_no_longer_resets_alpha_and_a_new_question_is_recorded_and_printed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -215,6 +215,7 @@ def test_smoke_with_reference_and_unreachable_lane(lane, tmp_path, monkeypatch):
     assert res.exit_code == 1 and "cannot reach the lane at http://127.0.0.1:9" in res.output
 
 
+@pytest.mark.slow
 def test_bench_lane_resolves_endpoint_model_and_fingerprint_from_the_recipe(lane, tmp_path, monkeypatch):
     recipes = tmp_path / "recipes"
     recipes.mkdir()

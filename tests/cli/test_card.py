@@ -66,6 +66,7 @@ def test_register_then_show(tmp_path) -> None:
     ("factor", "noise", "verdict", "code"),
     [(1.04, 0.02, "PASS", 0), (0.9, 0.02, "FAIL", 1), (1.0, 0.02, "INCONCLUSIVE", 3)],
 )
+@pytest.mark.slow
 def test_score_exit_code_is_the_verdict(factor: float, noise: float, verdict: str, code: int) -> None:
     from pathlib import Path
 
@@ -103,6 +104,7 @@ def test_card_commands_speak_json(command: list[str]) -> None:
     json.loads(res.stdout)
 
 
+@pytest.mark.slow
 def test_run_rescore_and_report_speak_json_and_rescore_keeps_the_verdict_exit_code_out() -> None:
     """After a (fake) run: `card run` resumes nothing, `rescore` and `report` print one JSON document each."""
     from pathlib import Path

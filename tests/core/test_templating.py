@@ -45,6 +45,7 @@ def test_the_shipped_templates_live_at_the_top_of_the_repository() -> None:
     assert sorted(p.name for p in shipped.iterdir()) == sorted(SHIPPED)
 
 
+@pytest.mark.slow
 def test_card_report_renders_its_page_from_the_templates_autoescaped(receipts: Receipts) -> None:
     res = runner.invoke(app, ["card", "report", str(receipts.root), "--json"])
     assert res.exit_code == 0, res.output
@@ -59,6 +60,7 @@ def test_card_report_renders_its_page_from_the_templates_autoescaped(receipts: R
     )  # markdown: as written
 
 
+@pytest.mark.slow
 def test_a_template_in_the_working_directory_overrides_the_shipped_one(
     receipts: Receipts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -142,6 +142,7 @@ def test_k_changes_the_hash_only_through_default_capture_sizes():
     )
 
 
+@pytest.mark.slow
 def test_a_bad_config_exits_1_before_binding():
     proc = subprocess.run(
         [

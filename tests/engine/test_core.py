@@ -229,6 +229,7 @@ def _seeded_texts(model, boot_seed, jitter=None):
     return [s.output_ids for s in seqs]
 
 
+@pytest.mark.slow
 def test_boots_differ_unless_the_boot_seed_is_pinned_or_the_jitter_is_zero(model):
     # Claim 3: a seeded control re-run on another boot differs near ties; pinned, it does not.
     assert _seeded_texts(model, 1) == _seeded_texts(model, 1)
@@ -237,6 +238,7 @@ def test_boots_differ_unless_the_boot_seed_is_pinned_or_the_jitter_is_zero(model
     assert _seeded_texts(model, 1, jitter=0.0) == _seeded_texts(model, 2, jitter=0.0)
 
 
+@pytest.mark.slow
 def test_a_boot_seed_not_given_is_drawn_fresh(model):
     seeds = {_core(model, _spec(5), boot_seed=None).boot_seed for _ in range(4)}
     assert len(seeds) == 4

@@ -54,6 +54,7 @@ def _texts(model, prompts, temperature, method="block"):
     return core, [s.output_ids for s in seqs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["standard", "block"])
 def test_at_temperature_1e_4_the_text_follows_the_temperature_0_text_except_at_ties(model, method):
     # A count-based target has ties: tokens seen equally often, split only by smoothing

@@ -170,6 +170,7 @@ async def _all(url: str) -> list[dict[str, Any]]:
         return await asyncio.gather(*(_one(session, url, route, body) for route, body in REQUESTS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backed_up", [False, True], ids=["step-loop-writes", "handler-writes"])
 def test_served_tokens_for_fixed_seeds_are_pinned(monkeypatch, backed_up):
     if backed_up:  # every socket reads as backed up: the handlers write every chunk, draining

@@ -194,6 +194,7 @@ def test_metrics_use_vllm_names_and_agree_with_the_responses():
             assert name in text
 
 
+@pytest.mark.slow
 def test_readiness_waits_for_the_sidecar_and_lookups_are_counted():
     sidecar_port = free_port()
     with engine("--expert-sidecar-url", f"http://127.0.0.1:{sidecar_port}", wait_ready=False) as (url, server, log):

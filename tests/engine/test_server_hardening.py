@@ -138,6 +138,7 @@ def test_health_answers_while_a_large_prompt_is_tokenized():
         assert done["code"] == 400  # longer than --max-model-len, found after tokenizing
 
 
+@pytest.mark.slow
 def test_a_client_that_trickles_its_headers_is_closed():
     with engine(header_read_timeout_s=1.0) as (_, port, _server, _log):
         with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -151,6 +152,7 @@ def test_a_client_that_trickles_its_headers_is_closed():
             assert time.monotonic() - started < 15
 
 
+@pytest.mark.slow
 def test_a_body_that_does_not_arrive_is_a_408():
     with engine(body_read_timeout_s=1.0) as (_, port, server, _log):
         with socket.create_connection(("127.0.0.1", port)) as sock:

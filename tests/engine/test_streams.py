@@ -30,6 +30,7 @@ def test_a_draw_is_a_pure_function_of_key_position_use_and_slot():
     assert ((a >= 0.0) & (a < 1.0)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis", ["seeds", "positions", "uses", "slots"])
 def test_uniforms_along_every_address_axis_are_uniform_and_uncorrelated(axis):
     n = 64_000

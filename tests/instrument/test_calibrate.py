@@ -39,6 +39,7 @@ def _quick(name: str, folder: Path) -> Path:
     return folder / name
 
 
+@pytest.mark.slow
 def test_one_user_requests_side_by_side_get_what_they_get_alone(lane: InProcessLane) -> None:
     """The fast path's C1 shortcut: the same tokens, counters and modelled times as one request at a time."""
     card, _ = load_card(DATA / "tested.yaml")
@@ -147,6 +148,7 @@ def test_sequential_calibration_stops_early_and_counts_requests(lane: InProcessL
         assert o.requests_per_arm == 24 * o.look  # 2 classes x 6 transcripts x C1/C4 x 1 round per look
 
 
+@pytest.mark.slow
 def test_plan_from_earlier_control_receipts_and_register_warns() -> None:
     card, path = load_card(DATA / "tested.yaml")
     assert registration_warnings(card, registration_plan(card))[0].startswith("power not known")

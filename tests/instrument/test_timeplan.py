@@ -46,6 +46,7 @@ def _windows(card: object, rate: float) -> list[tuple[str, WindowData]]:
     return [("ctrl", WindowData(window=w.name, clock="modelled", cells=cells))]
 
 
+@pytest.mark.slow
 def test_each_design_is_timed_from_the_modelled_boot_and_the_cells_throughput() -> None:
     card, plan = _plan("tested.yaml", 96)
     w = card.window("primary")
@@ -71,6 +72,7 @@ def test_each_design_is_timed_from_the_modelled_boot_and_the_cells_throughput() 
     assert tp.cheapest == {"modelled": "fixed"}
 
 
+@pytest.mark.slow
 def test_when_requests_dominate_the_sequential_design_is_the_cheapest() -> None:
     card, plan = _plan("tested.yaml", 4000)
     tp = time_plan(card, plan, _windows(card, rate=0.5))  # half a token a second: hours of requests per arm
@@ -79,6 +81,7 @@ def test_when_requests_dominate_the_sequential_design_is_the_cheapest() -> None:
     assert tp.cheapest["modelled"].startswith("group_sequential")
 
 
+@pytest.mark.slow
 def test_no_throughput_for_a_cell_leaves_the_times_out_and_says_why() -> None:
     card, plan = _plan("tested.yaml", 96)
     tp = time_plan(card, plan, [])

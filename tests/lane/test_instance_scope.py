@@ -139,6 +139,7 @@ def test_instance_is_removed_after_the_block_even_when_it_raises(recipes: Path) 
     assert lane.list_instances() == [] and ProcessRuntime().list() == []
 
 
+@pytest.mark.slow
 def test_instance_tears_down_when_the_boot_fails(recipes: Path) -> None:
     name = _recipe(recipes, "t-cm-bad", model={"path": "no-such-model"})
     with pytest.raises(BootError, match="exited during boot"), lane.instance(name):

@@ -49,6 +49,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_up_reports_checks_then_down_leaves_nothing(recipes: Path) -> None:
     name = write_recipe(recipes, "t-v27")
     report = lane.up(name, dark=True, runtime="process")
@@ -133,6 +134,7 @@ def test_port_in_use_by_a_foreign_process(recipes: Path) -> None:
     assert lane.list_instances() == []
 
 
+@pytest.mark.slow
 def test_a_container_that_exits_during_boot_carries_its_log_tail(recipes: Path) -> None:
     name = write_recipe(recipes, "t-bad", model={"path": "no-such-model"})
     with pytest.raises(BootError) as exc:

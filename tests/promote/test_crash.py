@@ -180,6 +180,7 @@ def cli_env(lane: SimLane) -> dict[str, str]:
         ("promote.record", ["rollback"]),
     ],
 )
+@pytest.mark.slow
 def test_cli_killed_during_promote_recovers_with_one_command(
     lane: SimLane, cli_env: dict[str, str], point: str, recovery: list[str]
 ) -> None:
@@ -254,6 +255,7 @@ def _release_when(lane: SimLane, op: list[str]) -> None:
     lane.release(op[1])
 
 
+@pytest.mark.slow
 def test_a_rollback_killed_while_the_pair_boots_is_completed_by_waiting(lane: SimLane, cli_env: dict[str, str]) -> None:
     assert cli("promote", "local-v27", env=cli_env).returncode == 0
     lane.set_recipe("local-v26", hold=True)  # the pair boots until the test releases it

@@ -111,6 +111,7 @@ ATTACKS = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_newer_fail_hidden_in_results_is_a_break_and_the_older_pass_does_not_promote(
     lane: CardsLane, attack: str
@@ -142,6 +143,7 @@ def test_the_newest_verdict_is_the_logs_newest_not_the_newest_written_at(lane: C
     assert info.receipts == str(failed.root.resolve())
 
 
+@pytest.mark.slow
 def test_a_verdict_the_log_never_saw_is_a_break_until_adopted(lane: CardsLane, tmp_path: Path) -> None:
     passed = _run("mini", "PASS", date="2026-11-01")
     assert lane.verdict("local-v27").passed

@@ -165,6 +165,7 @@ def shared_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, dict[s
         shutil.rmtree(top)
 
 
+@pytest.mark.slow
 def test_a_read_only_state_directory_is_read_but_refuses_transitions(shared_state: tuple[Path, dict[str, str]]) -> None:
     state, env = shared_state
     state.chmod(0o555)
@@ -190,6 +191,7 @@ def test_a_read_only_state_directory_is_read_but_refuses_transitions(shared_stat
         assert ledger.production() is not None and ledger.production().recipe == "local-v27"  # untouched
 
 
+@pytest.mark.slow
 def test_an_unreadable_ledger_names_the_permissions(shared_state: tuple[Path, dict[str, str]]) -> None:
     _, env = shared_state
     ledger_path().chmod(0o000)

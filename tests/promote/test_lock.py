@@ -58,6 +58,7 @@ def _booting(lane: SimLane) -> bool:
     return ["boot", "lane-local-v27"] in lane.operations()
 
 
+@pytest.mark.slow
 def test_deleting_the_holder_file_neither_interrupts_nor_unlocks(lane: SimLane, env: dict[str, str]) -> None:
     lane.set_recipe("local-v27", hold=True)  # its boot lasts until released below
     running = subprocess.Popen([sys.executable, "-m", "gb300lane", "promote", "local-v27"], env=env,

@@ -166,6 +166,7 @@ def test_a_pair_that_will_not_start_leaves_production_as_it_was(lane: SimLane) -
     assert (failed.kind, failed.recipe, failed.previous) == ("rollback_failed", "local-v26", "local-v27")
 
 
+@pytest.mark.slow
 def test_a_concurrent_promotion_is_refused(lane: SimLane) -> None:
     _production_v26(lane)
     lane.set_recipe("local-v27", hold=True)  # its boot lasts until released below, however loaded the machine

@@ -83,6 +83,7 @@ def pod_container(deployment: dict[str, Any]) -> dict[str, Any]:
     return deployment["spec"]["template"]["spec"]["containers"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem,name,kwargs", GOLDEN_CASES, ids=[c[0] for c in GOLDEN_CASES])
 def test_manifests_match_golden_and_load_into_client_models(stem: str, name: str, kwargs: dict) -> None:
     text = render_k8s(load_recipe(name), **kwargs)

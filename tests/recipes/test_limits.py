@@ -96,6 +96,7 @@ def test_a_file_past_the_size_limit_is_refused_without_parsing(folder: Path) -> 
         load_recipe("r", folder)
 
 
+@pytest.mark.slow
 def test_a_million_keys_stop_at_the_node_limit(folder: Path) -> None:
     # 1,000,000 keys would be 12 MB; under the size limit the node count still bounds the work.
     keys = "".join(f"k{i}: {i}\n" for i in range(MAX_NODES))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gb300lane.runtime import image
 
 
@@ -19,6 +21,7 @@ def test_project_source_is_the_engine_and_its_import_closure() -> None:
     assert not any("__pycache__" in r for r in rel)
 
 
+@pytest.mark.slow
 def test_source_hash_is_stable_and_short() -> None:
     assert image.source_hash() == image.source_hash()
     assert len(image.source_hash()) == 16

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from gb300lane.runtime.process import ProcessRuntime
 
@@ -82,6 +83,7 @@ ORPHAN = (
 )
 
 
+@pytest.mark.slow
 def test_down_ends_a_setsid_child_that_left_the_tree() -> None:
     """A child in a session of its own whose parent exited (adopted by init: no longer a descendant) still writes
     the container's log: stop finds it by that and ends it with the rest."""

@@ -41,6 +41,7 @@ def _case(rng, batch, k, vocab, dtype, *, sparse=False):
     return p.astype(dtype), q.astype(dtype), drafts.reshape(batch, k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("fn", [token_verify, block_verify], ids=["token", "block"])
 def test_the_kernels_verify_as_numpy_does(compiled, monkeypatch, fn, dtype):

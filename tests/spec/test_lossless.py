@@ -170,6 +170,7 @@ def test_emitted_tokens_follow_the_target(verify_fn, reduced):
     assert bigram_pvalue(seqs, target) > ALPHA
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["numpy-batched", "row-by-row", "batched-rounds"])
 def test_block_is_lossless_on_every_evaluation_path(path, monkeypatch):
     """The default path (the compiled kernels, where built) is covered above; these force

@@ -29,6 +29,7 @@ def _window(
     )
 
 
+@pytest.mark.slow
 def test_exact_sampling_passes_at_the_nominal_rate() -> None:
     fails = sum(check(_window(seed, tokens=50), temperature=1.0).status == "FAIL" for seed in range(40))
     # P(>= 4 FAILs of 40 | false-FAIL rate 0.01) < 1e-3: an implementation that over-rejects fails here.
@@ -80,6 +81,7 @@ def test_a_short_window_is_inconclusive_and_says_what_it_needs() -> None:
     assert one.status == "INCONCLUSIVE"
 
 
+@pytest.mark.slow
 def test_a_deviation_within_the_margin_passes_only_when_shown_inside_it() -> None:
     big = _window(11, t=0.99, transcripts=100, tokens=400)
     tight = check(big, temperature=1.0, margin=0.05)

@@ -95,6 +95,7 @@ def _card(tmp_path: Path, held: bool) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_card_on_user_classes_scores_per_class_and_refuses_an_edited_workload(lane: Path) -> None:
     card, path = load_card(_card(lane, held=False))
@@ -126,6 +127,7 @@ def test_a_card_on_user_classes_scores_per_class_and_refuses_an_edited_workload(
         score(rec)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_held_out_card_runs_the_held_out_part_and_says_so(lane: Path) -> None:
     m = split_workload("ops", 0.5, seed=1)
