@@ -8,7 +8,7 @@ import pytest
 
 from gb300lane.cards.cardfile import load_card
 from gb300lane.cards.decide.data import ArmData, WindowData
-from gb300lane.cards.decide.lossless import eval_lossless
+from gb300lane.cards.decide.lossless_gate import eval_lossless
 from gb300lane.cards.schema import LosslessGate
 from gb300lane.instrument.simulate import InProcessLane
 from gb300lane.spec.lossless import check, simulate_transcripts

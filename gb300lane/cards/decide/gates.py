@@ -19,7 +19,7 @@ from typing import assert_never
 
 from gb300lane.cards.decide.data import ArmData, BootFacts, CellAgg, NoiseFloor, merged_cells
 from gb300lane.cards.decide.evidence import Look, eval_tested
-from gb300lane.cards.decide.lossless import eval_lossless
+from gb300lane.cards.decide.lossless_gate import eval_lossless
 from gb300lane.cards.decide.quality_gate import eval_quality
 from gb300lane.cards.decide.results import CellCheck, GateResult, Status, combine
 from gb300lane.cards.decide.stats import bootstrap_seed, paired_bootstrap, spread
