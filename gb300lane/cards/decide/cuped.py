@@ -101,7 +101,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gb300lane.cards.decide.stats import NO_BOOT, BootVariance, RatioTest
+from gb300lane.cards.decide.stats import NO_BOOT, BootVariance, RatioTest, undecided
 
 #: The least reliability S_TT / S_xx at which the level is used as a covariate (module docstring).
 MIN_RELIABILITY = 0.5
@@ -241,31 +241,9 @@ def cuped_test(
     n = len(b)
     base = float(controls.mean(axis=0).mean()) if n else None
     if n < 3:
-        return RatioTest(
-            n=n,
-            estimate=None,
-            low=None,
-            high=None,
-            statistic=None,
-            df=None,
-            p_value=None,
-            baseline=base,
-            decision="INCONCLUSIVE",
-            reason=f"{n} paired unit(s): an adjusted test needs at least 3",
-        ), None
+        return undecided(n, base, f"{n} paired unit(s): an adjusted test needs at least 3"), None
     if float(b.min()) <= 0 or float(controls.min()) <= 0:
-        return RatioTest(
-            n=n,
-            estimate=None,
-            low=None,
-            high=None,
-            statistic=None,
-            df=None,
-            p_value=None,
-            baseline=base,
-            decision="INCONCLUSIVE",
-            reason="a unit's value is not positive: the adjusted test works on logs",
-        ), None
+        return undecided(n, base, "a unit's value is not positive: the adjusted test works on logs"), None
     a = adjusted_log_ratio(b, controls, boot=boot, theta=theta)
     level = 1.0 - 2.0 * level_one_sided
     tcrit = float(sps.t.ppf(1.0 - level_one_sided, a.df))

@@ -153,6 +153,22 @@ class BootVariance:
 NO_BOOT = BootVariance()
 
 
+def undecided(n: int, baseline: float | None, reason: str) -> RatioTest:
+    """A test that could not be run on these units: INCONCLUSIVE, with why and nothing estimated."""
+    return RatioTest(
+        n=n,
+        estimate=None,
+        low=None,
+        high=None,
+        statistic=None,
+        df=None,
+        p_value=None,
+        baseline=baseline,
+        decision="INCONCLUSIVE",
+        reason=reason,
+    )
+
+
 def _moments(
     b: np.ndarray, c: np.ndarray, boot: BootVariance
 ) -> tuple[float, float, float, float, float, float, float]:
@@ -290,18 +306,7 @@ def ratio_test(
         )
     base = float(c.mean())
     if base <= 0:
-        return RatioTest(
-            n=n,
-            estimate=None,
-            low=None,
-            high=None,
-            statistic=None,
-            df=None,
-            p_value=None,
-            baseline=base,
-            decision="INCONCLUSIVE",
-            reason="the reference mean is not positive",
-        )
+        return undecided(n, base, "the reference mean is not positive")
     est = float(b.mean()) / base - 1.0
     df = satterthwaite(b, c, 1.0 + est, boot)
     level = 1.0 - 2.0 * level_one_sided
