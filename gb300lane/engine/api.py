@@ -53,6 +53,8 @@ class GenerateRequest:
     prompt_logprobs: int | None = None
     #: A completion's `echo`: the prompt goes before the answer (and its tokens before the answer's logprobs).
     echo: bool = False
+    #: vLLM's `return_token_ids`: the prompt's token ids and each chunk's (or the answer's) generated token ids.
+    return_token_ids: bool = False
 
     @property
     def decoding_constraint(self) -> Constraint | None:
@@ -268,6 +270,7 @@ def parse_request(
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
         echo=echo,
+        return_token_ids=_flag(body, "return_token_ids", False),
     )
 
 
@@ -328,6 +331,7 @@ def timing_extension(seq: Sequence) -> dict[str, object]:
         "modelled_e2e_s": times[-1] if times else 0.0,
         "modelled_token_times_s": list(times),
         "wall_token_times_s": list(seq.token_wall),
+        "block_positions": list(seq.block_positions),
     }
 
 
@@ -514,6 +518,10 @@ def final_body(
             "model": model,
             "choices": [choice],
         }
+    if req.return_token_ids:
+        # vLLM's places: a completion's choice holds both; a chat's prompt ids sit on the body
+        (body if req.chat else choice)["prompt_token_ids"] = list(seq.prompt_ids)
+        choice["token_ids"] = list(seq.output_ids)
     body["usage"] = usage(seq)
     if req.chat and req.prompt_logprobs is not None:
         body["prompt_logprobs"] = scores.prompt_logprobs

@@ -105,6 +105,10 @@ class Sequence:
     admitted_wall: float | None = None
     token_modelled: list[float] = field(default_factory=list)
     token_wall: list[float] = field(default_factory=list)
+    # Per output token, the verify-block position that emitted it: 1..k for a draft accepted at that position, the
+    # position after the accepted ones for the token the verifier sampled there (recovered or bonus); 0 for a
+    # token from a step that verified no draft (the prefill's)
+    block_positions: list[int] = field(default_factory=list)
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted: int = 0
@@ -435,6 +439,7 @@ class EngineCore:
                 stamp_w = now_wall - seq.arrival_wall
                 seq.token_modelled.extend([stamp_m] * len(new))
                 seq.token_wall.extend([stamp_w] * len(new))
+                seq.block_positions.extend(range(1, len(new) + 1) if k > 0 else [0] * len(new))
                 c.generation_tokens += len(new)
                 emitted.append((seq, new))
             if seq.finished:

@@ -704,8 +704,17 @@ class EngineServer:
         def with_usage(obj: dict[str, Any], tokens: int) -> dict[str, Any]:
             if continuous:
                 obj["usage"] = usage(seq, sent + tokens)
+            if req.return_token_ids and obj["choices"]:
+                # vLLM's return_token_ids: each chunk's choice carries the ids of the tokens it delivers
+                obj["choices"][0]["token_ids"] = seq.output_ids[sent : sent + tokens]
+                if not ids_sent:
+                    # ... and the prompt's ids come once: on the first chunk's choice of a completion, on the
+                    # first chunk's body of a chat
+                    (obj if req.chat else obj["choices"][0])["prompt_token_ids"] = list(seq.prompt_ids)
+                    ids_sent.append(True)
             return obj
 
+        ids_sent: list[bool] = []
         first = True
         if req.chat:
             await send(with_usage(chunk(req, name, "", None, first=True), 0))
@@ -729,7 +738,9 @@ class EngineServer:
                 await send(with_usage(chunk(req, name, None, None, fields=part), carry), carry)
                 carry = 0
 
-        plain = req.tools.mode == "none"
+        # Token ids ride on each chunk when asked for, which the template's bytes do not hold: such a stream is
+        # written by the handler, chunk by chunk.
+        plain = req.tools.mode == "none" and not req.return_token_ids
         template = SseChunk(req, name, len(seq.prompt_ids), continuous) if plain else None
 
         def direct(text: str, tokens: int) -> bool:

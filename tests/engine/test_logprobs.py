@@ -246,3 +246,44 @@ def test_processed_logprobs_are_the_distribution_the_request_samples_from():
         assert math.isclose(sum(math.exp(lp) for _, lp, _ in s.top), 1.0, rel_tol=1e-5)  # top_k = 5 keeps 5
         if s.rank > 5:
             assert s.logprob == -9999.0  # outside top_k: -inf, floored as vLLM's server floors it
+
+
+def _stream(lane, path: str, body: dict) -> list[dict]:
+    import urllib.request
+
+    req = urllib.request.Request(
+        lane.url + path,
+        data=json.dumps({"model": "lane", "stream": True, **body}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        raw = resp.read().decode()
+    return [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_return_token_ids_gives_the_prompts_and_the_sampled_ids_as_vllm_places_them(lane, chat):
+    """vLLM's return_token_ids: whole answers carry both lists; a stream gives the prompt's once (a completion's
+    first choice, a chat's first body) and each chunk's own ids, which join to the whole answer's."""
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    ask = {"messages": [{"role": "user", "content": PROMPT}]} if chat else {"prompt": PROMPT}
+    ask.update(max_tokens=24, temperature=1.0, seed=11, return_token_ids=True)
+    whole = _post(lane, path, ask)
+    choice = whole["choices"][0]
+    prompt = whole["prompt_token_ids"] if chat else choice["prompt_token_ids"]
+    assert len(prompt) == whole["usage"]["prompt_tokens"] and len(choice["token_ids"]) == 24
+    if not chat:
+        assert choice["text"].startswith(_post(lane, "/detokenize", {"tokens": choice["token_ids"][:1]})["prompt"])
+    events = _stream(lane, path, {**ask, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    chunks = [e for e in events if e["choices"]]
+    streamed = [t for e in chunks for t in e["choices"][0]["token_ids"]]
+    assert streamed == choice["token_ids"]
+    firsts = [e for e in events if "prompt_token_ids" in (e if chat else (e["choices"] or [{}])[0])]
+    assert len(firsts) == 1 and firsts[0] is chunks[0]
+    assert (chunks[0] if chat else chunks[0]["choices"][0])["prompt_token_ids"] == prompt
+    for e in chunks:  # each chunk's ids are the tokens its usage counts
+        assert len(e["choices"][0]["token_ids"]) == e["usage"]["completion_tokens"] - sum(
+            len(x["choices"][0]["token_ids"]) for x in chunks[: chunks.index(e)]
+        )
+    plain = _post(lane, path, {k: v for k, v in ask.items() if k != "return_token_ids"})
+    assert "token_ids" not in plain["choices"][0] and "prompt_token_ids" not in plain
