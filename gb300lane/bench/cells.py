@@ -107,6 +107,8 @@ def make_record(
         spec_decode=outcome.spec_decode,
         event_times_s=outcome.event_times_s,
         sent_s=outcome.sent_s,
+        prompt_token_ids=outcome.prompt_token_ids if outcome.token_ids is not None else None,
+        token_ids=outcome.token_ids,
         quality=None
         if ask is None or not outcome.ok
         else check(ask, text=outcome.content, tool_calls=outcome.tool_calls, finish_reason=outcome.finish_reason),

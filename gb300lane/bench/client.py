@@ -149,6 +149,9 @@ class StreamOutcome:
     content: str = ""  # completion text or chat content, without tool-call arguments
     tool_calls: list[ToolCall] = field(default_factory=list)  # chat: the calls, their streamed pieces joined
     finish_reason: str | None = None
+    # vLLM's return_token_ids: the prompt's ids (first chunk) and every chunk's generated ids, joined; None: not sent
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 def _chunk_parts(chunk: dict[str, Any]) -> tuple[str, list[tuple[int, str | None, str]]]:
@@ -205,7 +208,10 @@ class _StreamState:
             raise _StreamFault(f"server error event mid-stream: {msg}")
         usage = chunk.get("usage")
         choices = chunk.get("choices") or []
+        if isinstance(chunk.get("prompt_token_ids"), list):
+            self.out.prompt_token_ids = chunk["prompt_token_ids"]  # a chat's, on its first chunk's body
         if choices:
+            self._token_ids(choices)
             self.out.event_times_s.append(now)
             content, calls = _chunk_parts(chunk)
             text = content + "".join(args for _, _, args in calls)
@@ -246,6 +252,17 @@ class _StreamState:
                 raise _StreamFault(
                     f"malformed gb300lane timing extension: {format_validation_error(exc, first_only=True)}"
                 ) from None
+
+    def _token_ids(self, choices: list[Any]) -> None:
+        """Collect return_token_ids' pieces: a completion's prompt ids on its first choice, each chunk's ids."""
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if isinstance(choice.get("prompt_token_ids"), list):
+                self.out.prompt_token_ids = choice["prompt_token_ids"]
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                self.out.token_ids = (self.out.token_ids or []) + ids
 
     def _calls(self, pieces: list[tuple[int, str | None, str]]) -> None:
         """Join streamed tool-call pieces by index: the name comes once, the arguments in pieces."""

