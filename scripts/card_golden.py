@@ -1,8 +1,9 @@
 """Run the golden cards (tests/fakes/golden.py) into a fresh directory and print the sha256 of every receipt.
 
-    python scripts/card_golden.py /tmp/golden [hashes.txt]
+    python scripts/card_golden.py /tmp/golden [hashes.txt | --pin]
 
-The same seeds give the same receipts, byte for byte: compare the output with tests/data/golden-card.sha256.
+The same seeds give the same receipts, byte for byte: compare the output with this environment's file under
+tests/data/golden-card/ (`--pin` rewrites it).
 """
 
 from __future__ import annotations

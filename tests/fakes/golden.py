@@ -257,11 +257,23 @@ def run_golden(results: Path) -> dict[str, str]:
     }
 
 
+#: The pinned hashes, one file per environment (tests/cards/test_golden.py).
+PINS = Path(__file__).resolve().parents[1] / "data" / "golden-card"
+
+
+def pin_for() -> Path:
+    """This environment's pinned hashes: named for the SIMD levels numpy dispatches to."""
+    return PINS / f"{_simd().replace(' ', '-')}.sha256"
+
+
 def main(argv: list[str]) -> int:
-    """`python scripts/card_golden.py DIR [HASHES]`: run into DIR, print `sha256  path` lines (and write HASHES)."""
+    """`python scripts/card_golden.py DIR [HASHES | --pin]`: run into DIR, print `sha256  path` lines (and write
+    HASHES, or with --pin this environment's file under tests/data/golden-card/)."""
     hashes = run_golden(Path(argv[0]))
     text = f"# {environment()}\n" + "".join(f"{h}  {p}\n" for p, h in hashes.items())
     sys.stdout.write(text)
     if len(argv) > 1:
-        Path(argv[1]).write_text(text)
+        out = pin_for() if argv[1] == "--pin" else Path(argv[1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
     return 0
