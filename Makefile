@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-integration bench reproduce-br1 reproduce-br2 real-lane docs
+.PHONY: install test test-integration bench reproduce-br1 reproduce-br2 real-lane real-lane-unpatched docs
 
 install:
 	$(PYTHON) -m pip install -e '.[test]'
@@ -13,7 +13,7 @@ test:
 	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m "not integration"
 
 test-integration:
-	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m integration
+	$(PYTHON) -m pytest -q -n auto --dist loadgroup -m integration --durations=40
 
 # The documentation site (mkdocs, the `docs` extra): the generated reference pages rewritten from the code, then the
 # site built with every link and anchor checked. `mkdocs serve` shows it while you write.
@@ -28,6 +28,14 @@ docs:
 real-lane:
 	$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet --disable-pip-version-check 'uv>=0.5'
 	PYTHON=$(PYTHON) bash scripts/real_lane.sh
+
+# The real lane without the verifier's temperature fix (vllm-0.32.0-cpu-expand-float), beside the patched one and
+# with its models, to show what the losslessness check says of it (docs/explanation/lossless.md). Its boots need
+# GB300LANE_ACCEPT_DEFECTS=vllm-0.32.0-cpu-expand-float and GB300LANE_REAL_LANE_DIR=$(REAL_LANE_DIR)/unpatched.
+REAL_LANE_DIR ?= $(or $(GB300LANE_REAL_LANE_DIR),$(HOME)/.cache/gb300lane/real-lane)
+real-lane-unpatched: real-lane
+	GB300LANE_REAL_LANE_DIR=$(REAL_LANE_DIR)/unpatched GB300LANE_REAL_LANE_WITHOUT=vllm-0.32.0-cpu-expand-float \
+		GB300LANE_REAL_LANE_MODELS_FROM=$(REAL_LANE_DIR) PYTHON=$(PYTHON) bash scripts/real_lane.sh
 
 reproduce-br1:
 	$(PYTHON) -m gb300lane card reproduce br1

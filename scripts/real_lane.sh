@@ -12,6 +12,11 @@
 #      package's own text by scripts/real_lane_model.py; skipped when the manifest's build key matches.
 #
 # The cpu-* recipes mount that models directory at /models and run that environment's python.
+#
+# A build without a fix, to show what its defect does (`make real-lane-unpatched`, docs/explanation/lossless.md):
+# GB300LANE_REAL_LANE_WITHOUT names patches to leave out (comma-separated names, no .patch), and
+# GB300LANE_REAL_LANE_MODELS_FROM a real-lane directory whose models to link instead of training them again. A
+# boot of such a build is refused unless GB300LANE_ACCEPT_DEFECTS names the missing fixes.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,12 +34,18 @@ else
   exit 1
 fi
 
-PATCHES=("$ROOT"/requirements/real-lane-patches/*.patch)
+PATCHES=()
+for p in "$ROOT"/requirements/real-lane-patches/*.patch; do
+  case ",${GB300LANE_REAL_LANE_WITHOUT:-}," in
+    *",$(basename "$p" .patch),"*) echo "real lane: leaving out $(basename "$p" .patch) (GB300LANE_REAL_LANE_WITHOUT)" ;;
+    *) PATCHES+=("$p") ;;
+  esac
+done
 if ! command -v patch >/dev/null 2>&1; then
   echo "real_lane.sh: GNU patch is not installed (it applies requirements/real-lane-patches/); install it with \`apt-get install patch\` and run again" >&2
   exit 1
 fi
-lock="$(cat "$REQ" "$OVR" "${PATCHES[@]}" | sha256sum | cut -c1-64)"
+lock="$(cat "$REQ" "$OVR" ${PATCHES[@]+"${PATCHES[@]}"} | sha256sum | cut -c1-64)"
 venv="$DIR/venv"
 t0=$(date +%s)
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.gb300lane-lock" 2>/dev/null)" = "$lock" ]; then
@@ -46,7 +57,7 @@ else
   "$venv/bin/python" -c "import vllm, torch; assert vllm.__version__ == '0.32.0', vllm.__version__; print('real lane: vllm', vllm.__version__, 'torch', torch.__version__)"
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   records=()
-  for p in "${PATCHES[@]}"; do
+  for p in ${PATCHES[@]+"${PATCHES[@]}"}; do
     name="$(basename "$p" .patch)"
     if patch -p1 -R --dry-run --silent -d "$site" < "$p" >/dev/null 2>&1; then
       echo "real lane: $name is already applied"
@@ -73,5 +84,12 @@ PY
 fi
 
 t1=$(date +%s)
+if [ -n "${GB300LANE_REAL_LANE_MODELS_FROM:-}" ]; then
+  from="$(cd "$GB300LANE_REAL_LANE_MODELS_FROM" && pwd)/models"
+  [ -f "$from/manifest.json" ] || { echo "real_lane.sh: $from has no models; run \`make real-lane\` first" >&2; exit 1; }
+  ln -sfn "$from" "$DIR/models"
+  echo "real lane: models linked from $from"
+  exit 0
+fi
 "$venv/bin/python" "$ROOT/scripts/real_lane_model.py" --out "$DIR/models"
 echo "real lane: models ready in $(( $(date +%s) - t1 )) s ($DIR/models)"

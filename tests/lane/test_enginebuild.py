@@ -11,7 +11,7 @@ import pytest
 
 from gb300lane.errors import BootError
 from gb300lane.lane.boot import plan_boot
-from gb300lane.lane.enginebuild import RECORD_NAME, REQUIRED_FIXES, check_engine_build
+from gb300lane.lane.enginebuild import ACCEPT_ENV, RECORD_NAME, REQUIRED_FIXES, boots_anyway, check_engine_build
 from gb300lane.recipes.loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +105,27 @@ def test_up_refuses_the_unpatched_build_before_anything_starts(tmp_path: Path, m
     monkeypatch.setenv("GB300LANE_STATE_DIR", str(tmp_path / "state"))
     with pytest.raises(BootError, match="cannot boot .*vllm-0.32.0-cpu|cannot boot .*is missing"):
         plan_boot("cpu-v26", dark=True, runtime="process", port=_free_port())
+
+
+def test_an_accepted_missing_fix_boots_and_still_fails_the_check(tmp_path: Path) -> None:
+    env, venv = _lane(tmp_path)
+    _record(venv, ["vllm-0.32.0-cpu-aot-load"])
+    check = check_engine_build(load_recipe("cpu-v26"), {**env, ACCEPT_ENV: "vllm-0.32.0-cpu-expand-float"})
+    assert check.status == "fail" and boots_anyway(check)
+    assert "WITHOUT vllm-0.32.0-cpu-expand-float on purpose" in check.summary and "promote refuses" in check.summary
+    assert check.evidence["accepted"] == ["vllm-0.32.0-cpu-expand-float"]
+
+
+def test_accepting_one_defect_does_not_accept_another_or_changed_files(tmp_path: Path) -> None:
+    env, venv = _lane(tmp_path)
+    _record(venv, [])
+    accepted = {**env, ACCEPT_ENV: "vllm-0.32.0-cpu-expand-float"}
+    assert not boots_anyway(check_engine_build(load_recipe("cpu-v26"), accepted))  # aot-load is missing too
+    files = _record(venv, ["vllm-0.32.0-cpu-aot-load"])
+    files[0].write_text("# vLLM reinstalled over the fix\n")
+    check = check_engine_build(load_recipe("cpu-v26"), accepted)
+    assert check.status == "fail" and not boots_anyway(check) and "changed since" in check.summary
+    (venv / RECORD_NAME).unlink()
+    assert not boots_anyway(
+        check_engine_build(load_recipe("cpu-v26"), {**env, ACCEPT_ENV: ",".join(REQUIRED_FIXES["0.32.0"])})
+    )
