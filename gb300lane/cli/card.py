@@ -140,7 +140,7 @@ def register_cmd(
         boot_sd_override=boot_sd_override,
     )
     reg = rec.registration()
-    left_out = planning_receipts().note()
+    left_out = planning_receipts().note(besides=str(rec.root))
     warnings = registration_warnings(loaded, reg.plan) + ([left_out] if left_out and not rec.reused else [])
     found = receipts_state(rec, card) if rec.reused else None
     if as_json:

@@ -166,6 +166,7 @@ def test_a_registered_boot_sd_the_ledger_contradicts_is_named_at_register_and_in
     run_card(rec, ops=fakes.FakeLane(card, {}, noise=0.02).ops())
     verdict = score(rec)
     assert any("the lane's noise ledger: the controls of 8 scored cards" in n for n in verdict.notes), verdict.notes
+    assert any("with --boot-sd-override: the lane changed since" in n for n in verdict.notes), verdict.notes
 
 
 def test_the_pool_weighs_unequal_cards_and_counts_a_replay_once() -> None:

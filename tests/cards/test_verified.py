@@ -98,3 +98,14 @@ def test_an_exact_copy_verifies_but_the_log_never_entered_it(tmp_path: Path) -> 
     shutil.copytree(roots[0], copy)
     (skipped,) = planning_receipts().skipped
     assert skipped.receipts == str(copy) and "the evidence log never entered it" in skipped.why
+
+
+def test_card_register_does_not_warn_about_the_directory_it_has_just_made(tmp_path: Path) -> None:
+    _cards(tmp_path, [(0.01, -0.01)])
+    p = tmp_path / "fresh.yaml"
+    p.write_text((DATA / "tested.yaml").read_text().replace("name: tested\n", "name: fresh\n"))
+    out = runner.invoke(app, ["card", "register", str(p)])
+    assert out.exit_code == 0, out.output
+    assert "left out of the lane's noise" not in " ".join(out.output.split()), out.output
+    (made,) = [s.receipts for s in planning_receipts().skipped]  # it is left out (no manifest yet), not named
+    assert made.endswith("-fresh")

@@ -142,6 +142,11 @@ class VerdictInputs(FrozenModel):
     workloads: tuple[WindowWorkload, ...] = Field(
         default=(), description="The windows that ran a workload other than builtin, from the registration."
     )
+    boot_sd_override: str | None = Field(
+        default=None,
+        description="Why the registration kept a boot sd the lane's noise ledger ruled out (`card register "
+        "--boot-sd-override`); None when none was.",
+    )
 
 
 _GATE: TypeAdapter[Gate] = TypeAdapter(Gate)
@@ -181,6 +186,11 @@ def compute_verdict(
         and (m := more_needed(card, by_id[r.id], r, controls=controls_for(card, by_id[r.id], results))) is not None
     )
     notes: tuple[str, ...] = inputs.question.notes() if inputs.question is not None else ()
+    if inputs.boot_sd_override is not None:
+        notes += (
+            "a boot sd the lane's noise ledger ruled out was registered anyway, with --boot-sd-override: "
+            f"{inputs.boot_sd_override} (the deciding gates' error rates hold only if that boot sd is the lane's)",
+        )
     differs = provenance_differences(arms)
     if not inputs.transcribed:
         notes += tuple(

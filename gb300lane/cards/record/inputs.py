@@ -44,6 +44,7 @@ def verdict_inputs(rec: Receipts, card: Card, gates: tuple[Gate, ...], stages: i
         lane_noise=_lane_noise(rec, card, gates) if checked else {},
         question=reg.question,
         workloads=window_workloads(card, reg),
+        boot_sd_override=reg.boot_sd_override,
     )
 
 

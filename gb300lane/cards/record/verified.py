@@ -39,14 +39,16 @@ class Planning:
     kept: tuple[Receipts, ...]
     skipped: tuple[Skipped, ...]
 
-    def note(self) -> str | None:
-        """One line on what was left out; None when nothing was."""
-        if not self.skipped:
+    def note(self, besides: str | None = None) -> str | None:
+        """One line on what was left out (`besides`: a receipts directory not to count, as `card register` leaves
+        out the one it has just made, which has no manifest yet); None when nothing was."""
+        skipped = [s for s in self.skipped if besides is None or s.receipts != besides]
+        if not skipped:
             return None
-        first = self.skipped[0]
-        more = f" (and {len(self.skipped) - 1} more)" if len(self.skipped) > 1 else ""
+        first = skipped[0]
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
         return (
-            f"{len(self.skipped)} receipts director{'ies' if len(self.skipped) != 1 else 'y'} left out of the "
+            f"{len(skipped)} receipts director{'ies' if len(skipped) != 1 else 'y'} left out of the "
             f"lane's noise and plans, their chain of custody or the evidence log not holding: {first.receipts}: "
             f"{first.why}{more}; `gb300lane verify --evidence` shows every one"
         )
