@@ -48,7 +48,7 @@ from gb300lane.bench.models import RequestRecord, WindowResult, output_key
 from gb300lane.bench.transcripts import Transcript, select_transcripts
 from gb300lane.errors import BenchError
 from gb300lane.recipes.schema import WindowSpec
-from gb300lane.spec.lossless import MAX_TOP_K, LosslessResult, ScoredTranscript, check
+from gb300lane.spec.lossless import MAX_TOP_K, FailWhen, LosslessResult, ScoredTranscript, check
 
 
 @dataclass(frozen=True)
@@ -345,6 +345,7 @@ def referee_window(
     top_k: int = MAX_TOP_K,
     min_tokens: int = 200,
     seed: int = 0,
+    fail_when: FailWhen = "detected",
 ) -> LosslessResult:
     """The losslessness check of a window result, its outputs scored by the referee at `referee` (a base URL).
 
@@ -372,6 +373,7 @@ def referee_window(
         margin=margin,
         min_tokens=min_tokens,
         seed=seed,
+        fail_when=fail_when,
     )
     all_excluded = Counter(excluded) + Counter(outcome.excluded)
     reason = verdict.reason

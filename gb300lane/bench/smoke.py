@@ -136,6 +136,7 @@ class _Runner:
                         alpha=gate.lossless.alpha,
                         margin=gate.lossless.margin,
                         min_tokens=gate.lossless.min_tokens,
+                        fail_when=gate.lossless.fail_when,
                     )
                 }
             )

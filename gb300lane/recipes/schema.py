@@ -616,6 +616,12 @@ class SmokeLossless(FrozenModel):
         description="The deviation of T_eff / T and of the top-1 ratio tolerated where a deviation is detected.",
     )
     min_tokens: int = Field(default=200, ge=50, description="Fewest scored tokens; below it INCONCLUSIVE.")
+    fail_when: Literal["beyond_margin", "detected"] = Field(
+        default="beyond_margin",
+        description="beyond_margin: FAIL only a deviation shown larger than the margin (a smoke's bar: a broken "
+        "sampler on a short window, not a lane whose sampling differs from its prefill by a few percent); "
+        "detected: FAIL any detected deviation not shown within it (a card's lossless gate).",
+    )
 
 
 class SmokeGate(FrozenModel):

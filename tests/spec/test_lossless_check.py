@@ -201,3 +201,17 @@ def test_a_fault_at_one_block_position_is_named_where_the_engine_reports_positio
     assert got.status == "FAIL" and "most off: block position 3 (" in got.reason, got.reason
     assert got.per_position is not None and set(got.per_position) == {"1", "2", "3", "4"}
     assert (got.per_position["3"].t_eff or 1.0) < 0.8 < (got.per_position["1"].t_eff or 0.0)
+
+
+def test_a_smokes_bar_fails_only_a_deviation_shown_beyond_the_margin() -> None:
+    """A sampler a few percent flatter than its referee (the real lane's CPU build against its own prefill) is
+    detected; a card's gate FAILs it where the margin is not shown, a smoke's bar PASSes it and says so; a
+    sampler far off FAILs both."""
+    rng = np.random.default_rng(21)
+    slight = simulate_transcripts(rng, transcripts=40, tokens=200, sample_temperature=1.07)
+    card = check(slight, temperature=1.0, margin=0.05)
+    smoke = check(slight, temperature=1.0, margin=0.05, fail_when="beyond_margin")
+    assert card.status == "FAIL" and (card.p or 1.0) < 0.01, card.reason
+    assert smoke.status == "PASS" and "not shown beyond the margin 0.05" in smoke.reason, smoke.reason
+    far = simulate_transcripts(rng, transcripts=6, tokens=60, sample_temperature=0.6)
+    assert check(far, temperature=1.0, margin=0.1, fail_when="beyond_margin").status == "FAIL"
