@@ -52,6 +52,7 @@ def write_recipes(dest: Path, time_scale: float) -> tuple[int, int]:
     base["sidecar"]["port"] = sidecar
     base["engine_args"]["time_scale"] = time_scale
     for gate in base["smoke"]["gates"]:
+        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     for name in ("local-v27", "local-k9"):

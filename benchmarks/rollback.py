@@ -52,6 +52,7 @@ def write_recipes(dest: Path, time_scale: float) -> str:
         base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = time_scale
     for gate in base["smoke"]["gates"]:
+        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
         window = gate["window"]
         window.update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))

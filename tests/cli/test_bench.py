@@ -146,6 +146,9 @@ def _small_smoke_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     ):
         assert text.count(big) == 2, big  # the two smoke windows
         text = text.replace(big, small)
+    # 90 tokens are too few for the losslessness check (INCONCLUSIVE below 200): this test is about the gates' exit
+    text = text.replace("      lossless: {alpha: 0.01, margin: 0.05, min_tokens: 200}\n", "")
+    assert "lossless:" not in text
     (recipes / "local-v26.yaml").write_text(text)
     shutil.copy(shipped("recipes") / "local-v27.yaml", recipes / "local-v27.yaml")
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))

@@ -60,6 +60,7 @@ def _write_recipes(dest: Path, runtime: str) -> int:
     base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = 0.0
     for gate in base["smoke"]["gates"]:
+        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())

@@ -49,6 +49,7 @@ def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     base["sidecar"]["port"] = free_port()
     base["engine_args"]["time_scale"] = 0.0
     for gate in base["smoke"]["gates"]:
+        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
         gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=8)
     (recipes / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     shutil.copy(shipped("recipes") / "local-v27.yaml", recipes / "local-v27.yaml")
