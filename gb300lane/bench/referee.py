@@ -25,9 +25,10 @@ of its windows was left out), which is why the ids are asked for.
 
 Left out, each under its reason: a request whose transcript and seed were already scored (a window run at two
 concurrencies seeds each transcript alike at both, and the two outputs share the seed's draws, often for a run of
-identical tokens: the check's units must be independent, so one request per seed counts), failed requests, grammar-constrained requests (`response_format`, and a
-tool_choice of `required`, which holds decoding to the tools' schema: the sampled distribution is the masked
-one), and, without token ids, chat requests with tools (the text holds tool-call arguments, not the tokens).
+identical tokens: the check's units must be independent, so one request per seed counts), failed requests,
+grammar-constrained requests (`response_format`, and a tool_choice of `required`, which holds decoding to the
+tools' schema: the sampled distribution is the masked one), and, without token ids, chat requests with tools
+(the text holds tool-call arguments, not the tokens).
 A forced length is no ban: the bench forces it with `ignore_eos`, under which vLLM's min_tokens does not mask
 EOS, so the sampled distribution is the raw one (a request with min_tokens and without ignore_eos bans EOS:
 `parse_prompt_logprobs(eos_banned=True)` scores it inside the top-k).
