@@ -35,9 +35,9 @@ FLAGS = [
 ]
 
 
-def _bench(url: str, out: Path, *extra: str) -> tuple[int, str, dict]:
+def _bench(url: str, out: Path, *extra: str, window: Path = WINDOW) -> tuple[int, str, dict]:
     res = runner.invoke(
-        app, ["bench", "--endpoint", url, "--window", str(WINDOW), "--referee", "self", "--out", str(out), *extra]
+        app, ["bench", "--endpoint", url, "--window", str(window), "--referee", "self", "--out", str(out), *extra]
     )
     return res.exit_code, res.output, json.loads(out.read_text())
 
@@ -181,22 +181,9 @@ def test_the_referee_scores_the_lanes_own_token_ids_tool_calls_included_one_requ
         "temperature: 1.0\ntop_p: 1.0\nseed_base: 1000\nforced_tokens: 48\n"
     )
     with running_engine([*FLAGS, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]) as eng:
-        res = runner.invoke(
-            app,
-            [
-                "bench",
-                "--endpoint",
-                eng.url,
-                "--window",
-                str(window),
-                "--referee",
-                "self",
-                "--out",
-                str(tmp_path / "o.json"),
-            ],
-        )
+        _, output, _ = _bench(eng.url, tmp_path / "o.json", window=window)
     # (the exit code also reflects the cells' load validity, which a loaded host may miss at C2: not asserted)
-    assert "lossless" in res.output, res.output
+    assert "lossless" in output, output
     result = WindowResult.model_validate_json((tmp_path / "o.json").read_text())
     assert all(r.token_ids is not None and len(r.token_ids) == r.output_tokens for r in result.records)
     assert all(r.prompt_token_ids and len(r.prompt_token_ids) == r.prompt_tokens for r in result.records)
