@@ -262,7 +262,9 @@ class _StreamState:
                 self.out.prompt_token_ids = choice["prompt_token_ids"]
             ids = choice.get("token_ids")
             if isinstance(ids, list):
-                self.out.token_ids = (self.out.token_ids or []) + ids
+                if self.out.token_ids is None:
+                    self.out.token_ids = []
+                self.out.token_ids.extend(ids)  # in place: a copy per chunk would cost the square of the length
 
     def _calls(self, pieces: list[tuple[int, str | None, str]]) -> None:
         """Join streamed tool-call pieces by index: the name comes once, the arguments in pieces."""

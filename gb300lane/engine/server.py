@@ -701,20 +701,22 @@ class EngineServer:
         async def send(obj: dict[str, Any], tokens: int = 0) -> None:
             await resp.write(encode(obj, tokens))
 
+        prompt_ids_sent = False
+
         def with_usage(obj: dict[str, Any], tokens: int) -> dict[str, Any]:
+            nonlocal prompt_ids_sent
             if continuous:
                 obj["usage"] = usage(seq, sent + tokens)
             if req.return_token_ids and obj["choices"]:
                 # vLLM's return_token_ids: each chunk's choice carries the ids of the tokens it delivers
                 obj["choices"][0]["token_ids"] = seq.output_ids[sent : sent + tokens]
-                if not ids_sent:
+                if not prompt_ids_sent:
                     # ... and the prompt's ids come once: on the first chunk's choice of a completion, on the
                     # first chunk's body of a chat
                     (obj if req.chat else obj["choices"][0])["prompt_token_ids"] = list(seq.prompt_ids)
-                    ids_sent.append(True)
+                    prompt_ids_sent = True
             return obj
 
-        ids_sent: list[bool] = []
         first = True
         if req.chat:
             await send(with_usage(chunk(req, name, "", None, first=True), 0))
