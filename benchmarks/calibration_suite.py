@@ -8,11 +8,12 @@ with, each cell at least 2,000 replicates, with its rate, 95% Clopper-Pearson in
 2. lane     cpu-br2 as shipped (its registered gates, `cardfile.load_card`) on a lane whose boots shift each arm
             by 1.5% (the real lane's calibration): false "B better" (tokens/step PASS with the controls shown
             equivalent) and false FAIL, each test `stats.ratio_test` with the gate's registered boot sd.
-3. tail     `tails.eval_tail` at its margin (B's true quantile exactly margin above the controls'): TTFT p99
-            from 400 values per arm (one per transcript), clustered ITL p99 over 4 and 16 transcripts, and a
-            card of 4 looks (a PASS at any look). False PASS, nominal the gate's one-sided alpha. Its
-            decisions use 500 bootstrap draws (`--tail-draws`; the tool's 2,000 cost four times as long),
-            which leaves the se's own Monte Carlo error at about 3% of it (1.6% at 2,000).
+3. tail     `tails.eval_tail` at its margin (B's true quantile exactly margin above the controls'), each cell at
+            the gate's guards (10 / (1 - q) values per arm, 16 transcripts): TTFT p99 from 1,000 values per
+            arm (one per transcript), clustered ITL p99 over 4 (refused) and 16 transcripts and ITL p95 over 16,
+            and a card of 4 looks (a PASS at any look). False PASS, nominal the gate's one-sided alpha. Its
+            decisions start from 500 bootstrap draws (`--tail-draws`; the tool's 2,000 cost four times as
+            long); the gate itself raises them to leave 25 beyond each percentile bound (about 1,000 at 2.5%).
 4. cuped    `cuped.cuped_test` when B's gain moves with the level (theta 1.3) at 8 and 16 transcripts, at the
             2.5% a fixed card spends and the 0.25% a late look spends, and at 64 and 128; the transcripts
             are a fixed set (eight such sets) and the null holds over them (the test's own claim). False PASS.
@@ -214,11 +215,11 @@ def _tail_cell(job: tuple[str, str, int, int, float, int, int]) -> Cell:
         kind="latency_tail",
         window="primary",
         metric=metric,  # type: ignore[arg-type]
-        quantile=0.99,
+        quantile=0.95 if " p95" in name else 0.99,
         margin=margin,
         alpha=0.025,
     )
-    rng = np.random.default_rng([seed, 3, units])
+    rng = np.random.default_rng([seed, 3, units, per])
     passes = 0
     for _ in range(reps):
         (vals,) = _tail_values(rng, units, per, margin, csd)
@@ -268,10 +269,11 @@ WORKERS = 2
 def check_tail(reps: int, seed: int) -> list[Cell]:
     from concurrent.futures import ProcessPoolExecutor
 
-    setups = [
-        ("TTFT p99, 400 transcripts x 1 value", "ttft", 400, 1, 0.0),
-        ("ITL p99, 4 transcripts x 100 gaps", "itl", 4, 100, 0.15),
-        ("ITL p99, 16 transcripts x 25 gaps", "itl", 16, 25, 0.15),
+    setups = [  # each at the gate's guards: 10 / (1 - q) values per arm, 16 transcripts
+        ("TTFT p99, 1000 transcripts x 1 value", "ttft", 1000, 1, 0.0),
+        ("ITL p99, 4 transcripts x 250 gaps", "itl", 4, 250, 0.15),
+        ("ITL p99, 16 transcripts x 63 gaps", "itl", 16, 63, 0.15),
+        ("ITL p95, 16 transcripts x 13 gaps", "itl", 16, 13, 0.15),
     ]
     with ProcessPoolExecutor(WORKERS) as pool:
         looks = pool.submit(_tail_looks, (reps, seed))

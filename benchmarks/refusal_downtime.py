@@ -34,29 +34,16 @@ import time
 import urllib.request
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
 def write_recipes(dest: Path, time_scale: float) -> tuple[int, int]:
-    from gb300lane.paths import shipped
-    from gb300lane.testing.free_ports import free_port
+    from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
-    dest.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port, sidecar = free_port(), free_port()
-    base["lane"]["port"] = port
-    base["lane"]["name"] = f"refusal-bench-{port}"
-    base["sidecar"]["port"] = sidecar
-    base["engine_args"]["time_scale"] = time_scale
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    for name in ("local-v27", "local-k9"):
-        (dest / f"{name}.yaml").write_text((shipped("recipes") / f"{name}.yaml").read_text())
+    base = quick_local_v26(name="refusal-bench-{port}", time_scale=time_scale)
+    port, sidecar = int(base["lane"]["port"]), int(base["sidecar"]["port"])
+    write_quick_pair(dest, base, also=("local-k9",))
     (dest / "local-nosmoke.yaml").write_text(
         "schema_version: 1\nname: local-nosmoke\nextends: local-v27\ndescription: no smoke gates\nsmoke:\n  gates: []\n"
     )

@@ -33,30 +33,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from gb300lane.paths import shipped
-from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_recipes(dest: Path, time_scale: float) -> str:
     """local-v26 / local-v27 as shipped, on free ports, with a one-window smoke; returns the lane name."""
-    dest.mkdir(parents=True, exist_ok=True)
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    base["lane"]["port"] = free_port()
     # A lane name of its own: Docker is shared, and cleanup removes only this lane's instances.
-    base["lane"]["name"] = f"rollback-bench-{base['lane']['port']}"
-    if base.get("sidecar"):
-        base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = time_scale
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        window = gate["window"]
-        window.update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
+    base = quick_local_v26(name="rollback-bench-{port}", time_scale=time_scale)
+    write_quick_pair(dest, base)
     return str(base["lane"]["name"])
 
 

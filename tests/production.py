@@ -12,29 +12,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gb300lane import lane
 from gb300lane import promote as pm
-from gb300lane.paths import shipped
 from gb300lane.testing.crash import CRASH_ENV
-from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
 
 def write_recipes(folder: Path) -> int:
     """local-v26 (quick, on free ports) and the shipped local-v27 in `folder`; returns local-v26's port."""
-    folder.mkdir(exist_ok=True)
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = free_port()
-    base["lane"]["port"] = port
-    base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (folder / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (folder / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
-    return port
+    base = quick_local_v26()
+    write_quick_pair(folder, base)
+    return int(base["lane"]["port"])
 
 
 @contextmanager

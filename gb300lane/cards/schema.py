@@ -240,12 +240,16 @@ class ParityGate(_WindowGate):
     )
 
 
+#: The values beyond its quantile every arm of a latency-tail gate needs (benchmarks/calibration_suite.py, check 3).
+TAIL_VALUES_BEYOND = 10
+
+
 class LatencyTailGate(_WindowGate):
     """B's latency tail (p99 TTFT or inter-token latency) against the controls', resampled by transcript."""
 
     kind: Literal["latency_tail"] = Field(
-        description="A quantile of TTFT or ITL, B against the controls pooled: no worse than `margin` (lower is "
-        "better), with a cluster bootstrap over transcripts and the registered boot sd (cards.decide.tails)."
+        description="A quantile of TTFT or ITL, B against each control at equal counts: no worse than `margin` "
+        "(lower is better), with a cluster bootstrap over transcripts and the registered boot sd (cards.decide.tails)."
     )
     metric: Literal["ttft", "itl"] = Field(
         description="ttft: one value per request; itl: every gap between a request's successive chunks "
@@ -264,8 +268,9 @@ class LatencyTailGate(_WindowGate):
     decides: bool = Field(default=True, description="false: a diagnostic, printed but never part of the verdict.")
 
     def min_values(self) -> int:
-        """The sample guard: a quantile q needs n > 4q / (1 - q) values per arm (396 for p99)."""
-        return math.floor(4 * self.quantile / (1 - self.quantile) + 1e-9) + 1
+        """The sample guard: a quantile q needs n (1 - q) >= TAIL_VALUES_BEYOND (10) values beyond it per arm, n >=
+        10 / (1 - q) (1,000 for p99, 200 for p95); with 4 beyond it the resampled interval ran above alpha."""
+        return math.ceil(TAIL_VALUES_BEYOND / (1 - self.quantile) - 1e-9)
 
 
 class TaskQualityGate(_WindowGate):

@@ -54,8 +54,10 @@ def test_micro_card_on_the_embedded_engine(tmp_path: Path, monkeypatch: pytest.M
         "foreign-clients": "PASS",
         "itl-p99": tail.status,
     }, [r.model_dump() for r in v.results]
-    # the tail diagnostic reads the served streams' chunk gaps by transcript: 6 are fewer than the 16 a tail needs
+    # the tail diagnostic reads the served streams' chunk gaps by transcript: 6 are fewer than the 16 a tail needs,
+    # and a few hundred gaps fewer than the 1,000 a p99 needs
     assert not tail.decides and tail.status == "INCONCLUSIVE" and "6 transcripts" in tail.observed, tail
+    assert [r.split(":")[0] for r in tail.reasons] == ["too few values for a p99", "too few transcripts for a p99"]
     assert "over at least 16 transcripts" in tail.bar, tail
     # each request's own spec-decode counters reached the receipts
     tested = next(r for r in v.results if r.id == "tokens-per-step-tested").tests[0]

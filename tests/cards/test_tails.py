@@ -25,7 +25,7 @@ def _arms(
     rng: np.random.Generator,
     *,
     transcripts: int = 40,
-    per: int = 12,
+    per: int = 25,
     b_factor: float = 1.0,
     unit_sd: float = 0.3,
     within_sd: float = 0.2,
@@ -58,8 +58,9 @@ def _eval(gate: LatencyTailGate, arms: list[ArmData]):
     return eval_tail(gate, arms[1], [arms[0], arms[2]])
 
 
-def test_the_sample_guard_is_four_q_over_one_minus_q() -> None:
-    assert _gate().min_values() == 397 and _gate(quantile=0.95).min_values() == 77
+def test_the_sample_guard_is_ten_values_beyond_the_quantile() -> None:
+    assert _gate().min_values() == 1000 and _gate(quantile=0.95).min_values() == 200
+    assert _gate(quantile=0.999).min_values() == 10000
     with pytest.raises(ValidationError):
         _gate(quantile=1.0)
 
@@ -79,8 +80,12 @@ def test_the_weighted_quantile_is_the_quantile_of_the_values_repeated() -> None:
 
 def test_too_few_values_is_inconclusive_and_says_how_many() -> None:
     r = _eval(_gate(), _arms(np.random.default_rng(1), transcripts=20, per=10))
-    assert r.status == "INCONCLUSIVE" and "needs at least 397 per arm" in r.reasons[0] and "B has 200" in r.reasons[0]
-    assert "n > 4q/(1-q)" in r.bar
+    assert (
+        r.status == "INCONCLUSIVE"
+        and "needs at least 1000 per arm, ten beyond it" in r.reasons[0]
+        and "B has 200" in r.reasons[0]
+    )
+    assert "n >= 10/(1-q)" in r.bar
 
 
 def test_a_slower_tail_fails_and_an_equal_one_passes_the_margin() -> None:
@@ -154,27 +159,30 @@ def test_aa_false_worse_stays_at_alpha_when_transcripts_cluster_the_values() -> 
 
 
 def test_a_tail_over_too_few_transcripts_is_not_decided() -> None:
-    """Values within a transcript are not independent: 12 transcripts of 40 requests hold 480 values per arm, and
-    the gate still waits for MIN_TRANSCRIPTS transcripts."""
+    """Values within a transcript are not independent: 12 transcripts of 100 requests hold 1,200 values per arm,
+    and the gate still waits for MIN_TRANSCRIPTS transcripts."""
     from gb300lane.cards.decide.tails import MIN_TRANSCRIPTS
 
-    arms = _arms(np.random.default_rng(5), transcripts=12, per=40)
+    arms = _arms(np.random.default_rng(5), transcripts=12, per=100)
     got = _eval(_gate(), arms)
     assert got.status == "INCONCLUSIVE" and f"fewer than {MIN_TRANSCRIPTS} transcripts" in got.reasons[0]
 
 
 def test_a_look_spends_its_own_level_and_the_boots_so_far() -> None:
-    """At look 1 of 4 (O'Brien-Fleming) the interval is far wider than the fixed design's, and the bar says so."""
+    """At look 2 of 4 (O'Brien-Fleming) the interval is far wider than the fixed design's, and the bar says so; at
+    look 1 the level is too deep for the resampling draws to resolve, and the gate waits for a later look."""
     from gb300lane.cards.decide.evidence import Look
 
     arms = _arms(np.random.default_rng(6), transcripts=40, per=12)
     gate = _gate(quantile=0.95, boot_sd=0.01)
     fixed = eval_tail(gate, arms[1], [arms[0], arms[2]])
-    early = eval_tail(gate, arms[1], [arms[0], arms[2]], Look(number=1, looks=4, spending="obrien_fleming"))
-    assert "look 1 of 4" in early.bar and "look" not in fixed.bar
+    early = eval_tail(gate, arms[1], [arms[0], arms[2]], Look(number=2, looks=4, spending="obrien_fleming"))
+    assert "look 2 of 4" in early.bar and "look" not in fixed.bar
 
     def width(r) -> float:
         lo, hi = r.observed.split("interval [")[1].split("]")[0].split(", ")
         return float(hi.rstrip("%")) - float(lo.rstrip("%"))
 
     assert width(early) > 1.5 * width(fixed)
+    first = eval_tail(gate, arms[1], [arms[0], arms[2]], Look(number=1, looks=4, spending="obrien_fleming"))
+    assert first.status == "INCONCLUSIVE" and "decides at a later look" in first.reasons[0], first

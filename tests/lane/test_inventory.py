@@ -130,16 +130,9 @@ def test_each_lane_has_its_own_state_folder(tmp_path: Path) -> None:
 
 
 def _recipes(dest: Path) -> None:
-    from gb300lane.paths import shipped
+    from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    base["runtime"] = "process"
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
+    write_quick_pair(dest, quick_local_v26(runtime="process", own_ports=False))
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -24,10 +24,9 @@ from gb300lane import lane
 from gb300lane import promote as pm
 from gb300lane.errors import StateError
 from gb300lane.lane.facts import listeners
-from gb300lane.paths import shipped
 from gb300lane.promote import view
 from gb300lane.testing.crash import CRASH_ENV
-from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
 pytestmark = pytest.mark.slow
 
@@ -53,17 +52,9 @@ gates:
 
 
 def _write_recipes(dest: Path, runtime: str) -> int:
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = free_port()
-    base["runtime"] = runtime
-    base["lane"].update(port=port, name=f"pt{port}")
-    base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
+    base = quick_local_v26(runtime=runtime, name="pt{port}")
+    port = int(base["lane"]["port"])
+    write_quick_pair(dest, base)
     bad = {
         "schema_version": 1, "name": "local-v27-bad", "extends": "local-v27",
         "description": "local-v27 with a smoke bound no lane meets",

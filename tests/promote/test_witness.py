@@ -10,23 +10,20 @@ the witnesses and the repair, and nothing is removed.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from gb300lane import lane
 from gb300lane import promote as pm
 from gb300lane.cli.main import app
 from gb300lane.errors import StateError
-from gb300lane.paths import shipped
 from gb300lane.promote.ledger import ledger_path
 from gb300lane.promote.view import protected_instances
-from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -38,16 +35,9 @@ def _cli(*args: str) -> tuple[int, str]:
 def production(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    port = free_port()
-    base["lane"].update(port=port, name=f"wt{port}")
-    base["sidecar"]["port"] = free_port()
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=8)
-    (recipes / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    shutil.copy(shipped("recipes") / "local-v27.yaml", recipes / "local-v27.yaml")
+    base = quick_local_v26(name="wt{port}", forced_tokens=8)
+    port = int(base["lane"]["port"])
+    write_quick_pair(recipes, base)
     monkeypatch.setenv("GB300LANE_RECIPES_DIR", str(recipes))
     monkeypatch.delenv("GB300LANE_LANE_OPS", raising=False)
     assert pm.promote("local-v26", force=True, reason="first production").ok

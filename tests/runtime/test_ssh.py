@@ -22,9 +22,9 @@ import yaml
 from gb300lane import lane
 from gb300lane.errors import RuntimeUnavailable
 from gb300lane.lane.inventory import placement
-from gb300lane.paths import shipped
 from gb300lane.runtime import get_runtime, ssh
 from gb300lane.testing.free_ports import free_port
+from gb300lane.testing.quick_recipes import quick_local_v26, write_quick_pair
 
 import sshd
 
@@ -36,14 +36,7 @@ def _free_port() -> int:
 
 
 def write_recipes(dest: Path, runtime: str = "docker") -> None:
-    base = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
-    base["runtime"] = runtime
-    base["engine_args"]["time_scale"] = 0.0
-    for gate in base["smoke"]["gates"]:
-        gate.pop("lossless", None)  # a window this short scores too few tokens for the losslessness check
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=16)
-    (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
-    (dest / "local-v27.yaml").write_text((shipped("recipes") / "local-v27.yaml").read_text())
+    write_quick_pair(dest, quick_local_v26(runtime=runtime, own_ports=False))
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

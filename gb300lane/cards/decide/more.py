@@ -206,6 +206,14 @@ def more_needed(
         f"{need:.2%} (observed {se:.2%}, of which the boots carry {math.sqrt(share):.2%}{gain}): "
         f"{how} (the card ran {t.requests_per_arm})"
     )
+    if ctrl is not None and not isinstance(gate, ControlsEquivalence):
+        # what one pilot cannot split (benchmarks/calibration_suite.py, check 6, gain sd 3%): the controls' A
+        # against A2 measures the requests' noise only to within its own chi2 spread, far wider than a gain
+        # variance that still matters at the size named
+        note += (
+            "; B's gain varying by transcript by less than this pilot can tell from its requests' noise is not "
+            "counted: score again after the extension"
+        )
     return MoreNeeded(**common, se_needed=need, requests_per_arm=requests, boots_per_arm=boots, note=note)
 
 
