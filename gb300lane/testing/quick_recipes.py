@@ -9,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import yaml
 
 from gb300lane.paths import shipped
+from gb300lane.recipes.yamlio import load_mapping
 from gb300lane.testing.free_ports import free_port
+
+Table = dict[str, object]
+
+
+def _table(data: Table, key: str) -> Table:
+    return cast(Table, data[key])
 
 
 def quick_local_v26(
@@ -24,28 +31,31 @@ def quick_local_v26(
     own_ports: bool = True,
     time_scale: float = 0.0,
     forced_tokens: int = 16,
-) -> dict[str, Any]:
+) -> Table:
     """The shipped local-v26, as a dict, with a one-window smoke; on free ports unless `own_ports` is false.
 
     `name` is a format string for the lane's name (`{port}` is the lane's port); `runtime` replaces the recipe's.
     """
-    base: dict[str, Any] = yaml.safe_load((shipped("recipes") / "local-v26.yaml").read_text())
+    base = load_mapping(shipped("recipes") / "local-v26.yaml")
+    lane = _table(base, "lane")
     if runtime is not None:
         base["runtime"] = runtime
     if own_ports:
-        base["lane"]["port"] = free_port()
+        lane["port"] = free_port()
         if base.get("sidecar"):
-            base["sidecar"]["port"] = free_port()
+            _table(base, "sidecar")["port"] = free_port()
     if name is not None:
-        base["lane"]["name"] = name.format(port=base["lane"]["port"])
-    base["engine_args"]["time_scale"] = time_scale
-    for gate in base["smoke"]["gates"]:
+        lane["name"] = name.format(port=lane["port"])
+    _table(base, "engine_args")["time_scale"] = time_scale
+    for gate in cast(list[Table], _table(base, "smoke")["gates"]):
         gate.pop("lossless", None)
-        gate["window"].update(classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=forced_tokens)
+        _table(gate, "window").update(
+            classes=["prose"], transcripts_per_class=1, concurrency=[1], forced_tokens=forced_tokens
+        )
     return base
 
 
-def write_quick_pair(dest: Path, base: dict[str, Any], also: Sequence[str] = ()) -> None:
+def write_quick_pair(dest: Path, base: Table, also: Sequence[str] = ()) -> None:
     """`base` (a quick local-v26) and the shipped local-v27, and the shipped recipes named in `also`, into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "local-v26.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
