@@ -30,6 +30,7 @@ def _arms(
     unit_sd: float = 0.3,
     within_sd: float = 0.2,
     shared: np.ndarray | None = None,
+    quantile_zero: bool = False,
 ) -> list[ArmData]:
     """Three arms of lognormal TTFTs: each transcript a shared level (all arms), its requests noise around it."""
     level = shared if shared is not None else rng.normal(0.0, unit_sd, transcripts)
@@ -39,6 +40,8 @@ def _arms(
         for rnd in range(per):
             ttft = {
                 f"prose-{i:03d}": float(0.05 * f * np.exp(level[i] + rng.normal(0.0, within_sd)))
+                # quantile_zero: every value but the last two transcripts' is zero (a clock that did not resolve)
+                * (0.0 if quantile_zero and i < transcripts - 2 else 1.0)
                 for i in range(transcripts)
             }
             cells.append(CellData(cls="prose", concurrency=1, round=rnd + 1, ttft_s=ttft))
@@ -186,3 +189,12 @@ def test_a_look_spends_its_own_level_and_the_boots_so_far() -> None:
     assert width(early) > 1.5 * width(fixed)
     first = eval_tail(gate, arms[1], [arms[0], arms[2]], Look(number=1, looks=4, spending="obrien_fleming"))
     assert first.status == "INCONCLUSIVE" and "decides at a later look" in first.reasons[0], first
+
+
+def test_a_tail_whose_resamples_hit_zero_is_not_decided() -> None:
+    """ITL gaps the clock did not resolve are zero: where too many resampled quantiles are zero to read the
+    interval, the gate says so instead of reading it from the draws that are left."""
+    rng = np.random.default_rng(8)
+    arms = _arms(rng, transcripts=20, per=60, quantile_zero=True)
+    got = _eval(_gate(quantile=0.95), arms)
+    assert got.status == "INCONCLUSIVE" and "the resampled p95 is zero in" in got.reasons[0], got

@@ -219,6 +219,12 @@ def eval_tail(
         ok = np.logical_and.reduce([q > 0 for q in qs])
         logs.append(np.log(qs[0][ok]) - np.mean([np.log(q[ok]) for q in qs[1:]], axis=0))
     draws = np.concatenate(logs)
+    if draws.size < draws_needed:
+        return undecided(
+            f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms",
+            f"the resampled {q_name} is zero in {n_draws - draws.size:,} of {n_draws:,} draws, which leaves too few to "
+            f"read the interval at {level_draws:.3g} (the {clock} clock did not resolve these gaps)",
+        )
     factor = 1.0 + 1.0 / len(ctrls)
     boot_var = factor * gate.boot_sd**2 / max(1, look.number)
     if boot_var > 0:
