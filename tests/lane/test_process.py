@@ -27,6 +27,8 @@ from gb300lane.promote import view
 from gb300lane.runtime import ProcessRuntime
 from gb300lane.testing.free_ports import free_port
 
+from interrupt import interruptible
+
 SHIPPED = paths.shipped("recipes")
 
 
@@ -176,7 +178,7 @@ def test_ctrl_c_during_boot_stops_and_keeps_the_labelled_containers(recipes: Pat
     name = write_recipe(recipes, "t-slow", time_scale=0.2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane", "up", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ),
+        env=dict(os.environ), preexec_fn=interruptible,
     )  # fmt: skip
     main_log = paths.state_dir() / "runtime" / "process" / "local-t-slow-main.log"
     deadline = time.monotonic() + 120

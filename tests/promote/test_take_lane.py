@@ -31,6 +31,7 @@ from gb300lane.cards import find_receipts
 from gb300lane.lane import records as instances
 from gb300lane.testing.crash import CRASH_ENV
 
+from interrupt import interruptible
 from production import in_production
 
 pytestmark = pytest.mark.slow
@@ -161,6 +162,7 @@ def test_ctrl_c_during_arm_b_leaves_production_serving(production: int, tmp_path
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "400"},
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 240

@@ -18,6 +18,8 @@ from gb300lane.lane import records as instances
 from gb300lane.runtime import dockerhost, get_runtime
 from gb300lane.testing.free_ports import free_port
 
+from interrupt import interruptible
+
 SHIPPED = paths.shipped("recipes")
 
 
@@ -184,7 +186,7 @@ def test_ctrl_c_during_a_docker_boot_stops_and_keeps_the_containers(engine_image
     name = write_recipe(recipes, "t-dslow", engine_args={"time_scale": 0.2})
     proc = subprocess.Popen(
         [sys.executable, "-m", "gb300lane", "up", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ),
+        env=dict(os.environ), preexec_fn=interruptible,
     )  # fmt: skip
     rt = get_runtime("docker")
     deadline = time.monotonic() + 120
