@@ -198,6 +198,7 @@ def eval_tail(
     # like against like: B's quantile against each control's, each over its own values (equal counts where the
     # arms ran the same requests), so the inverted-CDF quantile's small-sample bias cancels
     c = math.exp(sum(math.log(c) for c in cs) / len(cs))
+    quantiles = f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms"
     n_units = len(units)
     df = n_units - 1
     # the expanded percentile level (module docstring)
@@ -206,7 +207,7 @@ def eval_tail(
     draws_needed = math.ceil(TAIL_DRAWS_BEYOND / level_draws)
     if draws_needed > MAX_TAIL_DRAWS:
         return undecided(
-            f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms",
+            quantiles,
             f"look {look.number}'s one-sided level {level_one_sided:.3g} is beyond what {MAX_TAIL_DRAWS:,} "
             f"resampling draws resolve in a tail; the gate decides at a later look",
         )
@@ -221,7 +222,7 @@ def eval_tail(
     draws = np.concatenate(logs)
     if draws.size < draws_needed:
         return undecided(
-            f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms",
+            quantiles,
             f"the resampled {q_name} is zero in {n_draws - draws.size:,} of {n_draws:,} draws, which leaves too few to "
             f"read the interval at {level_draws:.3g} (the {clock} clock did not resolve these gaps)",
         )
@@ -239,7 +240,7 @@ def eval_tail(
         else ", no boot sd registered"
     )
     observed = (
-        f"{q_name} {what} B {b * 1e3:.4g} ms vs controls {c * 1e3:.4g} ms: {b / c - 1.0:+.2%} ({interval}, "
+        f"{quantiles}: {b / c - 1.0:+.2%} ({interval}, "
         f"percentiles expanded for {df} df; {len(units)} transcripts, {' / '.join(f'{n} {s}' for n, s in zip(names, sizes))} "
         f"values, {clock} clock{boot}; {draws.size:,} draws, read at {level_draws:.3g})"
     )
