@@ -185,9 +185,9 @@ def test_a_client_holding_its_concurrency_delivers_it_and_the_lane_counts_it(pac
     """Eight connections for a C8 cell: the engine saw eight in flight, and the receipt says so.
 
     Three requests a stream, so the cell has a steady state to judge (a request or two per stream is not judged),
-    each 640 tokens: at time scale 0 a 192-token request lasts some 30 ms here, and the client's own few
-    milliseconds between one request's end and the next one's send then read as delivered concurrency 7. On a
-    busy host those milliseconds grow: this is an end-to-end check of the client, in the integration tier."""
+    each 640 tokens on the paced engine (about 0.4 s a request): at time scale 0 a request lasts tens of
+    milliseconds, and on a busy host the client's own gap between one request's end and the next one's send then
+    read as delivered concurrency 7. An end-to-end check of the client, in the integration tier."""
     import asyncio
 
     from gb300lane.bench.window import run_window_async
